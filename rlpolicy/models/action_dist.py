@@ -1,0 +1,88 @@
+"""The framework-neutral action distribution base class (RLlib's ``action_dist``)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, List, Union
+
+import gymnasium as gym
+import numpy as np
+
+from rlpolicy.utils.annotations import DeveloperAPI
+from rlpolicy.utils.typing import ModelConfigDict, TensorType
+
+if TYPE_CHECKING:
+    from rlpolicy.models.modelv2 import ModelV2
+
+
+@DeveloperAPI
+class ActionDistribution:
+    """A policy's distribution over actions, parameterised by model outputs.
+
+    Attributes:
+        inputs: The distribution inputs (model outputs), [BATCH, n].
+        model: The model that produced ``inputs`` (useful for autoregressive
+            distributions that run model layers while sampling).
+    """
+
+    @DeveloperAPI
+    def __init__(self, inputs: List[TensorType], model: "ModelV2"):
+        """Stores the distribution inputs and the producing model.
+
+        Args:
+            inputs: The distribution inputs (model outputs).
+            model: The ModelV2 that produced ``inputs``.
+        """
+        self.inputs = inputs
+        self.model = model
+
+    @DeveloperAPI
+    def sample(self) -> TensorType:
+        """Draws one action per batch row."""
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def deterministic_sample(self) -> TensorType:
+        """Returns the most likely action (argmax, mean, ...) per batch row."""
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def sampled_action_logp(self) -> TensorType:
+        """Returns the log-probability of the last sampled action."""
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def logp(self, x: TensorType) -> TensorType:
+        """Returns the log-likelihood of actions ``x``, one value per batch row."""
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def kl(self, other: "ActionDistribution") -> TensorType:
+        """Returns KL(self || other), one value per batch row."""
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def entropy(self) -> TensorType:
+        """Returns the entropy, one value per batch row."""
+        raise NotImplementedError
+
+    def multi_kl(self, other: "ActionDistribution") -> TensorType:
+        """Like ``kl`` but may return one column per sub-distribution."""
+        return self.kl(other)
+
+    def multi_entropy(self) -> TensorType:
+        """Like ``entropy`` but may return one column per sub-distribution."""
+        return self.entropy()
+
+    @staticmethod
+    @DeveloperAPI
+    def required_model_output_shape(action_space: gym.Space,
+                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+        """Returns the number of model outputs this distribution needs for ``action_space``.
+
+        Args:
+            action_space: The action space the distribution is used for.
+            model_config: The model config dict.
+
+        Returns:
+            The size (or shape) of the inputs, without the batch dimension.
+        """
+        raise NotImplementedError

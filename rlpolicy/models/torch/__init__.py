@@ -1,0 +1,1 @@
+"""PyTorch models and action distributions (imports torch only when a submodule is used)."""

@@ -1,0 +1,41 @@
+"""Keys of the learner-info dicts returned by ``learn_on_batch``."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import numpy as np
+
+# Stats computed by the policy's `stats_fn` sit under this key.
+LEARNER_STATS_KEY = "learner_stats"
+LEARNER_INFO = "learner"
+
+
+class LearnerInfoBuilder:
+    """Collects per-policy learner results and reduces tower results by mean."""
+
+    def __init__(self, num_devices: int = 1):
+        self.num_devices = num_devices
+        self.results_all_towers: Dict[str, List[dict]] = {}
+
+    def add_learn_on_batch_results(self, results: dict, policy_id: str = "default_policy") -> None:
+        self.results_all_towers.setdefault(policy_id, []).append(results)
+
+    def finalize(self) -> dict:
+        out = {}
+        for pid, results in self.results_all_towers.items():
+            out[pid] = _mean_nested(results)
+        return out
+
+
+def _mean_nested(results: List[dict]) -> dict:
+    merged: dict = {}
+    for key in results[0]:
+        values = [r[key] for r in results if key in r]
+        if isinstance(values[0], dict):
+            merged[key] = _mean_nested(values)
+        else:
+            try:
+                merged[key] = float(np.nanmean(np.asarray(values, dtype=np.float64)))
+            except (TypeError, ValueError):
+                merged[key] = values[0]
+    return merged

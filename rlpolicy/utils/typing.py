@@ -1,0 +1,36 @@
+"""Type aliases used across rlpolicy's signatures (RLlib 1.11 names)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple, Union
+
+import numpy as np
+
+TensorType = Any  # np.ndarray, torch.Tensor, tf.Tensor
+TensorStructType = Union[TensorType, dict, tuple]
+TensorShape = Union[Tuple[int, ...], List[int]]
+ModelConfigDict = Dict[str, Any]
+TrainerConfigDict = dict
+PartialTrainerConfigDict = dict
+EnvConfigDict = dict
+EnvType = Any
+PolicyID = str
+AgentID = Any
+EnvID = Any
+EpisodeID = int
+FileType = Any
+ModelWeights = dict
+ModelGradients = Union[List[Tuple[TensorType, TensorType]], List[TensorType]]
+ModelInputDict = Dict[str, TensorType]
+LocalOptimizer = Any  # torch.optim.Optimizer or a tf optimizer
+GradInfoDict = dict
+LearnerStatsDict = dict
+ResultDict = dict
+SampleBatchType = Any  # SampleBatch or MultiAgentBatch
+ViewRequirementsDict = Dict[str, "ViewRequirement"]  # noqa: F821
+SpaceStruct = Union[Any, dict, tuple]
+EnvObsType = Any
+EnvActionType = Any
+EnvInfoDict = dict
+MultiAgentDict = Dict[AgentID, Any]
+TensorOrNumpy = Union[TensorType, np.ndarray]
+AlgorithmConfigDict = TrainerConfigDict
