@@ -1,0 +1,156 @@
+"""Builds a policy's Exploration object from ``config["exploration_config"]``.
+
+RLlib 1.11's ``Policy._create_exploration`` hands the exploration config to
+``from_config(Exploration, ...)``: the dict's ``"type"`` names the class (a
+class object, a class name exported by ``ray.rllib.utils.exploration``, or a
+"module.path.ClassName" string) and every other key becomes a constructor
+keyword. ``create_exploration`` does the same with clearer errors; the
+schedule configs accepted by the exploration classes are resolved the same way.
+
+No deep-learning framework is imported at module level.
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+from typing import Any, Dict, List, Optional
+
+import gymnasium as gym
+
+DEFAULT_EXPLORATION_CONFIG: Dict[str, Any] = {"type": "StochasticSampling"}
+
+_EXPLORATION_MODULE = "rlpolicy.utils.exploration"
+_SCHEDULES_MODULE = "rlpolicy.utils.schedules"
+
+
+def create_exploration(config_exploration: Optional[dict], *, action_space: gym.Space,
+                       policy_config: dict, model: Any, num_workers: int, worker_index: int,
+                       framework: str) -> Any:
+    """Instantiates the Exploration described by ``config_exploration``.
+
+    Args:
+        config_exploration: The policy's ``exploration_config``: a dict with a
+            ``"type"`` key plus constructor keywords (None or an empty dict mean
+            ``{"type": "StochasticSampling"}``), or an already built
+            Exploration object, which is returned unchanged. Not modified.
+        action_space: The policy's action space.
+        policy_config: The policy's full config dict.
+        model: The policy's model (may be None).
+        num_workers: The number of rollout workers.
+        worker_index: This worker's index (0 = local worker).
+        framework: "torch", "tf", "tf2" or "tfe".
+
+    Returns:
+        The Exploration object.
+
+    Raises:
+        ValueError: If ``type`` is missing, unknown, or not an Exploration class.
+        TypeError: If the config holds a keyword the class does not accept.
+    """
+    from rlpolicy.utils.exploration.exploration import Exploration
+
+    if isinstance(config_exploration, Exploration):
+        return config_exploration
+    if not config_exploration:
+        config_exploration = DEFAULT_EXPLORATION_CONFIG
+    if not isinstance(config_exploration, dict):
+        raise ValueError(
+            f"exploration_config must be a dict with a 'type' key, got {config_exploration!r}")
+    kwargs = copy.deepcopy({k: v for k, v in config_exploration.items() if k != "type"})
+    if "type" not in config_exploration:
+        raise ValueError(
+            f"exploration_config {config_exploration!r} has no 'type' key; "
+            f"known types: {known_type_names(_EXPLORATION_MODULE, Exploration)}")
+    cls = resolve_type(config_exploration["type"], _EXPLORATION_MODULE, Exploration,
+                       "exploration_config['type']")
+    ctor_kwargs = dict(action_space=action_space, policy_config=policy_config, model=model,
+                       num_workers=num_workers, worker_index=worker_index,
+                       framework=framework)
+    clash = sorted(set(kwargs) & set(ctor_kwargs))
+    if clash:
+        raise ValueError(
+            f"exploration_config for {cls.__name__} sets {clash}, which the policy passes "
+            "itself; remove these keys")
+    return _instantiate(cls, {**kwargs, **ctor_kwargs})
+
+
+def create_schedule(schedule_config: Any, framework: str) -> Any:
+    """Returns a Schedule for ``schedule_config``; None stays None.
+
+    Args:
+        schedule_config: A Schedule object (returned as is), None, or a dict
+            with ``"type"`` (class, class name in ``rlpolicy.utils.schedules``,
+            or "module.path.ClassName") plus constructor keywords.
+        framework: The framework the schedule computes in.
+
+    Raises:
+        ValueError: If the config is neither a Schedule nor a dict with a known type.
+    """
+    if schedule_config is None:
+        return None
+    from rlpolicy.utils.schedules import Schedule
+
+    if isinstance(schedule_config, Schedule):
+        return schedule_config
+    if not isinstance(schedule_config, dict) or "type" not in schedule_config:
+        raise ValueError(
+            f"schedule config must be a Schedule object or a dict with a 'type' key, "
+            f"got {schedule_config!r}")
+    cls = resolve_type(schedule_config["type"], _SCHEDULES_MODULE, Schedule, "schedule 'type'")
+    kwargs = {k: v for k, v in schedule_config.items() if k != "type"}
+    kwargs.setdefault("framework", framework)
+    return _instantiate(cls, kwargs)
+
+
+def resolve_type(type_spec: Any, module_name: str, base: type, what: str) -> type:
+    """Turns a class, a class name in ``module_name``, or a dotted path into a class.
+
+    Raises:
+        ValueError: Naming ``what``, the bad value and the known class names.
+    """
+    known = known_type_names(module_name, base)
+    if isinstance(type_spec, type):
+        cls = type_spec
+    elif isinstance(type_spec, str):
+        cls = _lookup(type_spec, module_name)
+        if cls is None:
+            raise ValueError(
+                f"{what}={type_spec!r} is unknown; use a class, one of {known}, "
+                "or a 'module.path.ClassName' string")
+    else:
+        raise ValueError(
+            f"{what} must be a class or a string, got {type_spec!r}; known types: {known}")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ValueError(f"{what}={type_spec!r} is not a subclass of {base.__name__}")
+    return cls
+
+
+def known_type_names(module_name: str, base: type) -> List[str]:
+    """Names of the ``base`` subclasses exported by ``module_name``."""
+    module = importlib.import_module(module_name)
+    return sorted(name for name, obj in vars(module).items()
+                  if isinstance(obj, type) and issubclass(obj, base))
+
+
+def _lookup(name: str, module_name: str) -> Optional[type]:
+    module = importlib.import_module(module_name)
+    obj = getattr(module, name, None)
+    if isinstance(obj, type):
+        return obj
+    if "." not in name:
+        return None
+    mod_path, _, attr = name.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(mod_path), attr, None)
+    except ImportError:
+        return None
+    return obj if isinstance(obj, type) else None
+
+
+def _instantiate(cls: type, kwargs: Dict[str, Any]) -> Any:
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        if "unexpected keyword argument" not in str(e):
+            raise
+        raise TypeError(f"{cls.__name__} config: {e}") from e

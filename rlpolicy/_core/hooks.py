@@ -1,0 +1,69 @@
+"""The hook bundle that ``build_policy_class`` stores on the classes it makes.
+
+One frozen dataclass holds every argument of the factory, so a built class
+carries its recipe (``cls._hooks``) and ``with_updates`` is simply
+``build_policy_class(**{**hooks.as_kwargs(), **overrides})``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Tuple
+
+Hook = Optional[Callable[..., Any]]
+
+# The factory's arguments, in the order RLlib 1.11's signature lists them.
+HOOK_NAMES: Tuple[str, ...] = (
+    "loss_fn", "get_default_config", "stats_fn", "postprocess_fn",
+    "extra_action_out_fn", "extra_grad_process_fn", "extra_learn_fetches_fn",
+    "optimizer_fn", "validate_spaces", "before_init", "before_loss_init",
+    "after_init", "_after_loss_init", "action_sampler_fn",
+    "action_distribution_fn", "make_model", "make_model_and_action_dist",
+    "compute_gradients_fn", "apply_gradients_fn", "mixins",
+    "get_batch_divisibility_req",
+)
+
+
+@dataclass(frozen=True)
+class PolicyHooks:
+    """Everything ``build_policy_class`` was called with.
+
+    Attributes mirror the factory's keyword arguments one to one (see
+    ``rlpolicy.policy.policy_template.build_policy_class`` for their meaning);
+    ``mixins`` is stored as a tuple so the record is immutable.
+    """
+
+    name: str
+    framework: str
+    loss_fn: Hook = None
+    get_default_config: Hook = None
+    stats_fn: Hook = None
+    postprocess_fn: Hook = None
+    extra_action_out_fn: Hook = None
+    extra_grad_process_fn: Hook = None
+    extra_learn_fetches_fn: Hook = None
+    optimizer_fn: Hook = None
+    validate_spaces: Hook = None
+    before_init: Hook = None
+    before_loss_init: Hook = None
+    after_init: Hook = None
+    _after_loss_init: Hook = None
+    action_sampler_fn: Hook = None
+    action_distribution_fn: Hook = None
+    make_model: Hook = None
+    make_model_and_action_dist: Hook = None
+    compute_gradients_fn: Hook = None
+    apply_gradients_fn: Hook = None
+    mixins: Tuple[type, ...] = field(default_factory=tuple)
+    get_batch_divisibility_req: Any = None
+
+    def as_kwargs(self) -> Dict[str, Any]:
+        """Returns the factory keyword arguments this record was made from."""
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        kwargs["mixins"] = list(self.mixins) if self.mixins else None
+        return kwargs
+
+    @property
+    def before_loss_init_fn(self) -> Hook:
+        """The pre-loss-init hook; RLlib 1.11 falls back to the deprecated ``after_init``."""
+        return self.before_loss_init or self.after_init

@@ -1,0 +1,227 @@
+"""Multi-tower (multi-device) helpers for ``TorchPolicy``.
+
+The policy keeps one model copy ("tower") per device. A training step:
+
+1. ``slice_device_batches``: picks the minibatch slice of each device's
+   pre-loaded batch.
+2. ``sync_tower_weights``: copies tower 0's weights into the other towers.
+3. ``TowerRunner.run``: computes each tower's gradients (``compute_tower_grads``)
+   in parallel threads (inline for a single tower).
+4. ``mean_reduce_grads``: averages the per-tower gradients on the main device
+   and installs them as tower 0's ``.grad`` before the optimizer step.
+
+torch is imported lazily, inside the functions, so importing this module
+never needs torch.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+TowerGrads = Tuple[List[Any], Dict[str, Any]]
+
+
+def equal_split_length(total: int, num_devices: int) -> int:
+    """Samples per device when ``total`` samples are split evenly (excess dropped)."""
+    if num_devices < 1:
+        raise ValueError(f"num_devices={num_devices} is invalid; need at least one device")
+    return total // num_devices
+
+
+def slice_device_batches(device_batches: Sequence[Any], offset: int,
+                         device_batch_size: int) -> List[Any]:
+    """Returns the minibatch each device trains on, RLlib 1.11 style.
+
+    Each device's pre-loaded batch is sliced to ``[offset:offset + size]``;
+    when ``device_batch_size`` covers all loaded samples, the loaded batches
+    are used whole.
+    """
+    if device_batch_size >= sum(len(b) for b in device_batches):
+        return list(device_batches)
+    return [b[offset:offset + device_batch_size] for b in device_batches]
+
+
+def sync_tower_weights(main_model: Any, towers: Sequence[Any]) -> None:
+    """Copies ``main_model``'s parameters and buffers into every other tower.
+
+    Towers are deep copies of the main model, so their parameters and
+    buffers line up one to one; copying in place keeps the optimizer's and
+    any other references to the tower tensors valid.
+    """
+    import torch
+
+    if len(towers) < 2:
+        return
+    src = [*main_model.parameters(), *main_model.buffers()]
+    with torch.no_grad():
+        for tower in towers:
+            if tower is main_model:
+                continue
+            dst = [*tower.parameters(), *tower.buffers()]
+            if len(dst) != len(src):
+                # Structure diverged (e.g. lazily created buffers): fall back.
+                tower.load_state_dict(main_model.state_dict())
+                continue
+            for d, s in zip(dst, src):
+                d.copy_(s, non_blocking=True)
+
+
+def mean_reduce_grads(tower_grads: Sequence[Sequence[Any]], device: Any) -> List[Any]:
+    """Averages per-tower gradient lists element-wise on ``device``.
+
+    Entries that are None in tower 0 stay None (RLlib 1.11 behaviour). The
+    result re-uses tower 0's gradient tensors (updated in place) when they
+    already live on ``device``, so no extra memory is allocated.
+    """
+    import torch
+
+    n = len(tower_grads)
+    if n == 1:
+        return list(tower_grads[0])
+    out: List[Any] = []
+    device = torch.device(device)
+    with torch.no_grad():
+        for i, g0 in enumerate(tower_grads[0]):
+            if g0 is None:
+                out.append(None)
+                continue
+            acc = g0 if g0.device == device else g0.to(device)
+            for grads in tower_grads[1:]:
+                g = grads[i]
+                if g is not None:
+                    acc.add_(g.to(device, non_blocking=True))
+            acc.div_(n)
+            out.append(acc)
+    return out
+
+
+def compute_tower_grads(
+    loss_fn: Callable[[Any, Any], List[Any]],
+    model: Any,
+    batch: Any,
+    optimizers: Sequence[Any],
+    param_groups: Sequence[Set[int]],
+    grad_process: Callable[[Any, Any], Dict[str, Any]],
+) -> TowerGrads:
+    """Computes one tower's loss(es) and gradients.
+
+    For each optimizer (in order): zeroes the gradients of the parameters it
+    owns, back-propagates its loss term and lets ``grad_process`` (the
+    policy's ``extra_grad_process``, e.g. gradient clipping) post-process.
+
+    Args:
+        loss_fn: ``(model, batch) -> list of loss tensors`` (one per optimizer).
+        model: The tower's model.
+        batch: The tower's (device-resident) train batch.
+        optimizers: The policy's optimizers.
+        param_groups: Per optimizer, the indices (into
+            ``list(model.parameters())``) of the parameters it updates.
+        grad_process: ``(optimizer, loss) -> info dict``.
+
+    Returns:
+        ``(grads, grad_info)``: one entry per model parameter (references to
+        the ``.grad`` tensors, or None) and the merged info dict.
+    """
+    losses = loss_fn(model, batch)
+    if len(losses) != len(optimizers):
+        raise ValueError(
+            f"the loss returned {len(losses)} loss terms for {len(optimizers)} optimizers; "
+            "return one loss per optimizer")
+    grad_info: Dict[str, Any] = {"allreduce_latency": 0.0}
+    params = list(model.parameters())
+    all_grads: List[Any] = [None] * len(params)
+    last = len(optimizers) - 1
+    for opt_idx, opt in enumerate(optimizers):
+        owned = param_groups[opt_idx]
+        for idx in owned:
+            grad = params[idx].grad
+            if grad is not None:
+                grad.detach().zero_()
+        # Later optimizers' losses may share the graph: keep it until the last.
+        losses[opt_idx].backward(retain_graph=opt_idx < last)
+        grad_info.update(grad_process(opt, losses[opt_idx]))
+        for idx in owned:
+            all_grads[idx] = params[idx].grad
+    return all_grads, grad_info
+
+
+class TowerRunner:
+    """Runs one callable per tower, in parallel threads when there are several.
+
+    The thread pool is created once (lazily) and re-used for every step;
+    tower 0 always runs on the calling thread. Torch's grad mode is
+    thread-local, so the caller's mode is applied inside each worker thread.
+    """
+
+    def __init__(self, devices: Sequence[Any]):
+        self.devices = list(devices)
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pool_lock = threading.Lock()
+
+    def _get_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=len(self.devices) - 1, thread_name_prefix="rlpolicy-tower")
+            return self._pool
+
+    def _call(self, idx: int, fn: Callable[..., Any], args: tuple, grad_enabled: bool) -> Any:
+        import torch
+
+        device = self.devices[idx]
+        try:
+            with torch.set_grad_enabled(grad_enabled):
+                if getattr(device, "type", str(device).split(":")[0]) == "cuda":
+                    with torch.cuda.device(device):
+                        return fn(*args)
+                return fn(*args)
+        except Exception as e:  # noqa: BLE001 - re-raised with the tower named
+            raise ValueError(
+                f"Error in tower {idx} on device {device} during the multi-tower gradient "
+                f"calculation: {type(e).__name__}: {e}") from e
+
+    def run(self, fn: Callable[..., Any], per_tower_args: Sequence[tuple]) -> List[Any]:
+        """Calls ``fn(*per_tower_args[i])`` for each tower ``i``; returns the results.
+
+        Raises:
+            ValueError: naming the tower and device, chained to the original
+                error, if any tower fails (the lowest failing tower wins).
+        """
+        import torch
+
+        n = len(per_tower_args)
+        if n > len(self.devices):
+            raise ValueError(f"got work for {n} towers but only {len(self.devices)} devices")
+        grad_enabled = torch.is_grad_enabled()
+        if n == 1:
+            return [self._call(0, fn, per_tower_args[0], grad_enabled)]
+        pool = self._get_pool()
+        futures = [pool.submit(self._call, i, fn, per_tower_args[i], grad_enabled)
+                   for i in range(1, n)]
+        results: List[Any] = [None] * n
+        first_error: Optional[BaseException] = None
+        try:
+            results[0] = self._call(0, fn, per_tower_args[0], grad_enabled)
+        except ValueError as e:
+            first_error = e
+        for i, fut in enumerate(futures, start=1):
+            try:
+                results[i] = fut.result()
+            except ValueError as e:
+                first_error = first_error or e
+        if first_error is not None:
+            raise first_error
+        return results
+
+    def shutdown(self) -> None:
+        """Stops the worker threads (a later ``run`` starts new ones)."""
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+    def __del__(self):  # pragma: no cover - best effort at interpreter exit
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)

@@ -1,0 +1,123 @@
+"""PPO's torch policy: the clipped surrogate loss with value-function and KL terms."""
+from __future__ import annotations
+
+from typing import Dict, List, Type, Union
+
+import gymnasium as gym
+
+from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG
+from rlpolicy.evaluation.postprocessing import Postprocessing, compute_gae_for_sample_batch
+from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.models.torch.torch_action_dist import TorchDistributionWrapper
+from rlpolicy.policy.policy import Policy
+from rlpolicy.policy.policy_template import build_policy_class
+from rlpolicy.policy.sample_batch import SampleBatch
+from rlpolicy.policy.torch_mixins import (
+    EntropyCoeffSchedule,
+    KLCoeffMixin,
+    LearningRateSchedule,
+    ValueNetworkMixin,
+)
+from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.torch_utils import apply_grad_clipping, explained_variance, sequence_mask
+from rlpolicy.utils.typing import TensorType, TrainerConfigDict
+
+torch, nn = try_import_torch()
+
+
+def ppo_surrogate_loss(policy: Policy, model: ModelV2, dist_class: Type[TorchDistributionWrapper],
+                       train_batch: SampleBatch) -> Union[TensorType, List[TensorType]]:
+    """PPO's loss: -clipped surrogate + kl_coeff * KL + vf_coeff * clipped VF error - entropy bonus."""
+    logits, state = model(train_batch)
+    curr_dist = dist_class(logits, model)
+    masked_mean = _masked_mean_fn(train_batch, logits, state, model)
+
+    prev_dist = dist_class(train_batch[SampleBatch.ACTION_DIST_INPUTS], model)
+    ratio = torch.exp(curr_dist.logp(train_batch[SampleBatch.ACTIONS]) - train_batch[SampleBatch.ACTION_LOGP])
+    advantages = train_batch[Postprocessing.ADVANTAGES]
+    clip = policy.config["clip_param"]
+    surrogate = torch.min(advantages * ratio, advantages * torch.clamp(ratio, 1 - clip, 1 + clip))
+
+    if policy.config["kl_coeff"] > 0.0:
+        action_kl = prev_dist.kl(curr_dist)
+        mean_kl = masked_mean(action_kl)
+    else:
+        action_kl = mean_kl = torch.tensor(0.0, device=logits.device)
+    entropy = curr_dist.entropy()
+
+    if policy.config["use_critic"]:
+        vf_error = (model.value_function() - train_batch[Postprocessing.VALUE_TARGETS]) ** 2
+        vf_clipped = torch.clamp(vf_error, 0, policy.config["vf_clip_param"])
+        mean_vf_loss = masked_mean(vf_clipped)
+    else:
+        vf_clipped = mean_vf_loss = torch.tensor(0.0, device=logits.device)
+
+    total = masked_mean(-surrogate + policy.kl_coeff * action_kl
+                        + policy.config["vf_loss_coeff"] * vf_clipped - policy.entropy_coeff * entropy)
+
+    stats = model.tower_stats
+    stats["total_loss"] = total
+    stats["mean_policy_loss"] = masked_mean(-surrogate)
+    stats["mean_vf_loss"] = mean_vf_loss
+    stats["vf_explained_var"] = explained_variance(
+        train_batch[Postprocessing.VALUE_TARGETS], model.value_function()) if policy.config["use_critic"] \
+        else torch.tensor(0.0)
+    stats["mean_entropy"] = masked_mean(entropy)
+    stats["mean_kl_loss"] = mean_kl
+    return total
+
+
+def _masked_mean_fn(train_batch: SampleBatch, logits: TensorType, state: list, model: ModelV2):
+    """Mean over valid (unpadded) time steps for RNNs, plain mean otherwise."""
+    if not state:
+        return torch.mean
+    seq_lens = train_batch[SampleBatch.SEQ_LENS]
+    max_len = logits.shape[0] // len(seq_lens)
+    mask = torch.reshape(sequence_mask(seq_lens, max_len, time_major=model.is_time_major()), [-1])
+    num_valid = torch.sum(mask)
+    return lambda t: torch.sum(t[mask]) / num_valid
+
+
+def kl_and_loss_stats(policy: Policy, train_batch: SampleBatch) -> Dict[str, TensorType]:
+    """Learner stats: tower means of the loss terms, plus the current coefficients."""
+    def tower_mean(name: str) -> TensorType:
+        return torch.mean(torch.stack([torch.as_tensor(v, dtype=torch.float32).to(policy.device)
+                                       for v in policy.get_tower_stats(name)]))
+
+    return {
+        "cur_kl_coeff": policy.kl_coeff,
+        "cur_lr": policy.cur_lr,
+        "total_loss": tower_mean("total_loss"),
+        "policy_loss": tower_mean("mean_policy_loss"),
+        "vf_loss": tower_mean("mean_vf_loss"),
+        "vf_explained_var": tower_mean("vf_explained_var"),
+        "kl": tower_mean("mean_kl_loss"),
+        "entropy": tower_mean("mean_entropy"),
+        "entropy_coeff": policy.entropy_coeff,
+    }
+
+
+def vf_preds_fetches(policy: Policy, input_dict, state_batches, model: ModelV2, action_dist) -> Dict[str, TensorType]:
+    """Adds the value estimate of each step to the sampled batch."""
+    return {SampleBatch.VF_PREDS: model.value_function()}
+
+
+def setup_mixins(policy: Policy, obs_space: gym.Space, action_space: gym.Space, config: TrainerConfigDict) -> None:
+    ValueNetworkMixin.__init__(policy, config)
+    KLCoeffMixin.__init__(policy, config)
+    EntropyCoeffSchedule.__init__(policy, config["entropy_coeff"], config["entropy_coeff_schedule"])
+    LearningRateSchedule.__init__(policy, config["lr"], config["lr_schedule"])
+
+
+PPOTorchPolicy = build_policy_class(
+    name="PPOTorchPolicy",
+    framework="torch",
+    get_default_config=lambda: DEFAULT_CONFIG,
+    loss_fn=ppo_surrogate_loss,
+    stats_fn=kl_and_loss_stats,
+    extra_action_out_fn=vf_preds_fetches,
+    postprocess_fn=compute_gae_for_sample_batch,
+    extra_grad_process_fn=apply_grad_clipping,
+    before_loss_init=setup_mixins,
+    mixins=[LearningRateSchedule, EntropyCoeffSchedule, KLCoeffMixin, ValueNetworkMixin],
+)

@@ -1,0 +1,192 @@
+"""The TensorFlow model base class (RLlib's ``ray.rllib.models.tf.tf_modelv2``).
+
+A ``TFModelV2`` holds one or more ``tf_keras`` models (Keras 2) as attributes.
+It works in both TF modes:
+
+* graph mode ("tf"): built while a ``tf1.Graph`` is the default graph; the
+  model remembers that graph and ``context()`` re-enters it;
+* eager mode ("tf2"/"tfe"): built and called eagerly.
+
+Variables are discovered automatically by walking the instance attributes
+(Keras models, ``tf.Module``s, ``tf.Variable``s, nested TFModelV2s, lists and
+dicts of those), in attribute creation order, with the keys RLlib uses.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any, Dict, List, Union
+
+import gymnasium as gym
+
+from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.utils.annotations import PublicAPI, override
+from rlpolicy.utils.deprecation import deprecation_warning
+from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.typing import ModelConfigDict, TensorType
+
+tf1, tf, tfv = try_import_tf()
+
+_warned_register_variables = False
+
+
+@PublicAPI
+class TFModelV2(ModelV2):
+    """Base class for TF models; subclasses build ``tf_keras`` models in ``__init__``.
+
+    A subclass builds its layers in ``__init__`` and implements ``forward()``
+    (and usually ``value_function()``)::
+
+        class MyModel(TFModelV2):
+            def __init__(self, obs_space, action_space, num_outputs, model_config, name):
+                super().__init__(obs_space, action_space, num_outputs, model_config, name)
+                keras = get_keras()
+                inp = keras.layers.Input(shape=obs_space.shape)
+                out = keras.layers.Dense(num_outputs)(inp)
+                val = keras.layers.Dense(1)(inp)
+                self.base_model = keras.Model(inp, [out, val])
+
+            def forward(self, input_dict, state, seq_lens):
+                out, self._value_out = self.base_model(input_dict["obs"])
+                return out, state
+    """
+
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        name: str,
+    ):
+        """Initialises the base model state (no variables are created here).
+
+        Args:
+            obs_space: The (flat) observation space.
+            action_space: The action space.
+            num_outputs: Number of outputs of ``forward()``.
+            model_config: The model config dict.
+            name: The model's name.
+        """
+        super().__init__(obs_space, action_space, num_outputs, model_config, name, framework="tf")
+        # Only filled by the deprecated `register_variables()`.
+        self.var_list: List[TensorType] = []
+        # Graph mode: remember the graph the model was built in.
+        self.graph = None if tf1.executing_eagerly() else tf1.get_default_graph()
+
+    def context(self) -> contextlib.AbstractContextManager:
+        """Returns a context that makes the model's graph the default one.
+
+        Eager models get a no-op context.
+        """
+        if self.graph is not None:
+            return self.graph.as_default()
+        return ModelV2.context(self)
+
+    def update_ops(self) -> List[TensorType]:
+        """Returns extra ops to run with each train step (none by default).
+
+        Override to return, e.g., batch-norm moving-average update ops.
+        """
+        return []
+
+    def register_variables(self, variables: List[TensorType]) -> None:
+        """Deprecated: variables are found automatically.
+
+        Registered variables, if any, replace the automatic discovery (as in
+        RLlib).
+
+        Args:
+            variables: The variables to register.
+        """
+        global _warned_register_variables
+        if not _warned_register_variables:
+            deprecation_warning(old="TFModelV2.register_variables", error=False)
+            _warned_register_variables = True
+        self.var_list.extend(variables)
+
+    @override(ModelV2)
+    def variables(self, as_dict: bool = False) -> Union[List[TensorType], Dict[str, TensorType]]:
+        """Returns all variables of this model (and of nested models).
+
+        Args:
+            as_dict: Return an ordered ``{key: variable}`` dict. Keys are the
+                attribute path plus the variable name with "/" replaced by
+                "." (e.g. ``"base_model.fc_1.kernel:0"``).
+
+        Returns:
+            The list (or dict) of variables, in discovery order.
+        """
+        if self.var_list:
+            if as_dict:
+                return {v.name: v for v in self.var_list}
+            return list(self.var_list)
+        found = _find_sub_modules("", self.__dict__)
+        return found if as_dict else list(found.values())
+
+    @override(ModelV2)
+    def trainable_variables(self, as_dict: bool = False) -> Union[List[TensorType], Dict[str, TensorType]]:
+        """Like ``variables()`` but only the trainable ones."""
+        if as_dict:
+            return {k: v for k, v in self.variables(as_dict=True).items() if v.trainable}
+        return [v for v in self.variables() if v.trainable]
+
+    @override(ModelV2)
+    def import_from_h5(self, h5_file: str) -> None:
+        """Loads weights saved with Keras ``save_weights`` (h5 format).
+
+        Works for models holding exactly one Keras model (e.g. the default
+        fully connected and vision nets, whose Keras model is ``base_model``).
+
+        Args:
+            h5_file: Path to the h5 weights file.
+
+        Raises:
+            NotImplementedError: the model holds no Keras model or several;
+                override this method to say which one to load into.
+        """
+        models = _keras_model_attributes(self)
+        if len(models) != 1:
+            raise NotImplementedError(
+                f"{type(self).__name__}.import_from_h5({h5_file!r}): the model holds "
+                f"{len(models)} Keras models ({', '.join(models) or 'none'}), expected exactly 1; "
+                "override import_from_h5 to pick the Keras model to load into"
+            )
+        (keras_model,) = models.values()
+        with self.context():
+            keras_model.load_weights(h5_file)
+
+    @staticmethod
+    def _find_sub_modules(current_key: str, struct: Any) -> Dict[str, TensorType]:
+        """Returns ``{key: variable}`` for all variables inside ``struct``."""
+        return _find_sub_modules(current_key, struct)
+
+
+def _keras_model_attributes(model: TFModelV2) -> Dict[str, Any]:
+    """The instance attributes of ``model`` that are Keras models, by name."""
+    keras = get_keras()
+    return {k: v for k, v in model.__dict__.items() if isinstance(v, keras.Model)}
+
+
+def _find_sub_modules(current_key: str, struct: Any) -> Dict[str, TensorType]:
+    """Walks ``struct`` and collects its variables with RLlib's key scheme."""
+    keras = get_keras()
+    if isinstance(struct, (keras.Model, tf.Module)):
+        prefix = current_key + "."
+        return {prefix + re.sub("/", ".", var.name): var for var in struct.variables}
+    if isinstance(struct, TFModelV2):
+        return {current_key + "." + key: var for key, var in struct.variables(as_dict=True).items()}
+    if isinstance(struct, tf.Variable):
+        return {current_key: struct}
+    if isinstance(struct, (tuple, list)):
+        found: Dict[str, TensorType] = {}
+        for i, value in enumerate(struct):
+            found.update(_find_sub_modules(f"{current_key}_{i}", value))
+        return found
+    if isinstance(struct, dict):
+        prefix = current_key + "_" if current_key else ""
+        found = {}
+        for key, value in struct.items():
+            found.update(_find_sub_modules(prefix + str(key), value))
+        return found
+    return {}

@@ -1,0 +1,113 @@
+"""The default fully connected torch model (RLlib's ``torch.fcnet``).
+
+The parameter layout (``state_dict()`` names and order) is RLlib 1.11's, so
+weights saved from RLlib's default torch model load unchanged::
+
+    _hidden_layers.{i}._model.0.weight / .bias     # fcnet_hiddens (+ post_fcnet_hiddens)
+    _logits._model.0.weight / .bias                # unless no_final_linear or num_outputs=None
+    _append_free_log_std.log_std                   # free_log_std only
+    _value_branch_separate.{i}._model.0.weight/.bias   # vf_share_layers=False only
+    _value_branch._model.0.weight / .bias
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import gymnasium as gym
+import numpy as np
+
+from rlpolicy.models.torch.misc import AppendBiasLayer, SlimFC, normc_initializer
+from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
+from rlpolicy.utils.annotations import override
+from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.typing import ModelConfigDict, TensorType
+
+torch, nn = try_import_torch()
+
+
+def _hidden_stack(in_size: int, sizes: List[int], activation: object) -> Tuple[List, int]:
+    """Returns normc(1.0)-initialised SlimFC layers of ``sizes`` and the final width."""
+    layers = []
+    for size in sizes:
+        layers.append(SlimFC(in_size=in_size, out_size=size, initializer=normc_initializer(1.0),
+                             activation_fn=activation))
+        in_size = size
+    return layers, in_size
+
+
+class FullyConnectedNetwork(TorchModelV2, nn.Module):
+    """MLP policy/value model configured by ``fcnet_hiddens`` / ``fcnet_activation``.
+
+    Config keys read: ``fcnet_hiddens``, ``fcnet_activation``,
+    ``post_fcnet_hiddens`` (appended to the hidden sizes),
+    ``post_fcnet_activation`` (used when ``fcnet_hiddens`` is empty),
+    ``no_final_linear``, ``vf_share_layers``, ``free_log_std``.
+    With ``num_outputs=None`` the model outputs its last hidden layer and
+    sets ``self.num_outputs`` to that width.
+    """
+
+    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
+                 num_outputs: Optional[int], model_config: ModelConfigDict, name: str):
+        TorchModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name)
+        nn.Module.__init__(self)
+        hiddens = (list(model_config.get("fcnet_hiddens", []))
+                   + list(model_config.get("post_fcnet_hiddens", [])))
+        activation = model_config.get("fcnet_activation")
+        if not model_config.get("fcnet_hiddens", []):
+            activation = model_config.get("post_fcnet_activation")
+        self.vf_share_layers = model_config.get("vf_share_layers")
+        self.free_log_std = model_config.get("free_log_std")
+        num_outputs = self._split_free_log_std(num_outputs)
+        in_size = int(np.prod(obs_space.shape))
+        self._logits = None
+        if model_config.get("no_final_linear") and num_outputs:
+            # The last layer itself produces the outputs, with the activation.
+            layers, out_size = _hidden_stack(in_size, hiddens[:-1] + [num_outputs], activation)
+        else:
+            layers, out_size = _hidden_stack(in_size, hiddens, activation)
+            if num_outputs:
+                self._logits = SlimFC(in_size=out_size, out_size=num_outputs,
+                                      initializer=normc_initializer(0.01), activation_fn=None)
+            else:
+                self.num_outputs = out_size
+        if self.free_log_std and self._logits:
+            self._append_free_log_std = AppendBiasLayer(num_outputs)
+        self._hidden_layers = nn.Sequential(*layers)
+        self._value_branch_separate = None
+        if not self.vf_share_layers:
+            vf_layers, _ = _hidden_stack(in_size, hiddens, activation)
+            self._value_branch_separate = nn.Sequential(*vf_layers)
+        self._value_branch = SlimFC(in_size=out_size, out_size=1,
+                                    initializer=normc_initializer(0.01), activation_fn=None)
+        self._features = None
+        self._last_flat_in = None
+
+    def _split_free_log_std(self, num_outputs: Optional[int]) -> Optional[int]:
+        """With free_log_std, the network computes only the means (half the outputs)."""
+        if not self.free_log_std:
+            return num_outputs
+        if not num_outputs or num_outputs % 2 != 0:
+            raise ValueError(f"free_log_std=True needs an even num_outputs (means + log stds), "
+                             f"got num_outputs={num_outputs}")
+        return num_outputs // 2
+
+    @override(TorchModelV2)
+    def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
+                seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+        obs = input_dict["obs_flat"].float()
+        self._last_flat_in = obs.reshape(obs.shape[0], -1)
+        self._features = self._hidden_layers(self._last_flat_in)
+        logits = self._logits(self._features) if self._logits else self._features
+        if self.free_log_std:
+            logits = self._append_free_log_std(logits)
+        return logits, state
+
+    @override(TorchModelV2)
+    def value_function(self) -> TensorType:
+        if self._features is None:
+            raise ValueError("value_function() called before forward(); call the model first")
+        if self._value_branch_separate:
+            out = self._value_branch(self._value_branch_separate(self._last_flat_in))
+        else:
+            out = self._value_branch(self._features)
+        return out.squeeze(1)

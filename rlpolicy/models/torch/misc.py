@@ -1,0 +1,163 @@
+"""Small torch layers and helpers shared by the default torch models (RLlib's ``misc``)."""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Tuple, Union
+
+import numpy as np
+
+from rlpolicy.models.utils import get_activation_fn
+from rlpolicy.utils.annotations import DeveloperAPI
+from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.typing import TensorType
+
+torch, nn = try_import_torch()
+
+IntPair = Union[int, Tuple[int, int], List[int]]
+
+
+@DeveloperAPI
+def normc_initializer(std: float = 1.0) -> Callable[[TensorType], None]:
+    """Returns an in-place initializer drawing N(0, 1) rows rescaled to L2 norm ``std``.
+
+    Each row (output unit) of the weight matrix gets norm ``std`` (RLlib's
+    "normc" initialisation, normalised over dim 1 of the torch weight).
+    """
+    def initializer(tensor: TensorType) -> None:
+        with torch.no_grad():
+            tensor.normal_(0.0, 1.0)
+            tensor.mul_(std / torch.sqrt(tensor.pow(2).sum(1, keepdim=True)))
+    return initializer
+
+
+def _pair(value: IntPair) -> Tuple[int, int]:
+    if isinstance(value, (int, float, np.integer)):
+        return int(value), int(value)
+    return int(value[0]), int(value[1])
+
+
+@DeveloperAPI
+def same_padding(in_size: Tuple[int, int], filter_size: IntPair, stride_size: IntPair
+                 ) -> Tuple[Tuple[int, int, int, int], Tuple[int, int]]:
+    """Computes the zero padding that reproduces TF's "same" conv padding.
+
+    Args:
+        in_size: Input (height, width).
+        filter_size: Kernel size (int or (h, w)).
+        stride_size: Stride (int or (h, w)).
+
+    Returns:
+        ``(padding, output)``: padding as (left, right, top, bottom) for
+        ``nn.ZeroPad2d`` and the output (height, width) after the conv.
+    """
+    in_h, in_w = int(in_size[0]), int(in_size[1])
+    f_h, f_w = _pair(filter_size)
+    s_h, s_w = _pair(stride_size)
+    out_h, out_w = -(-in_h // s_h), -(-in_w // s_w)
+    pad_h = max((out_h - 1) * s_h + f_h - in_h, 0)
+    pad_w = max((out_w - 1) * s_w + f_w - in_w, 0)
+    # TF puts the odd pixel at the bottom/right.
+    padding = (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2)
+    return padding, (out_h, out_w)
+
+
+def _activation_module(activation_fn: Any, default: Any = None) -> Optional[Any]:
+    if activation_fn == "default":
+        return default
+    if isinstance(activation_fn, str):
+        return get_activation_fn(activation_fn, "torch")
+    return activation_fn
+
+
+@DeveloperAPI
+class SlimConv2d(nn.Module):
+    """Conv2d with optional zero padding, custom init and activation (like tf.slim)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: IntPair, stride: IntPair,
+                 padding: Optional[Union[int, Tuple[int, ...]]], initializer: Any = "default",
+                 activation_fn: Any = "default", bias_init: float = 0):
+        """Builds ``[ZeroPad2d] -> Conv2d -> [activation]`` inside ``self._model``.
+
+        Args:
+            in_channels: Input channels.
+            out_channels: Output channels.
+            kernel: Kernel size (int or (h, w)).
+            stride: Stride (int or (h, w)).
+            padding: ``nn.ZeroPad2d`` padding, or falsy for none ("valid").
+            initializer: In-place weight initializer; "default" = xavier uniform,
+                None = torch's default.
+            activation_fn: Activation module class or name; "default" = ReLU.
+            bias_init: Constant for the bias.
+        """
+        super().__init__()
+        layers = []
+        if padding:
+            layers.append(nn.ZeroPad2d(padding))
+        conv = nn.Conv2d(in_channels, out_channels, kernel, stride)
+        if initializer:
+            if initializer == "default":
+                initializer = nn.init.xavier_uniform_
+            initializer(conv.weight)
+        nn.init.constant_(conv.bias, bias_init)
+        layers.append(conv)
+        activation = _activation_module(activation_fn, default=nn.ReLU)
+        if activation is not None:
+            layers.append(activation())
+        self._model = nn.Sequential(*layers)
+
+    def forward(self, x: TensorType) -> TensorType:
+        return self._model(x)
+
+
+@DeveloperAPI
+class SlimFC(nn.Module):
+    """Linear layer with custom init and optional activation (like tf.slim's fully_connected)."""
+
+    def __init__(self, in_size: int, out_size: int, initializer: Any = None,
+                 activation_fn: Any = None, use_bias: bool = True, bias_init: float = 0.0):
+        """Builds ``Linear -> [activation]`` inside ``self._model``.
+
+        Args:
+            in_size: Input features.
+            out_size: Output features.
+            initializer: In-place weight initializer (default xavier uniform).
+            activation_fn: Activation module class or name, or None.
+            use_bias: Whether the linear layer has a bias.
+            bias_init: Constant for the bias.
+        """
+        super().__init__()
+        linear = nn.Linear(int(in_size), int(out_size), bias=use_bias)
+        (initializer or nn.init.xavier_uniform_)(linear.weight)
+        if use_bias:
+            nn.init.constant_(linear.bias, bias_init)
+        layers = [linear]
+        activation = _activation_module(activation_fn)
+        if activation is not None:
+            layers.append(activation())
+        self._model = nn.Sequential(*layers)
+
+    def forward(self, x: TensorType) -> TensorType:
+        return self._model(x)
+
+
+@DeveloperAPI
+class AppendBiasLayer(nn.Module):
+    """Appends a learned, input-independent vector (``log_std``) to each row (free_log_std)."""
+
+    def __init__(self, num_bias_vars: int):
+        super().__init__()
+        self.log_std = nn.Parameter(torch.zeros(int(num_bias_vars)))
+
+    def forward(self, x: TensorType) -> TensorType:
+        return torch.cat([x, self.log_std.unsqueeze(0).expand(x.shape[0], -1)], dim=1)
+
+
+@DeveloperAPI
+class Reshape(nn.Module):
+    """Reshapes its input to ``shape`` (a module so it can sit in nn.Sequential)."""
+
+    def __init__(self, shape: List[int]):
+        super().__init__()
+        self.shape = list(shape)
+
+    def forward(self, x: TensorType) -> TensorType:
+        return x.view(*self.shape)

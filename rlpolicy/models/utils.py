@@ -1,0 +1,119 @@
+"""Framework-dispatching helpers for model building (RLlib's ``ray.rllib.models.utils``)."""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+from rlpolicy.utils.annotations import DeveloperAPI
+from rlpolicy.utils.framework import try_import_tf, try_import_torch
+
+_TF_FRAMEWORKS = ("tf", "tf2", "tfe")
+_TORCH_ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "swish": "SiLU",
+                      "silu": "SiLU", "softmax": "Softmax", "sigmoid": "Sigmoid"}
+
+
+@DeveloperAPI
+def get_activation_fn(name: Optional[Union[Callable, str]] = None, framework: str = "tf"
+                      ) -> Optional[Callable]:
+    """Returns the activation for ``name`` in the given framework.
+
+    Args:
+        name: "relu", "tanh", "elu", "swish"/"silu", "linear" or None (no
+            activation), or a callable (returned unchanged).
+        framework: "torch" (returns an ``nn.Module`` class), or "tf"/"tf2"/"tfe"
+            (returns a ``tf.nn`` function).
+
+    Returns:
+        The activation, or None for "linear"/None.
+
+    Raises:
+        ValueError: unknown activation name or framework.
+    """
+    if callable(name):
+        return name
+    lower = name.lower() if isinstance(name, str) else name
+    if lower in ("linear", None):
+        return None
+    if framework == "torch":
+        _, nn = try_import_torch()
+        fn = getattr(nn, name, None)
+        if isinstance(fn, type):
+            return fn
+        if lower in _TORCH_ACTIVATIONS:
+            return getattr(nn, _TORCH_ACTIVATIONS[lower])
+    elif framework in _TF_FRAMEWORKS:
+        _, tf, _ = try_import_tf()
+        fn = getattr(tf.nn, "silu" if lower == "swish" else lower, None)
+        if fn is not None:
+            return fn
+    else:
+        raise ValueError(f"get_activation_fn: unsupported framework {framework!r}; "
+                         "use one of torch, tf, tf2, tfe")
+    raise ValueError(f"unknown activation {name!r} for framework={framework!r}; "
+                     "use relu, tanh, elu, swish, silu or linear")
+
+
+_FILTERS = {
+    (480, 640): [[16, [24, 32], [14, 18]], [32, [6, 6], 4], [256, [9, 9], 1]],
+    (240, 320): [[16, [12, 16], [7, 9]], [32, [6, 6], 4], [256, [9, 9], 1]],
+    (96, 96): [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 2]],
+    (84, 84): [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 1]],
+    (42, 42): [[16, [4, 4], 2], [32, [4, 4], 2], [256, [11, 11], 1]],
+    (10, 10): [[16, [5, 5], 2], [32, [5, 5], 2]],
+}
+
+
+@DeveloperAPI
+def get_filter_config(shape: Sequence[int]) -> List[list]:
+    """Returns RLlib's default ``conv_filters`` for an image shape.
+
+    Known sizes (as [H, W, C] or [C, H, W]): 480x640, 240x320, 96x96, 84x84,
+    42x42 and 10x10.
+
+    Args:
+        shape: The image shape, e.g. (84, 84, 3).
+
+    Returns:
+        A list of ``[out_channels, [kernel_h, kernel_w], stride]`` entries.
+
+    Raises:
+        ValueError: no default exists for ``shape``.
+    """
+    shape = [int(s) for s in shape]
+    if len(shape) in (2, 3):
+        for key in (tuple(shape[:2]), tuple(shape[1:])):
+            if key in _FILTERS:
+                return [list(f) for f in _FILTERS[key]]
+    raise ValueError(
+        f"no default conv_filters for observation shape {shape}; set `conv_filters` in the "
+        "model config (defaults exist for [480, 640, K], [240, 320, K], [96, 96, K], "
+        "[84, 84, K], [42, 42, K], [10, 10, K]) or use a custom model")
+
+
+@DeveloperAPI
+def get_initializer(name: Optional[Union[str, Callable]], framework: str = "tf") -> Any:
+    """Returns the weight initializer for ``name`` in the given framework.
+
+    Args:
+        name: "xavier_uniform" (also None/"default") or "xavier_normal", or a
+            callable (returned unchanged).
+        framework: "torch" (in-place ``nn.init`` function) or "tf"/"tf2"/"tfe"
+            (keras initializer class).
+
+    Raises:
+        ValueError: unknown initializer name or framework.
+    """
+    if callable(name):
+        return name
+    if name not in (None, "default", "xavier_uniform", "xavier_normal"):
+        raise ValueError(f"unknown initializer {name!r} for framework={framework!r}; "
+                         "use xavier_uniform or xavier_normal")
+    normal = name == "xavier_normal"
+    if framework == "torch":
+        _, nn = try_import_torch()
+        return nn.init.xavier_normal_ if normal else nn.init.xavier_uniform_
+    if framework in _TF_FRAMEWORKS:
+        from rlpolicy.utils.framework import get_keras
+        keras = get_keras()
+        return keras.initializers.GlorotNormal if normal else keras.initializers.GlorotUniform
+    raise ValueError(f"get_initializer: unsupported framework {framework!r}; "
+                     "use one of torch, tf, tf2, tfe")

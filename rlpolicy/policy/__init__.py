@@ -1,0 +1,1 @@
+"""Policy layer of rlpolicy (mirrors `ray.rllib.policy`)."""

@@ -1,0 +1,664 @@
+"""SampleBatch and MultiAgentBatch: column-oriented batches of trajectory data.
+
+Mirrors `ray.rllib.policy.sample_batch` (RLlib 1.11), with gymnasium's `terminateds` /
+`truncateds` columns added (`dones` is derived as terminated OR truncated when absent).
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+from numbers import Number
+from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Union
+
+import numpy as np
+import tree  # dm-tree
+
+from rlpolicy._core import batch_ops as ops
+from rlpolicy.utils.annotations import DeveloperAPI, ExperimentalAPI, PublicAPI
+from rlpolicy.utils.deprecation import deprecation_warning
+from rlpolicy.utils.typing import PolicyID, TensorType, ViewRequirementsDict
+
+# Policy id used when a single-agent batch is treated as a multi-agent one.
+DEFAULT_POLICY_ID = "default_policy"
+
+
+def _is_state_key(key: Any) -> bool:
+    return isinstance(key, str) and key.startswith("state_in_")
+
+
+@PublicAPI
+class SampleBatch(dict):
+    """A dict of equally long columns (numpy arrays, tensors, or nested dicts/tuples of them).
+
+    Extra keyword arguments (all optional):
+        _time_major: Whether sequence data is laid out time-major.
+        _max_seq_len: Maximum sequence length (taken from `seq_lens` if not given).
+        _zero_padded: Whether sequences are already right-zero-padded to `_max_seq_len`.
+        _is_training: Whether the batch is used for training (vs. action computation).
+
+    Raises:
+        ValueError: If columns differ in length (naming the column and both lengths) or
+            if `seq_lens` does not sum to the batch length.
+    """
+
+    # Column names (RLlib 1.11 plus gymnasium's terminateds/truncateds).
+    OBS = "obs"
+    CUR_OBS = "obs"
+    NEXT_OBS = "new_obs"
+    ACTIONS = "actions"
+    REWARDS = "rewards"
+    PREV_ACTIONS = "prev_actions"
+    PREV_REWARDS = "prev_rewards"
+    DONES = "dones"
+    TERMINATEDS = "terminateds"
+    TRUNCATEDS = "truncateds"
+    INFOS = "infos"
+    SEQ_LENS = "seq_lens"
+    T = "t"
+    ACTION_DIST_INPUTS = "action_dist_inputs"
+    ACTION_PROB = "action_prob"
+    ACTION_LOGP = "action_logp"
+    ACTION_DIST = "action_dist"
+    EPS_ID = "eps_id"
+    ENV_ID = "env_id"
+    AGENT_INDEX = "agent_index"
+    UNROLL_ID = "unroll_id"
+    VF_PREDS = "vf_preds"
+    OBS_EMBEDS = "obs_embeds"
+    RETURNS_TO_GO = "returns_to_go"
+    ATTENTION_MASKS = "attention_masks"
+
+    @PublicAPI
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.time_major = kwargs.pop("_time_major", None)
+        self.max_seq_len = kwargs.pop("_max_seq_len", None)
+        self.zero_padded = kwargs.pop("_zero_padded", False)
+        self._is_training = kwargs.pop("_is_training", None)
+        self.accessed_keys: Set[str] = set()
+        self.added_keys: Set[str] = set()
+        self.deleted_keys: Set[str] = set()
+        self.intercepted_values: Dict[str, Any] = {}
+        self.get_interceptor: Optional[Callable[[Any], Any]] = None
+        self._slice_map: Optional[np.ndarray] = None
+        dict.__init__(self, *args, **kwargs)
+
+        self._normalize_seq_lens()
+        if self._is_training is None:
+            self._is_training = dict.pop(self, "is_training", False)
+        else:
+            dict.pop(self, "is_training", None)
+        for k, v in list(dict.items(self)):
+            # RLlib 1.11: plain lists / numbers become numpy arrays (INFOS stays as given).
+            if k != self.INFOS and isinstance(v, (Number, list)):
+                dict.__setitem__(self, k, np.array(v))
+        self._derive_dones()
+        self.count = self._count_and_validate()
+
+    # ------------------------------------------------------------------ construction
+
+    def _normalize_seq_lens(self) -> None:
+        seq_lens = dict.get(self, self.SEQ_LENS)
+        if seq_lens is None or (isinstance(seq_lens, list) and len(seq_lens) == 0):
+            dict.pop(self, self.SEQ_LENS, None)
+            return
+        if isinstance(seq_lens, list):
+            dict.__setitem__(self, self.SEQ_LENS, np.array(seq_lens, dtype=np.int32))
+        concrete = ops.concrete_seq_lens(dict.__getitem__(self, self.SEQ_LENS))
+        if self.max_seq_len is None and concrete is not None and len(concrete) > 0:
+            self.max_seq_len = int(concrete.max())
+
+    def _derive_dones(self) -> None:
+        # gymnasium: an episode step is "done" if it terminated or was truncated.
+        if self.DONES in self or self.TERMINATEDS not in self:
+            return
+        term = dict.__getitem__(self, self.TERMINATEDS)
+        trunc = dict.get(self, self.TRUNCATEDS)
+        if not isinstance(term, np.ndarray) or not isinstance(trunc, (np.ndarray, type(None))):
+            return
+        dones = term.astype(bool) if trunc is None else np.logical_or(term, trunc)
+        dict.__setitem__(self, self.DONES, dones)
+
+    def _count_and_validate(self) -> int:
+        seq_lens = ops.concrete_seq_lens(dict.get(self, self.SEQ_LENS))
+        has_seqs = seq_lens is not None and len(seq_lens) > 0
+        padded = bool(self.zero_padded) and has_seqs and self.max_seq_len is not None
+        expected_rows: Optional[int] = None
+        if padded:
+            expected_rows = len(seq_lens) * int(self.max_seq_len)
+        ref_key: Optional[str] = "seq_lens (padded)" if padded else None
+        for key, value in dict.items(self):
+            if key == self.SEQ_LENS or (isinstance(key, str) and key.startswith(("state_in_", "state_out_"))):
+                continue  # states are per sequence (or padded differently), not per row
+            if key == self.INFOS and self.zero_padded:
+                continue  # RLlib never pads infos
+            for path, leaf in ops.column_leaves(key, value):
+                n = ops.leaf_length(leaf)
+                if n is None:
+                    continue
+                if expected_rows is None:
+                    expected_rows, ref_key = n, path
+                elif n != expected_rows:
+                    raise ValueError(f"SampleBatch column {path!r} has {n} rows but {ref_key!r} has {expected_rows}; all columns must have the same length")
+        if not has_seqs:
+            return expected_rows or 0
+        total = int(seq_lens.sum())
+        if not padded and expected_rows is not None and total != expected_rows:
+            raise ValueError(f"SampleBatch seq_lens {seq_lens.tolist()} sum to {total} but column {ref_key!r} has {expected_rows} rows; seq_lens must sum to the batch length")
+        if padded and int(seq_lens.max()) > int(self.max_seq_len):
+            raise ValueError(f"SampleBatch seq_lens {seq_lens.tolist()} exceed _max_seq_len={self.max_seq_len} of a zero-padded batch")
+        return total
+
+    # ------------------------------------------------------------------ sizes
+
+    @PublicAPI
+    def __len__(self) -> int:
+        """Number of timesteps (rows) in the batch (excluding zero-padding)."""
+        return self.count
+
+    @PublicAPI
+    def agent_steps(self) -> int:
+        """Number of agent steps (equals `count` for a single-agent batch)."""
+        return len(self)
+
+    @PublicAPI
+    def env_steps(self) -> int:
+        """Number of env steps (equals `count` for a single-agent batch)."""
+        return len(self)
+
+    # ------------------------------------------------------------------ item access
+
+    @PublicAPI
+    def __getitem__(self, key: Union[str, slice]) -> TensorType:
+        """Returns a column (recording the access) or, for a slice, a sliced batch."""
+        if isinstance(key, slice):
+            return self._slice(key)
+        if key == "is_training":
+            return self.is_training  # backward compatibility with input dicts
+        if key == self.DONES and not dict.__contains__(self, key) and self.TERMINATEDS in self:
+            return self._dones_from_terminateds()
+        value = dict.__getitem__(self, key)  # raises KeyError for unknown columns
+        self.accessed_keys.add(key)
+        if self.get_interceptor is not None:
+            if key not in self.intercepted_values:
+                self.intercepted_values[key] = self.get_interceptor(value)
+            value = self.intercepted_values[key]
+        return value
+
+    def _dones_from_terminateds(self) -> TensorType:
+        term = self[self.TERMINATEDS]
+        if self.TRUNCATEDS not in self:
+            return term
+        trunc = self[self.TRUNCATEDS]
+        if ops.is_torch_tensor(term):
+            return ops.loaded_torch().logical_or(term.bool(), trunc.bool())
+        if ops.is_tf_tensor(term):
+            tf = ops.loaded_tf()
+            return tf.logical_or(tf.cast(term, tf.bool), tf.cast(trunc, tf.bool))
+        return np.logical_or(term, trunc)
+
+    @PublicAPI
+    def __setitem__(self, key: str, item: Any) -> None:
+        """Sets (or replaces) a whole column, recording newly added keys."""
+        if not hasattr(self, "added_keys"):
+            # Being rebuilt by pickle: items arrive before the instance attributes.
+            dict.__setitem__(self, key, item)
+            return
+        if key == "is_training":
+            self.set_training(item)  # backward compatibility with input dicts
+            return
+        if key not in self:
+            self.added_keys.add(key)
+        dict.__setitem__(self, key, item)
+        if key in self.intercepted_values:
+            self.intercepted_values[key] = item
+        if key == self.SEQ_LENS:
+            self._slice_map = None
+        elif self.count == 0 and self.SEQ_LENS not in self:
+            self.count = ops.first_length(key, item) or 0
+
+    @PublicAPI
+    def __delitem__(self, key: str) -> None:
+        self.deleted_keys.add(key)
+        dict.__delitem__(self, key)
+        self.intercepted_values.pop(key, None)
+
+    @PublicAPI
+    def get(self, key: str, default: Any = None) -> Any:
+        """Returns column `key` (through `__getitem__`) or `default` if absent."""
+        try:
+            return self.__getitem__(key)
+        except KeyError:
+            return default
+
+    @PublicAPI
+    def columns(self, keys: List[str]) -> List[Any]:
+        """Returns the data of the given columns, in order."""
+        return [self[k] for k in keys]
+
+    @DeveloperAPI
+    def set_get_interceptor(self, fn: Optional[Callable[[Any], Any]]) -> None:
+        """Sets a function applied (once, lazily) to each column when it is first read."""
+        if fn is not self.get_interceptor:
+            self.intercepted_values = {}
+        self.get_interceptor = fn
+
+    @property
+    def is_training(self) -> Any:
+        """The training flag (passed through the get-interceptor if one is set)."""
+        if self.get_interceptor is not None and isinstance(self._is_training, bool):
+            if "_is_training" not in self.intercepted_values:
+                self.intercepted_values["_is_training"] = self.get_interceptor(np.array(self._is_training))
+            return self.intercepted_values["_is_training"]
+        return self._is_training
+
+    def set_training(self, training: Any = True) -> None:
+        """Sets the `is_training` flag (a bool, or e.g. a tf placeholder)."""
+        self._is_training = training
+        self.intercepted_values.pop("_is_training", None)
+
+    def _raw(self) -> Dict[str, Any]:
+        """The raw column dict (no interceptor, no accessed-key tracking)."""
+        return dict(dict.items(self))
+
+    def _flags(self, zero_padded: Optional[bool] = None) -> Dict[str, Any]:
+        zp = self.zero_padded if zero_padded is None else zero_padded
+        return {"_is_training": self._is_training, "_time_major": self.time_major,
+                "_zero_padded": zp, "_max_seq_len": self.max_seq_len if zp else None}
+
+    # ------------------------------------------------------------------ copy / concat
+
+    @PublicAPI
+    def copy(self, shallow: bool = False) -> "SampleBatch":
+        """Returns a copy; numpy leaves are copied unless `shallow`.
+
+        The copy shares the interceptor and the accessed/added/deleted key sets with
+        `self` (as in RLlib), so key tracking spans both objects.
+        """
+        def copy_leaf(v: Any) -> Any:
+            return np.array(v, copy=not shallow) if isinstance(v, np.ndarray) else v
+
+        data = {k: (list(v) if k == self.INFOS and isinstance(v, list) and not shallow
+                    else ops.map_column(k, v, copy_leaf)) for k, v in dict.items(self)}
+        out = SampleBatch(data, **self._flags())
+        out.max_seq_len = self.max_seq_len
+        out.set_get_interceptor(self.get_interceptor)
+        out.accessed_keys = self.accessed_keys
+        out.added_keys = self.added_keys
+        out.deleted_keys = self.deleted_keys
+        return out
+
+    @staticmethod
+    @PublicAPI
+    def concat_samples(samples: List[Any]) -> Any:
+        """See the module-level `concat_samples`."""
+        return concat_samples(samples)
+
+    @PublicAPI
+    def concat(self, other: "SampleBatch") -> "SampleBatch":
+        """Returns a new batch with `other`'s rows appended to this one's."""
+        return concat_samples([self, other])
+
+    @PublicAPI
+    def as_multi_agent(self) -> "MultiAgentBatch":
+        """Wraps this batch as a MultiAgentBatch under DEFAULT_POLICY_ID."""
+        return MultiAgentBatch({DEFAULT_POLICY_ID: self}, self.count)
+
+    # ------------------------------------------------------------------ row views
+
+    @PublicAPI
+    def rows(self) -> Iterator[Dict[str, Any]]:
+        """Yields one dict per timestep (`seq_lens` shows as 1 in every row)."""
+        raw = self._raw()
+        for i in range(self.count):
+            row = {}
+            for k, v in raw.items():
+                if k == self.SEQ_LENS:
+                    row[k] = 1
+                else:
+                    row[k] = ops.map_column(k, v, lambda leaf, i=i: leaf[i] if ops.leaf_length(leaf) else leaf)
+            yield row
+
+    @PublicAPI
+    def shuffle(self) -> "SampleBatch":
+        """Shuffles the rows in place (all columns with one permutation).
+
+        Raises:
+            ValueError: If the batch has `seq_lens` (shuffling would break sequences).
+        """
+        if dict.get(self, self.SEQ_LENS) is not None:
+            raise ValueError("SampleBatch.shuffle() is not possible for a batch with seq_lens (sequences would be torn apart); use pad_batch_to_sequences_of_same_size(..., shuffle=True) instead")
+        perm = np.random.permutation(self.count)
+        shuffled = {}
+        for k, v in dict.items(self):
+            if k == self.INFOS and isinstance(v, list):
+                shuffled[k] = [v[i] for i in perm]
+            else:
+                shuffled[k] = ops.map_column(k, v, lambda leaf: leaf[perm] if ops.leaf_length(leaf) == self.count else leaf)
+        dict.update(self, shuffled)
+        self.intercepted_values = {}
+        return self
+
+    @PublicAPI
+    def split_by_episode(self, key: Optional[str] = None) -> List["SampleBatch"]:
+        """Splits into one batch per episode: by `eps_id` if present, else after each done.
+
+        Args:
+            key: Force splitting by "eps_id" or by "dones" (None: eps_id if present).
+        """
+        if key not in (None, self.EPS_ID, self.DONES):
+            raise ValueError(f"split_by_episode(key={key!r}): key must be None, 'eps_id' or 'dones'")
+        if self.count == 0:
+            return []
+        use_eps = key == self.EPS_ID or (key is None and self.EPS_ID in self)
+        if use_eps:
+            if self.EPS_ID not in self:
+                raise KeyError(f"split_by_episode(key='eps_id'): batch has no 'eps_id' column (keys: {list(self.keys())})")
+            ids = np.asarray(dict.__getitem__(self, self.EPS_ID))
+            cuts = [i for i in range(1, self.count) if ids[i] != ids[i - 1]]
+        else:
+            if self.DONES not in self and self.TERMINATEDS not in self:
+                raise KeyError(f"split_by_episode: batch has neither 'eps_id' nor 'dones'/'terminateds' (keys: {list(self.keys())})")
+            dones = np.asarray(self._dones_raw())
+            cuts = [i + 1 for i in range(self.count - 1) if dones[i]]
+        bounds = [0] + cuts + [self.count]
+        return [self[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def _dones_raw(self) -> Any:
+        if dict.__contains__(self, self.DONES):
+            return dict.__getitem__(self, self.DONES)
+        term = np.asarray(dict.__getitem__(self, self.TERMINATEDS))
+        trunc = dict.get(self, self.TRUNCATEDS)
+        return term if trunc is None else np.logical_or(term, np.asarray(trunc))
+
+    # ------------------------------------------------------------------ slicing
+
+    def _seq_lens_np(self) -> Optional[np.ndarray]:
+        seq_lens = ops.concrete_seq_lens(dict.get(self, self.SEQ_LENS))
+        return seq_lens if seq_lens is not None and len(seq_lens) > 0 else None
+
+    def _check_bounds(self, start: Optional[int], stop: Optional[int], step: Optional[int]) -> tuple:
+        n = self.count
+        if step not in (None, 1):
+            raise ValueError(f"SampleBatch slices must have step 1, got step={step}")
+        start = 0 if start is None else (start + n if start < 0 else start)
+        stop = n if stop is None else (stop + n if stop < 0 else stop)
+        if stop > n:
+            raise ValueError(f"SampleBatch slice [{start}:{stop}] goes past the end of the batch ({n} rows)")
+        if start < 0 or start > stop:
+            raise ValueError(f"SampleBatch slice [{start}:{stop}] is invalid for a batch of {n} rows (need 0 <= start <= stop)")
+        return start, stop
+
+    def _slice(self, slice_: slice) -> "SampleBatch":
+        """`batch[start:stop]`; with seq_lens both ends snap back to a sequence start."""
+        start, stop = self._check_bounds(slice_.start, slice_.stop, slice_.step)
+        seq_lens = self._seq_lens_np()
+        if seq_lens is None:
+            data = {k: ops.map_column(k, v, lambda leaf: ops.slice_leaf(leaf, start, stop))
+                    for k, v in dict.items(self)}
+            return SampleBatch(data, **self._flags())
+        starts = ops.seq_starts(seq_lens)
+        s0, s1 = ops.seq_index_of_row(starts, start), ops.seq_index_of_row(starts, stop)
+        return self._slice_by_sequences(s0, s1, starts)
+
+    def _slice_by_sequences(self, s0: int, s1: int, starts: np.ndarray) -> "SampleBatch":
+        """Rows of sequences [s0, s1) (padded rows too, if zero-padded)."""
+        r0, r1 = int(starts[s0]), int(starts[s1])
+        padded = bool(self.zero_padded) and self.max_seq_len is not None
+        p0, p1 = (s0 * self.max_seq_len, s1 * self.max_seq_len) if padded else (r0, r1)
+        padded_rows = (len(starts) - 1) * self.max_seq_len if padded else None
+        data = {}
+        for k, v in dict.items(self):
+            if k == self.SEQ_LENS or _is_state_key(k):
+                a, b = s0, s1
+            elif padded and ops.first_length(k, v) == padded_rows:
+                a, b = p0, p1
+            else:
+                a, b = r0, r1
+            data[k] = ops.map_column(k, v, lambda leaf, a=a, b=b: ops.slice_leaf(leaf, a, b))
+        return SampleBatch(data, **self._flags())
+
+    @PublicAPI
+    def slice(self, start: int, end: int, state_start: Optional[int] = None,
+              state_end: Optional[int] = None) -> "SampleBatch":
+        """Returns rows [start, end) without snapping; sequences cut by the bounds shrink.
+
+        Args:
+            start: First row; a negative value left-pads with -start zero rows.
+            end: One past the last row.
+            state_start: With `state_end`, take `state_in_*` and seq_lens from these
+                sequence indices (the last seq_len is trimmed to fit).
+            state_end: See `state_start`.
+        """
+        if end > self.count:
+            raise ValueError(f"SampleBatch.slice({start}, {end}) goes past the end of the batch ({self.count} rows)")
+        seq_lens = self._seq_lens_np()
+        data = {}
+        for k, v in dict.items(self):
+            if k == self.SEQ_LENS or (seq_lens is not None and _is_state_key(k)):
+                continue
+            data[k] = ops.map_column(k, v, lambda leaf: _slice_with_left_pad(leaf, start, end))
+        if seq_lens is None:
+            return SampleBatch(data, _is_training=self._is_training, _time_major=self.time_major)
+        new_lens, s0, s1 = _sub_seq_lens(seq_lens, start, end, state_start, state_end)
+        for k in ops.iter_state_keys(dict.keys(self)):
+            data[k] = dict.__getitem__(self, k)[s0:s1]
+        data[self.SEQ_LENS] = np.asarray(new_lens, dtype=np.int32)
+        return SampleBatch(data, _is_training=self._is_training, _time_major=self.time_major)
+
+    @PublicAPI
+    def timeslices(self, size: Optional[int] = None, num_slices: Optional[int] = None,
+                   k: Optional[int] = None) -> List["SampleBatch"]:
+        """Cuts the batch along time into slices (via `batch[a:b]`, so seq_lens snap).
+
+        Args:
+            size: Rows per slice (the last one may be shorter).
+            num_slices: Number of (about equal) slices; e.g. one per device.
+            k: Deprecated alias of `size`.
+
+        Raises:
+            ValueError: If neither size nor num_slices is given, either is < 1, or the
+                batch has fewer rows than `num_slices`.
+        """
+        if size is None and num_slices is None:
+            if k is None:
+                raise ValueError("SampleBatch.timeslices() needs `size` or `num_slices`")
+            deprecation_warning("timeslices(k=...)", "timeslices(size=...) or timeslices(num_slices=...)")
+            size = k
+        n = len(self)
+        if size is None:
+            if not isinstance(num_slices, int) or num_slices < 1:
+                raise ValueError(f"SampleBatch.timeslices(num_slices={num_slices!r}): num_slices must be an int >= 1")
+            if n < num_slices:
+                raise ValueError(f"SampleBatch.timeslices(num_slices={num_slices}): batch has only {n} rows, fewer than the number of slices")
+            bounds, start = [], 0
+            for i in range(num_slices):
+                stop = start + (n - start) // (num_slices - i)
+                bounds.append((start, stop))
+                start = stop
+        else:
+            if not isinstance(size, int) or size < 1:
+                raise ValueError(f"SampleBatch.timeslices(size={size!r}): size must be an int >= 1")
+            bounds = [(a, min(a + size, n)) for a in range(0, n, size)]
+        return [self[a:b] for a, b in bounds]
+
+    # ------------------------------------------------------------------ padding / devices
+
+    def right_zero_pad(self, max_seq_len: int, exclude_states: bool = True) -> "SampleBatch":
+        """Right-zero-pads every sequence to `max_seq_len` rows, in place.
+
+        Args:
+            max_seq_len: Rows per sequence after padding.
+            exclude_states: Leave `state_in_*` columns (one row per sequence) as they are.
+
+        Raises:
+            ValueError: If the batch has no seq_lens, or a sequence is longer than
+                `max_seq_len`.
+        """
+        seq_lens = self._seq_lens_np()
+        if seq_lens is None:
+            raise ValueError(f"SampleBatch.right_zero_pad() needs a seq_lens column; {self!r} has none")
+        if self.zero_padded:
+            if self.max_seq_len == max_seq_len:
+                return self
+            raise ValueError(f"SampleBatch.right_zero_pad({max_seq_len}): batch is already zero-padded to {self.max_seq_len}")
+        if int(seq_lens.max()) > max_seq_len:
+            raise ValueError(f"SampleBatch.right_zero_pad({max_seq_len}): seq_lens {seq_lens.tolist()} contain a sequence longer than max_seq_len")
+        padded = {}
+        for k, v in dict.items(self):
+            if k == self.SEQ_LENS or (exclude_states and _is_state_key(k)):
+                continue
+            padded[k] = ops.map_column(k, v, lambda leaf: _pad_leaf(leaf, seq_lens, max_seq_len, self.count))
+        dict.update(self, padded)
+        self.intercepted_values = {}
+        self._slice_map = None
+        self.zero_padded = True
+        self.max_seq_len = max_seq_len
+        return self
+
+    @ExperimentalAPI
+    def to_device(self, device: Any, framework: str = "torch") -> "SampleBatch":
+        """Converts all numeric columns to torch tensors on `device`, in place."""
+        if framework != "torch":
+            raise NotImplementedError(f"SampleBatch.to_device(framework={framework!r}): only 'torch' is supported")
+        from rlpolicy.utils.framework import try_import_torch
+
+        torch, _ = try_import_torch()
+        if torch is None:
+            raise ImportError("SampleBatch.to_device(framework='torch') needs torch installed")
+        for k, v in list(dict.items(self)):
+            if k != self.INFOS:
+                dict.__setitem__(self, k, ops.map_column(k, v, lambda leaf: ops.to_torch_leaf(leaf, device)))
+        self.intercepted_values = {}
+        return self
+
+    @PublicAPI
+    def size_bytes(self) -> int:
+        """Total bytes of all column data (`nbytes` for arrays, getsizeof otherwise)."""
+        return sum(ops.leaf_nbytes(leaf) for k, v in dict.items(self) for _, leaf in ops.column_leaves(k, v))
+
+    # ------------------------------------------------------------------ compression
+
+    @DeveloperAPI
+    def compress(self, bulk: bool = False, columns: Set[str] = frozenset(["obs", "new_obs"])) -> "SampleBatch":
+        """Compresses the given columns in place (zlib over `np.save`, no pickle).
+
+        Args:
+            bulk: Compress each column as one blob (True) or row by row (False).
+            columns: Which columns to compress.
+        """
+        for k in columns:
+            if k not in self:
+                continue
+
+            def pack_leaf(leaf: Any) -> Any:
+                if ops.is_packed(leaf) or (isinstance(leaf, np.ndarray) and leaf.dtype == object
+                                           and len(leaf) and ops.is_packed(leaf[0])):
+                    return leaf  # already compressed
+                if bulk:
+                    return ops.pack(np.asarray(leaf))
+                return ops.object_array([ops.pack(np.asarray(row)) for row in leaf])
+
+            dict.__setitem__(self, k, ops.map_column(k, dict.__getitem__(self, k), pack_leaf))
+        self.intercepted_values = {}
+        return self
+
+    @DeveloperAPI
+    def decompress_if_needed(self, columns: Set[str] = frozenset(["obs", "new_obs"])) -> "SampleBatch":
+        """Undoes `compress` for the given columns (no-op for uncompressed ones)."""
+        for k in columns:
+            if k in self:
+                dict.__setitem__(self, k, ops.map_column(k, dict.__getitem__(self, k), _unpack_leaf))
+        self.intercepted_values = {}
+        return self
+
+    # ------------------------------------------------------------------ misc
+
+    @ExperimentalAPI
+    def get_single_step_input_dict(self, view_requirements: ViewRequirementsDict,
+                                   index: Union[str, int] = "last") -> "SampleBatch":
+        """Builds a one-timestep input dict (for model calls) from this trajectory.
+
+        Args:
+            view_requirements: The model's view requirements.
+            index: A row index, or "last" for the step after the end of the trajectory
+                (OBS from NEXT_OBS, PREV_ACTIONS from ACTIONS, PREV_REWARDS from REWARDS).
+        """
+        from rlpolicy._core.batch_views import single_step_input_dict
+
+        return SampleBatch(single_step_input_dict(self, view_requirements, index),
+                           seq_lens=np.array([1], dtype=np.int32))
+
+    def __repr__(self) -> str:
+        keys = list(self.keys())
+        if dict.get(self, self.SEQ_LENS) is None:
+            return f"SampleBatch({self.count}: {keys})"
+        keys.remove(self.SEQ_LENS)
+        return f"SampleBatch({self.count} (seqs={len(dict.__getitem__(self, self.SEQ_LENS))}): {keys})"
+
+    __str__ = __repr__
+
+
+def _slice_with_left_pad(leaf: Any, start: int, end: int) -> Any:
+    if ops.leaf_length(leaf) is None:
+        return leaf
+    if start >= 0:
+        return leaf[start:end]
+    arr = np.asarray(leaf)
+    zeros = np.zeros((-start,) + arr.shape[1:], dtype=arr.dtype)
+    return np.concatenate([zeros, arr[:end]])
+
+
+def _sub_seq_lens(seq_lens: np.ndarray, start: int, end: int, state_start: Optional[int],
+                  state_end: Optional[int]) -> tuple:
+    """seq_lens and sequence index range [s0, s1) for the rows [start, end)."""
+    length = end - start
+    if state_start is not None:
+        if state_end is None:
+            raise ValueError("SampleBatch.slice(): pass both state_start and state_end, or neither")
+        lens = [int(x) for x in seq_lens[state_start:state_end]]
+        while lens and sum(lens[:-1]) >= length:
+            lens.pop()
+        if lens:
+            lens[-1] = length - sum(lens[:-1])
+        return lens, state_start, state_end
+    if length <= 0:
+        return [], 0, 0
+    starts = ops.seq_starts(seq_lens)
+    s0 = ops.seq_index_of_row(starts, max(start, 0))
+    s_last = ops.seq_index_of_row(starts, end - 1)
+    lens = [int(min(starts[j + 1], end) - max(starts[j], start)) for j in range(s0, s_last + 1)]
+    return lens, s0, s_last + 1
+
+
+def _pad_leaf(leaf: Any, seq_lens: np.ndarray, max_seq_len: int, count: int) -> Any:
+    """Right-zero-pads one leaf (rows grouped by seq_lens) to max_seq_len per sequence."""
+    if ops.leaf_length(leaf) != count:
+        return leaf  # not a per-row column
+    total = len(seq_lens) * max_seq_len
+    if isinstance(leaf, list) or (isinstance(leaf, np.ndarray) and leaf.dtype == object):
+        out: Any = [None] * total
+    else:
+        arr = np.asarray(leaf)
+        out = np.zeros((total,) + arr.shape[1:], dtype=arr.dtype)
+    src = 0
+    for i, n in enumerate(seq_lens):
+        n = int(n)
+        out[i * max_seq_len:i * max_seq_len + n] = leaf[src:src + n]
+        src += n
+    return ops.object_array(out) if isinstance(leaf, np.ndarray) and leaf.dtype == object else out
+
+
+def _unpack_leaf(leaf: Any) -> Any:
+    if ops.is_packed(leaf):
+        return ops.unpack(leaf)
+    if isinstance(leaf, np.ndarray) and leaf.dtype == object and len(leaf) and ops.is_packed(leaf[0]):
+        return np.stack([ops.unpack(x) for x in leaf])
+    return leaf
+
+
+from rlpolicy.policy._multi_agent_batch import (  # noqa: E402  (needs SampleBatch above)
+    MultiAgentBatch,
+    concat_samples,
+)
+
+__all__ = ["DEFAULT_POLICY_ID", "SampleBatch", "MultiAgentBatch", "concat_samples"]

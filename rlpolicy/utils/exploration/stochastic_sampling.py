@@ -1,0 +1,101 @@
+"""Sampling from the action distribution (RLlib's ``...exploration.stochastic_sampling``)."""
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import gymnasium as gym
+import numpy as np
+import tree
+
+from rlpolicy._core import exploration_ops as ops
+from rlpolicy.utils.annotations import override
+from rlpolicy.utils.exploration.exploration import Exploration
+from rlpolicy.utils.exploration.random import Random
+from rlpolicy.utils.framework import try_import_tf, try_import_torch
+from rlpolicy.utils.typing import TensorType
+
+
+class StochasticSampling(Exploration):
+    """Samples actions from the action distribution (the default exploration).
+
+    ``explore=True``: ``action_distribution.sample()`` with its
+    log-likelihood, except during the first ``random_timesteps`` timesteps,
+    when actions are drawn uniformly from the action space (log-likelihood 0).
+    ``explore=False``: ``deterministic_sample()`` with log-likelihood 0.
+
+    The timestep is the one passed to ``get_exploration_action`` or, when
+    None, one more than the previous call's; it is kept in
+    ``self.last_timestep`` (a TF variable for tf/tf2).
+    """
+
+    def __init__(self, action_space: gym.Space, *, framework: str, model: Any,
+                 random_timesteps: int = 0, **kwargs):
+        """Creates a StochasticSampling exploration.
+
+        Args:
+            action_space: The policy's action space.
+            framework: "torch", "tf", "tf2" or "tfe" ("jax" for the plain sampling path).
+            model: The owning Policy's model.
+            random_timesteps: Timesteps at the start during which actions are
+                uniformly random instead of sampled.
+            **kwargs: The remaining Exploration constructor arguments.
+        """
+        ops.check_framework(type(self).__name__, framework,
+                            ops.SUPPORTED_FRAMEWORKS + ("jax",))
+        super().__init__(action_space, model=model, framework=framework, **kwargs)
+        self.random_timesteps = random_timesteps
+        # Acts during the first `random_timesteps` timesteps.
+        self.random_exploration = None
+        if framework == "jax" and random_timesteps > 0:
+            raise ValueError(
+                f"StochasticSampling: random_timesteps={random_timesteps} is not supported "
+                "for framework='jax'; use random_timesteps=0")
+        if framework != "jax":
+            self.random_exploration = Random(action_space, model=self.model,
+                                             framework=self.framework, **kwargs)
+        self.last_timestep = ops.new_state_var(0, framework, "timestep")
+
+    @override(Exploration)
+    def get_exploration_action(self, *, action_distribution: Any,
+                               timestep: Optional[Union[int, TensorType]] = None,
+                               explore: bool = True):
+        if ops.is_tf(self.framework):
+            return self._get_tf_exploration_action_op(action_distribution, timestep, explore)
+        return self._get_torch_exploration_action(action_distribution, timestep, explore)
+
+    def _get_tf_exploration_action_op(self, action_dist: Any, timestep: Any, explore: Any):
+        _, tf, _ = try_import_tf(error=True)
+        ts = ops.tf_advance_timestep(self.last_timestep, timestep)
+        explore_t = ops.tf_bool(explore)
+        in_random_phase = ts < self.random_timesteps
+
+        deterministic = action_dist.deterministic_sample()
+        sample = action_dist.sample()
+        sample_logp = action_dist.sampled_action_logp()
+        zeros = ops.tf_zero_logps(deterministic)
+
+        def random_actions():
+            drawn, _ = self.random_exploration.get_tf_exploration_action_op(action_dist, True)
+            return tree.map_structure(lambda r, s: tf.cast(r, s.dtype), drawn, sample)
+
+        def explore_actions():
+            return tf.cond(in_random_phase, true_fn=random_actions, false_fn=lambda: sample)
+
+        action = tf.cond(explore_t, true_fn=explore_actions, false_fn=lambda: deterministic)
+        logp = tf.cond(tf.logical_and(explore_t, tf.logical_not(in_random_phase)),
+                       true_fn=lambda: sample_logp, false_fn=lambda: zeros)
+        return action, logp
+
+    def _get_torch_exploration_action(self, action_dist: Any, timestep: Any, explore: Any):
+        self.last_timestep = ops.torch_next_timestep(self.last_timestep, timestep)
+        if explore and self.last_timestep < self.random_timesteps:
+            return self.random_exploration.get_torch_exploration_action(action_dist, True)
+        if explore:
+            action = action_dist.sample()
+            return action, action_dist.sampled_action_logp()
+        action = action_dist.deterministic_sample()
+        torch, _ = try_import_torch()
+        if self.framework == "torch" and torch is not None:
+            return action, ops.torch_zero_logps(action, self.device)
+        leaf = tree.flatten(action)[0]
+        return action, np.zeros(np.shape(leaf)[:1], dtype=np.float32)
