@@ -57,11 +57,11 @@ def leaf_length(value: Any) -> Optional[int]:
 
 
 def column_leaves(key: str, value: Any) -> List[Tuple[str, Any]]:
-    """Flattens one column into (path-string, leaf) pairs; INFOS stays one leaf."""
+    """Flattens one column into ("col/sub/0"-style path, leaf) pairs; INFOS stays one leaf."""
     if key == INFOS_KEY or not isinstance(value, (dict, tuple)):
         return [(key, value)]
     paths_and_leaves = tree.flatten_with_path(value)
-    return [(key + "".join(f"[{p!r}]" for p in path), leaf) for path, leaf in paths_and_leaves]
+    return [("/".join([key, *map(str, path)]), leaf) for path, leaf in paths_and_leaves]
 
 
 def map_column(key: str, value: Any, fn: Callable[[Any], Any]) -> Any:
@@ -189,3 +189,63 @@ def seq_index_of_row(starts: np.ndarray, row: int) -> int:
 
 def iter_state_keys(keys: Iterator[str], prefix: str = "state_in_") -> List[str]:
     return [k for k in keys if isinstance(k, str) and k.startswith(prefix)]
+
+
+def slice_with_left_pad(leaf: Any, start: int, end: int) -> Any:
+    if leaf_length(leaf) is None:
+        return leaf
+    if start >= 0:
+        return leaf[start:end]
+    arr = np.asarray(leaf)
+    zeros = np.zeros((-start,) + arr.shape[1:], dtype=arr.dtype)
+    return np.concatenate([zeros, arr[:end]])
+
+
+def sub_seq_lens(seq_lens: np.ndarray, start: int, end: int, state_start: Optional[int],
+                 state_end: Optional[int]) -> tuple:
+    """seq_lens and sequence index range [s0, s1) for the rows [start, end)."""
+    length = end - start
+    if state_start is not None:
+        if state_end is None:
+            raise ValueError("SampleBatch.slice(): pass both state_start and state_end, or neither")
+        lens = [int(x) for x in seq_lens[state_start:state_end]]
+        while lens and sum(lens[:-1]) >= length:
+            lens.pop()
+        if lens:
+            lens[-1] = length - sum(lens[:-1])
+        return lens, state_start, state_start + len(lens)
+    if length <= 0:
+        return [], 0, 0
+    starts = seq_starts(seq_lens)
+    s0 = seq_index_of_row(starts, max(start, 0))
+    s_last = seq_index_of_row(starts, end - 1)
+    lens = [int(min(starts[j + 1], end) - max(starts[j], start)) for j in range(s0, s_last + 1)]
+    if start < 0:
+        lens[0] += -start  # the left zero-padding joins the first sequence
+    return lens, s0, s_last + 1
+
+
+def pad_leaf(leaf: Any, seq_lens: np.ndarray, max_seq_len: int, count: int) -> Any:
+    """Right-zero-pads one leaf (rows grouped by seq_lens) to max_seq_len per sequence."""
+    if leaf_length(leaf) != count:
+        return leaf  # not a per-row column
+    total = len(seq_lens) * max_seq_len
+    if isinstance(leaf, list) or (isinstance(leaf, np.ndarray) and leaf.dtype == object):
+        out: Any = [None] * total
+    else:
+        arr = np.asarray(leaf)
+        out = np.zeros((total,) + arr.shape[1:], dtype=arr.dtype)
+    src = 0
+    for i, n in enumerate(seq_lens):
+        n = int(n)
+        out[i * max_seq_len:i * max_seq_len + n] = leaf[src:src + n]
+        src += n
+    return object_array(out) if isinstance(leaf, np.ndarray) and leaf.dtype == object else out
+
+
+def unpack_leaf(leaf: Any) -> Any:
+    if is_packed(leaf):
+        return unpack(leaf)
+    if isinstance(leaf, np.ndarray) and leaf.dtype == object and len(leaf) and is_packed(leaf[0]):
+        return np.stack([unpack(x) for x in leaf])
+    return leaf

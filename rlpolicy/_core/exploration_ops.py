@@ -143,9 +143,84 @@ def load_tf_var(var: Any, value: Any, framework: str, sess: Any = None) -> None:
             raise ValueError(
                 "set_state() of a framework='tf' exploration needs the policy's tf Session: "
                 "pass sess=policy.get_session()")
-        var.load(np.asarray(value), session=sess)
+        placeholder, assign_op = _graph_loader(var, sess.graph)
+        dtype = placeholder.dtype.as_numpy_dtype
+        sess.run(assign_op, {placeholder: np.asarray(value, dtype=dtype)})
     else:
         var.assign(np.asarray(value, dtype=var.dtype.as_numpy_dtype))
+
+
+def scheduled_state(framework: str, last_timestep: Any, schedule: Any, key: str) -> dict:
+    """``{key: schedule(last_timestep), "last_timestep": ...}`` without a session.
+
+    Graph mode gives graph tensors (to run through a session), the other
+    frameworks numpy / Python values.
+    """
+    value = schedule(last_timestep)
+    if is_tf_graph(framework):
+        return {key: value, "last_timestep": last_timestep.read_value()}
+    return {key: to_numpy(value), "last_timestep": to_numpy(last_timestep)}
+
+
+def restore_timestep(owner: str, framework: str, last_timestep: Any, state: dict,
+                     sess: Any = None) -> Any:
+    """Loads ``state["last_timestep"]``; returns the new value of the timestep attribute.
+
+    Raises:
+        KeyError: Naming ``owner`` if the state lacks "last_timestep".
+    """
+    if "last_timestep" not in state:
+        raise KeyError(
+            f"{owner}.set_state: state has no 'last_timestep' key (got keys {sorted(state)})")
+    if is_tf(framework):
+        load_tf_var(last_timestep, state["last_timestep"], framework, sess)
+        return last_timestep
+    return int(state["last_timestep"])
+
+
+def per_worker_value(owner: str, num_workers: Optional[int], worker_index: Optional[int],
+                     index_offset: int, check_index: bool) -> Optional[float]:
+    """The Ape-X per-worker constant ``0.4 ** (1 + (i - offset) / (n - 1) * 7)``.
+
+    None when ``num_workers`` is 0 (or None): the regular schedule applies.
+    The local worker (index 0) gets 0.0. ``n - 1`` is taken as 1 for one worker.
+
+    Raises:
+        ValueError: If ``check_index`` and ``worker_index > num_workers``.
+    """
+    if not num_workers or num_workers <= 0:
+        return None
+    worker_index = int(worker_index or 0)
+    if check_index and worker_index > num_workers:
+        raise ValueError(
+            f"{owner}: worker_index={worker_index} is larger than num_workers={num_workers}")
+    if worker_index == 0:
+        return 0.0
+    denominator = float(num_workers - 1) if num_workers > 1 else 1.0
+    return 0.4 ** (1 + (worker_index - index_offset) / denominator * 7)
+
+
+def per_worker_constant(owner: str, num_workers: Optional[int], worker_index: Optional[int],
+                        framework: str, index_offset: int, check_index: bool = False) -> Any:
+    """A ConstantSchedule at ``per_worker_value(...)``, or None without remote workers."""
+    value = per_worker_value(owner, num_workers, worker_index, index_offset, check_index)
+    if value is None:
+        return None
+    from rlpolicy.utils.schedules import ConstantSchedule
+
+    return ConstantSchedule(value, framework=framework)
+
+
+def _graph_loader(var: Any, graph: Any) -> Any:
+    """(placeholder, assign op) writing into graph variable ``var``, built once per variable."""
+    loader = getattr(var, "_rlpolicy_loader", None)
+    if loader is None:
+        tf1, _, _ = try_import_tf(error=True)
+        with graph.as_default():
+            placeholder = tf1.placeholder(var.dtype.base_dtype, var.shape)
+            loader = (placeholder, tf1.assign(var, placeholder))
+        var._rlpolicy_loader = loader
+    return loader
 
 
 # ---------------------------------------------------------------------------
@@ -162,6 +237,8 @@ def torch_zero_logps(actions: Any, device: Any = None) -> Any:
     """Float32 zeros with one entry per batch row of (possibly nested) ``actions``."""
     torch, _ = try_import_torch(error=True)
     leaf = tree.flatten(actions)[0]
+    if device is None and isinstance(leaf, torch.Tensor):
+        device = leaf.device
     return torch.zeros(tuple(leaf.shape[:1]), dtype=torch.float32, device=device)
 
 

@@ -15,6 +15,7 @@ never needs torch.
 """
 from __future__ import annotations
 
+import copy
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -27,6 +28,46 @@ def equal_split_length(total: int, num_devices: int) -> int:
     if num_devices < 1:
         raise ValueError(f"num_devices={num_devices} is invalid; need at least one device")
     return total // num_devices
+
+
+def make_towers(model: Any, devices: Sequence[Any], on_gpu: bool,
+                target_model: Any = None) -> Tuple[List[Any], Optional[Dict[Any, Any]]]:
+    """Creates the model towers (and target models) for ``devices``, RLlib 1.11 style.
+
+    CPU towers: tower 0 is ``model`` itself, the others deep copies; all towers
+    share the one ``target_model``. GPU towers: every tower (tower 0 included)
+    is a deep copy moved to its device, each with its own target-model copy.
+
+    Returns:
+        ``(towers, target_models)``; ``target_models`` maps tower -> target model,
+        or is None without a ``target_model``.
+    """
+    if not on_gpu:
+        towers = [model if i == 0 else copy.deepcopy(model) for i in range(len(devices))]
+        targets = None if target_model is None else {t: target_model for t in towers}
+        return towers, targets
+    towers = [copy.deepcopy(model).to(d) for d in devices]
+    targets = None if target_model is None else {
+        t: copy.deepcopy(target_model).to(d) for t, d in zip(towers, devices)}
+    return towers, targets
+
+
+def split_for_devices(batch: Any, num_devices: int, pad: Callable[[Any], None],
+                      devices: Sequence[Any]) -> List[Any]:
+    """Cuts ``batch`` into one time-slice per device, pads and moves each slice.
+
+    Without sequences, rows beyond an equal share per device are dropped, so
+    every device gets ``len(batch) // num_devices`` rows. With sequences
+    (``seq_lens``), the slices follow ``batch.timeslices`` and are zero-padded
+    by ``pad`` (RLlib 1.11).
+    """
+    n = len(batch)
+    if "seq_lens" not in batch and n % num_devices:
+        batch = batch[:n - n % num_devices]
+    slices = batch.timeslices(num_slices=num_devices)
+    for s in slices:
+        pad(s)
+    return [s.to_device(d) for s, d in zip(slices, devices)]
 
 
 def slice_device_batches(device_batches: Sequence[Any], offset: int,
@@ -144,6 +185,45 @@ def compute_tower_grads(
         for idx in owned:
             all_grads[idx] = params[idx].grad
     return all_grads, grad_info
+
+
+class TowerOptimizerView:
+    """An optimizer as seen from one (non-main) tower.
+
+    The policy's optimizers hold tower 0's parameters. Gradient post-processing
+    (e.g. clipping in ``extra_grad_process``) running for tower ``i`` must
+    touch tower ``i``'s gradients, not tower 0's (which another thread may be
+    writing at the same time). This view exposes the optimizer's
+    ``param_groups`` with each parameter swapped for the tower's counterpart;
+    every other attribute comes from the wrapped optimizer.
+    """
+
+    def __init__(self, optimizer: Any, main_params: Sequence[Any], tower_params: Sequence[Any]):
+        self._optimizer = optimizer
+        index = {p: i for i, p in enumerate(main_params)}
+        self._group_indices = [[index.get(p) for p in g["params"]]
+                               for g in optimizer.param_groups]
+        self._tower_params = list(tower_params)
+
+    @property
+    def param_groups(self) -> List[Dict[str, Any]]:
+        """The optimizer's param groups, holding this tower's parameters."""
+        groups = []
+        for group, indices in zip(self._optimizer.param_groups, self._group_indices):
+            params = [self._tower_params[i] for i in indices if i is not None]
+            groups.append({**group, "params": params})
+        return groups
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._optimizer, name)
+
+
+def make_optimizer_views(optimizers: Sequence[Any], main_model: Any,
+                         towers: Sequence[Any]) -> Dict[int, List["TowerOptimizerView"]]:
+    """Per tower index > 0, a ``TowerOptimizerView`` of each optimizer."""
+    main = list(main_model.parameters())
+    return {i: [TowerOptimizerView(o, main, list(t.parameters())) for o in optimizers]
+            for i, t in enumerate(towers) if i > 0}
 
 
 class TowerRunner:

@@ -266,7 +266,7 @@ def _check_obs_shape(obs: Any, obs_space: gym.spaces.Space, name: str) -> None:
     expected = list(expected)
     n = len(expected)
     tail = received[len(received) - n:] if n else []
-    ok = len(received) >= n + 1 and all(r is None or r == e for r, e in zip(tail, expected))
+    ok = len(received) == n + 1 and all(r is None or r == e for r, e in zip(tail, expected))
     if not ok:
         raise ValueError(
             f"model {name!r}: observation batch has shape {tuple(received)} but the model's "

@@ -5,18 +5,15 @@ Mirrors `ray.rllib.policy.sample_batch` (RLlib 1.11), with gymnasium's `terminat
 """
 from __future__ import annotations
 
-import collections
-import itertools
 from numbers import Number
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Union
 
 import numpy as np
-import tree  # dm-tree
 
 from rlpolicy._core import batch_ops as ops
 from rlpolicy.utils.annotations import DeveloperAPI, ExperimentalAPI, PublicAPI
 from rlpolicy.utils.deprecation import deprecation_warning
-from rlpolicy.utils.typing import PolicyID, TensorType, ViewRequirementsDict
+from rlpolicy.utils.typing import TensorType, ViewRequirementsDict
 
 # Policy id used when a single-agent batch is treated as a multi-agent one.
 DEFAULT_POLICY_ID = "default_policy"
@@ -396,7 +393,9 @@ class SampleBatch(dict):
             data = {k: ops.map_column(k, v, lambda leaf: ops.slice_leaf(leaf, start, stop))
                     for k, v in dict.items(self)}
             return SampleBatch(data, **self._flags())
-        starts = ops.seq_starts(seq_lens)
+        if self._slice_map is None:  # cached row offsets of the sequence starts
+            self._slice_map = ops.seq_starts(seq_lens)
+        starts = self._slice_map
         s0, s1 = ops.seq_index_of_row(starts, start), ops.seq_index_of_row(starts, stop)
         return self._slice_by_sequences(s0, s1, starts)
 
@@ -407,10 +406,13 @@ class SampleBatch(dict):
         p0, p1 = (s0 * self.max_seq_len, s1 * self.max_seq_len) if padded else (r0, r1)
         padded_rows = (len(starts) - 1) * self.max_seq_len if padded else None
         data = {}
+        num_seqs = len(starts) - 1
         for k, v in dict.items(self):
-            if k == self.SEQ_LENS or _is_state_key(k):
+            n = ops.first_length(k, v)
+            # state_in_* normally holds one row per sequence, but may still be per-row.
+            if k == self.SEQ_LENS or (_is_state_key(k) and n == num_seqs):
                 a, b = s0, s1
-            elif padded and ops.first_length(k, v) == padded_rows:
+            elif padded and n == padded_rows:
                 a, b = p0, p1
             else:
                 a, b = r0, r1
@@ -433,14 +435,16 @@ class SampleBatch(dict):
             raise ValueError(f"SampleBatch.slice({start}, {end}) goes past the end of the batch ({self.count} rows)")
         seq_lens = self._seq_lens_np()
         data = {}
+        per_seq = {k for k in ops.iter_state_keys(dict.keys(self))
+                   if seq_lens is not None and ops.first_length(k, dict.__getitem__(self, k)) == len(seq_lens) != self.count}
         for k, v in dict.items(self):
-            if k == self.SEQ_LENS or (seq_lens is not None and _is_state_key(k)):
+            if k == self.SEQ_LENS or k in per_seq:
                 continue
-            data[k] = ops.map_column(k, v, lambda leaf: _slice_with_left_pad(leaf, start, end))
+            data[k] = ops.map_column(k, v, lambda leaf: ops.slice_with_left_pad(leaf, start, end))
         if seq_lens is None:
             return SampleBatch(data, _is_training=self._is_training, _time_major=self.time_major)
-        new_lens, s0, s1 = _sub_seq_lens(seq_lens, start, end, state_start, state_end)
-        for k in ops.iter_state_keys(dict.keys(self)):
+        new_lens, s0, s1 = ops.sub_seq_lens(seq_lens, start, end, state_start, state_end)
+        for k in per_seq:
             data[k] = dict.__getitem__(self, k)[s0:s1]
         data[self.SEQ_LENS] = np.asarray(new_lens, dtype=np.int32)
         return SampleBatch(data, _is_training=self._is_training, _time_major=self.time_major)
@@ -507,7 +511,7 @@ class SampleBatch(dict):
         for k, v in dict.items(self):
             if k == self.SEQ_LENS or (exclude_states and _is_state_key(k)):
                 continue
-            padded[k] = ops.map_column(k, v, lambda leaf: _pad_leaf(leaf, seq_lens, max_seq_len, self.count))
+            padded[k] = ops.map_column(k, v, lambda leaf: ops.pad_leaf(leaf, seq_lens, max_seq_len, self.count))
         dict.update(self, padded)
         self.intercepted_values = {}
         self._slice_map = None
@@ -567,7 +571,7 @@ class SampleBatch(dict):
         """Undoes `compress` for the given columns (no-op for uncompressed ones)."""
         for k in columns:
             if k in self:
-                dict.__setitem__(self, k, ops.map_column(k, dict.__getitem__(self, k), _unpack_leaf))
+                dict.__setitem__(self, k, ops.map_column(k, dict.__getitem__(self, k), ops.unpack_leaf))
         self.intercepted_values = {}
         return self
 
@@ -593,67 +597,10 @@ class SampleBatch(dict):
         if dict.get(self, self.SEQ_LENS) is None:
             return f"SampleBatch({self.count}: {keys})"
         keys.remove(self.SEQ_LENS)
-        return f"SampleBatch({self.count} (seqs={len(dict.__getitem__(self, self.SEQ_LENS))}): {keys})"
+        num_seqs = ops.leaf_length(dict.__getitem__(self, self.SEQ_LENS))
+        return f"SampleBatch({self.count} (seqs={'?' if num_seqs is None else num_seqs}): {keys})"
 
     __str__ = __repr__
-
-
-def _slice_with_left_pad(leaf: Any, start: int, end: int) -> Any:
-    if ops.leaf_length(leaf) is None:
-        return leaf
-    if start >= 0:
-        return leaf[start:end]
-    arr = np.asarray(leaf)
-    zeros = np.zeros((-start,) + arr.shape[1:], dtype=arr.dtype)
-    return np.concatenate([zeros, arr[:end]])
-
-
-def _sub_seq_lens(seq_lens: np.ndarray, start: int, end: int, state_start: Optional[int],
-                  state_end: Optional[int]) -> tuple:
-    """seq_lens and sequence index range [s0, s1) for the rows [start, end)."""
-    length = end - start
-    if state_start is not None:
-        if state_end is None:
-            raise ValueError("SampleBatch.slice(): pass both state_start and state_end, or neither")
-        lens = [int(x) for x in seq_lens[state_start:state_end]]
-        while lens and sum(lens[:-1]) >= length:
-            lens.pop()
-        if lens:
-            lens[-1] = length - sum(lens[:-1])
-        return lens, state_start, state_end
-    if length <= 0:
-        return [], 0, 0
-    starts = ops.seq_starts(seq_lens)
-    s0 = ops.seq_index_of_row(starts, max(start, 0))
-    s_last = ops.seq_index_of_row(starts, end - 1)
-    lens = [int(min(starts[j + 1], end) - max(starts[j], start)) for j in range(s0, s_last + 1)]
-    return lens, s0, s_last + 1
-
-
-def _pad_leaf(leaf: Any, seq_lens: np.ndarray, max_seq_len: int, count: int) -> Any:
-    """Right-zero-pads one leaf (rows grouped by seq_lens) to max_seq_len per sequence."""
-    if ops.leaf_length(leaf) != count:
-        return leaf  # not a per-row column
-    total = len(seq_lens) * max_seq_len
-    if isinstance(leaf, list) or (isinstance(leaf, np.ndarray) and leaf.dtype == object):
-        out: Any = [None] * total
-    else:
-        arr = np.asarray(leaf)
-        out = np.zeros((total,) + arr.shape[1:], dtype=arr.dtype)
-    src = 0
-    for i, n in enumerate(seq_lens):
-        n = int(n)
-        out[i * max_seq_len:i * max_seq_len + n] = leaf[src:src + n]
-        src += n
-    return ops.object_array(out) if isinstance(leaf, np.ndarray) and leaf.dtype == object else out
-
-
-def _unpack_leaf(leaf: Any) -> Any:
-    if ops.is_packed(leaf):
-        return ops.unpack(leaf)
-    if isinstance(leaf, np.ndarray) and leaf.dtype == object and len(leaf) and ops.is_packed(leaf[0]):
-        return np.stack([ops.unpack(x) for x in leaf])
-    return leaf
 
 
 from rlpolicy.policy._multi_agent_batch import (  # noqa: E402  (needs SampleBatch above)

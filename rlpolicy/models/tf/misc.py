@@ -158,3 +158,23 @@ def check_input_shape(x: TensorType, expected: Sequence[int], model: Any, what: 
             f"model expects [batch] + {list(expected)} (from its observation space); "
             f"pass a batch of {what}s of shape [B, {', '.join(map(str, expected))}]"
         )
+
+
+def one_hot_encode(x: TensorType, space: Any) -> TensorType:
+    """One-hot encodes a Discrete [B] or MultiDiscrete [B, k] batch of integers.
+
+    MultiDiscrete components are encoded separately and concatenated.
+
+    Args:
+        x: Integer (or integer-valued) tensor.
+        space: The Discrete or MultiDiscrete space of ``x``.
+
+    Returns:
+        A float32 tensor [B, n] (Discrete) or [B, sum(nvec)] (MultiDiscrete).
+    """
+    x = tf.cast(x, tf.int32)
+    if hasattr(space, "nvec"):
+        x = tf.reshape(x, [-1, len(space.nvec)])
+        parts = [tf.one_hot(x[:, i], int(n), dtype=tf.float32) for i, n in enumerate(space.nvec)]
+        return tf.concat(parts, axis=-1)
+    return tf.one_hot(tf.reshape(x, [-1]), int(space.n), dtype=tf.float32)

@@ -101,20 +101,21 @@ class EpsilonGreedy(Exploration):
         torch, _ = try_import_torch(error=True)
         self.last_timestep = ops.torch_next_timestep(self.last_timestep, timestep)
         exploit_action = action_distribution.deterministic_sample()
-        batch_size = int(tree.flatten(exploit_action)[0].shape[0])
-        action_logp = torch.zeros(batch_size, dtype=torch.float32, device=self.device)
+        first = tree.flatten(exploit_action)[0]
+        batch_size, device = int(first.shape[0]), self.device or first.device
+        action_logp = torch.zeros(batch_size, dtype=torch.float32, device=device)
         if not explore:
             return exploit_action, action_logp
 
         epsilon = float(self.epsilon_schedule(self.last_timestep))
-        chose_random = torch.rand(batch_size, device=self.device) < epsilon
+        chose_random = torch.rand(batch_size, device=device) < epsilon
         if hasattr(action_distribution, "flat_child_distributions"):
             return self._torch_mix_nested(exploit_action, chose_random), action_logp
         q_values = action_distribution.inputs
         weights = (q_values > ops.FLOAT_MIN).to(torch.float32)
         random_actions = torch.multinomial(weights, 1).squeeze(1)
-        action = torch.where(chose_random, random_actions.to(exploit_action.dtype),
-                             exploit_action)
+        action = torch.where(chose_random.to(exploit_action.device),
+                             random_actions.to(exploit_action), exploit_action)
         return action, action_logp
 
     def _torch_mix_nested(self, exploit_action: Any, chose_random: Any) -> Any:
@@ -124,7 +125,7 @@ class EpsilonGreedy(Exploration):
 
         def mix(exploit, rand):
             rand = torch.as_tensor(rand, dtype=exploit.dtype, device=exploit.device)
-            mask = chose_random.reshape((-1,) + (1,) * (exploit.dim() - 1))
+            mask = chose_random.to(exploit.device).reshape((-1,) + (1,) * (exploit.dim() - 1))
             return torch.where(mask, rand, exploit)
 
         struct = ops.base_struct_from_space(self.action_space)
@@ -135,22 +136,13 @@ class EpsilonGreedy(Exploration):
     def get_state(self, sess: Optional[Any] = None):
         if sess is not None and ops.is_tf_graph(self.framework):
             return sess.run(self._tf_state_op)
-        epsilon = self.epsilon_schedule(self.last_timestep)
-        if ops.is_tf_graph(self.framework):
-            return {"cur_epsilon": epsilon, "last_timestep": self.last_timestep.read_value()}
-        return {"cur_epsilon": ops.to_numpy(epsilon),
-                "last_timestep": ops.to_numpy(self.last_timestep)}
+        return ops.scheduled_state(self.framework, self.last_timestep, self.epsilon_schedule,
+                                   "cur_epsilon")
 
     @override(Exploration)
     def set_state(self, state: dict, sess: Optional[Any] = None) -> None:
-        if "last_timestep" not in state:
-            raise KeyError(
-                f"{type(self).__name__}.set_state: state has no 'last_timestep' key "
-                f"(got keys {sorted(state)})")
-        if ops.is_tf(self.framework):
-            ops.load_tf_var(self.last_timestep, state["last_timestep"], self.framework, sess)
-        else:
-            self.last_timestep = int(state["last_timestep"])
+        self.last_timestep = ops.restore_timestep(type(self).__name__, self.framework,
+                                                  self.last_timestep, state, sess)
 
 
 def _default_schedule(initial_epsilon: float, final_epsilon: float, warmup_timesteps: int,

@@ -71,8 +71,9 @@ class Random(Exploration):
             batched = ops.inputs_are_batched(action_dist, self.action_space, self.model)
             batch_size = int(action_dist.inputs.shape[0]) if batched else None
             sampled = ops.numpy_random_actions(self.action_space, batch_size)
-            action = tree.map_structure(
-                lambda a: torch.from_numpy(a).to(self.device), sampled)
+            inputs = action_dist.inputs
+            device = self.device or (inputs.device if isinstance(inputs, torch.Tensor) else None)
+            action = tree.map_structure(lambda a: torch.from_numpy(a).to(device), sampled)
         else:
             action = action_dist.deterministic_sample()
         return action, ops.torch_zero_logps(action, self.device)

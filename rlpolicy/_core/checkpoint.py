@@ -1,0 +1,408 @@
+"""Pickle-free policy checkpoints.
+
+A checkpoint directory holds two files:
+
+* ``rlpolicy_checkpoint.json``: format name and version, the policy class's
+  import path, the observation/action spaces (JSON codec below), the JSON-able
+  part of the config, and the nested structure of the policy state in which
+  every array is replaced by a reference ``{"__ndarray__": "a3"}``;
+* ``<prefix>-<sha256[:12]>.npz``: the arrays, loaded with ``allow_pickle=False``.
+
+Writing is atomic: the array file gets a new, content-derived name (it never
+overwrites the file a previous checkpoint points to), and the JSON file is
+written to a temporary file and ``os.replace``-d into place as the single
+commit point. A save that fails at any step leaves the previous checkpoint
+readable and unchanged. The JSON records the arrays' SHA-256, so a truncated
+or swapped array file is reported instead of silently loaded.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import io
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import gymnasium as gym
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+FORMAT_NAME = "rlpolicy.policy_checkpoint"
+FORMAT_VERSION = 1
+METADATA_FILE = "rlpolicy_checkpoint.json"
+_ARRAY_REF = "__ndarray__"
+_SUPPORTED_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory is corrupt, foreign, or from a newer format."""
+
+
+# ---------------------------------------------------------------- spaces <-> JSON
+def _bound_to_json(bound: np.ndarray) -> Any:
+    # Uniform bounds (the common case) are stored as one number.
+    flat = bound.reshape(-1)
+    if flat.size and np.all(flat == flat[0]):
+        return flat[0].item()
+    return bound.tolist()
+
+
+def space_to_json(space: gym.Space) -> Dict[str, Any]:
+    """Encodes a gymnasium space as a JSON-able dict.
+
+    Raises:
+        TypeError: For space types other than Box, Discrete, MultiDiscrete,
+            MultiBinary, Dict and Tuple.
+    """
+    s = gym.spaces
+    if isinstance(space, s.Box):
+        return {"type": "Box", "low": _bound_to_json(space.low), "high": _bound_to_json(space.high),
+                "shape": list(space.shape), "dtype": np.dtype(space.dtype).name}
+    if isinstance(space, s.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start),
+                "dtype": np.dtype(space.dtype).name}
+    if isinstance(space, s.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(),
+                "dtype": np.dtype(space.dtype).name}
+    if isinstance(space, s.MultiBinary):
+        n = space.n if isinstance(space.n, (int, np.integer)) else list(space.n)
+        return {"type": "MultiBinary", "n": n if isinstance(n, list) else int(n)}
+    if isinstance(space, s.Dict):
+        return {"type": "Dict", "spaces": [[k, space_to_json(v)] for k, v in space.spaces.items()]}
+    if isinstance(space, s.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_json(v) for v in space.spaces]}
+    raise TypeError(f"cannot save space {space!r} ({type(space).__name__}) in a checkpoint; "
+                    f"supported: {_SUPPORTED_SPACES}")
+
+
+def space_from_json(data: Any) -> gym.Space:
+    """Decodes a space written by :func:`space_to_json`.
+
+    Raises:
+        CheckpointError: If ``data`` is not a valid encoded space.
+    """
+    s = gym.spaces
+    try:
+        kind = data["type"]
+        if kind == "Box":
+            shape, dtype = tuple(data["shape"]), np.dtype(data["dtype"])
+            low = np.broadcast_to(np.asarray(data["low"], dtype=dtype), shape).copy()
+            high = np.broadcast_to(np.asarray(data["high"], dtype=dtype), shape).copy()
+            return s.Box(low=low, high=high, shape=shape, dtype=dtype)
+        if kind == "Discrete":
+            return s.Discrete(int(data["n"]), start=int(data["start"]), dtype=np.dtype(data["dtype"]))
+        if kind == "MultiDiscrete":
+            return s.MultiDiscrete(data["nvec"], start=data["start"], dtype=np.dtype(data["dtype"]))
+        if kind == "MultiBinary":
+            return s.MultiBinary(data["n"])
+        if kind == "Dict":
+            return s.Dict({k: space_from_json(v) for k, v in data["spaces"]})
+        if kind == "Tuple":
+            return s.Tuple([space_from_json(v) for v in data["spaces"]])
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"invalid encoded space {data!r}: {e}") from e
+    raise CheckpointError(f"unknown space type {kind!r} in checkpoint; supported: {_SUPPORTED_SPACES}")
+
+
+# ---------------------------------------------------------------- values <-> JSON + arrays
+def import_path(obj: Any) -> Optional[str]:
+    """Returns ``"module:qualname"`` if importing that path gives back ``obj``."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname:
+        return None
+    try:
+        found = resolve_import_path(f"{module}:{qualname}")
+    except (ImportError, AttributeError, CheckpointError):
+        return None
+    return f"{module}:{qualname}" if found is obj else None
+
+
+def resolve_import_path(path: str) -> Any:
+    """Imports ``"module:qualname"`` and returns the named object."""
+    if not isinstance(path, str) or path.count(":") != 1:
+        raise CheckpointError(f"invalid import path {path!r} in checkpoint; expected 'module:qualname'")
+    module, qualname = path.split(":")
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class _Encoder:
+    """Turns a nest of dicts/lists/tuples/arrays/scalars into JSON + an array table."""
+
+    def __init__(self, allow_imports: bool = False):
+        self.arrays: Dict[str, np.ndarray] = {}
+        self.allow_imports = allow_imports
+        self.dropped: List[str] = []
+
+    def _add_array(self, arr: np.ndarray, where: str, **extra: Any) -> Dict[str, Any]:
+        if arr.dtype.hasobject:
+            raise TypeError(f"cannot save {where}: arrays of dtype object need pickle; "
+                            "store numeric arrays instead")
+        key = f"a{len(self.arrays)}"
+        self.arrays[key] = arr
+        return {_ARRAY_REF: key, **extra}
+
+    def encode(self, value: Any, where: str) -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, np.ndarray):
+            return self._add_array(value, where)
+        if isinstance(value, np.generic):
+            return self._add_array(np.asarray(value), where, scalar=True)
+        if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+            return self._add_array(value.detach().cpu().numpy(), where)
+        if isinstance(value, dict):
+            return self._encode_dict(value, where)
+        if isinstance(value, (list, tuple)):
+            items = [self.encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+            if any(x is _DROP for x in items):
+                return _DROP  # a sequence is kept whole or not at all
+            return items if isinstance(value, list) else {"__tuple__": items}
+        return self._encode_other(value, where)
+
+    def _encode_dict(self, value: dict, where: str) -> Any:
+        plain = all(isinstance(k, str) and not k.startswith("__") for k in value)
+        if plain:
+            out = {}
+            for k, v in value.items():
+                enc = self.encode(v, f"{where}.{k}")
+                if enc is not _DROP:
+                    out[k] = enc
+            return out
+        items = [[self.encode(k, f"{where}<key>"), self.encode(v, f"{where}[{k!r}]")]
+                 for k, v in value.items()]
+        return {"__dict__": [kv for kv in items if all(x is not _DROP for x in kv)]}
+
+    def _encode_other(self, value: Any, where: str) -> Any:
+        if self.allow_imports:
+            path = import_path(value)
+            if path is not None:
+                return {"__import__": path}
+            logger.warning("checkpoint: config value %s=%r cannot be stored without pickle; "
+                           "it is left out (the loader falls back to the default)", where, value)
+            self.dropped.append(where)
+            return _DROP
+        raise TypeError(f"cannot save {where}={value!r} ({type(value).__name__}) without pickle; "
+                        "supported: dict, list, tuple, str, int, float, bool, None, numpy arrays, torch tensors")
+
+
+_DROP = object()
+
+
+def _decode(value: Any, arrays: Any, where: str) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, dict):
+        return value
+    if _ARRAY_REF in value:
+        key = value[_ARRAY_REF]
+        if key not in arrays:
+            raise CheckpointError(f"checkpoint is corrupt: {where} refers to array {key!r}, "
+                                  "which is missing from the array file")
+        arr = arrays[key]
+        return arr[()] if value.get("scalar") else arr
+    if "__tuple__" in value:
+        return tuple(_decode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value["__tuple__"]))
+    if "__dict__" in value:
+        return {_decode(k, arrays, where): _decode(v, arrays, f"{where}[{k!r}]")
+                for k, v in value["__dict__"]}
+    if "__import__" in value:
+        try:
+            return resolve_import_path(value["__import__"])
+        except (ImportError, AttributeError) as e:
+            raise CheckpointError(f"checkpoint value {where} names {value['__import__']!r}, "
+                                  f"which cannot be imported here: {e}") from e
+    return {k: _decode(v, arrays, f"{where}.{k}") for k, v in value.items()}
+
+
+# ---------------------------------------------------------------- write / read
+@dataclass
+class CheckpointContents:
+    """What a checkpoint directory holds, decoded."""
+
+    policy_class: str
+    observation_space: gym.Space
+    action_space: gym.Space
+    config: dict
+    state: dict
+    dropped_config_keys: List[str]
+
+
+def _fsync_write(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _previous_arrays_file(export_dir: str) -> Optional[str]:
+    try:
+        with open(os.path.join(export_dir, METADATA_FILE), encoding="utf-8") as f:
+            return json.load(f).get("arrays_file")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def write_checkpoint(export_dir: str, *, policy_class: str, observation_space: gym.Space,
+                     action_space: gym.Space, config: dict, state: dict,
+                     filename_prefix: str = "model") -> str:
+    """Writes a policy checkpoint atomically into ``export_dir``.
+
+    Args:
+        export_dir: Directory to write to (created if missing).
+        policy_class: Import path ``"module:qualname"`` of the policy class.
+        observation_space: The policy's observation space.
+        action_space: The policy's action space.
+        config: The policy config; values that cannot be stored without
+            pickle (lambdas, local classes) are left out with a warning.
+        state: The nested policy state (``Policy.get_state()``).
+        filename_prefix: Prefix of the array file's name.
+
+    Returns:
+        The path of the metadata JSON file.
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", filename_prefix or ""):
+        raise ValueError(f"filename_prefix={filename_prefix!r} must be a plain file name "
+                         "(letters, digits, '_', '-', '.')")
+    encoder = _Encoder()
+    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "policy_class": policy_class,
+            "observation_space": space_to_json(observation_space),
+            "action_space": space_to_json(action_space), "state": encoder.encode(state, "state")}
+    cfg_encoder = _Encoder(allow_imports=True)
+    cfg_encoder.arrays = encoder.arrays
+    meta["config"] = cfg_encoder.encode(dict(config), "config")
+    meta["dropped_config_keys"] = cfg_encoder.dropped
+    payload = _npz_bytes(encoder.arrays)
+    digest = hashlib.sha256(payload).hexdigest()
+    meta["arrays_file"] = f"{filename_prefix}-{digest[:12]}.npz"
+    meta["arrays_sha256"] = digest
+    text = json.dumps(meta, indent=1).encode("utf-8")
+    os.makedirs(export_dir, exist_ok=True)
+    return _commit(export_dir, meta["arrays_file"], payload, text)
+
+
+def _commit(export_dir: str, arrays_name: str, payload: bytes, meta_text: bytes) -> str:
+    previous = _previous_arrays_file(export_dir)
+    arrays_path = os.path.join(export_dir, arrays_name)
+    meta_path = os.path.join(export_dir, METADATA_FILE)
+    temps: List[str] = []
+    created_arrays = False
+    try:
+        for final, data in ((arrays_path, payload), (meta_path, meta_text)):
+            fd, tmp = tempfile.mkstemp(dir=export_dir, prefix=".tmp-", suffix=".part")
+            os.close(fd)
+            temps.append(tmp)
+            _fsync_write(tmp, data)
+            created_arrays = created_arrays or (final == arrays_path and not os.path.exists(final))
+            os.replace(tmp, final)  # the metadata replace is the commit point
+    except BaseException:
+        for tmp in temps:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        if created_arrays and arrays_name != previous and os.path.exists(arrays_path):
+            os.remove(arrays_path)
+        raise
+    if previous and previous != arrays_name and os.path.basename(previous) == previous:
+        try:
+            os.remove(os.path.join(export_dir, previous))
+        except OSError:
+            pass
+    return meta_path
+
+
+def _load_meta(checkpoint_dir: str) -> dict:
+    if not os.path.isdir(checkpoint_dir):
+        raise FileNotFoundError(f"policy checkpoint directory {checkpoint_dir!r} does not exist")
+    meta_path = os.path.join(checkpoint_dir, METADATA_FILE)
+    if not os.path.isfile(meta_path):
+        raise CheckpointError(f"{checkpoint_dir!r} is not an rlpolicy policy checkpoint: "
+                              f"{METADATA_FILE} is missing (found {sorted(os.listdir(checkpoint_dir))})")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"policy checkpoint {meta_path!r} is corrupt: not valid JSON ({e})") from e
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
+        found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise CheckpointError(f"{meta_path!r} is not an rlpolicy policy checkpoint "
+                              f"(format {found!r}, expected {FORMAT_NAME!r})")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+        raise CheckpointError(f"policy checkpoint {meta_path!r} has format_version {version!r}; "
+                              f"this rlpolicy reads versions 1..{FORMAT_VERSION}")
+    return meta
+
+
+def _load_arrays(checkpoint_dir: str, meta: dict) -> Dict[str, np.ndarray]:
+    name = meta.get("arrays_file")
+    if not isinstance(name, str) or os.path.basename(name) != name:
+        raise CheckpointError(f"policy checkpoint in {checkpoint_dir!r} is corrupt: bad arrays_file {name!r}")
+    path = os.path.join(checkpoint_dir, name)
+    try:
+        with open(path, "rb") as f:
+            payload = f.read()
+    except OSError as e:
+        raise CheckpointError(f"policy checkpoint in {checkpoint_dir!r} is incomplete: "
+                              f"array file {name!r} cannot be read ({e})") from e
+    if hashlib.sha256(payload).hexdigest() != meta.get("arrays_sha256"):
+        raise CheckpointError(f"policy checkpoint array file {path!r} is corrupt: "
+                              "its SHA-256 does not match the one recorded in the metadata")
+    try:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except ValueError as e:  # includes "Object arrays cannot be loaded when allow_pickle=False"
+        raise CheckpointError(f"policy checkpoint array file {path!r} cannot be read without pickle: {e}") from e
+    except Exception as e:  # zipfile.BadZipFile, OSError, EOFError
+        raise CheckpointError(f"policy checkpoint array file {path!r} is corrupt: {e}") from e
+
+
+def read_checkpoint(checkpoint_dir: str) -> CheckpointContents:
+    """Reads and validates a checkpoint written by :func:`write_checkpoint`.
+
+    Raises:
+        FileNotFoundError: If ``checkpoint_dir`` does not exist.
+        CheckpointError: If the directory is not an rlpolicy checkpoint, is
+            from a newer format version, or any file in it is corrupt.
+    """
+    checkpoint_dir = os.fspath(checkpoint_dir)
+    meta = _load_meta(checkpoint_dir)
+    arrays = _load_arrays(checkpoint_dir, meta)
+    try:
+        return CheckpointContents(
+            policy_class=meta["policy_class"],
+            observation_space=space_from_json(meta["observation_space"]),
+            action_space=space_from_json(meta["action_space"]),
+            config=_decode(meta["config"], arrays, "config"),
+            state=_decode(meta["state"], arrays, "state"),
+            dropped_config_keys=list(meta.get("dropped_config_keys", [])))
+    except KeyError as e:
+        raise CheckpointError(f"policy checkpoint in {checkpoint_dir!r} is corrupt: missing entry {e}") from e
+
+
+def resolve_policy_class(path: str, base: type) -> type:
+    """Imports the policy class named in a checkpoint and checks it is a ``base`` subclass."""
+    try:
+        cls = resolve_import_path(path)
+    except (ImportError, AttributeError) as e:
+        raise CheckpointError(
+            f"cannot import the checkpoint's policy class {path!r} ({e}); call "
+            "YourPolicyClass.from_checkpoint(dir) on the class instead") from e
+    if not isinstance(cls, type) or not issubclass(cls, base):
+        raise CheckpointError(f"checkpoint policy class {path!r} is not a {base.__name__} subclass")
+    return cls

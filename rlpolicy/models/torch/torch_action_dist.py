@@ -1,0 +1,494 @@
+"""Torch action distributions (RLlib's ``ray.rllib.models.torch.torch_action_dist``).
+
+Each class is built from the model output ``inputs`` [BATCH, n] (see
+``required_model_output_shape``) and returns one value per batch row from
+``logp``, ``entropy`` and ``kl``.
+"""
+from __future__ import annotations
+
+import functools
+from math import log
+from typing import Any, List, Optional, Sequence, Union
+
+import gymnasium as gym
+import numpy as np
+
+from rlpolicy.models.action_dist import ActionDistribution
+from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
+from rlpolicy.utils.annotations import DeveloperAPI, override
+from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT, SMALL_NUMBER
+from rlpolicy.utils.typing import ModelConfigDict, TensorType
+
+torch, nn = try_import_torch()
+
+
+def _to_tensor(inputs: Any, model: Any) -> TensorType:
+    """Converts numpy inputs to a tensor on the model's device."""
+    if isinstance(inputs, torch.Tensor):
+        return inputs
+    tensor = torch.from_numpy(np.asarray(inputs))
+    if isinstance(model, TorchModelV2):
+        param = next(iter(model.parameters()), None)
+        if param is not None:
+            tensor = tensor.to(param.device)
+    return tensor
+
+
+@DeveloperAPI
+class TorchDistributionWrapper(ActionDistribution):
+    """Wraps a ``torch.distributions`` object stored as ``self.dist``."""
+
+    @override(ActionDistribution)
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2):
+        super().__init__(_to_tensor(inputs, model), model)
+        self.last_sample = None
+
+    @override(ActionDistribution)
+    def logp(self, actions: TensorType) -> TensorType:
+        return self.dist.log_prob(actions)
+
+    @override(ActionDistribution)
+    def entropy(self) -> TensorType:
+        return self.dist.entropy()
+
+    @override(ActionDistribution)
+    def kl(self, other: ActionDistribution) -> TensorType:
+        return torch.distributions.kl.kl_divergence(self.dist, other.dist)
+
+    @override(ActionDistribution)
+    def sample(self) -> TensorType:
+        self.last_sample = self.dist.sample()
+        return self.last_sample
+
+    @override(ActionDistribution)
+    def sampled_action_logp(self) -> TensorType:
+        if self.last_sample is None:
+            raise ValueError(f"{type(self).__name__}.sampled_action_logp() called before "
+                             "sample() or deterministic_sample()")
+        return self.logp(self.last_sample)
+
+
+@DeveloperAPI
+class TorchCategorical(TorchDistributionWrapper):
+    """Categorical over ``n`` actions from logits [BATCH, n], optionally tempered."""
+
+    @override(ActionDistribution)
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2 = None,
+                 temperature: float = 1.0):
+        """Args: inputs: logits; model: the model; temperature: logits are divided by it (> 0)."""
+        if temperature <= 0.0:
+            raise ValueError(f"Categorical temperature must be > 0, got {temperature}")
+        inputs = _to_tensor(inputs, model)
+        if temperature != 1.0:
+            inputs = inputs / temperature
+        super().__init__(inputs, model)
+        self.dist = torch.distributions.categorical.Categorical(logits=self.inputs)
+
+    @override(ActionDistribution)
+    def deterministic_sample(self) -> TensorType:
+        self.last_sample = self.dist.probs.argmax(dim=1)
+        return self.last_sample
+
+    @staticmethod
+    @override(ActionDistribution)
+    def required_model_output_shape(action_space: gym.Space,
+                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+        return action_space.n
+
+
+@DeveloperAPI
+def get_torch_categorical_class_with_temperature(t: float) -> type:
+    """Returns a TorchCategorical subclass whose default temperature is ``t``."""
+    def __init__(self, inputs, model=None, temperature=t):
+        TorchCategorical.__init__(self, inputs, model, temperature)
+    return type("TorchCategoricalWithTemperature", (TorchCategorical,), {"__init__": __init__})
+
+
+def _reshape_to_space(sample: TensorType, action_space: Optional[gym.Space]) -> TensorType:
+    if isinstance(action_space, gym.spaces.Box):
+        return torch.reshape(sample, [-1] + list(action_space.shape))
+    return sample
+
+
+@DeveloperAPI
+class TorchMultiCategorical(TorchDistributionWrapper):
+    """Independent categoricals, one per ``input_lens`` slice of the logits.
+
+    Used for MultiDiscrete and integer Box action spaces.
+    """
+
+    @override(TorchDistributionWrapper)
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2,
+                 input_lens: Union[List[int], np.ndarray, tuple], action_space: Optional[gym.Space] = None):
+        """Args: inputs: logits [B, sum(input_lens)]; model; input_lens: categories per
+        sub-action; action_space: integer Box to reshape samples to (optional)."""
+        super().__init__(inputs, model)
+        lens = tuple(int(n) for n in input_lens)
+        if self.inputs.shape[-1] != sum(lens):
+            raise ValueError(f"MultiCategorical inputs have {self.inputs.shape[-1]} columns but "
+                             f"input_lens {list(lens)} sum to {sum(lens)}")
+        self.cats = [torch.distributions.categorical.Categorical(logits=part)
+                     for part in self.inputs.split(lens, dim=1)]
+        self.action_space = action_space
+
+    @override(TorchDistributionWrapper)
+    def sample(self) -> TensorType:
+        sample = torch.stack([cat.sample() for cat in self.cats], dim=1)
+        self.last_sample = _reshape_to_space(sample, self.action_space)
+        return self.last_sample
+
+    @override(ActionDistribution)
+    def deterministic_sample(self) -> TensorType:
+        sample = torch.stack([torch.argmax(cat.probs, -1) for cat in self.cats], dim=1)
+        self.last_sample = _reshape_to_space(sample, self.action_space)
+        return self.last_sample
+
+    @override(TorchDistributionWrapper)
+    def logp(self, actions: TensorType) -> TensorType:
+        if isinstance(actions, np.ndarray):
+            actions = torch.from_numpy(actions)
+        if isinstance(actions, torch.Tensor):
+            actions = torch.reshape(actions, [-1, len(self.cats)])
+            actions = torch.unbind(actions, dim=1)
+        logps = torch.stack([cat.log_prob(a) for cat, a in zip(self.cats, actions)])
+        return torch.sum(logps, dim=0)
+
+    @override(ActionDistribution)
+    def multi_entropy(self) -> TensorType:
+        return torch.stack([cat.entropy() for cat in self.cats], dim=1)
+
+    @override(TorchDistributionWrapper)
+    def entropy(self) -> TensorType:
+        return torch.sum(self.multi_entropy(), dim=1)
+
+    @override(ActionDistribution)
+    def multi_kl(self, other: ActionDistribution) -> TensorType:
+        return torch.stack([torch.distributions.kl.kl_divergence(c, o)
+                            for c, o in zip(self.cats, other.cats)], dim=1)
+
+    @override(TorchDistributionWrapper)
+    def kl(self, other: ActionDistribution) -> TensorType:
+        return torch.sum(self.multi_kl(other), dim=1)
+
+    @staticmethod
+    @override(ActionDistribution)
+    def required_model_output_shape(action_space: gym.Space,
+                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+        if isinstance(action_space, gym.spaces.Box):
+            low, high = int(np.min(action_space.low)), int(np.max(action_space.high))
+            return int(np.prod(action_space.shape)) * (high - low + 1)
+        return int(np.sum(action_space.nvec))
+
+
+@DeveloperAPI
+class TorchDiagGaussian(TorchDistributionWrapper):
+    """Diagonal Gaussian from inputs [BATCH, 2 * d] = (means, log stds)."""
+
+    @override(ActionDistribution)
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2, *,
+                 action_space: Optional[gym.spaces.Space] = None):
+        super().__init__(inputs, model)
+        mean, log_std = torch.chunk(self.inputs, 2, dim=1)
+        self.log_std = log_std
+        self.dist = torch.distributions.normal.Normal(mean, torch.exp(log_std))
+        # A Box(shape=()) action space gets scalar samples.
+        self.zero_action_dim = action_space is not None and action_space.shape == ()
+
+    @override(TorchDistributionWrapper)
+    def sample(self) -> TensorType:
+        sample = super().sample()
+        return torch.squeeze(sample, dim=-1) if self.zero_action_dim else sample
+
+    @override(ActionDistribution)
+    def deterministic_sample(self) -> TensorType:
+        self.last_sample = self.dist.mean
+        return self.last_sample
+
+    @override(TorchDistributionWrapper)
+    def logp(self, actions: TensorType) -> TensorType:
+        return super().logp(actions).sum(-1)
+
+    @override(TorchDistributionWrapper)
+    def entropy(self) -> TensorType:
+        return super().entropy().sum(-1)
+
+    @override(TorchDistributionWrapper)
+    def kl(self, other: ActionDistribution) -> TensorType:
+        return super().kl(other).sum(-1)
+
+    @staticmethod
+    @override(ActionDistribution)
+    def required_model_output_shape(action_space: gym.Space,
+                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+        return int(np.prod(action_space.shape)) * 2
+
+
+def _check_bounds(low: Any, high: Any, name: str) -> None:
+    if not np.all(np.less(low, high)):
+        raise ValueError(f"{name} needs low < high, got low={low}, high={high}")
+
+
+@DeveloperAPI
+class TorchSquashedGaussian(TorchDistributionWrapper):
+    """Gaussian squashed by tanh into (low, high); inputs = (means, log stds).
+
+    Log stds are clipped to [MIN_LOG_NN_OUTPUT, MAX_LOG_NN_OUTPUT]. Samples
+    never reach ``low``/``high`` exactly.
+    """
+
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2,
+                 low: float = -1.0, high: float = 1.0):
+        """Args: inputs: [B, 2d]; model; low, high: bounds of the (open) action interval."""
+        super().__init__(inputs, model)
+        _check_bounds(low, high, "SquashedGaussian")
+        mean, log_std = torch.chunk(self.inputs, 2, dim=-1)
+        log_std = torch.clamp(log_std, MIN_LOG_NN_OUTPUT, MAX_LOG_NN_OUTPUT)
+        std = torch.exp(log_std)
+        self.dist = torch.distributions.normal.Normal(mean, std)
+        self.low, self.high = low, high
+        self.mean, self.std = mean, std
+
+    @override(ActionDistribution)
+    def deterministic_sample(self) -> TensorType:
+        self.last_sample = self._squash(self.dist.mean)
+        return self.last_sample
+
+    @override(TorchDistributionWrapper)
+    def sample(self) -> TensorType:
+        self.last_sample = self._squash(self.dist.rsample())
+        return self.last_sample
+
+    @override(ActionDistribution)
+    def logp(self, x: TensorType) -> TensorType:
+        raw = self._unsquash(x)
+        gauss = torch.clamp(self.dist.log_prob(raw), -100, 100).sum(-1)
+        # Change of variables for tanh (RLlib 1.11 omits the (high-low)/2 scale term).
+        return gauss - torch.sum(torch.log(1 - torch.tanh(raw) ** 2 + SMALL_NUMBER), dim=-1)
+
+    def sample_logp(self):
+        """Returns a reparameterised sample in [-1, 1] scale and its log-probability."""
+        z = self.dist.rsample()
+        actions = self._squash(z)
+        logp = torch.sum(self.dist.log_prob(z) - torch.log(1 - actions * actions + SMALL_NUMBER),
+                         dim=-1)
+        return actions, logp
+
+    @override(TorchDistributionWrapper)
+    def entropy(self) -> TensorType:
+        raise ValueError("entropy is not defined for SquashedGaussian (no closed form)")
+
+    @override(TorchDistributionWrapper)
+    def kl(self, other: ActionDistribution) -> TensorType:
+        raise ValueError("kl is not defined for SquashedGaussian (no closed form)")
+
+    def _squash(self, raw_values: TensorType) -> TensorType:
+        squashed = (torch.tanh(raw_values) + 1.0) / 2.0 * (self.high - self.low) + self.low
+        return torch.clamp(squashed, self.low, self.high)
+
+    def _unsquash(self, values: TensorType) -> TensorType:
+        normed = (values - self.low) / (self.high - self.low) * 2.0 - 1.0
+        return torch.atanh(torch.clamp(normed, -1.0 + SMALL_NUMBER, 1.0 - SMALL_NUMBER))
+
+    @staticmethod
+    @override(ActionDistribution)
+    def required_model_output_shape(action_space: gym.Space,
+                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+        return int(np.prod(action_space.shape)) * 2
+
+
+@DeveloperAPI
+class TorchBeta(TorchDistributionWrapper):
+    """Beta distribution scaled to [low, high]; inputs [B, 2d] give alpha, beta.
+
+    Each input ``v`` becomes a concentration ``softplus(clip(v)) + 1`` (so > 1).
+    """
+
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2,
+                 low: float = 0.0, high: float = 1.0):
+        """Args: inputs: [B, 2d]; model; low, high: the action interval."""
+        super().__init__(inputs, model)
+        _check_bounds(low, high, "Beta")
+        clipped = torch.clamp(self.inputs, log(SMALL_NUMBER), -log(SMALL_NUMBER))
+        self.inputs = torch.log(torch.exp(clipped) + 1.0) + 1.0
+        self.low, self.high = low, high
+        alpha, beta = torch.chunk(self.inputs, 2, dim=-1)
+        self.dist = torch.distributions.Beta(concentration1=alpha, concentration0=beta)
+
+    @override(ActionDistribution)
+    def deterministic_sample(self) -> TensorType:
+        self.last_sample = self._squash(self.dist.mean)
+        return self.last_sample
+
+    @override(TorchDistributionWrapper)
+    def sample(self) -> TensorType:
+        self.last_sample = self._squash(self.dist.rsample())
+        return self.last_sample
+
+    @override(ActionDistribution)
+    def logp(self, x: TensorType) -> TensorType:
+        return torch.sum(self.dist.log_prob(self._unsquash(x)), dim=-1)
+
+    @override(TorchDistributionWrapper)
+    def entropy(self) -> TensorType:
+        return super().entropy().sum(-1)
+
+    @override(TorchDistributionWrapper)
+    def kl(self, other: ActionDistribution) -> TensorType:
+        return super().kl(other).sum(-1)
+
+    def _squash(self, raw_values: TensorType) -> TensorType:
+        return raw_values * (self.high - self.low) + self.low
+
+    def _unsquash(self, values: TensorType) -> TensorType:
+        return (values - self.low) / (self.high - self.low)
+
+    @staticmethod
+    @override(ActionDistribution)
+    def required_model_output_shape(action_space: gym.Space,
+                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+        return int(np.prod(action_space.shape)) * 2
+
+
+@DeveloperAPI
+class TorchDeterministic(TorchDistributionWrapper):
+    """Point mass at the inputs (a Gaussian with zero std); logp of samples is 0."""
+
+    @override(ActionDistribution)
+    def deterministic_sample(self) -> TensorType:
+        return self.inputs
+
+    @override(TorchDistributionWrapper)
+    def sampled_action_logp(self) -> TensorType:
+        return torch.zeros((self.inputs.size()[0],), dtype=torch.float32,
+                           device=self.inputs.device)
+
+    @override(TorchDistributionWrapper)
+    def sample(self) -> TensorType:
+        return self.deterministic_sample()
+
+    @staticmethod
+    @override(ActionDistribution)
+    def required_model_output_shape(action_space: gym.Space,
+                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+        return int(np.prod(action_space.shape))
+
+
+@DeveloperAPI
+class TorchDirichlet(TorchDistributionWrapper):
+    """Dirichlet over the simplex; concentration = exp(inputs) + 1e-7."""
+
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2):
+        inputs = _to_tensor(inputs, model)
+        self.epsilon = torch.tensor(1e-7, device=inputs.device)
+        concentration = torch.exp(inputs) + self.epsilon
+        self.dist = torch.distributions.dirichlet.Dirichlet(concentration=concentration,
+                                                            validate_args=True)
+        super().__init__(concentration, model)
+
+    @override(ActionDistribution)
+    def deterministic_sample(self) -> TensorType:
+        self.last_sample = nn.functional.softmax(self.dist.concentration, dim=-1)
+        return self.last_sample
+
+    @override(ActionDistribution)
+    def logp(self, x: TensorType) -> TensorType:
+        # Keep x strictly inside the simplex (validate_args rejects zeros).
+        x = torch.max(x, self.epsilon)
+        return self.dist.log_prob(x / torch.sum(x, dim=-1, keepdim=True))
+
+    @override(ActionDistribution)
+    def entropy(self) -> TensorType:
+        return self.dist.entropy()
+
+    @staticmethod
+    @override(ActionDistribution)
+    def required_model_output_shape(action_space: gym.Space,
+                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+        return int(np.prod(action_space.shape))
+
+
+def _flat_action_widths(action_space: gym.Space) -> List[int]:
+    """Columns each flat sub-action takes in a flattened action batch."""
+    from rlpolicy.utils.spaces.space_utils import flatten_space
+    return [1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(s.shape))
+            for s in flatten_space(action_space)]
+
+
+@DeveloperAPI
+class TorchMultiActionDistribution(TorchDistributionWrapper):
+    """Joint distribution of independent sub-distributions for Tuple/Dict action spaces."""
+
+    def __init__(self, inputs: TensorType, model: TorchModelV2, *, child_distributions: Any,
+                 input_lens: Any, action_space: gym.Space):
+        """Splits ``inputs`` by ``input_lens`` and builds one child per flat sub-space.
+
+        Args:
+            inputs: [BATCH, sum(input_lens)].
+            model: The model that produced ``inputs``.
+            child_distributions: Flat list (or struct) of child classes.
+            input_lens: Flat list (or struct) of input sizes per child.
+            action_space: The (nested) Tuple/Dict action space.
+        """
+        import tree
+        from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
+        super().__init__(inputs, model)
+        self.action_space = action_space
+        self.action_space_struct = get_base_struct_from_space(action_space)
+        self.input_lens = [int(n) for n in tree.flatten(input_lens)]
+        children = tree.flatten(child_distributions)
+        if self.inputs.shape[1] != sum(self.input_lens):
+            raise ValueError(f"MultiActionDistribution inputs have {self.inputs.shape[1]} columns "
+                             f"but input_lens {self.input_lens} sum to {sum(self.input_lens)}")
+        splits = torch.split(self.inputs, self.input_lens, dim=1)
+        self.flat_child_distributions = [d(x, model) for d, x in zip(children, splits)]
+
+    @override(ActionDistribution)
+    def logp(self, x: Any) -> TensorType:
+        import tree
+        if isinstance(x, np.ndarray):
+            x = torch.from_numpy(x)
+        if isinstance(x, torch.Tensor):
+            widths = _flat_action_widths(self.action_space)
+            split_x = list(torch.split(x, widths, dim=1))
+        else:
+            split_x = tree.flatten(x)
+        logps = []
+        for val, dist in zip(split_x, self.flat_child_distributions):
+            if isinstance(dist, TorchCategorical):
+                val = (torch.squeeze(val, dim=-1) if len(val.shape) > 1 else val).long()
+            logps.append(dist.logp(val))
+        return functools.reduce(lambda a, b: a + b, logps)
+
+    @override(ActionDistribution)
+    def kl(self, other: ActionDistribution) -> TensorType:
+        kls = [d.kl(o) for d, o in zip(self.flat_child_distributions,
+                                       other.flat_child_distributions)]
+        return functools.reduce(lambda a, b: a + b, kls)
+
+    @override(ActionDistribution)
+    def entropy(self) -> TensorType:
+        return functools.reduce(lambda a, b: a + b,
+                                [d.entropy() for d in self.flat_child_distributions])
+
+    @override(ActionDistribution)
+    def sample(self) -> Any:
+        import tree
+        samples = [d.sample() for d in self.flat_child_distributions]
+        return tree.unflatten_as(self.action_space_struct, samples)
+
+    @override(ActionDistribution)
+    def deterministic_sample(self) -> Any:
+        import tree
+        samples = [d.deterministic_sample() for d in self.flat_child_distributions]
+        return tree.unflatten_as(self.action_space_struct, samples)
+
+    @override(TorchDistributionWrapper)
+    def sampled_action_logp(self) -> TensorType:
+        return functools.reduce(lambda a, b: a + b, [
+            d.sampled_action_logp() for d in self.flat_child_distributions])
+
+    @override(ActionDistribution)
+    def required_model_output_shape(self, action_space: gym.Space,
+                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+        return int(np.sum(self.input_lens))

@@ -1,0 +1,525 @@
+"""The framework-independent ``Policy`` base class (RLlib 1.11's ``ray.rllib.policy.policy``).
+
+The logic shared by every framework lives in ``rlpolicy._core``:
+``action_flow`` (single-action batching), ``loss_init`` (default view
+requirements, dummy-batch loss initialisation, pruning) and ``checkpoint``
+(pickle-free saving). This module wires them to RLlib's method names.
+"""
+from __future__ import annotations
+
+import logging
+from abc import ABCMeta, abstractmethod
+from collections import namedtuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union
+
+import gymnasium as gym
+
+from rlpolicy._core import action_flow, checkpoint, loss_init
+from rlpolicy.policy.sample_batch import SampleBatch
+from rlpolicy.utils.annotations import (
+    DeveloperAPI,
+    ExperimentalAPI,
+    OverrideToImplementCustomLogic,
+    PublicAPI,
+)
+from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
+from rlpolicy.utils.typing import (
+    AgentID,
+    ModelGradients,
+    ModelWeights,
+    TensorStructType,
+    TensorType,
+    TrainerConfigDict,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rlpolicy.agents.callbacks import DefaultCallbacks
+    from rlpolicy.evaluation.episode import Episode
+    from rlpolicy.models.action_dist import ActionDistribution
+    from rlpolicy.models.modelv2 import ModelV2
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@PublicAPI
+class PolicySpec(namedtuple("PolicySpec", ["policy_class", "observation_space", "action_space", "config"])):
+    """How to build one policy of a multi-agent setup; every field may be None.
+
+    ``policy_class`` None means the trainer's default policy class; spaces
+    None mean "infer from the env"; ``config`` holds overrides of the
+    trainer's config for this policy.
+    """
+
+    def __new__(cls, policy_class: Optional[type] = None, observation_space: Optional[gym.Space] = None,
+                action_space: Optional[gym.Space] = None, config: Optional[dict] = None) -> "PolicySpec":
+        return super().__new__(cls, policy_class, observation_space, action_space, config)
+
+
+def _completed_config(config: Optional[dict]) -> dict:
+    # Partial dicts are completed from COMMON_CONFIG (nested "model" from
+    # MODEL_DEFAULTS); an already complete dict is kept as the same object, so
+    # code holding the caller's dict (e.g. build_policy_class's hooks) sees
+    # the dict the policy uses, as in RLlib.
+    from rlpolicy._core.config import complete_config, validate_config
+
+    if config is None:
+        config = {}
+    if not isinstance(config, dict):
+        raise TypeError(f"Policy config must be a dict, got {type(config).__name__}")
+    full = config if _is_complete(config) else complete_config(config)
+    validate_config(full)
+    return full
+
+
+def _is_complete(config: dict) -> bool:
+    from rlpolicy._core.defaults import COMMON_CONFIG, MODEL_DEFAULTS
+
+    model = config.get("model")
+    return (all(k in config for k in COMMON_CONFIG) and isinstance(model, dict)
+            and all(k in model for k in MODEL_DEFAULTS))
+
+
+def _check_space(space: Any, arg: str) -> None:
+    if not isinstance(space, gym.Space):
+        raise TypeError(f"Policy {arg} must be a gymnasium.spaces.Space, got {space!r} "
+                        f"({type(space).__name__})")
+
+
+@DeveloperAPI
+class Policy(metaclass=ABCMeta):
+    """Base class of all policies: computes actions, postprocesses, learns.
+
+    A policy owns its model(s) and answers four kinds of calls: computing
+    actions from observations (or from a view-requirement input dict),
+    postprocessing trajectories, computing losses and gradients from a train
+    batch, and updating its weights (in one ``learn_on_batch`` step, or by
+    ``load_batch_into_buffer`` followed by several ``learn_on_loaded_batch``
+    minibatch steps). Framework subclasses (``TorchPolicy``, ``TFPolicy``) or
+    the factories (``build_policy_class``, ``build_tf_policy``) are the usual
+    way in; subclassing ``Policy`` directly works too (implement at least
+    ``compute_actions``).
+    """
+
+    @DeveloperAPI
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config: TrainerConfigDict):
+        """Initializes the framework-independent part of a policy.
+
+        Args:
+            observation_space: Observation space of the policy.
+            action_space: Action space of the policy.
+            config: The policy/trainer config. Missing keys are filled from
+                ``COMMON_CONFIG`` (and ``model`` from ``MODEL_DEFAULTS``).
+
+        Raises:
+            TypeError: If a space is not a gymnasium space or config not a dict.
+            ValueError: If a config value is invalid (the message names the key).
+        """
+        _check_space(observation_space, "observation_space")
+        _check_space(action_space, "action_space")
+        self.observation_space: gym.Space = observation_space
+        self.action_space: gym.Space = action_space
+        # Base struct of the action space, e.g. Dict({"a": Discrete(2)}) -> {"a": Discrete(2)}.
+        self.action_space_struct = get_base_struct_from_space(action_space)
+        self.config: TrainerConfigDict = _completed_config(config)
+        self.framework = self.config.get("framework")
+        self.callbacks: "DefaultCallbacks" = self._make_callbacks()
+        # Broadcast down from the driver from time to time.
+        self.global_timestep: int = 0
+        # Action distribution class for sampling; set by subclasses.
+        self.dist_class: Optional[Type] = None
+        # Maximal view requirements; pruned later by the dummy-batch loss init.
+        view_reqs = self._get_default_view_requirements()
+        if not hasattr(self, "view_requirements"):
+            self.view_requirements = view_reqs
+        else:
+            for k, v in view_reqs.items():
+                self.view_requirements.setdefault(k, v)
+        self._model_init_state_automatically_added = False
+
+    def _make_callbacks(self) -> "DefaultCallbacks":
+        cls = self.config.get("callbacks")
+        if cls:
+            if not callable(cls):
+                raise ValueError(f"config['callbacks'] must be a DefaultCallbacks subclass, got {cls!r}")
+            return cls()
+        from rlpolicy.agents.callbacks import DefaultCallbacks
+
+        return DefaultCallbacks()
+
+    # ------------------------------------------------------------------ acting
+    @DeveloperAPI
+    def compute_single_action(
+            self, obs: Optional[TensorStructType] = None, state: Optional[List[TensorType]] = None, *,
+            prev_action: Optional[TensorStructType] = None, prev_reward: Optional[TensorStructType] = None,
+            info: dict = None, input_dict: Optional[SampleBatch] = None, episode: Optional["Episode"] = None,
+            explore: Optional[bool] = None, timestep: Optional[int] = None,
+            **kwargs) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
+        """Computes one action for one (unbatched) input.
+
+        The inputs are given a batch axis of size 1, passed through
+        ``compute_actions_from_input_dict``, and the outputs cut back to
+        their single row.
+
+        Args:
+            obs: A single observation.
+            state: RNN state inputs, if any.
+            prev_action: The previous action, if any.
+            prev_reward: The previous reward, if any.
+            info: An info dict, if any.
+            input_dict: A dict (or SampleBatch) of single, unbatched inputs;
+                used instead of ``obs``/``state``/``prev_*``/``info`` if given.
+            episode: The episode the observation belongs to.
+            explore: Explore (True) or exploit (False); None means
+                ``config["explore"]``.
+            timestep: The current sampling timestep.
+            kwargs: Forward-compatibility placeholder.
+
+        Returns:
+            The action (shaped like one element of the action space), the
+            list of RNN state outputs, and a dict of extra outputs.
+        """
+        if input_dict is None:
+            input_dict = action_flow.build_single_input_dict(
+                obs, state, prev_action=prev_action, prev_reward=prev_reward, info=info)
+        batched = action_flow.batch_input_dict(input_dict)
+        out = self.compute_actions_from_input_dict(
+            input_dict=SampleBatch(batched), episodes=[episode] if episode is not None else None,
+            explore=explore, timestep=timestep)
+        return tuple(action_flow.unbatch_single_output(out))
+
+    @DeveloperAPI
+    def compute_actions_from_input_dict(
+            self, input_dict: Union[SampleBatch, Dict[str, TensorStructType]], explore: bool = None,
+            timestep: Optional[int] = None, episodes: Optional[List["Episode"]] = None,
+            **kwargs) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        """Computes actions from an input dict that already satisfies the view requirements.
+
+        The default passes ``obs``, the ``state_in_*`` columns, the previous
+        actions/rewards and infos on to :meth:`compute_actions`.
+
+        Args:
+            input_dict: A SampleBatch or dict of batched inputs.
+            explore: Explore or exploit; None means ``config["explore"]``.
+            timestep: The current sampling timestep.
+            episodes: The episodes of the batch rows, if known.
+            kwargs: Forward-compatibility placeholder.
+
+        Returns:
+            Batched actions, list of RNN state output batches, dict of extra
+            output batches.
+        """
+        state_batches = [s for k, s in input_dict.items() if k[:9] == "state_in_"]
+        return self.compute_actions(
+            input_dict[SampleBatch.OBS], state_batches,
+            prev_action_batch=input_dict.get(SampleBatch.PREV_ACTIONS),
+            prev_reward_batch=input_dict.get(SampleBatch.PREV_REWARDS),
+            info_batch=input_dict.get(SampleBatch.INFOS),
+            explore=explore, timestep=timestep, episodes=episodes, **kwargs)
+
+    @abstractmethod
+    @DeveloperAPI
+    def compute_actions(
+            self, obs_batch: Union[List[TensorStructType], TensorStructType],
+            state_batches: Optional[List[TensorType]] = None,
+            prev_action_batch: Union[List[TensorStructType], TensorStructType] = None,
+            prev_reward_batch: Union[List[TensorStructType], TensorStructType] = None,
+            info_batch: Optional[Dict[str, list]] = None, episodes: Optional[List["Episode"]] = None,
+            explore: Optional[bool] = None, timestep: Optional[int] = None,
+            **kwargs) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        """Computes actions for a batch of observations.
+
+        Args:
+            obs_batch: Batch of observations.
+            state_batches: RNN state input batches, if any.
+            prev_action_batch: Batch of previous actions.
+            prev_reward_batch: Batch of previous rewards.
+            info_batch: Batch of info dicts.
+            episodes: One Episode per observation.
+            explore: Explore or exploit; None means ``config["explore"]``.
+            timestep: The current sampling timestep.
+            kwargs: Forward-compatibility placeholder.
+
+        Returns:
+            Actions [BATCH_SIZE, ACTION_SHAPE], list of RNN state output
+            batches [BATCH_SIZE, STATE_SIZE], dict of extra output batches.
+        """
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def compute_log_likelihoods(
+            self, actions: Union[List[TensorType], TensorType], obs_batch: Union[List[TensorType], TensorType],
+            state_batches: Optional[List[TensorType]] = None,
+            prev_action_batch: Optional[Union[List[TensorType], TensorType]] = None,
+            prev_reward_batch: Optional[Union[List[TensorType], TensorType]] = None,
+            actions_normalized: bool = True) -> TensorType:
+        """Returns log-likelihoods [BATCH_SIZE] of ``actions`` under ``self.dist_class``.
+
+        Args:
+            actions: Batch of actions to score.
+            obs_batch: Batch of observations.
+            state_batches: RNN state input batches, if any.
+            prev_action_batch: Batch of previous actions.
+            prev_reward_batch: Batch of previous rewards.
+            actions_normalized: Whether ``actions`` are already normalized to
+                [-1, 1]; if not and ``normalize_actions=True``, they are
+                normalized first.
+        """
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def postprocess_trajectory(
+            self, sample_batch: SampleBatch,
+            other_agent_batches: Optional[Dict[AgentID, Tuple["Policy", SampleBatch]]] = None,
+            episode: Optional["Episode"] = None) -> SampleBatch:
+        """Algorithm-specific processing of one trajectory fragment (of one episode).
+
+        Args:
+            sample_batch: The fragment's experiences.
+            other_agent_batches: Agent id -> (policy, batch) of the other
+                agents in a multi-agent env.
+            episode: The episode the fragment comes from.
+
+        Returns:
+            The postprocessed batch (the default returns ``sample_batch``).
+        """
+        return sample_batch
+
+    # ------------------------------------------------------------------ learning
+    @ExperimentalAPI
+    @OverrideToImplementCustomLogic
+    def loss(self, model: "ModelV2", dist_class: "ActionDistribution",
+             train_batch: SampleBatch) -> Union[TensorType, List[TensorType]]:
+        """The policy's loss; override to implement a custom loss.
+
+        Args:
+            model: The model to compute the loss(es) with.
+            dist_class: The action distribution class for the model outputs.
+            train_batch: The batch to compute the loss on.
+
+        Returns:
+            One loss tensor, or a list of them (one per optimizer).
+        """
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def learn_on_batch(self, samples: SampleBatch) -> Dict[str, TensorType]:
+        """Runs one learning update on ``samples``.
+
+        The default is :meth:`compute_gradients` followed by
+        :meth:`apply_gradients`; implement either this or both of those.
+
+        Returns:
+            The info dict returned by ``compute_gradients``.
+        """
+        grads, grad_info = self.compute_gradients(samples)
+        self.apply_gradients(grads)
+        return grad_info
+
+    @DeveloperAPI
+    def load_batch_into_buffer(self, batch: SampleBatch, buffer_index: int = 0) -> int:
+        """Loads ``batch`` onto the devices (split evenly, excess dropped).
+
+        Args:
+            batch: The batch to load.
+            buffer_index: Which buffer (of ``num_multi_gpu_tower_stacks``).
+
+        Returns:
+            The number of rows loaded per device.
+        """
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def get_num_samples_loaded_into_buffer(self, buffer_index: int = 0) -> int:
+        """Returns the number of rows per device loaded in buffer ``buffer_index``."""
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def learn_on_loaded_batch(self, offset: int = 0, buffer_index: int = 0):
+        """Runs one SGD step on the loaded rows ``[offset, offset + minibatch)``.
+
+        Args:
+            offset: Row offset into the loaded data (for minibatch SGD over
+                data loaded once).
+            buffer_index: Which buffer to learn from.
+
+        Returns:
+            The learner stats of the step.
+        """
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def compute_gradients(self, postprocessed_batch: SampleBatch) -> Tuple[ModelGradients, Dict[str, TensorType]]:
+        """Computes gradients on a batch.
+
+        Returns:
+            The gradients and an info dict.
+        """
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def apply_gradients(self, gradients: ModelGradients) -> None:
+        """Applies previously computed ``gradients`` to the model."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ state
+    @DeveloperAPI
+    def get_weights(self) -> ModelWeights:
+        """Returns a serializable copy (or view) of the model weights."""
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def set_weights(self, weights: ModelWeights) -> None:
+        """Sets the model weights from ``weights`` (as :meth:`get_weights` returns them)."""
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def get_exploration_state(self) -> Dict[str, TensorType]:
+        """Returns the exploration component's state ({} without one)."""
+        exploration = getattr(self, "exploration", None)
+        if exploration is not None and callable(getattr(exploration, "get_state", None)):
+            return exploration.get_state()
+        return {}
+
+    @DeveloperAPI
+    def is_recurrent(self) -> bool:
+        """Whether the policy's model is recurrent."""
+        return False
+
+    @DeveloperAPI
+    def num_state_tensors(self) -> int:
+        """Number of RNN state tensors the model keeps."""
+        return 0
+
+    @DeveloperAPI
+    def get_initial_state(self) -> List[TensorType]:
+        """Initial RNN state (empty for non-recurrent policies)."""
+        return []
+
+    @DeveloperAPI
+    def get_state(self) -> Union[Dict[str, TensorType], List[TensorType]]:
+        """Returns the whole policy state (not an RNN state).
+
+        The base policy returns ``{"weights": ..., "global_timestep": ...}``;
+        subclasses add optimizer and exploration state.
+        """
+        return {"weights": self.get_weights(), "global_timestep": self.global_timestep}
+
+    @DeveloperAPI
+    def set_state(self, state: Union[Dict[str, TensorType], List[TensorType]]) -> None:
+        """Restores the state returned by :meth:`get_state`."""
+        self.set_weights(state["weights"])
+        self.global_timestep = state["global_timestep"]
+
+    @DeveloperAPI
+    def on_global_var_update(self, global_vars: Dict[str, TensorType]) -> None:
+        """Receives the global vars broadcast by the driver (stores ``timestep``)."""
+        self.global_timestep = global_vars["timestep"]
+
+    @DeveloperAPI
+    def apply(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Calls ``func(self, *args, **kwargs)`` and returns its result."""
+        return func(self, *args, **kwargs)
+
+    # ------------------------------------------------------------------ saving
+    @DeveloperAPI
+    def export_model(self, export_dir: str, onnx: Optional[int] = None) -> None:
+        """Exports the model for serving (format depends on the framework).
+
+        Args:
+            export_dir: Writable local directory.
+            onnx: If given, export to ONNX with this opset version.
+        """
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def export_checkpoint(self, export_dir: str, filename_prefix: str = "model",
+                          policy_state: Optional[Dict[str, Any]] = None) -> None:
+        """Saves the policy's full state to ``export_dir`` without pickle.
+
+        Writes ``rlpolicy_checkpoint.json`` (class import path, spaces, config,
+        state structure, format version) and an ``.npz`` file of the arrays.
+        The save is atomic: if it fails, a previous checkpoint in
+        ``export_dir`` stays intact. Config values that cannot be stored
+        without pickle (e.g. lambdas) are left out with a warning.
+
+        Args:
+            export_dir: Writable local directory (created if missing).
+            filename_prefix: Prefix of the array file's name.
+            policy_state: The state to save; default ``self.get_state()``.
+        """
+        cls = type(self)
+        checkpoint.write_checkpoint(
+            export_dir, policy_class=f"{cls.__module__}:{cls.__qualname__}",
+            observation_space=self.observation_space, action_space=self.action_space,
+            config=self.config, state=self.get_state() if policy_state is None else policy_state,
+            filename_prefix=filename_prefix)
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint_dir: str, config_overrides: Optional[dict] = None) -> "Policy":
+        """Rebuilds a policy saved by :meth:`export_checkpoint`.
+
+        Called on ``Policy`` itself, the class recorded in the checkpoint is
+        imported; called on a subclass, that subclass is built.
+
+        Args:
+            checkpoint_dir: The directory given to ``export_checkpoint``.
+            config_overrides: Config keys to change (e.g. values the
+                checkpoint could not store).
+
+        Raises:
+            FileNotFoundError: If ``checkpoint_dir`` does not exist.
+            rlpolicy._core.checkpoint.CheckpointError (a ValueError): If the
+                directory is corrupt, foreign, or its class cannot be imported.
+        """
+        contents = checkpoint.read_checkpoint(checkpoint_dir)
+        target = (checkpoint.resolve_policy_class(contents.policy_class, Policy)
+                  if cls is Policy else cls)
+        config = dict(contents.config)
+        config.update(config_overrides or {})
+        policy = target(contents.observation_space, contents.action_space, config)
+        policy.set_state(contents.state)
+        return policy
+
+    @DeveloperAPI
+    def import_model_from_h5(self, import_file: str) -> None:
+        """Loads model weights from a local h5 file."""
+        raise NotImplementedError
+
+    @DeveloperAPI
+    def get_session(self) -> Optional["Any"]:
+        """The tf Session of a TFPolicy; None for every other policy."""
+        return None
+
+    # ------------------------------------------------------------------ internals
+    def _create_exploration(self) -> Any:
+        """Builds (once) the Exploration object from ``config["exploration_config"]``."""
+        if getattr(self, "exploration", None) is not None:
+            return self.exploration
+        from rlpolicy._core.exploration_factory import create_exploration
+
+        return create_exploration(
+            self.config.get("exploration_config", {"type": "StochasticSampling"}),
+            action_space=self.action_space, policy_config=self.config,
+            model=getattr(self, "model", None), num_workers=self.config.get("num_workers", 0),
+            worker_index=self.config.get("worker_index", 0),
+            framework=getattr(self, "framework", self.config.get("framework", "tf")))
+
+    def _get_default_view_requirements(self) -> Dict[str, Any]:
+        return loss_init.default_view_requirements(self.observation_space, self.action_space)
+
+    def _get_dummy_batch_from_view_requirements(self, batch_size: int = 1) -> SampleBatch:
+        return loss_init.dummy_batch_from_view_requirements(self.view_requirements, batch_size, self.config)
+
+    def _update_model_view_requirements_from_init_state(self) -> None:
+        loss_init.update_view_requirements_from_init_state(self)
+
+    def _initialize_loss_from_dummy_batch(self, auto_remove_unneeded_view_reqs: bool = True,
+                                          stats_fn: Optional[Callable] = None) -> None:
+        """Runs acting, postprocessing and loss once on dummy data; prunes view requirements."""
+        loss_init.initialize_loss_from_dummy_batch(self, auto_remove_unneeded_view_reqs, stats_fn)
+
+
+def load_policy_from_checkpoint(checkpoint_dir: str, config_overrides: Optional[dict] = None) -> Policy:
+    """Rebuilds whatever policy class is recorded in a checkpoint (``Policy.from_checkpoint``)."""
+    return Policy.from_checkpoint(checkpoint_dir, config_overrides)

@@ -1,0 +1,335 @@
+"""``build_policy_class``: make a TorchPolicy subclass from loss and hook functions.
+
+Mirrors RLlib 1.11's ``ray.rllib.policy.policy_template``. The built class is
+``type(name, (*mixins, TorchPolicy), namespace)``: its methods are the
+module-level functions below, and it carries its recipe as a
+:class:`~rlpolicy._core.hooks.PolicyHooks` record in ``cls._hooks``.
+
+Difference from RLlib 1.11, on purpose: when a hook is not given, the built
+class's method delegates to the *next class in the MRO* (a mixin, if one
+defines the method, else TorchPolicy), where RLlib calls TorchPolicy's
+method directly and so silently ignores mixins that define e.g.
+``optimizer`` or ``extra_grad_info``. This is what RLlib's docstring
+promises ("mixins ... have higher precedence than the TorchPolicy class").
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
+
+import gymnasium as gym
+
+from rlpolicy._core.hooks import PolicyHooks
+from rlpolicy.utils import NullContextManager
+from rlpolicy.utils.annotations import DeveloperAPI
+from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
+from rlpolicy.utils.typing import TrainerConfigDict
+
+_FRAMEWORKS = ("torch",)
+
+
+@DeveloperAPI
+def build_policy_class(
+        name: str, framework: str, *, loss_fn: Optional[Callable], get_default_config: Optional[Callable] = None,
+        stats_fn: Optional[Callable] = None, postprocess_fn: Optional[Callable] = None,
+        extra_action_out_fn: Optional[Callable] = None, extra_grad_process_fn: Optional[Callable] = None,
+        extra_learn_fetches_fn: Optional[Callable] = None, optimizer_fn: Optional[Callable] = None,
+        validate_spaces: Optional[Callable] = None, before_init: Optional[Callable] = None,
+        before_loss_init: Optional[Callable] = None, after_init: Optional[Callable] = None,
+        _after_loss_init: Optional[Callable] = None, action_sampler_fn: Optional[Callable] = None,
+        action_distribution_fn: Optional[Callable] = None, make_model: Optional[Callable] = None,
+        make_model_and_action_dist: Optional[Callable] = None, compute_gradients_fn: Optional[Callable] = None,
+        apply_gradients_fn: Optional[Callable] = None, mixins: Optional[List[type]] = None,
+        get_batch_divisibility_req: Optional[Callable] = None) -> Type:
+    """Builds a TorchPolicy subclass named ``name`` from the given functions.
+
+    At construction, the class calls (in this order, each only if given):
+    ``get_default_config()`` (its dict, updated with the caller's config, is
+    the policy config; missing keys then come from ``COMMON_CONFIG``),
+    ``validate_spaces(policy, obs_space, action_space, config)``,
+    ``before_init(...)`` (same arguments), ``make_model(...)`` or
+    ``make_model_and_action_dist(...)`` (else the catalog's default model and
+    distribution), ``TorchPolicy.__init__``, ``before_loss_init(...)`` (or the
+    deprecated ``after_init``), the dummy-batch loss initialisation (calling
+    ``postprocess_fn``, ``loss_fn`` and ``stats_fn``; with
+    ``config["in_evaluation"]`` neither loss nor stats run), and
+    ``_after_loss_init(...)``; then ``global_timestep`` is reset to 0.
+
+    Args:
+        name: Class name, e.g. ``"PPOTorchPolicy"``.
+        framework: ``"torch"``. (``"jax"`` needs a JAX policy/model base,
+            which rlpolicy does not provide; it raises ValueError.)
+        loss_fn: ``(policy, model, dist_class, train_batch) -> loss or [losses]``.
+        get_default_config: ``() -> dict`` of defaults for this policy.
+        stats_fn: ``(policy, train_batch) -> dict`` of stats; default
+            ``TorchPolicy.extra_grad_info``.
+        postprocess_fn: ``(policy, batch, other_agent_batches, episode) -> batch``,
+            run after the parent's ``postprocess_trajectory``.
+        extra_action_out_fn: ``(policy, input_dict, state_batches, model,
+            action_dist) -> dict`` of extra per-step outputs.
+        extra_grad_process_fn: ``(policy, optimizer, loss) -> dict``, run after
+            ``loss.backward()`` (e.g. gradient clipping).
+        extra_learn_fetches_fn: ``(policy) -> dict`` of extra learner results
+            (an empty ``learner_stats`` dict is added if missing).
+        optimizer_fn: ``(policy, config) -> optimizer or [optimizers]``.
+        validate_spaces: ``(policy, obs_space, action_space, config) -> None``.
+        before_init: As ``validate_spaces``, run before the model is built.
+        before_loss_init: As ``validate_spaces``, run before loss init.
+        after_init: Deprecated alias of ``before_loss_init``.
+        _after_loss_init: As ``validate_spaces``, run after loss init.
+        action_sampler_fn: Custom action sampling (see TorchPolicy).
+        action_distribution_fn: Custom distribution inputs (see TorchPolicy).
+        make_model: ``(policy, obs_space, action_space, config) -> model``.
+        make_model_and_action_dist: As ``make_model`` but returns
+            ``(model, dist_class)``. At most one of the two may be given.
+        compute_gradients_fn: ``(policy, batch) -> (grads, info)``.
+        apply_gradients_fn: ``(policy, grads) -> None``.
+        mixins: Classes placed before TorchPolicy in the bases (earlier ones
+            take precedence).
+        get_batch_divisibility_req: ``(policy) -> int`` (default 1).
+
+    Returns:
+        The new class. ``cls.with_updates(**overrides)`` builds a sibling
+        class with some of these arguments replaced.
+
+    Raises:
+        ValueError: For an unsupported ``framework`` or both model factories.
+        TypeError: If ``name`` is not a string or a mixin is not a class.
+    """
+    hooks = PolicyHooks(
+        name=name, framework=framework, loss_fn=loss_fn, get_default_config=get_default_config,
+        stats_fn=stats_fn, postprocess_fn=postprocess_fn, extra_action_out_fn=extra_action_out_fn,
+        extra_grad_process_fn=extra_grad_process_fn, extra_learn_fetches_fn=extra_learn_fetches_fn,
+        optimizer_fn=optimizer_fn, validate_spaces=validate_spaces, before_init=before_init,
+        before_loss_init=before_loss_init, after_init=after_init, _after_loss_init=_after_loss_init,
+        action_sampler_fn=action_sampler_fn, action_distribution_fn=action_distribution_fn,
+        make_model=make_model, make_model_and_action_dist=make_model_and_action_dist,
+        compute_gradients_fn=compute_gradients_fn, apply_gradients_fn=apply_gradients_fn,
+        mixins=tuple(mixins or ()), get_batch_divisibility_req=get_batch_divisibility_req)
+    return _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+
+
+def _check_hooks(hooks: PolicyHooks) -> None:
+    if not isinstance(hooks.name, str) or not hooks.name.isidentifier():
+        raise TypeError(f"build_policy_class: name must be a class name (identifier string), got {hooks.name!r}")
+    where = f"build_policy_class({hooks.name!r})"
+    if hooks.framework == "jax":
+        raise ValueError(f"{where}: framework='jax' needs a JAX policy and JAXModelV2 base, which "
+                         "rlpolicy does not provide; use framework='torch'")
+    if hooks.framework not in _FRAMEWORKS:
+        raise ValueError(f"{where}: framework={hooks.framework!r} is not supported; supported: "
+                         f"{list(_FRAMEWORKS)} (use build_tf_policy for 'tf'/'tf2')")
+    if hooks.make_model is not None and hooks.make_model_and_action_dist is not None:
+        raise ValueError(f"{where}: pass make_model or make_model_and_action_dist, not both")
+    for m in hooks.mixins:
+        if not isinstance(m, type):
+            raise TypeError(f"{where}: mixins must be classes, got {m!r}")
+
+
+def _make_policy_class(hooks: PolicyHooks, module: str) -> type:
+    _check_hooks(hooks)
+    from rlpolicy.policy.torch_policy import TorchPolicy
+
+    namespace: Dict[str, Any] = {
+        "__module__": module, "__qualname__": hooks.name, "__doc__": f"{hooks.name}: built by build_policy_class.",
+        "_hooks": hooks, "__init__": _policy_init, "with_updates": classmethod(_with_updates),
+        **_WRAPPERS,
+    }
+    return type(hooks.name, (*hooks.mixins, TorchPolicy), namespace)
+
+
+def _with_updates(cls: type, **overrides: Any) -> type:
+    """Builds a new policy class from this one's arguments, with ``overrides`` replaced.
+
+    Raises:
+        TypeError: For a keyword that ``build_policy_class`` does not take.
+    """
+    kwargs = cls._hooks.as_kwargs()
+    unknown = sorted(set(overrides) - set(kwargs))
+    if unknown:
+        raise TypeError(f"{cls.__name__}.with_updates: unknown argument(s) {unknown}; "
+                        f"allowed: {sorted(kwargs)}")
+    kwargs.update(overrides)
+    hooks = PolicyHooks(**{**kwargs, "mixins": tuple(kwargs["mixins"] or ())})
+    return _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+
+
+# ---------------------------------------------------------------- construction
+def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
+                 config: TrainerConfigDict) -> None:
+    from rlpolicy.policy.policy import _completed_config
+    from rlpolicy.policy.torch_policy import TorchPolicy
+
+    hooks: PolicyHooks = self._hooks
+    if hooks.get_default_config is not None:
+        config = dict(hooks.get_default_config(), **config)
+    config = _completed_config(config)
+    self.config = config
+    # RLlib 1.11 writes the factory's framework into the config.
+    self.framework = self.config["framework"] = hooks.framework
+    if hooks.validate_spaces is not None:
+        hooks.validate_spaces(self, obs_space, action_space, self.config)
+    if hooks.before_init is not None:
+        hooks.before_init(self, obs_space, action_space, self.config)
+    self.model, dist_class = _build_model(self, hooks, obs_space, action_space, config)
+    self.parent_cls = TorchPolicy
+    TorchPolicy.__init__(
+        self, observation_space=obs_space, action_space=action_space, config=config, model=self.model,
+        loss=None if self.config["in_evaluation"] else hooks.loss_fn,
+        action_distribution_class=dist_class, action_sampler_fn=hooks.action_sampler_fn,
+        action_distribution_fn=hooks.action_distribution_fn, max_seq_len=config["model"]["max_seq_len"],
+        get_batch_divisibility_req=hooks.get_batch_divisibility_req)
+    self.view_requirements.update(self.model.view_requirements)
+    if hooks.before_loss_init_fn is not None:
+        hooks.before_loss_init_fn(self, self.observation_space, self.action_space, config)
+    self._initialize_loss_from_dummy_batch(
+        auto_remove_unneeded_view_reqs=True,
+        stats_fn=None if self.config["in_evaluation"] else hooks.stats_fn)
+    if hooks._after_loss_init is not None:
+        hooks._after_loss_init(self, obs_space, action_space, config)
+    # The dummy run may have advanced the timestep.
+    self.global_timestep = 0
+
+
+def _build_model(policy: Any, hooks: PolicyHooks, obs_space: gym.Space, action_space: gym.Space,
+                 config: dict) -> Tuple[Any, Optional[type]]:
+    from rlpolicy.models.catalog import ModelCatalog
+    from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
+
+    if hooks.make_model is not None:
+        model = hooks.make_model(policy, obs_space, action_space, config)
+        dist_class, _ = ModelCatalog.get_action_dist(action_space, policy.config["model"], framework=hooks.framework)
+    elif hooks.make_model_and_action_dist is not None:
+        model, dist_class = hooks.make_model_and_action_dist(policy, obs_space, action_space, config)
+    else:
+        dist_class, logit_dim = ModelCatalog.get_action_dist(
+            action_space, policy.config["model"], framework=hooks.framework)
+        model = ModelCatalog.get_model_v2(
+            obs_space=obs_space, action_space=action_space, num_outputs=logit_dim,
+            model_config=policy.config["model"], framework=hooks.framework)
+    if not isinstance(model, TorchModelV2):
+        raise TypeError(f"{hooks.name}: the model factory returned {type(model).__name__}; "
+                        "it must return a TorchModelV2")
+    return model, dist_class
+
+
+# ---------------------------------------------------------------- method dispatch
+def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable], Optional[Callable]]:
+    """Finds what a built-class method should run: (hook, None) or (None, next_impl).
+
+    Walks the MRO from the first class whose ``method`` is our wrapper: the
+    first such class with the hook set wins; otherwise the first class after
+    them that defines ``method`` itself (a mixin or TorchPolicy).
+    """
+    wrapper = _WRAPPERS[method]
+    started = False
+    for klass in type(policy).__mro__:
+        impl = klass.__dict__.get(method)
+        if impl is None:
+            continue
+        if impl is wrapper:
+            started = True
+            fn = getattr(klass.__dict__["_hooks"], hook)
+            if fn is not None:
+                return fn, None
+        elif started:
+            return None, impl
+    raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
+
+
+def _no_grad_context(self) -> Any:
+    torch, _ = try_import_torch()
+    if self.framework == "torch" and torch is not None:
+        return torch.no_grad()
+    return NullContextManager()
+
+
+def _to_non_torch(self, data: Any) -> Any:
+    if self.framework != "torch":
+        return data
+    from rlpolicy.utils.torch_utils import convert_to_non_torch_type
+
+    return convert_to_non_torch_type(data)
+
+
+def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
+    # The parent's postprocessing runs first, then each built class's
+    # postprocess_fn from the innermost out (as nested super() calls would).
+    fns: List[Callable] = []
+    started, parent = False, None
+    for klass in type(self).__mro__:
+        impl = klass.__dict__.get("postprocess_trajectory")
+        if impl is _postprocess_trajectory:
+            started = True
+            fns.append(klass.__dict__["_hooks"].postprocess_fn)
+        elif impl is not None and started:
+            parent = impl
+            break
+    with _no_grad_context(self):
+        sample_batch = parent(self, sample_batch, other_agent_batches, episode)
+        for fn in reversed(fns):
+            if fn is not None:
+                sample_batch = fn(self, sample_batch, other_agent_batches, episode)
+    return sample_batch
+
+
+def _extra_grad_process(self, optimizer, loss):
+    fn, parent = _next_impl(self, "extra_grad_process", "extra_grad_process_fn")
+    return fn(self, optimizer, loss) if fn else parent(self, optimizer, loss)
+
+
+def _extra_compute_grad_fetches(self):
+    fn, parent = _next_impl(self, "extra_compute_grad_fetches", "extra_learn_fetches_fn")
+    if fn is None:
+        return parent(self)
+    fetches = _to_non_torch(self, fn(self))
+    return dict({LEARNER_STATS_KEY: {}}, **fetches)
+
+
+def _compute_gradients(self, batch):
+    fn, parent = _next_impl(self, "compute_gradients", "compute_gradients_fn")
+    return fn(self, batch) if fn else parent(self, batch)
+
+
+def _apply_gradients(self, gradients):
+    fn, parent = _next_impl(self, "apply_gradients", "apply_gradients_fn")
+    (fn or parent)(self, gradients)
+
+
+def _extra_action_out(self, input_dict, state_batches, model, action_dist):
+    fn, parent = _next_impl(self, "extra_action_out", "extra_action_out_fn")
+    with _no_grad_context(self):
+        stats = (fn or parent)(self, input_dict, state_batches, model, action_dist)
+    return _to_non_torch(self, stats)
+
+
+def _optimizer(self):
+    fn, parent = _next_impl(self, "optimizer", "optimizer_fn")
+    return fn(self, self.config) if fn else parent(self)
+
+
+def _extra_grad_info(self, train_batch):
+    fn, parent = _next_impl(self, "extra_grad_info", "stats_fn")
+    with _no_grad_context(self):
+        stats = (fn or parent)(self, train_batch)
+    return _to_non_torch(self, stats)
+
+
+_WRAPPERS: Dict[str, Callable] = {
+    "postprocess_trajectory": _postprocess_trajectory,
+    "extra_grad_process": _extra_grad_process,
+    "extra_compute_grad_fetches": _extra_compute_grad_fetches,
+    "compute_gradients": _compute_gradients,
+    "apply_gradients": _apply_gradients,
+    "extra_action_out": _extra_action_out,
+    "optimizer": _optimizer,
+    "extra_grad_info": _extra_grad_info,
+    "_no_grad_context": _no_grad_context,
+    "_convert_to_non_torch_type": _to_non_torch,
+}
+for _name, _fn in _WRAPPERS.items():
+    _fn.__name__ = _fn.__qualname__ = _name
+del _name, _fn
+
+__all__ = ["build_policy_class"]

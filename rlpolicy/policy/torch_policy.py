@@ -1,0 +1,710 @@
+"""PyTorch policy (RLlib 1.11's ``ray.rllib.policy.torch_policy``).
+
+``TorchPolicy`` runs a ``TorchModelV2`` for action computation and learning.
+With more than one device (real GPUs or ``_fake_gpus``) it keeps one model copy
+("tower") per device; the device plan lives in ``rlpolicy._core.devices`` and
+the tower mechanics (batch slicing, weight sync, threaded per-tower gradients,
+mean reduction) in ``rlpolicy._core.towers``.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+import os
+import threading
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
+
+import gymnasium as gym
+import numpy as np
+
+from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
+from rlpolicy._core.torch_convert import numpy_copy, tensor_interceptor, to_numpy_fast
+from rlpolicy._core.towers import (
+    TowerOptimizerView,
+    TowerRunner,
+    compute_tower_grads,
+    make_optimizer_views,
+    make_towers,
+    mean_reduce_grads,
+    slice_device_batches,
+    split_for_devices,
+    sync_tower_weights,
+)
+from rlpolicy.models.torch.torch_action_dist import TorchDistributionWrapper
+from rlpolicy.policy.policy import Policy
+from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
+from rlpolicy.policy.sample_batch import SampleBatch
+from rlpolicy.utils import NullContextManager, force_list
+from rlpolicy.utils.annotations import DeveloperAPI, override
+from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
+from rlpolicy.utils.torch_utils import (
+    apply_grad_clipping,
+    convert_to_non_torch_type,
+    convert_to_torch_tensor,
+)
+from rlpolicy.utils.typing import (
+    ModelGradients,
+    ModelWeights,
+    TensorStructType,
+    TensorType,
+    TrainerConfigDict,
+)
+
+torch, nn = try_import_torch()
+
+logger = logging.getLogger(__name__)
+
+
+class DirectStepOptimizer:
+    """Marker passed to ``apply_gradients``: step the optimizers on the grads
+    already stored in the parameters (RLlib's ``_directStepOptimizerSingleton``)."""
+
+    _instance = None
+
+    def __new__(cls):
+        if DirectStepOptimizer._instance is None:
+            DirectStepOptimizer._instance = super().__new__(cls)
+        return DirectStepOptimizer._instance
+
+    def __eq__(self, other: Any) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(DirectStepOptimizer)
+
+    def __repr__(self) -> str:
+        return "DirectStepOptimizer"
+
+
+_directStepOptimizerSingleton = DirectStepOptimizer()
+
+
+def with_lock(func: Callable) -> Callable:
+    """Runs the decorated method while holding the policy's (re-entrant) model lock."""
+
+    @functools.wraps(func)
+    def wrapper(self, *args, **kwargs):
+        with self._lock:
+            return func(self, *args, **kwargs)
+
+    return wrapper
+
+
+@DeveloperAPI
+class TorchPolicy(Policy):
+    """A ``Policy`` whose model and loss are written in PyTorch.
+
+    Attributes:
+        model: The main model (tower 0), living on ``self.device``.
+        model_gpu_towers: One model per entry of ``self.devices``; tower 0 is
+            ``self.model``.
+        target_models: Per tower, its target model (only if the policy has a
+            ``target_model`` when this constructor runs).
+        devices: The torch devices of the towers.
+        device: The main device (``devices[0]``).
+        dist_class: The action-distribution class.
+        multi_gpu_param_groups: Per optimizer, the indices (into
+            ``list(self.model.parameters())``) of the parameters it updates.
+    """
+
+    @DeveloperAPI
+    def __init__(
+        self,
+        observation_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        config: TrainerConfigDict,
+        *,
+        model: Optional[Any] = None,
+        loss: Optional[Callable[..., Union[TensorType, List[TensorType]]]] = None,
+        action_distribution_class: Optional[Type] = None,
+        action_sampler_fn: Optional[Callable[..., Tuple[TensorType, TensorType]]] = None,
+        action_distribution_fn: Optional[Callable[..., Tuple[TensorType, Type, List[TensorType]]]] = None,
+        max_seq_len: int = 20,
+        get_batch_divisibility_req: Optional[Callable[[Policy], int]] = None,
+    ):
+        """Initializes a TorchPolicy.
+
+        Args:
+            observation_space: Observation space of the policy.
+            action_space: Action space of the policy.
+            config: The policy's config dict (missing keys are completed from
+                the common config by ``Policy.__init__``).
+            model: The torch model (a ``TorchModelV2``). None builds the
+                catalog's default model for the spaces and ``config["model"]``.
+            loss: ``(policy, model, dist_class, train_batch) -> loss or list of
+                losses`` (one per optimizer). If None, an overridden
+                ``self.loss`` is used; otherwise the policy cannot learn.
+            action_distribution_class: The torch action-distribution class;
+                None takes the catalog's default for the action space.
+            action_sampler_fn: Takes over the whole action computation:
+                ``(policy, model, input_dict, state_batches, explore=,
+                timestep=) -> (actions, logp[, dist_inputs], state_out)``.
+                Mutually exclusive with ``action_distribution_fn``.
+            action_distribution_fn: Replaces only the model forward pass:
+                ``(policy, model, input_dict=, state_batches=, seq_lens=,
+                explore=, timestep=, is_training=) -> (dist_inputs,
+                dist_class, state_out)``; sampling and exploration stay.
+            max_seq_len: Maximum sequence length for recurrent training.
+            get_batch_divisibility_req: ``policy -> int`` (or an int): train
+                batches are padded to a multiple of it.
+        """
+        # RLlib 1.11: the caller's config dict is tagged as a torch config.
+        self.framework = config["framework"] = "torch"
+        super().__init__(observation_space, action_space, config)
+        model, action_distribution_class = self._build_default_model(
+            model, action_distribution_class)
+        self._device_plan = self._plan_devices()
+        self._place_model_towers(model)
+        self._lock = threading.RLock()
+        self._state_inputs = self.model.get_initial_state()
+        self._is_recurrent = len(self._state_inputs) > 0
+        self._update_model_view_requirements_from_init_state()
+        self.view_requirements.update(self.model.view_requirements)
+        self.exploration = self._create_exploration()
+        self.unwrapped_model = model  # RLlib: for DistributedDataParallel wrappers.
+        self._loss = self._resolve_loss(loss)
+        self._optimizers = force_list(self.optimizer())
+        self.multi_gpu_param_groups: List[Set[int]] = self._param_groups()
+        num_buffers = self.config.get("num_multi_gpu_tower_stacks", 1)
+        if not isinstance(num_buffers, int) or isinstance(num_buffers, bool) or num_buffers < 1:
+            raise ValueError(f"config['num_multi_gpu_tower_stacks']={num_buffers!r} is invalid; "
+                             "use an int >= 1")
+        self._loaded_batches: List[List[SampleBatch]] = [[] for _ in range(num_buffers)]
+        self.dist_class = action_distribution_class
+        self.action_sampler_fn = action_sampler_fn
+        self.action_distribution_fn = action_distribution_fn
+        self.distributed_world_size = None  # torch.distributed all-reduce: not supported.
+        self.max_seq_len = max_seq_len
+        self.batch_divisibility_req = get_batch_divisibility_req(self) \
+            if callable(get_batch_divisibility_req) else (get_batch_divisibility_req or 1)
+        self._tower_runner = TowerRunner(self.devices)
+        self._interceptors: Dict[Any, Callable] = {}
+        self._checked_dist_class: Any = None
+        self._opt_views: Optional[Dict[int, List[TowerOptimizerView]]] = None
+
+    # ------------------------------------------------------------------ construction steps
+
+    def _build_default_model(self, model: Any, dist_class: Optional[Type]) -> Tuple[Any, Type]:
+        """Builds the catalog's default model and distribution where not given."""
+        if model is not None and dist_class is not None:
+            return model, dist_class
+        from rlpolicy.models.catalog import ModelCatalog
+
+        default_dist, logit_dim = ModelCatalog.get_action_dist(
+            self.action_space, self.config["model"], framework=self.framework)
+        if model is None:
+            model = ModelCatalog.get_model_v2(
+                obs_space=self.observation_space, action_space=self.action_space,
+                num_outputs=logit_dim, model_config=self.config["model"],
+                framework=self.framework)
+        return model, dist_class or default_dist
+
+    def _plan_devices(self) -> DevicePlan:
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        ray_mode, ray_gpu_ids = detect_ray_context()
+        plan = plan_devices(self.config, visible, ray_mode=ray_mode, ray_gpu_ids=ray_gpu_ids)
+        worker = self.config.get("worker_index", 0) or "local"
+        where = f"{plan.num_gpus} fake-GPUs" if plan.fake else (
+            f"{plan.num_towers} GPU(s)" if plan.on_gpu else "CPU")
+        logger.info("TorchPolicy (worker=%s) running on %s.", worker, where)
+        return plan
+
+    def _place_model_towers(self, model: Any) -> None:
+        """Sets ``devices``, ``device``, ``model_gpu_towers``, ``model`` and (with
+        a ``target_model``) ``target_models``, as RLlib 1.11 lays them out."""
+        plan = self._device_plan
+        self.devices = [torch.device(d) for d in plan.devices]
+        self.device = self.devices[0]
+        self.model_gpu_towers, targets = make_towers(
+            model, self.devices, plan.on_gpu, getattr(self, "target_model", None))
+        if hasattr(self, "target_model"):
+            self.target_models = targets
+        self.model = self.model_gpu_towers[0]
+
+    def _resolve_loss(self, loss: Optional[Callable]) -> Optional[Callable]:
+        """The loss callable: the ``loss`` arg, else an overridden ``self.loss``."""
+        if loss is not None:
+            return loss
+        if type(self).loss is not Policy.loss:
+            return type(self).loss
+        return None
+
+    def _param_groups(self) -> List[Set[int]]:
+        """Per optimizer, the model-parameter indices it updates (parameters
+        outside the model, e.g. an exploration module's, are left out)."""
+        index = {p: i for i, p in enumerate(self.model.parameters())}
+        groups = []
+        for opt in self._optimizers:
+            groups.append({index[p] for pg in opt.param_groups for p in pg["params"]
+                           if p in index})
+        return groups
+
+    # ------------------------------------------------------------------ action computation
+
+    @override(Policy)
+    def compute_actions_from_input_dict(
+            self, input_dict: Dict[str, TensorType], explore: bool = None,
+            timestep: Optional[int] = None, **kwargs
+    ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        with torch.no_grad():
+            input_dict = self._lazy_tensor_dict(input_dict)
+            input_dict.set_training(True)
+            state_batches = [input_dict[k] for k in input_dict.keys() if k[:8] == "state_in"]
+            seq_lens = torch.ones(len(state_batches[0]), dtype=torch.int32,
+                                  device=state_batches[0].device) if state_batches else None
+            return self._compute_action_helper(input_dict, state_batches, seq_lens,
+                                               explore, timestep)
+
+    @override(Policy)
+    def compute_actions(
+            self,
+            obs_batch: Union[List[TensorStructType], TensorStructType],
+            state_batches: Optional[List[TensorType]] = None,
+            prev_action_batch: Union[List[TensorStructType], TensorStructType] = None,
+            prev_reward_batch: Union[List[TensorStructType], TensorStructType] = None,
+            info_batch: Optional[Dict[str, list]] = None,
+            episodes: Optional[List[Any]] = None,
+            explore: Optional[bool] = None,
+            timestep: Optional[int] = None,
+            **kwargs
+    ) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
+        with torch.no_grad():
+            seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
+            input_dict = self._lazy_tensor_dict(
+                {SampleBatch.CUR_OBS: obs_batch, "is_training": False})
+            if prev_action_batch is not None:
+                input_dict[SampleBatch.PREV_ACTIONS] = np.asarray(prev_action_batch)
+            if prev_reward_batch is not None:
+                input_dict[SampleBatch.PREV_REWARDS] = np.asarray(prev_reward_batch)
+            state_batches = [convert_to_torch_tensor(s, self.device)
+                             for s in (state_batches or [])]
+            return self._compute_action_helper(input_dict, state_batches, seq_lens,
+                                               explore, timestep)
+
+    @with_lock
+    def _compute_action_helper(self, input_dict: SampleBatch, state_batches: List[TensorType],
+                               seq_lens: Any, explore: Optional[bool], timestep: Optional[int]):
+        """Forward pass, sampling and exploration shared by both compute paths.
+
+        Returns:
+            ``(actions, state_outs, extra_fetches)`` as numpy structures.
+        """
+        explore = explore if explore is not None else self.config["explore"]
+        timestep = timestep if timestep is not None else self.global_timestep
+        self._is_recurrent = bool(state_batches)
+        if self.model is not None and self.model.training:
+            self.model.eval()
+        if self.action_sampler_fn:
+            action_dist = dist_inputs = None
+            outs = self.action_sampler_fn(self, self.model, input_dict, state_batches,
+                                          explore=explore, timestep=timestep)
+            if len(outs) == 4:
+                actions, logp, dist_inputs, state_out = outs
+            else:
+                actions, logp, state_out = outs
+        else:
+            self.exploration.before_compute_actions(explore=explore, timestep=timestep)
+            dist_inputs, dist_class, state_out = self._dist_inputs(
+                input_dict, state_batches, seq_lens, explore, timestep)
+            action_dist = dist_class(dist_inputs, self.model)
+            actions, logp = self.exploration.get_exploration_action(
+                action_distribution=action_dist, timestep=timestep, explore=explore)
+        input_dict[SampleBatch.ACTIONS] = actions
+        extra_fetches = self.extra_action_out(input_dict, state_batches, self.model, action_dist)
+        if dist_inputs is not None:
+            extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = dist_inputs
+        if logp is not None:
+            extra_fetches[SampleBatch.ACTION_PROB] = torch.exp(logp.float())
+            extra_fetches[SampleBatch.ACTION_LOGP] = logp
+        self.global_timestep += len(input_dict[SampleBatch.CUR_OBS])
+        return to_numpy_fast((actions, state_out, extra_fetches))
+
+    def _dist_inputs(self, input_dict, state_batches, seq_lens, explore, timestep,
+                     is_training: bool = False):
+        """Distribution inputs, class and state-outs (custom fn or the model)."""
+        if not self.action_distribution_fn:
+            dist_inputs, state_out = self.model(input_dict, state_batches, seq_lens)
+            dist_class = self.dist_class
+        else:
+            extra = {} if timestep is None else {"timestep": timestep}
+            try:
+                dist_inputs, dist_class, state_out = self.action_distribution_fn(
+                    self, self.model, input_dict=input_dict, state_batches=state_batches,
+                    seq_lens=seq_lens, explore=explore, is_training=is_training, **extra)
+            except TypeError as e:
+                # RLlib 1.11 backward compatibility: the older (obs_batch) signature.
+                msg = str(e.args[0]) if e.args else ""
+                if "positional argument" not in msg and "unexpected keyword" not in msg:
+                    raise
+                dist_inputs, dist_class, state_out = self.action_distribution_fn(
+                    self, self.model, input_dict[SampleBatch.CUR_OBS], explore=explore,
+                    is_training=is_training, **extra)
+        if dist_class is not self._checked_dist_class:
+            self._check_dist_class(dist_class)
+            self._checked_dist_class = dist_class
+        return dist_inputs, dist_class, state_out
+
+    @staticmethod
+    def _check_dist_class(dist_class: Any) -> None:
+        if isinstance(dist_class, functools.partial) or (
+                isinstance(dist_class, type) and issubclass(dist_class, TorchDistributionWrapper)):
+            return
+        raise ValueError(
+            f"`dist_class` ({getattr(dist_class, '__name__', dist_class)}) not a "
+            "TorchDistributionWrapper subclass! Make sure your `action_distribution_fn` or "
+            "`make_model_and_action_dist` return a correct distribution class.")
+
+    @with_lock
+    @override(Policy)
+    def compute_log_likelihoods(
+            self,
+            actions: Union[List[TensorType], TensorType],
+            obs_batch: Union[List[TensorType], TensorType],
+            state_batches: Optional[List[TensorType]] = None,
+            prev_action_batch: Optional[Union[List[TensorType], TensorType]] = None,
+            prev_reward_batch: Optional[Union[List[TensorType], TensorType]] = None,
+            actions_normalized: bool = True,
+    ) -> TensorType:
+        if self.action_sampler_fn and self.action_distribution_fn is None:
+            raise ValueError("Cannot compute log-prob/likelihood w/o an "
+                             "`action_distribution_fn` and a provided `action_sampler_fn`!")
+        with torch.no_grad():
+            input_dict = self._lazy_tensor_dict(
+                {SampleBatch.CUR_OBS: obs_batch, SampleBatch.ACTIONS: actions})
+            if prev_action_batch is not None:
+                input_dict[SampleBatch.PREV_ACTIONS] = prev_action_batch
+            if prev_reward_batch is not None:
+                input_dict[SampleBatch.PREV_REWARDS] = prev_reward_batch
+            seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
+            state_batches = [convert_to_torch_tensor(s, self.device)
+                             for s in (state_batches or [])]
+            self.exploration.before_compute_actions(explore=False)
+            dist_inputs, dist_class, _ = self._dist_inputs(
+                input_dict, state_batches, seq_lens, explore=False, timestep=None)
+            action_dist = dist_class(dist_inputs, self.model)
+            actions = input_dict[SampleBatch.ACTIONS]
+            if not actions_normalized and self.config["normalize_actions"]:
+                from rlpolicy.utils.spaces.space_utils import normalize_action
+
+                actions = normalize_action(actions, self.action_space_struct)
+            return action_dist.logp(actions)
+
+    # ------------------------------------------------------------------ learning
+
+    @with_lock
+    @override(Policy)
+    def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
+        if self.model is not None and not self.model.training:
+            self.model.train()
+        learn_stats: Dict[str, Any] = {}
+        self.callbacks.on_learn_on_batch(policy=self, train_batch=postprocessed_batch,
+                                         result=learn_stats)
+        _, fetches = self.compute_gradients(postprocessed_batch)
+        self.apply_gradients(_directStepOptimizerSingleton)
+        if self.model is not None:
+            fetches["model"] = self.model.metrics()
+        fetches["custom_metrics"] = learn_stats
+        return fetches
+
+    @with_lock
+    @override(Policy)
+    def compute_gradients(self, postprocessed_batch: SampleBatch) -> ModelGradients:
+        """Computes the gradients of the loss(es) on ``postprocessed_batch``.
+
+        Runs on the main tower (``self.model`` on ``self.device``). RLlib 1.11
+        asserts a single device here; with several towers the batch is
+        computed on tower 0, which then equals the single-device result.
+
+        Returns:
+            ``(grads, fetches)``: one gradient (or None) per model parameter,
+            and the extra fetches with the learner stats.
+        """
+        self._check_can_learn()
+        if not postprocessed_batch.zero_padded:
+            self._pad(postprocessed_batch)
+        postprocessed_batch.set_training(True)
+        self._lazy_tensor_dict(postprocessed_batch, device=self.devices[0])
+        (all_grads, grad_info), = self._tower_runner.run(
+            self._tower_grads, [(self.model, postprocessed_batch, 0)])
+        grad_info["allreduce_latency"] /= len(self._optimizers)
+        grad_info.update(self.extra_grad_info(postprocessed_batch))
+        fetches = self.extra_compute_grad_fetches()
+        return all_grads, dict(fetches, **{LEARNER_STATS_KEY: grad_info})
+
+    @override(Policy)
+    def apply_gradients(self, gradients: ModelGradients) -> None:
+        if gradients == _directStepOptimizerSingleton:
+            for opt in self._optimizers:
+                opt.step()
+            return
+        params = list(self.model.parameters())
+        if len(gradients) != len(params):
+            raise ValueError(f"apply_gradients got {len(gradients)} gradients for the model's "
+                             f"{len(params)} parameters; pass one (or None) per parameter")
+        for g, p in zip(gradients, params):
+            if g is not None:
+                p.grad = (g if torch.is_tensor(g) else torch.from_numpy(np.asarray(g))).to(
+                    self.device)
+        # RLlib 1.11 supports one optimizer here; each optimizer steps its own params.
+        for opt in self._optimizers:
+            opt.step()
+
+    def _check_can_learn(self) -> None:
+        if self._loss is None:
+            raise ValueError(f"{type(self).__name__} has no loss: pass `loss` to "
+                             "TorchPolicy.__init__ or override `loss()`")
+
+    def _pad(self, batch: SampleBatch) -> None:
+        pad_batch_to_sequences_of_same_size(
+            batch=batch, max_seq_len=self.max_seq_len, shuffle=False,
+            batch_divisibility_req=self.batch_divisibility_req,
+            view_requirements=self.view_requirements)
+
+    def _tower_grads(self, model: Any, batch: SampleBatch, tower_idx: int):
+        """Loss and gradients of one tower (run in that tower's thread)."""
+        optimizers = self._optimizers if tower_idx == 0 else self._tower_optimizer_views(tower_idx)
+
+        def losses(m, b):
+            return force_list(m.custom_loss(force_list(self._loss(self, m, self.dist_class, b)), b))
+
+        return compute_tower_grads(
+            losses, model, batch, optimizers, self.multi_gpu_param_groups,
+            lambda opt, loss: self.extra_grad_process(opt, loss))
+
+    def _tower_optimizer_views(self, tower_idx: int) -> List[TowerOptimizerView]:
+        if self._opt_views is None:
+            self._opt_views = make_optimizer_views(self._optimizers, self.model,
+                                                   self.model_gpu_towers)
+        return self._opt_views[tower_idx]
+
+    # ------------------------------------------------------------------ multi-tower buffers
+
+    def _check_buffer_index(self, buffer_index: int) -> None:
+        if not 0 <= buffer_index < len(self._loaded_batches):
+            raise IndexError(
+                f"buffer_index={buffer_index} is out of range; this policy has "
+                f"{len(self._loaded_batches)} buffer(s) (config['num_multi_gpu_tower_stacks'])")
+
+    @property
+    def _single_cpu(self) -> bool:
+        return len(self.devices) == 1 and self.devices[0].type == "cpu"
+
+    @override(Policy)
+    def load_batch_into_buffer(self, batch: SampleBatch, buffer_index: int = 0) -> int:
+        self._check_buffer_index(buffer_index)
+        batch.set_training(True)
+        if self._single_cpu:
+            self._pad(batch)
+            self._lazy_tensor_dict(batch)
+            self._loaded_batches[buffer_index] = [batch]
+            return len(batch)
+        slices = split_for_devices(batch, len(self.devices), self._pad, self.devices)
+        self._loaded_batches[buffer_index] = slices
+        return len(slices[0])
+
+    @override(Policy)
+    def get_num_samples_loaded_into_buffer(self, buffer_index: int = 0) -> int:
+        self._check_buffer_index(buffer_index)
+        loaded = self._loaded_batches[buffer_index]
+        return len(loaded[0]) if loaded else 0
+
+    @with_lock
+    @override(Policy)
+    def learn_on_loaded_batch(self, offset: int = 0, buffer_index: int = 0):
+        self._check_buffer_index(buffer_index)
+        loaded = self._loaded_batches[buffer_index]
+        if not loaded:
+            raise ValueError("Must call Policy.load_batch_into_buffer() before "
+                             "Policy.learn_on_loaded_batch()!")
+        device_batch_size = self.config.get(
+            "sgd_minibatch_size", self.config["train_batch_size"]) // len(self.devices)
+        for tower in self.model_gpu_towers:
+            if not tower.training:
+                tower.train()
+        if self._single_cpu:
+            batch = loaded[0]
+            if device_batch_size < len(batch):
+                batch = batch[offset:offset + device_batch_size]
+            return self.learn_on_batch(batch)
+        self._check_can_learn()
+        sync_tower_weights(self.model, self.model_gpu_towers)
+        device_batches = slice_device_batches(loaded, offset, device_batch_size)
+        tower_outputs = self._tower_runner.run(
+            self._tower_grads,
+            [(t, b, i) for i, (t, b) in enumerate(zip(self.model_gpu_towers, device_batches))])
+        all_grads = mean_reduce_grads([out[0] for out in tower_outputs], self.device)
+        for p, g in zip(self.model.parameters(), all_grads):
+            p.grad = g
+        self.apply_gradients(_directStepOptimizerSingleton)
+        fetches = {f"tower_{i}": {LEARNER_STATS_KEY: self.extra_grad_info(b)}
+                   for i, b in enumerate(device_batches)}
+        fetches.update(self.extra_compute_grad_fetches())
+        return fetches
+
+    @DeveloperAPI
+    def get_tower_stats(self, stats_name: str) -> List[TensorStructType]:
+        """Returns one entry per tower that stored ``stats_name`` in its
+        ``tower_stats`` (typically from the loss), moved to ``self.device``.
+
+        Raises:
+            AssertionError: If no tower has ``stats_name`` (as RLlib 1.11).
+        """
+        import tree
+
+        data = [tree.map_structure(lambda s: s.to(self.device), t.tower_stats[stats_name])
+                for t in self.model_gpu_towers if stats_name in t.tower_stats]
+        if not data:
+            raise AssertionError(
+                f"Stats `{stats_name}` not found in any of the towers (you have "
+                f"{len(self.model_gpu_towers)} towers in total)! Make sure you call the loss "
+                "function on at least one of the towers.")
+        return data
+
+    # ------------------------------------------------------------------ weights and state
+
+    @override(Policy)
+    def get_weights(self) -> ModelWeights:
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    @override(Policy)
+    def set_weights(self, weights: ModelWeights) -> None:
+        self.model.load_state_dict(convert_to_torch_tensor(weights, device=self.device))
+
+    @override(Policy)
+    def is_recurrent(self) -> bool:
+        return self._is_recurrent
+
+    @override(Policy)
+    def num_state_tensors(self) -> int:
+        return len(self.model.get_initial_state())
+
+    @override(Policy)
+    def get_initial_state(self) -> List[TensorType]:
+        return [s.detach().cpu().numpy() if torch.is_tensor(s) else np.asarray(s)
+                for s in self.model.get_initial_state()]
+
+    @override(Policy)
+    def get_state(self) -> Union[Dict[str, TensorType], List[TensorType]]:
+        state = super().get_state()
+        state["_optimizer_variables"] = [numpy_copy(o.state_dict()) for o in self._optimizers]
+        if getattr(self, "exploration", None) is not None:
+            state["_exploration_state"] = self.exploration.get_state()
+        return state
+
+    @override(Policy)
+    def set_state(self, state: dict) -> None:
+        optimizer_vars = state.get("_optimizer_variables", None)
+        if optimizer_vars:
+            if len(optimizer_vars) != len(self._optimizers):
+                raise ValueError(f"state['_optimizer_variables'] holds {len(optimizer_vars)} "
+                                 f"optimizer states but this policy has {len(self._optimizers)} "
+                                 "optimizers")
+            for o, s in zip(self._optimizers, optimizer_vars):
+                # Hyper-parameters stay python scalars; only the state becomes tensors.
+                o.load_state_dict({"param_groups": copy.deepcopy(s["param_groups"]),
+                                   "state": convert_to_torch_tensor(s["state"], device=self.device)})
+        if getattr(self, "exploration", None) is not None and "_exploration_state" in state:
+            self.exploration.set_state(state=state["_exploration_state"])
+        super().set_state(state)
+
+    # ------------------------------------------------------------------ overridable hooks
+
+    @DeveloperAPI
+    def extra_grad_process(self, optimizer: "torch.optim.Optimizer",
+                           loss: TensorType) -> Dict[str, TensorType]:
+        """Post-processes the gradients after each optimizer's ``backward()``.
+
+        Called per optimizer/loss pair (and per tower) before the optimizer
+        step. This default clips the gradients by global norm when
+        ``config["grad_clip"]`` is set (RLlib 1.11's base returns ``{}``;
+        its algorithms add ``apply_grad_clipping`` themselves).
+
+        Returns:
+            Info on the processing (e.g. ``{"grad_gnorm": ...}``).
+        """
+        if self.config.get("grad_clip"):
+            return apply_grad_clipping(self, optimizer, loss)
+        return {}
+
+    @DeveloperAPI
+    def extra_compute_grad_fetches(self) -> Dict[str, Any]:
+        """Extra values returned by ``compute_gradients`` (default: empty learner stats)."""
+        return {LEARNER_STATS_KEY: {}}
+
+    @DeveloperAPI
+    def extra_action_out(self, input_dict: Dict[str, TensorType], state_batches: List[TensorType],
+                         model: Any, action_dist: Any) -> Dict[str, TensorType]:
+        """Extra per-action outputs (the third return value of compute_actions).
+
+        Args:
+            input_dict: The model input tensors (with the sampled "actions").
+            state_batches: The state-in tensors.
+            model: The model.
+            action_dist: The action distribution (None with an action_sampler_fn).
+        """
+        return {}
+
+    @DeveloperAPI
+    def extra_grad_info(self, train_batch: SampleBatch) -> Dict[str, TensorType]:
+        """Extra learner stats for ``train_batch`` (default: none)."""
+        return {}
+
+    @DeveloperAPI
+    def optimizer(self) -> Union[List["torch.optim.Optimizer"], "torch.optim.Optimizer"]:
+        """The optimizer(s): by default Adam over the model at ``config["lr"]``,
+        passed through the exploration's ``get_exploration_optimizer``."""
+        if hasattr(self, "config"):
+            optimizers = [torch.optim.Adam(self.model.parameters(), lr=self.config["lr"])]
+        else:
+            optimizers = [torch.optim.Adam(self.model.parameters())]
+        if getattr(self, "exploration", None):
+            optimizers = self.exploration.get_exploration_optimizer(optimizers)
+        return optimizers
+
+    def _no_grad_context(self):
+        return torch.no_grad()
+
+    def _convert_to_non_torch_type(self, data: TensorStructType) -> TensorStructType:
+        return convert_to_non_torch_type(data)
+
+    def _lazy_tensor_dict(self, postprocessed_batch: Union[SampleBatch, dict],
+                          device: Any = None) -> SampleBatch:
+        """Makes ``postprocessed_batch`` hand out torch tensors on ``device``."""
+        if not isinstance(postprocessed_batch, SampleBatch):
+            postprocessed_batch = SampleBatch(postprocessed_batch)
+        device = torch.device(device) if device is not None else self.device
+        fn = self._interceptors.get(device)
+        if fn is None:
+            fn = self._interceptors[device] = functools.partial(tensor_interceptor, device=device)
+        postprocessed_batch.set_get_interceptor(fn)
+        return postprocessed_batch
+
+    # ------------------------------------------------------------------ export
+
+    @override(Policy)
+    def export_model(self, export_dir: str, onnx: Optional[int] = None) -> None:
+        """Exports the model for serving: TorchScript ``model.pt``, or with
+        ``onnx`` (an opset version) ``model.onnx``; see ``_core.torch_export``."""
+        from rlpolicy._core import torch_export
+
+        dummy = getattr(self, "_dummy_batch", None)
+        if dummy is None:
+            dummy = self._get_dummy_batch_from_view_requirements(1)
+        inputs, state_ins, seq_lens = torch_export.select_export_inputs(
+            self.model.view_requirements, dummy)
+        os.makedirs(export_dir, exist_ok=True)
+        with self._lock:
+            if onnx:
+                torch_export.export_onnx(self.model, inputs, state_ins, seq_lens,
+                                         os.path.join(export_dir, "model.onnx"), onnx,
+                                         device=self.device)
+            else:
+                torch_export.export_torchscript(self.model, inputs, state_ins, seq_lens,
+                                                os.path.join(export_dir, "model.pt"),
+                                                device=self.device)
+
+    @override(Policy)
+    def import_model_from_h5(self, import_file: str) -> None:
+        return self.model.import_from_h5(import_file)

@@ -1,0 +1,166 @@
+"""rlpolicy._core.config: completing partial configs, the validation error table, PolicyConfigView."""
+import copy
+import dataclasses
+
+import pytest
+
+from rlpolicy._core.config import PolicyConfigView, complete_config, validate_config
+from rlpolicy._core.defaults import COMMON_CONFIG, MODEL_DEFAULTS
+from rlpolicy.agents.callbacks import DefaultCallbacks, MultiCallbacks
+
+
+class _MyCallbacks(DefaultCallbacks):
+    pass
+
+
+class _MyExploration:
+    pass
+
+
+def test_complete_partial_config():
+    before = copy.deepcopy(COMMON_CONFIG)
+    partial = {"lr": 0.01, "model": {"fcnet_hiddens": [16]}, "lambda": 0.95,
+               "multiagent": {"policies_to_train": ["p"]}}
+    full = complete_config(partial)
+    assert full["lr"] == 0.01 and full["lambda"] == 0.95  # algorithm keys pass through
+    assert full["gamma"] == COMMON_CONFIG["gamma"] and full["framework"] == COMMON_CONFIG["framework"]
+    assert full["model"]["fcnet_hiddens"] == [16]
+    assert {k: v for k, v in full["model"].items() if k != "fcnet_hiddens"} == \
+        {k: v for k, v in MODEL_DEFAULTS.items() if k != "fcnet_hiddens"}
+    assert full["multiagent"]["policies_to_train"] == ["p"]
+    assert full["multiagent"]["replay_mode"] == "independent"
+    assert set(COMMON_CONFIG) <= set(full)
+    validate_config(full)
+    # Neither the defaults nor the caller's dict changed; the result shares nothing mutable.
+    assert COMMON_CONFIG == before
+    assert partial["model"] == {"fcnet_hiddens": [16]}
+    full["model"]["fcnet_hiddens"].append(3)
+    assert partial["model"]["fcnet_hiddens"] == [16]
+    assert complete_config(None)["model"] == MODEL_DEFAULTS
+
+
+def test_complete_config_exploration_type_switch():
+    full = complete_config({"exploration_config": {"type": "EpsilonGreedy", "final_epsilon": 0.1}})
+    assert full["exploration_config"] == {"type": "EpsilonGreedy", "final_epsilon": 0.1}
+    same = complete_config({"exploration_config": {"random_timesteps": 5}})
+    assert same["exploration_config"] == {"type": "StochasticSampling", "random_timesteps": 5}
+
+
+def test_complete_config_minibatch_vs_train_batch():
+    with pytest.raises(ValueError, match="sgd_minibatch_size"):
+        complete_config({"train_batch_size": 32, "sgd_minibatch_size": 64})
+    # Only one of them given: the other's default is not compared.
+    assert complete_config({"train_batch_size": 32})["sgd_minibatch_size"] == 128
+
+
+# (config overrides, key named in the message)
+BAD = [
+    ({"framework": "pytorch"}, "framework"),
+    ({"framework": None}, "framework"),
+    ({"num_gpus": -1}, "num_gpus"),
+    ({"num_gpus": "2"}, "num_gpus"),
+    ({"num_gpus": True}, "num_gpus"),
+    ({"num_gpus": float("nan")}, "num_gpus"),
+    ({"_fake_gpus": 1}, "_fake_gpus"),
+    ({"num_gpus_per_worker": -0.5}, "num_gpus_per_worker"),
+    ({"worker_index": -1}, "worker_index"),
+    ({"worker_index": 1.0}, "worker_index"),
+    ({"lr": -0.1}, "lr"),
+    ({"lr": "0.1"}, "lr"),
+    ({"lr_schedule": [[0, 0.1], [100]]}, "lr_schedule"),
+    ({"gamma": 1.5}, "gamma"),
+    ({"gamma": -0.1}, "gamma"),
+    ({"train_batch_size": 0}, "train_batch_size"),
+    ({"train_batch_size": 10.0}, "train_batch_size"),
+    ({"sgd_minibatch_size": -4}, "sgd_minibatch_size"),
+    ({"rollout_fragment_length": 0}, "rollout_fragment_length"),
+    ({"num_multi_gpu_tower_stacks": 0}, "num_multi_gpu_tower_stacks"),
+    ({"batch_mode": "episodes"}, "batch_mode"),
+    ({"grad_clip": 0}, "grad_clip"),
+    ({"explore": "yes"}, "explore"),
+    ({"exploration_config": {"epsilon": 0.1}}, "exploration_config"),
+    ({"exploration_config": "EpsilonGreedy"}, "exploration_config"),
+    ({"in_evaluation": None}, "in_evaluation"),
+    ({"normalize_actions": 0}, "normalize_actions"),
+    ({"seed": "42"}, "seed"),
+    ({"callbacks": "MyCallbacks"}, "callbacks"),
+    ({"callbacks": dict}, "callbacks"),
+    ({"model": [1, 2]}, "model"),
+    ({"model": {"max_seq_len": 0}}, "model.max_seq_len"),
+    ({"model": {"fcnet_hiddens": [64, -1]}}, "model.fcnet_hiddens"),
+    ({"model": {"use_lstm": "true"}}, "model.use_lstm"),
+]
+
+
+@pytest.mark.parametrize("override, key", BAD, ids=[f"{k}-{i}" for i, (_, k) in enumerate(BAD)])
+def test_validation_errors_name_key_and_value(override, key):
+    config = complete_config({})
+    config.update(override)
+    if "model" in override and isinstance(override["model"], dict):
+        config["model"] = {**MODEL_DEFAULTS, **override["model"]}
+    snapshot = copy.deepcopy(config)
+    bad_value = list(override.values())[0]
+    if isinstance(bad_value, dict) and key.startswith("model."):
+        bad_value = bad_value[key.split(".", 1)[1]]
+    with pytest.raises(ValueError, match=f"config\\['{key}'\\]") as info:
+        validate_config(config)
+    assert repr(bad_value) in str(info.value)
+    assert "allowed" in str(info.value)
+    assert repr(config) == repr(snapshot)  # nothing changed (repr: nan != nan)
+
+
+def test_unknown_model_key_lists_close_matches():
+    with pytest.raises(ValueError, match=r"unknown key 'fcnet_hidden'.*'fcnet_hiddens'"):
+        validate_config({"model": {"fcnet_hidden": [32]}})
+    with pytest.raises(ValueError, match="'zzz'"):
+        validate_config({"model": {"zzz": 1}})
+
+
+@pytest.mark.parametrize("good", [
+    {"framework": fw} for fw in ("torch", "tf", "tf2", "tfe", "jax")
+] + [
+    {"num_gpus": 0.5, "_fake_gpus": False}, {"num_gpus": 2, "_fake_gpus": True},
+    {"lr": 0.0}, {"lr_schedule": [[0, 1e-3], [1000, 1e-4]]}, {"gamma": 1.0}, {"gamma": 0},
+    {"grad_clip": None}, {"grad_clip": 40.0}, {"seed": None}, {"seed": 7},
+    {"callbacks": None}, {"callbacks": _MyCallbacks}, {"callbacks": MultiCallbacks([_MyCallbacks])},
+    {"exploration_config": {"type": _MyExploration}},
+    {"model": {"custom_model_config": {"anything": 1}, "fcnet_hiddens": []}},
+    {"some_algo_key": object()},
+])
+def test_valid_configs_pass(good):
+    validate_config({**complete_config({}), **good})
+
+
+def test_validate_non_dict():
+    with pytest.raises(ValueError, match="dict"):
+        validate_config([("lr", 1)])
+    with pytest.raises(ValueError, match="dict"):
+        complete_config("lr=1")
+
+
+def test_policy_config_view():
+    config = complete_config({"framework": "torch", "num_gpus": 2, "_fake_gpus": True, "grad_clip": 5.0,
+                              "model": {"max_seq_len": 7}, "train_batch_size": 64,
+                              "sgd_minibatch_size": 16, "num_multi_gpu_tower_stacks": 2,
+                              "lr": 3e-4, "in_evaluation": True, "explore": False, "worker_index": 3})
+    view = PolicyConfigView.from_config(config)
+    assert view == PolicyConfigView(
+        framework="torch", explore=False, num_gpus=2, fake_gpus=True, num_gpus_per_worker=0,
+        worker_index=3, max_seq_len=7, train_batch_size=64, sgd_minibatch_size=16,
+        num_multi_gpu_tower_stacks=2, grad_clip=5.0, lr=3e-4, in_evaluation=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.lr = 1.0
+    # Missing keys fall back to the defaults.
+    assert PolicyConfigView.from_config({}).framework == COMMON_CONFIG["framework"]
+    assert PolicyConfigView.from_config({}).max_seq_len == MODEL_DEFAULTS["max_seq_len"]
+
+
+@pytest.mark.parametrize("config, key", [
+    ({"_fake_gpus": "no"}, "_fake_gpus"),
+    ({"num_multi_gpu_tower_stacks": 0}, "num_multi_gpu_tower_stacks"),
+    ({"model": {"max_seq_len": -3}}, "model.max_seq_len"),
+    ({"framework": "mxnet"}, "framework"),
+])
+def test_policy_config_view_errors(config, key):
+    with pytest.raises(ValueError, match=f"config\\['{key}'\\]"):
+        PolicyConfigView.from_config(config)

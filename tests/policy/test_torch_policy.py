@@ -1,0 +1,530 @@
+"""TorchPolicy on CPU and on two fake-GPU towers (device_config fixture)."""
+import copy
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rlpolicy.agents.callbacks import DefaultCallbacks  # noqa: E402
+from rlpolicy.models.torch.torch_action_dist import TorchCategorical  # noqa: E402
+from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
+from rlpolicy.policy.torch_policy import TorchPolicy  # noqa: E402
+
+OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+ACT = gym.spaces.Discrete(3)
+BASE = {"lr": 0.05, "model": {"fcnet_hiddens": [8]}, "seed": 0}
+
+
+class PG(TorchPolicy):
+    """Vanilla policy gradient with a mean loss; stores what each tower saw."""
+
+    def loss(self, model, dist_class, train_batch):
+        logits, _ = model(train_batch)
+        logp = dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
+        model.tower_stats["obs_seen"] = train_batch[SampleBatch.OBS]
+        model.tower_stats["pg_loss"] = -(logp * train_batch[SampleBatch.REWARDS]).mean()
+        return model.tower_stats["pg_loss"]
+
+
+class SGDPG(PG):
+    def optimizer(self):
+        return torch.optim.SGD(self.model.parameters(), lr=self.config["lr"])
+
+
+def make(cls=PG, seed=0, **config):
+    torch.manual_seed(seed)
+    return cls(OBS, ACT, {**BASE, **config})
+
+
+def pg_batch(n, seed=0):
+    r = np.random.default_rng(seed)
+    return SampleBatch({
+        SampleBatch.OBS: r.uniform(-1, 1, (n, 4)).astype(np.float32),
+        SampleBatch.ACTIONS: r.integers(0, 3, n),
+        SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
+    })
+
+
+def log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def weights_of(policy):
+    return {k: v.copy() for k, v in policy.get_weights().items()}
+
+
+def assert_weights_close(a, b, rtol=1e-5, atol=1e-6):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=rtol, atol=atol, err_msg=k)
+
+
+def n_towers(device_config):
+    return 2 if device_config.get("_fake_gpus") else 1
+
+
+# ------------------------------------------------------------------ construction
+
+
+def test_towers_and_devices(device_config):
+    cfg = {**BASE, **device_config}
+    policy = PG(OBS, ACT, cfg)
+    n = n_towers(device_config)
+    assert cfg["framework"] == "torch" and policy.config["framework"] == "torch"
+    assert [d.type for d in policy.devices] == ["cpu"] * n and policy.device.type == "cpu"
+    assert len(policy.model_gpu_towers) == n and policy.model_gpu_towers[0] is policy.model
+    for tower in policy.model_gpu_towers[1:]:
+        assert tower is not policy.model
+        for a, b in zip(tower.parameters(), policy.model.parameters()):
+            assert a is not b and torch.equal(a, b)
+    assert policy.dist_class is TorchCategorical
+    assert policy.multi_gpu_param_groups == [set(range(len(list(policy.model.parameters()))))]
+    assert not policy.is_recurrent() and policy.num_state_tensors() == 0
+
+
+def test_target_models_per_tower(device_config):
+    class WithTarget(PG):
+        def __init__(self, obs_space, action_space, config):
+            self.target_model = torch.nn.Linear(2, 2)
+            super().__init__(obs_space, action_space, config)
+
+    policy = WithTarget(OBS, ACT, {**BASE, **device_config})
+    assert list(policy.target_models) == policy.model_gpu_towers
+    assert all(t is policy.target_model for t in policy.target_models.values())
+
+
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        ({"num_multi_gpu_tower_stacks": 0}, r"config\['num_multi_gpu_tower_stacks'\]=0 is invalid"),
+        ({"num_gpus": -2}, r"config\['num_gpus'\]=-2 is invalid"),
+    ],
+)
+def test_config_errors(config, match):
+    with pytest.raises(ValueError, match=match):
+        make(**config)
+
+
+def test_no_loss_cannot_learn():
+    policy = TorchPolicy(OBS, ACT, dict(BASE))
+    with pytest.raises(ValueError, match="TorchPolicy has no loss"):
+        policy.learn_on_batch(pg_batch(4))
+
+
+# ------------------------------------------------------------------ acting
+
+
+def test_compute_actions_outputs(device_config):
+    policy = make(**device_config)
+    obs = pg_batch(5)[SampleBatch.OBS]
+    actions, state, extra = policy.compute_actions(obs, explore=False)
+    logits = extra[SampleBatch.ACTION_DIST_INPUTS]
+    assert actions.shape == (5,) and state == [] and logits.shape == (5, 3)
+    np.testing.assert_array_equal(actions, logits.argmax(-1))
+    # Greedy (explore=False) actions are deterministic: logp 0, prob 1 (RLlib).
+    np.testing.assert_array_equal(extra[SampleBatch.ACTION_LOGP], np.zeros(5))
+    np.testing.assert_array_equal(extra[SampleBatch.ACTION_PROB], np.ones(5))
+    assert policy.global_timestep == 5
+    actions, _, extra = policy.compute_actions(obs[:2], explore=True)
+    expected_logp = log_softmax(extra[SampleBatch.ACTION_DIST_INPUTS])[np.arange(2), actions]
+    np.testing.assert_allclose(extra[SampleBatch.ACTION_LOGP], expected_logp, rtol=1e-5)
+    np.testing.assert_allclose(extra[SampleBatch.ACTION_PROB], np.exp(expected_logp), rtol=1e-5)
+    assert policy.global_timestep == 7
+    assert not policy.model.training
+
+
+def test_compute_single_action_and_input_dict(device_config):
+    policy = make(**device_config)
+    obs = pg_batch(3)[SampleBatch.OBS]
+    batch_actions, _, batch_extra = policy.compute_actions(obs, explore=False)
+    a, state, extra = policy.compute_single_action(obs[1], explore=False)
+    assert int(a) == batch_actions[1] and state == []
+    np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS],
+                               batch_extra[SampleBatch.ACTION_DIST_INPUTS][1], rtol=1e-6)
+    acts, _, _ = policy.compute_actions_from_input_dict({SampleBatch.OBS: obs}, explore=False)
+    np.testing.assert_array_equal(acts, batch_actions)
+
+
+def test_compute_log_likelihoods(device_config):
+    policy = make(**device_config)
+    obs = pg_batch(6)[SampleBatch.OBS]
+    _, _, extra = policy.compute_actions(obs, explore=False)
+    actions = np.array([0, 1, 2, 2, 1, 0])
+    logp = policy.compute_log_likelihoods(actions, obs)
+    expected = log_softmax(extra[SampleBatch.ACTION_DIST_INPUTS])[np.arange(6), actions]
+    np.testing.assert_allclose(logp.numpy(), expected, rtol=1e-5)
+
+
+def test_action_sampler_fn_path():
+    calls = []
+
+    def sampler(policy, model, input_dict, state_batches, explore, timestep):
+        calls.append((explore, timestep))
+        n = len(input_dict[SampleBatch.OBS])
+        return torch.full((n,), 2), torch.zeros(n), []
+
+    torch.manual_seed(0)
+    policy = PG(OBS, ACT, dict(BASE), action_sampler_fn=sampler)
+    actions, _, extra = policy.compute_actions(np.zeros((4, 4), np.float32), explore=True)
+    np.testing.assert_array_equal(actions, [2, 2, 2, 2])
+    np.testing.assert_array_equal(extra[SampleBatch.ACTION_PROB], np.ones(4))  # exp(logp=0)
+    assert SampleBatch.ACTION_DIST_INPUTS not in extra and calls == [(True, 0)]
+    with pytest.raises(ValueError, match="Cannot compute log-prob/likelihood w/o an"):
+        policy.compute_log_likelihoods(np.zeros(4), np.zeros((4, 4), np.float32))
+
+
+def test_action_distribution_fn_path_and_extra_action_out():
+    seen = {}
+
+    def dist_fn(policy, model, input_dict, *, state_batches, seq_lens, explore, timestep=None,
+                is_training):
+        seen.update(explore=explore, is_training=is_training)
+        n = len(input_dict[SampleBatch.OBS])
+        return torch.tensor([[0.0, 5.0, 0.0]]).repeat(n, 1), TorchCategorical, []
+
+    class Extra(PG):
+        def extra_action_out(self, input_dict, state_batches, model, action_dist):
+            return {"sampled": input_dict[SampleBatch.ACTIONS] * 10}
+
+    torch.manual_seed(0)
+    policy = Extra(OBS, ACT, dict(BASE), action_distribution_fn=dist_fn)
+    actions, _, extra = policy.compute_actions(np.zeros((2, 4), np.float32), explore=False)
+    np.testing.assert_array_equal(actions, [1, 1])
+    np.testing.assert_array_equal(extra["sampled"], [10, 10])
+    assert seen == {"explore": False, "is_training": False}
+    logp = policy.compute_log_likelihoods(np.array([1, 0]), np.zeros((2, 4), np.float32))
+    np.testing.assert_allclose(logp.numpy(), log_softmax(np.array([[0.0, 5.0, 0.0]]))[0, [1, 0]],
+                               rtol=1e-5)
+
+
+def test_bad_dist_class_from_distribution_fn():
+    def dist_fn(policy, model, input_dict, **kw):
+        return torch.zeros(1, 3), dict, []
+
+    policy = PG(OBS, ACT, dict(BASE), action_distribution_fn=dist_fn)
+    with pytest.raises(ValueError, match=r"`dist_class` \(dict\) not a TorchDistributionWrapper"):
+        policy.compute_actions(np.zeros((1, 4), np.float32))
+
+
+# ------------------------------------------------------------------ learning
+
+
+def _reference_pg_grads(policy, batch):
+    """Gradients of the PG loss on an independent copy of the model (plain torch)."""
+    model = copy.deepcopy(policy.model)
+    logits = model({SampleBatch.OBS: torch.as_tensor(batch[SampleBatch.OBS])})[0]
+    logp = torch.log_softmax(logits, -1)[torch.arange(len(batch)),
+                                         torch.as_tensor(batch[SampleBatch.ACTIONS])]
+    loss = -(logp * torch.as_tensor(batch[SampleBatch.REWARDS])).mean()
+    params = list(model.parameters())
+    # The value branch is not part of the loss: its gradient is zero.
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    return [np.zeros(p.shape, np.float32) if g is None else g.numpy()
+            for p, g in zip(params, grads)]
+
+
+def test_learn_on_batch_is_one_sgd_step(device_config):
+    class Recorder(DefaultCallbacks):
+        def on_learn_on_batch(self, *, policy, train_batch, result, **kwargs):
+            result["rows"] = len(train_batch)
+
+    policy = make(SGDPG, callbacks=Recorder, **device_config)
+    batch = pg_batch(16)
+    before = [p.detach().numpy().copy() for p in policy.model.parameters()]
+    grads = _reference_pg_grads(policy, batch)
+    fetches = policy.learn_on_batch(batch)
+    for p, w, g in zip(policy.model.parameters(), before, grads):
+        np.testing.assert_allclose(p.detach().numpy(), w - 0.05 * g, rtol=1e-5, atol=1e-6)
+    assert fetches["custom_metrics"] == {"rows": 16}
+    assert fetches["learner_stats"] == {"allreduce_latency": 0.0} and fetches["model"] == {}
+    assert policy.model.training
+
+
+def test_compute_then_apply_gradients(device_config):
+    policy = make(SGDPG, **device_config)
+    batch = pg_batch(8)
+    expected = _reference_pg_grads(policy, batch)
+    grads, fetches = policy.compute_gradients(batch)
+    assert "learner_stats" in fetches
+    for g, e in zip(grads, expected):
+        np.testing.assert_allclose(np.zeros_like(e) if g is None else g.numpy(), e,
+                                   rtol=1e-5, atol=1e-7)
+    other = make(SGDPG, seed=3, **device_config)
+    other.set_weights(policy.get_weights())
+    other.apply_gradients([None if g is None else g.numpy() for g in grads])  # numpy grads
+    policy.apply_gradients(grads)
+    assert_weights_close(other.get_weights(), policy.get_weights())
+    with pytest.raises(ValueError, match="apply_gradients got 1 gradients for the model's"):
+        policy.apply_gradients([grads[0]])
+
+
+def test_grad_clip_limits_the_step():
+    policy = make(SGDPG, grad_clip=1e-3)
+    batch = pg_batch(16)
+    norm = np.sqrt(sum((g ** 2).sum() for g in _reference_pg_grads(policy, batch)))
+    before = np.concatenate([p.detach().numpy().ravel() for p in policy.model.parameters()])
+    fetches = policy.learn_on_batch(batch)
+    after = np.concatenate([p.detach().numpy().ravel() for p in policy.model.parameters()])
+    assert float(fetches["learner_stats"]["grad_gnorm"]) == pytest.approx(norm, rel=1e-4)
+    assert np.linalg.norm(after - before) == pytest.approx(0.05 * 1e-3, rel=1e-3)
+
+
+class TwoOpt(PG):
+    """Two optimizers: one for the hidden layer, one for the rest."""
+
+    def optimizer(self):
+        params = list(self.model.parameters())
+        return [torch.optim.SGD(params[:2], lr=0.1), torch.optim.SGD(params[2:], lr=0.1)]
+
+    def loss(self, model, dist_class, train_batch):
+        pg = super().loss(model, dist_class, train_batch)
+        return [pg, 2.0 * pg]
+
+
+def test_multiple_optimizers(device_config):
+    policy = make(TwoOpt, **device_config)
+    n = len(list(policy.model.parameters()))
+    assert policy.multi_gpu_param_groups == [{0, 1}, set(range(2, n))]
+    batch = pg_batch(8)
+    ref = _reference_pg_grads(policy, batch)
+    before = [p.detach().numpy().copy() for p in policy.model.parameters()]
+    policy.learn_on_batch(batch)
+    after = [p.detach().numpy() for p in policy.model.parameters()]
+    # Params 2.. get the 2x loss only (zeroed before its backward); params 0,1
+    # keep their grad from loss 1 plus the accumulated one from loss 2 (RLlib).
+    for i in range(n):
+        factor = 3.0 if i < 2 else 2.0
+        np.testing.assert_allclose(after[i], before[i] - 0.1 * factor * ref[i], rtol=1e-4,
+                                   atol=1e-6)
+
+
+# ------------------------------------------------------------------ buffers and towers
+
+
+def test_load_batch_returns_per_device_count(device_config):
+    policy = make(**device_config)
+    n = n_towers(device_config)
+    assert policy.get_num_samples_loaded_into_buffer() == 0
+    assert policy.load_batch_into_buffer(pg_batch(16)) == 16 // n
+    assert policy.get_num_samples_loaded_into_buffer(0) == 16 // n
+    # 17 rows: with two towers one row is dropped so both get 8.
+    assert policy.load_batch_into_buffer(pg_batch(17)) == (17 if n == 1 else 8)
+    assert [len(b) for b in policy._loaded_batches[0]] == ([17] if n == 1 else [8, 8])
+
+
+def test_learn_on_loaded_batch_errors(device_config):
+    policy = make(**device_config)
+    with pytest.raises(ValueError, match=r"Must call Policy.load_batch_into_buffer\(\) before"):
+        policy.learn_on_loaded_batch()
+    with pytest.raises(IndexError, match="buffer_index=1 is out of range; this policy has 1"):
+        policy.load_batch_into_buffer(pg_batch(4), buffer_index=1)
+    with pytest.raises(IndexError, match="buffer_index=-1 is out of range"):
+        policy.learn_on_loaded_batch(buffer_index=-1)
+
+
+@pytest.mark.parametrize("cls", [SGDPG, PG], ids=["sgd", "adam"])
+def test_tower_step_equals_single_device_step(cls):
+    batch = pg_batch(16, seed=4)
+    single = make(cls, sgd_minibatch_size=16)
+    towers = make(cls, seed=9, sgd_minibatch_size=16, num_gpus=2, _fake_gpus=True)
+    towers.set_weights(single.get_weights())
+    for step in range(2):
+        single.load_batch_into_buffer(batch.copy())
+        towers.load_batch_into_buffer(batch.copy())
+        single.learn_on_loaded_batch(0)
+        fetches = towers.learn_on_loaded_batch(0)
+        assert_weights_close(single.get_weights(), towers.get_weights())
+    assert set(fetches) == {"tower_0", "tower_1", "learner_stats"}
+    # Tower 1 saw the second half of the batch, tower 0 the first.
+    seen = [t.tower_stats["obs_seen"].numpy() for t in towers.model_gpu_towers]
+    np.testing.assert_array_equal(seen[0], batch[SampleBatch.OBS][:8])
+    np.testing.assert_array_equal(seen[1], batch[SampleBatch.OBS][8:])
+
+
+def test_offsets_walk_the_buffer(device_config):
+    n = n_towers(device_config)
+    policy = make(sgd_minibatch_size=4, **device_config)
+    batch = pg_batch(16)
+    obs = batch[SampleBatch.OBS]
+    per_device = policy.load_batch_into_buffer(batch)
+    size = 4 // n
+    for offset in range(0, per_device, size):
+        policy.learn_on_loaded_batch(offset=offset)
+        seen = [t.tower_stats["obs_seen"].numpy() for t in policy.model_gpu_towers]
+        for d in range(n):
+            start = d * per_device + offset  # device d holds rows [d*per_device, ...)
+            np.testing.assert_array_equal(seen[d], obs[start:start + size])
+
+
+def test_get_tower_stats(device_config):
+    policy = make(**device_config)
+    with pytest.raises(AssertionError, match="Stats `pg_loss` not found in any of the towers"):
+        policy.get_tower_stats("pg_loss")
+    policy.load_batch_into_buffer(pg_batch(8))
+    policy.learn_on_loaded_batch()
+    stats = policy.get_tower_stats("pg_loss")
+    assert len(stats) == n_towers(device_config)
+    assert all(s.device == policy.device and s.ndim == 0 for s in stats)
+
+
+def test_tower_stack_buffers_are_independent(device_config):
+    b0, b1 = pg_batch(8, seed=1), pg_batch(8, seed=2)
+    policy = make(SGDPG, num_multi_gpu_tower_stacks=2, sgd_minibatch_size=8, **device_config)
+    reference = make(SGDPG, seed=5, sgd_minibatch_size=8, **device_config)
+    reference.set_weights(policy.get_weights())
+    policy.load_batch_into_buffer(b0.copy(), buffer_index=0)
+    n1 = policy.load_batch_into_buffer(b1.copy(), buffer_index=1)
+    assert policy.get_num_samples_loaded_into_buffer(1) == n1
+    policy.learn_on_loaded_batch(buffer_index=1)
+    reference.learn_on_batch(b1.copy())
+    assert_weights_close(policy.get_weights(), reference.get_weights())
+    # Buffer 0 still holds b0.
+    seen_before = policy._loaded_batches[0][0][SampleBatch.OBS]
+    np.testing.assert_array_equal(np.asarray(seen_before)[:4], b0[SampleBatch.OBS][:4])
+
+
+# ------------------------------------------------------------------ state
+
+
+def test_state_round_trip_restores_adam(device_config):
+    original = make(**device_config)
+    for i in range(3):
+        original.learn_on_batch(pg_batch(8, seed=i))
+    original.compute_actions(np.zeros((2, 4), np.float32))
+    state = original.get_state()
+    assert len(state["_optimizer_variables"]) == 1 and "_exploration_state" in state
+    snapshot = copy.deepcopy(state)
+
+    restored = make(seed=7, **device_config)
+    restored.set_state(state)
+    weights_only = make(seed=7, **device_config)
+    weights_only.set_weights(state["weights"])
+    assert restored.global_timestep == original.global_timestep == 2
+    for p in (original, restored, weights_only):
+        p.learn_on_batch(pg_batch(8, seed=10))
+    assert_weights_close(original.get_weights(), restored.get_weights(), rtol=1e-6, atol=1e-7)
+    # Adam's moments matter: restoring only the weights gives different weights.
+    diff = max(np.abs(original.get_weights()[k] - weights_only.get_weights()[k]).max()
+               for k in state["weights"])
+    assert diff > 1e-4
+    # get_state() is a snapshot: later learning did not change it.
+    for k in state["weights"]:
+        np.testing.assert_array_equal(state["weights"][k], snapshot["weights"][k])
+
+
+def test_set_state_optimizer_count_mismatch():
+    state = make(TwoOpt).get_state()
+    with pytest.raises(ValueError, match="holds 2 optimizer states but this policy has 1"):
+        make().set_state(state)
+
+
+# ------------------------------------------------------------------ threads
+
+
+def test_concurrent_acting_and_learning(device_config):
+    policy = make(SGDPG, **device_config)
+    replay = make(SGDPG, seed=3, **device_config)
+    replay.set_weights(policy.get_weights())
+    batch = pg_batch(16)
+    obs = pg_batch(4, seed=9)[SampleBatch.OBS]
+    errors, counts = [], {"act": 0, "learn": 0}
+    stop = time.monotonic() + 1.0
+
+    def act():
+        try:
+            while time.monotonic() < stop:
+                a, _, extra = policy.compute_actions(obs, explore=False)
+                logits = extra[SampleBatch.ACTION_DIST_INPUTS]
+                np.testing.assert_array_equal(a, logits.argmax(-1))
+                counts["act"] += 1
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    def learn():
+        try:
+            while time.monotonic() < stop:
+                policy.learn_on_batch(batch.copy())
+                counts["learn"] += 1
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=act), threading.Thread(target=learn)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    assert counts["act"] > 0 and counts["learn"] > 0
+    assert policy.global_timestep == 4 * counts["act"]  # no lost updates
+    for _ in range(counts["learn"]):  # sequential replay of the learning steps
+        replay.learn_on_batch(batch.copy())
+    assert_weights_close(policy.get_weights(), replay.get_weights(), rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------ recurrent
+
+
+def _lstm_policy(device_config, seed=0):
+    torch.manual_seed(seed)
+    model = {"fcnet_hiddens": [8], "use_lstm": True, "lstm_cell_size": 4, "max_seq_len": 4}
+    return PG(OBS, ACT, {**BASE, "model": model, **device_config}, max_seq_len=4)
+
+
+def test_lstm_state_round_trip(device_config):
+    policy = _lstm_policy(device_config)
+    assert policy.is_recurrent() and policy.num_state_tensors() == 2
+    init = policy.get_initial_state()
+    assert [s.shape for s in init] == [(4,), (4,)] and all((s == 0).all() for s in init)
+    obs = pg_batch(3)[SampleBatch.OBS]
+    state = init
+    singles = []
+    for t in range(3):
+        a, state, extra = policy.compute_single_action(obs[t], state, explore=False)
+        assert [s.shape for s in state] == [(4,), (4,)]
+        singles.append(extra[SampleBatch.ACTION_DIST_INPUTS])
+    # Same trajectory, batched one step at a time through compute_actions.
+    bstate = [s[None] for s in init]
+    for t in range(3):
+        _, bstate, extra = policy.compute_actions(obs[t:t + 1], bstate, explore=False)
+        np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS][0], singles[t],
+                                   rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bstate[0][0], state[0], rtol=1e-5, atol=1e-6)
+    # The state carries memory: a fresh state gives different logits at t=2.
+    _, _, fresh = policy.compute_single_action(obs[2], init, explore=False)
+    assert not np.allclose(fresh[SampleBatch.ACTION_DIST_INPUTS], singles[2])
+
+
+def _lstm_batch(seq_lens=(3, 2, 4, 3)):
+    n = sum(seq_lens)
+    b = pg_batch(n, seed=3)
+    b[SampleBatch.EPS_ID] = np.repeat(np.arange(len(seq_lens)), seq_lens)
+    b[SampleBatch.SEQ_LENS] = np.array(seq_lens, np.int32)
+    b["state_in_0"] = np.zeros((len(seq_lens), 4), np.float32)
+    b["state_in_1"] = np.zeros((len(seq_lens), 4), np.float32)
+    return b
+
+
+def test_lstm_learn_on_batch_with_seq_lens(device_config):
+    policy = _lstm_policy(device_config)
+    before = weights_of(policy)
+    fetches = policy.learn_on_batch(_lstm_batch())
+    assert "learner_stats" in fetches
+    after = policy.get_weights()
+    assert all(np.isfinite(v).all() for v in after.values())
+    assert any(not np.allclose(before[k], after[k]) for k in before)
+
+
+def test_lstm_buffered_sgd(device_config):
+    policy = _lstm_policy(device_config)
+    n = policy.load_batch_into_buffer(_lstm_batch())
+    assert n > 0 and policy.get_num_samples_loaded_into_buffer() == n
+    before = weights_of(policy)
+    policy.learn_on_loaded_batch(0)
+    after = policy.get_weights()
+    assert all(np.isfinite(v).all() for v in after.values())
+    assert any(not np.allclose(before[k], after[k]) for k in before)
