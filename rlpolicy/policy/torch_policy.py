@@ -35,7 +35,7 @@ from rlpolicy.models.torch.torch_action_dist import TorchDistributionWrapper
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
-from rlpolicy.utils import NullContextManager, force_list
+from rlpolicy.utils import force_list
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY

@@ -381,3 +381,49 @@ def test_built_policy_checkpoint_round_trip(tmp_path):
         for field, v in s.items():
             np.testing.assert_array_equal(np.asarray(opt_q["state"][k][field]), np.asarray(v))
     assert _right_prob(q) == pytest.approx(_right_prob(p))
+
+
+ACTION_SPACES = {
+    "box": gym.spaces.Box(-2.0, 2.0, shape=(3,), dtype=np.float32),
+    "discrete": gym.spaces.Discrete(4),
+    "multidiscrete": gym.spaces.MultiDiscrete([3, 5]),
+    "dict": gym.spaces.Dict({"move": gym.spaces.Discrete(3),
+                             "aim": gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}),
+    "tuple": gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.MultiDiscrete([2, 2]),
+                               gym.spaces.Dict({"x": gym.spaces.Box(0.0, 1.0, (1,), np.float32)})]),
+}
+
+
+@pytest.fixture(params=list(ACTION_SPACES))
+def action_space(request):
+    return ACTION_SPACES[request.param]
+
+
+def test_torch_compute_single_action_has_the_space_structure(action_space):
+    from rlpolicy.utils.spaces.space_utils import clip_action
+
+    p = PGPolicy(OBS, action_space, dict(SMALL))
+    action, state_out, info = p.compute_single_action(np.zeros(3, np.float32), explore=True)
+    # Gaussian samples are not clipped here (the sampler clips), so clip before checking bounds.
+    assert action_space.contains(clip_action(action, p.action_space_struct))
+    flat_space = [s.shape for s in _leaves(action_space)]
+    assert [np.shape(a) for a in _leaf_values(action, action_space)] == flat_space
+    assert state_out == [] and np.shape(info["action_logp"]) == ()
+
+
+def _leaves(space):
+    if isinstance(space, gym.spaces.Dict):
+        return [leaf for s in space.spaces.values() for leaf in _leaves(s)]
+    if isinstance(space, gym.spaces.Tuple):
+        return [leaf for s in space.spaces for leaf in _leaves(s)]
+    return [space]
+
+
+def _leaf_values(value, space):
+    if isinstance(space, gym.spaces.Dict):
+        assert isinstance(value, dict) and set(value) == set(space.spaces)
+        return [leaf for k, s in space.spaces.items() for leaf in _leaf_values(value[k], s)]
+    if isinstance(space, gym.spaces.Tuple):
+        assert isinstance(value, tuple) and len(value) == len(space.spaces)
+        return [leaf for v, s in zip(value, space.spaces) for leaf in _leaf_values(v, s)]
+    return [value]

@@ -68,7 +68,7 @@ class EpsilonGreedy(Exploration):
 
     @override(Exploration)
     def get_exploration_action(self, *, action_distribution: Any,
-                               timestep: Union[int, TensorType] = None,
+                               timestep: Union[int, TensorType],
                                explore: Optional[Union[bool, TensorType]] = True):
         if ops.is_tf(self.framework):
             return self._get_tf_exploration_action_op(action_distribution, explore, timestep)

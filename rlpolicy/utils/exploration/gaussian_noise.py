@@ -64,7 +64,7 @@ class GaussianNoise(Exploration):
 
     @override(Exploration)
     def get_exploration_action(self, *, action_distribution: Any,
-                               timestep: Union[int, TensorType] = None,
+                               timestep: Union[int, TensorType],
                                explore: bool = True):
         if ops.is_tf(self.framework):
             return self._get_tf_exploration_action_op(action_distribution, explore, timestep)

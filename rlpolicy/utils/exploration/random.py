@@ -38,7 +38,7 @@ class Random(Exploration):
 
     @override(Exploration)
     def get_exploration_action(self, *, action_distribution: Any,
-                               timestep: Union[int, TensorType] = None, explore: bool = True):
+                               timestep: Union[int, TensorType], explore: bool = True):
         if ops.is_tf(self.framework):
             return self.get_tf_exploration_action_op(action_distribution, explore)
         return self.get_torch_exploration_action(action_distribution, explore)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from rlpolicy.utils.annotations import override
-from rlpolicy.utils.schedules.schedule import Schedule, is_torch_tensor, to_float
+from rlpolicy.utils.schedules.schedule import Schedule, is_torch_tensor
 from rlpolicy.utils.typing import TensorType
 
 

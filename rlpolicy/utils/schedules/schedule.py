@@ -23,17 +23,6 @@ def is_torch_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def to_float(t: Any) -> Any:
-    """Casts integer tensors/arrays to float so divisions are exact."""
-    if is_torch_tensor(t):
-        return t.float()
-    if is_tf_tensor(t):
-        import tensorflow as tf
-
-        return tf.cast(t, tf.float32)
-    return t
-
-
 @DeveloperAPI
 class Schedule(metaclass=ABCMeta):
     """A value that changes with the (time)step ``t``, e.g. a learning rate or epsilon.
