@@ -63,7 +63,7 @@ def pg_stats(policy, train_batch):
 
 BanditPGPolicy = build_policy_class(
     "BanditPGPolicy", "torch", loss_fn=pg_loss, postprocess_fn=add_advantages,
-    stats_fn=pg_stats, get_default_config=lambda: {"gamma": 1.0, "lr": 0.05})
+    stats_fn=pg_stats, get_default_config=lambda: {"gamma": 1.0, "lr": 0.02})
 
 
 def collect(policy, env, num_episodes):

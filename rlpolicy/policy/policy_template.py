@@ -222,13 +222,12 @@ def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable],
     first such class with the hook set wins; otherwise the first class after
     them that defines ``method`` itself (a mixin or TorchPolicy).
     """
-    wrapper = _WRAPPERS[method]
     started = False
     for klass in type(policy).__mro__:
         impl = klass.__dict__.get(method)
         if impl is None:
             continue
-        if impl is wrapper:
+        if _is_wrapper(impl, method):
             started = True
             fn = getattr(klass.__dict__["_hooks"], hook)
             if fn is not None:
@@ -260,7 +259,7 @@ def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episod
     started, parent = False, None
     for klass in type(self).__mro__:
         impl = klass.__dict__.get("postprocess_trajectory")
-        if impl is _postprocess_trajectory:
+        if _is_wrapper(impl, "postprocess_trajectory"):
             started = True
             fns.append(klass.__dict__["_hooks"].postprocess_fn)
         elif impl is not None and started:
@@ -329,7 +328,15 @@ _WRAPPERS: Dict[str, Callable] = {
     "_convert_to_non_torch_type": _to_non_torch,
 }
 for _name, _fn in _WRAPPERS.items():
-    _fn.__name__ = _fn.__qualname__ = _name
+    # __qualname__ stays the module-level name, so pickle finds the function
+    # by reference; the marker identifies wrappers even in by-value copies
+    # (cloudpickle of a class built inside a function).
+    _fn.__name__ = _name
+    _fn._policy_template_wrapper = _name
 del _name, _fn
+
+
+def _is_wrapper(impl: Any, method: str) -> bool:
+    return getattr(impl, "_policy_template_wrapper", None) == method
 
 __all__ = ["build_policy_class"]

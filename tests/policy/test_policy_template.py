@@ -427,3 +427,18 @@ def _leaf_values(value, space):
         assert isinstance(value, tuple) and len(value) == len(space.spaces)
         return [leaf for v, s in zip(value, space.spaces) for leaf in _leaf_values(v, s)]
     return [value]
+
+
+def test_class_built_in_a_function_survives_cloudpickle():
+    cloudpickle = pytest.importorskip("cloudpickle")
+    import pickle
+
+    def make():
+        return build_policy_class("Local", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
+                                  mixins=[MixinB])
+
+    cls = pickle.loads(cloudpickle.dumps(make()))
+    p = cls(OBS, ACT, dict(SMALL))
+    assert type(p).__name__ == "Local" and p.what() == "B"
+    out = p.learn_on_batch(p.postprocess_trajectory(_bandit_batch(p, 8)))
+    assert LEARNER_STATS_KEY in out

@@ -10,11 +10,16 @@ and runs them in that graph's Session.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Optional
 
 import gymnasium as gym
 import numpy as np
 import tree
+
+
+# Fixed seeds keep the statistical tests reproducible; another value checks their tolerances.
+SEED = int(os.environ.get("EXPLORATION_TEST_SEED", "0"))
 
 
 def _tf():
@@ -172,13 +177,20 @@ class Driver:
 
     def __init__(self, framework: str, make: Callable[[], Any], dist_cls: type, in_dim: int):
         self.framework, self.dist_cls, self.in_dim = framework, dist_cls, in_dim
+        if framework == "torch":
+            _torch().manual_seed(SEED)
+        elif framework == "tf2":
+            _tf()[1].random.set_seed(SEED)
         if framework != "tf":
             self.exploration = make()
+            self.exploration.action_space.seed(SEED)
             return
         tf1, tf = _tf()
         self.graph = tf1.Graph()
         with self.graph.as_default():
+            tf1.set_random_seed(SEED)
             self.exploration = make()
+            self.exploration.action_space.seed(SEED)
             self.inputs_ph = tf1.placeholder(tf.float32, [None, in_dim], name="inputs")
             self.ts_ph = tf1.placeholder(tf.int64, [], name="timestep")
             self.explore_ph = tf1.placeholder(tf.bool, [], name="explore")

@@ -77,8 +77,11 @@ class TFModelV2(ModelV2):
     def context(self) -> contextlib.AbstractContextManager:
         """Returns a context that makes the model's graph the default one.
 
-        Eager models get a no-op context.
+        Eager models get a no-op context. Either way, the model's Keras layer
+        classes are first switched back to the Keras flavour (graph "v1" or
+        eager "v2") the model was built with (see ``select_keras_classes``).
         """
+        select_keras_classes(self, use_v2=self.graph is None)
         if self.graph is not None:
             return self.graph.as_default()
         return ModelV2.context(self)
@@ -160,6 +163,35 @@ class TFModelV2(ModelV2):
     def _find_sub_modules(current_key: str, struct: Any) -> Dict[str, TensorType]:
         """Returns ``{key: variable}`` for all variables inside ``struct``."""
         return _find_sub_modules(current_key, struct)
+
+
+def select_keras_classes(model: TFModelV2, use_v2: bool) -> None:
+    """Re-selects the graph (v1) or eager (v2) base classes of ``model``'s Keras layers.
+
+    tf_keras picks a layer class's base (``Layer`` or its TF1-graph variant)
+    when an instance is created, by rewriting ``__bases__`` of the class
+    itself. Building a Keras model eagerly therefore breaks calls to models of
+    the same layer classes built earlier inside a ``tf1.Graph`` (and the other
+    way round). Graph and eager policies share one process here, so before
+    each call the model's layer classes are switched back to its own flavour.
+
+    Args:
+        model: The model whose Keras layers are about to be called.
+        use_v2: True for an eagerly built model, False for a graph-built one.
+    """
+    try:
+        from tf_keras.src.engine import base_layer, base_layer_v1, training, training_v1
+        from tf_keras.src.utils.version_utils import swap_class
+    except ImportError:  # another tf_keras layout: nothing to fix.
+        return
+    for keras_model in _keras_model_attributes(model).values():
+        for layer in keras_model._flatten_layers(include_self=True, recursive=True):
+            cls = type(layer)
+            if isinstance(layer, training.Model):
+                if issubclass(cls, training_v1.Model) == use_v2:
+                    swap_class(cls, training.Model, training_v1.Model, use_v2)
+            elif issubclass(cls, base_layer_v1.Layer) == use_v2:
+                swap_class(cls, base_layer.Layer, base_layer_v1.Layer, use_v2)
 
 
 def _keras_model_attributes(model: TFModelV2) -> Dict[str, Any]:
