@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import tempfile
+import types
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -217,12 +218,23 @@ def _decode(value: Any, arrays: Any, where: str) -> Any:
         return {_decode(k, arrays, where): _decode(v, arrays, f"{where}[{k!r}]")
                 for k, v in value["__dict__"]}
     if "__import__" in value:
-        try:
-            return resolve_import_path(value["__import__"])
-        except (ImportError, AttributeError) as e:
-            raise CheckpointError(f"checkpoint value {where} names {value['__import__']!r}, "
-                                  f"which cannot be imported here: {e}") from e
+        return _resolve_config_object(value["__import__"], where)
     return {k: _decode(v, arrays, f"{where}.{k}") for k, v in value.items()}
+
+
+def _resolve_config_object(path: str, where: str) -> Any:
+    # Only classes and plain Python functions come back from import paths;
+    # builtins (exec, os.system, ...) are refused so a crafted file cannot
+    # smuggle them into a config slot that gets called.
+    try:
+        obj = resolve_import_path(path)
+    except (ImportError, AttributeError) as e:
+        raise CheckpointError(f"checkpoint value {where} names {path!r}, which cannot be "
+                              f"imported here: {e}") from e
+    if not isinstance(obj, (type, types.FunctionType)):
+        raise CheckpointError(f"checkpoint value {where} names {path!r}, which is a "
+                              f"{type(obj).__name__}; only classes and Python functions are restored")
+    return obj
 
 
 # ---------------------------------------------------------------- write / read
@@ -245,6 +257,20 @@ def _fsync_write(path: str, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def _fsync_dir(path: str) -> None:
+    # Makes the renames durable; not every platform can open a directory.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -254,9 +280,10 @@ def _npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:
 def _previous_arrays_file(export_dir: str) -> Optional[str]:
     try:
         with open(os.path.join(export_dir, METADATA_FILE), encoding="utf-8") as f:
-            return json.load(f).get("arrays_file")
+            name = json.load(f).get("arrays_file")
     except (OSError, ValueError, AttributeError):
         return None
+    return name if isinstance(name, str) else None
 
 
 def write_checkpoint(export_dir: str, *, policy_class: str, observation_space: gym.Space,
@@ -311,6 +338,7 @@ def _commit(export_dir: str, arrays_name: str, payload: bytes, meta_text: bytes)
             _fsync_write(tmp, data)
             created_arrays = created_arrays or (final == arrays_path and not os.path.exists(final))
             os.replace(tmp, final)  # the metadata replace is the commit point
+        _fsync_dir(export_dir)
     except BaseException:
         for tmp in temps:
             if os.path.exists(tmp):

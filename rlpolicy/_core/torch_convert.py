@@ -60,4 +60,6 @@ def tensor_interceptor(item: Any, device: Any) -> Any:
         if t.dtype == torch.float64:
             t = t.float()
         return t if device.type == "cpu" else t.to(device)
+    if isinstance(item, torch.Tensor):
+        return item if item.device == device else item.to(device)
     return convert_to_torch_tensor(item, device=device)

@@ -163,7 +163,7 @@ def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Spa
 
     hooks: PolicyHooks = self._hooks
     if hooks.get_default_config is not None:
-        config = dict(hooks.get_default_config(), **config)
+        config = dict(hooks.get_default_config(), **(config or {}))
     config = _completed_config(config)
     self.config = config
     # RLlib 1.11 writes the factory's framework into the config.

@@ -322,3 +322,251 @@ def test_tf_package_import_is_light():
     code = "import sys, rlpolicy.models.tf; assert 'tensorflow' not in sys.modules; print('ok')"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.stdout.strip() == "ok", res.stderr
+
+
+def test_graph_and_eager_models_can_be_interleaved():
+    # tf_keras rewrites layer base classes per build mode; calls must still work afterwards.
+    c = cfg(fcnet_hiddens=[3])
+    graph_rt, eager_rt = Runner("graph"), Runner("eager")
+    g1 = graph_rt.model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, dict(c), "g1")
+    e1 = eager_rt.model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, dict(c), "e1")
+    obs = np.ones((2, 4), np.float32)
+    w_g, w_e = graph_rt.randomize(g1), eager_rt.randomize(e1, seed=1)
+    np.testing.assert_allclose(graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5)
+    Runner("graph").model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, dict(c), "g2")
+    np.testing.assert_allclose(eager_rt.call(e1, {"obs": obs})[0], fc_reference(w_e, c, obs)[0], rtol=1e-5)
+    np.testing.assert_allclose(graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5)
+
+
+# --------------------------------------------------------------- visionnet
+
+SMALL_FILTERS = [[4, [3, 3], 1], [2, [4, 4], 1]]
+IMG = gym.spaces.Box(0.0, 1.0, (4, 4, 2), np.float32)
+
+
+def conv_ref(x, k, b, padding):
+    """Stride-1 NHWC convolution (odd kernels for "same")."""
+    kh, kw = k.shape[:2]
+    if padding == "same":
+        x = np.pad(x, ((0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2), (0, 0)))
+    out_h, out_w = x.shape[1] - kh + 1, x.shape[2] - kw + 1
+    out = np.zeros((x.shape[0], out_h, out_w, k.shape[3]))
+    for i in range(out_h):
+        for j in range(out_w):
+            out[:, i, j] = np.einsum("bhwc,hwco->bo", x[:, i:i + kh, j:j + kw], k)
+    return out + b
+
+
+def vision_reference(w, img, prefix=""):
+    relu = np_act("relu")
+    h = relu(conv_ref(img, w[prefix + "conv1/kernel:0"], w[prefix + "conv1/bias:0"], "same"))
+    return relu(conv_ref(h, w[prefix + "conv2/kernel:0"], w[prefix + "conv2/bias:0"], "valid"))
+
+
+def test_visionnet_matches_numpy_convs(rt):
+    model = rt.model(VisionNetwork, IMG, gym.spaces.Discrete(3), 3, cfg(conv_filters=SMALL_FILTERS), "v")
+    w = rt.randomize(model)
+    img = np.random.default_rng(4).uniform(size=(3, 4, 4, 2)).astype(np.float32)
+    out, _, value = rt.call(model, {"obs": img})
+    features = vision_reference(w, img)
+    logits = conv_ref(features, w["conv_out/kernel:0"], w["conv_out/bias:0"], "valid")[:, 0, 0]
+    np.testing.assert_allclose(out, logits, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(value, dense(w, "value_out", features[:, 0, 0])[:, 0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("vf_share_layers, expected", [
+    (True, ["conv1/kernel:0", "conv1/bias:0", "conv2/kernel:0", "conv2/bias:0", "conv_out/kernel:0",
+            "conv_out/bias:0", "value_out/kernel:0", "value_out/bias:0"]),
+    (False, ["conv_value_1/kernel:0", "conv_value_1/bias:0", "conv1/kernel:0", "conv1/bias:0",
+             "conv_value_2/kernel:0", "conv_value_2/bias:0", "conv2/kernel:0", "conv2/bias:0",
+             "conv_value_out/kernel:0", "conv_value_out/bias:0", "conv_out/kernel:0", "conv_out/bias:0"]),
+])
+def test_visionnet_default_filters_layout_and_shapes(rt, vf_share_layers, expected):
+    space = gym.spaces.Box(0.0, 1.0, (10, 10, 3), np.float32)
+    model_config = cfg(conv_filters=None, vf_share_layers=vf_share_layers)
+    model = rt.model(VisionNetwork, space, gym.spaces.Discrete(5), 5, model_config, "v")
+    assert model_config["conv_filters"] == [[16, [5, 5], 2], [32, [5, 5], 2]]  # written back, as RLlib does
+    assert [v.name for v in model.variables()] == expected
+    out, _, value = rt.call(model, {"obs": np.zeros((2, 10, 10, 3), np.float32)})
+    assert out.shape == (2, 5) and value.shape == (2,)
+
+
+def test_visionnet_without_num_outputs_flattens(rt):
+    model = rt.model(VisionNetwork, IMG, gym.spaces.Discrete(3), None, cfg(conv_filters=SMALL_FILTERS), "v")
+    assert model.num_outputs == 2 and model.last_layer_is_flattened
+    w = rt.randomize(model)
+    img = np.random.default_rng(5).uniform(size=(2, 4, 4, 2)).astype(np.float32)
+    out, _, _ = rt.call(model, {"obs": img})
+    np.testing.assert_allclose(out, vision_reference(w, img)[:, 0, 0], rtol=1e-4, atol=1e-5)
+
+
+def test_visionnet_errors():
+    with pytest.raises(ValueError, match=r"into \[None, 3, 3, 3\], not \[B, 1, 1, 3\]"):
+        VisionNetwork(IMG, gym.spaces.Discrete(3), 3, cfg(conv_filters=[[4, [3, 3], 1], [2, [2, 2], 1]]), "v")
+    with pytest.raises(ValueError, match="no default conv_filters"):
+        VisionNetwork(gym.spaces.Box(0, 1, (7, 7, 1)), gym.spaces.Discrete(3), 3, cfg(conv_filters=None), "v")
+    model = VisionNetwork(IMG, gym.spaces.Discrete(3), 3, cfg(conv_filters=SMALL_FILTERS), "v")
+    with pytest.raises(ValueError, match=r"image observation has shape \[2, 4, 4, 3\] .* \[batch\] \+ \[4, 4, 2\]"):
+        model.forward({"obs": tf.zeros((2, 4, 4, 3))}, [], None)
+
+
+# ------------------------------------------------------------ LSTM wrapper
+
+CELL = 3
+LSTM_CFG = dict(fcnet_hiddens=[5], lstm_cell_size=CELL, max_seq_len=4)
+
+
+def lstm_class(base):
+    """What the catalog builds for use_lstm=True."""
+    cls = type(f"{base.__name__}_as_LSTMWrapper", (LSTMWrapper, base), {})
+    cls._wrapped_forward = base.forward
+    return cls
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def lstm_reference(w, x, h, c, seq_lens):
+    """Keras LSTM (gates i, f, c, o) over x [B, T, n] with masking; returns (outputs, h, c)."""
+    outs = np.zeros(x.shape[:2] + (h.shape[1],))
+    for t in range(x.shape[1]):
+        z = x[:, t] @ w["lstm/lstm_cell/kernel:0"] + h @ w["lstm/lstm_cell/recurrent_kernel:0"]
+        i, f, g, o = np.split(z + w["lstm/lstm_cell/bias:0"], 4, axis=1)
+        c_new = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h_new = sigmoid(o) * np.tanh(c_new)
+        valid = (t < seq_lens)[:, None]
+        h, c = np.where(valid, h_new, h), np.where(valid, c_new, c)
+        outs[:, t] = h_new
+    return outs, h, c
+
+
+def test_lstm_wrapper_matches_numpy_with_prev_action_reward_and_masking(rt):
+    action_space = gym.spaces.Discrete(3)
+    c = cfg(lstm_use_prev_action=True, lstm_use_prev_reward=True, **LSTM_CFG)
+    model = rt.model(lstm_class(FullyConnectedNetwork), OBS4, action_space, 2, c, "l")
+    w = rt.randomize(model)
+    rng = np.random.default_rng(6)
+    B, T = 2, 3
+    obs = rng.normal(size=(B * T, 4)).astype(np.float32)
+    prev_a, prev_r = rng.integers(0, 3, B * T), rng.normal(size=B * T).astype(np.float32)
+    h0, c0 = rng.normal(size=(B, CELL)).astype(np.float32), rng.normal(size=(B, CELL)).astype(np.float32)
+    seq_lens = np.array([3, 2], np.int32)
+    out, (h, c_out), value = rt.call(
+        model, {"obs": obs, "prev_actions": prev_a, "prev_rewards": prev_r}, [h0, c0], seq_lens)
+    lstm_in = np.concatenate([dense(w, "fc_1", obs, "tanh"), np.eye(3)[prev_a], prev_r[:, None]], 1)
+    ref_out, ref_h, ref_c = lstm_reference(w, lstm_in.reshape(B, T, -1), h0, c0, seq_lens)
+    valid = (np.arange(T)[None] < seq_lens[:, None]).reshape(-1)
+    ref_out = ref_out.reshape(B * T, CELL)
+    np.testing.assert_allclose(out[valid], dense(w, "logits", ref_out)[valid], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(value[valid], dense(w, "values", ref_out)[valid, 0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(h, ref_h, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(c_out, ref_c, rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_whole_sequence_equals_step_by_step(rt):
+    model = rt.model(lstm_class(FullyConnectedNetwork), OBS4, gym.spaces.Discrete(2), 2, cfg(**LSTM_CFG), "l")
+    rt.randomize(model, seed=3)
+    B, T = 2, 4
+    obs = np.random.default_rng(7).normal(size=(B, T, 4)).astype(np.float32)
+    state = [np.tile(s, (B, 1)) for s in model.get_initial_state()]
+    whole, whole_state, _ = rt.call(model, {"obs": obs.reshape(B * T, 4)}, state, np.full(B, T, np.int32))
+    steps = []
+    for t in range(T):
+        out, state, _ = rt.call(model, {"obs": obs[:, t]}, state, np.ones(B, np.int32))
+        steps.append(out)
+    np.testing.assert_allclose(whole.reshape(B, T, 2), np.stack(steps, 1), rtol=1e-5, atol=1e-6)
+    for a, b in zip(whole_state, state):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_layout_initial_state_and_view_requirements(rt):
+    c = cfg(lstm_use_prev_action=True, **LSTM_CFG)
+    model = rt.model(lstm_class(FullyConnectedNetwork), OBS4, gym.spaces.MultiDiscrete([2, 3]), 2, c, "l")
+    assert [(v.name, tuple(v.shape)) for v in model.variables()] == [
+        ("fc_1/kernel:0", (4, 5)), ("fc_1/bias:0", (5,)), ("value_out/kernel:0", (5, 1)), ("value_out/bias:0", (1,)),
+        ("lstm/lstm_cell/kernel:0", (5 + 5, 4 * CELL)), ("lstm/lstm_cell/recurrent_kernel:0", (CELL, 4 * CELL)),
+        ("lstm/lstm_cell/bias:0", (4 * CELL,)), ("logits/kernel:0", (CELL, 2)), ("logits/bias:0", (2,)),
+        ("values/kernel:0", (CELL, 1)), ("values/bias:0", (1,)),
+    ]
+    init = model.get_initial_state()
+    assert len(init) == 2 and all(s.shape == (CELL,) and s.dtype == np.float32 and not s.any() for s in init)
+    vr = model.view_requirements
+    assert sorted(vr) == ["obs", "prev_actions", "state_in_0", "state_in_1", "state_out_0", "state_out_1"]
+    assert (vr["prev_actions"].data_col, vr["prev_actions"].shift) == ("actions", -1)
+    assert (vr["state_in_1"].data_col, vr["state_in_1"].shift, vr["state_in_1"].batch_repeat_value) == (
+        "state_out_1", -1, 4)
+    assert vr["state_out_0"].space.shape == (CELL,)
+
+
+def test_lstm_wrapper_errors():
+    model = lstm_class(FullyConnectedNetwork)(
+        OBS4, gym.spaces.Discrete(2), 2, cfg(lstm_use_prev_reward=True, **LSTM_CFG), "l")
+    state = [tf.zeros((1, CELL))] * 2
+    with pytest.raises(ValueError, match="seq_lens is required"):
+        model.forward({"obs_flat": tf.zeros((1, 4)), "prev_rewards": tf.zeros(1)}, state, None)
+    with pytest.raises(ValueError, match="input_dict has no 'prev_rewards' column"):
+        model.forward({"obs_flat": tf.zeros((1, 4))}, state, tf.ones(1, tf.int32))
+    with pytest.raises(ValueError, match=r"expected 2 state tensors \[h, c\]"):
+        model.forward({"obs_flat": tf.zeros((1, 4)), "prev_rewards": tf.zeros(1)}, state[:1], tf.ones(1, tf.int32))
+
+
+def test_lstm_wrapper_alone_feeds_observations_to_the_lstm():
+    model = LSTMWrapper(OBS4, gym.spaces.Discrete(2), 2, cfg(**LSTM_CFG), "l")
+    assert model._rnn_model.get_layer("lstm").get_weights()[0].shape == (4, 4 * CELL)
+    out, state = model({"obs": tf.ones((2, 4))}, [tf.zeros((2, CELL))] * 2, tf.ones(2, tf.int32))
+    assert out.shape == (2, 2) and state[0].shape == (2, CELL)
+
+
+# ------------------------------------------------------- complex input net
+
+DICT_SPACE = gym.spaces.Dict({"img": IMG, "d": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)})
+
+
+def test_complex_input_net_matches_numpy(rt):
+    model = rt.model(ComplexInputNetwork, DICT_SPACE, gym.spaces.Discrete(2), 2, cfg(conv_filters=SMALL_FILTERS), "c")
+    keys = list(model.variables(as_dict=True))
+    values = dict(zip(keys, rt.get(model.variables())))
+    rng = np.random.default_rng(8)
+    obs = {"b": rng.normal(size=(3, 2)).astype(np.float32), "d": np.array([0, 2, 1]),
+           "img": rng.uniform(size=(3, 4, 4, 2)).astype(np.float32)}
+    out, state, value = rt.call(model, obs)
+    cnn_w = {k[len("cnns_2.base_model."):].replace(".", "/", 1): v for k, v in values.items() if k.startswith("cnns_2")}
+    concat = np.concatenate([obs["b"], np.eye(3)[obs["d"]], vision_reference(cnn_w, obs["img"])[:, 0, 0]], 1)
+    head = {k[len("logits_and_value_model."):].replace(".", "/", 1): v for k, v in values.items()
+            if k.startswith("logits_and_value_model")}
+    np.testing.assert_allclose(out, dense(head, "logits", concat), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(value, dense(head, "value_out", concat)[:, 0], rtol=1e-4, atol=1e-5)
+    assert state == [] and model.num_outputs == 2
+    assert keys[:2] == ["cnns_2.base_model.conv_value_1.kernel:0", "cnns_2.base_model.conv_value_1.bias:0"]
+    assert keys[-6:] == [
+        "post_fc_stack.base_model.value_out.kernel:0", "post_fc_stack.base_model.value_out.bias:0",
+        "logits_and_value_model.logits.kernel:0", "logits_and_value_model.logits.bias:0",
+        "logits_and_value_model.value_out.kernel:0", "logits_and_value_model.value_out.bias:0"]
+
+
+def test_complex_input_net_flat_preprocessed_obs_and_tuple_space(rt):
+    from rlpolicy.models.preprocessors import get_preprocessor
+
+    space = gym.spaces.Tuple([gym.spaces.Box(-1.0, 1.0, (3,), np.float32), gym.spaces.MultiDiscrete([2, 2])])
+    prep = get_preprocessor(space)(space)
+    c = cfg(post_fcnet_hiddens=[4], post_fcnet_activation="relu")
+    model = rt.model(ComplexInputNetwork, prep.observation_space, gym.spaces.Discrete(2), 2, c, "c")
+    rng = np.random.default_rng(9)
+    raw = [(rng.uniform(-1, 1, 3).astype(np.float32), rng.integers(0, 2, 2)) for _ in range(4)]
+    flat = np.stack([prep.transform(o) for o in raw])
+    structured = {"obs": np.stack([o[0] for o in raw]), "md": np.stack([o[1] for o in raw])}
+    flat_out, _, flat_value = rt.call(model, {"obs": flat})
+    rt2 = Runner(rt.mode)
+    same = rt2.model(ComplexInputNetwork, space, gym.spaces.Discrete(2), 2, c, "c")
+    rt2.assign(same.variables(), rt.get(model.variables()))
+    if rt.mode == "eager":
+        out2, _ = same({"obs": (tf.constant(structured["obs"]), tf.constant(structured["md"])), "obs_flat": None})
+        np.testing.assert_allclose(flat_out, out2.numpy(), rtol=1e-5, atol=1e-6)
+    assert flat_out.shape == (4, 2) and flat_value.shape == (4,)
+    assert model.post_fc_stack.num_outputs == 4
+
+
+def test_complex_input_net_rejects_flat_space():
+    with pytest.raises(ValueError, match="needs a Dict or Tuple observation space"):
+        ComplexInputNetwork(OBS4, gym.spaces.Discrete(2), 2, cfg(), "c")

@@ -254,3 +254,50 @@ def test_space_round_trip_through_checkpoint(space, tmp_path):
 def test_unsupported_space():
     with pytest.raises(TypeError, match="Text.*supported: Box, Discrete"):
         space_to_json(gym.spaces.Text(5))
+
+
+@pytest.mark.parametrize("path, match", [
+    ("os:system", "builtin_function_or_method; only classes and Python functions"),
+    ("builtins:exec", "builtin_function_or_method"),
+    ("math:pi", "float"),
+    ("no_such_module_xyz:f", "cannot be imported here"),
+])
+def test_config_import_paths_restore_only_classes_and_functions(trained, tmp_path, path, match):
+    trained.export_checkpoint(str(tmp_path))
+    _write_meta(tmp_path, lambda m: m["config"].update(callbacks={"__import__": path}))
+    with pytest.raises(CheckpointError, match=match):
+        Policy.from_checkpoint(str(tmp_path))
+
+
+def test_none_config_values_and_nested_containers_round_trip(tmp_path):
+    p = make_linear_policy({"env_config": {"t": (1, [2.5, None], {"k": np.arange(3)}), "nan": float("nan"),
+                                           "inf": float("-inf")}})
+    p.export_checkpoint(str(tmp_path))
+    env_config = Policy.from_checkpoint(str(tmp_path)).config["env_config"]
+    t = env_config["t"]
+    assert t[0] == 1 and t[1] == [2.5, None] and isinstance(t, tuple)
+    np.testing.assert_array_equal(t[2]["k"], [0, 1, 2])
+    assert np.isnan(env_config["nan"]) and env_config["inf"] == float("-inf")
+
+
+def test_loading_never_unpickles(trained, tmp_path, monkeypatch):
+    import pickle
+
+    trained.export_checkpoint(str(tmp_path))
+
+    def no_pickle(*args, **kwargs):
+        raise AssertionError("pickle used while loading a checkpoint")
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, no_pickle)
+    restored = Policy.from_checkpoint(str(tmp_path))
+    np.testing.assert_array_equal(restored.W, trained.W)
+
+
+def test_local_class_needs_the_class_loader(tmp_path):
+    class LocalPolicy(StructuredActionPolicy):
+        pass
+
+    LocalPolicy(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), {}).export_checkpoint(str(tmp_path))
+    with pytest.raises(CheckpointError, match=r"call YourPolicyClass.from_checkpoint\(dir\)"):
+        Policy.from_checkpoint(str(tmp_path))
+    assert type(LocalPolicy.from_checkpoint(str(tmp_path))) is LocalPolicy

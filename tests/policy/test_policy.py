@@ -47,6 +47,11 @@ def test_partial_config_is_completed_and_caller_dict_untouched():
     assert p.framework == COMMON_CONFIG["framework"]
 
 
+def test_none_config_is_completed():
+    p = StructuredActionPolicy(OBS, gym.spaces.Discrete(2), None)
+    assert p.config["explore"] is True and p.config["model"] == MODEL_DEFAULTS
+
+
 def test_complete_config_is_kept_as_the_same_object():
     full = copy.deepcopy(COMMON_CONFIG)
     full["model"] = copy.deepcopy(MODEL_DEFAULTS)

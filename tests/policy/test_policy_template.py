@@ -442,3 +442,34 @@ def test_class_built_in_a_function_survives_cloudpickle():
     assert type(p).__name__ == "Local" and p.what() == "B"
     out = p.learn_on_batch(p.postprocess_trajectory(_bandit_batch(p, 8)))
     assert LEARNER_STATS_KEY in out
+
+
+def test_action_distribution_fn_hook_drives_acting():
+    calls = []
+
+    def dist_fn(policy, model, input_dict=None, state_batches=None, seq_lens=None, explore=None,
+                timestep=None, is_training=False):
+        calls.append((policy, model, explore))
+        logits = torch.tensor([[0.0, 50.0]]).repeat(len(input_dict["obs"]), 1)  # always action 1
+        return logits, policy.dist_class, []
+
+    cls = build_policy_class("DistFn", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
+                             action_distribution_fn=dist_fn)
+    p = cls(OBS, ACT, dict(SMALL))
+    assert calls and calls[0][0] is p and calls[0][1] is p.model and calls[0][2] is False  # dummy run
+    assert p.compute_single_action(np.zeros(3, np.float32), explore=True)[0] == 1
+
+
+def test_action_sampler_fn_hook_drives_acting():
+    calls = []
+
+    def sampler(policy, model, input_dict, state_batches, explore=None, timestep=None, **kwargs):
+        calls.append((policy, model))
+        n = len(input_dict["obs"])
+        return torch.zeros(n, dtype=torch.int64), torch.zeros(n), []
+
+    cls = build_policy_class("Sampler", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
+                             action_sampler_fn=sampler)
+    p = cls(OBS, ACT, dict(SMALL))
+    assert calls and calls[0] == (p, p.model)
+    assert p.compute_single_action(np.zeros(3, np.float32))[0] == 0

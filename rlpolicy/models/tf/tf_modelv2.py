@@ -120,6 +120,7 @@ class TFModelV2(ModelV2):
         Returns:
             The list (or dict) of variables, in discovery order.
         """
+        select_keras_classes(self, use_v2=self.graph is None)
         if self.var_list:
             if as_dict:
                 return {v.name: v for v in self.var_list}
@@ -187,11 +188,18 @@ def select_keras_classes(model: TFModelV2, use_v2: bool) -> None:
     for keras_model in _keras_model_attributes(model).values():
         for layer in keras_model._flatten_layers(include_self=True, recursive=True):
             cls = type(layer)
-            if isinstance(layer, training.Model):
-                if issubclass(cls, training_v1.Model) == use_v2:
-                    swap_class(cls, training.Model, training_v1.Model, use_v2)
-            elif issubclass(cls, base_layer_v1.Layer) == use_v2:
-                swap_class(cls, base_layer.Layer, base_layer_v1.Layer, use_v2)
+            is_model = isinstance(layer, training.Model)
+            v1_layer = issubclass(cls, base_layer_v1.Layer)
+            if use_v2:
+                ok = not v1_layer
+            else:
+                ok = v1_layer and (not is_model or issubclass(cls, training_v1.Model))
+            if ok:
+                continue
+            # Same order as tf_keras' constructors: Layer flavour, then Model flavour.
+            swap_class(cls, base_layer.Layer, base_layer_v1.Layer, use_v2)
+            if is_model:
+                swap_class(cls, training.Model, training_v1.Model, use_v2)
 
 
 def _keras_model_attributes(model: TFModelV2) -> Dict[str, Any]:
