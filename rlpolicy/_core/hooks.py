@@ -12,17 +12,6 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 Hook = Optional[Callable[..., Any]]
 
-# The factory's arguments, in the order RLlib 1.11's signature lists them.
-HOOK_NAMES: Tuple[str, ...] = (
-    "loss_fn", "get_default_config", "stats_fn", "postprocess_fn",
-    "extra_action_out_fn", "extra_grad_process_fn", "extra_learn_fetches_fn",
-    "optimizer_fn", "validate_spaces", "before_init", "before_loss_init",
-    "after_init", "_after_loss_init", "action_sampler_fn",
-    "action_distribution_fn", "make_model", "make_model_and_action_dist",
-    "compute_gradients_fn", "apply_gradients_fn", "mixins",
-    "get_batch_divisibility_req",
-)
-
 
 @dataclass(frozen=True)
 class PolicyHooks:

@@ -150,7 +150,7 @@ def prune_view_requirements(view_requirements: Dict[str, Any], record: AccessRec
                 view_requirements[key].used_for_training = False
     removed = []
     for key in list(view_requirements):
-        if key in all_accessed or key in ALWAYS_KEPT:
+        if key in all_accessed or key in ALWAYS_KEPT or key in protected:
             continue
         if key in record.postprocess_deleted:
             logger.warning("SampleBatch column %r was deleted by hand in postprocessing; rlpolicy "

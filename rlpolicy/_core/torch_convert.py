@@ -36,6 +36,20 @@ def to_numpy_fast(x: Any) -> Any:
     return convert_to_numpy(x)
 
 
+def action_outputs_to_numpy(actions: Any, state_out: Any, extra: dict) -> tuple:
+    """The ``(actions, state_outs, extra_fetches)`` triple of the action path as numpy."""
+    Tensor = torch.Tensor
+    if isinstance(actions, Tensor) and actions.device.type == "cpu":
+        actions = actions.detach().numpy()
+    else:
+        actions = to_numpy_fast(actions)
+    state_out = [s.detach().cpu().numpy() if isinstance(s, Tensor) else to_numpy_fast(s)
+                 for s in state_out]
+    extra = {k: v.detach().cpu().numpy() if isinstance(v, Tensor) else to_numpy_fast(v)
+             for k, v in extra.items()}
+    return actions, state_out, extra
+
+
 def numpy_copy(x: Any) -> Any:
     """Like ``convert_to_numpy`` but never shares memory with live tensors, so a
     returned state stays a snapshot while training goes on."""

@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
-from rlpolicy._core.torch_convert import numpy_copy, tensor_interceptor, to_numpy_fast
+from rlpolicy._core.torch_convert import action_outputs_to_numpy, numpy_copy, tensor_interceptor
 from rlpolicy._core.towers import (
     TowerOptimizerView,
     TowerRunner,
@@ -319,7 +319,7 @@ class TorchPolicy(Policy):
             extra_fetches[SampleBatch.ACTION_PROB] = torch.exp(logp.float())
             extra_fetches[SampleBatch.ACTION_LOGP] = logp
         self.global_timestep += len(input_dict[SampleBatch.CUR_OBS])
-        return to_numpy_fast((actions, state_out, extra_fetches))
+        return action_outputs_to_numpy(actions, state_out, extra_fetches)
 
     def _dist_inputs(self, input_dict, state_batches, seq_lens, explore, timestep,
                      is_training: bool = False):

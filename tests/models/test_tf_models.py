@@ -68,7 +68,7 @@ class Runner:
     def call(self, model, inputs, state=None, seq_lens=None):
         """Calls the model (placeholders with a free batch dim in graph mode); returns numpy."""
         if self.sess is None:
-            out, st = model({k: tf.constant(v) for k, v in inputs.items()},
+            out, st = model(tf.nest.map_structure(tf.constant, inputs),
                             [tf.constant(s) for s in state or []],
                             None if seq_lens is None else tf.constant(seq_lens))
             return out.numpy(), [s.numpy() for s in st], _value_or_none(model)
@@ -80,7 +80,7 @@ class Runner:
             return p
 
         with self.graph.as_default():
-            out, st = model({k: ph(v) for k, v in inputs.items()}, [ph(s) for s in state or []],
+            out, st = model(tf.nest.map_structure(ph, inputs), [ph(s) for s in state or []],
                             None if seq_lens is None else ph(seq_lens))
             value = _value_or_none(model)
         fetches = [out, st] + ([value] if value is not None else [])
@@ -526,23 +526,28 @@ DICT_SPACE = gym.spaces.Dict({"img": IMG, "d": gym.spaces.Discrete(3), "b": gym.
 def test_complex_input_net_matches_numpy(rt):
     model = rt.model(ComplexInputNetwork, DICT_SPACE, gym.spaces.Discrete(2), 2, cfg(conv_filters=SMALL_FILTERS), "c")
     keys = list(model.variables(as_dict=True))
-    values = dict(zip(keys, rt.get(model.variables())))
+    rt.randomize(model)
     rng = np.random.default_rng(8)
     obs = {"b": rng.normal(size=(3, 2)).astype(np.float32), "d": np.array([0, 2, 1]),
            "img": rng.uniform(size=(3, 4, 4, 2)).astype(np.float32)}
-    out, state, value = rt.call(model, obs)
-    cnn_w = {k[len("cnns_2.base_model."):].replace(".", "/", 1): v for k, v in values.items() if k.startswith("cnns_2")}
+    out, state, value = rt.call(model, {"obs": obs})
+
+    def layer_weights(keras_model, names):
+        return {f"{n}/{kind}:0": v for n in names
+                for kind, v in zip(("kernel", "bias"), rt.get(keras_model.get_layer(n).weights))}
+
+    cnn_w = layer_weights(model.cnns[2].base_model, ["conv1", "conv2"])
     concat = np.concatenate([obs["b"], np.eye(3)[obs["d"]], vision_reference(cnn_w, obs["img"])[:, 0, 0]], 1)
-    head = {k[len("logits_and_value_model."):].replace(".", "/", 1): v for k, v in values.items()
-            if k.startswith("logits_and_value_model")}
+    head = layer_weights(model.logits_and_value_model, ["logits", "value_out"])
     np.testing.assert_allclose(out, dense(head, "logits", concat), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(value, dense(head, "value_out", concat)[:, 0], rtol=1e-4, atol=1e-5)
     assert state == [] and model.num_outputs == 2
     assert keys[:2] == ["cnns_2.base_model.conv_value_1.kernel:0", "cnns_2.base_model.conv_value_1.bias:0"]
+    suffix = "_1" if rt.mode == "graph" else ""  # graph mode uniquifies the second "value_out"
     assert keys[-6:] == [
         "post_fc_stack.base_model.value_out.kernel:0", "post_fc_stack.base_model.value_out.bias:0",
         "logits_and_value_model.logits.kernel:0", "logits_and_value_model.logits.bias:0",
-        "logits_and_value_model.value_out.kernel:0", "logits_and_value_model.value_out.bias:0"]
+        f"logits_and_value_model.value_out{suffix}.kernel:0", f"logits_and_value_model.value_out{suffix}.bias:0"]
 
 
 def test_complex_input_net_flat_preprocessed_obs_and_tuple_space(rt):
@@ -555,14 +560,15 @@ def test_complex_input_net_flat_preprocessed_obs_and_tuple_space(rt):
     rng = np.random.default_rng(9)
     raw = [(rng.uniform(-1, 1, 3).astype(np.float32), rng.integers(0, 2, 2)) for _ in range(4)]
     flat = np.stack([prep.transform(o) for o in raw])
-    structured = {"obs": np.stack([o[0] for o in raw]), "md": np.stack([o[1] for o in raw])}
+    structured = (np.stack([o[0] for o in raw]), np.stack([o[1] for o in raw]))
     flat_out, _, flat_value = rt.call(model, {"obs": flat})
+    # The same weights in a model fed with the structured (unflattened) observation.
     rt2 = Runner(rt.mode)
     same = rt2.model(ComplexInputNetwork, space, gym.spaces.Discrete(2), 2, c, "c")
     rt2.assign(same.variables(), rt.get(model.variables()))
-    if rt.mode == "eager":
-        out2, _ = same({"obs": (tf.constant(structured["obs"]), tf.constant(structured["md"])), "obs_flat": None})
-        np.testing.assert_allclose(flat_out, out2.numpy(), rtol=1e-5, atol=1e-6)
+    out2, _, value2 = rt2.call(same, {"obs": structured})
+    np.testing.assert_allclose(flat_out, out2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(flat_value, value2, rtol=1e-5, atol=1e-6)
     assert flat_out.shape == (4, 2) and flat_value.shape == (4,)
     assert model.post_fc_stack.num_outputs == 4
 
