@@ -84,12 +84,14 @@ def main():
     policy = ReinforceTorchPolicy(env.observation_space, env.action_space, {
         "lr": 0.01, "gamma": 0.99, "model": {"fcnet_hiddens": [32]}})
     print(f"view requirements after loss init: {sorted(policy.view_requirements)}")
+    env_steps = 0
     for i in range(args.iters):
         batch, returns = run_episodes(policy, env, args.episodes)
+        env_steps += len(batch)
         stats = policy.learn_on_batch(batch)["learner_stats"]
         print(f"iter {i}: mean_return={np.mean(returns):.1f} "
               f"policy_loss={stats['policy_loss']:.4f} entropy={stats['entropy']:.4f}")
-    print(f"global_timestep={policy.global_timestep}")
+    print(f"total env steps={env_steps}")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,8 @@ def concrete_seq_lens(seq_lens: Any) -> Optional[np.ndarray]:
     """Returns seq_lens as an int numpy array, or None if absent/symbolic."""
     if seq_lens is None:
         return None
+    if type(seq_lens) is np.ndarray:  # fast path
+        return seq_lens.astype(np.int64, copy=False).reshape(-1)
     if is_torch_tensor(seq_lens):
         return seq_lens.detach().cpu().numpy().astype(np.int64)
     if is_tf_tensor(seq_lens):
@@ -103,6 +105,10 @@ def slice_leaf(value: Any, start: int, stop: int) -> Any:
 def concat_leaves(values: Sequence[Any], time_major: Optional[bool]) -> Any:
     """Concatenates same-kind leaves along the batch (or, time-major, the second) axis."""
     first = values[0]
+    if type(first) is np.ndarray and all(type(v) is np.ndarray for v in values):  # fast path
+        if first.ndim == 0:
+            return first  # scalars (no batch axis) are not concatenated
+        return np.concatenate(values, axis=1 if time_major and first.ndim > 1 else 0)
     if isinstance(first, list):
         out: list = []
         for v in values:
@@ -225,22 +231,36 @@ def sub_seq_lens(seq_lens: np.ndarray, start: int, end: int, state_start: Option
     return lens, s0, s_last + 1
 
 
-def pad_leaf(leaf: Any, seq_lens: np.ndarray, max_seq_len: int, count: int) -> Any:
-    """Right-zero-pads one leaf (rows grouped by seq_lens) to max_seq_len per sequence."""
-    if leaf_length(leaf) != count:
+def padded_positions(seq_lens: np.ndarray, max_seq_len: int) -> np.ndarray:
+    """Row index in the right-zero-padded layout of each original row, in order.
+
+    Sequence i (of length seq_lens[i]) occupies padded rows [i*max_seq_len, i*max_seq_len + len).
+    """
+    seq_lens = np.asarray(seq_lens, dtype=np.int64).reshape(-1)
+    if len(seq_lens) == 0:
+        return np.zeros(0, dtype=np.int64)
+    seq_of_row = np.repeat(np.arange(len(seq_lens), dtype=np.int64), seq_lens)
+    seq_start = np.repeat(np.cumsum(seq_lens) - seq_lens, seq_lens)
+    return seq_of_row * int(max_seq_len) + (np.arange(int(seq_lens.sum()), dtype=np.int64) - seq_start)
+
+
+def pad_leaf(leaf: Any, dest: np.ndarray, total: int) -> Any:
+    """Right-zero-pads one per-row leaf: row j goes to padded row dest[j] of `total` rows.
+
+    Leaves that are not per-row (length != len(dest)) are returned unchanged; lists and
+    object arrays are padded with None.
+    """
+    if leaf_length(leaf) != len(dest):
         return leaf  # not a per-row column
-    total = len(seq_lens) * max_seq_len
     if isinstance(leaf, list) or (isinstance(leaf, np.ndarray) and leaf.dtype == object):
         out: Any = [None] * total
-    else:
-        arr = np.asarray(leaf)
-        out = np.zeros((total,) + arr.shape[1:], dtype=arr.dtype)
-    src = 0
-    for i, n in enumerate(seq_lens):
-        n = int(n)
-        out[i * max_seq_len:i * max_seq_len + n] = leaf[src:src + n]
-        src += n
-    return object_array(out) if isinstance(leaf, np.ndarray) and leaf.dtype == object else out
+        for src, d in enumerate(dest.tolist()):
+            out[d] = leaf[src]
+        return object_array(out) if isinstance(leaf, np.ndarray) else out
+    arr = np.asarray(leaf)
+    padded = np.zeros((total,) + arr.shape[1:], dtype=arr.dtype)
+    padded[dest] = arr
+    return padded
 
 
 def unpack_leaf(leaf: Any) -> Any:

@@ -105,7 +105,7 @@ def sync_tower_weights(main_model: Any, towers: Sequence[Any]) -> None:
                 tower.load_state_dict(main_model.state_dict())
                 continue
             for d, s in zip(dst, src):
-                d.copy_(s, non_blocking=True)
+                d.copy_(s)
 
 
 def mean_reduce_grads(tower_grads: Sequence[Sequence[Any]], device: Any) -> List[Any]:
@@ -131,7 +131,7 @@ def mean_reduce_grads(tower_grads: Sequence[Sequence[Any]], device: Any) -> List
             for grads in tower_grads[1:]:
                 g = grads[i]
                 if g is not None:
-                    acc.add_(g.to(device, non_blocking=True))
+                    acc.add_(g.to(device))
             acc.div_(n)
             out.append(acc)
     return out

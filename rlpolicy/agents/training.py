@@ -105,12 +105,11 @@ class SimpleTrainer:
 
 
 def learner_stats_of(result: Dict[str, Any]) -> Dict[str, float]:
-    """Learner stats of a learn result: single device, or the mean over ``tower_i`` entries."""
-    if LEARNER_STATS_KEY in result:
-        return _floats(result[LEARNER_STATS_KEY])
+    """Learner stats of a learn result: the mean over ``tower_i`` entries (multi-device), else
+    the top-level ``learner_stats`` (single device)."""
     towers = [_floats(v.get(LEARNER_STATS_KEY, {})) for k, v in result.items() if k.startswith("tower_")]
     if not towers:
-        return {}
+        return _floats(result.get(LEARNER_STATS_KEY, {}))
     return {k: float(np.mean([t[k] for t in towers if k in t])) for k in towers[0]}
 
 

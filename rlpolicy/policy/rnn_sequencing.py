@@ -11,6 +11,7 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 import tree  # dm-tree
 
+from rlpolicy._core import batch_ops as ops
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import DeveloperAPI
 from rlpolicy.utils.typing import TensorType, ViewRequirementsDict
@@ -49,7 +50,6 @@ def pad_batch_to_sequences_of_same_size(
     """
     if batch.zero_padded:
         return
-    batch.zero_padded = True  # RLlib 1.11 marks the batch even when nothing needs padding
     raw = dict(dict.items(batch))
     rnn = "state_in_0" in raw or "state_out_0" in raw
     if batch_divisibility_req > 1 and not rnn:
@@ -57,16 +57,21 @@ def pad_batch_to_sequences_of_same_size(
         single_agent = agents is None or len(agents) == 0 or int(np.max(agents)) == 0
         if len(batch) % batch_divisibility_req != 0 or not single_agent:
             max_seq_len, dynamic_max = batch_divisibility_req, False
-            return _chop_batch_in_place(batch, raw, max_seq_len, dynamic_max, shuffle, feature_keys)
+            _chop_batch_in_place(batch, raw, max_seq_len, dynamic_max, shuffle, feature_keys)
+            batch.zero_padded = True
+            return
     if not rnn:
         if shuffle:
             batch.shuffle()
+        batch.zero_padded = True  # RLlib 1.11 marks the batch even when nothing needs padding
         return
     req = view_requirements.get("state_in_0") if view_requirements else None
     # RNNs (single-step state input) pad to the longest sequence; attention nets
     # (state input over a shift range) need the full max_seq_len.
     dynamic_max = req is not None and req.shift_from is None
     _chop_batch_in_place(batch, raw, max_seq_len, dynamic_max, shuffle, feature_keys)
+    # Only now (a failed chop leaves the batch as it was).
+    batch.zero_padded = True
 
 
 def _chop_batch_in_place(batch: SampleBatch, raw: dict, max_seq_len: int, dynamic_max: bool,
@@ -167,7 +172,7 @@ def chop_into_sequences(
     _check_seq_lens(seq_lens, n_rows, feature_columns, max_seq_len, dynamic_max)
     if dynamic_max:
         max_seq_len = (int(seq_lens.max()) if len(seq_lens) else 0) + _extra_padding
-    dest = _padded_positions(seq_lens, int(max_seq_len))
+    dest = ops.padded_positions(seq_lens, int(max_seq_len))
     total = len(seq_lens) * int(max_seq_len)
     features = [[_pad(np.asarray(leaf) if not isinstance(leaf, np.ndarray) else leaf, dest, total)
                  for leaf in tree.flatten(col)] if handle_nested_data else
@@ -226,15 +231,6 @@ def _check_seq_lens(seq_lens: np.ndarray, n_rows: int, feature_columns: List[Any
         raise ValueError(f"chop_into_sequences: seq_lens {seq_lens.tolist()} sum to {int(seq_lens.sum())} but the feature columns have {n_rows} rows")
     if not dynamic_max and len(seq_lens) and int(seq_lens.max()) > int(max_seq_len):
         raise ValueError(f"chop_into_sequences: seq_lens {seq_lens.tolist()} contain a sequence longer than max_seq_len={max_seq_len}")
-
-
-def _padded_positions(seq_lens: np.ndarray, max_seq_len: int) -> np.ndarray:
-    """Row positions in the padded layout of each original row, in order."""
-    if len(seq_lens) == 0:
-        return np.zeros(0, dtype=np.int64)
-    seq_of_row = np.repeat(np.arange(len(seq_lens)), seq_lens)
-    offset_in_seq = np.arange(int(seq_lens.sum())) - np.repeat(np.cumsum(seq_lens) - seq_lens, seq_lens)
-    return seq_of_row * max_seq_len + offset_in_seq
 
 
 def _pad(leaf: np.ndarray, dest: np.ndarray, total: int) -> Any:

@@ -23,6 +23,13 @@ def _is_state_key(key: Any) -> bool:
     return isinstance(key, str) and key.startswith("state_in_")
 
 
+def _slice_column(key: str, value: Any, start: int, stop: int) -> Any:
+    """Rows [start, stop) of one column (leaves without a batch axis stay as they are)."""
+    if type(value) is np.ndarray:
+        return value[start:stop] if value.ndim else value
+    return ops.map_column(key, value, lambda leaf: ops.slice_leaf(leaf, start, stop))
+
+
 @PublicAPI
 class SampleBatch(dict):
     """A dict of equally long columns (numpy arrays, tensors, or nested dicts/tuples of them).
@@ -86,10 +93,34 @@ class SampleBatch(dict):
             dict.pop(self, "is_training", None)
         for k, v in list(dict.items(self)):
             # RLlib 1.11: plain lists / numbers become numpy arrays (INFOS stays as given).
-            if k != self.INFOS and isinstance(v, (Number, list)):
+            if type(v) is not np.ndarray and k != self.INFOS and isinstance(v, (Number, list)):
                 dict.__setitem__(self, k, np.array(v))
         self._derive_dones()
         self.count = self._count_and_validate()
+
+    @classmethod
+    def _trusted(cls, data: Dict[str, Any], count: int, flags: Dict[str, Any]) -> "SampleBatch":
+        """Builds a batch from columns cut out of an already validated batch.
+
+        Skips the per-column checks of `__init__` (the hot path of slicing, which
+        TorchPolicy runs once per minibatch); `data` must be consistent with `count`.
+        """
+        out = dict.__new__(cls)
+        dict.update(out, data)
+        out.time_major = flags["_time_major"]
+        out.max_seq_len = flags["_max_seq_len"]
+        out.zero_padded = flags["_zero_padded"]
+        out._is_training = flags["_is_training"]
+        out.accessed_keys, out.added_keys, out.deleted_keys = set(), set(), set()
+        out.intercepted_values = {}
+        out.get_interceptor = None
+        out._slice_map = None
+        if out.max_seq_len is None:
+            seq_lens = ops.concrete_seq_lens(data.get(cls.SEQ_LENS))
+            if seq_lens is not None and len(seq_lens) > 0:
+                out.max_seq_len = int(seq_lens.max())
+        out.count = count
+        return out
 
     # ------------------------------------------------------------------ construction
 
@@ -128,8 +159,11 @@ class SampleBatch(dict):
                 continue  # states are per sequence (or padded differently), not per row
             if key == self.INFOS and self.zero_padded:
                 continue  # RLlib never pads infos
-            for path, leaf in ops.column_leaves(key, value):
-                n = ops.leaf_length(leaf)
+            if type(value) is np.ndarray:  # fast path for the common plain column
+                leaves = [(key, value.shape[0] if value.ndim else None)]
+            else:
+                leaves = [(p, ops.leaf_length(leaf)) for p, leaf in ops.column_leaves(key, value)]
+            for path, n in leaves:
                 if n is None:
                     continue
                 if expected_rows is None:
@@ -390,9 +424,8 @@ class SampleBatch(dict):
         start, stop = self._check_bounds(slice_.start, slice_.stop, slice_.step)
         seq_lens = self._seq_lens_np()
         if seq_lens is None:
-            data = {k: ops.map_column(k, v, lambda leaf: ops.slice_leaf(leaf, start, stop))
-                    for k, v in dict.items(self)}
-            return SampleBatch(data, **self._flags())
+            data = {k: _slice_column(k, v, start, stop) for k, v in dict.items(self)}
+            return SampleBatch._trusted(data, stop - start, self._flags())
         if self._slice_map is None:  # cached row offsets of the sequence starts
             self._slice_map = ops.seq_starts(seq_lens)
         starts = self._slice_map
@@ -408,7 +441,7 @@ class SampleBatch(dict):
         data = {}
         num_seqs = len(starts) - 1
         for k, v in dict.items(self):
-            n = ops.first_length(k, v)
+            n = v.shape[0] if type(v) is np.ndarray and v.ndim else ops.first_length(k, v)
             # state_in_* normally holds one row per sequence, but may still be per-row.
             if k == self.SEQ_LENS or (_is_state_key(k) and n == num_seqs):
                 a, b = s0, s1
@@ -416,8 +449,8 @@ class SampleBatch(dict):
                 a, b = p0, p1
             else:
                 a, b = r0, r1
-            data[k] = ops.map_column(k, v, lambda leaf, a=a, b=b: ops.slice_leaf(leaf, a, b))
-        return SampleBatch(data, **self._flags())
+            data[k] = _slice_column(k, v, a, b)
+        return SampleBatch._trusted(data, r1 - r0, self._flags())
 
     @PublicAPI
     def slice(self, start: int, end: int, state_start: Optional[int] = None,
@@ -508,10 +541,11 @@ class SampleBatch(dict):
         if int(seq_lens.max()) > max_seq_len:
             raise ValueError(f"SampleBatch.right_zero_pad({max_seq_len}): seq_lens {seq_lens.tolist()} contain a sequence longer than max_seq_len")
         padded = {}
+        dest = ops.padded_positions(seq_lens, max_seq_len)
         for k, v in dict.items(self):
             if k == self.SEQ_LENS or (exclude_states and _is_state_key(k)):
                 continue
-            padded[k] = ops.map_column(k, v, lambda leaf: ops.pad_leaf(leaf, seq_lens, max_seq_len, self.count))
+            padded[k] = ops.map_column(k, v, lambda leaf: ops.pad_leaf(leaf, dest, len(seq_lens) * max_seq_len))
         dict.update(self, padded)
         self.intercepted_values = {}
         self._slice_map = None

@@ -19,7 +19,12 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
-from rlpolicy._core.torch_convert import action_outputs_to_numpy, numpy_copy, tensor_interceptor
+from rlpolicy._core.torch_convert import (
+    action_outputs_to_numpy,
+    numpy_copy,
+    tensor_interceptor,
+    to_numpy_fast,
+)
 from rlpolicy._core.towers import (
     TowerOptimizerView,
     TowerRunner,
@@ -150,9 +155,15 @@ class TorchPolicy(Policy):
             get_batch_divisibility_req: ``policy -> int`` (or an int): train
                 batches are padded to a multiple of it.
         """
+        if config is None:
+            config = {}
         # RLlib 1.11: the caller's config dict is tagged as a torch config.
         self.framework = config["framework"] = "torch"
         super().__init__(observation_space, action_space, config)
+        num_buffers = self.config.get("num_multi_gpu_tower_stacks", 1)
+        if not isinstance(num_buffers, int) or isinstance(num_buffers, bool) or num_buffers < 1:
+            raise ValueError(f"config['num_multi_gpu_tower_stacks']={num_buffers!r} is invalid; "
+                             "use an int >= 1")
         model, action_distribution_class = self._build_default_model(
             model, action_distribution_class)
         self._device_plan = self._plan_devices()
@@ -167,10 +178,6 @@ class TorchPolicy(Policy):
         self._loss = self._resolve_loss(loss)
         self._optimizers = force_list(self.optimizer())
         self.multi_gpu_param_groups: List[Set[int]] = self._param_groups()
-        num_buffers = self.config.get("num_multi_gpu_tower_stacks", 1)
-        if not isinstance(num_buffers, int) or isinstance(num_buffers, bool) or num_buffers < 1:
-            raise ValueError(f"config['num_multi_gpu_tower_stacks']={num_buffers!r} is invalid; "
-                             "use an int >= 1")
         self._loaded_batches: List[List[SampleBatch]] = [[] for _ in range(num_buffers)]
         self.dist_class = action_distribution_class
         self.action_sampler_fn = action_sampler_fn
@@ -370,6 +377,12 @@ class TorchPolicy(Policy):
         if self.action_sampler_fn and self.action_distribution_fn is None:
             raise ValueError("Cannot compute log-prob/likelihood w/o an "
                              "`action_distribution_fn` and a provided `action_sampler_fn`!")
+        if not actions_normalized and self.config["normalize_actions"]:
+            # Normalize on the numpy side (before the tensors are made).
+            from rlpolicy.utils.spaces.space_utils import normalize_action
+
+            actions = normalize_action(to_numpy_fast(actions) if torch.is_tensor(actions)
+                                       else np.asarray(actions), self.action_space_struct)
         with torch.no_grad():
             input_dict = self._lazy_tensor_dict(
                 {SampleBatch.CUR_OBS: obs_batch, SampleBatch.ACTIONS: actions})
@@ -384,12 +397,7 @@ class TorchPolicy(Policy):
             dist_inputs, dist_class, _ = self._dist_inputs(
                 input_dict, state_batches, seq_lens, explore=False, timestep=None)
             action_dist = dist_class(dist_inputs, self.model)
-            actions = input_dict[SampleBatch.ACTIONS]
-            if not actions_normalized and self.config["normalize_actions"]:
-                from rlpolicy.utils.spaces.space_utils import normalize_action
-
-                actions = normalize_action(actions, self.action_space_struct)
-            return action_dist.logp(actions)
+            return action_dist.logp(input_dict[SampleBatch.ACTIONS])
 
     # ------------------------------------------------------------------ learning
 

@@ -5,6 +5,7 @@ Importing this module does not require torch; the functions do.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -118,20 +119,15 @@ def _tensor_from(item: Any, device: Optional[Any]) -> Any:
     return tensor if device is None else tensor.to(device)
 
 
-def _repeated_values_cls():
-    try:
-        from rlpolicy.models.repeated_values import RepeatedValues
-    except ImportError:
-        return None
-    return RepeatedValues
+def _loaded_class(module: str, name: str) -> Any:
+    """Class `name` of `module` if that module is imported already, else None.
 
-
-def _sample_batch_cls():
-    try:
-        from rlpolicy.policy.sample_batch import SampleBatch
-    except ImportError:
-        return None
-    return SampleBatch
+    An instance of a class cannot exist before its module is imported, so a
+    `sys.modules` lookup is enough for isinstance checks (and, unlike an import
+    attempt, costs nothing when the module is absent: this runs once per column).
+    """
+    mod = sys.modules.get(module)
+    return getattr(mod, name, None) if mod is not None else None
 
 
 def convert_to_torch_tensor(x: TensorStructType, device: Optional[str] = None) -> TensorStructType:
@@ -139,7 +135,8 @@ def convert_to_torch_tensor(x: TensorStructType, device: Optional[str] = None) -
 
     float64 becomes float32; object arrays are left alone; existing tensors
     are only moved to ``device``. A ``SampleBatch`` comes back as a
-    SampleBatch (a shallow copy with converted columns).
+    SampleBatch (a shallow copy with converted columns); converting it does not
+    count as reading its columns (its ``accessed_keys`` stay as they were).
 
     Args:
         x: Any (nested) structure.
@@ -148,8 +145,8 @@ def convert_to_torch_tensor(x: TensorStructType, device: Optional[str] = None) -
     Returns:
         The same structure with torch tensors as leaves.
     """
-    repeated_cls = _repeated_values_cls()
-    sample_batch_cls = _sample_batch_cls()
+    repeated_cls = _loaded_class("rlpolicy.models.repeated_values", "RepeatedValues")
+    sample_batch_cls = _loaded_class("rlpolicy.policy.sample_batch", "SampleBatch")
 
     def mapping(item):
         if repeated_cls is not None and isinstance(item, repeated_cls):
@@ -158,9 +155,15 @@ def convert_to_torch_tensor(x: TensorStructType, device: Optional[str] = None) -
 
     if sample_batch_cls is not None and isinstance(x, sample_batch_cls):
         out = x.copy(shallow=True)
-        for key in list(out.keys()):
-            out[key] = tree.map_structure(mapping, out[key])
+        # Read and write the raw columns: going through SampleBatch.__getitem__ would mark
+        # every key as accessed (the copy shares that set with `x`), which would defeat the
+        # view-requirement pruning that relies on accessed keys being what a loss read.
+        for key, value in list(dict.items(out)):
+            dict.__setitem__(out, key, tree.map_structure(mapping, value))
+        out.intercepted_values = {}
         return out
+    if not tree.is_nested(x):
+        return mapping(x)
     return tree.map_structure(mapping, x)
 
 

@@ -312,9 +312,9 @@ def test_import_from_h5_round_trip(rt, tmp_path):
 
 
 def test_import_from_h5_needs_a_single_keras_model():
-    model = LSTMWrapper(OBS4, gym.spaces.Discrete(2), 2, cfg(lstm_cell_size=3), "l")
-    model.extra_model = model._rnn_model
-    with pytest.raises(NotImplementedError, match=r"holds 2 Keras models \(_rnn_model, extra_model\)"):
+    model = FullyConnectedNetwork(OBS4, gym.spaces.Discrete(2), 2, cfg(fcnet_hiddens=[3]), "m")
+    model.extra_model = model.base_model
+    with pytest.raises(NotImplementedError, match=r"holds 2 Keras models \(base_model, extra_model\)"):
         model.import_from_h5("x.h5")
 
 
@@ -441,20 +441,32 @@ def lstm_reference(w, x, h, c, seq_lens):
     return outs, h, c
 
 
-def test_lstm_wrapper_matches_numpy_with_prev_action_reward_and_masking(rt):
-    action_space = gym.spaces.Discrete(3)
+@pytest.fixture(scope="module", params=["graph", "eager"])
+def lstm(request):
+    """(runner, model): one LSTM-wrapped fcnet per mode (building a Keras LSTM is slow)."""
+    runner = Runner(request.param)
     c = cfg(lstm_use_prev_action=True, lstm_use_prev_reward=True, **LSTM_CFG)
-    model = rt.model(lstm_class(FullyConnectedNetwork), OBS4, action_space, 2, c, "l")
+    yield runner, runner.model(lstm_class(FullyConnectedNetwork), OBS4, gym.spaces.Discrete(3), 2, c, "l")
+    if runner.sess is not None:
+        runner.sess.close()
+
+
+def lstm_inputs(rng, n):
+    return {"obs": rng.normal(size=(n, 4)).astype(np.float32), "prev_actions": rng.integers(0, 3, n),
+            "prev_rewards": rng.normal(size=n).astype(np.float32)}
+
+
+def test_lstm_wrapper_matches_numpy_with_prev_action_reward_and_masking(lstm):
+    rt, model = lstm
     w = rt.randomize(model)
     rng = np.random.default_rng(6)
     B, T = 2, 3
-    obs = rng.normal(size=(B * T, 4)).astype(np.float32)
-    prev_a, prev_r = rng.integers(0, 3, B * T), rng.normal(size=B * T).astype(np.float32)
+    inputs = lstm_inputs(rng, B * T)
     h0, c0 = rng.normal(size=(B, CELL)).astype(np.float32), rng.normal(size=(B, CELL)).astype(np.float32)
     seq_lens = np.array([3, 2], np.int32)
-    out, (h, c_out), value = rt.call(
-        model, {"obs": obs, "prev_actions": prev_a, "prev_rewards": prev_r}, [h0, c0], seq_lens)
-    lstm_in = np.concatenate([dense(w, "fc_1", obs, "tanh"), np.eye(3)[prev_a], prev_r[:, None]], 1)
+    out, (h, c_out), value = rt.call(model, inputs, [h0, c0], seq_lens)
+    lstm_in = np.concatenate([dense(w, "fc_1", inputs["obs"], "tanh"), np.eye(3)[inputs["prev_actions"]],
+                              inputs["prev_rewards"][:, None]], 1)
     ref_out, ref_h, ref_c = lstm_reference(w, lstm_in.reshape(B, T, -1), h0, c0, seq_lens)
     valid = (np.arange(T)[None] < seq_lens[:, None]).reshape(-1)
     ref_out = ref_out.reshape(B * T, CELL)
@@ -464,51 +476,54 @@ def test_lstm_wrapper_matches_numpy_with_prev_action_reward_and_masking(rt):
     np.testing.assert_allclose(c_out, ref_c, rtol=1e-4, atol=1e-5)
 
 
-def test_lstm_whole_sequence_equals_step_by_step(rt):
-    model = rt.model(lstm_class(FullyConnectedNetwork), OBS4, gym.spaces.Discrete(2), 2, cfg(**LSTM_CFG), "l")
+def test_lstm_whole_sequence_equals_step_by_step(lstm):
+    rt, model = lstm
     rt.randomize(model, seed=3)
-    B, T = 2, 4
-    obs = np.random.default_rng(7).normal(size=(B, T, 4)).astype(np.float32)
+    B, T = 2, 3
+    inputs = lstm_inputs(np.random.default_rng(7), B * T)
     state = [np.tile(s, (B, 1)) for s in model.get_initial_state()]
-    whole, whole_state, _ = rt.call(model, {"obs": obs.reshape(B * T, 4)}, state, np.full(B, T, np.int32))
+    whole, whole_state, _ = rt.call(model, inputs, state, np.full(B, T, np.int32))
     steps = []
     for t in range(T):
-        out, state, _ = rt.call(model, {"obs": obs[:, t]}, state, np.ones(B, np.int32))
+        step_inputs = {k: v.reshape((B, T) + v.shape[1:])[:, t] for k, v in inputs.items()}
+        out, state, _ = rt.call(model, step_inputs, state, np.ones(B, np.int32))
         steps.append(out)
     np.testing.assert_allclose(whole.reshape(B, T, 2), np.stack(steps, 1), rtol=1e-5, atol=1e-6)
     for a, b in zip(whole_state, state):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_lstm_layout_initial_state_and_view_requirements(rt):
-    c = cfg(lstm_use_prev_action=True, **LSTM_CFG)
-    model = rt.model(lstm_class(FullyConnectedNetwork), OBS4, gym.spaces.MultiDiscrete([2, 3]), 2, c, "l")
+def test_lstm_layout_initial_state_and_view_requirements(lstm):
+    rt, model = lstm
     assert [(v.name, tuple(v.shape)) for v in model.variables()] == [
         ("fc_1/kernel:0", (4, 5)), ("fc_1/bias:0", (5,)), ("value_out/kernel:0", (5, 1)), ("value_out/bias:0", (1,)),
-        ("lstm/lstm_cell/kernel:0", (5 + 5, 4 * CELL)), ("lstm/lstm_cell/recurrent_kernel:0", (CELL, 4 * CELL)),
+        ("lstm/lstm_cell/kernel:0", (5 + 3 + 1, 4 * CELL)), ("lstm/lstm_cell/recurrent_kernel:0", (CELL, 4 * CELL)),
         ("lstm/lstm_cell/bias:0", (4 * CELL,)), ("logits/kernel:0", (CELL, 2)), ("logits/bias:0", (2,)),
         ("values/kernel:0", (CELL, 1)), ("values/bias:0", (1,)),
     ]
     init = model.get_initial_state()
     assert len(init) == 2 and all(s.shape == (CELL,) and s.dtype == np.float32 and not s.any() for s in init)
     vr = model.view_requirements
-    assert sorted(vr) == ["obs", "prev_actions", "state_in_0", "state_in_1", "state_out_0", "state_out_1"]
+    assert sorted(vr) == ["obs", "prev_actions", "prev_rewards", "state_in_0", "state_in_1", "state_out_0",
+                          "state_out_1"]
     assert (vr["prev_actions"].data_col, vr["prev_actions"].shift) == ("actions", -1)
+    assert (vr["prev_rewards"].data_col, vr["prev_rewards"].shift) == ("rewards", -1)
     assert (vr["state_in_1"].data_col, vr["state_in_1"].shift, vr["state_in_1"].batch_repeat_value) == (
         "state_out_1", -1, 4)
     assert vr["state_out_0"].space.shape == (CELL,)
 
 
-def test_lstm_wrapper_errors():
-    model = lstm_class(FullyConnectedNetwork)(
-        OBS4, gym.spaces.Discrete(2), 2, cfg(lstm_use_prev_reward=True, **LSTM_CFG), "l")
-    state = [tf.zeros((1, CELL))] * 2
+def test_lstm_wrapper_errors(lstm):
+    rt, model = lstm
+    state = [np.zeros((1, CELL), np.float32)] * 2
+    inputs = lstm_inputs(np.random.default_rng(0), 1)
     with pytest.raises(ValueError, match="seq_lens is required"):
-        model.forward({"obs_flat": tf.zeros((1, 4)), "prev_rewards": tf.zeros(1)}, state, None)
+        rt.build(lambda: model.forward(tf.nest.map_structure(tf.constant, inputs), state, None))
+    del inputs["prev_rewards"]
     with pytest.raises(ValueError, match="input_dict has no 'prev_rewards' column"):
-        model.forward({"obs_flat": tf.zeros((1, 4))}, state, tf.ones(1, tf.int32))
+        rt.call(model, inputs, state, np.ones(1, np.int32))
     with pytest.raises(ValueError, match=r"expected 2 state tensors \[h, c\]"):
-        model.forward({"obs_flat": tf.zeros((1, 4)), "prev_rewards": tf.zeros(1)}, state[:1], tf.ones(1, tf.int32))
+        rt.call(model, lstm_inputs(np.random.default_rng(0), 1), state[:1], np.ones(1, np.int32))
 
 
 def test_lstm_wrapper_alone_feeds_observations_to_the_lstm():

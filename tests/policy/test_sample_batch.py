@@ -457,3 +457,118 @@ def test_import_does_not_pull_in_frameworks():
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
     assert out.stdout.strip() == "False False"
+
+
+# ------------------------------------------------------------------ audit: edge cases and invariants
+
+
+def _reference_rows_of_snapped_slice(seq_lens, start, stop):
+    """Independent reference for batch[start:stop] with seq_lens: both ends move back to the
+    start of the sequence that contains them (stop == batch length stays)."""
+    starts = [0]
+    for n in seq_lens:
+        starts.append(starts[-1] + n)
+    total = starts[-1]
+
+    def snap(row):
+        if row >= total:
+            return total, len(seq_lens)
+        i = max(j for j in range(len(seq_lens)) if starts[j] <= row)
+        return starts[i], i
+
+    (r0, s0), (r1, s1) = snap(start), snap(stop)
+    return list(range(r0, r1)), list(seq_lens[s0:s1])
+
+
+def test_slices_with_seq_lens_match_reference_for_all_bounds():
+    seq_lens = [3, 1, 5, 2, 4]
+    n = sum(seq_lens)
+    b = SampleBatch({"obs": np.arange(n) * 10, "state_in_0": np.arange(len(seq_lens)) + 100, "seq_lens": seq_lens})
+    for start in range(n + 1):
+        for stop in range(start, n + 1):
+            rows, lens = _reference_rows_of_snapped_slice(seq_lens, start, stop)
+            s = b[start:stop]
+            assert s["obs"].tolist() == [r * 10 for r in rows], (start, stop)
+            assert s["seq_lens"].tolist() == lens and len(s) == len(rows) == sum(lens)
+            first_seq = [i for i in range(len(seq_lens)) if sum(seq_lens[:i]) == (rows[0] if rows else -1)]
+            assert s["state_in_0"].tolist() == ([100 + first_seq[0] + k for k in range(len(lens))] if lens else [])
+
+
+@pytest.mark.parametrize("num_slices", [1, 2, 3, 5])
+def test_timeslices_num_slices_partition_the_batch(num_slices):
+    seq_lens = [2, 6, 1, 3, 4, 4]
+    n = sum(seq_lens)
+    b = SampleBatch({"obs": np.arange(n), "seq_lens": seq_lens})
+    parts = b.timeslices(num_slices=num_slices)
+    assert len(parts) == num_slices
+    assert np.concatenate([p["obs"] for p in parts]).tolist() == list(range(n))  # nothing lost or doubled
+    assert sum((p["seq_lens"].tolist() for p in parts), []) == seq_lens  # no sequence is cut
+    plain = SampleBatch({"obs": np.arange(n)}).timeslices(num_slices=num_slices)
+    sizes = [len(p) for p in plain]
+    assert sum(sizes) == n and max(sizes) - min(sizes) <= 1  # without seq_lens: near-equal parts
+
+
+def test_empty_batch_edges():
+    b = SampleBatch({"obs": np.zeros((0, 3)), "actions": np.zeros(0, np.int64)})
+    assert len(b) == 0 and len(b[0:0]) == 0 and b[0:0]["obs"].shape == (0, 3)
+    assert b.timeslices(size=4) == []
+    with pytest.raises(ValueError, match=r"only 0 rows, fewer than the number of slices"):
+        b.timeslices(num_slices=2)
+    assert len(b.copy()) == 0 and list(b.rows()) == []
+    out = concat_samples([b, SampleBatch({"obs": np.ones((2, 3)), "actions": np.array([1, 2])})])
+    assert len(out) == 2 and out["actions"].tolist() == [1, 2]
+    assert len(concat_samples([])) == 0
+    with pytest.raises(ValueError, match=r"slice \[0:1\] goes past the end of the batch \(0 rows\)"):
+        b[0:1]
+
+
+def test_single_step_batch_edges():
+    one = SampleBatch({"obs": np.array([[1.0, 2.0]]), "state_in_0": np.array([[7.0]]), "seq_lens": [1]})
+    (only,) = one.timeslices(num_slices=1)
+    assert only["obs"].tolist() == [[1.0, 2.0]] and only["seq_lens"].tolist() == [1]
+    assert [len(p) for p in one.timeslices(size=5)] == [1]
+    one.right_zero_pad(3)
+    assert one["obs"].tolist() == [[1.0, 2.0], [0.0, 0.0], [0.0, 0.0]]
+    assert one["state_in_0"].tolist() == [[7.0]] and len(one) == 1
+
+
+def test_nested_observations_through_timeslices_and_padding():
+    seq_lens = [2, 3, 1]
+    obs = {"pos": np.arange(6.0), "cam": (np.arange(12).reshape(6, 2), np.array([b"a", b"b", b"c", b"d", b"e", b"f"]))}
+    b = SampleBatch({"obs": obs, "infos": [{"i": i} for i in range(6)], "seq_lens": seq_lens})
+    first, second = b.timeslices(num_slices=2)  # cut at row 3 snaps back to row 2
+    assert first["obs"]["pos"].tolist() == [0.0, 1.0] and second["seq_lens"].tolist() == [3, 1]
+    assert second["obs"]["cam"][0].tolist() == [[4, 5], [6, 7], [8, 9], [10, 11]]
+    assert [d["i"] for d in second["infos"]] == [2, 3, 4, 5]
+    second.right_zero_pad(4)
+    assert second["obs"]["pos"].tolist() == [2.0, 3.0, 4.0, 0.0, 5.0, 0.0, 0.0, 0.0]
+    assert second["obs"]["cam"][0].tolist() == [[4, 5], [6, 7], [8, 9], [0, 0], [10, 11], [0, 0], [0, 0], [0, 0]]
+    assert second["obs"]["cam"][1].tolist() == [b"c", b"d", b"e", b"", b"f", b"", b"", b""]
+    assert [d and d["i"] for d in second["infos"]] == [2, 3, 4, None, 5, None, None, None]
+    assert isinstance(second["obs"]["cam"], tuple) and len(second) == 4
+
+
+def test_right_zero_pad_object_and_per_row_state_columns():
+    b = SampleBatch({"o": np.array(["x", 1, None], dtype=object), "state_in_0": np.array([1.0, 2.0, 3.0]),
+                     "seq_lens": [2, 1]})
+    b.right_zero_pad(2, exclude_states=False)
+    assert b["o"].dtype == object and b["o"].tolist() == ["x", 1, None, None]
+    assert b["state_in_0"].tolist() == [1.0, 2.0, 3.0, 0.0]  # per-row states are padded when not excluded
+
+
+def test_slices_keep_flags_but_not_key_tracking():
+    b = SampleBatch({"obs": np.arange(4.0), "seq_lens": [2, 2]}, _is_training=True, _time_major=False)
+    _ = b["obs"]
+    s = b[2:4]
+    assert s.is_training is True and s.time_major is False and s.max_seq_len == 2
+    assert s.accessed_keys == set() and s.get_interceptor is None
+    t = SampleBatch({"obs": np.arange(4.0)}, _is_training=True)[1:3]
+    assert t.is_training is True and t.count == 2 and "seq_lens" not in t
+
+
+def test_slice_of_torch_batch():
+    torch = pytest.importorskip("torch")
+    b = SampleBatch({"obs": np.arange(6.0).reshape(3, 2), "seq_lens": [1, 2]}).to_device("cpu")
+    s = b[1:3]
+    assert torch.is_tensor(s["obs"]) and s["obs"].tolist() == [[2.0, 3.0], [4.0, 5.0]]
+    assert len(s) == 2 and s.max_seq_len == 2

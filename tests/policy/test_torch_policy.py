@@ -160,6 +160,35 @@ def test_compute_log_likelihoods(device_config):
     np.testing.assert_allclose(logp.numpy(), expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("normalized", [True, False])
+def test_compute_log_likelihoods_box_actions(normalized):
+    box = gym.spaces.Box(np.array([0.0, -2.0], np.float32), np.array([4.0, 2.0], np.float32))
+    torch.manual_seed(0)
+    policy = PG(OBS, box, dict(BASE))
+    obs = pg_batch(3)[SampleBatch.OBS]
+    _, _, extra = policy.compute_actions(obs, explore=False)
+    mean, log_std = np.split(extra[SampleBatch.ACTION_DIST_INPUTS], 2, axis=-1)
+    env_actions = np.array([[1.0, 0.5], [3.0, -1.0], [2.0, 0.0]], np.float32)
+    # normalize_actions=True (default): env-space actions map onto [-1, 1].
+    scaled = (env_actions - box.low) / (box.high - box.low) * 2.0 - 1.0
+    x = env_actions if normalized else scaled
+    expected = (-0.5 * ((x - mean) / np.exp(log_std)) ** 2 - log_std
+                - 0.5 * np.log(2 * np.pi)).sum(-1)
+    logp = policy.compute_log_likelihoods(env_actions, obs, actions_normalized=normalized)
+    np.testing.assert_allclose(logp.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_export_checkpoint_round_trip(tmp_path, device_config):
+    policy = make(**device_config)
+    policy.learn_on_batch(pg_batch(8))
+    policy.export_checkpoint(str(tmp_path))
+    restored = PG.from_checkpoint(str(tmp_path))
+    assert_weights_close(policy.get_weights(), restored.get_weights(), rtol=0, atol=0)
+    for p in (policy, restored):
+        p.learn_on_batch(pg_batch(8, seed=1))
+    assert_weights_close(policy.get_weights(), restored.get_weights(), rtol=1e-6, atol=1e-7)
+
+
 def test_action_sampler_fn_path():
     calls = []
 
@@ -272,6 +301,26 @@ def test_grad_clip_limits_the_step():
     after = np.concatenate([p.detach().numpy().ravel() for p in policy.model.parameters()])
     assert float(fetches["learner_stats"]["grad_gnorm"]) == pytest.approx(norm, rel=1e-4)
     assert np.linalg.norm(after - before) == pytest.approx(0.05 * 1e-3, rel=1e-3)
+
+
+def test_grad_clip_applies_per_tower():
+    # Each tower clips its own gradients (never tower 0's from another thread);
+    # the step then uses the mean of the clipped tower gradients.
+    clip = 1e-3
+    policy = make(SGDPG, grad_clip=clip, sgd_minibatch_size=16, num_gpus=2, _fake_gpus=True)
+    batch = pg_batch(16)
+    expected_grad = None
+    for half in (batch[:8], batch[8:]):
+        grads = _reference_pg_grads(policy, half)
+        norm = np.sqrt(sum((g ** 2).sum() for g in grads))
+        clipped = [g * min(1.0, clip / (norm + 1e-6)) for g in grads]
+        expected_grad = clipped if expected_grad is None else [
+            (a + b) / 2 for a, b in zip(expected_grad, clipped)]
+    before = [p.detach().numpy().copy() for p in policy.model.parameters()]
+    policy.load_batch_into_buffer(batch)
+    policy.learn_on_loaded_batch(0)
+    for p, w, g in zip(policy.model.parameters(), before, expected_grad):
+        np.testing.assert_allclose(p.detach().numpy(), w - 0.05 * g, rtol=1e-4, atol=1e-8)
 
 
 class TwoOpt(PG):

@@ -170,3 +170,83 @@ def test_tower_runner_names_failing_tower(bad_tower):
     with pytest.raises(ValueError, match="got work for 3 towers but only 2 devices"):
         runner.run(fn, [(0,), (1,), (2,)])
     runner.shutdown()
+
+
+def test_make_towers_cpu_layout_shares_model_and_target():
+    from rlpolicy._core.towers import make_towers
+
+    model, target = _net(), _net()
+    towers, targets = make_towers(model, ["cpu", "cpu", "cpu"], on_gpu=False, target_model=target)
+    assert towers[0] is model and len({id(t) for t in towers}) == 3
+    assert list(targets) == towers and all(v is target for v in targets.values())
+    assert make_towers(model, ["cpu"], on_gpu=False)[1] is None
+
+
+def test_make_towers_gpu_layout_copies_everything():
+    from rlpolicy._core.towers import make_towers
+
+    # The GPU layout, exercised with CPU device names: every tower and every
+    # target is its own copy (tower 0 too), moved to its device.
+    model, target = _net(), _net()
+    towers, targets = make_towers(model, ["cpu", "cpu"], on_gpu=True, target_model=target)
+    assert all(t is not model for t in towers) and towers[0] is not towers[1]
+    assert len({id(v) for v in targets.values()}) == 2 and target not in targets.values()
+    for t in towers:
+        for a, b in zip(t.parameters(), model.parameters()):
+            assert torch.equal(a, b)
+
+
+class _Rows:
+    """A minimal batch: rows, slicing, timeslices, to_device (records calls)."""
+
+    def __init__(self, rows, seq=False):
+        self.rows, self.seq, self.padded, self.device = list(rows), seq, False, None
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __contains__(self, key):
+        return key == "seq_lens" and self.seq
+
+    def __getitem__(self, s):
+        return _Rows(self.rows[s], self.seq)
+
+    def timeslices(self, num_slices):
+        k = len(self) // num_slices
+        return [self[i * k:(i + 1) * k if i < num_slices - 1 else None]
+                for i in range(num_slices)]
+
+    def to_device(self, d):
+        self.device = d
+        return self
+
+
+def test_split_for_devices_drops_excess_and_pads():
+    from rlpolicy._core.towers import split_for_devices
+
+    def pad(b):
+        b.padded = True
+
+    slices = split_for_devices(_Rows(range(9)), 2, pad, ["cpu", "meta"])
+    assert [s.rows for s in slices] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # row 8 dropped
+    assert all(s.padded for s in slices) and [s.device for s in slices] == ["cpu", "meta"]
+    # With sequences nothing is dropped up front (timeslices decides).
+    slices = split_for_devices(_Rows(range(9), seq=True), 2, pad, ["cpu", "cpu"])
+    assert sum(len(s) for s in slices) == 9
+
+
+def test_tower_optimizer_view_swaps_params():
+    from rlpolicy._core.towers import TowerOptimizerView, make_optimizer_views
+
+    main = torch.nn.Linear(2, 2)
+    other = copy.deepcopy(main)
+    opt = torch.optim.SGD([{"params": [main.weight], "lr": 0.1},
+                           {"params": [main.bias], "lr": 0.2}])
+    view = TowerOptimizerView(opt, list(main.parameters()), list(other.parameters()))
+    groups = view.param_groups
+    assert groups[0]["params"][0] is other.weight and groups[1]["params"][0] is other.bias
+    assert [g["lr"] for g in groups] == [0.1, 0.2] and view.defaults is opt.defaults
+    opt.param_groups[0]["lr"] = 0.5  # live view of the hyper-parameters
+    assert view.param_groups[0]["lr"] == 0.5
+    views = make_optimizer_views([opt], main, [main, other])
+    assert list(views) == [1] and views[1][0].param_groups[0]["params"][0] is other.weight

@@ -95,7 +95,7 @@ def test_convert_to_torch_tensor_nested():
     assert out["i"][0].dtype == torch.int64 and int(out["i"][1]) == 3
     assert out["ro"].dtype == torch.float32
     assert out["obj"] is data["obj"]
-    assert out["t"] is data["t"] or out["t"].dtype == torch.float64  # existing tensors only moved
+    assert out["t"] is data["t"]  # existing tensors are only moved (cpu -> cpu: the same object)
 
 
 def test_convert_to_torch_tensor_sample_batch():
@@ -108,6 +108,55 @@ def test_convert_to_torch_tensor_sample_batch():
     assert torch.is_tensor(out["obs"]) and out["obs"].dtype == torch.float32
     assert isinstance(batch["obs"], np.ndarray)  # original untouched
     assert out.max_seq_len == 2 and len(out) == 3
+
+
+def test_convert_to_torch_tensor_single_leaves():
+    f = tu.convert_to_torch_tensor(np.array([1.5, 2.5]))  # float64 -> float32
+    assert f.dtype == torch.float32 and f.tolist() == [1.5, 2.5]
+    s = tu.convert_to_torch_tensor(3)
+    assert torch.is_tensor(s) and s.shape == () and int(s) == 3
+    t = torch.ones(2, dtype=torch.float64)
+    assert tu.convert_to_torch_tensor(t) is t
+    obj = np.array([{}, None], dtype=object)
+    assert tu.convert_to_torch_tensor(obj) is obj
+    arr = np.arange(3, dtype=np.int32)
+    shared = tu.convert_to_torch_tensor(arr)
+    arr[0] = 7  # from_numpy: the tensor shares memory with the array, as in RLlib
+    assert shared.dtype == torch.int32 and shared.tolist() == [7, 1, 2]
+
+
+def test_convert_to_torch_tensor_does_not_mark_keys_accessed():
+    """Converting a batch is not "reading" it: view-requirement pruning relies on
+    accessed_keys holding only the columns a loss really read."""
+    from rlpolicy.policy.sample_batch import SampleBatch
+
+    batch = SampleBatch({"obs": np.zeros((2, 2)), "actions": np.array([0, 1]),
+                         "nested": {"x": np.ones(2)}, "infos": np.array([{}, {}], dtype=object)})
+    _ = batch["actions"]
+    out = tu.convert_to_torch_tensor(batch, device="cpu")
+    assert batch.accessed_keys == {"actions"}
+    assert out.accessed_keys is batch.accessed_keys  # the copy still shares tracking (as RLlib's copy)
+    assert torch.is_tensor(dict.__getitem__(out, "obs")) and torch.is_tensor(dict.__getitem__(out, "nested")["x"])
+    assert isinstance(dict.__getitem__(out, "infos"), np.ndarray)  # object column left alone
+    assert out.added_keys == set() and out.deleted_keys == set()
+    _ = out["obs"]  # reading the converted batch is tracked as usual
+    assert batch.accessed_keys == {"actions", "obs"}
+
+
+def test_convert_to_torch_tensor_with_interceptor_set():
+    from rlpolicy.policy.sample_batch import SampleBatch
+
+    calls = []
+
+    def interceptor(v):
+        calls.append(1)
+        return v
+
+    batch = SampleBatch({"obs": np.zeros((2, 2)), "r": np.ones(2)})
+    batch.set_get_interceptor(interceptor)
+    out = tu.convert_to_torch_tensor(batch)
+    assert calls == [] and batch.accessed_keys == set()  # conversion neither intercepts nor tracks
+    assert out["r"].dtype == torch.float32 and calls == [1]
 
 
 def test_convert_to_non_torch_type():

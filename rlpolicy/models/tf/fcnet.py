@@ -87,13 +87,8 @@ class FullyConnectedNetwork(TFModelV2):
         if free_log_std and logits_out is not None:
             logits_out = self._append_free_log_std(keras, inputs, logits_out)
 
-        vf_in = last_layer
-        if not vf_share_layers:
-            vf_in = inputs
-            for i, size in enumerate(hiddens, 1):
-                vf_in = _dense(keras, size, f"fc_value_{i}", activation, 1.0)(vf_in)
-        value_out = _dense(keras, 1, "value_out", None, 0.01)(vf_in)
-
+        value_out = _value_head(keras, inputs if not vf_share_layers else last_layer, hiddens, activation,
+                                separate=not vf_share_layers)
         self.base_model = keras.Model(inputs, [logits_out if logits_out is not None else last_layer, value_out])
         self._value_out: Optional[TensorType] = None
 
@@ -151,6 +146,14 @@ class FullyConnectedNetwork(TFModelV2):
         if self._value_out is None:
             raise ValueError(f"FullyConnectedNetwork({self.name!r}): call the model before value_function()")
         return tf.reshape(self._value_out, [-1])
+
+
+def _value_head(keras, vf_in, hiddens: List[int], activation, separate: bool):
+    """``value_out`` on the shared trunk, or on its own ``fc_value_{i}`` trunk."""
+    if separate:
+        for i, size in enumerate(hiddens, 1):
+            vf_in = _dense(keras, size, f"fc_value_{i}", activation, 1.0)(vf_in)
+    return _dense(keras, 1, "value_out", None, 0.01)(vf_in)
 
 
 def _dense(keras, size: int, name: str, activation, init_std: float):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from math import log
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np

@@ -53,7 +53,8 @@ class VisionNetwork(TFModelV2):
 
         Raises:
             ValueError: the filters do not reduce the image to 1x1 where a
-                1x1 output is needed, or ``conv_filters`` is empty.
+                1x1 output is needed, or no default filters exist for the
+                observation shape.
         """
         if not model_config.get("conv_filters"):
             # RLlib 1.11 writes the default filters back into the config dict.
@@ -80,11 +81,7 @@ class VisionNetwork(TFModelV2):
             )
 
         if cfg.get("vf_share_layers"):
-            if not self.last_layer_is_flattened:
-                feature_out = keras.layers.Lambda(lambda x: tf.squeeze(x, axis=[1, 2]))(feature_out)
-            value_out = keras.layers.Dense(
-                1, name="value_out", activation=None, kernel_initializer=normc_initializer(0.01)
-            )(feature_out)
+            value_out = _shared_value_head(keras, feature_out, squeeze=not self.last_layer_is_flattened)
         else:
             value_out = _separate_value_trunk(keras, inputs, filters, activation)
 
@@ -188,6 +185,15 @@ def _conv_stack(keras, x, filters: Sequence, activation, name_fmt: str):
             data_format="channels_last", name=name_fmt.format(i),
         )(x)
     return x
+
+
+def _shared_value_head(keras, feature_out, squeeze: bool):
+    """``value_out`` on the policy trunk's features ([B, 1, 1, C] squeezed first)."""
+    if squeeze:
+        feature_out = keras.layers.Lambda(lambda x: tf.squeeze(x, axis=[1, 2]))(feature_out)
+    return keras.layers.Dense(1, name="value_out", activation=None, kernel_initializer=normc_initializer(0.01))(
+        feature_out
+    )
 
 
 def _separate_value_trunk(keras, inputs, filters: Sequence, activation):

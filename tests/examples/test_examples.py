@@ -1,0 +1,95 @@
+"""Runs every script in examples/ in a fresh interpreter (short mode) and checks its output.
+
+Each example honours ``RLPOLICY_EXAMPLE_QUICK=1`` (fewer iterations). The
+expectations are independent of rlpolicy: counts follow from the example's
+arguments, CartPole pays 1 per step, a uniform 2-way policy has entropy
+ln 2, and learning must move the printed metrics the right way.
+"""
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+
+
+def run_example(name, *args, timeout=120):
+    env = dict(os.environ, RLPOLICY_EXAMPLE_QUICK="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def floats(pattern, text):
+    return [float(m) for m in re.findall(pattern, text)]
+
+
+def test_custom_loss_build_policy_class():
+    out = run_example("custom_loss_build_policy_class.py")
+    assert len(re.findall(r"^iter \d+: ", out, re.M)) == 8  # quick mode: 8 iterations
+    (initial,) = floats(r"initial p\(best arm\)=([\d.]+)", out)
+    (final,) = floats(r"final p\(best arm\)=([\d.]+)", out)
+    assert abs(initial - 1 / 3) < 0.15  # 3 arms, nearly uniform at init
+    assert final > 0.8 and final > initial + 0.4
+    rewards = floats(r"mean_reward=([-\d.]+)", out)
+    # Arm means are 0.1/0.5/0.9: a near-uniform policy earns ~0.5, a learned one ~0.9.
+    assert abs(rewards[0] - 0.5) < 0.15 and rewards[-1] > 0.75
+
+
+def test_subclass_policy():
+    out = run_example("subclass_policy.py")
+    steps = floats(r"steps=(\d+)", out)
+    returns = floats(r"mean_return=([\d.]+)", out)
+    assert len(steps) == len(returns) == 5
+    # CartPole pays 1 per step and each iteration plays 10 episodes.
+    for s, r in zip(steps, returns):
+        assert s == pytest.approx(10 * r, abs=0.5)
+    assert "restored LinearSoftmaxPolicy from checkpoint; weights equal: True" in out
+
+
+def test_subclass_torch_policy():
+    out = run_example("subclass_torch_policy.py")
+    lines = re.findall(r"^iter \d+: .*$", out, re.M)
+    assert len(lines) == 3
+    vr = re.search(r"view requirements after loss init: \[(.*)\]", out).group(1)
+    assert {"'obs'", "'actions'"} <= {s.strip() for s in vr.split(",")}
+    entropies = floats(r"entropy=([\d.]+)", out)
+    # Two actions: entropy is at most ln 2, and starts close to it.
+    assert all(e <= math.log(2) + 1e-4 for e in entropies)
+    assert entropies[0] > math.log(2) - 0.05
+    returns = floats(r"mean_return=([\d.]+)", out)
+    (total,) = floats(r"total env steps=(\d+)", out)
+    assert total == pytest.approx(10 * sum(returns), abs=2)
+
+
+def test_multi_tower_sgd():
+    out = run_example("multi_tower_sgd.py")
+    # train_batch_size=256 over 2 towers; sgd_minibatch_size=64 -> 32 rows per tower per step.
+    assert "towers=2 devices=['cpu', 'cpu'] loaded_per_device=128" in out
+    assert re.findall(r"steps=(\d+)", out) == ["4", "4"]
+    (initial,) = floats(r"initial accuracy=([\d.]+)", out)
+    accs = floats(r"epoch \d+: .*accuracy=([\d.]+)", out)
+    assert accs[-1] > initial + 0.2
+    (diff,) = floats(r"after one step: ([\d.e+-]+)", out)
+    assert diff < 1e-5
+    assert "towers match single device: True" in out
+
+
+def test_onnx_serving():
+    pytest.importorskip("onnxruntime")
+    out = run_example("onnx_serving.py", "--batch", "5")
+    assert "exported: ['model.onnx']" in out
+    assert re.search(r"onnx inputs: \['obs'", out)
+    assert re.search(r"outputs: \['output'", out)
+    (diff,) = floats(r"batch=5 max \|onnx - torch\| logits: ([\d.e+-]+)", out)
+    assert diff < 1e-5
+    assert "greedy actions match: True" in out
