@@ -161,3 +161,44 @@ def test_multi_action_parity():
              torch_dists.TorchMultiActionDistribution(torch.from_numpy(inputs2), None, **t_kw))
     x = np.concatenate([np.array([[0], [2], [1], [1]], np.float32), RNG.normal(size=(4, 2)).astype(np.float32)], 1)
     compare(pair, other, x, ("logp", "entropy", "kl"))
+
+
+# ------------------------------------------------------------ LSTM wrapper
+
+
+def test_torch_and_tf_lstm_wrappers_with_same_weights_agree():
+    torch_rnn = pytest.importorskip("rlpolicy.models.torch.recurrent_net")
+    from rlpolicy.models.tf.recurrent_net import LSTMWrapper
+
+    def wrap(lstm_cls, base):
+        return type("Wrapped", (lstm_cls, base), {"_wrapped_forward": base.forward})
+
+    config = dict(MODEL_DEFAULTS, fcnet_hiddens=[5], lstm_cell_size=3, lstm_use_prev_action=True)
+    space = gym.spaces.Discrete(3)
+    t_model = wrap(torch_rnn.LSTMWrapper, torch_fcnet.FullyConnectedNetwork)(OBS, space, 2, dict(config), "t")
+    tf_model = wrap(LSTMWrapper, TFFCNet)(OBS, space, 2, dict(config), "tf")
+    tf_vars = {v.name: v for v in tf_model.variables()}
+    sd = {k: RNG.normal(size=tuple(v.shape)).astype(np.float32) * 0.5 for k, v in t_model.state_dict().items()}
+    t_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})
+    pairs = {"fc_1/kernel:0": sd["_hidden_layers.0._model.0.weight"].T, "fc_1/bias:0": sd["_hidden_layers.0._model.0.bias"],
+             # torch and Keras share the gate order (i, f, g/c, o); torch has two biases.
+             "lstm/lstm_cell/kernel:0": sd["lstm.weight_ih_l0"].T,
+             "lstm/lstm_cell/recurrent_kernel:0": sd["lstm.weight_hh_l0"].T,
+             "lstm/lstm_cell/bias:0": sd["lstm.bias_ih_l0"] + sd["lstm.bias_hh_l0"],
+             "logits/kernel:0": sd["_logits_branch._model.0.weight"].T, "logits/bias:0": sd["_logits_branch._model.0.bias"],
+             "values/kernel:0": sd["_value_branch._model.0.weight"].T, "values/bias:0": sd["_value_branch._model.0.bias"]}
+    for name, value in pairs.items():
+        tf_vars[name].assign(value)
+    B, T = 2, 3
+    obs = RNG.normal(size=(B * T, 4)).astype(np.float32)
+    prev_a = RNG.integers(0, 3, B * T)
+    h0, c0 = RNG.normal(size=(2, B, 3)).astype(np.float32)
+    seq_lens = np.full(B, T, np.int32)  # torch's LSTM does not mask: compare full-length sequences
+    t_out, t_state = t_model({"obs": torch.from_numpy(obs), "prev_actions": torch.from_numpy(prev_a)},
+                             [torch.from_numpy(h0), torch.from_numpy(c0)], torch.from_numpy(seq_lens))
+    tf_out, tf_state = tf_model({"obs": tf.constant(obs), "prev_actions": tf.constant(prev_a)},
+                                [tf.constant(h0), tf.constant(c0)], tf.constant(seq_lens))
+    assert_close(tf_out, t_out)
+    assert_close(tf_model.value_function(), t_model.value_function())
+    for a, b in zip(tf_state, t_state):
+        assert_close(a, b)

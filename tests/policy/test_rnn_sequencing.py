@@ -323,3 +323,64 @@ def test_overlap_slices_without_seq_lens_uses_chunks():
         timeslice_along_seq_lens_with_overlap(b, zero_pad_max_seq_len=2, pre_overlap=2)
     with pytest.raises(ValueError, match="seq_lens is empty"):
         timeslice_along_seq_lens_with_overlap(b, seq_lens=[])
+
+
+# ------------------------------------------------------------------ audit: edge cases
+
+
+def test_given_sequence_longer_than_max_seq_len():
+    def make():
+        return SampleBatch({"obs": np.arange(1, 16, dtype=np.float32), "state_in_0": np.zeros((2, 1)),
+                            "seq_lens": [12, 3]})
+
+    rnn = make()
+    pad_batch_to_sequences_of_same_size(rnn, max_seq_len=10, view_requirements=RNN_REQS)
+    # RNN (dynamic max): the padded length follows the longest given sequence.
+    assert rnn.max_seq_len == 12 and rnn["seq_lens"].tolist() == [12, 3]
+    np.testing.assert_array_equal(rnn["obs"], _reference_pad(np.arange(1, 16, dtype=np.float32), [12, 3], 12))
+    attn = make()
+    with pytest.raises(ValueError, match=r"seq_lens \[12, 3\] contain a sequence longer than max_seq_len=10"):
+        pad_batch_to_sequences_of_same_size(attn, max_seq_len=10, view_requirements=ATTN_REQS)
+    # The failed call changed nothing: the batch can still be padded correctly.
+    assert attn.zero_padded is False and attn["obs"].tolist() == list(range(1, 16))
+    pad_batch_to_sequences_of_same_size(attn, max_seq_len=12, view_requirements=ATTN_REQS)
+    assert attn.zero_padded and len(attn["obs"]) == 24
+
+
+def test_episode_longer_than_max_seq_len_is_chopped_into_several_sequences():
+    b = SampleBatch({"obs": np.arange(1, 24, dtype=np.float32), "eps_id": np.zeros(23, np.int64),
+                     "state_in_0": np.arange(23.0)})
+    pad_batch_to_sequences_of_same_size(b, max_seq_len=10, view_requirements=ATTN_REQS)
+    assert b["seq_lens"].tolist() == [10, 10, 3]
+    assert b["state_in_0"].tolist() == [0.0, 10.0, 20.0]  # each chunk starts from the state at its start
+    np.testing.assert_array_equal(b["obs"], _reference_pad(np.arange(1, 24, dtype=np.float32), [10, 10, 3], 10))
+
+
+def test_pad_single_step_and_empty_batches():
+    one = SampleBatch({"obs": np.array([[5.0, 6.0]]), "state_in_0": np.array([[1.0]]), "seq_lens": [1]})
+    pad_batch_to_sequences_of_same_size(one, max_seq_len=4, view_requirements=ATTN_REQS)
+    assert one["obs"].tolist() == [[5.0, 6.0]] + [[0.0, 0.0]] * 3 and len(one) == 1
+    empty = SampleBatch({"obs": np.zeros((0, 2)), "state_in_0": np.zeros((0, 3))})
+    pad_batch_to_sequences_of_same_size(empty, max_seq_len=4, view_requirements=ATTN_REQS)
+    assert empty["obs"].shape == (0, 2) and empty["seq_lens"].tolist() == [] and empty.zero_padded
+
+
+def test_batch_divisibility_req_with_nested_obs_and_the_padded_length():
+    rng = np.random.RandomState(2)
+    eps = np.array([0, 0, 0, 0, 0, 1, 1, 2, 2, 2, 2])  # 11 rows: not divisible by 4
+    obs = {"a": rng.randn(11, 2).astype(np.float32), "b": (np.arange(11),)}
+    b = SampleBatch({"obs": obs, "eps_id": eps, "agent_index": np.zeros(11, np.int64)})
+    pad_batch_to_sequences_of_same_size(b, max_seq_len=100, batch_divisibility_req=4)
+    # sequences of <= 4 rows per episode: 4+1 | 2 | 4, each padded to 4 rows
+    assert b["seq_lens"].tolist() == [4, 1, 2, 4] and b.max_seq_len == 4
+    assert len(b["obs"]["a"]) == 16 and len(b["obs"]["a"]) % 4 == 0
+    np.testing.assert_array_equal(b["obs"]["a"], _reference_pad(obs["a"], [4, 1, 2, 4], 4))
+    assert b["obs"]["b"][0].tolist() == [0, 1, 2, 3, 4, 0, 0, 0, 5, 6, 0, 0, 7, 8, 9, 10]
+    assert b["eps_id"].tolist() == [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 2, 2, 2, 2]
+
+
+def test_feature_keys_limits_what_is_padded():
+    b = SampleBatch({"obs": np.arange(1, 4.0), "other": np.arange(3), "state_in_0": np.zeros((2, 1)), "seq_lens": [1, 2]})
+    pad_batch_to_sequences_of_same_size(b, max_seq_len=2, feature_keys=["obs"], view_requirements=ATTN_REQS)
+    assert b["obs"].tolist() == [1, 0, 2, 3]
+    assert b["other"].tolist() == [0, 1, 2]  # not a feature key: untouched

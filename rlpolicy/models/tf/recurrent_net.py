@@ -20,6 +20,7 @@ from gymnasium.spaces import Discrete, MultiDiscrete
 
 from rlpolicy.models.tf.misc import one_hot_encode
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
+from rlpolicy.policy.rnn_sequencing import add_time_dimension
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
 from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
@@ -63,9 +64,8 @@ class RecurrentNetwork(TFModelV2):
                 f"{type(self).__name__}({self.name!r}): recurrent models need seq_lens (one length "
                 "per sequence); pass seq_lens=[...] or a 'seq_lens' column"
             )
-        padded_inputs = input_dict["obs_flat"]
-        max_seq_len = tf.shape(padded_inputs)[0] // tf.shape(seq_lens)[0]
-        inputs = _add_time_dimension(padded_inputs, max_seq_len)
+        # T = (padded batch size) // (number of sequences).
+        inputs = add_time_dimension(input_dict["obs_flat"], seq_lens=seq_lens, framework="tf")
         output, new_state = self.forward_rnn(inputs, state, seq_lens)
         return tf.reshape(output, [-1, self.num_outputs]), new_state
 
@@ -235,13 +235,6 @@ def _build_lstm_model(in_size: int, cell_size: int, num_outputs: int):
     return keras.Model(
         inputs=[input_layer, seq_in, state_in_h, state_in_c], outputs=[logits, values, state_h, state_c]
     )
-
-
-def _add_time_dimension(padded_inputs: TensorType, max_seq_len: TensorType) -> TensorType:
-    """[B*T, ...] -> [B, T, ...] (batch-major), for a dynamic T."""
-    shape = tf.shape(padded_inputs)
-    new_shape = tf.concat([[shape[0] // max_seq_len, max_seq_len], shape[1:]], axis=0)
-    return tf.reshape(padded_inputs, new_shape)
 
 
 def _action_input_size(action_space: gym.spaces.Space) -> int:
