@@ -107,6 +107,10 @@ class SampleBatch(dict):
         """
         out = dict.__new__(cls)
         dict.update(out, data)
+        for k, v in data.items():
+            # As in __init__: plain lists / numbers become numpy arrays (INFOS stays as given).
+            if type(v) is not np.ndarray and k != cls.INFOS and isinstance(v, (Number, list)):
+                dict.__setitem__(out, k, np.array(v))
         out.time_major = flags["_time_major"]
         out.max_seq_len = flags["_max_seq_len"]
         out.zero_padded = flags["_zero_padded"]
@@ -154,22 +158,7 @@ class SampleBatch(dict):
         if padded:
             expected_rows = len(seq_lens) * int(self.max_seq_len)
         ref_key: Optional[str] = "seq_lens (padded)" if padded else None
-        for key, value in dict.items(self):
-            if key == self.SEQ_LENS or (isinstance(key, str) and key.startswith(("state_in_", "state_out_"))):
-                continue  # states are per sequence (or padded differently), not per row
-            if key == self.INFOS and self.zero_padded:
-                continue  # RLlib never pads infos
-            if type(value) is np.ndarray:  # fast path for the common plain column
-                leaves = [(key, value.shape[0] if value.ndim else None)]
-            else:
-                leaves = [(p, ops.leaf_length(leaf)) for p, leaf in ops.column_leaves(key, value)]
-            for path, n in leaves:
-                if n is None:
-                    continue
-                if expected_rows is None:
-                    expected_rows, ref_key = n, path
-                elif n != expected_rows:
-                    raise ValueError(f"SampleBatch column {path!r} has {n} rows but {ref_key!r} has {expected_rows}; all columns must have the same length")
+        expected_rows, ref_key = ops.common_row_count(dict.items(self), bool(self.zero_padded), expected_rows, ref_key)
         if not has_seqs:
             return expected_rows or 0
         total = int(seq_lens.sum())
@@ -585,18 +574,9 @@ class SampleBatch(dict):
             columns: Which columns to compress.
         """
         for k in columns:
-            if k not in self:
-                continue
-
-            def pack_leaf(leaf: Any) -> Any:
-                if ops.is_packed(leaf) or (isinstance(leaf, np.ndarray) and leaf.dtype == object
-                                           and len(leaf) and ops.is_packed(leaf[0])):
-                    return leaf  # already compressed
-                if bulk:
-                    return ops.pack(np.asarray(leaf))
-                return ops.object_array([ops.pack(np.asarray(row)) for row in leaf])
-
-            dict.__setitem__(self, k, ops.map_column(k, dict.__getitem__(self, k), pack_leaf))
+            if k in self:
+                value = dict.__getitem__(self, k)
+                dict.__setitem__(self, k, ops.map_column(k, value, lambda leaf: ops.pack_leaf(leaf, bulk)))
         self.intercepted_values = {}
         return self
 

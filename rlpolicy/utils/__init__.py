@@ -22,7 +22,8 @@ def force_list(elements: Optional[Any] = None, to_tuple: bool = False):
     ctor = tuple if to_tuple else list
     if elements is None:
         return ctor()
-    if isinstance(elements, (list, tuple, set)):
+    # RLlib 1.11 tests the exact type: a namedtuple (or list subclass) is one element.
+    if type(elements) in (list, tuple, set):
         return ctor(elements)
     return ctor([elements])
 

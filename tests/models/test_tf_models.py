@@ -262,7 +262,8 @@ def test_fcnet_free_log_std_needs_even_num_outputs(num_outputs):
 @pytest.mark.parametrize("bad_shape, shown", [((2, 5), r"\[2, 5\]"), ((2, 2, 2), r"\[2, 2, 2\]")])
 def test_fcnet_rejects_wrong_observation_shape(bad_shape, shown):
     model = FullyConnectedNetwork(OBS4, gym.spaces.Discrete(2), 2, cfg(fcnet_hiddens=[3]), "m")
-    with pytest.raises(ValueError, match=rf"flat observation has shape {shown} but the model expects \[batch\] \+ \[4\]"):
+    expected = rf"flat observation has shape {shown} but the model expects \[batch\] \+ \[4\]"
+    with pytest.raises(ValueError, match=expected):
         model.forward({"obs_flat": tf.zeros(bad_shape)}, [], None)
     with pytest.raises(ValueError, match="shape"):
         model({"obs": tf.zeros((2, 5))})
@@ -535,7 +536,8 @@ def test_lstm_wrapper_alone_feeds_observations_to_the_lstm():
 
 # ------------------------------------------------------- complex input net
 
-DICT_SPACE = gym.spaces.Dict({"img": IMG, "d": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)})
+DICT_SPACE = gym.spaces.Dict(
+    {"img": IMG, "d": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)})
 
 
 def test_complex_input_net_matches_numpy(rt):
@@ -591,3 +593,30 @@ def test_complex_input_net_flat_preprocessed_obs_and_tuple_space(rt):
 def test_complex_input_net_rejects_flat_space():
     with pytest.raises(ValueError, match="needs a Dict or Tuple observation space"):
         ComplexInputNetwork(OBS4, gym.spaces.Discrete(2), 2, cfg(), "c")
+
+
+# ------------------------------------------------------------------- misc
+
+
+def test_misc_graph_helpers_match_numpy():
+    from rlpolicy.models.tf.misc import conv2d, flatten, linear, one_hot_encode
+
+    rt = Runner("graph")
+    x = np.random.default_rng(10).normal(size=(2, 3, 3, 2)).astype(np.float32)
+
+    def build():
+        inp = tf.constant(x)
+        conv = conv2d(inp, 4, "conv", filter_size=(3, 3), pad="SAME")
+        dense_out = linear(flatten(inp), 5, "lin", bias_init=0.5)
+        codes = one_hot_encode(tf.constant([[1, 0], [0, 2]]), gym.spaces.MultiDiscrete([2, 3]))
+        return conv, dense_out, codes
+
+    conv, dense_out, codes = rt.build(build)
+    variables = rt.build(tf1.global_variables)
+    assert [v.name for v in variables] == ["conv/W:0", "conv/b:0", "lin/w:0", "lin/b:0"]
+    rt.sess.run(rt.build(tf1.global_variables_initializer))
+    (c_out, d_out, oh), (k, b, w, lb) = rt.sess.run([[conv, dense_out, codes], variables])
+    np.testing.assert_allclose(c_out, conv_ref(x, k, b.reshape(-1), "same"), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(d_out, x.reshape(2, 18) @ w + 0.5, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(lb, np.full(5, 0.5))
+    np.testing.assert_array_equal(oh, [[0, 1, 1, 0, 0], [1, 0, 0, 0, 1]])

@@ -180,13 +180,18 @@ def test_torch_and_tf_lstm_wrappers_with_same_weights_agree():
     tf_vars = {v.name: v for v in tf_model.variables()}
     sd = {k: RNG.normal(size=tuple(v.shape)).astype(np.float32) * 0.5 for k, v in t_model.state_dict().items()}
     t_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})
-    pairs = {"fc_1/kernel:0": sd["_hidden_layers.0._model.0.weight"].T, "fc_1/bias:0": sd["_hidden_layers.0._model.0.bias"],
-             # torch and Keras share the gate order (i, f, g/c, o); torch has two biases.
-             "lstm/lstm_cell/kernel:0": sd["lstm.weight_ih_l0"].T,
-             "lstm/lstm_cell/recurrent_kernel:0": sd["lstm.weight_hh_l0"].T,
-             "lstm/lstm_cell/bias:0": sd["lstm.bias_ih_l0"] + sd["lstm.bias_hh_l0"],
-             "logits/kernel:0": sd["_logits_branch._model.0.weight"].T, "logits/bias:0": sd["_logits_branch._model.0.bias"],
-             "values/kernel:0": sd["_value_branch._model.0.weight"].T, "values/bias:0": sd["_value_branch._model.0.bias"]}
+    pairs = {
+        "fc_1/kernel:0": sd["_hidden_layers.0._model.0.weight"].T,
+        "fc_1/bias:0": sd["_hidden_layers.0._model.0.bias"],
+        # torch and Keras share the gate order (i, f, g/c, o); torch has two biases.
+        "lstm/lstm_cell/kernel:0": sd["lstm.weight_ih_l0"].T,
+        "lstm/lstm_cell/recurrent_kernel:0": sd["lstm.weight_hh_l0"].T,
+        "lstm/lstm_cell/bias:0": sd["lstm.bias_ih_l0"] + sd["lstm.bias_hh_l0"],
+        "logits/kernel:0": sd["_logits_branch._model.0.weight"].T,
+        "logits/bias:0": sd["_logits_branch._model.0.bias"],
+        "values/kernel:0": sd["_value_branch._model.0.weight"].T,
+        "values/bias:0": sd["_value_branch._model.0.bias"],
+    }
     for name, value in pairs.items():
         tf_vars[name].assign(value)
     B, T = 2, 3

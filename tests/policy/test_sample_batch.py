@@ -572,3 +572,10 @@ def test_slice_of_torch_batch():
     s = b[1:3]
     assert torch.is_tensor(s["obs"]) and s["obs"].tolist() == [[2.0, 3.0], [4.0, 5.0]]
     assert len(s) == 2 and s.max_seq_len == 2
+
+
+def test_slice_converts_list_columns_added_later_like_the_constructor():
+    b = SampleBatch({"obs": np.arange(3)})
+    b["extra"] = [10, 20, 30]  # __setitem__ stores the list as is
+    s = b[1:3]
+    assert isinstance(s["extra"], np.ndarray) and s["extra"].tolist() == [20, 30]

@@ -56,7 +56,7 @@ class FullyConnectedNetwork(TFModelV2):
             name: The model's name.
 
         Raises:
-            ValueError: ``free_log_std`` is set and ``num_outputs`` is odd.
+            ValueError: ``free_log_std`` is set and ``num_outputs`` is odd or unset.
         """
         super().__init__(obs_space, action_space, num_outputs, model_config, name)
         keras = get_keras()

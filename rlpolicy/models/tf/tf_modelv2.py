@@ -185,21 +185,36 @@ def select_keras_classes(model: TFModelV2, use_v2: bool) -> None:
         from tf_keras.src.utils.version_utils import swap_class
     except ImportError:  # another tf_keras layout: nothing to fix.
         return
-    for keras_model in _keras_model_attributes(model).values():
-        for layer in keras_model._flatten_layers(include_self=True, recursive=True):
-            cls = type(layer)
-            is_model = isinstance(layer, training.Model)
-            v1_layer = issubclass(cls, base_layer_v1.Layer)
-            if use_v2:
-                ok = not v1_layer
-            else:
-                ok = v1_layer and (not is_model or issubclass(cls, training_v1.Model))
-            if ok:
-                continue
+    keras = get_keras()
+    layers = {}
+    for obj in _keras_layers_in(model.__dict__, keras.layers.Layer, set()):
+        for layer in obj._flatten_layers(include_self=True, recursive=True):
+            layers.setdefault(type(layer), layer)
+    for cls, layer in layers.items():
+        is_model = isinstance(layer, training.Model)
+        v1_layer = issubclass(cls, base_layer_v1.Layer)
+        ok = (not v1_layer) if use_v2 else v1_layer and (not is_model or issubclass(cls, training_v1.Model))
+        if not ok:
             # Same order as tf_keras' constructors: Layer flavour, then Model flavour.
             swap_class(cls, base_layer.Layer, base_layer_v1.Layer, use_v2)
             if is_model:
                 swap_class(cls, training.Model, training_v1.Model, use_v2)
+
+
+def _keras_layers_in(struct: Any, layer_cls: type, seen: set) -> List[Any]:
+    """Keras layers/models found in ``struct`` (attributes, lists, dicts, nested TFModelV2s)."""
+    if id(struct) in seen:
+        return []
+    seen.add(id(struct))
+    if isinstance(struct, layer_cls):
+        return [struct]
+    if isinstance(struct, TFModelV2):
+        struct = struct.__dict__
+    if isinstance(struct, dict):
+        struct = list(struct.values())
+    if isinstance(struct, (list, tuple)):
+        return [layer for item in struct for layer in _keras_layers_in(item, layer_cls, seen)]
+    return []
 
 
 def _keras_model_attributes(model: TFModelV2) -> Dict[str, Any]:

@@ -83,7 +83,8 @@ class TorchCategorical(TorchDistributionWrapper):
         if temperature != 1.0:
             inputs = inputs / temperature
         super().__init__(inputs, model)
-        self.dist = torch.distributions.categorical.Categorical(logits=self.inputs)
+        self.dist = torch.distributions.categorical.Categorical(logits=self.inputs,
+                                                                validate_args=False)
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:
@@ -128,7 +129,7 @@ class TorchMultiCategorical(TorchDistributionWrapper):
         if self.inputs.shape[-1] != sum(lens):
             raise ValueError(f"MultiCategorical inputs have {self.inputs.shape[-1]} columns but "
                              f"input_lens {list(lens)} sum to {sum(lens)}")
-        self.cats = [torch.distributions.categorical.Categorical(logits=part)
+        self.cats = [torch.distributions.categorical.Categorical(logits=part, validate_args=False)
                      for part in self.inputs.split(lens, dim=1)]
         self.action_space = action_space
 
@@ -191,7 +192,8 @@ class TorchDiagGaussian(TorchDistributionWrapper):
         super().__init__(inputs, model)
         mean, log_std = torch.chunk(self.inputs, 2, dim=1)
         self.log_std = log_std
-        self.dist = torch.distributions.normal.Normal(mean, torch.exp(log_std))
+        self.dist = torch.distributions.normal.Normal(mean, torch.exp(log_std),
+                                                     validate_args=False)
         # A Box(shape=()) action space gets scalar samples.
         self.zero_action_dim = action_space is not None and action_space.shape == ()
 
@@ -245,7 +247,7 @@ class TorchSquashedGaussian(TorchDistributionWrapper):
         mean, log_std = torch.chunk(self.inputs, 2, dim=-1)
         log_std = torch.clamp(log_std, MIN_LOG_NN_OUTPUT, MAX_LOG_NN_OUTPUT)
         std = torch.exp(log_std)
-        self.dist = torch.distributions.normal.Normal(mean, std)
+        self.dist = torch.distributions.normal.Normal(mean, std, validate_args=False)
         self.low, self.high = low, high
         self.mean, self.std = mean, std
 
@@ -313,7 +315,8 @@ class TorchBeta(TorchDistributionWrapper):
         self.inputs = torch.log(torch.exp(clipped) + 1.0) + 1.0
         self.low, self.high = low, high
         alpha, beta = torch.chunk(self.inputs, 2, dim=-1)
-        self.dist = torch.distributions.Beta(concentration1=alpha, concentration0=beta)
+        self.dist = torch.distributions.Beta(concentration1=alpha, concentration0=beta,
+                                             validate_args=False)
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:
