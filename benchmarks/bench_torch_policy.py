@@ -104,6 +104,23 @@ def make_policy(**extra) -> PPOTorchPolicy:
     return PPOTorchPolicy(gym.spaces.Box(-1, 1, (OBS_DIM,), np.float32), gym.spaces.Discrete(NUM_ACTIONS), cfg)
 
 
+def same_weights(plain: PlainPPO, pol: PPOTorchPolicy) -> PlainPPO:
+    """Gives the plain nets the policy model's weights, so both sides do the same work.
+
+    tanh's CPU kernel runs at a speed that depends on its input values, so the
+    two sides must not differ in their (random) initial weights.
+    """
+    m = pol.model
+    pairs = [(m._hidden_layers[0]._model[0], plain.pi[0]), (m._hidden_layers[1]._model[0], plain.pi[2]),
+             (m._logits._model[0], plain.pi[4]), (m._value_branch_separate[0]._model[0], plain.vf[0]),
+             (m._value_branch_separate[1]._model[0], plain.vf[2]), (m._value_branch._model[0], plain.vf[4])]
+    with torch.no_grad():
+        for src, dst in pairs:
+            dst.weight.copy_(src.weight)
+            dst.bias.copy_(src.bias)
+    return plain
+
+
 def make_batch(n: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
     logits = rng.normal(size=(n, NUM_ACTIONS)).astype(np.float32)
     actions = rng.integers(0, NUM_ACTIONS, n)
@@ -140,7 +157,8 @@ def run(repeats: int, quick: bool) -> List[Dict[str, float]]:
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     results = []
-    plain, pol = PlainPPO(), make_policy()
+    pol = make_policy()
+    plain = same_weights(PlainPPO(), pol)
     for bs, inner, kind in [(1, 200, "time"), (256, 40, "throughput"), (4096, 5, "throughput")]:
         obs = rng.normal(size=(bs, OBS_DIM)).astype(np.float32)
         results.append(compare(f"compute_actions batch={bs}", lambda: plain.compute_actions(obs),
@@ -151,7 +169,8 @@ def run(repeats: int, quick: bool) -> List[Dict[str, float]]:
     results.append(compare("learn_on_batch 4000", lambda: plain.learn(data), lambda: pol.learn_on_batch(sb),
                            inner=1 if quick else 2, repeats=repeats, kind="throughput"))
     for towers, extra in [(1, {}), (2, {"num_gpus": 2, "_fake_gpus": True})]:
-        p2, pol2 = PlainPPO(num_towers=towers), make_policy(**extra)
+        pol2 = make_policy(**extra)
+        p2 = same_weights(PlainPPO(num_towers=towers), pol2)
 
         def plain_sgd(p2=p2):
             per = p2.load(data)

@@ -14,7 +14,7 @@ import numpy as np
 
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.numpy import convert_to_numpy
-from rlpolicy.utils.torch_utils import convert_to_torch_tensor
+from rlpolicy.utils.torch_utils import convert_to_non_torch_type, convert_to_torch_tensor
 
 torch, _ = try_import_torch()
 
@@ -48,6 +48,21 @@ def action_outputs_to_numpy(actions: Any, state_out: Any, extra: dict) -> tuple:
     extra = {k: v.detach().cpu().numpy() if isinstance(v, Tensor) else to_numpy_fast(v)
              for k, v in extra.items()}
     return actions, state_out, extra
+
+
+def to_non_torch_fast(x: Any) -> Any:
+    """``convert_to_non_torch_type`` with a fast path for tensors and plain dicts.
+
+    Tensors become numpy arrays (0-D tensors python numbers); other leaves pass
+    through; lists, tuples and other containers go to the generic converter.
+    """
+    if isinstance(x, torch.Tensor):
+        return x.cpu().item() if x.dim() == 0 else x.detach().cpu().numpy()
+    if type(x) is dict:
+        return {k: to_non_torch_fast(v) for k, v in x.items()}
+    if x is None or isinstance(x, (np.ndarray, int, float, str)):
+        return x
+    return convert_to_non_torch_type(x)
 
 
 def numpy_copy(x: Any) -> Any:

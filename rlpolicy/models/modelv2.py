@@ -214,10 +214,42 @@ class ModelV2:
 
 
 def _shallow_copy(input_dict: Dict[str, Any]) -> Dict[str, Any]:
+    """A shallow copy that keeps a SampleBatch a SampleBatch (sharing its
+    interceptor and its accessed/added/deleted key sets)."""
+    if type(input_dict) is dict:
+        return input_dict.copy()
+    fast = _fast_sample_batch_copy(input_dict)
+    if fast is not None:
+        return fast
     try:
         return input_dict.copy(shallow=True)  # SampleBatch
     except TypeError:
         return input_dict.copy()
+
+
+def _fast_sample_batch_copy(batch: Any) -> Any:
+    """``batch.copy(shallow=True)`` for a plain SampleBatch, without re-validating
+    its columns and re-running the get-interceptor on columns already converted.
+
+    Returns None when ``batch`` is not a plain SampleBatch (or SampleBatch lacks
+    the trusted constructor), so the caller falls back to ``copy``.
+    """
+    from rlpolicy.policy.sample_batch import SampleBatch
+
+    trusted = getattr(SampleBatch, "_trusted", None)
+    if type(batch) is not SampleBatch or trusted is None:
+        return None
+    flags = {"_is_training": batch._is_training, "_time_major": batch.time_major,
+             "_zero_padded": batch.zero_padded, "_max_seq_len": batch.max_seq_len}
+    out = trusted(dict(dict.items(batch)), batch.count, flags)
+    out.max_seq_len = batch.max_seq_len
+    out.get_interceptor = batch.get_interceptor
+    # Values the interceptor already produced for these very columns stay valid.
+    out.intercepted_values = dict(batch.intercepted_values)
+    out.accessed_keys = batch.accessed_keys
+    out.added_keys = batch.added_keys
+    out.deleted_keys = batch.deleted_keys
+    return out
 
 
 def _collect_state_inputs(input_dict: Dict[str, Any]) -> List[Any]:

@@ -247,9 +247,9 @@ def _no_grad_context(self) -> Any:
 def _to_non_torch(self, data: Any) -> Any:
     if self.framework != "torch":
         return data
-    from rlpolicy.utils.torch_utils import convert_to_non_torch_type
+    from rlpolicy._core.torch_convert import to_non_torch_fast
 
-    return convert_to_non_torch_type(data)
+    return to_non_torch_fast(data)
 
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):

@@ -35,12 +35,13 @@ def add_mixins(base: type, mixins: List[type], reversed: bool = False) -> type:
     """Returns a subclass of ``base`` that also inherits from ``mixins``.
 
     Earlier mixins take precedence over later ones and over ``base`` (they come
-    first in the MRO). With ``reversed=True``, ``base`` takes precedence.
+    first in the MRO). With ``reversed=True``, ``base`` takes precedence and, as in
+    RLlib 1.11, the mixins follow it in reverse order (later mixins first).
     """
     mixins = list(mixins or [])
     if not mixins:
         return base
-    bases = (base, *mixins) if reversed else (*mixins, base)
+    bases = (base, *mixins[::-1]) if reversed else (*mixins, base)
     name = "_".join([m.__name__ for m in mixins] + [base.__name__])
     return type(name, bases, {})
 

@@ -564,6 +564,8 @@ def test_slices_keep_flags_but_not_key_tracking():
     assert s.accessed_keys == set() and s.get_interceptor is None
     t = SampleBatch({"obs": np.arange(4.0)}, _is_training=True)[1:3]
     assert t.is_training is True and t.count == 2 and "seq_lens" not in t
+    back = pickle.loads(pickle.dumps(s))  # slices pickle like constructed batches
+    assert back["obs"].tolist() == [2.0, 3.0] and back["seq_lens"].tolist() == [2] and back.is_training is True
 
 
 def test_slice_of_torch_batch():

@@ -30,8 +30,6 @@ def test_force_list_set_and_copy():
     assert out == original and out is not original  # a new list, as RLlib's list(...)
 
 
-@pytest.mark.xfail(strict=True, reason="RLlib 1.11 checks type(x) in [list, set, tuple]: a namedtuple "
-                                        "is ONE element; rlpolicy.utils.force_list uses isinstance (lead's file)")
 def test_force_list_keeps_namedtuple_whole():
     Point = collections.namedtuple("Point", ["x", "y"])
     p = Point(1, 2)
@@ -76,6 +74,12 @@ def test_add_mixins_reversed_gives_base_precedence():
     assert cls().who() == "base"
     assert cls.__mro__.index(Base) < cls.__mro__.index(MixA)
     assert cls.__mro__.index(Base) < cls.__mro__.index(MixB)
+
+
+def test_add_mixins_reversed_mro_matches_rllib():
+    cls = add_mixins(Base, [MixA, MixB], reversed=True)
+    mro = cls.__mro__
+    assert mro.index(Base) < mro.index(MixB) < mro.index(MixA)
 
 
 def test_add_mixins_without_mixins_returns_base():

@@ -46,7 +46,8 @@ def ppo_surrogate_loss(policy: Policy, model: ModelV2, dist_class: Type[TorchDis
     entropy = curr_dist.entropy()
 
     if policy.config["use_critic"]:
-        vf_error = (model.value_function() - train_batch[Postprocessing.VALUE_TARGETS]) ** 2
+        value_fn_out = model.value_function()  # computed once, also used for the stats
+        vf_error = (value_fn_out - train_batch[Postprocessing.VALUE_TARGETS]) ** 2
         vf_clipped = torch.clamp(vf_error, 0, policy.config["vf_clip_param"])
         mean_vf_loss = masked_mean(vf_clipped)
     else:
@@ -60,7 +61,7 @@ def ppo_surrogate_loss(policy: Policy, model: ModelV2, dist_class: Type[TorchDis
     stats["mean_policy_loss"] = masked_mean(-surrogate)
     stats["mean_vf_loss"] = mean_vf_loss
     stats["vf_explained_var"] = explained_variance(
-        train_batch[Postprocessing.VALUE_TARGETS], model.value_function()) if policy.config["use_critic"] \
+        train_batch[Postprocessing.VALUE_TARGETS], value_fn_out.detach()) if policy.config["use_critic"] \
         else torch.tensor(0.0)
     stats["mean_entropy"] = masked_mean(entropy)
     stats["mean_kl_loss"] = mean_kl

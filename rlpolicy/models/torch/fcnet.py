@@ -95,9 +95,12 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
     def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
                 seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
         obs = input_dict["obs_flat"].float()
-        self._last_flat_in = obs.reshape(obs.shape[0], -1)
-        self._features = self._hidden_layers(self._last_flat_in)
-        logits = self._logits(self._features) if self._logits else self._features
+        flat_in = obs.reshape(obs.shape[0], -1)
+        features = self._hidden_layers(flat_in)
+        # Plain tensor attributes: skip nn.Module.__setattr__'s registry checks.
+        self.__dict__["_last_flat_in"] = flat_in
+        self.__dict__["_features"] = features
+        logits = self._logits(features) if self._logits else features
         if self.free_log_std:
             logits = self._append_free_log_std(logits)
         return logits, state
