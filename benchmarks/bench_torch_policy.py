@@ -187,13 +187,21 @@ def run(repeats: int, quick: bool) -> List[Dict[str, float]]:
     results.append(compare("construction", lambda: PlainPPO(), lambda: make_policy(), inner=1,
                            repeats=repeats, kind="time"))
 
+    def snapshot(d: dict) -> dict:
+        return {n: (t.detach().numpy().copy() if torch.is_tensor(t) else t) for n, t in d.items()}
+
     def plain_state():
-        s = {"pi": plain.pi.state_dict(), "vf": plain.vf.state_dict(), "opt": plain.opt.state_dict()}
-        s = {k: {n: (t.detach().numpy().copy() if torch.is_tensor(t) else t) for n, t in v.items()}
-             if k != "opt" else v for k, v in s.items()}
+        # A snapshot (numpy copies) of weights and optimizer state, as get_state returns;
+        # state_dict() already hands out fresh param_group dicts.
+        opt = plain.opt.state_dict()
+        s = {"pi": snapshot(plain.pi.state_dict()), "vf": snapshot(plain.vf.state_dict()),
+             "opt": {"state": {i: snapshot(st) for i, st in opt["state"].items()},
+                     "param_groups": opt["param_groups"]}}
         plain.pi.load_state_dict({n: torch.from_numpy(a) for n, a in s["pi"].items()})
         plain.vf.load_state_dict({n: torch.from_numpy(a) for n, a in s["vf"].items()})
-        plain.opt.load_state_dict(s["opt"])
+        plain.opt.load_state_dict({"state": {i: {n: torch.from_numpy(a) if isinstance(a, np.ndarray) else a
+                                                 for n, a in st.items()} for i, st in s["opt"]["state"].items()},
+                                   "param_groups": s["opt"]["param_groups"]})
 
     results.append(compare("get_state + set_state", plain_state, lambda: pol.set_state(pol.get_state()),
                            inner=10, repeats=repeats, kind="time"))

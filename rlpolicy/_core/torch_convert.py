@@ -70,11 +70,39 @@ def numpy_copy(x: Any) -> Any:
     returned state stays a snapshot while training goes on."""
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy().copy()
+    if x is None or type(x) in _IMMUTABLE_SCALARS:
+        return x  # deepcopy would hand back the very same object
     if isinstance(x, dict):
         return {k: numpy_copy(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return type(x)(numpy_copy(v) for v in x)
     return copy.deepcopy(x)
+
+
+_IMMUTABLE_SCALARS = frozenset({bool, int, float, complex, str, bytes})
+
+
+def to_torch_fast(x: Any, device: Any, copy: bool = False) -> Any:
+    """``convert_to_torch_tensor(x, device)`` with a fast path for plain dicts
+    and writable numeric arrays (float64 becomes float32, as there).
+
+    Args:
+        x: Any (nested) structure.
+        device: Target device (None: CPU).
+        copy: Whether the tensors must own their memory (by default a CPU
+            tensor may share it with the numpy array it came from).
+    """
+    if type(x) is dict:
+        return {k: to_torch_fast(v, device, copy) for k, v in x.items()}
+    if type(x) is np.ndarray and x.dtype != object and x.flags.writeable:
+        t = tensor_interceptor(x, torch.device(device) if device is not None
+                               else torch.device("cpu"))
+    else:
+        t = convert_to_torch_tensor(x, device=device)
+    if copy and isinstance(t, torch.Tensor) and isinstance(x, np.ndarray) \
+            and t.device.type == "cpu" and t.data_ptr() == x.__array_interface__["data"][0]:
+        t = t.clone()
+    return t
 
 
 def tensor_interceptor(item: Any, device: Any) -> Any:
@@ -92,3 +120,64 @@ def tensor_interceptor(item: Any, device: Any) -> Any:
     if isinstance(item, torch.Tensor):
         return item if item.device == device else item.to(device)
     return convert_to_torch_tensor(item, device=device)
+
+
+def load_state_dict_fast(model: Any, state: dict) -> None:
+    """``model.load_state_dict(state)`` (strict) as direct in-place copies.
+
+    Loading a state dict into plain modules (no state-dict hooks, no custom
+    ``_load_from_state_dict``) only checks the keys and shapes and then copies
+    each tensor into its parameter or buffer; this does just that. Anything
+    else (other keys, shapes or value types, hooks, custom loaders) goes to
+    ``model.load_state_dict``, which also raises its usual errors.
+    """
+    targets = _plain_state_tensors(model)
+    if targets is None or targets.keys() != state.keys():
+        model.load_state_dict(state)
+        return
+    pairs = []
+    for key, target in targets.items():
+        value = state[key]
+        if not isinstance(value, torch.Tensor) or value.shape != target.shape or target.is_meta:
+            model.load_state_dict(state)
+            return
+        pairs.append((target, value))
+    with torch.no_grad():
+        for target, value in pairs:
+            target.copy_(value)
+
+
+def _plain_state_tensors(model: Any) -> Any:
+    """What ``model.state_dict(keep_vars=True)`` holds, if every module saves and
+    loads its state the default way (see ``load_state_dict_fast``), else None."""
+    module_cls = torch.nn.Module
+    if torch.__future__.get_swap_module_params_on_conversion():
+        return None
+    targets = {}
+    for prefix, m in model.named_modules(remove_duplicate=False):
+        cls = type(m)
+        if (m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks or m._state_dict_hooks
+                or getattr(m, "_state_dict_pre_hooks", None)
+                or cls._load_from_state_dict is not module_cls._load_from_state_dict
+                or cls.load_state_dict is not module_cls.load_state_dict
+                or cls._save_to_state_dict is not module_cls._save_to_state_dict
+                or cls.state_dict is not module_cls.state_dict):
+            return None
+        prefix = prefix + "." if prefix else ""
+        for name, t in m._parameters.items():
+            if t is not None:
+                targets[prefix + name] = t
+        for name, t in m._buffers.items():
+            if t is not None and name not in m._non_persistent_buffers_set:
+                targets[prefix + name] = t
+    if any(torch.nn.parameter.is_lazy(t) for t in targets.values()):
+        return None
+    return targets
+
+
+def state_dict_fast(model: Any) -> dict:
+    """``model.state_dict()``: the same (detached) tensors under the same names."""
+    targets = _plain_state_tensors(model)
+    if targets is None:
+        return model.state_dict()
+    return {k: t.detach() for k, t in targets.items()}

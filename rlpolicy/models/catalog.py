@@ -295,28 +295,43 @@ class ModelCatalog:
     @staticmethod
     def _get_v2_model_class(input_space: gym.Space, model_config: ModelConfigDict,
                             framework: str = "tf") -> type:
-        """Default model class: complex-input, fully connected or vision net.
+        """Default model class: vision, fully connected or complex-input net.
 
-        As RLlib 1.11: a Tuple space, or a Dict/Tuple original space holding an
-        image (Box with >= 2 dims), gets the ComplexInputNetwork; Discrete,
-        MultiDiscrete, 1-D and 2-D Box spaces (this includes flattened
-        Dict/Tuple spaces without images) the FullyConnectedNetwork; 3-D
-        Box spaces the VisionNetwork.
+        RLlib 1.11's rule: a 3-D Box gets the VisionNetwork; a 1-D Box (this
+        includes preprocessed Discrete/MultiDiscrete/Dict/Tuple spaces) gets
+        the FullyConnectedNetwork unless its ``original_space`` holds an
+        image (a Box with >= 2 dims); everything else (image-holding or
+        unpreprocessed Dict/Tuple, 2-D or >3-D Box, raw Discrete /
+        MultiDiscrete) gets the ComplexInputNetwork, which one-hot encodes
+        discrete parts, flattens the other non-image parts and runs a CNN on
+        each image part.
+
+        Raises:
+            UnsupportedSpaceException: a (sub-)space the ComplexInputNetwork
+                cannot encode (no fixed shape, e.g. Text, Graph or Sequence).
         """
         _check_framework(framework)
         original = getattr(input_space, "original_space", input_space)
-        if isinstance(input_space, gym.spaces.Tuple) or _has_image_part(original):
-            return _model_class(framework, "complex")
-        if isinstance(input_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
-            return _model_class(framework, "fcnet")
-        shape = getattr(input_space, "shape", None)
-        if shape is not None and len(shape) in (1, 2):
-            return _model_class(framework, "fcnet")
-        if shape is not None and len(shape) == 3:
+        if isinstance(input_space, gym.spaces.Box) and len(input_space.shape) == 3:
             return _model_class(framework, "vision")
-        raise UnsupportedSpaceException(
-            f"no default model for observation space {input_space} (shape {shape}); supported: "
-            "Discrete, MultiDiscrete, Box with 1-3 dims, Dict/Tuple; or set custom_model")
+        if isinstance(input_space, gym.spaces.Box) and len(input_space.shape) == 1 \
+                and not _has_image_part(original):
+            return _model_class(framework, "fcnet")
+        _check_complex_input_space(original)
+        return _model_class(framework, "complex")
+
+
+def _check_complex_input_space(space: gym.Space) -> None:
+    """Raises unless every leaf of ``space`` is a Box, Discrete, MultiDiscrete or MultiBinary."""
+    from rlpolicy.utils.spaces.space_utils import flatten_space
+    supported = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+    leaves = flatten_space(space) if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)) else [space]
+    for leaf in leaves:
+        if not isinstance(leaf, supported):
+            where = "" if leaf is space else f" (inside {space})"
+            raise UnsupportedSpaceException(
+                f"no default model for observation space {leaf}{where}; supported: Box, Discrete, "
+                "MultiDiscrete, MultiBinary and Dict/Tuple of those; or set custom_model")
 
 
 def _lookup(registry: Dict[str, type], name: Any, key: str) -> type:

@@ -146,17 +146,22 @@ class ModelV2:
             restored["obs_flat"] = obs
         else:
             _check_obs_shape(obs, self.obs_space, self.name)
-            restored["obs"] = restore_original_dimensions(obs, self.obs_space, self.framework)
+            if _is_nested_space(self.obs_space):
+                restored["obs"] = restore_original_dimensions(obs, self.obs_space, self.framework)
+            # else: restoring would hand back `obs` itself.
             shape = getattr(obs, "shape", None)
             if shape is not None and len(shape) > 2:
                 restored["obs_flat"] = flatten(obs, self.framework)
             else:
                 restored["obs_flat"] = obs
-        with self.context():
+        if type(self).context is ModelV2.context:  # the no-op context: skip it
             res = self.forward(restored, state or [], seq_lens)
+        else:
+            with self.context():
+                res = self.forward(restored, state or [], seq_lens)
         _copy_key_tracking(input_dict, restored)
         outputs, state_out = _check_forward_result(res, self.num_outputs, self.name)
-        self._last_output = outputs
+        self.__dict__["_last_output"] = outputs  # (bypasses nn.Module.__setattr__)
         return outputs, state_out if len(state_out) > 0 else (state or [])
 
     @PublicAPI
@@ -287,11 +292,21 @@ def _static_shape(x: Any) -> Optional[List[Optional[int]]]:
     return out
 
 
+def _is_nested_space(obs_space: Any) -> bool:
+    """Whether observations of ``obs_space`` unpack into a Dict/Tuple structure."""
+    original = getattr(obs_space, "original_space", obs_space)
+    return isinstance(original, (gym.spaces.Dict, gym.spaces.Tuple))
+
+
 def _check_obs_shape(obs: Any, obs_space: gym.spaces.Space, name: str) -> None:
     """Raises if a flat observation batch does not end in ``obs_space.shape``."""
     if isinstance(obs, (dict, list, tuple)) or obs_space is None:
         return
     expected = getattr(obs_space, "shape", None)
+    shape = getattr(obs, "shape", None)
+    if isinstance(shape, tuple):  # numpy / torch: concrete dims
+        if expected is None or (len(shape) == len(expected) + 1 and shape[1:] == tuple(expected)):
+            return
     received = _static_shape(obs)
     if expected is None or received is None:
         return
@@ -312,6 +327,11 @@ def _check_forward_result(res: Any, num_outputs: Optional[int], name: str
         raise ValueError(
             f"model {name!r}: forward() must return a tuple (output, state_list), got {res!r}")
     outputs, state_out = res
+    if type(state_out) is list and isinstance(num_outputs, int):
+        shape = getattr(outputs, "shape", None)
+        if isinstance(shape, tuple) and len(shape) == 2 \
+                and shape[1] == num_outputs:
+            return outputs, state_out  # the common, well-formed case
     if not isinstance(state_out, list):
         raise ValueError(
             f"model {name!r}: forward() must return the state as a list, got "

@@ -8,7 +8,6 @@ mean reduction) in ``rlpolicy._core.towers``.
 """
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import os
@@ -21,9 +20,12 @@ import numpy as np
 from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
 from rlpolicy._core.torch_convert import (
     action_outputs_to_numpy,
+    load_state_dict_fast,
     numpy_copy,
+    state_dict_fast,
     tensor_interceptor,
     to_numpy_fast,
+    to_torch_fast,
 )
 from rlpolicy._core.towers import (
     TowerOptimizerView,
@@ -561,7 +563,12 @@ class TorchPolicy(Policy):
         """
         import tree
 
-        data = [tree.map_structure(lambda s: s.to(self.device), t.tower_stats[stats_name])
+        def to_device(s: Any) -> Any:
+            if isinstance(s, torch.Tensor):
+                return s.to(self.device)
+            return tree.map_structure(lambda x: x.to(self.device), s)
+
+        data = [to_device(t.tower_stats[stats_name])
                 for t in self.model_gpu_towers if stats_name in t.tower_stats]
         if not data:
             raise AssertionError(
@@ -574,11 +581,11 @@ class TorchPolicy(Policy):
 
     @override(Policy)
     def get_weights(self) -> ModelWeights:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+        return {k: v.detach().cpu().numpy().copy() for k, v in state_dict_fast(self.model).items()}
 
     @override(Policy)
     def set_weights(self, weights: ModelWeights) -> None:
-        self.model.load_state_dict(convert_to_torch_tensor(weights, device=self.device))
+        load_state_dict_fast(self.model, to_torch_fast(weights, self.device))
 
     @override(Policy)
     def is_recurrent(self) -> bool:
@@ -610,9 +617,11 @@ class TorchPolicy(Policy):
                                  f"optimizer states but this policy has {len(self._optimizers)} "
                                  "optimizers")
             for o, s in zip(self._optimizers, optimizer_vars):
-                # Hyper-parameters stay python scalars; only the state becomes tensors.
-                o.load_state_dict({"param_groups": copy.deepcopy(s["param_groups"]),
-                                   "state": convert_to_torch_tensor(s["state"], device=self.device)})
+                # Hyper-parameters stay python scalars; only the state becomes tensors,
+                # copies that do not share memory with `state` (the optimizer updates
+                # them in place). Optimizer.load_state_dict deep-copies param_groups.
+                o.load_state_dict({"param_groups": s["param_groups"],
+                                   "state": to_torch_fast(s["state"], self.device, copy=True)})
         if getattr(self, "exploration", None) is not None and "_exploration_state" in state:
             self.exploration.set_state(state=state["_exploration_state"])
         super().set_state(state)

@@ -134,8 +134,14 @@ def test_get_action_placeholder_tf_graph():
 # ------------------------------------------------------------------ models
 @pytest.mark.parametrize("space,name", [
     (BOX3, "FullyConnectedNetwork"),
-    (gym.spaces.Box(0, 1, (3, 4), np.float32), "FullyConnectedNetwork"),
-    (gym.spaces.Discrete(3), "FullyConnectedNetwork"),
+    # RLlib 1.11: only 1-D Boxes go to the FC net; 2-D / >3-D Boxes and raw (unpreprocessed)
+    # Discrete / MultiDiscrete / Dict / Tuple spaces go to the complex-input net.
+    (gym.spaces.Box(0, 1, (3, 4), np.float32), "ComplexInputNetwork"),
+    (gym.spaces.Box(0, 1, (2, 2, 2, 2), np.float32), "ComplexInputNetwork"),
+    (gym.spaces.Discrete(3), "ComplexInputNetwork"),
+    (gym.spaces.MultiDiscrete([2, 3]), "ComplexInputNetwork"),
+    (gym.spaces.Dict({"v": BOX3}), "ComplexInputNetwork"),
+    (OneHotPreprocessor(gym.spaces.Discrete(3)).observation_space, "FullyConnectedNetwork"),
     (gym.spaces.Box(0, 1, (10, 10, 3), np.float32), "VisionNetwork"),
     (gym.spaces.Tuple([BOX3]), "ComplexInputNetwork"),
     (DictFlatteningPreprocessor(gym.spaces.Dict({"i": gym.spaces.Box(0, 1, (10, 10, 3))}))
@@ -224,9 +230,8 @@ ERRORS = [
      ValueError, r"framework='mxnet' is not supported; use one of \['tf', 'tf2', 'tfe', 'torch'\]"),
     (lambda: ModelCatalog.get_model_v2(BOX3, BOX3, 2, cfg(use_attention=True), framework="torch"),
      ValueError, "use_attention=True"),
-    (lambda: ModelCatalog.get_model_v2(gym.spaces.Box(0, 1, (2, 2, 2, 2)), BOX3, 2, cfg(),
-                                       framework="torch"),
-     UnsupportedSpaceException, r"no default model for observation space Box.*\(2, 2, 2, 2\)"),
+    (lambda: ModelCatalog.get_model_v2(gym.spaces.Text(4), BOX3, 2, cfg(), framework="torch"),
+     UnsupportedSpaceException, r"no default model for observation space Text\(1, 4, "),
     (lambda: ModelCatalog.get_action_dist(BOX3, cfg(custom_action_dist="nope"),
                                           framework="torch"),
      ValueError, "custom_action_dist 'nope' is not registered"),
@@ -258,3 +263,26 @@ def test_unsupported_space_is_also_not_implemented_error():
     # RLlib 1.11 raised NotImplementedError here; both kinds of handlers keep working.
     with pytest.raises(NotImplementedError):
         ModelCatalog.get_action_dist(gym.spaces.MultiBinary(3), cfg(), framework="torch")
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf", "tf2"])
+def test_unknown_custom_names_list_the_registered_ones(framework, clean_registries):
+    ModelCatalog.register_custom_model("zeta", _Custom)
+    ModelCatalog.register_custom_model("alpha", _Custom)
+    ModelCatalog.register_custom_action_dist("my_dist", _MyDist)
+    with pytest.raises(ValueError, match=r"custom_model 'nope' is not registered; registered: \['alpha', 'zeta'\]"):
+        ModelCatalog.get_model_v2(BOX3, BOX3, 2, cfg(custom_model="nope"), framework=framework)
+    with pytest.raises(ValueError, match=r"custom_action_dist 'other' is not registered; registered: \['my_dist'\]"):
+        ModelCatalog.get_action_dist(BOX3, cfg(custom_action_dist="other"), framework=framework)
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf", "tf2"])
+def test_unsupported_spaces_name_the_space_and_the_supported_ones(framework):
+    space = gym.spaces.Dict({"x": BOX3, "t": gym.spaces.Text(4)})
+    with pytest.raises(UnsupportedSpaceException,
+                       match=r"observation space Text\(1, 4, .*\(inside Dict\(.*\)\); supported: Box, Discrete, "
+                             r"MultiDiscrete, MultiBinary and Dict/Tuple of those"):
+        ModelCatalog.get_model_v2(space, BOX3, 2, cfg(), framework=framework)
+    with pytest.raises(UnsupportedSpaceException,
+                       match=r"action space MultiBinary\(3\).*supported: Discrete, MultiDiscrete, Box, Tuple, Dict"):
+        ModelCatalog.get_action_dist(gym.spaces.MultiBinary(3), cfg(), framework=framework)

@@ -590,9 +590,33 @@ def test_complex_input_net_flat_preprocessed_obs_and_tuple_space(rt):
     assert model.post_fc_stack.num_outputs == 4
 
 
-def test_complex_input_net_rejects_flat_space():
-    with pytest.raises(ValueError, match="needs a Dict or Tuple observation space"):
-        ComplexInputNetwork(OBS4, gym.spaces.Discrete(2), 2, cfg(), "c")
+def test_complex_input_net_rejects_spaces_without_fixed_shape():
+    with pytest.raises(ValueError, match=r"cannot encode observation \(sub-\)space Text\("):
+        ComplexInputNetwork(gym.spaces.Tuple([OBS4, gym.spaces.Text(3)]), gym.spaces.Discrete(2), 2, cfg(), "c")
+
+
+@pytest.mark.parametrize("space, obs, flat", [
+    # A plain 2-D Box is one component, flattened row-major.
+    (gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32), np.arange(12, dtype=np.float32).reshape(2, 2, 3) / 10,
+     np.arange(12, dtype=np.float32).reshape(2, 6) / 10),
+    # A raw Discrete observation (no preprocessor) is one-hot encoded.
+    (gym.spaces.Discrete(3), np.array([2, 0]), np.array([[0, 0, 1], [1, 0, 0]], np.float32)),
+])
+def test_complex_input_net_plain_spaces(rt, space, obs, flat):
+    model = rt.model(ComplexInputNetwork, space, gym.spaces.Discrete(2), 2, cfg(post_fcnet_hiddens=[3]), "c")
+    variables = model.variables(as_dict=True)  # unique keys (two Keras layers are named value_out)
+    rng = np.random.default_rng(5)
+    w = {k: (rng.normal(size=v.shape) * 0.5).astype(np.float32) for k, v in variables.items()}
+    rt.assign(list(variables.values()), list(w.values()))
+    out, _, value = rt.call(model, {"obs": obs})
+    fc, heads = "post_fc_stack.base_model.fc_1.", "logits_and_value_model."
+    hidden = np.maximum(flat @ w[fc + "kernel:0"] + w[fc + "bias:0"], 0.0)  # post_fcnet_activation relu
+    np.testing.assert_allclose(out, hidden @ w[heads + "logits.kernel:0"] + w[heads + "logits.bias:0"],
+                               rtol=1e-5, atol=1e-6)
+    # In a graph the second "value_out" layer's variables get a "_1" suffix (Keras uniquifies names).
+    vk, vb = (next(k for k in w if k.startswith(heads + "value_out") and k.endswith(s)) for s in ("kernel:0", "bias:0"))
+    expected_value = hidden @ w[vk] + w[vb]
+    np.testing.assert_allclose(value, expected_value[:, 0], rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------- misc

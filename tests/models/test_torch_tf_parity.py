@@ -166,15 +166,25 @@ def test_multi_action_parity():
 # ------------------------------------------------------------ LSTM wrapper
 
 
-def test_torch_and_tf_lstm_wrappers_with_same_weights_agree():
+LSTM_ACTION_SPACES = {
+    "discrete": (gym.spaces.Discrete(3), 3, lambda n: RNG.integers(0, 3, n)),
+    "multidiscrete": (gym.spaces.MultiDiscrete([2, 3]), 5, lambda n: np.stack([RNG.integers(0, 2, n),
+                                                                               RNG.integers(0, 3, n)], 1)),
+    "box": (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), 2, lambda n: RNG.normal(size=(n, 2)).astype(np.float32)),
+}
+
+
+@pytest.mark.parametrize("action_name", list(LSTM_ACTION_SPACES))
+def test_torch_and_tf_lstm_wrappers_with_same_weights_agree(action_name):
     torch_rnn = pytest.importorskip("rlpolicy.models.torch.recurrent_net")
     from rlpolicy.models.tf.recurrent_net import LSTMWrapper
 
     def wrap(lstm_cls, base):
         return type("Wrapped", (lstm_cls, base), {"_wrapped_forward": base.forward})
 
-    config = dict(MODEL_DEFAULTS, fcnet_hiddens=[5], lstm_cell_size=3, lstm_use_prev_action=True)
-    space = gym.spaces.Discrete(3)
+    config = dict(MODEL_DEFAULTS, fcnet_hiddens=[5], lstm_cell_size=3, lstm_use_prev_action=True,
+                  lstm_use_prev_reward=True)
+    space, action_dim, make_actions = LSTM_ACTION_SPACES[action_name]
     t_model = wrap(torch_rnn.LSTMWrapper, torch_fcnet.FullyConnectedNetwork)(OBS, space, 2, dict(config), "t")
     tf_model = wrap(LSTMWrapper, TFFCNet)(OBS, space, 2, dict(config), "tf")
     tf_vars = {v.name: v for v in tf_model.variables()}
@@ -196,14 +206,51 @@ def test_torch_and_tf_lstm_wrappers_with_same_weights_agree():
         tf_vars[name].assign(value)
     B, T = 2, 3
     obs = RNG.normal(size=(B * T, 4)).astype(np.float32)
-    prev_a = RNG.integers(0, 3, B * T)
+    prev_a, prev_r = make_actions(B * T), RNG.normal(size=B * T).astype(np.float32)
+    # LSTM input = [fc features (5), prev action (one-hot / raw, action_dim), prev reward (1)].
+    assert tf_vars["lstm/lstm_cell/kernel:0"].shape == (5 + action_dim + 1, 12)
     h0, c0 = RNG.normal(size=(2, B, 3)).astype(np.float32)
     seq_lens = np.full(B, T, np.int32)  # torch's LSTM does not mask: compare full-length sequences
-    t_out, t_state = t_model({"obs": torch.from_numpy(obs), "prev_actions": torch.from_numpy(prev_a)},
+    t_out, t_state = t_model({"obs": torch.from_numpy(obs), "prev_actions": torch.from_numpy(prev_a),
+                              "prev_rewards": torch.from_numpy(prev_r)},
                              [torch.from_numpy(h0), torch.from_numpy(c0)], torch.from_numpy(seq_lens))
-    tf_out, tf_state = tf_model({"obs": tf.constant(obs), "prev_actions": tf.constant(prev_a)},
+    tf_out, tf_state = tf_model({"obs": tf.constant(obs), "prev_actions": tf.constant(prev_a),
+                                 "prev_rewards": tf.constant(prev_r)},
                                 [tf.constant(h0), tf.constant(c0)], tf.constant(seq_lens))
     assert_close(tf_out, t_out)
     assert_close(tf_model.value_function(), t_model.value_function())
     for a, b in zip(tf_state, t_state):
         assert_close(a, b)
+
+
+def test_tf_weights_load_into_torch_fcnet_with_multi_dim_obs():
+    """The other direction (TF -> torch), with 2-D observations (flattened the same way)
+    and post_fcnet_hiddens; checked against a numpy MLP as well."""
+    obs_space = gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32)
+    config = dict(MODEL_DEFAULTS, fcnet_hiddens=[5], post_fcnet_hiddens=[4], fcnet_activation="relu",
+                  vf_share_layers=True)
+    action_space = gym.spaces.Discrete(3)
+    t_model = torch_fcnet.FullyConnectedNetwork(obs_space, action_space, 3, dict(config), "torch")
+    tf_model = TFFCNet(obs_space, action_space, 3, dict(config), "tf")
+    rng = np.random.default_rng(11)
+    w = {}
+    for v in tf_model.variables():
+        w[v.name] = (rng.normal(size=tuple(v.shape)) * 0.5).astype(np.float32)
+        v.assign(w[v.name])
+    t_sd = t_model.state_dict()
+    new_sd = {}
+    for t_name, param in t_sd.items():
+        value = w[torch_to_tf_name(t_name, False, 2)]
+        new_sd[t_name] = torch.from_numpy(np.ascontiguousarray(value.T if value.ndim == 2 else value))
+    t_model.load_state_dict(new_sd, strict=True)
+    obs = rng.normal(size=(4, 2, 3)).astype(np.float32)
+    t_out, _ = t_model({"obs": torch.from_numpy(obs)})
+    tf_out, _ = tf_model({"obs": tf.constant(obs)})
+    relu = lambda x: np.maximum(x, 0.0)  # noqa: E731
+    h = relu(relu(obs.reshape(4, 6) @ w["fc_1/kernel:0"] + w["fc_1/bias:0"]) @ w["fc_2/kernel:0"] + w["fc_2/bias:0"])
+    expected = h @ w["fc_out/kernel:0"] + w["fc_out/bias:0"]
+    expected_v = (h @ w["value_out/kernel:0"] + w["value_out/bias:0"])[:, 0]
+    np.testing.assert_allclose(t_out.detach().numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tf_out.numpy(), expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t_model.value_function().detach().numpy(), expected_v, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tf_model.value_function().numpy(), expected_v, rtol=1e-5, atol=1e-6)

@@ -38,33 +38,31 @@ def ppo_surrogate_loss(policy: Policy, model: ModelV2, dist_class: Type[TorchDis
     clip = policy.config["clip_param"]
     surrogate = torch.min(advantages * ratio, advantages * torch.clamp(ratio, 1 - clip, 1 + clip))
 
-    if policy.config["kl_coeff"] > 0.0:
-        action_kl = prev_dist.kl(curr_dist)
-        mean_kl = masked_mean(action_kl)
-    else:
-        action_kl = mean_kl = torch.tensor(0.0, device=logits.device)
+    use_kl = policy.config["kl_coeff"] > 0.0
+    action_kl = prev_dist.kl(curr_dist) if use_kl else torch.tensor(0.0, device=logits.device)
     entropy = curr_dist.entropy()
 
     if policy.config["use_critic"]:
         value_fn_out = model.value_function()  # computed once, also used for the stats
         vf_error = (value_fn_out - train_batch[Postprocessing.VALUE_TARGETS]) ** 2
         vf_clipped = torch.clamp(vf_error, 0, policy.config["vf_clip_param"])
-        mean_vf_loss = masked_mean(vf_clipped)
     else:
-        vf_clipped = mean_vf_loss = torch.tensor(0.0, device=logits.device)
+        vf_clipped = torch.tensor(0.0, device=logits.device)
 
     total = masked_mean(-surrogate + policy.kl_coeff * action_kl
                         + policy.config["vf_loss_coeff"] * vf_clipped - policy.entropy_coeff * entropy)
 
-    stats = model.tower_stats
-    stats["total_loss"] = total
-    stats["mean_policy_loss"] = masked_mean(-surrogate)
-    stats["mean_vf_loss"] = mean_vf_loss
-    stats["vf_explained_var"] = explained_variance(
-        train_batch[Postprocessing.VALUE_TARGETS], value_fn_out.detach()) if policy.config["use_critic"] \
-        else torch.tensor(0.0)
-    stats["mean_entropy"] = masked_mean(entropy)
-    stats["mean_kl_loss"] = mean_kl
+    # The stats are reported only: no autograd bookkeeping for them.
+    with torch.no_grad():
+        stats = model.tower_stats
+        stats["total_loss"] = total
+        stats["mean_policy_loss"] = masked_mean(-surrogate)
+        stats["mean_vf_loss"] = masked_mean(vf_clipped) if policy.config["use_critic"] else vf_clipped
+        stats["vf_explained_var"] = explained_variance(
+            train_batch[Postprocessing.VALUE_TARGETS], value_fn_out) if policy.config["use_critic"] \
+            else torch.tensor(0.0)
+        stats["mean_entropy"] = masked_mean(entropy)
+        stats["mean_kl_loss"] = masked_mean(action_kl) if use_kl else action_kl
     return total
 
 
@@ -82,8 +80,11 @@ def _masked_mean_fn(train_batch: SampleBatch, logits: TensorType, state: list, m
 def kl_and_loss_stats(policy: Policy, train_batch: SampleBatch) -> Dict[str, TensorType]:
     """Learner stats: tower means of the loss terms, plus the current coefficients."""
     def tower_mean(name: str) -> TensorType:
-        return torch.mean(torch.stack([torch.as_tensor(v, dtype=torch.float32).to(policy.device)
-                                       for v in policy.get_tower_stats(name)]))
+        values = [torch.as_tensor(v, dtype=torch.float32).to(policy.device)
+                  for v in policy.get_tower_stats(name)]
+        if len(values) == 1 and values[0].dim() == 0:
+            return values[0]  # the mean of one scalar is that scalar
+        return torch.mean(torch.stack(values))
 
     return {
         "cur_kl_coeff": policy.kl_coeff,

@@ -54,7 +54,8 @@ class ComplexInputNetwork(TFModelV2):
 
         Args:
             obs_space: A Dict/Tuple space, or a flat space carrying such a
-                space as ``original_space`` (as preprocessors produce).
+                space as ``original_space`` (as preprocessors produce). A
+                plain space (e.g. a 2-D Box or a raw Discrete) is one component.
             action_space: The action space.
             num_outputs: Width of the logits; None/0 builds no heads
                 (``self.num_outputs`` becomes the post-stack width).
@@ -62,14 +63,11 @@ class ComplexInputNetwork(TFModelV2):
             name: The model's name.
 
         Raises:
-            ValueError: the (original) observation space is not Dict/Tuple.
+            ValueError: a (sub-)space is not a Box, Discrete, MultiDiscrete
+                or MultiBinary.
         """
         self.original_space = getattr(obs_space, "original_space", obs_space)
-        if not isinstance(self.original_space, (gym.spaces.Dict, gym.spaces.Tuple)):
-            raise ValueError(
-                f"ComplexInputNetwork({name!r}): needs a Dict or Tuple observation space (or one as "
-                f"`obs_space.original_space`), got {self.original_space}"
-            )
+        _check_components(self.original_space, name)
         super().__init__(self.original_space, action_space, num_outputs, model_config, name)
         self.flattened_input_space = flatten_space(self.original_space)
         self.cnns: Dict[int, VisionNetwork] = {}
@@ -167,6 +165,16 @@ class ComplexInputNetwork(TFModelV2):
                 "model was not called yet"
             )
         return self._value_out
+
+
+def _check_components(space: gym.spaces.Space, name: str) -> None:
+    """Raises ValueError for a (sub-)space this model cannot encode."""
+    for leaf in flatten_space(space):
+        if not isinstance(leaf, (Box, Discrete, MultiDiscrete, gym.spaces.MultiBinary)):
+            raise ValueError(
+                f"ComplexInputNetwork({name!r}): cannot encode observation (sub-)space {leaf} of {space}; "
+                "supported: Box, Discrete, MultiDiscrete, MultiBinary (and Dict/Tuple of those)"
+            )
 
 
 def _build_heads(in_size: int, num_outputs: int):

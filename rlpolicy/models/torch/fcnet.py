@@ -95,7 +95,7 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
     def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
                 seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
         obs = input_dict["obs_flat"].float()
-        flat_in = obs.reshape(obs.shape[0], -1)
+        flat_in = obs if obs.dim() == 2 else obs.reshape(obs.shape[0], -1)
         features = self._hidden_layers(flat_in)
         # Plain tensor attributes: skip nn.Module.__setattr__'s registry checks.
         self.__dict__["_last_flat_in"] = flat_in

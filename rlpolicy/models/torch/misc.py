@@ -11,6 +11,8 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import TensorType
 
 torch, nn = try_import_torch()
+if torch is not None:
+    from torch.nn.modules import module as _torch_module
 
 IntPair = Union[int, Tuple[int, int], List[int]]
 
@@ -134,9 +136,56 @@ class SlimFC(nn.Module):
         if activation is not None:
             layers.append(activation())
         self._model = nn.Sequential(*layers)
+        # Unregistered shortcut (see forward); deep copies remap its modules.
+        self.__dict__["_fast_plan"] = _linear_plan(self._model)
 
     def forward(self, x: TensorType) -> TensorType:
-        return self._model(x)
+        seq = self._model
+        plan = self.__dict__.get("_fast_plan")
+        if plan is not None and plan[0] is seq and _plan_usable(plan):
+            linear, act_fn = plan[2], plan[3]
+            out = torch.nn.functional.linear(x, linear.weight, linear.bias)
+            return out if act_fn is None else act_fn(out)
+        return seq(x)
+
+
+# Activation modules (exact types, default arguments) and their functional twins.
+_FUNCTIONAL_ACTIVATIONS = {nn.Tanh: torch.tanh, nn.Sigmoid: torch.sigmoid,
+                           nn.ReLU: torch.relu, nn.SiLU: torch.nn.functional.silu}
+
+
+def _linear_plan(seq: Any) -> Optional[tuple]:
+    """``(seq, modules, linear, act_fn)`` when ``seq`` is ``Linear [-> activation]``
+    that can run as plain functional calls, else None."""
+    mods = tuple(seq._modules.values())
+    if not mods or type(mods[0]) is not nn.Linear or len(mods) > 2:
+        return None
+    act_fn = None
+    if len(mods) == 2:
+        act = mods[1]
+        act_fn = _FUNCTIONAL_ACTIVATIONS.get(type(act))
+        if act_fn is None or getattr(act, "inplace", False):
+            return None
+    return seq, mods, mods[0], act_fn
+
+
+def _has_hooks(m: Any) -> bool:
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+                or getattr(m, "_backward_pre_hooks", None))
+
+
+def _plan_usable(plan: tuple) -> bool:
+    """Whether the functional shortcut computes exactly what calling the
+    modules would: same modules, no hooks anywhere, not being traced."""
+    seq, mods = plan[0], plan[1]
+    if tuple(seq._modules.values()) != mods or _has_hooks(seq) or _has_hooks(mods[0]) or (
+            len(mods) > 1 and _has_hooks(mods[1])):
+        return False
+    g = _torch_module
+    if (g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks
+            or getattr(g, "_global_backward_pre_hooks", None)):
+        return False
+    return not torch._C._get_tracing_state()
 
 
 @DeveloperAPI
