@@ -361,7 +361,11 @@ def flatten(obs: TensorType, framework: str) -> TensorType:
     if framework in ("tf", "tf2", "tfe"):
         from rlpolicy.utils.framework import try_import_tf
         _, tf, _ = try_import_tf()
-        return tf.reshape(obs, [-1, int(np.prod(obs.shape.as_list()[1:]))])
+        # numpy inputs (eager calls) have a plain tuple shape: go through TensorShape.
+        dims = tf.TensorShape(obs.shape).as_list()[1:]
+        if None in dims:
+            return tf.reshape(obs, tf.stack([tf.shape(obs)[0], -1]))
+        return tf.reshape(obs, [-1, int(np.prod(dims))])
     if framework == "torch":
         from rlpolicy.utils.framework import try_import_torch
         torch, _ = try_import_torch()

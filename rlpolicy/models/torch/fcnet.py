@@ -74,10 +74,13 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
             self._append_free_log_std = AppendBiasLayer(num_outputs)
         self._hidden_layers = nn.Sequential(*layers)
         self._value_branch_separate = None
+        vf_in = out_size
         if not self.vf_share_layers:
-            vf_layers, _ = _hidden_stack(in_size, hiddens, activation)
+            # The value head sits on the separate stack's last layer (RLlib 1.11 used
+            # num_outputs here, which crashes whenever it differs from hiddens[-1]).
+            vf_layers, vf_in = _hidden_stack(in_size, hiddens, activation)
             self._value_branch_separate = nn.Sequential(*vf_layers)
-        self._value_branch = SlimFC(in_size=out_size, out_size=1,
+        self._value_branch = SlimFC(in_size=vf_in, out_size=1,
                                     initializer=normc_initializer(0.01), activation_fn=None)
         self._features = None
         self._last_flat_in = None
