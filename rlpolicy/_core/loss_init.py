@@ -12,6 +12,7 @@ The record and the pruning rule are kept apart (:class:`AccessRecord`,
 """
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
@@ -40,20 +41,45 @@ def default_view_requirements(observation_space: gym.Space, action_space: gym.Sp
     """
     from rlpolicy.policy.view_requirement import ViewRequirement as VR
 
+    def scalar() -> gym.spaces.Box:  # what a ViewRequirement without a space gets
+        return new_box(float("-inf"), float("inf"), ())
+
     return {
         "obs": VR(space=observation_space),
         "new_obs": VR(data_col="obs", shift=1, space=observation_space),
         "actions": VR(space=action_space, used_for_compute_actions=False),
         "prev_actions": VR(data_col="actions", shift=-1, space=action_space),
-        "rewards": VR(),
-        "prev_rewards": VR(data_col="rewards", shift=-1),
-        "dones": VR(),
-        "infos": VR(),
-        "eps_id": VR(),
-        "unroll_id": VR(),
-        "agent_index": VR(),
-        "t": VR(),
+        "rewards": VR(space=scalar()),
+        "prev_rewards": VR(data_col="rewards", shift=-1, space=scalar()),
+        "dones": VR(space=scalar()),
+        "infos": VR(space=scalar()),
+        "eps_id": VR(space=scalar()),
+        "unroll_id": VR(space=scalar()),
+        "agent_index": VR(space=scalar()),
+        "t": VR(space=scalar()),
     }
+
+
+# Pristine Boxes by (low, high, shape, dtype): constructing a gymnasium Box
+# (bounds casting and checks) costs far more than copying a finished one.
+_BOX_PROTOTYPES: Dict[tuple, gym.spaces.Box] = {}
+
+
+def new_box(low: float, high: float, shape: tuple, dtype: Any = np.float32) -> gym.spaces.Box:
+    """A new ``gym.spaces.Box(low, high, shape, dtype)``, copied from a cached
+    prototype: its arrays are copies and it has a fresh (unseeded) RNG."""
+    key = (low, high, tuple(shape), np.dtype(dtype).str)
+    proto = _BOX_PROTOTYPES.get(key)
+    if proto is None:
+        proto = gym.spaces.Box(low, high, shape=tuple(shape), dtype=dtype)
+        if len(_BOX_PROTOTYPES) < 256:
+            _BOX_PROTOTYPES[key] = proto
+    box = copy.copy(proto)
+    for name, value in vars(proto).items():
+        if isinstance(value, np.ndarray):
+            setattr(box, name, value.copy())
+    box._np_random = None
+    return box
 
 
 def _flattened_width(space: gym.Space) -> int:
@@ -182,12 +208,12 @@ def _probe_compute_actions(policy: "Policy", batch_size: int) -> tuple:
         if key in vrs:
             continue
         shape = getattr(value, "shape", None)
-        space = (gym.spaces.Box(-1.0, 1.0, shape=tuple(shape[1:]), dtype=np.dtype(str(value.dtype).split(".")[-1]))
+        space = (new_box(-1.0, 1.0, tuple(shape[1:]), np.dtype(str(value.dtype).split(".")[-1]))
                  if shape is not None else None)
         vrs[key] = ViewRequirement(space=space, used_for_compute_actions=False)
     for key in dummy.accessed_keys:
         if key not in vrs:
-            vrs[key] = ViewRequirement()
+            vrs[key] = ViewRequirement(space=new_box(float("-inf"), float("inf"), ()))
         vrs[key].used_for_compute_actions = True
     return state_outs, set(dummy.accessed_keys)
 

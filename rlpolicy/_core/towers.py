@@ -147,7 +147,7 @@ def compute_tower_grads(
 ) -> TowerGrads:
     """Computes one tower's loss(es) and gradients.
 
-    For each optimizer (in order): zeroes the gradients of the parameters it
+    For each optimizer (in order): resets the gradients of the parameters it
     owns, back-propagates its loss term and lets ``grad_process`` (the
     policy's ``extra_grad_process``, e.g. gradient clipping) post-process.
 
@@ -164,6 +164,8 @@ def compute_tower_grads(
         ``(grads, grad_info)``: one entry per model parameter (references to
         the ``.grad`` tensors, or None) and the merged info dict.
     """
+    import torch
+
     losses = loss_fn(model, batch)
     if len(losses) != len(optimizers):
         raise ValueError(
@@ -175,12 +177,18 @@ def compute_tower_grads(
     last = len(optimizers) - 1
     for opt_idx, opt in enumerate(optimizers):
         owned = param_groups[opt_idx]
-        for idx in owned:
-            grad = params[idx].grad
-            if grad is not None:
-                grad.detach().zero_()
+        # Clearing to None (not zeroing in place) lets backward() store fresh
+        # gradients instead of adding them onto zeros; a parameter this loss
+        # does not reach but that had a gradient gets zeros, as in-place zeroing
+        # would have left it.
+        had_grad = [idx for idx in owned if params[idx].grad is not None]
+        for idx in had_grad:
+            params[idx].grad = None
         # Later optimizers' losses may share the graph: keep it until the last.
         losses[opt_idx].backward(retain_graph=opt_idx < last)
+        for idx in had_grad:
+            if params[idx].grad is None:
+                params[idx].grad = torch.zeros_like(params[idx])
         grad_info.update(grad_process(opt, losses[opt_idx]))
         for idx in owned:
             all_grads[idx] = params[idx].grad

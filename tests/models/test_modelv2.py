@@ -156,3 +156,33 @@ def test_call_with_sample_batch_tracks_keys_without_obs_flat():
     assert out.shape == (3, 1)
     assert "obs_flat" not in batch and "obs" in batch.accessed_keys
     assert "obs_flat" not in batch.accessed_keys and "obs_flat" not in batch.added_keys
+
+
+class _ReadsColumns(NumpyModel):
+    """Reads "rewards", adds a column and sees the batch type and flags."""
+
+    def forward(self, input_dict, state, seq_lens):
+        self.batch_type = type(input_dict)
+        self.flags = (input_dict.is_training, input_dict.time_major, len(input_dict))
+        input_dict["scratch"] = input_dict["rewards"] * 2
+        return super().forward(input_dict, state, seq_lens)
+
+
+def test_call_with_sample_batch_hands_forward_a_sample_batch_copy():
+    from rlpolicy.policy.sample_batch import SampleBatch
+    batch = SampleBatch({"obs": np.ones((3, 2), np.float32), "rewards": np.arange(3.0),
+                         "unused": np.zeros(3)}, _is_training=True, _time_major=False)
+    converted = []
+    batch.set_get_interceptor(lambda v: converted.append(id(v)) or np.asarray(v) + 0.0)
+    _ = batch["obs"]  # converted once already
+    m = _ReadsColumns(BOX2)
+    out, _ = m(batch)
+    np.testing.assert_allclose(out, [[2.0], [2.0], [2.0]])
+    assert m.batch_type is SampleBatch and m.flags == (True, False, 3)
+    # The caller's batch is unchanged but records what forward() read and added.
+    assert sorted(batch) == ["obs", "rewards", "unused"]
+    assert batch.accessed_keys == {"obs", "rewards"}
+    assert batch.added_keys == {"scratch"}
+    # Columns converted before the call are not converted again.
+    assert converted.count(id(dict.__getitem__(batch, "obs"))) == 1
+    assert converted.count(id(dict.__getitem__(batch, "rewards"))) == 1

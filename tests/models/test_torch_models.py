@@ -253,6 +253,41 @@ def test_slim_layers_and_append_bias():
     assert tuple(out.shape) == (4, 5) and float(out[:, 3:].detach().abs().sum()) == 0.0
 
 
+@pytest.mark.parametrize("activation", [None, "tanh", "relu", "swish", "linear", "elu"])
+def test_slim_fc_matches_its_layers(activation):
+    torch.manual_seed(0)
+    fc = SlimFC(3, 4, initializer=normc_initializer(1.0), activation_fn=activation)
+    x = torch.randn(5, 3)
+    expected = x @ fc._model[0].weight.T + fc._model[0].bias
+    act = {None: lambda t: t, "linear": lambda t: t, "tanh": torch.tanh, "relu": torch.relu,
+           "swish": lambda t: t * torch.sigmoid(t), "elu": torch.nn.functional.elu}[activation]
+    np.testing.assert_allclose(fc(x).detach().numpy(), act(expected).detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_slim_fc_runs_hooks_and_follows_replaced_layers():
+    torch.manual_seed(0)
+    fc = SlimFC(3, 4, activation_fn="tanh")
+    x = torch.randn(2, 3)
+    seen = []
+    handle = fc._model[0].register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    fc(x)
+    assert seen == [torch.Size([2, 4])]
+    handle.remove()
+    handle = fc._model[1].register_forward_hook(lambda m, i, o: o * 0.0)
+    assert float(fc(x).detach().abs().sum()) == 0.0  # the activation's hook replaced its output
+    handle.remove()
+    fc._model[1] = nn.ReLU()  # a swapped-in layer is used from then on
+    assert float(fc(x).detach().min()) >= 0.0
+    # Deep copies (as made for towers) compute with their own weights.
+    clone = copy.deepcopy(fc)
+    with torch.no_grad():
+        clone._model[0].weight.zero_()
+        clone._model[0].bias.fill_(-1.0)
+    np.testing.assert_array_equal(clone(x).detach().numpy(), np.zeros((2, 4), np.float32))
+    assert float(fc(x).detach().abs().sum()) > 0.0
+
+
 # ------------------------------------------------------------------- LSTM
 @pytest.fixture
 def lstm_model():

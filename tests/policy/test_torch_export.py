@@ -19,37 +19,42 @@ OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACT = gym.spaces.Discrete(3)
 
 TORCHSCRIPT_CONSUMER = textwrap.dedent("""
-    import sys, numpy as np, torch
+    import os, sys, numpy as np, torch
     for d in sys.argv[1:]:
-        data = np.load(d + "/inputs.npz")
         m = torch.jit.load(d + "/model.pt")
-        states = [torch.from_numpy(data[k]) for k in sorted(data) if k.startswith("state_in_")]
-        with torch.no_grad():
-            out, state_outs = m({"obs": torch.from_numpy(data["obs"])}, states,
-                                torch.from_numpy(data["seq_lens"]))
-        np.savez(d + "/ts_out.npz", output=out.numpy(),
-                 **{f"state_out_{i}": s.numpy() for i, s in enumerate(state_outs)})
+        for name in sorted(f for f in os.listdir(d) if f.startswith("inputs_")):
+            data = np.load(d + "/" + name)
+            states = [torch.from_numpy(data[k]) for k in sorted(data) if k.startswith("state_in_")]
+            with torch.no_grad():
+                out, state_outs = m({"obs": torch.from_numpy(data["obs"])}, states,
+                                    torch.from_numpy(data["seq_lens"]))
+            np.savez(d + "/ts_out_" + name[len("inputs_"):], output=out.numpy(),
+                     **{f"state_out_{i}": s.numpy() for i, s in enumerate(state_outs)})
 """)
 
 ONNX_CONSUMER = textwrap.dedent("""
-    import sys, numpy as np, onnxruntime as ort
+    import os, sys, numpy as np, onnxruntime as ort
     assert "torch" not in sys.modules
     for d in sys.argv[1:]:
-        data = np.load(d + "/inputs.npz")
         sess = ort.InferenceSession(d + "/model.onnx", providers=["CPUExecutionProvider"])
-        feed = {i.name: data[i.name] for i in sess.get_inputs()}
-        outs = sess.run(None, feed)
-        np.savez(d + "/onnx_out.npz", **{o.name: v for o, v in zip(sess.get_outputs(), outs)},
-                 input_names=np.array([i.name for i in sess.get_inputs()]))
+        for name in sorted(f for f in os.listdir(d) if f.startswith("inputs_")):
+            data = np.load(d + "/" + name)
+            feed = {i.name: data[i.name] for i in sess.get_inputs()}
+            outs = sess.run(None, feed)
+            np.savez(d + "/onnx_out_" + name[len("inputs_"):],
+                     **{o.name: v for o, v in zip(sess.get_outputs(), outs)},
+                     input_names=np.array([i.name for i in sess.get_inputs()]))
 """)
 
 CASES = {
-    # name: (model config, device config, batch size)
-    "fcnet-cpu": ({}, {"num_gpus": 0}, 7),
-    "fcnet-fake-gpu-x2": ({}, {"num_gpus": 2, "_fake_gpus": True}, 7),
-    # Recurrent exports are traced at one step of one sequence (serving use).
-    "lstm-cpu": ({"use_lstm": True, "lstm_cell_size": 4}, {"num_gpus": 0}, 1),
+    # name: (model config, device config, batch sizes the exports are run at)
+    "fcnet-cpu": ({}, {"num_gpus": 0}, (7,)),
+    "fcnet-fake-gpu-x2": ({}, {"num_gpus": 2, "_fake_gpus": True}, (7,)),
+    # Recurrent exports are traced at one step of one sequence (serving use), and
+    # must also serve batches of other sizes (one step of each of 5 sequences).
+    "lstm-cpu": ({"use_lstm": True, "lstm_cell_size": 4}, {"num_gpus": 0}, (1, 5)),
 }
+RUNS = [(case, n) for case, (_, _, sizes) in CASES.items() for n in sizes]
 
 
 def _policy(model_config, device_config=None):
@@ -73,20 +78,23 @@ def exported(tmp_path_factory):
     them in two fresh interpreters (one torch, one onnxruntime without torch)."""
     rng = np.random.default_rng(0)
     cases = {}
-    for name, (model_config, device_config, n) in CASES.items():
+    for name, (model_config, device_config, sizes) in CASES.items():
         d = tmp_path_factory.mktemp(name)
         policy = _policy(model_config, device_config)
         policy.export_model(str(d))
         policy.export_model(str(d), onnx=13)
-        obs = rng.uniform(-1, 1, (n, 4)).astype(np.float32)
-        if policy.is_recurrent():
-            states = [rng.normal(size=(n, 4)).astype(np.float32) for _ in range(2)]
-            feed = {f"state_in_{i}": s for i, s in enumerate(states)}
-        else:
-            # Non-recurrent models get a dummy state: torch cannot trace an empty list.
-            states, feed = [], {"state_in_0": np.ones(n, np.float32)}
-        np.savez(d / "inputs.npz", obs=obs, seq_lens=np.ones(n, np.int32), **feed)
-        cases[name] = (d, policy, obs, states)
+        runs = {}
+        for n in sizes:
+            obs = rng.uniform(-1, 1, (n, 4)).astype(np.float32)
+            if policy.is_recurrent():
+                states = [rng.normal(size=(n, 4)).astype(np.float32) for _ in range(2)]
+                feed = {f"state_in_{i}": s for i, s in enumerate(states)}
+            else:
+                # Non-recurrent models get a dummy state: torch cannot trace an empty list.
+                states, feed = [], {"state_in_0": np.ones(n, np.float32)}
+            np.savez(d / f"inputs_{n}.npz", obs=obs, seq_lens=np.ones(n, np.int32), **feed)
+            runs[n] = (obs, states)
+        cases[name] = (d, policy, runs)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     dirs = [str(c[0]) for c in cases.values()]
     procs = [subprocess.Popen([sys.executable, "-c", code, *dirs], env=env,
@@ -98,17 +106,19 @@ def exported(tmp_path_factory):
     return cases
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_export_round_trip_in_fresh_process(exported, case):
-    d, policy, obs, states = exported[case]
+@pytest.mark.parametrize("case,n", RUNS)
+def test_export_round_trip_in_fresh_process(exported, case, n):
+    d, policy, runs = exported[case]
+    obs, states = runs[n]
     assert sorted(f for f in os.listdir(d) if f.startswith("model")) == ["model.onnx", "model.pt"]
     expected, expected_states = _reference(policy, obs, states)
-    assert expected.shape == (len(obs), 3)
-    ts, onnx_out = np.load(d / "ts_out.npz"), np.load(d / "onnx_out.npz")
+    assert expected.shape == (n, 3)
+    ts, onnx_out = np.load(d / f"ts_out_{n}.npz"), np.load(d / f"onnx_out_{n}.npz")
     np.testing.assert_allclose(ts["output"], expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(onnx_out["output"], expected, rtol=1e-4, atol=1e-5)
     assert list(onnx_out["input_names"])[0] == "obs"
     for i, s in enumerate(expected_states if states else []):
+        assert s.shape == (n, 4)
         np.testing.assert_allclose(ts[f"state_out_{i}"], s, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(onnx_out[f"state_out_{i}"], s, rtol=1e-4, atol=1e-5)
 

@@ -335,6 +335,30 @@ class TwoOpt(PG):
         return [pg, 2.0 * pg]
 
 
+class SometimesVF(PG):
+    """Adds a value loss only while ``use_vf`` is set."""
+
+    use_vf = True
+
+    def loss(self, model, dist_class, train_batch):
+        pg = super().loss(model, dist_class, train_batch)
+        return pg + model.value_function().pow(2).mean() if self.use_vf else pg
+
+
+def test_gradient_of_a_parameter_the_loss_no_longer_reaches_is_zero():
+    policy = make(SometimesVF, model={"fcnet_hiddens": [8], "vf_share_layers": False})
+    names = [n for n, _ in policy.model.named_parameters()]
+    vf = [i for i, n in enumerate(names) if n.startswith("_value_branch")]
+    grads, _ = policy.compute_gradients(pg_batch(8))
+    assert all(grads[i] is not None and float(grads[i].abs().sum()) > 0 for i in vf)
+    policy.use_vf = False
+    grads, _ = policy.compute_gradients(pg_batch(8, seed=1))
+    for i in vf:  # zeros (as after zeroing in place), not None
+        assert grads[i] is not None
+        np.testing.assert_array_equal(grads[i].numpy(), np.zeros(tuple(grads[i].shape)))
+    assert float(sum(g.abs().sum() for i, g in enumerate(grads) if i not in vf)) > 0
+
+
 def test_multiple_optimizers(device_config):
     policy = make(TwoOpt, **device_config)
     n = len(list(policy.model.parameters()))
@@ -464,6 +488,43 @@ def test_state_round_trip_restores_adam(device_config):
     # get_state() is a snapshot: later learning did not change it.
     for k in state["weights"]:
         np.testing.assert_array_equal(state["weights"][k], snapshot["weights"][k])
+
+
+def test_set_state_copies_the_optimizer_state(device_config):
+    # Two policies restored from one state must not share Adam's moment
+    # buffers with each other or with the state dict (Adam updates in place).
+    original = make(**device_config)
+    original.learn_on_batch(pg_batch(8))
+    state = original.get_state()
+    snapshot = copy.deepcopy(state)
+    a, b = make(seed=3, **device_config), make(seed=4, **device_config)
+    a.set_state(state)
+    b.set_state(state)
+    a.learn_on_batch(pg_batch(8, seed=1))
+    for o, s in zip(state["_optimizer_variables"], snapshot["_optimizer_variables"]):
+        for idx, per_param in s["state"].items():
+            for name, value in per_param.items():
+                np.testing.assert_array_equal(o["state"][idx][name], value)
+    b_state = b.get_state()["_optimizer_variables"][0]["state"]
+    for idx, per_param in snapshot["_optimizer_variables"][0]["state"].items():
+        np.testing.assert_array_equal(b_state[idx]["exp_avg"], per_param["exp_avg"])
+
+
+def test_set_weights_checks_names_and_shapes():
+    policy = make()
+    weights = policy.get_weights()
+    name = next(iter(weights))
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        policy.set_weights({**weights, "extra.weight": np.zeros(1, np.float32)})
+    with pytest.raises(RuntimeError, match="Missing key"):
+        policy.set_weights({k: v for k, v in weights.items() if k != name})
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        policy.set_weights({**weights, name: np.zeros((1, 1), np.float32)})
+    # float64 arrays load too (as float32 values).
+    policy.set_weights({k: v.astype(np.float64) + 1.0 for k, v in weights.items()})
+    for k, v in policy.get_weights().items():
+        assert v.dtype == np.float32
+        np.testing.assert_allclose(v, weights[k] + 1.0, rtol=1e-6)
 
 
 def test_set_state_optimizer_count_mismatch():

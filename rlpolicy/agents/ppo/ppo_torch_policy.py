@@ -86,17 +86,16 @@ def kl_and_loss_stats(policy: Policy, train_batch: SampleBatch) -> Dict[str, Ten
             return values[0]  # the mean of one scalar is that scalar
         return torch.mean(torch.stack(values))
 
-    return {
-        "cur_kl_coeff": policy.kl_coeff,
-        "cur_lr": policy.cur_lr,
-        "total_loss": tower_mean("total_loss"),
-        "policy_loss": tower_mean("mean_policy_loss"),
-        "vf_loss": tower_mean("mean_vf_loss"),
-        "vf_explained_var": tower_mean("vf_explained_var"),
-        "kl": tower_mean("mean_kl_loss"),
-        "entropy": tower_mean("mean_entropy"),
-        "entropy_coeff": policy.entropy_coeff,
-    }
+    # (stat, tower_stats key): the tower means are turned into python floats
+    # with a single conversion (one device sync) rather than one per stat.
+    means = [("total_loss", "total_loss"), ("policy_loss", "mean_policy_loss"),
+             ("vf_loss", "mean_vf_loss"), ("vf_explained_var", "vf_explained_var"),
+             ("kl", "mean_kl_loss"), ("entropy", "mean_entropy")]
+    with torch.no_grad():
+        values = torch.stack([tower_mean(key).detach() for _, key in means]).tolist()
+    return {"cur_kl_coeff": policy.kl_coeff, "cur_lr": policy.cur_lr,
+            **{name: v for (name, _), v in zip(means, values)},
+            "entropy_coeff": policy.entropy_coeff}
 
 
 def vf_preds_fetches(policy: Policy, input_dict, state_batches, model: ModelV2, action_dist) -> Dict[str, TensorType]:

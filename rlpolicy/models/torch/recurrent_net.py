@@ -9,6 +9,7 @@ come first in ``state_dict()``, followed by ``lstm.*`` and ``_logits_branch.*``
 """
 from __future__ import annotations
 
+import sys
 from typing import Dict, List, Tuple, Union
 
 import gymnasium as gym
@@ -24,15 +25,32 @@ from rlpolicy.utils.typing import ModelConfigDict, TensorType
 torch, nn = try_import_torch()
 
 
-def _add_time_dim(flat: TensorType, num_seqs: int, time_major: bool) -> TensorType:
-    """Reshapes [B*T, ...] (padded, batch-major rows) to [B, T, ...] or [T, B, ...]."""
-    if flat.shape[0] % num_seqs != 0:
-        raise ValueError(f"padded batch of {flat.shape[0]} rows is not divisible by the "
-                         f"number of sequences {num_seqs} (len(seq_lens))")
-    max_len = flat.shape[0] // num_seqs
+def _add_time_dim(flat: TensorType, seq_lens: TensorType, time_major: bool) -> TensorType:
+    """Reshapes [B*T, ...] (padded, batch-major rows) to [B, T, ...] or [T, B, ...].
+
+    B is ``len(seq_lens)``. The sizes stay symbolic (``seq_lens.shape[0]`` and
+    -1, never python ints), so a traced or ONNX-exported model works at any
+    batch size, not only the one it was traced at.
+    """
+    num_seqs = seq_lens.shape[0]
+    if not _exporting():
+        rows, n = int(flat.shape[0]), int(num_seqs)
+        if n == 0 or rows % n != 0:
+            raise ValueError(f"padded batch of {rows} rows is not divisible by the "
+                             f"number of sequences {n} (len(seq_lens))")
+    features = tuple(flat.shape[1:])
     if time_major:
-        return torch.reshape(flat, (max_len, num_seqs) + tuple(flat.shape[1:]))
-    return torch.reshape(flat, (num_seqs, max_len) + tuple(flat.shape[1:]))
+        return torch.reshape(flat, (-1, num_seqs) + features)
+    return torch.reshape(flat, (num_seqs, -1) + features)
+
+
+def _exporting() -> bool:
+    """Whether torch.jit tracing or an ONNX export is recording this call."""
+    if torch.jit.is_tracing():
+        return True
+    onnx = sys.modules.get("torch.onnx")  # never imported: no export is running
+    is_exporting = getattr(onnx, "is_in_onnx_export", None)
+    return bool(is_exporting()) if callable(is_exporting) else False
 
 
 @DeveloperAPI
@@ -54,7 +72,7 @@ class RecurrentNetwork(TorchModelV2):
             seq_lens = torch.from_numpy(seq_lens).int()
         flat_inputs = input_dict["obs_flat"].float()
         self.time_major = self.model_config.get("_time_major", False)
-        inputs = _add_time_dim(flat_inputs, int(seq_lens.shape[0]), bool(self.time_major))
+        inputs = _add_time_dim(flat_inputs, seq_lens, bool(self.time_major))
         output, new_state = self.forward_rnn(inputs, state, seq_lens)
         return torch.reshape(output, [-1, self.num_outputs]), new_state
 

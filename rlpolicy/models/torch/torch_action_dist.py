@@ -3,6 +3,10 @@
 Each class is built from the model output ``inputs`` [BATCH, n] (see
 ``required_model_output_shape``) and returns one value per batch row from
 ``logp``, ``entropy`` and ``kl``.
+
+The wrapped ``torch.distributions`` objects are built with
+``validate_args=False`` (except Dirichlet, as in RLlib): their argument and
+sample checks cost more than the math on the per-step action path.
 """
 from __future__ import annotations
 

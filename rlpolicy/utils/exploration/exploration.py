@@ -56,9 +56,9 @@ class Exploration:
         self.device = None
         _, nn = try_import_torch()
         if isinstance(model, nn.Module):
-            params = list(model.parameters())
-            if params:
-                self.device = params[0].device
+            first = next(iter(model.parameters()), None)
+            if first is not None:
+                self.device = first.device
 
     @DeveloperAPI
     def before_compute_actions(self, *, timestep: Optional[Union[TensorType, int]] = None,

@@ -1,0 +1,117 @@
+"""The fast torch <-> numpy helpers of TorchPolicy's hot paths (``_core.torch_convert``):
+each must give exactly what the generic path (torch's own state_dict/load_state_dict,
+convert_to_non_torch_type) gives."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from rlpolicy._core.torch_convert import (  # noqa: E402
+    load_state_dict_fast,
+    numpy_copy,
+    state_dict_fast,
+    to_non_torch_fast,
+    to_torch_fast,
+)
+
+
+class Shared(nn.Module):
+    """A module used twice (state_dict lists it under both names) plus a
+    non-persistent buffer (left out of state_dict)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(2, 3)
+        self.b = self.a
+        self.register_buffer("scale", torch.ones(3))
+        self.register_buffer("scratch", torch.zeros(3), persistent=False)
+
+
+MODELS = {
+    "mlp": lambda: nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)),
+    "batchnorm": lambda: nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3)),  # custom loader
+    "shared": Shared,
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_state_dict_fast_equals_state_dict(name):
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    expected, got = model.state_dict(), state_dict_fast(model)
+    assert list(got) == list(expected)
+    for k in expected:
+        assert not got[k].requires_grad
+        torch.testing.assert_close(got[k], expected[k], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_load_state_dict_fast_copies_values(name):
+    torch.manual_seed(0)
+    src, dst = MODELS[name](), MODELS[name]()
+    state = {k: v.clone() + 1.0 for k, v in src.state_dict().items()}
+    load_state_dict_fast(dst, state)
+    for k, v in dst.state_dict().items():
+        torch.testing.assert_close(v, state[k].to(v.dtype), rtol=0, atol=0)
+        assert v.data_ptr() != state[k].data_ptr()  # copied, not shared
+    state[next(iter(state))].add_(5.0)  # later changes of the input do not leak in
+    torch.testing.assert_close(dst.state_dict()[next(iter(state))], state[next(iter(state))] - 5.0)
+
+
+def test_load_state_dict_fast_runs_load_hooks():
+    model = MODELS["mlp"]()
+    calls = []
+    model[0]._register_load_state_dict_pre_hook(lambda *args, **kw: calls.append(1))
+    load_state_dict_fast(model, model.state_dict())
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda s: s.update({"extra": torch.zeros(1)}), "Unexpected key"),
+    (lambda s: s.pop("0.bias"), "Missing key"),
+    (lambda s: s.update({"0.bias": torch.zeros(7)}), "size mismatch for 0.bias"),
+])
+def test_load_state_dict_fast_errors_like_torch(change, match):
+    torch.manual_seed(0)
+    model, reference = MODELS["mlp"](), MODELS["mlp"]()
+    reference.load_state_dict(model.state_dict())
+    state = {k: v + 1.0 for k, v in model.state_dict().items()}
+    change(state)
+    with pytest.raises(RuntimeError, match=match):
+        load_state_dict_fast(model, state)
+    with pytest.raises(RuntimeError, match=match):
+        reference.load_state_dict(state)
+    for k, v in model.state_dict().items():  # whatever torch itself did
+        torch.testing.assert_close(v, reference.state_dict()[k], rtol=0, atol=0)
+
+
+def test_to_torch_fast():
+    x = {"a": np.arange(3, dtype=np.float64), "b": {"c": np.ones(2, np.int64)},
+         "d": 2.5, "e": np.array(["s"], dtype=object)}
+    out = to_torch_fast(x, None)
+    assert out["a"].dtype == torch.float32 and out["b"]["c"].dtype == torch.int64
+    assert out["e"] is x["e"]
+    shared = to_torch_fast({"w": np.ones(2, np.float32)}, None)["w"]
+    arr = np.ones(2, np.float32)
+    copied = to_torch_fast({"w": arr}, "cpu", copy=True)["w"]
+    arr[0] = 7.0
+    assert float(copied[0]) == 1.0 and float(shared[0]) == 1.0
+    view = to_torch_fast({"w": arr}, None)["w"]
+    arr[1] = 9.0
+    assert float(view[1]) == 9.0  # without copy=True a CPU tensor may share memory
+
+
+def test_to_non_torch_fast_and_numpy_copy():
+    t = torch.arange(3.0, requires_grad=True) * 2
+    out = to_non_torch_fast({"t": t, "s": torch.tensor(1.5), "l": [torch.ones(1)], "n": None,
+                             "x": np.ones(1), "k": "str"})
+    np.testing.assert_array_equal(out["t"], [0.0, 2.0, 4.0])
+    assert out["s"] == 1.5 and isinstance(out["s"], float)
+    assert isinstance(out["l"], list) and isinstance(out["l"][0], np.ndarray)
+    assert out["n"] is None and out["k"] == "str"
+    live = torch.zeros(2)
+    snap = numpy_copy({"g": [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0, 1]}], "s": live})
+    live.add_(1.0)
+    np.testing.assert_array_equal(snap["s"], [0.0, 0.0])
+    assert snap["g"] == [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0, 1]}]
