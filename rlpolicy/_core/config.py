@@ -77,6 +77,14 @@ def _grad_clip(v: Any) -> Optional[str]:
     return None if v is None or (_is_number(v) and v > 0) else "None or a number > 0"
 
 
+def _entropy_schedule(v: Any) -> Optional[str]:
+    # RLlib 1.11's EntropyCoeffSchedule also takes a timestep: decay linearly to 0 by then.
+    if _is_int(v) and v >= 0:
+        return None
+    problem = _schedule(v)
+    return None if problem is None else f"{problem}, or an int timestep >= 0"
+
+
 def _schedule(v: Any) -> Optional[str]:
     ok = v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(
         isinstance(p, (list, tuple)) and len(p) == 2 and _is_number(p[0]) and _is_number(p[1])
@@ -116,10 +124,10 @@ _TOP_LEVEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "num_envs_per_worker": _int_ge(1),
     "lr": _number_ge0,
     "lr_schedule": _schedule,
-    "entropy_coeff_schedule": _schedule,
+    "entropy_coeff_schedule": _entropy_schedule,
     "gamma": _gamma,
     "train_batch_size": _int_ge(1),
-    "sgd_minibatch_size": _int_ge(1),
+    "sgd_minibatch_size": _optional(_int_ge(1)),
     "rollout_fragment_length": _int_ge(1),
     "num_sgd_iter": _int_ge(1),
     "num_multi_gpu_tower_stacks": _int_ge(1),
@@ -270,7 +278,7 @@ class PolicyConfigView:
     worker_index: int
     max_seq_len: int  # config["model"]["max_seq_len"]
     train_batch_size: int
-    sgd_minibatch_size: int
+    sgd_minibatch_size: int  # None in the config: falls back to train_batch_size (RLlib 1.11)
     num_multi_gpu_tower_stacks: int
     grad_clip: Optional[float]
     lr: float
@@ -301,7 +309,8 @@ class PolicyConfigView:
             framework=read("framework"), explore=read("explore"), num_gpus=read("num_gpus"),
             fake_gpus=read("_fake_gpus"), num_gpus_per_worker=read("num_gpus_per_worker"),
             worker_index=read("worker_index"), max_seq_len=max_seq_len,
-            train_batch_size=read("train_batch_size"), sgd_minibatch_size=read("sgd_minibatch_size"),
+            train_batch_size=read("train_batch_size"),
+            sgd_minibatch_size=read("sgd_minibatch_size") or read("train_batch_size"),
             num_multi_gpu_tower_stacks=read("num_multi_gpu_tower_stacks"),
             grad_clip=read("grad_clip"), lr=read("lr"), in_evaluation=read("in_evaluation"),
         )

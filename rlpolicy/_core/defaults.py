@@ -70,7 +70,9 @@ COMMON_CONFIG: dict = {
     "gamma": 0.99,
     "lr": 0.0001,
     "train_batch_size": 200,
-    "sgd_minibatch_size": 128,
+    # Not set: minibatch SGD on a loaded buffer then uses train_batch_size, as RLlib 1.11's
+    # TorchPolicy does with `config.get("sgd_minibatch_size", train_batch_size)`.
+    "sgd_minibatch_size": None,
     "num_sgd_iter": 1,
     "shuffle_sequences": True,
     "model": MODEL_DEFAULTS,

@@ -91,7 +91,8 @@ class SimpleTrainer:
             batch.shuffle()
         per_device_loaded = self.policy.load_batch_into_buffer(batch, buffer_index=0)
         num_devices = len(self.policy.devices)
-        per_device_mb = max(1, self.config["sgd_minibatch_size"] // num_devices)
+        minibatch = self.config.get("sgd_minibatch_size") or self.config["train_batch_size"]
+        per_device_mb = max(1, minibatch // num_devices)
         num_minibatches = max(1, per_device_loaded // per_device_mb)
         stats: list = []
         for _ in range(self.config["num_sgd_iter"]):

@@ -528,8 +528,9 @@ class TorchPolicy(Policy):
         if not loaded:
             raise ValueError("Must call Policy.load_batch_into_buffer() before "
                              "Policy.learn_on_loaded_batch()!")
-        device_batch_size = self.config.get(
-            "sgd_minibatch_size", self.config["train_batch_size"]) // len(self.devices)
+        # RLlib 1.11: an unset sgd_minibatch_size means "use train_batch_size".
+        device_batch_size = (self.config.get("sgd_minibatch_size")
+                             or self.config["train_batch_size"]) // len(self.devices)
         for tower in self.model_gpu_towers:
             if not tower.training:
                 tower.train()

