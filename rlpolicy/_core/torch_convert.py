@@ -150,18 +150,12 @@ def load_state_dict_fast(model: Any, state: dict) -> None:
 def _plain_state_tensors(model: Any) -> Any:
     """What ``model.state_dict(keep_vars=True)`` holds, if every module saves and
     loads its state the default way (see ``load_state_dict_fast``), else None."""
-    module_cls = torch.nn.Module
     if torch.__future__.get_swap_module_params_on_conversion():
         return None
     targets = {}
     for prefix, m in model.named_modules(remove_duplicate=False):
-        cls = type(m)
         if (m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks or m._state_dict_hooks
-                or getattr(m, "_state_dict_pre_hooks", None)
-                or cls._load_from_state_dict is not module_cls._load_from_state_dict
-                or cls.load_state_dict is not module_cls.load_state_dict
-                or cls._save_to_state_dict is not module_cls._save_to_state_dict
-                or cls.state_dict is not module_cls.state_dict):
+                or m._state_dict_pre_hooks or not _default_state_methods(type(m))):
             return None
         prefix = prefix + "." if prefix else ""
         for name, t in m._parameters.items():
@@ -173,6 +167,15 @@ def _plain_state_tensors(model: Any) -> Any:
     if any(torch.nn.parameter.is_lazy(t) for t in targets.values()):
         return None
     return targets
+
+
+def _default_state_methods(cls: type) -> bool:
+    """Whether ``cls`` saves and loads its state with nn.Module's own methods."""
+    module_cls = torch.nn.Module
+    return (cls._load_from_state_dict is module_cls._load_from_state_dict
+            and cls.load_state_dict is module_cls.load_state_dict
+            and cls._save_to_state_dict is module_cls._save_to_state_dict
+            and cls.state_dict is module_cls.state_dict)
 
 
 def state_dict_fast(model: Any) -> dict:

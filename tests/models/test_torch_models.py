@@ -279,6 +279,19 @@ def test_slim_fc_runs_hooks_and_follows_replaced_layers():
     handle.remove()
     fc._model[1] = nn.ReLU()  # a swapped-in layer is used from then on
     assert float(fc(x).detach().min()) >= 0.0
+    # A parametrized weight (here: doubled) is used as the parametrization says.
+    class Double(nn.Module):
+        def forward(self, w):
+            return 2.0 * w
+
+    plain_out = fc(x).detach()
+    torch.nn.utils.parametrize.register_parametrization(fc._model[0], "weight", Double())
+    lin = fc._model[0]
+    np.testing.assert_allclose(fc(x).detach().numpy(),
+                               torch.relu(x @ (2.0 * lin.parametrizations.weight.original).T
+                                          + lin.bias).detach().numpy(), rtol=1e-5, atol=1e-6)
+    assert not torch.equal(fc(x).detach(), plain_out)
+    torch.nn.utils.parametrize.remove_parametrizations(fc._model[0], "weight")
     # Deep copies (as made for towers) compute with their own weights.
     clone = copy.deepcopy(fc)
     with torch.no_grad():

@@ -14,6 +14,10 @@ torch, nn = try_import_torch()
 if torch is not None:
     from torch.nn.modules import module as _torch_module
 
+    _Linear = nn.Linear
+    _linear = torch.nn.functional.linear
+    _tracing_state = torch._C._get_tracing_state
+
 IntPair = Union[int, Tuple[int, int], List[int]]
 
 
@@ -140,11 +144,12 @@ class SlimFC(nn.Module):
         self.__dict__["_fast_plan"] = _linear_plan(self._model)
 
     def forward(self, x: TensorType) -> TensorType:
-        seq = self._model
+        seq = self._modules["_model"]
         plan = self.__dict__.get("_fast_plan")
         if plan is not None and plan[0] is seq and _plan_usable(plan):
-            linear, act_fn = plan[2], plan[3]
-            out = torch.nn.functional.linear(x, linear.weight, linear.bias)
+            params = plan[2]._parameters
+            out = _linear(x, params["weight"], params["bias"])
+            act_fn = plan[3]
             return out if act_fn is None else act_fn(out)
         return seq(x)
 
@@ -169,23 +174,21 @@ def _linear_plan(seq: Any) -> Optional[tuple]:
     return seq, mods, mods[0], act_fn
 
 
-def _has_hooks(m: Any) -> bool:
-    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-                or getattr(m, "_backward_pre_hooks", None))
-
-
 def _plan_usable(plan: tuple) -> bool:
     """Whether the functional shortcut computes exactly what calling the
-    modules would: same modules, no hooks anywhere, not being traced."""
+    modules would: same plain modules, no hooks anywhere, not being traced."""
     seq, mods = plan[0], plan[1]
-    if tuple(seq._modules.values()) != mods or _has_hooks(seq) or _has_hooks(mods[0]) or (
-            len(mods) > 1 and _has_hooks(mods[1])):
-        return False
+    if tuple(seq._modules.values()) != mods or type(mods[0]) is not _Linear:
+        return False  # modules swapped, or e.g. a parametrization was registered
+    for m in (seq, *mods):
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks \
+                or m._backward_pre_hooks:
+            return False
     g = _torch_module
     if (g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks
-            or getattr(g, "_global_backward_pre_hooks", None)):
+            or g._global_backward_pre_hooks):
         return False
-    return not torch._C._get_tracing_state()
+    return not _tracing_state()
 
 
 @DeveloperAPI
