@@ -155,7 +155,7 @@ def prune_view_requirements(view_requirements: Dict[str, Any], record: AccessRec
     2. With a loss: columns read by postprocessing but not by the loss are
        tagged ``used_for_training=False`` (except sampler columns and
        ``protected`` ones).
-    3. Columns nobody read are deleted, except sampler columns, ``protected``
+    3. With a loss: columns nobody read are deleted, except sampler columns, ``protected``
        ones (the model's own view requirements), and columns the
        postprocessing deleted by hand (warned about). Nothing is deleted when
        ``keep_all`` (RLlib: ``config["output"]`` is set, data goes to disk).
@@ -174,7 +174,9 @@ def prune_view_requirements(view_requirements: Dict[str, Any], record: AccessRec
             if (key not in record.train_accessed and key in view_requirements
                     and key not in protected and key not in NEVER_TAGGED):
                 view_requirements[key].used_for_training = False
-    removed = []
+    removed: List[str] = []
+    if not has_loss:  # RLlib 1.11 tags and removes only when the policy has a loss
+        return removed
     for key in list(view_requirements):
         if key in all_accessed or key in ALWAYS_KEPT or key in protected:
             continue

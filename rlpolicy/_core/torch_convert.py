@@ -132,19 +132,34 @@ def load_state_dict_fast(model: Any, state: dict) -> None:
     ``model.load_state_dict``, which also raises its usual errors.
     """
     targets = _plain_state_tensors(model)
-    if targets is None or targets.keys() != state.keys():
+    if targets is None:
         model.load_state_dict(state)
         return
+    _check_keys_and_shapes(targets, state)  # before any copy: a bad state changes nothing
     pairs = []
     for key, target in targets.items():
         value = state[key]
-        if not isinstance(value, torch.Tensor) or value.shape != target.shape or target.is_meta:
+        if not isinstance(value, torch.Tensor) or target.is_meta:
             model.load_state_dict(state)
             return
         pairs.append((target, value))
     with torch.no_grad():
         for target, value in pairs:
             target.copy_(value)
+
+
+def _check_keys_and_shapes(targets: dict, state: dict) -> None:
+    """Raises ValueError naming missing/unexpected keys or the first wrong shape."""
+    missing = [k for k in targets if k not in state]
+    unexpected = [k for k in state if k not in targets]
+    if missing or unexpected:
+        raise ValueError(f"set_weights: missing keys {missing}, unexpected keys {unexpected}; "
+                         "nothing was loaded")
+    for key, target in targets.items():
+        shape = tuple(getattr(state[key], "shape", np.shape(state[key])))
+        if shape != tuple(target.shape):
+            raise ValueError(f"set_weights: {key!r} has shape {shape}, the model's is "
+                             f"{tuple(target.shape)}; nothing was loaded")
 
 
 def _plain_state_tensors(model: Any) -> Any:

@@ -80,7 +80,17 @@ def slice_device_batches(device_batches: Sequence[Any], offset: int,
     """
     if device_batch_size >= sum(len(b) for b in device_batches):
         return list(device_batches)
-    return [b[offset:offset + device_batch_size] for b in device_batches]
+    return [minibatch_slice(b, offset, device_batch_size) for b in device_batches]
+
+
+def minibatch_slice(batch: Any, offset: int, size: int) -> Any:
+    """``batch[offset:offset + size]``, truncated at the batch's end like a list slice
+    (RLlib 1.11); an ``offset`` outside the loaded rows is a ValueError."""
+    n = len(batch)
+    if not 0 <= offset < n:
+        raise ValueError(f"learn_on_loaded_batch: offset {offset} is outside the {n} samples "
+                         "loaded per device")
+    return batch[offset:min(offset + size, n)]
 
 
 def sync_tower_weights(main_model: Any, towers: Sequence[Any]) -> None:

@@ -34,6 +34,7 @@ from rlpolicy._core.towers import (
     make_optimizer_views,
     make_towers,
     mean_reduce_grads,
+    minibatch_slice,
     slice_device_batches,
     split_for_devices,
     sync_tower_weights,
@@ -537,7 +538,7 @@ class TorchPolicy(Policy):
         if self._single_cpu:
             batch = loaded[0]
             if device_batch_size < len(batch):
-                batch = batch[offset:offset + device_batch_size]
+                batch = minibatch_slice(batch, offset, device_batch_size)
             return self.learn_on_batch(batch)
         self._check_can_learn()
         sync_tower_weights(self.model, self.model_gpu_towers)

@@ -164,10 +164,6 @@ def test_column_read_only_by_postprocessing_is_not_used_for_training():
     assert vr["advantages"].used_for_training is True
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "_core/loss_init.prune_view_requirements deletes unread columns even when the policy has "
-    "no loss (in_evaluation); RLlib 1.11 only tags/removes inside `if self._loss:`, so an "
-    "evaluation policy keeps e.g. 'actions' and 'new_obs'"))
 def test_in_evaluation_keeps_all_view_requirements():
     torch.manual_seed(0)
     policy = PG(OBS, ACT, {**SMALL, "in_evaluation": True})

@@ -545,7 +545,6 @@ SET_WEIGHTS_XFAIL = ("TorchPolicy.set_weights -> load_state_dict_fast falls back
                      "the model half-overwritten")
 
 
-@pytest.mark.xfail(strict=True, reason=SET_WEIGHTS_XFAIL)
 @pytest.mark.parametrize("kind", ["extra-key", "missing-key", "wrong-shape"])
 def test_failed_set_weights_changes_nothing(kind):
     policy = make()
@@ -639,11 +638,6 @@ def test_spec_28_step_rnn_batch_on_two_fake_gpus():
 # ------------------------------------------------------------------ loaded batches
 
 
-SLICE_XFAIL = ("learn_on_loaded_batch slices b[offset:offset + device_batch_size] and "
-               "SampleBatch._check_bounds raises when the stop runs past the loaded rows; "
-               "RLlib 1.11 truncates like a list slice (l[:100])")
-
-
 def _obs_seen(policy):
     return [np.asarray(t.tower_stats["obs_seen"]) for t in policy.model_gpu_towers]
 
@@ -652,8 +646,7 @@ def _obs_seen(policy):
     (64, 8, slice(0, 16)),   # minibatch >= loaded: whole buffer, offset ignored
     (16, 8, slice(0, 16)),   # exactly the loaded size: whole buffer
     (4, 8, slice(8, 12)),    # [offset:offset + 4]
-    pytest.param(4, 14, slice(14, 16),  # runs past the end: truncated
-                 marks=pytest.mark.xfail(strict=True, reason=SLICE_XFAIL)),
+    (4, 14, slice(14, 16)),  # runs past the end: truncated
 ])
 def test_cpu_learn_on_loaded_batch_slicing(minibatch, offset, rows):
     policy = make(sgd_minibatch_size=minibatch)
@@ -669,8 +662,7 @@ def test_cpu_learn_on_loaded_batch_slicing(minibatch, offset, rows):
     # SUM of all devices' loaded rows (16), else [offset:offset + size].
     (32, 4, (slice(0, 8), slice(8, 16))),
     # size 12 < 16: sliced [4:16] on 8-row device batches, truncated to [4:8].
-    pytest.param(24, 4, (slice(4, 8), slice(12, 16)),
-                 marks=pytest.mark.xfail(strict=True, reason=SLICE_XFAIL)),
+    (24, 4, (slice(4, 8), slice(12, 16))),
     (8, 4, (slice(4, 8), slice(12, 16))),
     (4, 2, (slice(2, 4), slice(10, 12))),
 ])
@@ -683,6 +675,13 @@ def test_fake_gpu_learn_on_loaded_batch_slicing(minibatch, offset, rows):
     seen = _obs_seen(policy)
     for d in range(2):
         np.testing.assert_array_equal(seen[d], obs[rows[d]])
+
+
+def test_offset_outside_loaded_rows_is_an_error():
+    policy = make(sgd_minibatch_size=4)
+    policy.load_batch_into_buffer(pg_batch(16))
+    with pytest.raises(ValueError, match="offset 16 is outside the 16 samples"):
+        policy.learn_on_loaded_batch(offset=16)
 
 
 def test_fake_gpu_per_tower_learner_stats():
