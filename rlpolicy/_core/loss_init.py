@@ -12,7 +12,6 @@ The record and the pruning rule are kept apart (:class:`AccessRecord`,
 """
 from __future__ import annotations
 
-import copy
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set
@@ -68,17 +67,21 @@ _BOX_PROTOTYPES: Dict[tuple, gym.spaces.Box] = {}
 def new_box(low: float, high: float, shape: tuple, dtype: Any = np.float32) -> gym.spaces.Box:
     """A new ``gym.spaces.Box(low, high, shape, dtype)``, copied from a cached
     prototype: its arrays are copies and it has a fresh (unseeded) RNG."""
-    key = (low, high, tuple(shape), np.dtype(dtype).str)
+    key = (low, high, tuple(shape), dtype if dtype is np.float32 else np.dtype(dtype).str)
     proto = _BOX_PROTOTYPES.get(key)
     if proto is None:
         proto = gym.spaces.Box(low, high, shape=tuple(shape), dtype=dtype)
         if len(_BOX_PROTOTYPES) < 256:
             _BOX_PROTOTYPES[key] = proto
-    box = copy.copy(proto)
-    for name, value in vars(proto).items():
+    # What copy.copy does for a freshly built Box (gymnasium's __setstate__
+    # only adds keys missing from legacy pickles), minus its generic machinery.
+    state = dict(proto.__dict__)
+    for name, value in state.items():
         if isinstance(value, np.ndarray):
-            setattr(box, name, value.copy())
-    box._np_random = None
+            state[name] = value.copy()
+    state["_np_random"] = None
+    box = object.__new__(type(proto))
+    box.__dict__.update(state)
     return box
 
 

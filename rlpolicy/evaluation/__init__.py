@@ -15,7 +15,6 @@ _LAZY = {
     "discount_cumsum": "rlpolicy.evaluation.postprocessing",
     "adjust_nstep": "rlpolicy.evaluation.postprocessing",
     "RolloutWorker": "rlpolicy.evaluation.rollout_worker",
-    "WorkerSet": "rlpolicy.evaluation.worker_set",
     "SampleBatch": "rlpolicy.policy.sample_batch",
     "MultiAgentBatch": "rlpolicy.policy.sample_batch",
 }

@@ -6,6 +6,7 @@ from typing import List, Optional, Union
 import gymnasium as gym
 import numpy as np
 
+from rlpolicy._core.loss_init import new_box
 from rlpolicy.utils.annotations import PublicAPI
 
 
@@ -37,7 +38,8 @@ class ViewRequirement:
                  batch_repeat_value: int = 1, used_for_compute_actions: bool = True,
                  used_for_training: bool = True):
         self.data_col = data_col
-        self.space = space if space is not None else gym.spaces.Box(float("-inf"), float("inf"), shape=())
+        # A copy of a cached prototype Box: building a gymnasium Box is slow.
+        self.space = space if space is not None else new_box(float("-inf"), float("inf"), ())
         self.index = index
         self.batch_repeat_value = batch_repeat_value
         self.used_for_compute_actions = used_for_compute_actions

@@ -79,23 +79,44 @@ def _masked_mean_fn(train_batch: SampleBatch, logits: TensorType, state: list, m
 
 def kl_and_loss_stats(policy: Policy, train_batch: SampleBatch) -> Dict[str, TensorType]:
     """Learner stats: tower means of the loss terms, plus the current coefficients."""
-    def tower_mean(name: str) -> TensorType:
-        values = [torch.as_tensor(v, dtype=torch.float32).to(policy.device)
-                  for v in policy.get_tower_stats(name)]
-        if len(values) == 1 and values[0].dim() == 0:
-            return values[0]  # the mean of one scalar is that scalar
-        return torch.mean(torch.stack(values))
-
     # (stat, tower_stats key): the tower means are turned into python floats
     # with a single conversion (one device sync) rather than one per stat.
     means = [("total_loss", "total_loss"), ("policy_loss", "mean_policy_loss"),
              ("vf_loss", "mean_vf_loss"), ("vf_explained_var", "vf_explained_var"),
              ("kl", "mean_kl_loss"), ("entropy", "mean_entropy")]
     with torch.no_grad():
-        values = torch.stack([tower_mean(key).detach() for _, key in means]).tolist()
+        scalars = _single_tower_scalars(policy, [key for _, key in means])
+        if scalars is None:
+            scalars = [_tower_mean(policy, key).detach() for _, key in means]
+        values = torch.stack(scalars).tolist()
     return {"cur_kl_coeff": policy.kl_coeff, "cur_lr": policy.cur_lr,
             **{name: v for (name, _), v in zip(means, values)},
             "entropy_coeff": policy.entropy_coeff}
+
+
+def _tower_mean(policy: Policy, name: str) -> TensorType:
+    values = [torch.as_tensor(v, dtype=torch.float32).to(policy.device)
+              for v in policy.get_tower_stats(name)]
+    if len(values) == 1 and values[0].dim() == 0:
+        return values[0]  # the mean of one scalar is that scalar
+    return torch.mean(torch.stack(values))
+
+
+def _single_tower_scalars(policy: Policy, keys: List[str]):
+    """The stats themselves when one tower holds them all as 0-D float32
+    tensors on the policy's device (their tower mean), else None."""
+    towers = getattr(policy, "model_gpu_towers", None)
+    if not towers or len(towers) != 1:
+        return None
+    stats = towers[0].tower_stats
+    out = []
+    for key in keys:
+        v = stats.get(key)
+        if (not isinstance(v, torch.Tensor) or v.dim() != 0 or v.dtype != torch.float32
+                or v.device != policy.device):
+            return None
+        out.append(v.detach())
+    return out
 
 
 def vf_preds_fetches(policy: Policy, input_dict, state_batches, model: ModelV2, action_dist) -> Dict[str, TensorType]:
