@@ -181,8 +181,8 @@ def explained_variance(y: TensorType, pred: TensorType) -> TensorType:
     """
     y_var = torch.var(y, dim=[0])
     diff_var = torch.var(y - pred, dim=[0])
-    # clamp(min=-1) is max(-1, .) without building a constant tensor (NaN stays NaN).
-    return torch.clamp(1 - (diff_var / y_var), min=-1.0)
+    min_ = torch.tensor([-1.0]).to(pred.device)
+    return torch.max(min_, 1 - (diff_var / y_var))[0]
 
 
 def flatten_inputs_to_1d_tensor(inputs: TensorStructType, spaces_struct: Optional[SpaceStruct] = None,

@@ -82,3 +82,29 @@ def test_kl_term_off_and_critic_off():
     assert stats["kl"] == 0.0 and stats["vf_loss"] == 0.0 and stats["vf_explained_var"] == 0.0
     expected_total = expected["policy_loss"] - 0.01 * expected["entropy"]
     assert stats["total_loss"] == pytest.approx(expected_total, rel=1e-4, abs=1e-6)
+
+
+def test_stats_fn_reads_tower_stats_of_any_float_type():
+    # kl_and_loss_stats reports the tower means; stats that are not float32
+    # scalars (here a float64 tensor and a 1-D one) take the general route.
+    from rlpolicy.agents.ppo.ppo_torch_policy import kl_and_loss_stats
+
+    torch.manual_seed(0)
+    policy = PPOTorchPolicy(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(3), CONFIG)
+    values = {"total_loss": 1.5, "mean_policy_loss": -0.25, "mean_vf_loss": 0.125,
+              "vf_explained_var": 0.5, "mean_kl_loss": 0.0625, "mean_entropy": 1.0}
+    stats = policy.model.tower_stats
+    for key, v in values.items():
+        stats[key] = torch.tensor(v)
+    fast = kl_and_loss_stats(policy, _batch())
+    stats["mean_vf_loss"] = torch.tensor(0.125, dtype=torch.float64)
+    stats["mean_entropy"] = torch.tensor([0.5, 1.5])
+    slow = kl_and_loss_stats(policy, _batch())
+    expected = {"total_loss": 1.5, "policy_loss": -0.25, "vf_loss": 0.125, "vf_explained_var": 0.5,
+                "kl": 0.0625, "entropy": 1.0}
+    for out in (fast, slow):
+        assert {k: out[k] for k in expected} == expected
+        assert out["cur_kl_coeff"] == 0.3 and out["entropy_coeff"] == 0.01
+    del stats["mean_kl_loss"]
+    with pytest.raises(AssertionError, match="mean_kl_loss"):
+        kl_and_loss_stats(policy, _batch())

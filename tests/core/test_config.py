@@ -2,6 +2,7 @@
 import copy
 import dataclasses
 
+import gymnasium as gym
 import pytest
 
 from rlpolicy._core.config import PolicyConfigView, complete_config, validate_config
@@ -171,3 +172,27 @@ def test_policy_config_view():
 def test_policy_config_view_errors(config, key):
     with pytest.raises(ValueError, match=f"config\\['{key}'\\]"):
         PolicyConfigView.from_config(config)
+
+
+def test_complete_config_copies_like_deepcopy():
+    # Shared mutable values stay shared (and become fresh copies), tuples of
+    # atoms are kept, objects that are not plain containers are deep-copied.
+    shared = [1, 2]
+    space = gym.spaces.Discrete(3)
+    partial = {"lr": 0.5, "a": shared, "b": {"inner": shared}, "t": (shared, 4), "atoms": (1, "x"),
+               "space": space, "cls": _MyExploration, "nested": [{"k": [None, 1.5]}]}
+    full = complete_config(partial)
+    assert full["a"] == [1, 2] and full["a"] is not shared
+    assert full["b"]["inner"] is full["a"] and full["t"][0] is full["a"] and full["t"][1] == 4
+    assert full["atoms"] is partial["atoms"]
+    assert full["space"] == space and full["space"] is not space
+    assert full["cls"] is _MyExploration
+    assert full["nested"] == [{"k": [None, 1.5]}] and full["nested"][0] is not partial["nested"][0]
+    cyclic = []
+    cyclic.append(cyclic)
+    copied = complete_config({"c": cyclic})["c"]
+    assert copied[0] is copied and copied is not cyclic
+    # The defaults are fresh copies every time.
+    one, two = complete_config({}), complete_config({})
+    assert one == two and one["model"]["fcnet_hiddens"] is not two["model"]["fcnet_hiddens"]
+    assert one["model"]["fcnet_hiddens"] is not MODEL_DEFAULTS["fcnet_hiddens"]

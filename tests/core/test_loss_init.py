@@ -10,6 +10,7 @@ from rlpolicy._core.loss_init import (
     default_view_requirements,
     dummy_batch_from_view_requirements,
     initialize_loss_from_dummy_batch,
+    new_box,
     prune_view_requirements,
     update_view_requirements_from_init_state,
 )
@@ -280,3 +281,24 @@ def test_dummy_run_resets_no_tracing_flag_on_error():
 def test_dummy_batch_is_a_samplebatch():
     p = _Recorder(OBS, ACT, {})
     assert isinstance(p._get_dummy_batch_from_view_requirements(3), SampleBatch)
+
+
+@pytest.mark.parametrize("low, high, shape, dtype", [
+    (float("-inf"), float("inf"), (), np.float32),
+    (-1.0, 1.0, (3, 2), np.float32),
+    (-1.0, 1.0, (4,), np.dtype("int64")),
+    (0.0, 5.0, (2,), np.float64),
+])
+def test_new_box_equals_a_freshly_built_box(low, high, shape, dtype):
+    expected = gym.spaces.Box(low, high, shape=shape, dtype=dtype)
+    first, second = new_box(low, high, shape, dtype), new_box(low, high, shape, dtype)
+    for box in (first, second):
+        assert type(box) is gym.spaces.Box and box == expected and box.dtype == expected.dtype
+        assert box.shape == expected.shape and repr(box) == repr(expected)
+        assert np.array_equal(box.bounded_below, expected.bounded_below)
+    # Copies share no arrays and no RNG.
+    assert first.low is not second.low and first.high is not second.high
+    first.seed(0)
+    assert second._np_random is None
+    first.low[...] = 0
+    assert np.array_equal(second.low, expected.low)

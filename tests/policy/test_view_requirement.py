@@ -61,3 +61,14 @@ def test_repr():
     r = repr(ViewRequirement("state_out_0", shift="-3:-1", batch_repeat_value=5))
     assert r.startswith("ViewRequirement(data_col='state_out_0', space=Box(")
     assert "shift='-3:-1'" in r and "batch_repeat_value=5" in r and "used_for_training=True" in r
+
+
+def test_default_space_is_a_fresh_box_each_time():
+    a, b = ViewRequirement(), ViewRequirement()
+    assert a.space == gym.spaces.Box(-np.inf, np.inf, shape=(), dtype=np.float32)
+    assert a.space.dtype == np.float32 and type(a.space) is gym.spaces.Box
+    assert a.space is not b.space and a.space.low is not b.space.low
+    a.space.low[...] = 0.0  # mutating one requirement's space leaves the others alone
+    assert b.space.low == -np.inf and ViewRequirement().space.low == -np.inf
+    a.space.seed(3)
+    assert b.space.contains(b.space.sample())
