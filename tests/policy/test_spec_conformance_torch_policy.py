@@ -18,47 +18,17 @@ torch = pytest.importorskip("torch")
 from rlpolicy.agents.callbacks import DefaultCallbacks  # noqa: E402
 from rlpolicy.models.torch.torch_action_dist import TorchCategorical  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
-from rlpolicy.policy.torch_policy import TorchPolicy, _directStepOptimizerSingleton  # noqa: E402
+from rlpolicy.policy.torch_policy import _directStepOptimizerSingleton  # noqa: E402
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY  # noqa: E402
+from torch_pg_policies import ACT, OBS, PG, SGDPG, log_softmax, pg_batch  # noqa: E402
 
-OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
-ACT = gym.spaces.Discrete(3)
 BASE = {"lr": 0.05, "model": {"fcnet_hiddens": [8]}, "seed": 0}
 FAKE2 = {"num_gpus": 2, "_fake_gpus": True}
-
-
-class PG(TorchPolicy):
-    """Mean policy-gradient loss; records the rows each tower trained on."""
-
-    def loss(self, model, dist_class, train_batch):
-        logits, _ = model(train_batch)
-        logp = dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
-        model.tower_stats["obs_seen"] = train_batch[SampleBatch.OBS]
-        return -(logp * train_batch[SampleBatch.REWARDS]).mean()
-
-
-class SGDPG(PG):
-    def optimizer(self):
-        return torch.optim.SGD(self.model.parameters(), lr=self.config["lr"])
 
 
 def make(cls=PG, seed=0, **config):
     torch.manual_seed(seed)
     return cls(OBS, ACT, {**BASE, **config})
-
-
-def pg_batch(n, seed=0):
-    r = np.random.default_rng(seed)
-    return SampleBatch({
-        SampleBatch.OBS: r.uniform(-1, 1, (n, 4)).astype(np.float32),
-        SampleBatch.ACTIONS: r.integers(0, 3, n),
-        SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
-    })
-
-
-def log_softmax(x):
-    x = x - x.max(-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
 def params_np(policy):

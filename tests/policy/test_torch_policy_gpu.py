@@ -1,12 +1,11 @@
 """TorchPolicy towers on real CUDA devices (skipped cleanly without CUDA)."""
-import gymnasium as gym
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
-from rlpolicy.policy.torch_policy import TorchPolicy  # noqa: E402
+from torch_pg_policies import ACT, OBS, PG, SGDPG, pg_batch  # noqa: E402
 
 NUM_CUDA = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -15,36 +14,12 @@ pytestmark = [
     pytest.mark.skipif(NUM_CUDA == 0, reason="needs a real CUDA device; none visible"),
 ]
 
-OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
-ACT = gym.spaces.Discrete(3)
 BASE = {"lr": 0.05, "model": {"fcnet_hiddens": [16]}}
-
-
-class PG(TorchPolicy):
-    def loss(self, model, dist_class, train_batch):
-        logits, _ = model(train_batch)
-        logp = dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
-        model.tower_stats["pg_loss"] = -(logp * train_batch[SampleBatch.REWARDS]).mean()
-        return model.tower_stats["pg_loss"]
-
-
-class SGDPG(PG):
-    def optimizer(self):
-        return torch.optim.SGD(self.model.parameters(), lr=self.config["lr"])
 
 
 def make(cls=SGDPG, seed=0, **config):
     torch.manual_seed(seed)
     return cls(OBS, ACT, {**BASE, **config})
-
-
-def pg_batch(n, seed=0):
-    r = np.random.default_rng(seed)
-    return SampleBatch({
-        SampleBatch.OBS: r.uniform(-1, 1, (n, 4)).astype(np.float32),
-        SampleBatch.ACTIONS: r.integers(0, 3, n),
-        SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
-    })
 
 
 def assert_weights_close(a, b, rtol=1e-4, atol=1e-5):
