@@ -4,7 +4,7 @@ Both sides use the same 2x256 tanh policy and value nets (with the same weights)
 numpy in / numpy out, and PPO's clipped loss with Adam. Each case runs interleaved
 (plain, rlpolicy, then rlpolicy, plain, ...) in one process and reports the
 median-time ratio rlpolicy / plain (lower is better) and, for throughput cases,
-plain / rlpolicy (higher is better).
+the throughput ratio rlpolicy / plain (= plain time / rlpolicy time; higher is better).
 
     .venv/bin/python benchmarks/bench_torch_policy.py [--repeats 7] [--quick]
 """
@@ -154,7 +154,9 @@ def compare(name: str, plain: Callable[[], None], ours: Callable[[], None], *, i
             tp.append(timed(plain, inner))
     p, o = statistics.median(tp), statistics.median(to)
     ratio = o / p if kind == "time" else p / o
-    label = "time ratio (ours/plain)" if kind == "time" else "throughput ratio (plain/ours)"
+    # time: ours_time / plain_time (lower is better); throughput: plain_time / ours_time,
+    # i.e. ours_throughput / plain_throughput (higher is better).
+    label = "time ratio (ours/plain)" if kind == "time" else "throughput ratio (ours/plain)"
     print(f"{name:42s} plain {p * 1e3:9.3f} ms  rlpolicy {o * 1e3:9.3f} ms  {label} {ratio:5.2f}",
           flush=True)
     return {"case": name, "plain_ms": p * 1e3, "ours_ms": o * 1e3, "ratio": ratio, "kind": kind}

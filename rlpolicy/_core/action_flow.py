@@ -8,6 +8,7 @@ tuple. Nothing here imports torch or tensorflow.
 """
 from __future__ import annotations
 
+from numbers import Number
 from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
@@ -78,7 +79,23 @@ def batch_input_dict(input_dict: Dict[str, Any]) -> Dict[str, Any]:
     Returns:
         A new plain dict with the same structure and B=1 leaves.
     """
-    return tree.map_structure_with_path(_add_batch_dim, dict(input_dict))
+    arrays = tree.traverse(_numeric_list_to_array, dict(input_dict), top_down=True)
+    return tree.map_structure_with_path(_add_batch_dim, arrays)
+
+
+def _numeric_list_to_array(node: Any) -> Any:
+    # A (nested) Python list of numbers is ONE observation, e.g. [0.1, 0.2, 0.3, 0.4] for a
+    # Box(4,): make it an array before batching. dm-tree would otherwise read the list as a
+    # nest and batch each number alone, giving a (4, 1) batch. Lists holding arrays, dicts
+    # or tuples stay nests. (None: let tree.traverse descend.)
+    if not isinstance(node, list) or not node:
+        return None
+    if not all(isinstance(x, (Number, np.generic)) for x in tree.flatten(node)):
+        return None
+    try:
+        return np.asarray(node)
+    except ValueError:  # ragged
+        return None
 
 
 def first_row(batched: Any, what: str = "action") -> Any:

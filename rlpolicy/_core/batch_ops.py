@@ -222,6 +222,28 @@ def seq_index_of_row(starts: np.ndarray, row: int) -> int:
     return int(np.searchsorted(starts[:-1], row, side="right")) - 1 if row < starts[-1] else len(starts) - 1
 
 
+def timeslice_bounds(n: int, size: Optional[int], num_slices: Optional[int]) -> List[Tuple[int, int]]:
+    """Row ranges of `SampleBatch.timeslices`: `size` rows each, or `num_slices` near-equal parts.
+
+    Raises:
+        ValueError: If size / num_slices is not an int >= 1, or n < num_slices.
+    """
+    if size is None:
+        if not isinstance(num_slices, int) or num_slices < 1:
+            raise ValueError(f"SampleBatch.timeslices(num_slices={num_slices!r}): num_slices must be an int >= 1")
+        if n < num_slices:
+            raise ValueError(f"SampleBatch.timeslices(num_slices={num_slices}): batch has only {n} rows, fewer than the number of slices")
+        bounds, start = [], 0
+        for i in range(num_slices):
+            stop = start + (n - start) // (num_slices - i)
+            bounds.append((start, stop))
+            start = stop
+        return bounds
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"SampleBatch.timeslices(size={size!r}): size must be an int >= 1")
+    return [(a, min(a + size, n)) for a in range(0, n, size)]
+
+
 def iter_state_keys(keys: Iterator[str], prefix: str = "state_in_") -> List[str]:
     return [k for k in keys if isinstance(k, str) and k.startswith(prefix)]
 
@@ -253,7 +275,7 @@ def sub_seq_lens(seq_lens: np.ndarray, start: int, end: int, state_start: Option
         return [], 0, 0
     starts = seq_starts(seq_lens)
     s0 = seq_index_of_row(starts, max(start, 0))
-    s_last = seq_index_of_row(starts, end - 1)
+    s_last = max(seq_index_of_row(starts, end - 1), s0)  # end <= 0: all rows are left padding
     lens = [int(min(starts[j + 1], end) - max(starts[j], start)) for j in range(s0, s_last + 1)]
     if start < 0:
         lens[0] += -start  # the left zero-padding joins the first sequence

@@ -1,25 +1,29 @@
-"""Completing, validating and reading policy config dicts.
+"""Completing, validating and checking the keys of policy config dicts.
 
-``complete_config`` fills a partial dict from ``COMMON_CONFIG`` (and its
-``model`` sub-dict from ``MODEL_DEFAULTS``); ``validate_config`` rejects wrong
-values with a message naming the key, the value and what is allowed;
-``PolicyConfigView`` is the typed, frozen view internal code reads.
+``check_config`` is the one entry point policies use: it completes a partial
+dict (``complete_config``: ``COMMON_CONFIG``, then the policy's own default
+config, then the caller's keys, all deep-copied), warns once per process about
+each top-level key nobody knows (``warn_unknown_keys``), and rejects wrong
+values with a message naming the key, the value and what is allowed
+(``validate_config``).
 
-Only keys rlpolicy knows are checked: algorithm-specific keys (``lambda``,
-``kl_coeff``, ...) pass through untouched, as in RLlib. The ``model`` dict is
-stricter: an unknown model key is an error (custom model options belong in
-``custom_model_config``).
+Known top-level keys are those of ``COMMON_CONFIG``, the trainer-level keys
+of RLlib 1.11 that the policy layer does not read (``TRAINER_ONLY_KEYS``),
+the policy's default config (``lambda``, ``kl_coeff``, ... for PPO) and any
+key starting with ``_``. The ``model`` dict is stricter: an unknown model key
+is an error (custom model options belong in ``custom_model_config``).
 """
 from __future__ import annotations
 
 import copy
 import difflib
 import math
-from dataclasses import dataclass
+import threading
+import warnings
 from numbers import Real
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from rlpolicy._core.defaults import COMMON_CONFIG, MODEL_DEFAULTS
+from rlpolicy._core.defaults import COMMON_CONFIG, MODEL_DEFAULTS, TRAINER_ONLY_KEYS
 
 FRAMEWORKS = ("torch", "tf", "tf2", "tfe", "jax")
 BATCH_MODES = ("truncate_episodes", "complete_episodes")
@@ -187,6 +191,25 @@ def _check_model(model: Mapping[str, Any]) -> None:
             raise _bad(f"model.{key}", value, problem)
 
 
+def check_config_value(key: str, value: Any) -> None:
+    """Checks one top-level value the way ``validate_config`` does.
+
+    For code that reads a key straight from a config it did not complete
+    (e.g. ``plan_devices``), so that both report a bad value in one wording.
+
+    Args:
+        key: A top-level key rlpolicy validates (e.g. ``"num_gpus"``).
+        value: Its value.
+
+    Raises:
+        KeyError: If rlpolicy has no check for ``key``.
+        ValueError: Naming the key, the bad value and what is allowed.
+    """
+    problem = _TOP_LEVEL_CHECKS[key](value)
+    if problem is not None:
+        raise _bad(key, value, problem)
+
+
 def validate_config(config: Mapping[str, Any]) -> None:
     """Checks the keys rlpolicy knows; raises on the first bad one. Changes nothing.
 
@@ -199,11 +222,9 @@ def validate_config(config: Mapping[str, Any]) -> None:
     """
     if not isinstance(config, Mapping):
         raise ValueError(f"config must be a dict, got {type(config).__name__}")
-    for key, check in _TOP_LEVEL_CHECKS.items():
+    for key in _TOP_LEVEL_CHECKS:
         if key in config:
-            problem = check(config[key])
-            if problem is not None:
-                raise _bad(key, config[key], problem)
+            check_config_value(key, config[key])
     if isinstance(config.get("model"), Mapping):
         _check_model(config["model"])
 
@@ -215,33 +236,142 @@ def _check_minibatch(partial: Mapping[str, Any]) -> None:
                          f"train_batch_size ({train})")
 
 
-def complete_config(partial: Optional[Mapping[str, Any]]) -> dict:
-    """Returns a new, complete config: ``COMMON_CONFIG`` deep-updated with ``partial``.
+def _as_dict(config: Optional[Mapping[str, Any]], what: str) -> Mapping[str, Any]:
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise ValueError(f"{what} must be a dict, got {type(config).__name__}")
+    return config
 
-    Sub-dicts are merged key by key (``model`` starts from ``MODEL_DEFAULTS``);
-    an ``exploration_config`` with a different ``type`` replaces the default
-    one entirely (as RLlib does). New top-level keys are kept. Neither input
-    is modified.
+
+def complete_config(partial: Optional[Mapping[str, Any]],
+                    defaults: Optional[Mapping[str, Any]] = None) -> dict:
+    """Returns a new, complete config: the defaults deep-updated with ``partial``.
+
+    The defaults are ``COMMON_CONFIG`` (its ``model`` from ``MODEL_DEFAULTS``)
+    deep-updated with ``defaults`` (a policy's own default config, which may
+    be partial). Sub-dicts are merged key by key; an ``exploration_config``
+    with a different ``type`` replaces the default one entirely (as RLlib
+    does). New top-level keys are kept. Every level of the result is a fresh
+    copy: no input is modified, and nothing mutable is shared with them.
 
     Args:
         partial: The caller's (partial) config, or None.
+        defaults: The policy's default config, or None for ``COMMON_CONFIG``.
 
     Returns:
         The completed config dict.
 
     Raises:
-        ValueError: If ``partial`` is not a dict, or it sets both
-            ``sgd_minibatch_size`` and ``train_batch_size`` with the first larger.
+        ValueError: If ``partial`` or ``defaults`` is not a dict, or
+            ``partial`` sets both ``sgd_minibatch_size`` and
+            ``train_batch_size`` with the first larger.
     """
-    if partial is None:
-        partial = {}
-    if not isinstance(partial, Mapping):
-        raise ValueError(f"config must be a dict, got {type(partial).__name__}")
+    partial = _as_dict(partial, "config")
+    defaults = _as_dict(defaults, "the default config")
     _check_minibatch(partial)
     memo: Dict[int, Any] = {}
     full = _copy_plain(COMMON_CONFIG, memo)
     full["model"] = _copy_plain(MODEL_DEFAULTS, memo)
+    if defaults:
+        merge_configs(full, _copy_plain(dict(defaults), {}))
     return merge_configs(full, _copy_plain(dict(partial), {}))
+
+
+# ---------------------------------------------------------------- unknown top-level keys
+class UnknownConfigKeyWarning(UserWarning):
+    """A top-level config key that neither rlpolicy nor the policy's defaults know."""
+
+
+_WARNED_KEYS: Set[str] = set()
+# difflib similarity for a "did you mean": 'lrr' -> 'lr' (0.8) and 'gama' -> 'gamma' (0.89)
+# qualify; unrelated names that merely share a suffix ('kl_target' / 'multiagent') do not.
+_CLOSE_ENOUGH = 0.75
+_WARNED_LOCK = threading.Lock()
+
+
+def known_keys(defaults: Optional[Mapping[str, Any]] = None) -> Set[str]:
+    """The top-level keys a policy with these default config keys knows.
+
+    ``COMMON_CONFIG``'s keys, the keys rlpolicy validates, RLlib 1.11's
+    trainer-level keys (``TRAINER_ONLY_KEYS``) and the keys of ``defaults``.
+    (Keys starting with ``_`` are always known; they are not listed.)
+    """
+    return set(COMMON_CONFIG) | set(_TOP_LEVEL_CHECKS) | TRAINER_ONLY_KEYS | set(defaults or ())
+
+
+def unknown_keys(partial: Optional[Mapping[str, Any]],
+                 defaults: Optional[Mapping[str, Any]] = None) -> List[Tuple[str, Optional[str]]]:
+    """The unknown top-level keys of ``partial``, each with its closest known key (or None).
+
+    Args:
+        partial: The caller's config.
+        defaults: The policy's default config (its keys are known).
+
+    Returns:
+        ``[(key, closest_known_key_or_None), ...]`` in the order of ``partial``;
+        a model key given at the top level gets ``"model.<key>"``.
+    """
+    known = known_keys(defaults)
+    out = []
+    for key in _as_dict(partial, "config"):
+        if isinstance(key, str) and (key.startswith("_") or key in known):
+            continue
+        if key in MODEL_DEFAULTS:
+            out.append((key, f"model.{key}"))
+            continue
+        close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=_CLOSE_ENOUGH)
+        out.append((key, close[0] if close else None))
+    return out
+
+
+def unknown_key_message(key: Any, close: Optional[str], where: str = "config") -> str:
+    """One line naming an unknown key and its closest known key."""
+    hint = f"; did you mean {close!r}?" if close else ""
+    return f"{where}: unknown config key {key!r}{hint}"
+
+
+def warn_unknown_keys(partial: Optional[Mapping[str, Any]],
+                      defaults: Optional[Mapping[str, Any]] = None, *, where: str = "config") -> None:
+    """Warns (``UnknownConfigKeyWarning``) about each unknown top-level key, once per process.
+
+    Unknown keys are kept in the config (a custom policy may read them); the
+    warning catches typos such as ``{"lrr": 1e-3}``.
+
+    Args:
+        partial: The caller's config.
+        defaults: The policy's default config.
+        where: Who is asking (e.g. the policy class name), for the message.
+    """
+    for key, close in unknown_keys(partial, defaults):
+        with _WARNED_LOCK:
+            if key in _WARNED_KEYS:
+                continue
+            _WARNED_KEYS.add(key)
+        warnings.warn(unknown_key_message(key, close, where) + " (the key is kept, but nothing "
+                      "in rlpolicy or the policy's default config knows it)",
+                      UnknownConfigKeyWarning, stacklevel=2)
+
+
+def check_config(partial: Optional[Mapping[str, Any]], defaults: Optional[Mapping[str, Any]] = None,
+                 *, where: str = "config") -> dict:
+    """Completes, checks and validates a policy config: the one place policies do it.
+
+    Args:
+        partial: The caller's (partial) config, or None. Not modified.
+        defaults: The policy's default config (e.g. PPO's), or None.
+        where: Who is asking, for the unknown-key warning.
+
+    Returns:
+        A new, complete config (see ``complete_config``).
+
+    Raises:
+        ValueError: As ``complete_config`` and ``validate_config``.
+    """
+    full = complete_config(partial, defaults)
+    warn_unknown_keys(partial, defaults, where=where)
+    validate_config(full)
+    return full
 
 
 _ATOMS = frozenset((int, float, complex, str, bool, bytes, type(None), type))
@@ -310,58 +440,6 @@ def merge_configs(base: dict, new: Mapping[str, Any]) -> dict:
     return base
 
 
-@dataclass(frozen=True)
-class PolicyConfigView:
-    """The config values policy internals read, typed and checked once.
-
-    ``self.config`` stays the caller's dict (as in RLlib); internal code reads
-    this view instead. Missing keys take their ``COMMON_CONFIG`` defaults.
-    """
-
-    framework: str
-    explore: bool
-    num_gpus: float
-    fake_gpus: bool  # config["_fake_gpus"]
-    num_gpus_per_worker: float
-    worker_index: int
-    max_seq_len: int  # config["model"]["max_seq_len"]
-    train_batch_size: int
-    sgd_minibatch_size: int  # None in the config: falls back to train_batch_size (RLlib 1.11)
-    num_multi_gpu_tower_stacks: int
-    grad_clip: Optional[float]
-    lr: float
-    in_evaluation: bool
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "PolicyConfigView":
-        """Reads (and checks) each field's key once.
-
-        Args:
-            config: The policy config.
-
-        Raises:
-            ValueError: Naming the first key with an invalid value.
-        """
-        def read(key: str) -> Any:
-            value = config.get(key, COMMON_CONFIG[key])
-            problem = _TOP_LEVEL_CHECKS[key](value)
-            if problem is not None:
-                raise _bad(key, value, problem)
-            return value
-
-        model = config.get("model") or {}
-        max_seq_len = model.get("max_seq_len", MODEL_DEFAULTS["max_seq_len"])
-        if _MODEL_CHECKS["max_seq_len"](max_seq_len) is not None:
-            raise _bad("model.max_seq_len", max_seq_len, "an int >= 1")
-        return cls(
-            framework=read("framework"), explore=read("explore"), num_gpus=read("num_gpus"),
-            fake_gpus=read("_fake_gpus"), num_gpus_per_worker=read("num_gpus_per_worker"),
-            worker_index=read("worker_index"), max_seq_len=max_seq_len,
-            train_batch_size=read("train_batch_size"),
-            sgd_minibatch_size=read("sgd_minibatch_size") or read("train_batch_size"),
-            num_multi_gpu_tower_stacks=read("num_multi_gpu_tower_stacks"),
-            grad_clip=read("grad_clip"), lr=read("lr"), in_evaluation=read("in_evaluation"),
-        )
-
-
-__all__ = ["FRAMEWORKS", "PolicyConfigView", "complete_config", "merge_configs", "validate_config"]
+__all__ = ["FRAMEWORKS", "UnknownConfigKeyWarning", "check_config", "check_config_value",
+           "complete_config", "known_keys", "merge_configs", "unknown_key_message", "unknown_keys",
+           "validate_config", "warn_unknown_keys"]

@@ -145,3 +145,23 @@ COMMON_CONFIG: dict = {
     "remote_worker_envs": False,
     "min_iter_time_s": 0,
 }
+
+#: RLlib 1.11 trainer-level config keys that the policy layer never reads. They are
+#: known (a ported trainer config passes them without an unknown-key warning) but
+#: have no default here.
+TRAINER_ONLY_KEYS: frozenset = frozenset({
+    "observation_space", "action_space", "remote_env_batch_wait_ms", "env_task_fn",
+    "render_env", "record_env", "ignore_worker_failures", "recreate_failed_workers",
+    "log_sys_usage", "fake_sampler", "evaluation_duration", "evaluation_duration_unit",
+    "evaluation_parallel_to_training", "evaluation_num_workers", "evaluation_num_episodes",
+    "custom_eval_function", "always_attach_evaluation_results",
+    "keep_per_episode_custom_metrics", "sample_async", "sample_collector",
+    "metrics_episode_collection_timeout_s", "metrics_num_episodes_for_smoothing",
+    "metrics_smoothing_episodes", "collect_metrics_timeout", "min_time_s_per_reporting",
+    "min_train_timesteps_per_reporting", "min_sample_timesteps_per_reporting",
+    "timesteps_per_iteration", "extra_python_environs_for_driver",
+    "extra_python_environs_for_worker", "placement_strategy", "input_config",
+    "actions_in_input_normalized", "input_evaluation", "postprocess_inputs",
+    "shuffle_buffer_size", "output_config", "output_compress_columns", "output_max_file_size",
+    "logger_config", "monitor",
+})

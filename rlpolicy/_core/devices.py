@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
+from rlpolicy._core.config import check_config_value
+
 #: Ray contexts understood by ``plan_devices``.
 RAY_NONE = None  # Ray not initialized (or a plain driver script).
 RAY_DRIVER = "driver"  # ray.init() was called in this (driver) process.
@@ -58,21 +60,19 @@ class DevicePlan:
 
 
 def _read_gpu_count(config: Mapping, key: str) -> float:
-    value = config.get(key, 0)
+    # Missing or None: no GPUs. Otherwise checked as validate_config does.
+    value = config.get(key)
     if value is None:
-        value = 0
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value < 0 \
-            or math.isnan(value) or math.isinf(value):
-        raise ValueError(f"config[{key!r}]={value!r} is invalid; use a finite number >= 0")
+        return 0
+    check_config_value(key, value)
     return value
 
 
 def _gpu_count_for_worker(config: Mapping, ray_mode: Optional[str]) -> float:
     """RLlib 1.11: local mode forces CPU unless GPUs are faked; the local worker
     (index 0) reads ``num_gpus``, remote workers ``num_gpus_per_worker``."""
-    worker_index = config.get("worker_index", 0) or 0
-    if not isinstance(worker_index, numbers.Integral) or worker_index < 0:
-        raise ValueError(f"config['worker_index']={worker_index!r} is invalid; use an int >= 0")
+    worker_index = config.get("worker_index") or 0
+    check_config_value("worker_index", worker_index)
     num_gpus = _read_gpu_count(config, "num_gpus")
     num_gpus_per_worker = _read_gpu_count(config, "num_gpus_per_worker")
     if not config.get("_fake_gpus", False) and ray_mode == RAY_LOCAL:

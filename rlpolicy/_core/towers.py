@@ -1,14 +1,18 @@
 """Multi-tower (multi-device) helpers for ``TorchPolicy``.
 
-The policy keeps one model copy ("tower") per device. A training step:
+The policy keeps one model copy ("tower") per device. Batch splitting and
+the loaded-buffer bookkeeping are framework-neutral and live in
+``rlpolicy._core.tower_buffers``. A multi-tower training step
+(``run_tower_step``):
 
-1. ``slice_device_batches``: picks the minibatch slice of each device's
-   pre-loaded batch.
-2. ``sync_tower_weights``: copies tower 0's weights into the other towers.
-3. ``TowerRunner.run``: computes each tower's gradients (``compute_tower_grads``)
-   in parallel threads (inline for a single tower).
-4. ``mean_reduce_grads``: averages the per-tower gradients on the main device
-   and installs them as tower 0's ``.grad`` before the optimizer step.
+1. ``sync_tower_weights``: copies tower 0's weights into the other towers.
+2. ``TowerRunner.run``: computes each tower's raw gradients
+   (``compute_tower_grads``: backward only) in parallel threads.
+3. ``mean_reduce_grads``: averages the per-tower gradients on the main
+   device and installs them as tower 0's ``.grad``.
+4. The gradient post-processing (the policy's ``extra_grad_process``, e.g.
+   clipping) runs once per optimizer on the averaged gradients, so a step
+   on N towers equals a step on one device even with ``grad_clip``.
 
 torch is imported lazily, inside the functions, so importing this module
 never needs torch.
@@ -18,16 +22,24 @@ from __future__ import annotations
 import copy
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-TowerGrads = Tuple[List[Any], Dict[str, Any]]
+GradProcess = Callable[[Any, Any], Dict[str, Any]]
 
 
-def equal_split_length(total: int, num_devices: int) -> int:
-    """Samples per device when ``total`` samples are split evenly (excess dropped)."""
-    if num_devices < 1:
-        raise ValueError(f"num_devices={num_devices} is invalid; need at least one device")
-    return total // num_devices
+class TowerGrads(NamedTuple):
+    """One tower's (or the reduced) gradient computation.
+
+    Attributes:
+        grads: One entry per model parameter: the ``.grad`` tensor, or None.
+        info: Merged info dicts (``allreduce_latency`` and whatever the
+            gradient post-processing returned).
+        losses: The loss tensors, one per optimizer.
+    """
+
+    grads: List[Any]
+    info: Dict[str, Any]
+    losses: List[Any]
 
 
 def make_towers(model: Any, devices: Sequence[Any], on_gpu: bool,
@@ -50,47 +62,6 @@ def make_towers(model: Any, devices: Sequence[Any], on_gpu: bool,
     targets = None if target_model is None else {
         t: copy.deepcopy(target_model).to(d) for t, d in zip(towers, devices)}
     return towers, targets
-
-
-def split_for_devices(batch: Any, num_devices: int, pad: Callable[[Any], None],
-                      devices: Sequence[Any]) -> List[Any]:
-    """Cuts ``batch`` into one time-slice per device, pads and moves each slice.
-
-    Without sequences, rows beyond an equal share per device are dropped, so
-    every device gets ``len(batch) // num_devices`` rows. With sequences
-    (``seq_lens``), the slices follow ``batch.timeslices`` and are zero-padded
-    by ``pad`` (RLlib 1.11).
-    """
-    n = len(batch)
-    if "seq_lens" not in batch and n % num_devices:
-        batch = batch[:n - n % num_devices]
-    slices = batch.timeslices(num_slices=num_devices)
-    for s in slices:
-        pad(s)
-    return [s.to_device(d) for s, d in zip(slices, devices)]
-
-
-def slice_device_batches(device_batches: Sequence[Any], offset: int,
-                         device_batch_size: int) -> List[Any]:
-    """Returns the minibatch each device trains on, RLlib 1.11 style.
-
-    Each device's pre-loaded batch is sliced to ``[offset:offset + size]``;
-    when ``device_batch_size`` covers all loaded samples, the loaded batches
-    are used whole.
-    """
-    if device_batch_size >= sum(len(b) for b in device_batches):
-        return list(device_batches)
-    return [minibatch_slice(b, offset, device_batch_size) for b in device_batches]
-
-
-def minibatch_slice(batch: Any, offset: int, size: int) -> Any:
-    """``batch[offset:offset + size]``, truncated at the batch's end like a list slice
-    (RLlib 1.11); an ``offset`` outside the loaded rows is a ValueError."""
-    n = len(batch)
-    if not 0 <= offset < n:
-        raise ValueError(f"learn_on_loaded_batch: offset {offset} is outside the {n} samples "
-                         "loaded per device")
-    return batch[offset:min(offset + size, n)]
 
 
 def sync_tower_weights(main_model: Any, towers: Sequence[Any]) -> None:
@@ -153,13 +124,16 @@ def compute_tower_grads(
     batch: Any,
     optimizers: Sequence[Any],
     param_groups: Sequence[Set[int]],
-    grad_process: Callable[[Any, Any], Dict[str, Any]],
+    grad_process: Optional[GradProcess] = None,
 ) -> TowerGrads:
     """Computes one tower's loss(es) and gradients.
 
     For each optimizer (in order): resets the gradients of the parameters it
-    owns, back-propagates its loss term and lets ``grad_process`` (the
-    policy's ``extra_grad_process``, e.g. gradient clipping) post-process.
+    owns, back-propagates its loss term and, if given, lets ``grad_process``
+    (the policy's ``extra_grad_process``, e.g. gradient clipping)
+    post-process. Without ``grad_process`` only the raw gradients are
+    computed and the optimizers are only counted, never touched, so this is
+    safe to run for several towers at once.
 
     Args:
         loss_fn: ``(model, batch) -> list of loss tensors`` (one per optimizer).
@@ -168,11 +142,11 @@ def compute_tower_grads(
         optimizers: The policy's optimizers.
         param_groups: Per optimizer, the indices (into
             ``list(model.parameters())``) of the parameters it updates.
-        grad_process: ``(optimizer, loss) -> info dict``.
+        grad_process: ``(optimizer, loss) -> info dict``, or None.
 
     Returns:
-        ``(grads, grad_info)``: one entry per model parameter (references to
-        the ``.grad`` tensors, or None) and the merged info dict.
+        ``TowerGrads``: one entry per model parameter (references to the
+        ``.grad`` tensors, or None), the merged info dict and the losses.
     """
     import torch
 
@@ -199,49 +173,94 @@ def compute_tower_grads(
         for idx in had_grad:
             if params[idx].grad is None:
                 params[idx].grad = torch.zeros_like(params[idx])
-        grad_info.update(grad_process(opt, losses[opt_idx]))
+        if grad_process is not None:
+            grad_info.update(grad_process(opt, losses[opt_idx]))
         for idx in owned:
             all_grads[idx] = params[idx].grad
-    return all_grads, grad_info
+    return TowerGrads(all_grads, grad_info, list(losses))
 
 
-class TowerOptimizerView:
-    """An optimizer as seen from one (non-main) tower.
+def run_tower_step(
+    runner: "TowerRunner",
+    loss_fn: Callable[[Any, Any], List[Any]],
+    towers: Sequence[Any],
+    device_batches: Sequence[Any],
+    optimizers: Sequence[Any],
+    param_groups: Sequence[Set[int]],
+    grad_process: GradProcess,
+    device: Any,
+) -> TowerGrads:
+    """One multi-tower gradient computation; leaves the mean grads in tower 0.
 
-    The policy's optimizers hold tower 0's parameters. Gradient post-processing
-    (e.g. clipping in ``extra_grad_process``) running for tower ``i`` must
-    touch tower ``i``'s gradients, not tower 0's (which another thread may be
-    writing at the same time). This view exposes the optimizer's
-    ``param_groups`` with each parameter swapped for the tower's counterpart;
-    every other attribute comes from the wrapped optimizer.
+    Syncs the towers to tower 0, computes every tower's raw gradients in
+    parallel, averages them on tower 0's device and installs the average as
+    tower 0's ``.grad``. Then ``grad_process(optimizer, loss)`` runs once per
+    optimizer on tower 0 (which the optimizers hold), with ``loss`` the mean
+    (detached, on ``device``) of that optimizer's per-tower losses.
+    With a mean loss over equally sized slices this equals a single-device
+    step on the whole batch, gradient clipping included. No optimizer steps.
+
+    Args:
+        runner: Runs one callable per tower.
+        loss_fn: ``(model, batch) -> list of loss tensors`` (one per optimizer).
+        towers: The tower models; tower 0 is the main model.
+        device_batches: One (device-resident) batch per tower.
+        optimizers: The policy's optimizers (over tower 0's parameters).
+        param_groups: Per optimizer, the parameter indices it updates.
+        grad_process: ``(optimizer, loss) -> info dict``.
+        device: Tower 0's device (where the averaging happens).
+
+    Returns:
+        ``TowerGrads`` of the averaged (and post-processed) gradients, the
+        merged info and the mean loss per optimizer.
     """
+    import torch
 
-    def __init__(self, optimizer: Any, main_params: Sequence[Any], tower_params: Sequence[Any]):
-        self._optimizer = optimizer
-        index = {p: i for i, p in enumerate(main_params)}
-        self._group_indices = [[index.get(p) for p in g["params"]]
-                               for g in optimizer.param_groups]
-        self._tower_params = list(tower_params)
+    main = towers[0]
+    for tower in towers:
+        if not tower.training:
+            tower.train()
+    sync_tower_weights(main, towers)
+    outs = runner.run(
+        lambda model, batch: compute_tower_grads(loss_fn, model, batch, optimizers,
+                                                 param_groups),
+        list(zip(towers, device_batches)))
+    grads = mean_reduce_grads([o.grads for o in outs], device)
+    params = list(main.parameters())
+    for p, g in zip(params, grads):
+        p.grad = g
+    with torch.no_grad():
+        losses = [torch.stack([o.losses[k].detach().to(device) for o in outs]).mean()
+                  for k in range(len(optimizers))]
+    info: Dict[str, Any] = {"allreduce_latency": 0.0}
+    for opt, loss in zip(optimizers, losses):
+        info.update(grad_process(opt, loss))
+    # Post-processing may replace (not just scale) a .grad: read them back.
+    grads = [None if g is None else p.grad for p, g in zip(params, grads)]
+    return TowerGrads(grads, info, losses)
 
-    @property
-    def param_groups(self) -> List[Dict[str, Any]]:
-        """The optimizer's param groups, holding this tower's parameters."""
-        groups = []
-        for group, indices in zip(self._optimizer.param_groups, self._group_indices):
-            params = [self._tower_params[i] for i in indices if i is not None]
-            groups.append({**group, "params": params})
-        return groups
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._optimizer, name)
+def gather_tower_stats(towers: Sequence[Any], stats_name: str, device: Any) -> List[Any]:
+    """``tower.tower_stats[stats_name]`` of every tower that has it, moved to ``device``.
 
+    Raises:
+        AssertionError: If no tower has ``stats_name`` (as RLlib 1.11).
+    """
+    import torch
+    import tree
 
-def make_optimizer_views(optimizers: Sequence[Any], main_model: Any,
-                         towers: Sequence[Any]) -> Dict[int, List["TowerOptimizerView"]]:
-    """Per tower index > 0, a ``TowerOptimizerView`` of each optimizer."""
-    main = list(main_model.parameters())
-    return {i: [TowerOptimizerView(o, main, list(t.parameters())) for o in optimizers]
-            for i, t in enumerate(towers) if i > 0}
+    def to_device(s: Any) -> Any:
+        if isinstance(s, torch.Tensor):
+            return s.to(device)
+        return tree.map_structure(lambda x: x.to(device), s)
+
+    data = [to_device(t.tower_stats[stats_name]) for t in towers if stats_name in t.tower_stats]
+    if not data:
+        raise AssertionError(
+            f"Stats `{stats_name}` not found in any of the towers (you have {len(towers)} "
+            "towers in total)! Make sure you call the loss function on at least one of the "
+            "towers.")
+    return data
 
 
 class TowerRunner:

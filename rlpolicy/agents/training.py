@@ -22,19 +22,31 @@ from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
 ALGORITHMS = ("pg", "ppo")
 
 
-def get_policy_class(algo: str, framework: str = "torch") -> type:
-    """The reference policy class of ``algo`` for ``framework``."""
-    if framework != "torch":
-        raise ValueError(f"algorithm {algo!r}: framework={framework!r} not available; supported: 'torch'")
-    if algo == "pg":
-        from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy
+FRAMEWORKS = ("torch", "tf", "tf2", "tfe")
 
-        return PGTorchPolicy
-    if algo == "ppo":
+
+def get_policy_class(algo: str, framework: str = "torch") -> type:
+    """The reference policy class of ``algo`` for ``framework``: the torch
+    class, the TF graph class (``"tf"``) or its ``as_eager()`` version
+    (``"tf2"``/``"tfe"``)."""
+    if algo not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}")
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"algorithm {algo!r}: framework={framework!r} not available; "
+                         f"supported: {', '.join(map(repr, FRAMEWORKS))}")
+    if framework == "torch":
+        if algo == "pg":
+            from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy
+
+            return PGTorchPolicy
         from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
 
         return PPOTorchPolicy
-    raise ValueError(f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}")
+    if algo == "pg":
+        from rlpolicy.agents.pg.pg_tf_policy import PGTFPolicy as tf_cls
+    else:
+        from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy as tf_cls
+    return tf_cls if framework == "tf" else tf_cls.as_eager()
 
 
 @dataclass

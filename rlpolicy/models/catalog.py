@@ -20,6 +20,7 @@ from rlpolicy.models.action_dist import ActionDistribution
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.models.preprocessors import Preprocessor, get_preprocessor
 from rlpolicy.utils.annotations import DeveloperAPI, PublicAPI
+from rlpolicy.utils.error import UnsupportedSpaceException  # re-exported (defined at RLlib's path)
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 logger = logging.getLogger(__name__)
@@ -46,14 +47,13 @@ _MODEL_MODULES = {
 }
 
 
-class UnsupportedSpaceException(ValueError, NotImplementedError):
-    """A space that no default model / action distribution supports."""
-
-
 def _check_framework(framework: str) -> str:
     if framework not in SUPPORTED_FRAMEWORKS:
         raise ValueError(f"framework={framework!r} is not supported; use one of "
                          f"{list(SUPPORTED_FRAMEWORKS)}")
+    from rlpolicy._core.framework_check import require_framework
+
+    require_framework(framework, "ModelCatalog")  # a clear ImportError if it is not installed
     return "torch" if framework == "torch" else "tf"
 
 

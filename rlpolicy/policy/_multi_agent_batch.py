@@ -12,6 +12,10 @@ from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, SampleBatch
 from rlpolicy.utils.annotations import DeveloperAPI, PublicAPI
 from rlpolicy.utils.typing import PolicyID
 
+# Unroll ids handed out to the batches that `MultiAgentBatch.timeslices` builds: one process-wide
+# counter (like RLlib 1.11's batch builder), so ids stay unique across calls.
+_UNROLL_IDS = itertools.count()
+
 
 @PublicAPI
 class MultiAgentBatch:
@@ -49,7 +53,10 @@ class MultiAgentBatch:
         """Cuts into batches of `k` env steps each (env steps = distinct (eps_id, t)).
 
         Rows of all policies are ordered by (eps_id, t, agent_index); rows sharing
-        (eps_id, t) belong to the same env step.
+        (eps_id, t) belong to the same env step. Each policy batch of a slice is built
+        anew and, unless its rows already carry an `unroll_id` column, gets one with a
+        fresh id (one id per built batch, unique within the process), as RLlib 1.11's
+        batch builder does. A policy without rows in a slice is left out of that slice.
 
         Raises:
             ValueError: If k < 1 or a policy batch lacks eps_id / t / agent_index.
@@ -144,7 +151,7 @@ class MultiAgentBatch:
 
 
 def _rows_to_batch(rows: List[Dict[str, Any]]) -> SampleBatch:
-    """Stacks row dicts (from `SampleBatch.rows()`) back into a SampleBatch."""
+    """Stacks row dicts (from `SampleBatch.rows()`) back into a SampleBatch (adding unroll ids)."""
     data: Dict[str, Any] = {}
     for key in rows[0]:
         if key == SampleBatch.SEQ_LENS:
@@ -158,6 +165,8 @@ def _rows_to_batch(rows: List[Dict[str, Any]]) -> SampleBatch:
             data[key] = tree.map_structure(lambda *xs: np.stack(xs), *values)
         else:
             data[key] = np.stack([np.asarray(v) for v in values])
+    if SampleBatch.UNROLL_ID not in data:
+        data[SampleBatch.UNROLL_ID] = np.full(len(rows), next(_UNROLL_IDS), dtype=np.int64)
     return SampleBatch(data)
 
 

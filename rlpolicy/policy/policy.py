@@ -56,28 +56,52 @@ class PolicySpec(namedtuple("PolicySpec", ["policy_class", "observation_space", 
         return super().__new__(cls, policy_class, observation_space, action_space, config)
 
 
-def _completed_config(config: Optional[dict]) -> dict:
-    # Partial dicts are completed from COMMON_CONFIG (nested "model" from
-    # MODEL_DEFAULTS); an already complete dict is kept as the same object, so
-    # code holding the caller's dict (e.g. build_policy_class's hooks) sees
-    # the dict the policy uses, as in RLlib.
-    from rlpolicy._core.config import complete_config, validate_config
+def _completed_config(config: Optional[dict], defaults: Optional[dict] = None,
+                      where: str = "Policy") -> dict:
+    # The one place a policy config is completed, checked and validated: a new
+    # dict (defaults deep-copied, the caller's dict deep-copied and left as it
+    # was), so no two policies share a nested dict and no default changes.
+    from rlpolicy._core.config import check_config
 
     if config is None:
         config = {}
     if not isinstance(config, dict):
         raise TypeError(f"Policy config must be a dict, got {type(config).__name__}")
-    full = config if _is_complete(config) else complete_config(config)
-    validate_config(full)
+    return check_config(config, defaults, where=where)
+
+
+def complete_policy_config(policy: "Policy", config: Optional[dict],
+                           defaults: Optional[dict] = None) -> dict:
+    """Completes ``config`` for ``policy`` once, before or in ``Policy.__init__``.
+
+    For constructors that need the complete config early (``build_policy_class``
+    classes: their hooks and model run before ``TorchPolicy.__init__``). The
+    result, passed on through the base-class constructors, is returned as it
+    is by every later call (and kept by ``Policy.__init__``) rather than
+    completed and checked a second time.
+
+    Args:
+        policy: The policy being constructed.
+        config: The caller's (partial) config, or None. Not modified.
+        defaults: The policy's default config (e.g. from ``get_default_config``);
+            None: the class's ``_hooks.get_default_config()`` if it has one.
+
+    Returns:
+        The new, complete config dict.
+    """
+    if config is not None and config is policy.__dict__.get("_precompleted_config"):
+        return config
+    if defaults is None:
+        defaults = _class_default_config(policy)
+    full = _completed_config(config, defaults, type(policy).__name__)
+    policy.__dict__["_precompleted_config"] = full
     return full
 
 
-def _is_complete(config: dict) -> bool:
-    from rlpolicy._core.defaults import COMMON_CONFIG, MODEL_DEFAULTS
-
-    model = config.get("model")
-    return (all(k in config for k in COMMON_CONFIG) and isinstance(model, dict)
-            and all(k in model for k in MODEL_DEFAULTS))
+def _class_default_config(policy: "Policy") -> Optional[dict]:
+    # Classes made by the policy factories carry their get_default_config hook.
+    hook = getattr(getattr(type(policy), "_hooks", None), "get_default_config", None)
+    return hook() if callable(hook) else None
 
 
 def _check_space(space: Any, arg: str) -> None:
@@ -108,8 +132,10 @@ class Policy(metaclass=ABCMeta):
         Args:
             observation_space: Observation space of the policy.
             action_space: Action space of the policy.
-            config: The policy/trainer config. Missing keys are filled from
-                ``COMMON_CONFIG`` (and ``model`` from ``MODEL_DEFAULTS``).
+            config: The policy/trainer config. ``self.config`` is a completed
+                deep copy: missing keys are filled from ``COMMON_CONFIG`` (and
+                ``model`` from ``MODEL_DEFAULTS``); the caller's dict is not
+                modified. Unknown top-level keys are kept, with a warning.
 
         Raises:
             TypeError: If a space is not a gymnasium space or config not a dict.
@@ -121,8 +147,9 @@ class Policy(metaclass=ABCMeta):
         self.action_space: gym.Space = action_space
         # Base struct of the action space, e.g. Dict({"a": Discrete(2)}) -> {"a": Discrete(2)}.
         self.action_space_struct = get_base_struct_from_space(action_space)
-        self.config: TrainerConfigDict = _completed_config(config)
-        self.framework = self.config.get("framework")
+        self.config: TrainerConfigDict = complete_policy_config(self, config)
+        del self.__dict__["_precompleted_config"]  # completion is over
+        self.framework = self.config["framework"]
         self.callbacks: "DefaultCallbacks" = self._make_callbacks()
         # Broadcast down from the driver from time to time.
         self.global_timestep: int = 0
@@ -138,10 +165,8 @@ class Policy(metaclass=ABCMeta):
         self._model_init_state_automatically_added = False
 
     def _make_callbacks(self) -> "DefaultCallbacks":
-        cls = self.config.get("callbacks")
-        if cls:
-            if not callable(cls):
-                raise ValueError(f"config['callbacks'] must be a DefaultCallbacks subclass, got {cls!r}")
+        cls = self.config["callbacks"]  # validated with the rest of the config
+        if cls is not None:
             return cls()
         from rlpolicy.agents.callbacks import DefaultCallbacks
 
@@ -499,11 +524,11 @@ class Policy(metaclass=ABCMeta):
         from rlpolicy._core.exploration_factory import create_exploration
 
         return create_exploration(
-            self.config.get("exploration_config", {"type": "StochasticSampling"}),
+            self.config["exploration_config"],
             action_space=self.action_space, policy_config=self.config,
-            model=getattr(self, "model", None), num_workers=self.config.get("num_workers", 0),
-            worker_index=self.config.get("worker_index", 0),
-            framework=getattr(self, "framework", self.config.get("framework", "tf")))
+            model=getattr(self, "model", None), num_workers=self.config["num_workers"],
+            worker_index=self.config["worker_index"],
+            framework=getattr(self, "framework", self.config["framework"]))
 
     def _get_default_view_requirements(self) -> Dict[str, Any]:
         return loss_init.default_view_requirements(self.observation_space, self.action_space)

@@ -45,8 +45,9 @@ def build_policy_class(
     """Builds a TorchPolicy subclass named ``name`` from the given functions.
 
     At construction, the class calls (in this order, each only if given):
-    ``get_default_config()`` (its dict, updated with the caller's config, is
-    the policy config; missing keys then come from ``COMMON_CONFIG``),
+    ``get_default_config()`` (``COMMON_CONFIG`` deep-updated with its dict,
+    then with the caller's config, is the policy config: a new dict, so
+    neither the defaults nor the caller's dict ever change),
     ``validate_spaces(policy, obs_space, action_space, config)``,
     ``before_init(...)`` (same arguments), ``make_model(...)`` or
     ``make_model_and_action_dist(...)`` (else the catalog's default model and
@@ -158,14 +159,15 @@ def _with_updates(cls: type, **overrides: Any) -> type:
 # ---------------------------------------------------------------- construction
 def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  config: TrainerConfigDict) -> None:
-    from rlpolicy.policy.policy import _completed_config
+    from rlpolicy._core.framework_check import require_framework
+    from rlpolicy.policy.policy import complete_policy_config
     from rlpolicy.policy.torch_policy import TorchPolicy
 
     hooks: PolicyHooks = self._hooks
-    if hooks.get_default_config is not None:
-        config = dict(hooks.get_default_config(), **(config or {}))
-    config = _completed_config(config)
-    self.config = config
+    require_framework(hooks.framework, hooks.name)
+    # A new dict: the defaults deep-updated with (a deep copy of) the caller's dict.
+    defaults = hooks.get_default_config() if hooks.get_default_config is not None else None
+    self.config = config = complete_policy_config(self, config, defaults)
     # RLlib 1.11 writes the factory's framework into the config.
     self.framework = self.config["framework"] = hooks.framework
     if hooks.validate_spaces is not None:

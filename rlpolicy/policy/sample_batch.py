@@ -396,21 +396,17 @@ class SampleBatch(dict):
         seq_lens = ops.concrete_seq_lens(dict.get(self, self.SEQ_LENS))
         return seq_lens if seq_lens is not None and len(seq_lens) > 0 else None
 
-    def _check_bounds(self, start: Optional[int], stop: Optional[int], step: Optional[int]) -> tuple:
-        n = self.count
-        if step not in (None, 1):
-            raise ValueError(f"SampleBatch slices must have step 1, got step={step}")
-        start = 0 if start is None else (start + n if start < 0 else start)
-        stop = n if stop is None else (stop + n if stop < 0 else stop)
-        if stop > n:
-            raise ValueError(f"SampleBatch slice [{start}:{stop}] goes past the end of the batch ({n} rows)")
-        if start < 0 or start > stop:
-            raise ValueError(f"SampleBatch slice [{start}:{stop}] is invalid for a batch of {n} rows (need 0 <= start <= stop)")
-        return start, stop
+    def _check_bounds(self, slice_: slice) -> tuple:
+        """(start, stop) of `slice_` with Python/numpy semantics (clamped; stop >= start)."""
+        if slice_.step not in (None, 1):
+            raise ValueError(f"SampleBatch slices must have step 1, got step={slice_.step}")
+        start, stop, _ = slice_.indices(self.count)
+        return start, max(start, stop)
 
     def _slice(self, slice_: slice) -> "SampleBatch":
-        """`batch[start:stop]`; with seq_lens both ends snap back to a sequence start."""
-        start, stop = self._check_bounds(slice_.start, slice_.stop, slice_.step)
+        """`batch[start:stop]` (numpy semantics: negative bounds count from the end, bounds
+        past the end are clamped); with seq_lens both ends snap back to a sequence start."""
+        start, stop = self._check_bounds(slice_)
         seq_lens = self._seq_lens_np()
         if seq_lens is None:
             data = {k: _slice_column(k, v, start, stop) for k, v in dict.items(self)}
@@ -446,16 +442,24 @@ class SampleBatch(dict):
               state_end: Optional[int] = None) -> "SampleBatch":
         """Returns rows [start, end) without snapping; sequences cut by the bounds shrink.
 
+        Without seq_lens the bounds follow Python/numpy slicing (negative values count
+        from the end, bounds past the end are clamped). With seq_lens, `end` is clamped
+        the same way but a negative `start` left-pads with -start zero rows (RLlib 1.11).
+
         Args:
-            start: First row; a negative value left-pads with -start zero rows.
+            start: First row (see above for negative values).
             end: One past the last row.
             state_start: With `state_end`, take `state_in_*` and seq_lens from these
                 sequence indices (the last seq_len is trimmed to fit).
             state_end: See `state_start`.
         """
-        if end > self.count:
-            raise ValueError(f"SampleBatch.slice({start}, {end}) goes past the end of the batch ({self.count} rows)")
-        seq_lens = self._seq_lens_np()
+        n, seq_lens = self.count, self._seq_lens_np()
+        if seq_lens is None:
+            start, end, _ = slice(start, end).indices(n)  # the builtin `slice`
+            end = max(start, end)
+        else:
+            end = min(max(end + n if end < 0 else end, 0), n)
+            start = min(start, end) if start >= 0 else start
         data = {}
         per_seq = {k for k in ops.iter_state_keys(dict.keys(self))
                    if seq_lens is not None and ops.first_length(k, dict.__getitem__(self, k)) == len(seq_lens) != self.count}
@@ -490,21 +494,7 @@ class SampleBatch(dict):
                 raise ValueError("SampleBatch.timeslices() needs `size` or `num_slices`")
             deprecation_warning("timeslices(k=...)", "timeslices(size=...) or timeslices(num_slices=...)")
             size = k
-        n = len(self)
-        if size is None:
-            if not isinstance(num_slices, int) or num_slices < 1:
-                raise ValueError(f"SampleBatch.timeslices(num_slices={num_slices!r}): num_slices must be an int >= 1")
-            if n < num_slices:
-                raise ValueError(f"SampleBatch.timeslices(num_slices={num_slices}): batch has only {n} rows, fewer than the number of slices")
-            bounds, start = [], 0
-            for i in range(num_slices):
-                stop = start + (n - start) // (num_slices - i)
-                bounds.append((start, stop))
-                start = stop
-        else:
-            if not isinstance(size, int) or size < 1:
-                raise ValueError(f"SampleBatch.timeslices(size={size!r}): size must be an int >= 1")
-            bounds = [(a, min(a + size, n)) for a in range(0, n, size)]
+        bounds = ops.timeslice_bounds(len(self), size, num_slices)
         return [self[a:b] for a, b in bounds]
 
     # ------------------------------------------------------------------ padding / devices

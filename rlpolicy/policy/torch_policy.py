@@ -3,43 +3,54 @@
 ``TorchPolicy`` runs a ``TorchModelV2`` for action computation and learning.
 With more than one device (real GPUs or ``_fake_gpus``) it keeps one model copy
 ("tower") per device; the device plan lives in ``rlpolicy._core.devices`` and
-the tower mechanics (batch slicing, weight sync, threaded per-tower gradients,
-mean reduction) in ``rlpolicy._core.towers``.
+the tower mechanics (weight sync, threaded per-tower gradients, mean
+reduction) in ``rlpolicy._core.towers``, the per-device batch splits and
+loaded buffers in ``rlpolicy._core.tower_buffers``; construction steps,
+action-distribution steps and optimizer state/export helpers live in
+``rlpolicy._core.torch_setup``, ``torch_actions`` and ``torch_policy_io``.
 """
 from __future__ import annotations
 
 import functools
-import logging
-import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
+from rlpolicy._core.torch_actions import compute_dist_inputs, log_likelihoods
 from rlpolicy._core.torch_convert import (
     action_outputs_to_numpy,
     load_state_dict_fast,
-    numpy_copy,
     state_dict_fast,
     tensor_interceptor,
-    to_numpy_fast,
     to_torch_fast,
 )
+from rlpolicy._core.torch_policy_io import (
+    export_policy_model,
+    load_optimizer_states,
+    optimizer_states,
+)
+from rlpolicy._core.torch_setup import (
+    default_model_and_dist,
+    optimizer_param_groups,
+    plan_torch_devices,
+    resolve_loss,
+)
+from rlpolicy._core.tower_buffers import (
+    TowerBuffers,
+    as_sample_batch,
+    device_minibatch_size,
+    split_batch_for_devices,
+)
 from rlpolicy._core.towers import (
-    TowerOptimizerView,
+    TowerGrads,
     TowerRunner,
     compute_tower_grads,
-    make_optimizer_views,
+    gather_tower_stats,
     make_towers,
-    mean_reduce_grads,
-    minibatch_slice,
-    slice_device_batches,
-    split_for_devices,
-    sync_tower_weights,
+    run_tower_step,
 )
-from rlpolicy.models.torch.torch_action_dist import TorchDistributionWrapper
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -61,8 +72,6 @@ from rlpolicy.utils.typing import (
 )
 
 torch, nn = try_import_torch()
-
-logger = logging.getLogger(__name__)
 
 
 class DirectStepOptimizer:
@@ -158,18 +167,13 @@ class TorchPolicy(Policy):
             get_batch_divisibility_req: ``policy -> int`` (or an int): train
                 batches are padded to a multiple of it.
         """
-        if config is None:
-            config = {}
-        # RLlib 1.11: the caller's config dict is tagged as a torch config.
-        self.framework = config["framework"] = "torch"
+        # RLlib 1.11 tags the caller's dict as a torch config; rlpolicy tags the
+        # policy's own copy (made by Policy.__init__) and leaves the caller's alone.
         super().__init__(observation_space, action_space, config)
-        num_buffers = self.config.get("num_multi_gpu_tower_stacks", 1)
-        if not isinstance(num_buffers, int) or isinstance(num_buffers, bool) or num_buffers < 1:
-            raise ValueError(f"config['num_multi_gpu_tower_stacks']={num_buffers!r} is invalid; "
-                             "use an int >= 1")
-        model, action_distribution_class = self._build_default_model(
-            model, action_distribution_class)
-        self._device_plan = self._plan_devices()
+        self.framework = self.config["framework"] = "torch"
+        model, action_distribution_class = default_model_and_dist(
+            observation_space, action_space, self.config, model, action_distribution_class)
+        self._device_plan = plan_torch_devices(self.config)
         self._place_model_towers(model)
         self._lock = threading.RLock()
         self._state_inputs = self.model.get_initial_state()
@@ -178,10 +182,13 @@ class TorchPolicy(Policy):
         self.view_requirements.update(self.model.view_requirements)
         self.exploration = self._create_exploration()
         self.unwrapped_model = model  # RLlib: for DistributedDataParallel wrappers.
-        self._loss = self._resolve_loss(loss)
+        self._loss = resolve_loss(type(self), Policy.loss, loss)
         self._optimizers = force_list(self.optimizer())
-        self.multi_gpu_param_groups: List[Set[int]] = self._param_groups()
-        self._loaded_batches: List[List[SampleBatch]] = [[] for _ in range(num_buffers)]
+        self.multi_gpu_param_groups: List[Set[int]] = optimizer_param_groups(
+            self.model, self._optimizers)
+        # config["num_multi_gpu_tower_stacks"] was validated by Policy.__init__.
+        self._tower_buffers = TowerBuffers(
+            self.config.get("num_multi_gpu_tower_stacks", 1), len(self.devices))
         self.dist_class = action_distribution_class
         self.action_sampler_fn = action_sampler_fn
         self.action_distribution_fn = action_distribution_fn
@@ -192,34 +199,8 @@ class TorchPolicy(Policy):
         self._tower_runner = TowerRunner(self.devices)
         self._interceptors: Dict[Any, Callable] = {}
         self._checked_dist_class: Any = None
-        self._opt_views: Optional[Dict[int, List[TowerOptimizerView]]] = None
 
     # ------------------------------------------------------------------ construction steps
-
-    def _build_default_model(self, model: Any, dist_class: Optional[Type]) -> Tuple[Any, Type]:
-        """Builds the catalog's default model and distribution where not given."""
-        if model is not None and dist_class is not None:
-            return model, dist_class
-        from rlpolicy.models.catalog import ModelCatalog
-
-        default_dist, logit_dim = ModelCatalog.get_action_dist(
-            self.action_space, self.config["model"], framework=self.framework)
-        if model is None:
-            model = ModelCatalog.get_model_v2(
-                obs_space=self.observation_space, action_space=self.action_space,
-                num_outputs=logit_dim, model_config=self.config["model"],
-                framework=self.framework)
-        return model, dist_class or default_dist
-
-    def _plan_devices(self) -> DevicePlan:
-        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        ray_mode, ray_gpu_ids = detect_ray_context()
-        plan = plan_devices(self.config, visible, ray_mode=ray_mode, ray_gpu_ids=ray_gpu_ids)
-        worker = self.config.get("worker_index", 0) or "local"
-        where = f"{plan.num_gpus} fake-GPUs" if plan.fake else (
-            f"{plan.num_towers} GPU(s)" if plan.on_gpu else "CPU")
-        logger.info("TorchPolicy (worker=%s) running on %s.", worker, where)
-        return plan
 
     def _place_model_towers(self, model: Any) -> None:
         """Sets ``devices``, ``device``, ``model_gpu_towers``, ``model`` and (with
@@ -232,24 +213,6 @@ class TorchPolicy(Policy):
         if hasattr(self, "target_model"):
             self.target_models = targets
         self.model = self.model_gpu_towers[0]
-
-    def _resolve_loss(self, loss: Optional[Callable]) -> Optional[Callable]:
-        """The loss callable: the ``loss`` arg, else an overridden ``self.loss``."""
-        if loss is not None:
-            return loss
-        if type(self).loss is not Policy.loss:
-            return type(self).loss
-        return None
-
-    def _param_groups(self) -> List[Set[int]]:
-        """Per optimizer, the model-parameter indices it updates (parameters
-        outside the model, e.g. an exploration module's, are left out)."""
-        index = {p: i for i, p in enumerate(self.model.parameters())}
-        groups = []
-        for opt in self._optimizers:
-            groups.append({index[p] for pg in opt.param_groups for p in pg["params"]
-                           if p in index})
-        return groups
 
     # ------------------------------------------------------------------ action computation
 
@@ -316,8 +279,8 @@ class TorchPolicy(Policy):
                 actions, logp, state_out = outs
         else:
             self.exploration.before_compute_actions(explore=explore, timestep=timestep)
-            dist_inputs, dist_class, state_out = self._dist_inputs(
-                input_dict, state_batches, seq_lens, explore, timestep)
+            dist_inputs, dist_class, state_out = compute_dist_inputs(
+                self, input_dict, state_batches, seq_lens, explore, timestep)
             action_dist = dist_class(dist_inputs, self.model)
             actions, logp = self.exploration.get_exploration_action(
                 action_distribution=action_dist, timestep=timestep, explore=explore)
@@ -331,41 +294,6 @@ class TorchPolicy(Policy):
         self.global_timestep += len(input_dict[SampleBatch.CUR_OBS])
         return action_outputs_to_numpy(actions, state_out, extra_fetches)
 
-    def _dist_inputs(self, input_dict, state_batches, seq_lens, explore, timestep,
-                     is_training: bool = False):
-        """Distribution inputs, class and state-outs (custom fn or the model)."""
-        if not self.action_distribution_fn:
-            dist_inputs, state_out = self.model(input_dict, state_batches, seq_lens)
-            dist_class = self.dist_class
-        else:
-            extra = {} if timestep is None else {"timestep": timestep}
-            try:
-                dist_inputs, dist_class, state_out = self.action_distribution_fn(
-                    self, self.model, input_dict=input_dict, state_batches=state_batches,
-                    seq_lens=seq_lens, explore=explore, is_training=is_training, **extra)
-            except TypeError as e:
-                # RLlib 1.11 backward compatibility: the older (obs_batch) signature.
-                msg = str(e.args[0]) if e.args else ""
-                if "positional argument" not in msg and "unexpected keyword" not in msg:
-                    raise
-                dist_inputs, dist_class, state_out = self.action_distribution_fn(
-                    self, self.model, input_dict[SampleBatch.CUR_OBS], explore=explore,
-                    is_training=is_training, **extra)
-        if dist_class is not self._checked_dist_class:
-            self._check_dist_class(dist_class)
-            self._checked_dist_class = dist_class
-        return dist_inputs, dist_class, state_out
-
-    @staticmethod
-    def _check_dist_class(dist_class: Any) -> None:
-        if isinstance(dist_class, functools.partial) or (
-                isinstance(dist_class, type) and issubclass(dist_class, TorchDistributionWrapper)):
-            return
-        raise ValueError(
-            f"`dist_class` ({getattr(dist_class, '__name__', dist_class)}) not a "
-            "TorchDistributionWrapper subclass! Make sure your `action_distribution_fn` or "
-            "`make_model_and_action_dist` return a correct distribution class.")
-
     @with_lock
     @override(Policy)
     def compute_log_likelihoods(
@@ -377,36 +305,20 @@ class TorchPolicy(Policy):
             prev_reward_batch: Optional[Union[List[TensorType], TensorType]] = None,
             actions_normalized: bool = True,
     ) -> TensorType:
-        if self.action_sampler_fn and self.action_distribution_fn is None:
-            raise ValueError("Cannot compute log-prob/likelihood w/o an "
-                             "`action_distribution_fn` and a provided `action_sampler_fn`!")
-        if not actions_normalized and self.config["normalize_actions"]:
-            # Normalize on the numpy side (before the tensors are made).
-            from rlpolicy.utils.spaces.space_utils import normalize_action
-
-            actions = normalize_action(to_numpy_fast(actions) if torch.is_tensor(actions)
-                                       else np.asarray(actions), self.action_space_struct)
-        with torch.no_grad():
-            input_dict = self._lazy_tensor_dict(
-                {SampleBatch.CUR_OBS: obs_batch, SampleBatch.ACTIONS: actions})
-            if prev_action_batch is not None:
-                input_dict[SampleBatch.PREV_ACTIONS] = prev_action_batch
-            if prev_reward_batch is not None:
-                input_dict[SampleBatch.PREV_REWARDS] = prev_reward_batch
-            seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
-            state_batches = [convert_to_torch_tensor(s, self.device)
-                             for s in (state_batches or [])]
-            self.exploration.before_compute_actions(explore=False)
-            dist_inputs, dist_class, _ = self._dist_inputs(
-                input_dict, state_batches, seq_lens, explore=False, timestep=None)
-            action_dist = dist_class(dist_inputs, self.model)
-            return action_dist.logp(input_dict[SampleBatch.ACTIONS])
+        return log_likelihoods(self, actions, obs_batch, state_batches, prev_action_batch,
+                               prev_reward_batch, actions_normalized)
 
     # ------------------------------------------------------------------ learning
 
     @with_lock
     @override(Policy)
     def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
+        """One SGD step on ``postprocessed_batch`` (a dict is taken as a SampleBatch).
+
+        With several towers the batch is split across them as in
+        ``load_batch_into_buffer`` (see ``compute_gradients``).
+        """
+        postprocessed_batch = as_sample_batch(postprocessed_batch)
         if self.model is not None and not self.model.training:
             self.model.train()
         learn_stats: Dict[str, Any] = {}
@@ -424,23 +336,34 @@ class TorchPolicy(Policy):
     def compute_gradients(self, postprocessed_batch: SampleBatch) -> ModelGradients:
         """Computes the gradients of the loss(es) on ``postprocessed_batch``.
 
-        Runs on the main tower (``self.model`` on ``self.device``). RLlib 1.11
-        asserts a single device here; with several towers the batch is
-        computed on tower 0, which then equals the single-device result.
+        One device: the batch is padded (in place) and the gradients computed
+        on ``self.model``, ``extra_grad_process`` running after each
+        optimizer's backward pass. Several towers (RLlib 1.11 only allows one
+        here): the batch is split like ``load_batch_into_buffer`` does (rows
+        beyond an equal share per tower are dropped), every tower computes its
+        gradients in parallel, and the average, post-processed once per
+        optimizer by ``extra_grad_process``, is left in ``self.model``'s
+        ``.grad`` and returned. A dict is taken as a SampleBatch.
 
         Returns:
             ``(grads, fetches)``: one gradient (or None) per model parameter,
             and the extra fetches with the learner stats.
         """
         self._check_can_learn()
-        if not postprocessed_batch.zero_padded:
-            self._pad(postprocessed_batch)
-        postprocessed_batch.set_training(True)
-        self._lazy_tensor_dict(postprocessed_batch, device=self.devices[0])
-        (all_grads, grad_info), = self._tower_runner.run(
-            self._tower_grads, [(self.model, postprocessed_batch, 0)])
-        grad_info["allreduce_latency"] /= len(self._optimizers)
-        grad_info.update(self.extra_grad_info(postprocessed_batch))
+        batch = as_sample_batch(postprocessed_batch)
+        batch.set_training(True)
+        if len(self.devices) == 1:
+            if not batch.zero_padded:
+                self._pad(batch)
+            self._lazy_tensor_dict(batch, device=self.devices[0])
+            (all_grads, grad_info, _), = self._tower_runner.run(
+                self._tower_grads, [(self.model, batch)])
+            grad_info["allreduce_latency"] /= len(self._optimizers)
+        else:
+            slices = split_batch_for_devices(batch, len(self.devices), self._pad)
+            all_grads, grad_info, _ = self._multi_tower_grads(self._place_on_devices(slices))
+            self._lazy_tensor_dict(batch)
+        grad_info.update(self.extra_grad_info(batch))
         fetches = self.extra_compute_grad_fetches()
         return all_grads, dict(fetches, **{LEARNER_STATS_KEY: grad_info})
 
@@ -473,30 +396,27 @@ class TorchPolicy(Policy):
             batch_divisibility_req=self.batch_divisibility_req,
             view_requirements=self.view_requirements)
 
-    def _tower_grads(self, model: Any, batch: SampleBatch, tower_idx: int):
-        """Loss and gradients of one tower (run in that tower's thread)."""
-        optimizers = self._optimizers if tower_idx == 0 else self._tower_optimizer_views(tower_idx)
+    def _tower_losses(self, model: Any, batch: SampleBatch) -> List[TensorType]:
+        """The loss term(s) of one tower, after the model's ``custom_loss``."""
+        return force_list(model.custom_loss(
+            force_list(self._loss(self, model, self.dist_class, batch)), batch))
 
-        def losses(m, b):
-            return force_list(m.custom_loss(force_list(self._loss(self, m, self.dist_class, b)), b))
+    def _tower_grads(self, model: Any, batch: SampleBatch) -> TowerGrads:
+        """Single-device gradients, post-processed after each backward pass."""
+        return compute_tower_grads(self._tower_losses, model, batch, self._optimizers,
+                                   self.multi_gpu_param_groups, self.extra_grad_process)
 
-        return compute_tower_grads(
-            losses, model, batch, optimizers, self.multi_gpu_param_groups,
-            lambda opt, loss: self.extra_grad_process(opt, loss))
+    def _multi_tower_grads(self, device_batches: List[SampleBatch]) -> TowerGrads:
+        """Averaged gradients of all towers, installed in ``self.model``."""
+        return run_tower_step(self._tower_runner, self._tower_losses, self.model_gpu_towers,
+                              device_batches, self._optimizers, self.multi_gpu_param_groups,
+                              self.extra_grad_process, self.device)
 
-    def _tower_optimizer_views(self, tower_idx: int) -> List[TowerOptimizerView]:
-        if self._opt_views is None:
-            self._opt_views = make_optimizer_views(self._optimizers, self.model,
-                                                   self.model_gpu_towers)
-        return self._opt_views[tower_idx]
+    def _place_on_devices(self, slices: List[SampleBatch]) -> List[SampleBatch]:
+        """Moves slice ``i`` onto ``self.devices[i]`` (in place) and returns the slices."""
+        return [s.to_device(d) for s, d in zip(slices, self.devices)]
 
     # ------------------------------------------------------------------ multi-tower buffers
-
-    def _check_buffer_index(self, buffer_index: int) -> None:
-        if not 0 <= buffer_index < len(self._loaded_batches):
-            raise IndexError(
-                f"buffer_index={buffer_index} is out of range; this policy has "
-                f"{len(self._loaded_batches)} buffer(s) (config['num_multi_gpu_tower_stacks'])")
 
     @property
     def _single_cpu(self) -> bool:
@@ -504,51 +424,31 @@ class TorchPolicy(Policy):
 
     @override(Policy)
     def load_batch_into_buffer(self, batch: SampleBatch, buffer_index: int = 0) -> int:
-        self._check_buffer_index(buffer_index)
+        self._tower_buffers.check_index(buffer_index)
+        batch = as_sample_batch(batch)
         batch.set_training(True)
         if self._single_cpu:
             self._pad(batch)
             self._lazy_tensor_dict(batch)
-            self._loaded_batches[buffer_index] = [batch]
-            return len(batch)
-        slices = split_for_devices(batch, len(self.devices), self._pad, self.devices)
-        self._loaded_batches[buffer_index] = slices
-        return len(slices[0])
+            return self._tower_buffers.store(buffer_index, [batch])
+        slices = split_batch_for_devices(batch, len(self.devices), self._pad)
+        return self._tower_buffers.store(buffer_index, self._place_on_devices(slices))
 
     @override(Policy)
     def get_num_samples_loaded_into_buffer(self, buffer_index: int = 0) -> int:
-        self._check_buffer_index(buffer_index)
-        loaded = self._loaded_batches[buffer_index]
-        return len(loaded[0]) if loaded else 0
+        return self._tower_buffers.num_loaded(buffer_index)
 
     @with_lock
     @override(Policy)
     def learn_on_loaded_batch(self, offset: int = 0, buffer_index: int = 0):
-        self._check_buffer_index(buffer_index)
-        loaded = self._loaded_batches[buffer_index]
-        if not loaded:
-            raise ValueError("Must call Policy.load_batch_into_buffer() before "
-                             "Policy.learn_on_loaded_batch()!")
-        # RLlib 1.11: an unset sgd_minibatch_size means "use train_batch_size".
-        device_batch_size = (self.config.get("sgd_minibatch_size")
-                             or self.config["train_batch_size"]) // len(self.devices)
-        for tower in self.model_gpu_towers:
-            if not tower.training:
-                tower.train()
+        device_batches = self._tower_buffers.minibatches(
+            buffer_index, offset, device_minibatch_size(self.config, len(self.devices)))
         if self._single_cpu:
-            batch = loaded[0]
-            if device_batch_size < len(batch):
-                batch = minibatch_slice(batch, offset, device_batch_size)
-            return self.learn_on_batch(batch)
+            if not self.model.training:
+                self.model.train()
+            return self.learn_on_batch(device_batches[0])
         self._check_can_learn()
-        sync_tower_weights(self.model, self.model_gpu_towers)
-        device_batches = slice_device_batches(loaded, offset, device_batch_size)
-        tower_outputs = self._tower_runner.run(
-            self._tower_grads,
-            [(t, b, i) for i, (t, b) in enumerate(zip(self.model_gpu_towers, device_batches))])
-        all_grads = mean_reduce_grads([out[0] for out in tower_outputs], self.device)
-        for p, g in zip(self.model.parameters(), all_grads):
-            p.grad = g
+        self._multi_tower_grads(device_batches)
         self.apply_gradients(_directStepOptimizerSingleton)
         fetches = {f"tower_{i}": {LEARNER_STATS_KEY: self.extra_grad_info(b)}
                    for i, b in enumerate(device_batches)}
@@ -563,21 +463,7 @@ class TorchPolicy(Policy):
         Raises:
             AssertionError: If no tower has ``stats_name`` (as RLlib 1.11).
         """
-        import tree
-
-        def to_device(s: Any) -> Any:
-            if isinstance(s, torch.Tensor):
-                return s.to(self.device)
-            return tree.map_structure(lambda x: x.to(self.device), s)
-
-        data = [to_device(t.tower_stats[stats_name])
-                for t in self.model_gpu_towers if stats_name in t.tower_stats]
-        if not data:
-            raise AssertionError(
-                f"Stats `{stats_name}` not found in any of the towers (you have "
-                f"{len(self.model_gpu_towers)} towers in total)! Make sure you call the loss "
-                "function on at least one of the towers.")
-        return data
+        return gather_tower_stats(self.model_gpu_towers, stats_name, self.device)
 
     # ------------------------------------------------------------------ weights and state
 
@@ -605,7 +491,7 @@ class TorchPolicy(Policy):
     @override(Policy)
     def get_state(self) -> Union[Dict[str, TensorType], List[TensorType]]:
         state = super().get_state()
-        state["_optimizer_variables"] = [numpy_copy(o.state_dict()) for o in self._optimizers]
+        state["_optimizer_variables"] = optimizer_states(self._optimizers)
         if getattr(self, "exploration", None) is not None:
             state["_exploration_state"] = self.exploration.get_state()
         return state
@@ -614,16 +500,7 @@ class TorchPolicy(Policy):
     def set_state(self, state: dict) -> None:
         optimizer_vars = state.get("_optimizer_variables", None)
         if optimizer_vars:
-            if len(optimizer_vars) != len(self._optimizers):
-                raise ValueError(f"state['_optimizer_variables'] holds {len(optimizer_vars)} "
-                                 f"optimizer states but this policy has {len(self._optimizers)} "
-                                 "optimizers")
-            for o, s in zip(self._optimizers, optimizer_vars):
-                # Hyper-parameters stay python scalars; only the state becomes tensors,
-                # copies that do not share memory with `state` (the optimizer updates
-                # them in place). Optimizer.load_state_dict deep-copies param_groups.
-                o.load_state_dict({"param_groups": s["param_groups"],
-                                   "state": to_torch_fast(s["state"], self.device, copy=True)})
+            load_optimizer_states(self._optimizers, optimizer_vars, self.device)
         if getattr(self, "exploration", None) is not None and "_exploration_state" in state:
             self.exploration.set_state(state=state["_exploration_state"])
         super().set_state(state)
@@ -633,12 +510,18 @@ class TorchPolicy(Policy):
     @DeveloperAPI
     def extra_grad_process(self, optimizer: "torch.optim.Optimizer",
                            loss: TensorType) -> Dict[str, TensorType]:
-        """Post-processes the gradients after each optimizer's ``backward()``.
+        """Post-processes the gradients of ``optimizer``'s parameters before its step.
 
-        Called per optimizer/loss pair (and per tower) before the optimizer
-        step. This default clips the gradients by global norm when
-        ``config["grad_clip"]`` is set (RLlib 1.11's base returns ``{}``;
-        its algorithms add ``apply_grad_clipping`` themselves).
+        Called once per optimizer/loss pair, always on the main model
+        (``self.model``, whose parameters the optimizers hold). One device:
+        right after that optimizer's ``backward()``, with its loss. Several
+        towers: after every tower's raw gradients are averaged into
+        ``self.model``'s ``.grad``, with ``loss`` the mean (detached) of the
+        towers' losses for that optimizer; RLlib 1.11 called it per tower on
+        each tower's own gradients, so clipping there was not the
+        single-device clipping. This default clips the gradients by global
+        norm when ``config["grad_clip"]`` is set (RLlib 1.11's base returns
+        ``{}``; its algorithms add ``apply_grad_clipping`` themselves).
 
         Returns:
             Info on the processing (e.g. ``{"grad_gnorm": ...}``).
@@ -706,23 +589,7 @@ class TorchPolicy(Policy):
     def export_model(self, export_dir: str, onnx: Optional[int] = None) -> None:
         """Exports the model for serving: TorchScript ``model.pt``, or with
         ``onnx`` (an opset version) ``model.onnx``; see ``_core.torch_export``."""
-        from rlpolicy._core import torch_export
-
-        dummy = getattr(self, "_dummy_batch", None)
-        if dummy is None:
-            dummy = self._get_dummy_batch_from_view_requirements(1)
-        inputs, state_ins, seq_lens = torch_export.select_export_inputs(
-            self.model.view_requirements, dummy)
-        os.makedirs(export_dir, exist_ok=True)
-        with self._lock:
-            if onnx:
-                torch_export.export_onnx(self.model, inputs, state_ins, seq_lens,
-                                         os.path.join(export_dir, "model.onnx"), onnx,
-                                         device=self.device)
-            else:
-                torch_export.export_torchscript(self.model, inputs, state_ins, seq_lens,
-                                                os.path.join(export_dir, "model.pt"),
-                                                device=self.device)
+        export_policy_model(self, export_dir, onnx)
 
     @override(Policy)
     def import_model_from_h5(self, import_file: str) -> None:

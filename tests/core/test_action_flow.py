@@ -93,3 +93,12 @@ def test_unbatch_single_output_passes_bare_actions_through():
 def test_unbatch_single_output_rejects_wrong_tuple_length():
     with pytest.raises(ValueError, match="tuple of 2 items"):
         unbatch_single_output((np.array([1]), []))
+
+
+def test_batch_input_dict_reads_a_list_of_numbers_as_one_observation():
+    out = batch_input_dict({"obs": [0.1, 0.2, 0.3, 0.4], "state_in_0": [[1, 2]], "prev_actions": [np.zeros(2), 1]})
+    assert out["obs"].shape == (1, 4) and out["obs"].tolist() == [[0.1, 0.2, 0.3, 0.4]]
+    assert out["state_in_0"].shape == (1, 1, 2)
+    # A list holding arrays is a nest (e.g. a Tuple observation given as a list): leaves batched alone.
+    assert isinstance(out["prev_actions"], list) and out["prev_actions"][0].shape == (1, 2)
+    assert out["prev_actions"][1].shape == (1,)

@@ -1,11 +1,20 @@
-"""rlpolicy._core.config: completing partial configs, the validation error table, PolicyConfigView."""
+"""rlpolicy._core.config: completing partial configs, the validation error table, unknown keys."""
 import copy
-import dataclasses
+import warnings
 
 import gymnasium as gym
 import pytest
 
-from rlpolicy._core.config import PolicyConfigView, complete_config, validate_config
+from rlpolicy._core import config as config_mod
+from rlpolicy._core.config import (
+    UnknownConfigKeyWarning,
+    check_config,
+    check_config_value,
+    complete_config,
+    unknown_keys,
+    validate_config,
+    warn_unknown_keys,
+)
 from rlpolicy._core.defaults import COMMON_CONFIG, MODEL_DEFAULTS
 from rlpolicy.agents.callbacks import DefaultCallbacks, MultiCallbacks
 
@@ -52,7 +61,6 @@ def test_complete_config_minibatch_vs_train_batch():
         complete_config({"train_batch_size": 32, "sgd_minibatch_size": 64})
     # Not given: stays None (RLlib 1.11 then uses train_batch_size for minibatches).
     assert complete_config({"train_batch_size": 32})["sgd_minibatch_size"] is None
-    assert PolicyConfigView.from_config(complete_config({"train_batch_size": 32})).sgd_minibatch_size == 32
 
 
 def test_entropy_coeff_schedule_accepts_an_int_timestep():
@@ -146,34 +154,6 @@ def test_validate_non_dict():
         complete_config("lr=1")
 
 
-def test_policy_config_view():
-    config = complete_config({"framework": "torch", "num_gpus": 2, "_fake_gpus": True, "grad_clip": 5.0,
-                              "model": {"max_seq_len": 7}, "train_batch_size": 64,
-                              "sgd_minibatch_size": 16, "num_multi_gpu_tower_stacks": 2,
-                              "lr": 3e-4, "in_evaluation": True, "explore": False, "worker_index": 3})
-    view = PolicyConfigView.from_config(config)
-    assert view == PolicyConfigView(
-        framework="torch", explore=False, num_gpus=2, fake_gpus=True, num_gpus_per_worker=0,
-        worker_index=3, max_seq_len=7, train_batch_size=64, sgd_minibatch_size=16,
-        num_multi_gpu_tower_stacks=2, grad_clip=5.0, lr=3e-4, in_evaluation=True)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        view.lr = 1.0
-    # Missing keys fall back to the defaults.
-    assert PolicyConfigView.from_config({}).framework == COMMON_CONFIG["framework"]
-    assert PolicyConfigView.from_config({}).max_seq_len == MODEL_DEFAULTS["max_seq_len"]
-
-
-@pytest.mark.parametrize("config, key", [
-    ({"_fake_gpus": "no"}, "_fake_gpus"),
-    ({"num_multi_gpu_tower_stacks": 0}, "num_multi_gpu_tower_stacks"),
-    ({"model": {"max_seq_len": -3}}, "model.max_seq_len"),
-    ({"framework": "mxnet"}, "framework"),
-])
-def test_policy_config_view_errors(config, key):
-    with pytest.raises(ValueError, match=f"config\\['{key}'\\]"):
-        PolicyConfigView.from_config(config)
-
-
 def test_complete_config_copies_like_deepcopy():
     # Shared mutable values stay shared (and become fresh copies), tuples of
     # atoms are kept, objects that are not plain containers are deep-copied.
@@ -196,3 +176,74 @@ def test_complete_config_copies_like_deepcopy():
     one, two = complete_config({}), complete_config({})
     assert one == two and one["model"]["fcnet_hiddens"] is not two["model"]["fcnet_hiddens"]
     assert one["model"]["fcnet_hiddens"] is not MODEL_DEFAULTS["fcnet_hiddens"]
+
+
+# ------------------------------------------------------------------ policy defaults
+def test_complete_config_with_policy_defaults():
+    # Defaults may be partial; nested dicts merge key by key: COMMON_CONFIG <- defaults <- partial.
+    defaults = {"lambda": 1.0, "lr": 5e-5, "model": {"vf_share_layers": False}}
+    snapshot = copy.deepcopy(defaults)
+    full = complete_config({"lr": 1e-3, "model": {"fcnet_hiddens": [4]}}, defaults)
+    assert full["lambda"] == 1.0 and full["lr"] == 1e-3 and full["gamma"] == 0.99
+    assert full["model"]["vf_share_layers"] is False and full["model"]["fcnet_hiddens"] == [4]
+    assert full["model"]["fcnet_activation"] == "tanh"
+    assert defaults == snapshot
+    full["model"]["vf_share_layers"] = True
+    assert defaults["model"]["vf_share_layers"] is False
+    with pytest.raises(ValueError, match="default config must be a dict"):
+        complete_config({}, [("lr", 1)])
+
+
+# ------------------------------------------------------------------ unknown top-level keys
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """Forgets which keys this process already warned about."""
+    monkeypatch.setattr(config_mod, "_WARNED_KEYS", set())
+
+
+def test_unknown_keys_with_close_match():
+    assert unknown_keys({"lrr": 1e-3, "lr": 1.0, "zzzzqq": 1}) == [("lrr", "lr"), ("zzzzqq", None)]
+    # Known: COMMON_CONFIG, the policy's defaults, RLlib trainer-level keys, '_'-prefixed keys.
+    assert unknown_keys({"gamma": 0.9, "_private": 1, "evaluation_num_workers": 2}) == []
+    assert unknown_keys({"lambda": 0.9, "kl_coef": 0.1}) == [("lambda", None), ("kl_coef", None)]
+    assert unknown_keys({"lambda": 0.9, "kl_coef": 0.1}, {"lambda": 1.0, "kl_coeff": 0.2}) == \
+        [("kl_coef", "kl_coeff")]
+    # No far-fetched suggestions; a model key at the top level points into 'model'.
+    assert unknown_keys({"kl_target": 0.01, "fcnet_hiddens": [8]}) == \
+        [("kl_target", None), ("fcnet_hiddens", "model.fcnet_hiddens")]
+
+
+def test_unknown_key_warns_once_per_key(fresh_warnings):
+    with pytest.warns(UnknownConfigKeyWarning, match=r"MyPolicy: unknown config key 'lrr'; "
+                                                     r"did you mean 'lr'\?") as rec:
+        warn_unknown_keys({"lrr": 1e-3, "gamma": 0.5}, where="MyPolicy")
+    assert len(rec) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_unknown_keys({"lrr": 1e-3})  # already reported in this process: silent
+        check_config({"lrr": 1e-3})
+    with pytest.warns(UnknownConfigKeyWarning, match="'gama'.*did you mean 'gamma'") as rec:
+        check_config({"lrr": 1e-3, "gama": 0.5})
+    assert len(rec) == 1
+
+
+def test_check_config_completes_warns_and_validates(fresh_warnings):
+    given = {"lambda": 0.9, "model": {"fcnet_hiddens": [3]}}
+    snapshot = copy.deepcopy(given)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        full = check_config(given, {"lambda": 1.0})
+    assert full["lambda"] == 0.9 and full["model"]["fcnet_hiddens"] == [3] and given == snapshot
+    assert full["model"] is not given["model"]
+    with pytest.raises(ValueError, match=r"config\['gamma'\]=2 is invalid"):
+        check_config({"gamma": 2})
+
+
+def test_check_config_value_wording_matches_validate_config():
+    with pytest.raises(ValueError, match=r"^config\['num_gpus'\]=-1 is invalid; allowed: a finite "
+                                         r"number >= 0$"):
+        check_config_value("num_gpus", -1)
+    check_config_value("num_multi_gpu_tower_stacks", 2)
+    with pytest.raises(ValueError, match=r"config\['num_multi_gpu_tower_stacks'\]=0 is invalid; "
+                                         r"allowed: an int >= 1"):
+        check_config_value("num_multi_gpu_tower_stacks", 0)

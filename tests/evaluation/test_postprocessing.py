@@ -48,9 +48,9 @@ def test_discount_cumsum_vs_loop(gamma):
 
 
 def test_discount_cumsum_hand_worked_and_2d():
-    np.testing.assert_allclose(discount_cumsum(np.array([1.0, 2.0, 3.0]), 0.5), [2.75, 3.5, 3.0])
+    np.testing.assert_allclose(discount_cumsum(np.array([1.0, 2.0, 3.0]), 0.5), [2.75, 3.5, 3.0], rtol=1e-6, atol=1e-6)
     x = np.array([[1.0, 0.0], [1.0, 2.0]])
-    np.testing.assert_allclose(discount_cumsum(x, 0.5), [[1.5, 1.0], [1.0, 2.0]])
+    np.testing.assert_allclose(discount_cumsum(x, 0.5), [[1.5, 1.0], [1.0, 2.0]], rtol=1e-6, atol=1e-6)
     assert discount_cumsum(np.array([]), 0.9).shape == (0,)
 
 
@@ -72,14 +72,14 @@ def test_monte_carlo_hand_worked():
     # rewards [1, 0, 2], last_r 4, gamma 0.5:
     # G2 = 2 + 0.5*4 = 4; G1 = 0 + 0.5*4 = 2; G0 = 1 + 0.5*2 = 2.
     batch = compute_advantages(_batch([1.0, 0.0, 2.0], [0.5, 1.0, 1.5]), 4.0, gamma=0.5, use_gae=False)
-    np.testing.assert_allclose(batch["value_targets"], [2.0, 2.0, 4.0])
-    np.testing.assert_allclose(batch["advantages"], [1.5, 1.0, 2.5])
+    np.testing.assert_allclose(batch["value_targets"], [2.0, 2.0, 4.0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(batch["advantages"], [1.5, 1.0, 2.5], rtol=1e-6, atol=1e-6)
 
 
 def test_no_critic_hand_worked():
     batch = compute_advantages(_batch([1.0, 0.0, 2.0]), 0.0, gamma=0.5, use_gae=False, use_critic=False)
     # G2 = 2; G1 = 1; G0 = 1.5.
-    np.testing.assert_allclose(batch["advantages"], [1.5, 1.0, 2.0])
+    np.testing.assert_allclose(batch["advantages"], [1.5, 1.0, 2.0], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(batch["value_targets"], [0.0, 0.0, 0.0])
 
 
@@ -107,7 +107,7 @@ def test_gae_without_critic_raises():
 
 def test_last_r_shape_checked():
     np.testing.assert_allclose(
-        compute_advantages(_batch([1.0], [0.0]), np.array([2.0]), 0.5, use_gae=False)["value_targets"], [2.0])
+        compute_advantages(_batch([1.0], [0.0]), np.array([2.0]), 0.5, use_gae=False)["value_targets"], [2.0], rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="last_r"):
         compute_advantages(_batch([1.0], [0.0]), np.array([1.0, 2.0]), 0.5)
 
@@ -143,7 +143,7 @@ def test_terminated_trajectory_not_bootstrapped():
                                                              truncateds=np.array([False, False])))
     assert policy.calls == []
     # gamma 0.5, lambda 1, V=0: advantages = returns = [1.5, 1].
-    np.testing.assert_allclose(batch["advantages"], [1.5, 1.0])
+    np.testing.assert_allclose(batch["advantages"], [1.5, 1.0], rtol=1e-6, atol=1e-6)
 
 
 def test_truncated_trajectory_bootstraps_from_last_next_obs():
@@ -156,15 +156,15 @@ def test_truncated_trajectory_bootstraps_from_last_next_obs():
     np.testing.assert_array_equal(np.asarray(call["obs"]).reshape(-1), [2.0])
     np.testing.assert_array_equal(np.asarray(call["prev_rewards"]).reshape(-1), [1.0])
     # last_r = V(2) = 20: G1 = 1 + 0.5*20 = 11, G0 = 1 + 0.5*11 = 6.5.
-    np.testing.assert_allclose(batch["advantages"], [6.5, 11.0])
-    np.testing.assert_allclose(batch["value_targets"], [6.5, 11.0])
+    np.testing.assert_allclose(batch["advantages"], [6.5, 11.0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(batch["value_targets"], [6.5, 11.0], rtol=1e-6, atol=1e-6)
 
 
 def test_unfinished_fragment_bootstraps_and_old_style_dones():
     policy = _FakePolicy(use_gae=False)
     batch = compute_gae_for_sample_batch(policy, _trajectory(dones=np.array([False, False])))
     assert len(policy.calls) == 1
-    np.testing.assert_allclose(batch["value_targets"], [6.5, 11.0])
+    np.testing.assert_allclose(batch["value_targets"], [6.5, 11.0], rtol=1e-6, atol=1e-6)
     policy = _FakePolicy()
     compute_gae_for_sample_batch(policy, _trajectory(dones=np.array([False, True])))
     assert policy.calls == []
@@ -175,7 +175,7 @@ def test_use_critic_default_true_from_config():
     policy.config["use_critic"] = False
     policy.config["use_gae"] = False
     batch = compute_gae_for_sample_batch(policy, _batch([1.0, 1.0], dones=np.array([False, True])))
-    np.testing.assert_allclose(batch["advantages"], [1.5, 1.0])
+    np.testing.assert_allclose(batch["advantages"], [1.5, 1.0], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(batch["value_targets"], [0.0, 0.0])
 
 
@@ -184,7 +184,7 @@ def test_adjust_nstep_hand_worked():
     rewards_ref = batch["rewards"]
     adjust_nstep(3, 0.5, batch)
     # r0 = 1 + .5*2 + .25*3 = 2.75; r1 = 2 + 1.5 + 1 = 4.5; r2 = 3 + 2 = 5; r3 = 4.
-    np.testing.assert_allclose(batch["rewards"], [2.75, 4.5, 5.0, 4.0])
+    np.testing.assert_allclose(batch["rewards"], [2.75, 4.5, 5.0, 4.0], rtol=1e-6, atol=1e-6)
     assert batch["rewards"] is rewards_ref  # changed in place
     # new_obs[i] = obs[i+3], else the last new_obs (= 4).
     np.testing.assert_array_equal(batch["new_obs"][:, 0], [3.0, 4.0, 4.0, 4.0])
@@ -197,13 +197,13 @@ def test_adjust_nstep_shifts_terminateds_and_truncateds():
     adjust_nstep(2, 1.0, batch)
     np.testing.assert_array_equal(batch["terminateds"], [False, True, True])
     np.testing.assert_array_equal(batch["truncateds"], [False, False, False])
-    np.testing.assert_allclose(batch["rewards"], [2.0, 2.0, 1.0])
+    np.testing.assert_allclose(batch["rewards"], [2.0, 2.0, 1.0], rtol=1e-6, atol=1e-6)
 
 
 def test_adjust_nstep_one_is_identity():
     batch = _batch([1.0, 2.0], dones=np.array([False, False]))
     adjust_nstep(1, 0.9, batch)
-    np.testing.assert_allclose(batch["rewards"], [1.0, 2.0])
+    np.testing.assert_allclose(batch["rewards"], [1.0, 2.0], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(batch["new_obs"][:, 0], [1.0, 2.0])
 
 

@@ -76,7 +76,7 @@ def test_pg_advantages_are_discounted_returns(pg_policy):
     batch = worker.sample()
     # rewards 1,2,3,4 with gamma 0.5, worked by hand:
     expected = [1 + 0.5 * 2 + 0.25 * 3 + 0.125 * 4, 2 + 0.5 * 3 + 0.25 * 4, 3 + 0.5 * 4, 4.0]
-    np.testing.assert_allclose(batch["advantages"], expected, rtol=1e-6)
+    np.testing.assert_allclose(batch["advantages"], expected, rtol=1e-6, atol=1e-6)
 
 
 def test_prev_actions_and_rewards_shift_within_episode(pg_policy):

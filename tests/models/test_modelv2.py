@@ -83,7 +83,7 @@ def test_call_adds_obs_flat_restores_structure_and_collects_state():
     np.testing.assert_array_equal(seen["obs_flat"], obs)
     np.testing.assert_array_equal(seen["obs"]["a"], [[[1, 2], [3, 4]]])
     assert seen_state == ["h", "c"] and seen_lens == [1]
-    np.testing.assert_allclose(out, [[11.0]])
+    np.testing.assert_allclose(out, [[11.0]], rtol=1e-6, atol=1e-6)
     assert state == ["h", "c"]  # the model returned no new state -> input state
     assert m.last_output() is out
 
@@ -177,7 +177,7 @@ def test_call_with_sample_batch_hands_forward_a_sample_batch_copy():
     _ = batch["obs"]  # converted once already
     m = _ReadsColumns(BOX2)
     out, _ = m(batch)
-    np.testing.assert_allclose(out, [[2.0], [2.0], [2.0]])
+    np.testing.assert_allclose(out, [[2.0], [2.0], [2.0]], rtol=1e-6, atol=1e-6)
     assert m.batch_type is SampleBatch and m.flags == (True, False, 3)
     # The caller's batch is unchanged but records what forward() read and added.
     assert sorted(batch) == ["obs", "rewards", "unused"]

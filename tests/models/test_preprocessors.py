@@ -45,7 +45,7 @@ def test_no_preprocessor_is_identity_and_keeps_space():
 def test_atari_ram_scaling():
     p = AtariRamPreprocessor(gym.spaces.Box(0, 255, (128,), np.uint8))
     out = p.transform(np.full(128, 192, np.uint8))
-    np.testing.assert_allclose(out, 0.5)
+    np.testing.assert_allclose(out, 0.5, rtol=1e-6, atol=1e-6)
 
 
 def test_dict_flattening_hand_worked():
@@ -56,7 +56,7 @@ def test_dict_flattening_hand_worked():
     assert list(space.spaces) == ["grid", "id", "pos"] and p.shape == (9,)
     obs = {"pos": np.array([0.1, 0.2], np.float32), "id": 2,
            "grid": np.array([[1, 0], [0, 1]], np.float32)}
-    np.testing.assert_allclose(p.transform(obs), [1, 0, 0, 1, 0, 0, 1, 0.1, 0.2])
+    np.testing.assert_allclose(p.transform(obs), [1, 0, 0, 1, 0, 0, 1, 0.1, 0.2], rtol=1e-6, atol=1e-6)
     flat_space = p.observation_space
     assert flat_space.shape == (9,) and flat_space.original_space is space
 
@@ -65,10 +65,10 @@ def test_tuple_flattening_and_write_at_offset():
     space = gym.spaces.Tuple([gym.spaces.Discrete(2), BOX2])
     p = TupleFlatteningPreprocessor(space)
     obs = (1, np.array([0.3, -0.3], np.float32))
-    np.testing.assert_allclose(p.transform(obs), [0, 1, 0.3, -0.3])
+    np.testing.assert_allclose(p.transform(obs), [0, 1, 0.3, -0.3], rtol=1e-6, atol=1e-6)
     arr = np.full(7, 9.0, np.float32)
     p.write(obs, arr, 2)
-    np.testing.assert_allclose(arr, [9, 9, 0, 1, 0.3, -0.3, 9])
+    np.testing.assert_allclose(arr, [9, 9, 0, 1, 0.3, -0.3, 9], rtol=1e-6, atol=1e-6)
     assert p.observation_space.original_space is space
 
 

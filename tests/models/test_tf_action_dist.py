@@ -84,8 +84,8 @@ def test_categorical_logp_entropy_kl_match_scipy(run):
         Categorical(c(LOGITS)).deterministic_sample(),
     ))
     p, q = special.softmax(LOGITS, axis=1), special.softmax(LOGITS2, axis=1)
-    np.testing.assert_allclose(logp, np.log(p[np.arange(5), actions]), rtol=1e-5)
-    np.testing.assert_allclose(ent, stats.entropy(p, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(logp, np.log(p[np.arange(5), actions]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ent, stats.entropy(p, axis=1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(kl, stats.entropy(p, q, axis=1), rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(det, LOGITS.argmax(axis=1))
 
@@ -97,8 +97,8 @@ def test_categorical_temperature_divides_logits(run):
         get_categorical_class_with_temperature(2.0)(c(LOGITS)).logp(tf.constant(actions)),
     ))
     expected = log_softmax(LOGITS / 2.0)[np.arange(5), actions]
-    np.testing.assert_allclose(logp, expected, rtol=1e-5)
-    np.testing.assert_allclose(logp_cls, expected, rtol=1e-5)
+    np.testing.assert_allclose(logp, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logp_cls, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("temperature", [0.0, -1.0])
@@ -114,7 +114,7 @@ def test_categorical_sample_frequencies_and_sampled_logp(run):
     freq = np.bincount(sample, minlength=4) / N_DRAWS
     np.testing.assert_allclose(freq, p, atol=5 * np.sqrt(p * (1 - p) / N_DRAWS).max())
     # The sampled logp belongs to the very same draw.
-    np.testing.assert_allclose(sampled_logp, np.log(p[sample]), rtol=1e-5)
+    np.testing.assert_allclose(sampled_logp, np.log(p[sample]), rtol=1e-5, atol=1e-6)
 
 
 def test_categorical_required_model_output_shape():
@@ -138,10 +138,10 @@ def test_multicategorical_matches_per_component_scipy(run):
     p_a, p_b = special.softmax(MC_LOGITS[:, :2], 1), special.softmax(MC_LOGITS[:, 2:], 1)
     q_a, q_b = special.softmax(MC_LOGITS2[:, :2], 1), special.softmax(MC_LOGITS2[:, 2:], 1)
     rows = np.arange(3)
-    np.testing.assert_allclose(logp, np.log(p_a[rows, actions[:, 0]] * p_b[rows, actions[:, 1]]), rtol=1e-5)
+    np.testing.assert_allclose(logp, np.log(p_a[rows, actions[:, 0]] * p_b[rows, actions[:, 1]]), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(multi_ent, np.stack([stats.entropy(p_a, axis=1), stats.entropy(p_b, axis=1)], 1),
-                               rtol=1e-5)
-    np.testing.assert_allclose(ent, stats.entropy(p_a, axis=1) + stats.entropy(p_b, axis=1), rtol=1e-5)
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ent, stats.entropy(p_a, axis=1) + stats.entropy(p_b, axis=1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(kl, stats.entropy(p_a, q_a, axis=1) + stats.entropy(p_b, q_b, axis=1),
                                rtol=1e-4, atol=1e-6)
 
@@ -156,8 +156,8 @@ def test_multicategorical_numpy_actions_and_samples(run):
     ))
     rows = np.arange(3)
     expected = log_softmax(MC_LOGITS[:, :2])[rows, actions[:, 0]] + log_softmax(MC_LOGITS[:, 2:])[rows, actions[:, 1]]
-    np.testing.assert_allclose(logp_np, expected, rtol=1e-5)
-    np.testing.assert_allclose(logp_list, expected, rtol=1e-5)
+    np.testing.assert_allclose(logp_np, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logp_list, expected, rtol=1e-5, atol=1e-6)
     assert sample.shape == (3, 2) and (sample[:, 0] < 2).all() and (sample[:, 1] < 3).all()
     np.testing.assert_array_equal(det, np.stack([MC_LOGITS[:, :2].argmax(1), MC_LOGITS[:, 2:].argmax(1)], 1))
 
@@ -219,9 +219,9 @@ def test_diag_gaussian_logp_entropy_kl(run):
         DiagGaussian(c(GAUSS_IN), None).deterministic_sample(),
     ))
     std, std2 = np.exp(LOG_STD), np.exp(LOG_STD2)
-    np.testing.assert_allclose(logp, stats.norm.logpdf(x, MEAN, std).sum(1), rtol=1e-5)
-    np.testing.assert_allclose(ent, stats.norm.entropy(MEAN, std).sum(1), rtol=1e-5)
-    np.testing.assert_allclose(det, MEAN)
+    np.testing.assert_allclose(logp, stats.norm.logpdf(x, MEAN, std).sum(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ent, stats.norm.entropy(MEAN, std).sum(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(det, MEAN, rtol=1e-6, atol=1e-6)
     lo, hi = (MEAN - 15 * std)[..., None], (MEAN + 15 * std)[..., None]
     grid = lo + (hi - lo) * np.linspace(0.0, 1.0, 20001)
     p, q = stats.norm(MEAN[..., None], std[..., None]), stats.norm(MEAN2[..., None], std2[..., None])
@@ -233,7 +233,7 @@ def test_diag_gaussian_sample_statistics(run):
     inputs = np.tile(np.array([[1.0, -2.0, np.log(0.5), np.log(2.0)]], np.float32), (N_DRAWS, 1))
     sample, sampled_logp = run(lambda: (lambda d: (d.sample(), d.sampled_action_logp()))(DiagGaussian(c(inputs), None)))
     np.testing.assert_allclose(sample.mean(0), [1.0, -2.0], atol=5 * 2.0 / np.sqrt(N_DRAWS))
-    np.testing.assert_allclose(sample.std(0), [0.5, 2.0], rtol=0.03)
+    np.testing.assert_allclose(sample.std(0), [0.5, 2.0], rtol=0.03, atol=1e-4)
     ref = stats.norm.logpdf(sample, [1.0, -2.0], [0.5, 2.0]).sum(1)
     np.testing.assert_allclose(sampled_logp, ref, rtol=1e-4, atol=1e-5)
 
@@ -246,7 +246,7 @@ def test_diag_gaussian_scalar_box_squeezes_sample(run):
         DiagGaussian(c(inputs), None, action_space=space).logp(c([0.0, 0.5])),
     ))
     assert sample.shape == (2,)
-    np.testing.assert_allclose(logp, stats.norm.logpdf([0.0, 0.5], [0.3, 1.0], np.exp([-0.2, 0.1])), rtol=1e-5)
+    np.testing.assert_allclose(logp, stats.norm.logpdf([0.0, 0.5], [0.3, 1.0], np.exp([-0.2, 0.1])), rtol=1e-5, atol=1e-6)
 
 
 def test_diag_gaussian_kl_rejects_other_types():
@@ -274,7 +274,7 @@ def test_squashed_gaussian_bounds_samples_and_mean(run):
         SquashedGaussian(c(inputs[:1]), None, low=low, high=high).deterministic_sample(),
     ))
     assert (sample >= low).all() and (sample <= high).all()
-    np.testing.assert_allclose(det[0], low + (np.tanh([0.5, -0.3]) + 1) / 2 * (high - low), rtol=1e-5)
+    np.testing.assert_allclose(det[0], low + (np.tanh([0.5, -0.3]) + 1) / 2 * (high - low), rtol=1e-5, atol=1e-6)
     # E[low + (tanh(z) + 1) / 2 * (high - low)], z ~ N(mu, sigma), by quadrature.
     for j, (mu, sigma) in enumerate([(0.5, 0.8), (-0.3, 1.5)]):
         e_tanh = integrate.quad(lambda z: np.tanh(z) * stats.norm.pdf(z, mu, sigma), -40, 40)[0]
@@ -288,7 +288,7 @@ def test_squashed_gaussian_clips_log_std(run):
         SquashedGaussian(c([[0.0, 0.0, 10.0, -10.0]]), None).logp(c(y)),
         SquashedGaussian(c([[0.0, 0.0, 2.0, -5.0]]), None).logp(c(y)),
     ))
-    np.testing.assert_allclose(big, clipped, rtol=1e-6)
+    np.testing.assert_allclose(big, clipped, rtol=1e-6, atol=1e-6)
 
 
 def test_squashed_gaussian_sample_logp_matches_logp_of_action(run):
@@ -340,9 +340,9 @@ def test_beta_logp_entropy_kl_match_scipy(run):
     ))
     a, b = _beta_params(BETA_RAW)
     a2, b2 = _beta_params(BETA_RAW2)
-    np.testing.assert_allclose(logp, stats.beta.logpdf(u, a, b).sum(1), rtol=1e-4)
+    np.testing.assert_allclose(logp, stats.beta.logpdf(u, a, b).sum(1), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ent, stats.beta.entropy(a, b).sum(1), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(det, low + stats.beta.mean(a, b) * (high - low), rtol=1e-5)
+    np.testing.assert_allclose(det, low + stats.beta.mean(a, b) * (high - low), rtol=1e-5, atol=1e-6)
     p, q = stats.beta(a[..., None], b[..., None]), stats.beta(a2[..., None], b2[..., None])
     kl_ref = _kl_by_quadrature(p, q, 1e-9, 1 - 1e-9).sum(1)
     np.testing.assert_allclose(kl, kl_ref, rtol=1e-3, atol=1e-5)
@@ -355,7 +355,7 @@ def test_beta_sample_statistics(run):
     a, b = _beta_params(raw[:1])
     assert ((sample > 1.0) & (sample < 3.0)).all()
     np.testing.assert_allclose(sample.mean(0), 1.0 + 2.0 * stats.beta.mean(a, b)[0], atol=0.02)
-    np.testing.assert_allclose(sample.var(0), 4.0 * stats.beta.var(a, b)[0], rtol=0.05)
+    np.testing.assert_allclose(sample.var(0), 4.0 * stats.beta.var(a, b)[0], rtol=0.05, atol=1e-4)
     ref = stats.beta.logpdf((sample - 1.0) / 2.0, a, b).sum(1)
     np.testing.assert_allclose(sampled_logp, ref, rtol=1e-3, atol=1e-3)
 
@@ -392,7 +392,7 @@ def test_dirichlet_logp_entropy_match_scipy(run):
     x32 /= x32.sum(1, keepdims=True)
     np.testing.assert_allclose(logp, [stats.dirichlet.logpdf(x32[i], alpha[i]) for i in range(3)], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ent, [stats.dirichlet.entropy(alpha[i]) for i in range(3)], rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(det, special.softmax(alpha, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(det, special.softmax(alpha, axis=1), rtol=1e-5, atol=1e-6)
 
 
 def test_dirichlet_kl_matches_monte_carlo(run):
@@ -409,10 +409,10 @@ def test_dirichlet_kl_matches_monte_carlo(run):
 def test_dirichlet_samples_on_simplex_with_right_mean(run):
     raw = np.tile(np.log(np.array([[2.0, 3.0, 5.0]], np.float32)), (N_DRAWS, 1))
     sample = run(lambda: Dirichlet(c(raw), None).sample())
-    np.testing.assert_allclose(sample.sum(1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(sample.sum(1), 1.0, rtol=1e-5, atol=1e-6)
     assert (sample >= 0).all()
     np.testing.assert_allclose(sample.mean(0), [0.2, 0.3, 0.5], atol=0.01)
-    np.testing.assert_allclose(sample.var(0), stats.dirichlet.var([2.0, 3.0, 5.0]), rtol=0.05)
+    np.testing.assert_allclose(sample.var(0), stats.dirichlet.var([2.0, 3.0, 5.0]), rtol=0.05, atol=1e-4)
 
 
 # ---------------------------------------------------- MultiActionDistribution
@@ -447,10 +447,10 @@ def test_multi_action_logp_entropy_kl(run):
         + DiagGaussian(c(MULTI_IN[:, 3:]), None).kl(DiagGaussian(c(MULTI_IN2[:, 3:]), None)),
     ))
     logp_ref, ent_ref = _multi_refs(MULTI_IN, cat_a, box_a)
-    np.testing.assert_allclose(logp_flat, logp_ref, rtol=1e-5)
-    np.testing.assert_allclose(logp_struct, logp_ref, rtol=1e-5)
-    np.testing.assert_allclose(ent, ent_ref, rtol=1e-5)
-    np.testing.assert_allclose(kl, kl_parts, rtol=1e-6)
+    np.testing.assert_allclose(logp_flat, logp_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logp_struct, logp_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ent, ent_ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kl, kl_parts, rtol=1e-6, atol=1e-6)
     kl_cat = stats.entropy(special.softmax(MULTI_IN[:, :3], 1), special.softmax(MULTI_IN2[:, :3], 1), axis=1)
     assert (kl > kl_cat - 1e-6).all()  # Gaussian KL part is non-negative.
 
@@ -462,9 +462,9 @@ def test_multi_action_samples_follow_space_structure(run):
 
     (cat_s, box_s), sampled_logp, (cat_d, box_d) = run(build)
     assert cat_s.shape == (4,) and box_s.shape == (4, 2)
-    np.testing.assert_allclose(sampled_logp, _multi_refs(MULTI_IN, cat_s, box_s)[0], rtol=1e-4)
+    np.testing.assert_allclose(sampled_logp, _multi_refs(MULTI_IN, cat_s, box_s)[0], rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(cat_d, MULTI_IN[:, :3].argmax(1))
-    np.testing.assert_allclose(box_d, MULTI_IN[:, 3:5])
+    np.testing.assert_allclose(box_d, MULTI_IN[:, 3:5], rtol=1e-6, atol=1e-6)
     assert _multi(c(MULTI_IN), TUPLE_SPACE).required_model_output_shape(TUPLE_SPACE, {}) == 7
 
 

@@ -227,15 +227,15 @@ def test_fcnet_without_num_outputs_exposes_last_hidden(rt):
     w = rt.randomize(model)
     obs = np.ones((2, 4), np.float32)
     out, _, _ = rt.call(model, {"obs": obs})
-    np.testing.assert_allclose(out, dense(w, "fc_2", dense(w, "fc_1", obs, "tanh"), "tanh"), rtol=1e-5)
+    np.testing.assert_allclose(out, dense(w, "fc_2", dense(w, "fc_1", obs, "tanh"), "tanh"), rtol=1e-5, atol=1e-6)
 
 
 def test_fcnet_initial_weights_are_normc():
     np.random.seed(0)
     model = FullyConnectedNetwork(OBS4, gym.spaces.Discrete(2), 2, cfg(fcnet_hiddens=[16]), "m")
     w = {v.name: v.numpy() for v in model.variables()}
-    np.testing.assert_allclose(np.linalg.norm(w["fc_1/kernel:0"], axis=0), 1.0, rtol=1e-5)
-    np.testing.assert_allclose(np.linalg.norm(w["fc_out/kernel:0"], axis=0), 0.01, rtol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(w["fc_1/kernel:0"], axis=0), 1.0, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(w["fc_out/kernel:0"], axis=0), 0.01, rtol=1e-5, atol=1e-7)
     assert not w["fc_1/bias:0"].any()
 
 
@@ -249,8 +249,8 @@ def test_graph_and_eager_fcnet_agree_with_same_weights():
     obs = np.random.default_rng(3).normal(size=(4, 4)).astype(np.float32)
     g_out, _, g_val = graph_rt.call(g_model, {"obs": obs})
     e_out, _, e_val = eager_rt.call(e_model, {"obs": obs})
-    np.testing.assert_allclose(g_out, e_out, rtol=1e-6)
-    np.testing.assert_allclose(g_val, e_val, rtol=1e-6)
+    np.testing.assert_allclose(g_out, e_out, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(g_val, e_val, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("num_outputs", [3, None])
@@ -333,10 +333,10 @@ def test_graph_and_eager_models_can_be_interleaved():
     e1 = eager_rt.model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, dict(c), "e1")
     obs = np.ones((2, 4), np.float32)
     w_g, w_e = graph_rt.randomize(g1), eager_rt.randomize(e1, seed=1)
-    np.testing.assert_allclose(graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5)
+    np.testing.assert_allclose(graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5, atol=1e-6)
     Runner("graph").model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, dict(c), "g2")
-    np.testing.assert_allclose(eager_rt.call(e1, {"obs": obs})[0], fc_reference(w_e, c, obs)[0], rtol=1e-5)
-    np.testing.assert_allclose(graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5)
+    np.testing.assert_allclose(eager_rt.call(e1, {"obs": obs})[0], fc_reference(w_e, c, obs)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5, atol=1e-6)
 
 
 # --------------------------------------------------------------- visionnet

@@ -32,9 +32,9 @@ def test_categorical_logp_entropy_kl_match_numpy(logits):
     acts = np.array([0, 2, 1, 2])
     lp = log_softmax(logits, axis=1)
     np.testing.assert_allclose(d.logp(torch.as_tensor(acts)).numpy(), lp[np.arange(4), acts],
-                               rtol=1e-5)
+                               rtol=1e-5, atol=1e-6)
     p = softmax(logits, axis=1)
-    np.testing.assert_allclose(d.entropy().numpy(), -(p * lp).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(d.entropy().numpy(), -(p * lp).sum(1), rtol=1e-5, atol=1e-6)
     kl_ref = (p * (lp - log_softmax(other, axis=1))).sum(1)
     np.testing.assert_allclose(d.kl(o).numpy(), kl_ref, rtol=1e-4, atol=1e-6)
 
@@ -43,7 +43,7 @@ def test_categorical_deterministic_sample_is_argmax(logits):
     d = TorchCategorical(t(logits), None)
     np.testing.assert_array_equal(d.deterministic_sample().numpy(), logits.argmax(1))
     np.testing.assert_allclose(d.sampled_action_logp().numpy(),
-                               log_softmax(logits, 1).max(1), rtol=1e-5)
+                               log_softmax(logits, 1).max(1), rtol=1e-5, atol=1e-6)
 
 
 def test_categorical_sample_frequencies_match_probs():
@@ -56,10 +56,10 @@ def test_categorical_sample_frequencies_match_probs():
 
 def test_categorical_temperature_divides_logits(logits):
     d = TorchCategorical(t(logits), None, temperature=2.0)
-    np.testing.assert_allclose(d.dist.probs.numpy(), softmax(logits / 2.0, axis=1), rtol=1e-5)
+    np.testing.assert_allclose(d.dist.probs.numpy(), softmax(logits / 2.0, axis=1), rtol=1e-5, atol=1e-6)
     cls = get_torch_categorical_class_with_temperature(0.5)
     np.testing.assert_allclose(cls(t(logits)).dist.probs.numpy(), softmax(logits / 0.5, 1),
-                               rtol=1e-5)
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_categorical_accepts_numpy_and_does_not_modify_inputs(logits):
@@ -77,9 +77,9 @@ def test_multicategorical_logp_entropy_kl_sum_of_parts():
     acts = np.array([[0, 2], [1, 0], [1, 1], [0, 0], [1, 2]])
     lp0, lp1 = log_softmax(x[:, :2], 1), log_softmax(x[:, 2:], 1)
     ref = lp0[np.arange(5), acts[:, 0]] + lp1[np.arange(5), acts[:, 1]]
-    np.testing.assert_allclose(d.logp(torch.as_tensor(acts)).numpy(), ref, rtol=1e-5)
+    np.testing.assert_allclose(d.logp(torch.as_tensor(acts)).numpy(), ref, rtol=1e-5, atol=1e-6)
     ent = -(np.exp(lp0) * lp0).sum(1) - (np.exp(lp1) * lp1).sum(1)
-    np.testing.assert_allclose(d.entropy().numpy(), ent, rtol=1e-5)
+    np.testing.assert_allclose(d.entropy().numpy(), ent, rtol=1e-5, atol=1e-6)
     assert d.multi_entropy().shape == (5, 2)
     q0, q1 = log_softmax(y[:, :2], 1), log_softmax(y[:, 2:], 1)
     kl = (np.exp(lp0) * (lp0 - q0)).sum(1) + (np.exp(lp1) * (lp1 - q1)).sum(1)
@@ -93,7 +93,7 @@ def test_multicategorical_int_box_samples_have_box_shape():
     d = TorchMultiCategorical(torch.zeros(3, 12), None, input_lens=[3] * 4, action_space=space)
     s = d.sample()
     assert tuple(s.shape) == (3, 2, 2) and int(s.min()) >= 0 and int(s.max()) <= 2
-    np.testing.assert_allclose(d.logp(s).numpy(), np.full(3, 4 * np.log(1 / 3)), rtol=1e-5)
+    np.testing.assert_allclose(d.logp(s).numpy(), np.full(3, 4 * np.log(1 / 3)), rtol=1e-5, atol=1e-6)
 
 
 # -------------------------------------------------------------- DiagGaussian
@@ -104,13 +104,13 @@ def test_diag_gaussian_matches_scipy():
     o = TorchDiagGaussian(t(np.concatenate([mean2, log_std2], 1)), None)
     x = RNG.normal(size=(4, 2))
     ref = stats.norm.logpdf(x, mean, np.exp(log_std)).sum(1)
-    np.testing.assert_allclose(d.logp(t(x)).numpy(), ref, rtol=1e-5)
+    np.testing.assert_allclose(d.logp(t(x)).numpy(), ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(d.entropy().numpy(),
-                               stats.norm.entropy(mean, np.exp(log_std)).sum(1), rtol=1e-5)
+                               stats.norm.entropy(mean, np.exp(log_std)).sum(1), rtol=1e-5, atol=1e-6)
     s1, s2 = np.exp(log_std), np.exp(log_std2)
     kl = (np.log(s2 / s1) + (s1 ** 2 + (mean - mean2) ** 2) / (2 * s2 ** 2) - 0.5).sum(1)
-    np.testing.assert_allclose(d.kl(o).numpy(), kl, rtol=1e-4)
-    np.testing.assert_allclose(d.deterministic_sample().numpy(), mean, rtol=1e-6)
+    np.testing.assert_allclose(d.kl(o).numpy(), kl, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(d.deterministic_sample().numpy(), mean, rtol=1e-6, atol=1e-6)
 
 
 def test_diag_gaussian_sample_statistics():
@@ -118,7 +118,7 @@ def test_diag_gaussian_sample_statistics():
     inp = np.tile([[1.0, -2.0, np.log(0.5), np.log(2.0)]], (40000, 1))
     s = TorchDiagGaussian(t(inp), None).sample().numpy()
     np.testing.assert_allclose(s.mean(0), [1.0, -2.0], atol=0.05)
-    np.testing.assert_allclose(s.std(0), [0.5, 2.0], rtol=0.03)
+    np.testing.assert_allclose(s.std(0), [0.5, 2.0], rtol=0.03, atol=1e-4)
 
 
 def test_diag_gaussian_scalar_box_squeezes_sample():
@@ -138,7 +138,7 @@ def test_squashed_gaussian_logp_matches_change_of_variables():
            - np.log(1 - np.tanh(u) ** 2 + SMALL)).sum(1)
     np.testing.assert_allclose(d.logp(t(x)).numpy(), ref, rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(d.deterministic_sample().numpy(),
-                               (np.tanh(mean) + 1) / 2 * (high - low) + low, rtol=1e-5)
+                               (np.tanh(mean) + 1) / 2 * (high - low) + low, rtol=1e-5, atol=1e-6)
 
 
 def test_squashed_gaussian_samples_in_bounds_and_log_std_clipped():
@@ -147,7 +147,7 @@ def test_squashed_gaussian_samples_in_bounds_and_log_std_clipped():
     d = TorchSquashedGaussian(t(inp), None, low=0.0, high=1.0)
     s = d.sample().numpy()
     assert s.min() >= 0.0 and s.max() <= 1.0
-    np.testing.assert_allclose(d.std.numpy(), np.exp(2.0), rtol=1e-6)
+    np.testing.assert_allclose(d.std.numpy(), np.exp(2.0), rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="entropy is not defined"):
         d.entropy()
     with pytest.raises(ValueError, match="kl is not defined"):
@@ -164,11 +164,11 @@ def test_beta_logp_matches_scipy():
     y = RNG.uniform(0.05, 0.95, size=(4, 2))
     x = y * (high - low) + low
     np.testing.assert_allclose(d.logp(t(x)).numpy(), stats.beta.logpdf(y, alpha, beta).sum(1),
-                               rtol=1e-4)
+                               rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(d.deterministic_sample().numpy(),
-                               alpha / (alpha + beta) * (high - low) + low, rtol=1e-5)
+                               alpha / (alpha + beta) * (high - low) + low, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(d.entropy().numpy(), stats.beta.entropy(alpha, beta).sum(1),
-                               rtol=1e-4)
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_beta_sample_mean():
@@ -192,10 +192,10 @@ def test_dirichlet_logp_matches_scipy():
     d = TorchDirichlet(t(raw), None)
     x = np.array([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8], [0.6, 0.3, 0.1]])
     ref = [stats.dirichlet.logpdf(xi, ci) for xi, ci in zip(x, conc)]
-    np.testing.assert_allclose(d.logp(t(x)).numpy(), ref, rtol=1e-4)
+    np.testing.assert_allclose(d.logp(t(x)).numpy(), ref, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(d.entropy().numpy(), [stats.dirichlet.entropy(c) for c in conc],
-                               rtol=1e-4)
-    np.testing.assert_allclose(d.deterministic_sample().numpy().sum(1), 1.0, rtol=1e-6)
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(d.deterministic_sample().numpy().sum(1), 1.0, rtol=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------ MultiAction
@@ -215,19 +215,19 @@ def test_multi_action_logp_is_sum_of_children(multi):
     box = RNG.normal(size=(4, 2))
     ref = (log_softmax(x[:, :3], 1)[np.arange(4), cat]
            + stats.norm.logpdf(box, x[:, 3:5], np.exp(x[:, 5:7])).sum(1))
-    np.testing.assert_allclose(d.logp((torch.as_tensor(cat), t(box))).numpy(), ref, rtol=1e-5)
+    np.testing.assert_allclose(d.logp((torch.as_tensor(cat), t(box))).numpy(), ref, rtol=1e-5, atol=1e-6)
     flat = np.concatenate([cat[:, None], box], 1)
-    np.testing.assert_allclose(d.logp(t(flat)).numpy(), ref, rtol=1e-5)
+    np.testing.assert_allclose(d.logp(t(flat)).numpy(), ref, rtol=1e-5, atol=1e-6)
 
 
 def test_multi_action_sample_structure_and_entropy(multi):
     d, x = multi
     s = d.sample()
     assert isinstance(s, tuple) and tuple(s[0].shape) == (4,) and tuple(s[1].shape) == (4, 2)
-    np.testing.assert_allclose(d.sampled_action_logp().numpy(), d.logp(s).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(d.sampled_action_logp().numpy(), d.logp(s).numpy(), rtol=1e-5, atol=1e-6)
     p = softmax(x[:, :3], 1)
     ent = -(p * np.log(p)).sum(1) + stats.norm.entropy(0, np.exp(x[:, 5:7])).sum(1)
-    np.testing.assert_allclose(d.entropy().numpy(), ent, rtol=1e-5)
+    np.testing.assert_allclose(d.entropy().numpy(), ent, rtol=1e-5, atol=1e-6)
     assert d.required_model_output_shape(None, None) == 7
 
 

@@ -124,9 +124,9 @@ def test_fc_normc_init_row_norms():
     m = FullyConnectedNetwork(BOX4, DISC2, 3, cfg(fcnet_hiddens=[8, 6]), "fc")
     sd = m.state_dict()
     np.testing.assert_allclose(sd["_hidden_layers.0._model.0.weight"].norm(dim=1).numpy(), 1.0,
-                               rtol=1e-5)
+                               rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(sd["_logits._model.0.weight"].norm(dim=1).numpy(), 0.01,
-                               rtol=1e-5)
+                               rtol=1e-5, atol=1e-7)
     assert float(sd["_hidden_layers.0._model.0.bias"].abs().sum()) == 0.0
 
 
@@ -135,7 +135,7 @@ def test_fc_free_log_std_appends_learned_log_std():
     with torch.no_grad():
         m._append_free_log_std.log_std.copy_(torch.tensor([0.5, -0.5]))
     out, _ = m({"obs": torch.zeros(3, 4)})
-    np.testing.assert_allclose(out[:, 2:].detach().numpy(), [[0.5, -0.5]] * 3)
+    np.testing.assert_allclose(out[:, 2:].detach().numpy(), [[0.5, -0.5]] * 3, rtol=1e-6, atol=1e-6)
 
 
 def test_fc_no_final_linear_and_no_outputs():
@@ -153,7 +153,7 @@ def test_fc_separate_value_branch_uses_own_layers():
     x = torch.randn(3, 4)
     m({"obs": x})
     expected = m._value_branch(m._value_branch_separate(x)).squeeze(1)
-    np.testing.assert_allclose(m.value_function().detach().numpy(), expected.detach().numpy())
+    np.testing.assert_allclose(m.value_function().detach().numpy(), expected.detach().numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_variables_tower_stats_and_trainable():
@@ -210,7 +210,7 @@ def test_complex_input_one_hot_from_ints_equals_float_one_hot():
     a, _ = m.forward({"obs": {"d": torch.tensor([0, 2]), "img": img}, "obs_flat": None}, [], None)
     b, _ = m.forward({"obs": {"d": torch.tensor([[1.0, 0, 0], [0, 0, 1.0]]), "img": img},
                       "obs_flat": None}, [], None)
-    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6, atol=1e-6)
     assert [k for k in dict(m.named_children())] == ["cnn_1", "post_fc_stack", "logits_layer",
                                                      "value_layer"]
 
@@ -247,7 +247,7 @@ def test_same_padding_matches_tf_rule(in_size, k, s, padding, out):
 
 def test_slim_layers_and_append_bias():
     fc = SlimFC(3, 2, initializer=normc_initializer(2.0), activation_fn="relu")
-    np.testing.assert_allclose(fc._model[0].weight.norm(dim=1).detach().numpy(), 2.0, rtol=1e-5)
+    np.testing.assert_allclose(fc._model[0].weight.norm(dim=1).detach().numpy(), 2.0, rtol=1e-5, atol=1e-6)
     assert isinstance(fc._model[1], nn.ReLU)
     out = AppendBiasLayer(2)(torch.ones(4, 3))
     assert tuple(out.shape) == (4, 5) and float(out[:, 3:].detach().abs().sum()) == 0.0
@@ -343,7 +343,7 @@ def test_lstm_carries_state_across_calls(lstm_model):
     _, s1 = m(inp, zeros, torch.ones(2, dtype=torch.int32))
     out_carried, s2 = m(inp, s1, torch.ones(2, dtype=torch.int32))
     out_fresh, _ = m(inp, zeros, torch.ones(2, dtype=torch.int32))
-    assert not np.allclose(out_carried.detach().numpy(), out_fresh.detach().numpy())
+    assert not np.allclose(out_carried.detach().numpy(), out_fresh.detach().numpy(), atol=1e-6)
     assert [tuple(s.shape) for s in s2] == [(2, 5), (2, 5)]
     assert tuple(m.value_function().shape) == (2,)
 

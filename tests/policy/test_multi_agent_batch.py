@@ -93,3 +93,25 @@ def test_pickle_round_trip(three_agents):
     back = pickle.loads(pickle.dumps(three_agents))
     assert isinstance(back, MultiAgentBatch) and back.env_steps() == 3
     assert back["p2"]["obs"].tolist() == [21, 23, 33]
+
+
+def test_timeslices_add_a_fresh_unroll_id_per_built_batch(three_agents):
+    first = three_agents.timeslices(1)
+    second = three_agents.timeslices(2)
+    ids = []
+    for ma in first + second:
+        for pid, batch in ma.policy_batches.items():
+            col = batch["unroll_id"]
+            assert col.shape == (len(batch),) and col.dtype == np.int64, pid
+            assert len(set(col.tolist())) == 1  # one id for all rows of a built batch
+            ids.append(int(col[0]))
+    # 3 slices (2 + 1 + 2 policy batches) and 2 slices (2 + 2): every batch has its own id,
+    # also across the two calls.
+    assert len(ids) == 9 and len(set(ids)) == 9
+
+
+def test_timeslices_keep_existing_unroll_ids(three_agents):
+    for pid, batch in three_agents.policy_batches.items():
+        batch["unroll_id"] = np.full(len(batch), 7 if pid == "p1" else 8)
+    ones = three_agents.timeslices(1)
+    assert ones[0]["p1"]["unroll_id"].tolist() == [7] and ones[2]["p2"]["unroll_id"].tolist() == [8, 8]

@@ -238,15 +238,9 @@ def test_getitem_slice_snaps_to_sequence_starts(spec_batch):
     assert s2["seq_lens"].tolist() == [4, 10, 3] and len(s2) == 17
 
 
-@pytest.mark.parametrize("key, match", [
-    (slice(0, 29), r"slice \[0:29\] goes past the end of the batch \(28 rows\)"),
-    (slice(5, 100), r"past the end"),
-    (slice(0, 4, 2), r"step 1"),
-    (slice(10, 5), r"need 0 <= start <= stop"),
-])
-def test_getitem_slice_errors(spec_batch, key, match):
-    with pytest.raises(ValueError, match=match):
-        spec_batch[key]
+def test_getitem_slice_step_must_be_one(spec_batch):
+    with pytest.raises(ValueError, match=r"step 1, got step=2"):
+        spec_batch[0:4:2]
 
 
 def test_slice_method_cuts_sequences(spec_batch):
@@ -257,8 +251,9 @@ def test_slice_method_cuts_sequences(spec_batch):
     left = spec_batch.slice(-2, 3)  # two zero rows on the left join the first sequence
     assert left["obs"].tolist() == [0, 0, 1, 2, 3]
     assert left["seq_lens"].tolist() == [5]
-    with pytest.raises(ValueError, match=r"slice\(0, 40\) goes past the end of the batch \(28 rows\)"):
-        spec_batch.slice(0, 40)
+    tail = spec_batch.slice(20, 40)  # past the end: clamped like a list slice
+    assert tail["obs"].tolist() == list(range(21, 29)) and tail["seq_lens"].tolist() == [5, 3]
+    assert tail["state_in_0"][:, 0].tolist() == [40, 50]
 
 
 def test_slice_method_with_state_range(spec_batch):
@@ -518,8 +513,7 @@ def test_empty_batch_edges():
     out = concat_samples([b, SampleBatch({"obs": np.ones((2, 3)), "actions": np.array([1, 2])})])
     assert len(out) == 2 and out["actions"].tolist() == [1, 2]
     assert len(concat_samples([])) == 0
-    with pytest.raises(ValueError, match=r"slice \[0:1\] goes past the end of the batch \(0 rows\)"):
-        b[0:1]
+    assert len(b[0:1]) == 0 and b[0:1]["obs"].shape == (0, 3)  # clamped like numpy
 
 
 def test_single_step_batch_edges():

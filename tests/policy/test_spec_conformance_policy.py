@@ -194,5 +194,5 @@ def test_create_exploration_passes_worker_index_and_count(worker_index, expected
                                "worker_index": worker_index,
                                "exploration_config": {"type": "PerWorkerEpsilonGreedy"}})
     assert type(p.exploration).__name__ == "PerWorkerEpsilonGreedy"
-    assert float(p.exploration.epsilon_schedule(0)) == pytest.approx(expected, rel=1e-9)
-    assert float(p.exploration.epsilon_schedule(10 ** 7)) == pytest.approx(expected, rel=1e-9)
+    assert float(p.exploration.epsilon_schedule(0)) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert float(p.exploration.epsilon_schedule(10 ** 7)) == pytest.approx(expected, rel=1e-9, abs=1e-12)

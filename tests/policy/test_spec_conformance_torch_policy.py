@@ -133,7 +133,7 @@ def test_get_state_keys_and_exploration_state_round_trip():
                           "_exploration_state"}
     assert state["global_timestep"] == 3
     assert state["_exploration_state"]["last_timestep"] == 40
-    assert state["_exploration_state"]["cur_epsilon"] == pytest.approx(0.6)
+    assert state["_exploration_state"]["cur_epsilon"] == pytest.approx(0.6, abs=1e-6)
     assert policy.get_exploration_state() == state["_exploration_state"]
     assert isinstance(state["weights"], dict)
     assert all(isinstance(v, np.ndarray) for v in state["weights"].values())
@@ -141,7 +141,7 @@ def test_get_state_keys_and_exploration_state_round_trip():
     fresh.set_state(state)
     assert fresh.global_timestep == 3
     assert fresh.get_exploration_state()["last_timestep"] == 40
-    assert fresh.get_exploration_state()["cur_epsilon"] == pytest.approx(0.6)
+    assert fresh.get_exploration_state()["cur_epsilon"] == pytest.approx(0.6, abs=1e-6)
     for k, v in state["weights"].items():
         np.testing.assert_array_equal(fresh.get_weights()[k], v)
 
@@ -195,7 +195,7 @@ def test_prev_action_reward_and_is_training_reach_the_forward_pass():
     policy.compute_actions(np.zeros((2, 4), np.float32), prev_action_batch=[1, 2],
                            prev_reward_batch=[0.5, -1.0], explore=False)
     np.testing.assert_array_equal(seen["prev_a"], [1, 2])
-    np.testing.assert_allclose(seen["prev_r"], [0.5, -1.0])
+    np.testing.assert_allclose(seen["prev_r"], [0.5, -1.0], rtol=1e-6, atol=1e-6)
     assert seen["is_training"] is False and seen["state_batches"] == []
     np.testing.assert_array_equal(np.asarray(seen["seq_lens"]), [1, 1])
 
@@ -238,8 +238,8 @@ def test_action_sampler_fn_four_outputs_and_spec_arguments():
     assert calls[0]["explore"] is False and calls[0]["timestep"] == 0
     assert calls[0]["state_batches"] == [] and state_out == []
     np.testing.assert_array_equal(actions, [1, 1])
-    np.testing.assert_allclose(extra[SampleBatch.ACTION_PROB], [0.25, 0.25], rtol=1e-6)
-    np.testing.assert_allclose(extra[SampleBatch.ACTION_LOGP], np.log([0.25, 0.25]), rtol=1e-6)
+    np.testing.assert_allclose(extra[SampleBatch.ACTION_PROB], [0.25, 0.25], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(extra[SampleBatch.ACTION_LOGP], np.log([0.25, 0.25]), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(extra[SampleBatch.ACTION_DIST_INPUTS],
                                   np.arange(6, dtype=np.float32).reshape(2, 3))
     assert policy.global_timestep == 2
@@ -260,7 +260,7 @@ def test_action_distribution_fn_old_obs_signature_still_works():
     np.testing.assert_array_equal(actions, [2, 2, 2])
     np.testing.assert_array_equal(seen["obs"], obs)
     assert seen["explore"] is False and seen["timestep"] == 9 and seen["is_training"] is False
-    np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], [[0, 0, 9]] * 3)
+    np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], [[0, 0, 9]] * 3, rtol=1e-6, atol=1e-6)
 
 
 def test_compute_actions_numpy_outputs_and_probs_match_softmax():
@@ -275,7 +275,7 @@ def test_compute_actions_numpy_outputs_and_probs_match_softmax():
     np.testing.assert_allclose(extra[SampleBatch.ACTION_LOGP], lp[np.arange(50), actions],
                                rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(extra[SampleBatch.ACTION_PROB],
-                               np.exp(extra[SampleBatch.ACTION_LOGP]), rtol=1e-6)
+                               np.exp(extra[SampleBatch.ACTION_LOGP]), rtol=1e-6, atol=1e-6)
     assert extra[SampleBatch.ACTION_PROB].dtype == np.float32
 
 
@@ -373,7 +373,7 @@ def test_learn_on_batch_call_order_and_result_objects():
     stats = fetches[LEARNER_STATS_KEY]
     assert stats["allreduce_latency"] == 0.0
     assert stats["mean_reward"] == pytest.approx(
-        float(np.mean(pg_batch(10)[SampleBatch.REWARDS])))
+        float(np.mean(pg_batch(10)[SampleBatch.REWARDS])), abs=1e-6)
 
 
 def test_compute_gradients_returns_grads_and_info_without_stepping():
@@ -412,10 +412,10 @@ def test_compute_gradients_with_grad_clip_returns_clipped_grads():
     grads, info = policy.compute_gradients(batch)
     got = [np.zeros_like(e) if g is None else g.detach().numpy() for g, e in zip(grads, ref)]
     got_norm = np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in got))
-    assert got_norm == pytest.approx(clip, rel=1e-3)
+    assert got_norm == pytest.approx(clip, rel=1e-3, abs=1e-6)
     for g, e in zip(got, ref):  # same direction
         np.testing.assert_allclose(g, e * clip / norm, rtol=1e-3, atol=1e-9)
-    assert float(info[LEARNER_STATS_KEY]["grad_gnorm"]) == pytest.approx(norm, rel=1e-4)
+    assert float(info[LEARNER_STATS_KEY]["grad_gnorm"]) == pytest.approx(norm, rel=1e-4, abs=1e-6)
 
 
 def test_param_groups_of_one_optimizer_use_their_own_lr():
@@ -477,7 +477,7 @@ def test_get_weights_is_a_numpy_copy_and_round_trips():
     assert all(isinstance(v, np.ndarray) for v in w.values())
     key = next(iter(w))
     w[key] += 100.0  # mutating the copy leaves the model alone
-    assert not np.allclose(policy.get_weights()[key], w[key])
+    assert not np.allclose(policy.get_weights()[key], w[key], atol=1e-6)
     other = make(seed=3)
     other.set_weights(w)
     np.testing.assert_array_equal(other.get_weights()[key], w[key])
@@ -581,7 +581,7 @@ def test_spec_28_step_rnn_batch_on_two_fake_gpus():
     policy = SeenPG(OBS, ACT, {**BASE, "model": dict(LSTM_MODEL), **FAKE2}, max_seq_len=10)
     batch, seq_lens = _spec_28_batch()
     per_device = policy.load_batch_into_buffer(batch)
-    slices = policy._loaded_batches[0]
+    slices = policy._tower_buffers.loaded(0)
     assert len(slices) == 2
     assert per_device == len(slices[0]) == policy.get_num_samples_loaded_into_buffer()
     # Every timestep lands on exactly one device, in order; each device's
@@ -671,7 +671,7 @@ def test_fake_gpu_per_tower_learner_stats():
     for i, part in enumerate((obs[:8], obs[8:])):
         assert set(fetches[f"tower_{i}"]) == {LEARNER_STATS_KEY}
         assert fetches[f"tower_{i}"][LEARNER_STATS_KEY]["obs_mean"] == pytest.approx(
-            float(part.mean()), rel=1e-5)
+            float(part.mean()), rel=1e-5, abs=1e-6)
 
 
 def test_fake_gpu_step_is_mean_of_tower_grads():
@@ -759,7 +759,7 @@ def test_lstm_log_likelihoods_use_the_given_state():
                                atol=1e-6)
     # A different state gives different likelihoods (the state is used).
     other = policy.compute_log_likelihoods(actions, obs, [np.zeros((3, 4), np.float32)] * 2)
-    assert not np.allclose(np.asarray(other), np.asarray(got))
+    assert not np.allclose(np.asarray(other), np.asarray(got), atol=1e-6)
 
 
 def test_model_lock_is_held_while_acting_and_learning():
@@ -844,7 +844,7 @@ def test_box_actions_deterministic_and_sampled_logp_vs_numpy():
     obs = pg_batch(6, seed=4)[SampleBatch.OBS]
     actions, _, extra = policy.compute_actions(obs, explore=False)
     mean = extra[SampleBatch.ACTION_DIST_INPUTS][:, :2]
-    np.testing.assert_allclose(actions, mean, rtol=1e-6)
+    np.testing.assert_allclose(actions, mean, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(extra[SampleBatch.ACTION_LOGP], np.zeros(6))
     np.testing.assert_array_equal(extra[SampleBatch.ACTION_PROB], np.ones(6))
     actions, _, extra = policy.compute_actions(obs, explore=True)
@@ -879,7 +879,7 @@ def test_spec_28_step_rnn_batch_on_cpu_loads_whole():
     policy = SeenPG(OBS, ACT, {**BASE, "model": dict(LSTM_MODEL)}, max_seq_len=10)
     batch, seq_lens = _spec_28_batch()
     assert policy.load_batch_into_buffer(batch) == 28  # timesteps, not padded rows
-    (loaded,) = policy._loaded_batches[0]
+    (loaded,) = policy._tower_buffers.loaded(0)
     rows = np.asarray(loaded[SampleBatch.OBS])[:, 0]
     assert rows.shape == (5 * 10,)  # dynamic max = 10 (the longest sequence)
     for j, ln in enumerate(seq_lens):

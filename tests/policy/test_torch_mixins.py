@@ -34,11 +34,11 @@ class SchedPolicy(LearningRateSchedule, EntropyCoeffSchedule, TorchPolicy):
 )
 def test_learning_rate_schedule(timestep, lr):
     policy = SchedPolicy(OBS, ACT, {**BASE, "lr_schedule": [[0, 1.0], [100, 0.1]]})
-    assert policy.cur_lr == pytest.approx(1.0)
+    assert policy.cur_lr == pytest.approx(1.0, abs=1e-6)
     policy.on_global_var_update({"timestep": timestep})
     assert policy.global_timestep == timestep  # base class still runs
-    assert policy.cur_lr == pytest.approx(lr)
-    assert [g["lr"] for o in policy._optimizers for g in o.param_groups] == [pytest.approx(lr)]
+    assert policy.cur_lr == pytest.approx(lr, abs=1e-6)
+    assert [g["lr"] for o in policy._optimizers for g in o.param_groups] == [pytest.approx(lr, abs=1e-6)]
 
 
 def test_constant_lr_and_entropy_without_schedules():
@@ -61,9 +61,9 @@ def test_entropy_coeff_schedule(schedule, timestep, expected):
     policy = SchedPolicy(OBS, ACT, {**BASE, "entropy_coeff": 0.4})
     # (The config validator only accepts the list form; the mixin takes both.)
     EntropyCoeffSchedule.__init__(policy, 0.4, schedule)
-    assert policy.entropy_coeff == pytest.approx(0.4 if isinstance(schedule, int) else 0.5)
+    assert policy.entropy_coeff == pytest.approx(0.4 if isinstance(schedule, int) else 0.5, abs=1e-6)
     policy.on_global_var_update({"timestep": timestep})
-    assert policy.entropy_coeff == pytest.approx(expected)
+    assert policy.entropy_coeff == pytest.approx(expected, abs=1e-6)
 
 
 class KLPolicy(KLCoeffMixin, TorchPolicy):
@@ -76,18 +76,18 @@ class KLPolicy(KLCoeffMixin, TorchPolicy):
                                                   (0.0201, 0.3), (0.02, 0.2), (0.01, 0.2)])
 def test_kl_coeff_update(sampled_kl, expected):
     policy = KLPolicy(OBS, ACT, {**BASE, "kl_coeff": 0.2, "kl_target": 0.01})
-    assert policy.update_kl(sampled_kl) == pytest.approx(expected)
-    assert policy.kl_coeff == pytest.approx(expected)
+    assert policy.update_kl(sampled_kl) == pytest.approx(expected, abs=1e-6)
+    assert policy.kl_coeff == pytest.approx(expected, abs=1e-6)
 
 
 def test_kl_coeff_in_state():
     a = KLPolicy(OBS, ACT, {**BASE, "kl_coeff": 0.2, "kl_target": 0.01})
     a.update_kl(1.0)
     state = a.get_state()
-    assert state["current_kl_coeff"] == pytest.approx(0.3)
+    assert state["current_kl_coeff"] == pytest.approx(0.3, abs=1e-6)
     b = KLPolicy(OBS, ACT, {**BASE, "kl_coeff": 0.2, "kl_target": 0.01})
     b.set_state(state)
-    assert b.kl_coeff == pytest.approx(0.3) and "current_kl_coeff" in state
+    assert b.kl_coeff == pytest.approx(0.3, abs=1e-6) and "current_kl_coeff" in state
     del state["current_kl_coeff"]
     b.set_state(state)
     assert b.kl_coeff == 0.2
@@ -107,7 +107,7 @@ def test_value_network_mixin():
     with torch.no_grad():
         policy.model({SampleBatch.OBS: torch.from_numpy(obs)})
         expected = policy.model.value_function()[0].item()
-    assert isinstance(value, float) and value == pytest.approx(expected)
+    assert isinstance(value, float) and value == pytest.approx(expected, abs=1e-6)
     no_gae = VFPolicy(OBS, ACT, {**BASE, "use_gae": False})
     assert no_gae._value(**{SampleBatch.OBS: obs}) == 0.0
 
@@ -149,10 +149,10 @@ def test_target_network_hard_then_soft_update(device_config):
     new_main = _sd(policy.model)
     policy.update_target()  # tau from config: 0.25
     for k, v in _sd(targets[0]).items():
-        np.testing.assert_allclose(v, 0.25 * new_main[k] + 0.75 * old_target[k], rtol=1e-6)
+        np.testing.assert_allclose(v, 0.25 * new_main[k] + 0.75 * old_target[k], rtol=1e-6, atol=1e-6)
     policy.update_target(tau=1.0)
     for k, v in _sd(targets[-1]).items():
-        np.testing.assert_allclose(v, new_main[k], rtol=1e-6)
+        np.testing.assert_allclose(v, new_main[k], rtol=1e-6, atol=1e-6)
 
 
 def test_target_network_follows_set_weights(device_config):

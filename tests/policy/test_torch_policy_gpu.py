@@ -52,7 +52,7 @@ def test_cuda_tower_step_equals_cpu_step(num_gpus):
     gpu.set_weights(cpu.get_weights())
     assert cpu.load_batch_into_buffer(batch.copy()) == 16
     assert gpu.load_batch_into_buffer(batch.copy()) == 16 // num_gpus
-    loaded = gpu._loaded_batches[0]
+    loaded = gpu._tower_buffers.loaded(0)
     assert [b[SampleBatch.OBS].device.type for b in loaded] == ["cuda"] * num_gpus
     cpu.learn_on_loaded_batch(0)
     fetches = gpu.learn_on_loaded_batch(0)

@@ -44,35 +44,35 @@ def test_one_hot_out_of_range_raises():
 def test_activations_and_losses():
     x = np.array([-2.0, -0.5, 0.0, 0.5, 3.0])
     np.testing.assert_allclose(rnp.sigmoid(x), [1 / (1 + np.exp(2.0)), 1 / (1 + np.exp(0.5)), 0.5,
-                                                1 / (1 + np.exp(-0.5)), 1 / (1 + np.exp(-3.0))])
-    np.testing.assert_allclose(rnp.sigmoid(np.array([0.25]), derivative=True), [0.1875])
+                                                1 / (1 + np.exp(-0.5)), 1 / (1 + np.exp(-3.0))], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rnp.sigmoid(np.array([0.25]), derivative=True), [0.1875], rtol=1e-10, atol=1e-12)
     np.testing.assert_array_equal(rnp.relu(x), [0, 0, 0, 0.5, 3.0])
-    np.testing.assert_allclose(rnp.relu(x, alpha=0.1), [-0.2, -0.05, 0, 0.5, 3.0])
+    np.testing.assert_allclose(rnp.relu(x, alpha=0.1), [-0.2, -0.05, 0, 0.5, 3.0], rtol=1e-10, atol=1e-12)
     np.testing.assert_array_equal(x, [-2.0, -0.5, 0.0, 0.5, 3.0])  # input untouched
     # Huber, delta=1: |x|<1 -> x^2/2, else |x|-0.5.
-    np.testing.assert_allclose(rnp.huber_loss(x), [1.5, 0.125, 0.0, 0.125, 2.5])
-    np.testing.assert_allclose(rnp.huber_loss(x, delta=2.0), [2.0, 0.125, 0, 0.125, 4.0])
-    assert rnp.l2_loss(np.array([1.0, 2.0, 3.0])) == pytest.approx(7.0)
+    np.testing.assert_allclose(rnp.huber_loss(x), [1.5, 0.125, 0.0, 0.125, 2.5], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rnp.huber_loss(x, delta=2.0), [2.0, 0.125, 0, 0.125, 4.0], rtol=1e-10, atol=1e-12)
+    assert rnp.l2_loss(np.array([1.0, 2.0, 3.0])) == pytest.approx(7.0, abs=1e-12)
 
 
 def test_softmax():
     logits = np.array([[1.0, 2.0, 3.0], [0.0, 0.0, -1000.0]])
     e = np.exp([1.0, 2.0, 3.0])
-    np.testing.assert_allclose(rnp.softmax(logits)[0], e / e.sum())
+    np.testing.assert_allclose(rnp.softmax(logits)[0], e / e.sum(), rtol=1e-10, atol=1e-12)
     # Tiny probabilities are floored at epsilon (SMALL_NUMBER by default).
-    np.testing.assert_allclose(rnp.softmax(logits)[1], [0.5, 0.5, 1e-6])
-    np.testing.assert_allclose(rnp.softmax(logits, epsilon=1e-3)[1], [0.5, 0.5, 1e-3])
-    np.testing.assert_allclose(rnp.softmax(logits[:1].T, axis=0)[:, 0], e / e.sum())
+    np.testing.assert_allclose(rnp.softmax(logits)[1], [0.5, 0.5, 1e-6], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rnp.softmax(logits, epsilon=1e-3)[1], [0.5, 0.5, 1e-3], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rnp.softmax(logits[:1].T, axis=0)[:, 0], e / e.sum(), rtol=1e-10, atol=1e-12)
 
 
 def test_fc_numpy_and_torch_layout():
     rng = np.random.default_rng(0)
     x, w, b = rng.normal(size=(4, 3)), rng.normal(size=(3, 2)), rng.normal(size=2)
     expected = np.array([[sum(x[i, k] * w[k, j] for k in range(3)) + b[j] for j in range(2)] for i in range(4)])
-    np.testing.assert_allclose(rnp.fc(x, w, b), expected)
-    np.testing.assert_allclose(rnp.fc(x, w), expected - b)
+    np.testing.assert_allclose(rnp.fc(x, w, b), expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(rnp.fc(x, w), expected - b, rtol=1e-10, atol=1e-12)
     # torch stores [out, in]: transposed automatically.
-    np.testing.assert_allclose(rnp.fc(x, w.T, b, framework="torch"), expected)
+    np.testing.assert_allclose(rnp.fc(x, w.T, b, framework="torch"), expected, rtol=1e-10, atol=1e-12)
 
 
 def test_fc_accepts_torch_tensors():
@@ -112,9 +112,9 @@ def test_lstm_against_manual_gates(time_major):
     out, (c_out, h_out) = rnp.lstm(inp, W, b, initial_internal_states=(c0, h0), time_major=time_major)
     if time_major:
         out = np.transpose(out, (1, 0, 2))
-    np.testing.assert_allclose(out, expected, rtol=1e-10)
-    np.testing.assert_allclose(h_out, h)
-    np.testing.assert_allclose(c_out, c)
+    np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(h_out, h, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(c_out, c, rtol=1e-10, atol=1e-12)
 
 
 def test_lstm_zero_state_and_forget_bias():
@@ -126,8 +126,8 @@ def test_lstm_zero_state_and_forget_bias():
     h1, c1 = _manual_lstm_step(x[:, 0], z, z, W, b, 3, 0.0)
     h2, c2 = _manual_lstm_step(x[:, 1], h1, c1, W, b, 3, 0.0)
     out, (c, h) = rnp.lstm(x, W, b, forget_bias=0.0)
-    np.testing.assert_allclose(out[:, 1], h2)
-    np.testing.assert_allclose(c, c2)
+    np.testing.assert_allclose(out[:, 1], h2, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(c, c2, rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="3D"):
         rnp.lstm(x[0], W, b)
 

@@ -38,8 +38,8 @@ def test_python_values(case):
     sched = make(None)
     assert isinstance(sched, Schedule)
     for t, v in expected:
-        assert sched.value(t) == pytest.approx(v)
-        assert sched(t) == pytest.approx(v)
+        assert sched.value(t) == pytest.approx(v, abs=1e-6)
+        assert sched(t) == pytest.approx(v, abs=1e-6)
 
 
 def test_torch_tensor_timesteps(case):
@@ -48,7 +48,7 @@ def test_torch_tensor_timesteps(case):
     sched = make("torch")
     for t, v in expected:
         out = sched(torch.tensor(t))
-        assert float(out) == pytest.approx(v, rel=1e-6)
+        assert float(out) == pytest.approx(v, rel=1e-6, abs=1e-6)
 
 
 def test_eager_tf_values(case, tf_modules):
@@ -58,9 +58,9 @@ def test_eager_tf_values(case, tf_modules):
     for t, v in expected:
         out = sched.value(t)
         assert tf.is_tensor(out)
-        assert float(out.numpy()) == pytest.approx(v, rel=1e-6)
+        assert float(out.numpy()) == pytest.approx(v, rel=1e-6, abs=1e-6)
     # A tf tensor t also gives tf ops without a tf framework.
-    assert float(make(None)(tf.constant(expected[1][0])).numpy()) == pytest.approx(expected[1][1], rel=1e-6)
+    assert float(make(None)(tf.constant(expected[1][0])).numpy()) == pytest.approx(expected[1][1], rel=1e-6, abs=1e-6)
 
 
 def test_graph_tf_values(case, tf_modules):
@@ -72,7 +72,7 @@ def test_graph_tf_values(case, tf_modules):
         out = make("tf")(t_ph)
         with tf1.Session(graph=graph) as sess:
             for t, v in expected:
-                assert float(sess.run(out, {t_ph: t})) == pytest.approx(v, rel=1e-6)
+                assert float(sess.run(out, {t_ph: t})) == pytest.approx(v, rel=1e-6, abs=1e-6)
 
 
 def test_piecewise_custom_interpolation():

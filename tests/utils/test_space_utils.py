@@ -99,14 +99,14 @@ def test_normalize_unsquash_round_trip():
 
 def test_normalize_hand_worked():
     # low=[-2, 0], high=[2, 10]: midpoint -> 0, low -> -1, high -> 1.
-    np.testing.assert_allclose(normalize_action(np.array([0.0, 5.0]), BOX), [0.0, 0.0])
-    np.testing.assert_allclose(normalize_action(np.array([-2.0, 10.0]), BOX), [-1.0, 1.0])
-    np.testing.assert_allclose(unsquash_action(np.array([0.5, -0.5]), BOX), [1.0, 2.5])
+    np.testing.assert_allclose(normalize_action(np.array([0.0, 5.0]), BOX), [0.0, 0.0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(normalize_action(np.array([-2.0, 10.0]), BOX), [-1.0, 1.0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(unsquash_action(np.array([0.5, -0.5]), BOX), [1.0, 2.5], rtol=1e-6, atol=1e-6)
     # Out-of-range squashed values are clipped into the space.
-    np.testing.assert_allclose(unsquash_action(np.array([3.0, -7.0]), BOX), [2.0, 0.0])
+    np.testing.assert_allclose(unsquash_action(np.array([3.0, -7.0]), BOX), [2.0, 0.0], rtol=1e-6, atol=1e-6)
     # Accepts the Dict space itself as well as its base struct.
     out = unsquash_action({"a": np.array([1, 1]), "b": (np.array([0.0, 0.0]), 2), "c": np.zeros(3)}, NESTED)
-    np.testing.assert_allclose(out["b"][0], [0.0, 5.0])
+    np.testing.assert_allclose(out["b"][0], [0.0, 5.0], rtol=1e-6, atol=1e-6)
 
 
 def test_clip_action():

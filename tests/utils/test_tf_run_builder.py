@@ -29,9 +29,9 @@ def test_fetch_indices_and_single_run(graph_ops):
     builder.add_feed_dict({ops["y"]: [3.0, 4.0]})
     assert builder.add_fetches([ops["sum"], ops["prod"]]) == [0, 1]
     assert builder.add_fetches([ops["inc"]]) == [2]
-    np.testing.assert_allclose(builder.get(1), [3.0, 8.0])
+    np.testing.assert_allclose(builder.get(1), [3.0, 8.0], rtol=1e-6, atol=1e-6)
     out = builder.get([0, (1, 2)])
-    np.testing.assert_allclose(out[0], [4.0, 6.0])
+    np.testing.assert_allclose(out[0], [4.0, 6.0], rtol=1e-6, atol=1e-6)
     assert isinstance(out[1], tuple) and out[1][1] == 1.0
     # The session ran exactly once (the counter was incremented once).
     assert ops["sess"].run(ops["counter"]) == 1.0
@@ -78,7 +78,7 @@ def test_timeline_dir(graph_ops, tmp_path, monkeypatch):
     builder = TFRunBuilder(ops["sess"], "traced")
     builder.add_feed_dict({ops["x"]: [1.0], ops["y"]: [2.0]})
     idx = builder.add_fetches([ops["sum"]])
-    np.testing.assert_allclose(builder.get(idx), [[3.0]])
+    np.testing.assert_allclose(builder.get(idx), [[3.0]], rtol=1e-6, atol=1e-6)
     files = list(tmp_path.glob("timeline-traced-*.json"))
     assert len(files) == 1 and files[0].stat().st_size > 0
 

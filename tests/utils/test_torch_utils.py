@@ -31,7 +31,7 @@ def test_explained_variance_vs_numpy():
     pred = y + 0.3 * rng.normal(size=50)
     expected = max(-1.0, 1 - np.var(y - pred, ddof=1) / np.var(y, ddof=1))
     out = tu.explained_variance(torch.tensor(y, dtype=torch.float32), torch.tensor(pred, dtype=torch.float32))
-    assert out.shape == () and float(out) == pytest.approx(expected, rel=1e-5)
+    assert out.shape == () and float(out) == pytest.approx(expected, rel=1e-5, abs=1e-6)
     # Terrible predictions are floored at -1.
     bad = tu.explained_variance(torch.tensor(y), torch.tensor(-10 * y))
     assert float(bad) == -1.0
@@ -41,28 +41,28 @@ def test_global_norm_vs_numpy():
     rng = np.random.default_rng(1)
     arrays = [rng.normal(size=(3, 4)), rng.normal(size=5), rng.normal(size=())]
     expected = np.sqrt(sum(np.sum(a ** 2) for a in arrays))
-    assert float(tu.global_norm([torch.tensor(a) for a in arrays])) == pytest.approx(expected)
+    assert float(tu.global_norm([torch.tensor(a) for a in arrays])) == pytest.approx(expected, abs=1e-6)
 
 
 def test_losses_vs_numpy():
     x = np.array([-3.0, -0.2, 0.0, 0.7, 2.0])
     expected = np.where(np.abs(x) < 1.5, 0.5 * x ** 2, 1.5 * (np.abs(x) - 0.75))
-    np.testing.assert_allclose(tu.huber_loss(torch.tensor(x), delta=1.5).numpy(), expected)
-    assert float(tu.l2_loss(torch.tensor(x))) == pytest.approx(0.5 * np.sum(x ** 2))
+    np.testing.assert_allclose(tu.huber_loss(torch.tensor(x), delta=1.5).numpy(), expected, rtol=1e-6, atol=1e-6)
+    assert float(tu.l2_loss(torch.tensor(x))) == pytest.approx(0.5 * np.sum(x ** 2), abs=1e-6)
     logits = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
     labels = np.array([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
     log_sm = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     np.testing.assert_allclose(
         tu.softmax_cross_entropy_with_logits(torch.tensor(logits), torch.tensor(labels)).numpy(),
-        -(labels * log_sm).sum(-1))
+        -(labels * log_sm).sum(-1), rtol=1e-6, atol=1e-6)
 
 
 def test_reduce_mean_ignore_inf_and_atanh():
     x = torch.tensor([[1.0, float("-inf"), 3.0], [2.0, 4.0, float("-inf")]])
-    assert float(tu.reduce_mean_ignore_inf(x)) == pytest.approx(2.5)
-    np.testing.assert_allclose(tu.reduce_mean_ignore_inf(x, 1).numpy(), [2.0, 3.0])
+    assert float(tu.reduce_mean_ignore_inf(x)) == pytest.approx(2.5, abs=1e-6)
+    np.testing.assert_allclose(tu.reduce_mean_ignore_inf(x, 1).numpy(), [2.0, 3.0], rtol=1e-6, atol=1e-6)
     v = np.array([-0.9, 0.0, 0.5])
-    np.testing.assert_allclose(tu.atanh(torch.tensor(v)).numpy(), np.arctanh(v), rtol=1e-6)
+    np.testing.assert_allclose(tu.atanh(torch.tensor(v)).numpy(), np.arctanh(v), rtol=1e-6, atol=1e-6)
     assert torch.isfinite(tu.atanh(torch.tensor([1.0, -1.0]))).all()
 
 
@@ -184,29 +184,29 @@ def test_apply_grad_clipping():
     a, b, c = _params_with_grads()
     opt = torch.optim.SGD([a, b, c], lr=0.1)
     info = tu.apply_grad_clipping(_FakePolicy(1.0), opt, loss=None)
-    assert float(info["grad_gnorm"]) == pytest.approx(5.0)  # pre-clip global norm
-    np.testing.assert_allclose(a.grad.numpy(), [0.6, 0.0], rtol=1e-5)
-    np.testing.assert_allclose(b.grad.numpy(), [0.8], rtol=1e-5)
+    assert float(info["grad_gnorm"]) == pytest.approx(5.0, abs=1e-6)  # pre-clip global norm
+    np.testing.assert_allclose(a.grad.numpy(), [0.6, 0.0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), [0.8], rtol=1e-5, atol=1e-6)
     assert c.grad is None
     a, b, c = _params_with_grads()
     assert tu.apply_grad_clipping(_FakePolicy(None), torch.optim.SGD([a, b], lr=0.1), None) == {}
-    np.testing.assert_allclose(a.grad.numpy(), [3.0, 0.0])
+    np.testing.assert_allclose(a.grad.numpy(), [3.0, 0.0], rtol=1e-6, atol=1e-6)
 
 
 def test_apply_grad_clipping_per_param_group():
     a, b, _ = _params_with_grads()
     opt = torch.optim.SGD([{"params": [a]}, {"params": [b]}], lr=0.1)
     info = tu.apply_grad_clipping(_FakePolicy(2.0), opt, None)
-    np.testing.assert_allclose(a.grad.numpy(), [2.0, 0.0], rtol=1e-5)
-    np.testing.assert_allclose(b.grad.numpy(), [2.0], rtol=1e-5)
-    assert float(info["grad_gnorm"]) == pytest.approx(4.0)  # last group's norm
+    np.testing.assert_allclose(a.grad.numpy(), [2.0, 0.0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), [2.0], rtol=1e-5, atol=1e-6)
+    assert float(info["grad_gnorm"]) == pytest.approx(4.0, abs=1e-6)  # last group's norm
 
 
 def test_minimize_and_clip_per_parameter():
     a, b, _ = _params_with_grads()
     tu.minimize_and_clip(torch.optim.SGD([a, b], lr=0.1), clip_val=2.0)
-    np.testing.assert_allclose(a.grad.numpy(), [2.0, 0.0], rtol=1e-5)
-    np.testing.assert_allclose(b.grad.numpy(), [2.0], rtol=1e-5)
+    np.testing.assert_allclose(a.grad.numpy(), [2.0, 0.0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.grad.numpy(), [2.0], rtol=1e-5, atol=1e-6)
 
 
 def test_concat_multi_gpu_td_errors():
@@ -222,7 +222,7 @@ def test_concat_multi_gpu_td_errors():
     p = P()
     out = tu.concat_multi_gpu_td_errors(p)
     np.testing.assert_array_equal(out["td_error"].numpy(), [1.0, 2.0, 0.0, 3.0])
-    assert float(out["mean_td_error"]) == pytest.approx(1.5)
+    assert float(out["mean_td_error"]) == pytest.approx(1.5, abs=1e-6)
     assert p.td_error is out["td_error"]
 
 

@@ -1,7 +1,8 @@
-"""Vanilla policy gradient (REINFORCE), built with ``build_policy_class``."""
+"""Vanilla policy gradient (REINFORCE): ``PGTorchPolicy`` (``build_policy_class``) and ``PGTFPolicy``
+(``build_tf_policy``; ``PGTFPolicy.as_eager()`` for tf2)."""
 from rlpolicy.agents.pg.pg import DEFAULT_CONFIG
 
-__all__ = ["DEFAULT_CONFIG", "PGTorchPolicy"]
+__all__ = ["DEFAULT_CONFIG", "PGTFPolicy", "PGTorchPolicy"]
 
 
 def __getattr__(name):
@@ -9,4 +10,8 @@ def __getattr__(name):
         from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy
 
         return PGTorchPolicy
+    if name == "PGTFPolicy":
+        from rlpolicy.agents.pg.pg_tf_policy import PGTFPolicy
+
+        return PGTFPolicy
     raise AttributeError(name)

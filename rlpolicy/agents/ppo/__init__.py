@@ -1,7 +1,8 @@
-"""Proximal Policy Optimization (PPO), built with ``build_policy_class``."""
+"""Proximal Policy Optimization (PPO): ``PPOTorchPolicy`` (``build_policy_class``) and ``PPOTFPolicy``
+(``build_tf_policy``; ``PPOTFPolicy.as_eager()`` for tf2)."""
 from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG
 
-__all__ = ["DEFAULT_CONFIG", "PPOTorchPolicy"]
+__all__ = ["DEFAULT_CONFIG", "PPOTFPolicy", "PPOTorchPolicy"]
 
 
 def __getattr__(name):
@@ -9,4 +10,8 @@ def __getattr__(name):
         from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
 
         return PPOTorchPolicy
+    if name == "PPOTFPolicy":
+        from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy
+
+        return PPOTFPolicy
     raise AttributeError(name)

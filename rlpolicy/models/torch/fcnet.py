@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Tuple
 import gymnasium as gym
 import numpy as np
 
+from rlpolicy.models.torch.functional_plan import FunctionalPlan, build_plan
 from rlpolicy.models.torch.misc import AppendBiasLayer, SlimFC, normc_initializer
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import override
@@ -84,6 +85,19 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
                                     initializer=normc_initializer(0.01), activation_fn=None)
         self._features = None
         self._last_flat_in = None
+        self.__dict__["_plan"] = self._build_plan()
+
+    def _build_plan(self) -> Optional[FunctionalPlan]:
+        """The functional replay of the hidden, logits and value stacks (see
+        ``functional_plan``); None if some layer cannot be replayed."""
+        separate = self._value_branch_separate
+        value_layers = ([*separate, self._value_branch] if separate is not None
+                        else [self._value_branch])
+        return build_plan(self, {
+            "hidden": ([self._hidden_layers], list(self._hidden_layers)),
+            "logits": ([], [self._logits] if self._logits is not None else []),
+            "value": ([separate] if separate is not None else [], value_layers),
+        })
 
     def _split_free_log_std(self, num_outputs: Optional[int]) -> Optional[int]:
         """With free_log_std, the network computes only the means (half the outputs)."""
@@ -99,11 +113,16 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
                 seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
         obs = input_dict["obs_flat"].float()
         flat_in = obs if obs.dim() == 2 else obs.reshape(obs.shape[0], -1)
-        features = self._hidden_layers(flat_in)
+        plan = self.__dict__.get("_plan")
+        if plan is not None and plan.usable():
+            features = plan.run("hidden", flat_in)
+            logits = plan.run("logits", features)  # (an empty chain without logits layer)
+        else:
+            features = self._hidden_layers(flat_in)
+            logits = self._logits(features) if self._logits else features
         # Plain tensor attributes: skip nn.Module.__setattr__'s registry checks.
         self.__dict__["_last_flat_in"] = flat_in
         self.__dict__["_features"] = features
-        logits = self._logits(features) if self._logits else features
         if self.free_log_std:
             logits = self._append_free_log_std(logits)
         return logits, state
@@ -112,7 +131,11 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
     def value_function(self) -> TensorType:
         if self._features is None:
             raise ValueError("value_function() called before forward(); call the model first")
-        if self._value_branch_separate:
+        plan = self.__dict__.get("_plan")
+        if plan is not None and plan.usable():
+            separate = not self.vf_share_layers
+            out = plan.run("value", self._last_flat_in if separate else self._features)
+        elif self._value_branch_separate:
             out = self._value_branch(self._value_branch_separate(self._last_flat_in))
         else:
             out = self._value_branch(self._features)

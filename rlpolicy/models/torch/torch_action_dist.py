@@ -7,11 +7,16 @@ Each class is built from the model output ``inputs`` [BATCH, n] (see
 The wrapped ``torch.distributions`` objects are built with
 ``validate_args=False`` (except Dirichlet, as in RLlib): their argument and
 sample checks cost more than the math on the per-step action path.
+``TorchCategorical`` and ``TorchDiagGaussian`` (the default distributions)
+go further: they compute sample, log-likelihood, entropy and KL with plain
+tensor ops and build their ``torch.distributions`` object (``self.dist``)
+only when something reads it. A subclass that assigns its own ``self.dist``
+gets the ``torch.distributions``-based methods of the base wrapper.
 """
 from __future__ import annotations
 
 import functools
-from math import log
+from math import log, pi
 from typing import Any, List, Optional, Sequence, Union
 
 import gymnasium as gym
@@ -39,14 +44,49 @@ def _to_tensor(inputs: Any, model: Any) -> TensorType:
     return tensor
 
 
+LOG_SQRT_2PI = 0.5 * log(2.0 * pi)
+
+
+class _LazyDist:
+    """Non-data descriptor for ``dist``: built by the instance's ``_make_dist``
+    on first read and kept in its ``__dict__`` (where an assignment also goes)."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        make = getattr(type(obj), "_make_dist", None)
+        if make is None:
+            raise AttributeError(f"{type(obj).__name__} has no attribute 'dist'")
+        dist = obj.__dict__["dist"] = obj.__dict__["_lazy_dist"] = make(obj)
+        return dist
+
+
+def _no_grad_call(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` with autograd recording off (as ``torch.distributions`` samples)."""
+    prev = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    try:
+        return fn(*args)
+    finally:
+        torch._C._set_grad_enabled(prev)
+
+
 @DeveloperAPI
 class TorchDistributionWrapper(ActionDistribution):
     """Wraps a ``torch.distributions`` object stored as ``self.dist``."""
+
+    dist = _LazyDist()
 
     @override(ActionDistribution)
     def __init__(self, inputs: List[TensorType], model: TorchModelV2):
         super().__init__(_to_tensor(inputs, model), model)
         self.last_sample = None
+
+    def _lean(self) -> bool:
+        """Whether ``self.dist`` is (or will be) the one ``_make_dist`` builds,
+        so that the plain-tensor formulas of a subclass describe it."""
+        d = self.__dict__
+        return "dist" not in d or d["dist"] is d.get("_lazy_dist")
 
     @override(ActionDistribution)
     def logp(self, actions: TensorType) -> TensorType:
@@ -87,13 +127,60 @@ class TorchCategorical(TorchDistributionWrapper):
         if temperature != 1.0:
             inputs = inputs / temperature
         super().__init__(inputs, model)
-        self.dist = torch.distributions.categorical.Categorical(logits=self.inputs,
-                                                                validate_args=False)
+        self._logits = self.inputs  # what the distribution is of, even if `inputs` is reassigned
+        self._log_probs = None
+
+    def _make_dist(self) -> Any:
+        return torch.distributions.categorical.Categorical(logits=self._logits,
+                                                           validate_args=False)
+
+    def _log_softmax(self) -> TensorType:
+        """The normalised log-probabilities [..., n] (computed once)."""
+        if self._log_probs is None:
+            self._log_probs = torch.log_softmax(self._logits, -1)
+        return self._log_probs
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:
-        self.last_sample = self.dist.probs.argmax(dim=1)
+        probs = self._log_softmax().exp() if self._lean() else self.dist.probs
+        self.last_sample = probs.argmax(dim=1)
         return self.last_sample
+
+    @override(TorchDistributionWrapper)
+    def sample(self) -> TensorType:
+        if not self._lean():
+            return super().sample()
+        probs = self._log_softmax().exp()
+        n = probs.shape[-1]
+        flat = probs if probs.dim() == 2 else probs.reshape(-1, n)
+        sample = _no_grad_call(torch.multinomial, flat, 1, True)
+        self.last_sample = sample.reshape(probs.shape[:-1])
+        return self.last_sample
+
+    @override(TorchDistributionWrapper)
+    def logp(self, actions: TensorType) -> TensorType:
+        if (not self._lean() or not isinstance(actions, torch.Tensor)
+                or actions.shape != self._logits.shape[:-1]):
+            return self.dist.log_prob(actions)  # broadcasting and the rest: as torch does it
+        return self._log_softmax().gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    @override(TorchDistributionWrapper)
+    def entropy(self) -> TensorType:
+        if not self._lean():
+            return super().entropy()
+        log_probs = self._log_softmax()
+        clamped = torch.clamp(log_probs, min=torch.finfo(log_probs.dtype).min)
+        return -(clamped * log_probs.exp()).sum(-1)
+
+    @override(TorchDistributionWrapper)
+    def kl(self, other: ActionDistribution) -> TensorType:
+        if not (self._lean() and isinstance(other, TorchCategorical) and other._lean()):
+            return super().kl(other)
+        log_p, log_q = self._log_softmax(), other._log_softmax()
+        p = log_p.exp()
+        # As torch's categorical KL: +inf where q is 0 (and p is not), 0 where p is 0.
+        terms = (p * (log_p - log_q)).masked_fill(log_q.exp() == 0, float("inf"))
+        return terms.masked_fill(p == 0, 0.0).sum(-1)
 
     @staticmethod
     @override(ActionDistribution)
@@ -195,33 +282,49 @@ class TorchDiagGaussian(TorchDistributionWrapper):
                  action_space: Optional[gym.spaces.Space] = None):
         super().__init__(inputs, model)
         mean, log_std = torch.chunk(self.inputs, 2, dim=1)
-        self.log_std = log_std
-        self.dist = torch.distributions.normal.Normal(mean, torch.exp(log_std),
-                                                     validate_args=False)
+        self._mean, self.log_std = mean, log_std
+        self._std = torch.exp(log_std)
         # A Box(shape=()) action space gets scalar samples.
         self.zero_action_dim = action_space is not None and action_space.shape == ()
 
+    def _make_dist(self) -> Any:
+        return torch.distributions.normal.Normal(self._mean, self._std, validate_args=False)
+
     @override(TorchDistributionWrapper)
     def sample(self) -> TensorType:
-        sample = super().sample()
+        if self._lean():
+            self.last_sample = _no_grad_call(torch.normal, self._mean, self._std)
+            sample = self.last_sample
+        else:
+            sample = super().sample()
         return torch.squeeze(sample, dim=-1) if self.zero_action_dim else sample
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:
-        self.last_sample = self.dist.mean
+        self.last_sample = self._mean if self._lean() else self.dist.mean
         return self.last_sample
 
     @override(TorchDistributionWrapper)
     def logp(self, actions: TensorType) -> TensorType:
-        return super().logp(actions).sum(-1)
+        if not (self._lean() and isinstance(actions, torch.Tensor)):
+            return super().logp(actions).sum(-1)
+        z = (actions - self._mean) / self._std
+        return (-0.5 * z * z - self.log_std - LOG_SQRT_2PI).sum(-1)
 
     @override(TorchDistributionWrapper)
     def entropy(self) -> TensorType:
-        return super().entropy().sum(-1)
+        if not self._lean():
+            return super().entropy().sum(-1)
+        return (self.log_std + (0.5 + LOG_SQRT_2PI)).sum(-1)
 
     @override(TorchDistributionWrapper)
     def kl(self, other: ActionDistribution) -> TensorType:
-        return super().kl(other).sum(-1)
+        if not (self._lean() and isinstance(other, TorchDiagGaussian) and other._lean()):
+            return super().kl(other).sum(-1)
+        ratio = self._std / other._std
+        var_ratio = ratio * ratio
+        t1 = ((self._mean - other._mean) / other._std) ** 2
+        return (0.5 * (var_ratio + t1 - 1.0) - (self.log_std - other.log_std)).sum(-1)
 
     @staticmethod
     @override(ActionDistribution)

@@ -1,0 +1,144 @@
+"""Variables of eager TF policies: naming, weight checks, optimizer state.
+
+``get_weights`` of an eager policy is a dict keyed like
+``TFModelV2.variables(as_dict=True)`` (attribute path plus variable name,
+e.g. ``"base_model.fc_1.kernel:0"``), so two policies of the same class
+exchange weights regardless of Keras' per-process name uniquification.
+``set_weights`` checks every key and shape before it assigns anything: a
+failed call leaves the policy unchanged.
+
+Tensorflow is imported lazily.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
+
+import numpy as np
+
+
+def named_variables(model: Any) -> Dict[str, Any]:
+    """``{key: variable}`` of ``model`` (a TFModelV2, or a Keras model), in order.
+
+    Raises:
+        ValueError: If a Keras model holds two variables of the same name.
+    """
+    variables = model.variables
+    if callable(variables):
+        try:
+            found = variables(as_dict=True)
+        except TypeError:  # a ModelV2 whose variables() takes no as_dict
+            found = None
+        if isinstance(found, dict):
+            return dict(found)
+        variables = variables()
+    named: Dict[str, Any] = {}
+    for v in variables:
+        if v.name in named:
+            raise ValueError(f"model {type(model).__name__} has two variables named {v.name!r}; "
+                             "give its layers unique names so weights can be addressed by name")
+        named[v.name] = v
+    return named
+
+
+def extra_variable_names(policy: Any, extra: List[Any], taken: set) -> Dict[str, Any]:
+    """Keys for variables of ``policy.variables()`` outside its model (e.g. a
+    mixin's target model): ``target_model.<key>`` for the target model's,
+    else the TF name, suffixed ``_<n>`` where a key is already taken."""
+    owners: Dict[int, str] = {}
+    target = getattr(policy, "target_model", None)
+    if target is not None and hasattr(target, "variables"):
+        owners = {id(v): f"target_model.{k}" for k, v in named_variables(target).items()}
+    out: Dict[str, Any] = {}
+    for v in extra:
+        key = owners.get(id(v), v.name)
+        base, i = key, 1
+        while key in taken or key in out:
+            key, i = f"{base}_{i}", i + 1
+        out[key] = v
+    return out
+
+
+def check_weights(weights: Union[Mapping[str, Any], Sequence[Any]],
+                  variables: Dict[str, Any]) -> List[Tuple[Any, np.ndarray]]:
+    """Validates ``weights`` against ``variables``; returns (variable, value) pairs.
+
+    Args:
+        weights: A dict as ``get_weights`` returns it, or a list with one
+            array per variable in ``variables`` order (RLlib 1.11's format).
+        variables: The policy's ``{key: variable}``.
+
+    Raises:
+        ValueError: Naming missing or unknown keys, a wrong count, or the
+            first key whose shape does not match.
+    """
+    if isinstance(weights, Mapping):
+        missing = [k for k in variables if k not in weights]
+        unknown = [k for k in weights if k not in variables]
+        if missing or unknown:
+            raise ValueError(f"set_weights: weights do not match the model's variables; missing "
+                             f"keys {missing}, unknown keys {unknown}")
+        items = [(k, weights[k]) for k in variables]
+    else:
+        weights = list(weights)
+        if len(weights) != len(variables):
+            raise ValueError(f"set_weights got {len(weights)} arrays for the model's "
+                             f"{len(variables)} variables; pass one per variable or a dict")
+        items = list(zip(variables, weights))
+    pairs = []
+    for key, value in items:
+        var = variables[key]
+        arr = np.asarray(value)
+        if tuple(arr.shape) != tuple(var.shape):
+            raise ValueError(f"set_weights: {key!r} has shape {tuple(arr.shape)} but the "
+                             f"variable has shape {tuple(var.shape)}")
+        pairs.append((var, arr.astype(var.dtype.as_numpy_dtype, copy=False)))
+    return pairs
+
+
+def optimizer_variables(optimizer: Any) -> List[Any]:
+    """The variables (step counter, slots) of a Keras or tf1.train optimizer."""
+    variables = getattr(optimizer, "variables", None)
+    if variables is None:
+        return []
+    return list(variables() if callable(variables) else variables)
+
+
+def build_optimizer(optimizer: Any, var_list: List[Any]) -> None:
+    """Creates ``optimizer``'s slot variables for ``var_list`` now, not on its first step.
+
+    Then the policy state holds the optimizer variables from the start (so a
+    fresh policy can ``set_state`` a trained one's), and a traced learn step
+    never creates variables. Optimizers without such an API (tf1.train ones)
+    are left alone; they create their slots on their first step.
+    """
+    if not var_list:
+        return
+    if callable(getattr(optimizer, "build", None)) and hasattr(optimizer, "add_variable_from_reference"):
+        if not getattr(optimizer, "_built", False):
+            optimizer.build(var_list)  # tf_keras (Keras 2.11+) optimizer
+    elif callable(getattr(optimizer, "_create_all_weights", None)):
+        optimizer._create_all_weights(var_list)  # legacy OptimizerV2
+
+
+def check_optimizer_state(values: Sequence[Any], variables: List[Any]) -> List[Tuple[Any, np.ndarray]]:
+    """Validates saved optimizer variables against ``variables`` (same order).
+
+    Raises:
+        ValueError: If the count or a shape differs.
+    """
+    values = list(values)
+    if len(values) != len(variables):
+        raise ValueError(f"state['_optimizer_variables'] holds {len(values)} arrays but this "
+                         f"policy's optimizers have {len(variables)} variables")
+    pairs = []
+    for i, (var, value) in enumerate(zip(variables, values)):
+        arr = np.asarray(value)
+        if tuple(arr.shape) != tuple(var.shape):
+            raise ValueError(f"state['_optimizer_variables'][{i}] ({var.name}) has shape "
+                             f"{tuple(arr.shape)}, expected {tuple(var.shape)}")
+        pairs.append((var, arr.astype(var.dtype.as_numpy_dtype, copy=False)))
+    return pairs
+
+
+__all__ = ["named_variables", "extra_variable_names", "check_weights", "optimizer_variables",
+           "build_optimizer", "check_optimizer_state"]

@@ -1,0 +1,97 @@
+"""Saving a TF graph-mode policy: SavedModel, ONNX (via tf2onnx) and tf1 Saver checkpoints.
+
+``TFPolicy.export_model`` / ``export_checkpoint`` delegate here. Each writer
+works on the policy's session and its serving signature (inputs and outputs
+by name), so it can be tested on a hand-built graph.
+
+tensorflow (and tf2onnx) are imported lazily.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Tuple
+
+ONNX_FILE_NAME = "saved_model"  # RLlib 1.11 writes <export_dir>/saved_model.onnx
+
+
+def _tf():
+    from rlpolicy.utils.framework import try_import_tf
+
+    tf1, tf, _ = try_import_tf(error=True)
+    return tf1, tf
+
+
+def build_signature_def_map(inputs: Dict[str, Any], outputs: Dict[str, Any]) -> Dict[str, Any]:
+    """A ``{"serving_default": SignatureDef}`` predict signature from named tensors."""
+    tf1, _ = _tf()
+    info = tf1.saved_model.utils.build_tensor_info
+    signature = tf1.saved_model.signature_def_utils.build_signature_def(
+        {k: info(v) for k, v in inputs.items()}, {k: info(v) for k, v in outputs.items()},
+        tf1.saved_model.signature_constants.PREDICT_METHOD_NAME)
+    return {tf1.saved_model.signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY: signature}
+
+
+def save_saved_model(sess: Any, export_dir: str, signature_def_map: Dict[str, Any]) -> None:
+    """Writes a TF1 SavedModel (tag "serve") of ``sess`` with the given signatures.
+
+    Raises:
+        FileExistsError: If ``export_dir`` exists and is not empty.
+    """
+    tf1, _ = _tf()
+    if os.path.isdir(export_dir) and os.listdir(export_dir):
+        raise FileExistsError(f"export_model: {export_dir!r} is not empty; a SavedModel needs "
+                              "an empty or new directory")
+    with sess.graph.as_default():
+        builder = tf1.saved_model.builder.SavedModelBuilder(export_dir)
+        builder.add_meta_graph_and_variables(
+            sess, [tf1.saved_model.tag_constants.SERVING], signature_def_map=signature_def_map)
+        builder.save()
+
+
+def _io_names(signature_def_map: Dict[str, Any]) -> Tuple[List[str], List[str]]:
+    tf1, _ = _tf()
+    sd = signature_def_map[tf1.saved_model.signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY]
+    return [v.name for v in sd.inputs.values()], [v.name for v in sd.outputs.values()]
+
+
+def save_onnx(sess: Any, export_dir: str, signature_def_map: Dict[str, Any], opset: int) -> str:
+    """Freezes the serving graph and converts it to ``<export_dir>/saved_model.onnx``.
+
+    Returns:
+        The path of the ONNX file.
+
+    Raises:
+        RuntimeError: If ``tf2onnx`` is not installed.
+    """
+    try:
+        import tf2onnx
+    except ImportError as e:
+        raise RuntimeError("Converting a TensorFlow model to ONNX requires `tf2onnx` to be "
+                           "installed. Install with `pip install tf2onnx`.") from e
+    tf1, tf = _tf()
+    inputs, outputs = _io_names(signature_def_map)
+    with sess.graph.as_default():
+        frozen = tf1.graph_util.convert_variables_to_constants(
+            sess, sess.graph.as_graph_def(), [n.split(":")[0] for n in outputs])
+    frozen = tf1.graph_util.extract_sub_graph(frozen, [n.split(":")[0] for n in outputs])
+    # Inputs the outputs do not depend on (e.g. is_training) are not in the graph.
+    present = {node.name for node in frozen.node}
+    inputs = [n for n in inputs if n.split(":")[0] in present]
+    os.makedirs(export_dir, exist_ok=True)
+    path = os.path.join(export_dir, ONNX_FILE_NAME + ".onnx")
+    with tf.Graph().as_default():  # tf2onnx reads the graph def in graph mode
+        tf2onnx.convert.from_graph_def(frozen, input_names=inputs, output_names=outputs,
+                                       opset=int(opset), output_path=path)
+    return path
+
+
+def save_checkpoint(sess: Any, saver: Any, export_dir: str, filename_prefix: str) -> str:
+    """``saver.save(sess, <export_dir>/<filename_prefix>)``, creating ``export_dir``.
+
+    Returns:
+        The checkpoint path prefix.
+    """
+    os.makedirs(export_dir, exist_ok=True)
+    save_path = os.path.join(export_dir, filename_prefix)
+    with sess.graph.as_default():
+        return saver.save(sess, save_path)

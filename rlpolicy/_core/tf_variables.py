@@ -1,0 +1,132 @@
+"""Reading and writing TF graph-mode variables through one session.
+
+``TFVariables`` plays the part of Ray's ``ray.experimental.tf_utils.TensorFlowVariables``
+for ``TFPolicy``: it builds one feed placeholder and one assign op per variable
+*once*, at construction, so that any number of ``get_weights`` /
+``set_weights`` calls add nothing to the graph. ``initialize_uninitialized``
+initializes only the variables of a graph that have no value yet.
+
+tensorflow is imported lazily (``_core`` never imports it at module level).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Dict, List, Sequence, Union
+
+import numpy as np
+
+
+def _tf():
+    from rlpolicy.utils.framework import try_import_tf
+
+    tf1, tf, _ = try_import_tf(error=True)
+    return tf1, tf
+
+
+def variable_key(var: Any) -> str:
+    """The key a variable's value is stored under: its op name (e.g. ``"fc_1/kernel"``)."""
+    return var.op.name
+
+
+class TFVariables:
+    """Get and set the values of a fixed list of graph variables.
+
+    Args:
+        variables: The variables, in the order ``get_weights`` lists them
+            (duplicates are dropped).
+        sess: The ``tf1.Session`` whose graph holds them.
+    """
+
+    def __init__(self, variables: Sequence[Any], sess: Any):
+        tf1, tf = _tf()
+        self.sess = sess
+        self._vars: "OrderedDict[str, Any]" = OrderedDict()
+        for v in variables:
+            self._vars.setdefault(variable_key(v), v)
+        self.placeholders: Dict[str, Any] = {}
+        self.assignment_nodes: Dict[str, Any] = {}
+        with sess.graph.as_default(), tf1.name_scope("rlpolicy_set_weights"):
+            for key, var in self._vars.items():
+                ph = tf1.placeholder(var.dtype.base_dtype, var.get_shape(),
+                                     name=key.replace("/", "_").replace(":", "_"))
+                self.placeholders[key] = ph
+                self.assignment_nodes[key] = var.assign(ph, read_value=False)
+
+    @property
+    def variables(self) -> List[Any]:
+        """The variables, in order."""
+        return list(self._vars.values())
+
+    def keys(self) -> List[str]:
+        """The variable keys (op names), in order."""
+        return list(self._vars)
+
+    def get_weights(self) -> Dict[str, np.ndarray]:
+        """Returns ``{key: value}`` for every variable (one ``session.run``)."""
+        if not self._vars:
+            return {}
+        values = self.sess.run(list(self._vars.values()))
+        return dict(zip(self._vars.keys(), values))
+
+    def get_flat_values(self) -> List[np.ndarray]:
+        """Returns the values as a list, in variable order."""
+        return list(self.get_weights().values())
+
+    def set_weights(self, new_weights: Union[Dict[str, Any], Sequence[Any]]) -> None:
+        """Assigns new values (one ``session.run``, no new graph ops).
+
+        Args:
+            new_weights: A dict ``{key: value}`` (keys as ``get_weights``
+                returns them; keys of other variables are ignored, as in
+                RLlib) or a list with one value per variable, in order.
+
+        Raises:
+            ValueError: If a list has the wrong length, no key of a dict
+                names one of the variables, or a value has the wrong shape
+                (nothing is assigned then).
+        """
+        if isinstance(new_weights, dict):
+            pairs = [(k, v) for k, v in new_weights.items() if k in self._vars]
+            if new_weights and not pairs:
+                raise ValueError(
+                    f"set_weights: none of the keys {sorted(new_weights)[:5]} names one of this "
+                    f"policy's variables {list(self._vars)[:5]}...; pass the dict get_weights() "
+                    "returns")
+        else:
+            values = list(new_weights)
+            if len(values) != len(self._vars):
+                raise ValueError(f"set_weights got a list of {len(values)} values for "
+                                 f"{len(self._vars)} variables; pass one value per variable")
+            pairs = list(zip(self._vars.keys(), values))
+        feed = {}
+        for key, value in pairs:
+            expected = tuple(self._vars[key].get_shape().as_list())
+            shape = tuple(np.shape(value))
+            if shape != expected:
+                raise ValueError(f"set_weights: {key!r} has shape {shape}, the variable's is "
+                                 f"{expected}; nothing was assigned")
+            feed[self.placeholders[key]] = value
+        if feed:
+            self.sess.run([self.assignment_nodes[k] for k, _ in pairs], feed_dict=feed)
+
+
+def initialize_uninitialized(sess: Any) -> int:
+    """Initializes the variables of ``sess.graph`` that have no value yet.
+
+    Variables already holding values (e.g. weights a caller assigned) keep
+    them, unlike ``global_variables_initializer``.
+
+    Returns:
+        The number of variables initialized.
+    """
+    tf1, tf = _tf()
+    with sess.graph.as_default():
+        candidates = tf1.global_variables() + tf1.local_variables()
+        if not candidates:
+            return 0
+        names = {n.decode() if isinstance(n, bytes) else str(n)
+                 for n in sess.run(tf1.report_uninitialized_variables(candidates))}
+        todo = [v for v in candidates if v.op.name in names]
+        if todo:
+            sess.run(tf1.variables_initializer(todo))
+    return len(todo)

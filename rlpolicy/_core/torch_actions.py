@@ -1,0 +1,89 @@
+"""Action-distribution steps of ``TorchPolicy``: distribution inputs and log-likelihoods.
+
+Only imported by torch modules; torch is looked up through ``try_import_torch``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, List, Optional, Tuple
+
+import numpy as np
+
+from rlpolicy._core.torch_convert import to_numpy_fast
+from rlpolicy.policy.sample_batch import SampleBatch
+from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.torch_utils import convert_to_torch_tensor
+
+torch, _ = try_import_torch()
+
+
+def compute_dist_inputs(policy: Any, input_dict: Any, state_batches: List[Any], seq_lens: Any,
+                explore: Optional[bool], timestep: Optional[int],
+                is_training: bool = False) -> Tuple[Any, Any, List[Any]]:
+    """Distribution inputs, class and state-outs of ``policy.model`` (or of the
+    policy's ``action_distribution_fn``), checking the class once per class."""
+    if not policy.action_distribution_fn:
+        inputs, state_out = policy.model(input_dict, state_batches, seq_lens)
+        dist_class = policy.dist_class
+    else:
+        extra = {} if timestep is None else {"timestep": timestep}
+        try:
+            inputs, dist_class, state_out = policy.action_distribution_fn(
+                policy, policy.model, input_dict=input_dict, state_batches=state_batches,
+                seq_lens=seq_lens, explore=explore, is_training=is_training, **extra)
+        except TypeError as e:
+            # RLlib 1.11 backward compatibility: the older (obs_batch) signature.
+            msg = str(e.args[0]) if e.args else ""
+            if "positional argument" not in msg and "unexpected keyword" not in msg:
+                raise
+            inputs, dist_class, state_out = policy.action_distribution_fn(
+                policy, policy.model, input_dict[SampleBatch.CUR_OBS], explore=explore,
+                is_training=is_training, **extra)
+    if dist_class is not policy._checked_dist_class:
+        check_dist_class(dist_class)
+        policy._checked_dist_class = dist_class
+    return inputs, dist_class, state_out
+
+
+def check_dist_class(dist_class: Any) -> None:
+    """Raises ValueError unless ``dist_class`` is a TorchDistributionWrapper
+    subclass (or a ``functools.partial`` of one), as RLlib 1.11 requires."""
+    from rlpolicy.models.torch.torch_action_dist import TorchDistributionWrapper
+
+    if isinstance(dist_class, functools.partial) or (
+            isinstance(dist_class, type) and issubclass(dist_class, TorchDistributionWrapper)):
+        return
+    raise ValueError(
+        f"`dist_class` ({getattr(dist_class, '__name__', dist_class)}) not a "
+        "TorchDistributionWrapper subclass! Make sure your `action_distribution_fn` or "
+        "`make_model_and_action_dist` return a correct distribution class.")
+
+
+def log_likelihoods(policy: Any, actions: Any, obs_batch: Any, state_batches: Optional[List[Any]],
+                    prev_action_batch: Any, prev_reward_batch: Any,
+                    actions_normalized: bool) -> Any:
+    """``TorchPolicy.compute_log_likelihoods``' body (the caller holds the lock)."""
+    if policy.action_sampler_fn and policy.action_distribution_fn is None:
+        raise ValueError("Cannot compute log-prob/likelihood w/o an "
+                         "`action_distribution_fn` and a provided `action_sampler_fn`!")
+    if not actions_normalized and policy.config["normalize_actions"]:
+        # Normalize on the numpy side (before the tensors are made).
+        from rlpolicy.utils.spaces.space_utils import normalize_action
+
+        actions = normalize_action(to_numpy_fast(actions) if torch.is_tensor(actions)
+                                   else np.asarray(actions), policy.action_space_struct)
+    with torch.no_grad():
+        input_dict = policy._lazy_tensor_dict(
+            {SampleBatch.CUR_OBS: obs_batch, SampleBatch.ACTIONS: actions})
+        if prev_action_batch is not None:
+            input_dict[SampleBatch.PREV_ACTIONS] = prev_action_batch
+        if prev_reward_batch is not None:
+            input_dict[SampleBatch.PREV_REWARDS] = prev_reward_batch
+        seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
+        state_batches = [convert_to_torch_tensor(s, policy.device)
+                         for s in (state_batches or [])]
+        policy.exploration.before_compute_actions(explore=False)
+        inputs, dist_class, _ = compute_dist_inputs(policy, input_dict, state_batches, seq_lens,
+                                            explore=False, timestep=None)
+        action_dist = dist_class(inputs, policy.model)
+        return action_dist.logp(input_dict[SampleBatch.ACTIONS])

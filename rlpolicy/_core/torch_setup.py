@@ -1,0 +1,76 @@
+"""Construction steps of ``TorchPolicy``: default model, device plan, optimizer groups.
+
+Only imported by torch modules; torch itself is looked up through
+``try_import_torch`` so that importing this module never fails.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Set, Tuple, Type
+
+from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
+from rlpolicy.utils.framework import try_import_torch
+
+torch, _ = try_import_torch()
+
+logger = logging.getLogger(__name__)
+
+
+def default_model_and_dist(observation_space: Any, action_space: Any, config: Mapping,
+                           model: Any, dist_class: Optional[Type]) -> Tuple[Any, Type]:
+    """Builds the catalog's default torch model and distribution where not given.
+
+    Args:
+        observation_space: The policy's observation space.
+        action_space: The policy's action space.
+        config: The policy config (``config["model"]`` is read).
+        model: The caller's model, or None for the catalog's default.
+        dist_class: The caller's distribution class, or None for the default.
+
+    Returns:
+        ``(model, dist_class)``.
+    """
+    if model is not None and dist_class is not None:
+        return model, dist_class
+    from rlpolicy.models.catalog import ModelCatalog
+
+    default_dist, logit_dim = ModelCatalog.get_action_dist(
+        action_space, config["model"], framework="torch")
+    if model is None:
+        model = ModelCatalog.get_model_v2(
+            obs_space=observation_space, action_space=action_space, num_outputs=logit_dim,
+            model_config=config["model"], framework="torch")
+    return model, dist_class or default_dist
+
+
+def plan_torch_devices(config: Mapping) -> DevicePlan:
+    """The device plan for ``config`` given the CUDA devices torch sees (logged)."""
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    ray_mode, ray_gpu_ids = detect_ray_context()
+    plan = plan_devices(config, visible, ray_mode=ray_mode, ray_gpu_ids=ray_gpu_ids)
+    worker = config.get("worker_index", 0) or "local"
+    where = f"{plan.num_gpus} fake-GPUs" if plan.fake else (
+        f"{plan.num_towers} GPU(s)" if plan.on_gpu else "CPU")
+    logger.info("TorchPolicy (worker=%s) running on %s.", worker, where)
+    return plan
+
+
+def resolve_loss(policy_cls: type, base_loss: Callable,
+                 loss: Optional[Callable]) -> Optional[Callable]:
+    """The loss callable: ``loss`` if given, else ``policy_cls.loss`` if it
+    overrides ``base_loss`` (``Policy.loss``), else None (cannot learn)."""
+    if loss is not None:
+        return loss
+    if policy_cls.loss is not base_loss:
+        return policy_cls.loss
+    return None
+
+
+def optimizer_param_groups(model: Any, optimizers: Sequence[Any]) -> List[Set[int]]:
+    """Per optimizer, the indices (into ``list(model.parameters())``) it updates.
+
+    Parameters outside the model (e.g. an exploration module's) are left out.
+    """
+    index = {p: i for i, p in enumerate(model.parameters())}
+    return [{index[p] for pg in opt.param_groups for p in pg["params"] if p in index}
+            for opt in optimizers]

@@ -1,0 +1,150 @@
+"""Multi-device SGD for TF graph-mode policies (RLlib 1.11's
+``ray.rllib.execution.multi_gpu_impl``).
+
+``TFMultiGPUTowerStack`` builds one copy of the policy's loss per device
+(``policy.copy()`` on that device's own input placeholders, sharing the
+model's variables), averages the towers' gradients, clips the *average* by
+global norm with ``config["grad_clip"]`` and applies it with the policy's
+optimizer(s). For a loss that is a mean over rows, one step on N equally
+sized device slices therefore equals one single-device step on all rows,
+with or without clipping.
+
+Data handling is framework-neutral and lives in the policy
+(``_core.tower_buffers``): the loaded batch is cut into one slice per device
+there, and each ``optimize`` call feeds every tower its minibatch.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
+
+import tree
+
+from rlpolicy._core.tf_grads import average_tower_grads, clip_by_global_norm
+from rlpolicy._core.tower_buffers import device_minibatch_size
+from rlpolicy.utils.framework import try_import_tf
+from rlpolicy.utils.tf_run_builder import TFRunBuilder
+
+tf1, tf, tfv = try_import_tf()
+logger = logging.getLogger(__name__)
+
+# Name scope prefix of the per-device graph copies.
+TOWER_SCOPE_NAME = "tower"
+
+
+class Tower(NamedTuple):
+    """One device's graph copy: its input placeholders and its policy copy."""
+
+    device: str
+    inputs: Dict[str, Any]
+    loss_graph: Any
+
+
+class TFMultiGPUTowerStack:
+    """Per-device loss copies of a TF policy, trained with averaged gradients."""
+
+    def __init__(self, optimizer: Any = None, devices: Optional[List[str]] = None,
+                 input_placeholders: Optional[List[Any]] = None,
+                 rnn_inputs: Optional[List[Any]] = None,
+                 max_per_device_batch_size: Optional[int] = None, build_graph: Any = None,
+                 grad_norm_clipping: Optional[float] = None, policy: Any = None):
+        """Builds the towers for ``policy`` (call inside the policy's graph).
+
+        Args:
+            optimizer: Deprecated RLlib form (not supported): pass ``policy``.
+            devices: Deprecated RLlib form (not supported).
+            input_placeholders: Deprecated RLlib form (not supported).
+            rnn_inputs: Deprecated RLlib form (not supported).
+            max_per_device_batch_size: Rows per device and step; default
+                ``(sgd_minibatch_size or train_batch_size) // num_devices``.
+            build_graph: Deprecated RLlib form (not supported).
+            grad_norm_clipping: Global-norm clip of the averaged gradient;
+                default ``policy.config["grad_clip"]``.
+            policy: The TFPolicy (with an initialized loss and ``copy()``).
+
+        Raises:
+            ValueError: Without ``policy`` (the old argument form is not
+                supported), or if the policy's loss is not initialized.
+        """
+        if policy is None:
+            raise ValueError("TFMultiGPUTowerStack: pass policy=<TFPolicy>; the older form "
+                             "(optimizer, devices, input_placeholders, ...) is not supported")
+        if not policy.loss_initialized():
+            raise ValueError("TFMultiGPUTowerStack: the policy's loss must be initialized first")
+        self.policy = policy
+        self.devices = list(policy.devices)
+        self.optimizers = policy._optimizers
+        self.max_per_device_batch_size = max_per_device_batch_size or \
+            device_minibatch_size(policy.config, len(self.devices))
+        self.grad_norm_clipping = grad_norm_clipping if grad_norm_clipping is not None \
+            else policy.config.get("grad_clip")
+        self._input_names = list(policy._loss_input_dict_no_rnn)
+        self._input_names += [f"state_in_{i}" for i in range(len(policy._state_inputs))]
+        self._input_names += ["seq_lens"] if policy._state_inputs else []
+        source = dict(policy._loss_input_dict)
+        if policy._state_inputs:
+            source["seq_lens"] = policy._seq_lens
+        self.loss_inputs = [source[k] for k in self._input_names]
+        with policy.graph.as_default():
+            shared_ops = set(tf1.get_collection(tf1.GraphKeys.UPDATE_OPS))
+            self._towers = [self._setup_device(i, d) for i, d in enumerate(self.devices)]
+            self._train_op = self._build_train_op(shared_ops)
+
+    def _setup_device(self, tower_i: int, device: str) -> Tower:
+        """Input placeholders shaped like the policy's, and a policy copy reading them."""
+        with tf.device(device), tf1.name_scope(f"{TOWER_SCOPE_NAME}_{tower_i}"):
+            inputs = {}
+            for name, template in zip(self._input_names, self.loss_inputs):
+                inputs[name] = tree.map_structure(
+                    lambda t, n=name: tf1.placeholder(t.dtype, t.shape, name=n), template)
+            loss_graph = self.policy.copy(list(inputs.items()))
+        return Tower(device, inputs, loss_graph)
+
+    def _build_train_op(self, shared_ops: set) -> Any:
+        """Averages the towers' gradients, clips the average and applies it once."""
+        multi = self.policy.config["_tf_policy_handles_more_than_one_loss"]
+        clip = self.grad_norm_clipping
+        towers = [t.loss_graph for t in self._towers]
+        if multi:
+            avg = [clip_by_global_norm(average_tower_grads([t._grads_and_vars[i] for t in towers]),
+                                       clip) for i in range(len(self.optimizers))]
+        else:
+            avg = clip_by_global_norm(average_tower_grads([t._grads_and_vars for t in towers]),
+                                      clip)
+        self._update_ops = [op for op in tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
+                            if op not in shared_ops]
+        if self._update_ops:
+            logger.debug("Tower update ops run with each step: %s", self._update_ops)
+        with tf1.control_dependencies(self._update_ops):
+            return self.policy.build_apply_op(
+                optimizer=self.optimizers if multi else self.optimizers[0], grads_and_vars=avg)
+
+    def optimize(self, sess: Any, device_batches: Sequence[Any]) -> Dict[str, Any]:
+        """Runs one SGD step: tower ``i`` trains on ``device_batches[i]``.
+
+        Args:
+            sess: The policy's session.
+            device_batches: One (numpy) SampleBatch per device.
+
+        Returns:
+            ``{"tower_<i>": fetches of tower i}`` (each with its learner stats).
+
+        Raises:
+            ValueError: If not exactly one batch per device is given.
+        """
+        if len(device_batches) != len(self._towers):
+            raise ValueError(f"optimize got {len(device_batches)} batches for "
+                             f"{len(self._towers)} towers; pass one batch per device")
+        builder = TFRunBuilder(sess, "learn_on_loaded_batch")
+        fetches: Dict[str, Any] = {}
+        for i, (tower, batch) in enumerate(zip(self._towers, device_batches)):
+            graph = tower.loss_graph
+            builder.add_feed_dict(graph.extra_compute_grad_feed_dict())
+            builder.add_feed_dict(graph._get_loss_inputs_dict(batch, shuffle=False))
+            fetches[f"tower_{i}"] = graph._get_grad_and_stats_fetches()
+        idx = builder.add_fetches([self._train_op, fetches])
+        return builder.get(idx[1])
+
+    def get_device_losses(self) -> List[Any]:
+        """The per-device policy copies (their ``_losses``, ``_grads``, stats)."""
+        return [t.loss_graph for t in self._towers]

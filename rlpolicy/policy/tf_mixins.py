@@ -1,0 +1,342 @@
+"""Mixins for TF policies, graph mode (``"tf"``) and eager (``"tf2"``/``"tfe"``).
+
+These are RLlib 1.11's TF policy mixins: ``LearningRateSchedule`` and
+``EntropyCoeffSchedule`` (RLlib: ``policy/tf_policy.py``), ``KLCoeffMixin``
+and ``ValueNetworkMixin`` (RLlib: ``agents/ppo/ppo_tf_policy.py``) and
+``TargetNetworkMixin`` (soft target updates as in RLlib's SAC/DQN TF
+policies). Mix them in before the policy base (``build_tf_policy(...,
+mixins=[...])``) and call their ``__init__`` from ``before_loss_init`` so the
+loss sees their variables.
+
+The scheduled values (``cur_lr``, ``entropy_coeff``, ``kl_coeff``) are
+non-trainable float32 TF variables, so a graph built once reads the current
+value at every run. In graph mode they live in the policy's own ``tf1.Graph``
+under the ``rlpolicy_mixins`` variable scope (tower copies of the policy in the
+same graph share them) and are changed by running a prebuilt assign op in the
+policy's session; an eager policy (no session) assigns them directly.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from rlpolicy.policy.policy import Policy
+from rlpolicy.policy.sample_batch import SampleBatch
+from rlpolicy.utils.annotations import DeveloperAPI, override
+from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.schedules import PiecewiseSchedule
+from rlpolicy.utils.typing import TensorType, TrainerConfigDict
+
+tf1, tf, tfv = try_import_tf()
+
+_SCOPE = "rlpolicy_mixins"
+
+
+# ------------------------------------------------------------------ scalar variables
+def _session_of(policy: Any) -> Any:
+    """The policy's ``tf1.Session`` in graph mode; None for an eager policy."""
+    get_session = getattr(policy, "get_session", None)
+    return get_session() if get_session is not None else None
+
+
+class _ScalarVar:
+    """A non-trainable float32 scalar variable plus the means to set it.
+
+    Graph mode: the variable is looked up (or created and initialised) in the
+    session's graph under ``rlpolicy_mixins/<name>``, with a placeholder-fed
+    assign op built once. Eager: a plain ``tf.Variable``.
+    """
+
+    def __init__(self, policy: Any, name: str, value: float):
+        self.session = _session_of(policy)
+        if self.session is None:
+            self.var = tf.Variable(float(value), trainable=False, name=name, dtype=tf.float32)
+            return
+        with self.session.graph.as_default():
+            existing = [v for v in tf1.global_variables() if v.op.name == f"{_SCOPE}/{name}"]
+            if existing:  # a tower copy of the policy: share the main policy's variable
+                self.var = existing[0]
+            else:
+                with tf1.variable_scope(_SCOPE, reuse=tf1.AUTO_REUSE):
+                    self.var = tf1.get_variable(name, initializer=float(value), trainable=False,
+                                                dtype=tf.float32)
+                self.session.run(self.var.initializer)
+            self._placeholder = tf1.placeholder(tf.float32, (), name=f"{name}_value")
+            self._assign = self.var.assign(self._placeholder, read_value=False)
+
+    def set(self, value: float) -> None:
+        """Writes ``value`` into the variable."""
+        if self.session is None:
+            self.var.assign(float(value))
+        else:
+            self.session.run(self._assign, feed_dict={self._placeholder: float(value)})
+
+    def get(self) -> float:
+        """Reads the variable's current value."""
+        if self.session is None:
+            return float(self.var.numpy())
+        return float(self.session.run(self.var))
+
+
+def _set_optimizer_lr(optimizer: Any, value: float) -> None:
+    """Sets the learning rate of an eager (Keras) optimizer, variable or not."""
+    lr = getattr(optimizer, "learning_rate", None)
+    if lr is None:
+        lr = getattr(optimizer, "lr", None)
+    if hasattr(lr, "assign"):
+        lr.assign(value)
+    elif hasattr(optimizer, "learning_rate"):
+        optimizer.learning_rate = value
+
+
+# ------------------------------------------------------------------ schedules
+@DeveloperAPI
+class LearningRateSchedule:
+    """Adds a piecewise-linear learning-rate schedule (``cur_lr``, a TF variable).
+
+    The default optimizer of a policy with this mixin is Adam reading
+    ``cur_lr`` (graph mode: ``tf1.train.AdamOptimizer(cur_lr)``). On every
+    ``on_global_var_update`` the rate at the global timestep is written into
+    ``cur_lr`` and, for eager policies, into their optimizers' learning rate.
+    """
+
+    @DeveloperAPI
+    def __init__(self, lr: float, lr_schedule: Optional[List[List[Union[int, float]]]]):
+        """Args:
+            lr: The constant rate used when ``lr_schedule`` is None.
+            lr_schedule: ``[[timestep, lr], ...]`` endpoints; after the last
+                endpoint its value is kept.
+        """
+        self._lr_schedule = None
+        if lr_schedule is not None:
+            self._lr_schedule = PiecewiseSchedule(lr_schedule, outside_value=lr_schedule[-1][-1],
+                                                  framework=None)
+            lr = self._lr_schedule.value(0)
+        self._lr_var = _ScalarVar(self, "lr", lr)
+        self.cur_lr = self._lr_var.var
+
+    @override(Policy)
+    def on_global_var_update(self, global_vars: Dict[str, TensorType]) -> None:
+        super().on_global_var_update(global_vars)
+        if self._lr_schedule is None:
+            return
+        value = self._lr_schedule.value(global_vars["timestep"])
+        self._lr_var.set(value)
+        if self._lr_var.session is None:
+            for opt in getattr(self, "_optimizers", None) or [getattr(self, "_optimizer", None)]:
+                if opt is not None:
+                    _set_optimizer_lr(opt, value)
+
+    def optimizer(self) -> Any:
+        """Adam with the scheduled rate: a tf1 optimizer in graph mode, a Keras one eagerly."""
+        if _session_of(self) is None:
+            return get_keras().optimizers.Adam(learning_rate=self._lr_var.get())
+        return tf1.train.AdamOptimizer(learning_rate=self.cur_lr)
+
+
+@DeveloperAPI
+class EntropyCoeffSchedule:
+    """Adds an entropy-coefficient schedule (``entropy_coeff``, a TF variable).
+
+    ``entropy_coeff_schedule`` is either ``[[timestep, value], ...]`` endpoints
+    or (older form) a single timestep by which the coefficient has decayed
+    linearly from ``entropy_coeff`` to 0.
+    """
+
+    @DeveloperAPI
+    def __init__(self, entropy_coeff: float,
+                 entropy_coeff_schedule: Optional[Union[int, List[List[Union[int, float]]]]]):
+        self._entropy_coeff_schedule = None
+        if entropy_coeff_schedule is not None:
+            if isinstance(entropy_coeff_schedule, list):
+                endpoints = entropy_coeff_schedule
+            else:
+                endpoints = [[0, entropy_coeff], [entropy_coeff_schedule, 0.0]]
+            self._entropy_coeff_schedule = PiecewiseSchedule(
+                endpoints, outside_value=endpoints[-1][-1], framework=None)
+            entropy_coeff = self._entropy_coeff_schedule.value(0)
+        self._entropy_coeff_var = _ScalarVar(self, "entropy_coeff", entropy_coeff)
+        self.entropy_coeff = self._entropy_coeff_var.var
+
+    @override(Policy)
+    def on_global_var_update(self, global_vars: Dict[str, TensorType]) -> None:
+        super().on_global_var_update(global_vars)
+        if self._entropy_coeff_schedule is not None:
+            self._entropy_coeff_var.set(self._entropy_coeff_schedule.value(global_vars["timestep"]))
+
+
+# ------------------------------------------------------------------ PPO
+@DeveloperAPI
+class KLCoeffMixin:
+    """Adds PPO's adaptive KL coefficient: ``kl_coeff`` (TF variable read by
+    the loss), ``kl_coeff_val`` (its python value) and ``update_kl``.
+
+    The coefficient is part of the policy state (``"current_kl_coeff"``).
+    """
+
+    @DeveloperAPI
+    def __init__(self, config: TrainerConfigDict):
+        """Reads ``config["kl_coeff"]`` (start value) and ``config["kl_target"]``."""
+        self.kl_coeff_val = float(config["kl_coeff"])
+        self.kl_target = config["kl_target"]
+        self._kl_coeff_var = _ScalarVar(self, "kl_coeff", self.kl_coeff_val)
+        self.kl_coeff = self._kl_coeff_var.var
+
+    def update_kl(self, sampled_kl: float) -> float:
+        """Grows the coefficient by 1.5x if the KL exceeds twice the target,
+        halves it if the KL is below half the target; returns the new value."""
+        if sampled_kl > 2.0 * self.kl_target:
+            self._set_kl_coeff(self.kl_coeff_val * 1.5)
+        elif sampled_kl < 0.5 * self.kl_target:
+            self._set_kl_coeff(self.kl_coeff_val * 0.5)
+        return self.kl_coeff_val
+
+    def _set_kl_coeff(self, value: float) -> None:
+        self.kl_coeff_val = float(value)
+        self._kl_coeff_var.set(self.kl_coeff_val)
+
+    @override(Policy)
+    def get_state(self) -> Dict[str, Any]:
+        state = super().get_state()
+        state["current_kl_coeff"] = self.kl_coeff_val
+        return state
+
+    @override(Policy)
+    def set_state(self, state: Dict[str, Any]) -> None:
+        state = dict(state)
+        self._set_kl_coeff(state.pop("current_kl_coeff", self.config["kl_coeff"]))
+        super().set_state(state)
+
+
+@DeveloperAPI
+class ValueNetworkMixin:
+    """Adds ``self._value(**input_dict) -> float``: the model's value estimate
+    for a single observation (GAE bootstrapping).
+
+    Without ``use_gae`` (or ``vtrace``) in the config it always returns 0.0.
+    Accepts RLlib's TF signature ``(obs_space, action_space, config)`` and the
+    torch one ``(config)``.
+    """
+
+    @DeveloperAPI
+    def __init__(self, *args: Any, config: Optional[TrainerConfigDict] = None):
+        config = _config_arg(args, config, "ValueNetworkMixin")
+        if not (config.get("use_gae") or config.get("vtrace")):
+            self._value = _zero_value
+            return
+        session = _session_of(self)
+        if session is None:
+            self._value = self._eager_value
+        else:
+            from rlpolicy.utils.tf_utils import make_tf_callable
+
+            self._value_graph_fn = make_tf_callable(session)(self._value_op)
+            self._value = self._graph_value
+
+    def _graph_value(self, **input_dict: Any) -> float:
+        return float(self._value_graph_fn(**input_dict))
+
+    def _value_op(self, **input_dict: Any) -> TensorType:
+        self.model(SampleBatch(input_dict))
+        # [0]: the value of the single observation.
+        return self.model.value_function()[0]
+
+    def _eager_value(self, **input_dict: Any) -> float:
+        tensors = {k: tf.convert_to_tensor(v) for k, v in input_dict.items()}
+        # The model's value output is shared state: no action computation in between.
+        with getattr(self, "_lock", None) or contextlib.nullcontext():
+            return float(self._value_op(**tensors).numpy())
+
+
+def _zero_value(*args: Any, **kwargs: Any) -> float:
+    return 0.0
+
+
+def _config_arg(args: Tuple[Any, ...], config: Optional[dict], who: str) -> dict:
+    if config is None and args:
+        config = args[-1]
+    if not isinstance(config, dict) or len(args) not in (0, 1, 3):
+        raise TypeError(f"{who}.__init__ takes (config) or (obs_space, action_space, config); "
+                        f"got {len(args)} positional argument(s), config={type(config).__name__}")
+    return config
+
+
+# ------------------------------------------------------------------ target network
+@DeveloperAPI
+class TargetNetworkMixin:
+    """Adds ``update_target(tau)``: soft-copies ``self.model`` into
+    ``self.target_model`` (``target = tau * model + (1 - tau) * target``).
+
+    Needs ``policy.target_model`` (built in ``make_model``). The constructor
+    does a hard (tau=1) sync. ``variables()`` includes the target's
+    variables, so weights and checkpoints carry the target network.
+    """
+
+    @DeveloperAPI
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.update_target(tau=1.0)
+
+    def update_target(self, tau: Optional[float] = None) -> None:
+        """Moves the target towards the model; ``tau`` defaults to
+        ``config["tau"]`` (1.0 if unset).
+
+        Raises:
+            ValueError: Without ``target_model``, or when its variables do not
+                pair up with the model's.
+        """
+        tau = float(tau or self.config.get("tau", 1.0))
+        pairs = _model_target_pairs(self)
+        session = _session_of(self)
+        if session is None:
+            for var, target in pairs:
+                target.assign(tau * var + (1.0 - tau) * target)
+            return
+        if getattr(self, "_target_update", None) is None:
+            _initialize_pairs(session, pairs)
+            with session.graph.as_default():
+                tau_ph = tf1.placeholder(tf.float32, (), name="target_tau")
+                op = tf.group(*[t.assign(tau_ph * v + (1.0 - tau_ph) * t) for v, t in pairs])
+            self._target_update = (tau_ph, op)
+        tau_ph, op = self._target_update
+        session.run(op, feed_dict={tau_ph: tau})
+
+    def variables(self) -> List[TensorType]:
+        """The policy's variables plus the target model's."""
+        own = list(super().variables())
+        known = {id(v) for v in own}
+        target = getattr(self, "target_model", None)
+        extra = [v for v in (target.variables() if target is not None else []) if id(v) not in known]
+        return own + extra
+
+
+def _initialize_pairs(session: Any, pairs: List[Tuple[Any, Any]]) -> None:
+    """Graph mode: gives the not yet initialised model/target variables their
+    initial values, so the mixin works from ``before_loss_init`` too (the
+    policy later initialises only variables that still have no value)."""
+    variables = [v for pair in pairs for v in pair]
+    with session.graph.as_default():
+        flags = session.run([tf1.is_variable_initialized(v) for v in variables])
+        todo = [v for v, ok in zip(variables, flags) if not ok]
+        if todo:
+            session.run(tf1.variables_initializer(todo))
+
+
+def _model_target_pairs(policy: Any) -> List[Tuple[Any, Any]]:
+    who = type(policy).__name__
+    target = getattr(policy, "target_model", None)
+    if target is None:
+        raise ValueError(f"{who}.update_target(): the policy has no target_model; "
+                         "set policy.target_model in make_model")
+    model_vars, target_vars = policy.model.variables(), target.variables()
+    if len(model_vars) != len(target_vars):
+        raise ValueError(f"{who}.update_target(): model has {len(model_vars)} variables but "
+                         f"target_model has {len(target_vars)}; they must have the same layout")
+    for v, t in zip(model_vars, target_vars):
+        if tuple(v.shape) != tuple(t.shape):
+            raise ValueError(f"{who}.update_target(): variable {v.name} has shape {tuple(v.shape)} "
+                             f"but target {t.name} has {tuple(t.shape)}")
+    return list(zip(model_vars, target_vars))
+
+
+__all__ = ["LearningRateSchedule", "EntropyCoeffSchedule", "KLCoeffMixin", "ValueNetworkMixin",
+           "TargetNetworkMixin"]
