@@ -1,7 +1,10 @@
 """TorchPolicy (PPO via build_policy_class) against plain torch doing the same work.
 
 Both sides use the same 2x256 tanh policy and value nets (with the same weights),
-numpy in / numpy out, and PPO's clipped loss with Adam. Each case runs interleaved
+numpy in / numpy out, and PPO's clipped loss with Adam. The plain side is written
+as lean as plain torch gets (log_softmax / multinomial / gather, no
+``torch.distributions`` objects), like the raw baseline of the shared
+``policy_bench.py``; it is the limit, not a peer. Each case runs interleaved
 (plain, rlpolicy, then rlpolicy, plain, ...) in one process and reports the
 median-time ratio rlpolicy / plain (lower is better) and, for throughput cases,
 the throughput ratio rlpolicy / plain (= plain time / rlpolicy time; higher is better).
@@ -43,26 +46,28 @@ class PlainPPO:
 
     @torch.no_grad()
     def compute_actions(self, obs: np.ndarray) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        # Lean on purpose (no torch.distributions objects): the limit to compare with.
         x = torch.from_numpy(obs)
         logits = self.pi(x)
-        dist = torch.distributions.Categorical(logits=logits)
-        a = dist.sample()
-        logp = dist.log_prob(a)
+        logp_all = torch.log_softmax(logits, -1)
+        a = torch.multinomial(logp_all.exp(), 1)
+        logp = logp_all.gather(-1, a).squeeze(-1)
         v = self.vf(x).squeeze(-1)
-        return a.numpy(), {"action_logp": logp.numpy(), "action_prob": logp.exp().numpy(),
-                           "action_dist_inputs": logits.numpy(), "vf_preds": v.numpy()}
+        return a.squeeze(-1).numpy(), {"action_logp": logp.numpy(), "action_prob": logp.exp().numpy(),
+                                       "action_dist_inputs": logits.numpy(), "vf_preds": v.numpy()}
 
     @staticmethod
     def loss(pi: nn.Module, vf: nn.Module, b: Dict[str, torch.Tensor]) -> torch.Tensor:
-        logits = pi(b["obs"])
-        dist = torch.distributions.Categorical(logits=logits)
-        prev = torch.distributions.Categorical(logits=b["action_dist_inputs"])
-        ratio = torch.exp(dist.log_prob(b["actions"]) - b["action_logp"])
+        logp_all = torch.log_softmax(pi(b["obs"]), -1)
+        prev_logp_all = torch.log_softmax(b["action_dist_inputs"], -1)
+        logp = logp_all.gather(-1, b["actions"].long().unsqueeze(-1)).squeeze(-1)
+        ratio = torch.exp(logp - b["action_logp"])
         adv = b["advantages"]
         surr = torch.min(adv * ratio, adv * torch.clamp(ratio, 1 - CLIP, 1 + CLIP))
-        kl = torch.distributions.kl_divergence(prev, dist)
+        kl = (prev_logp_all.exp() * (prev_logp_all - logp_all)).sum(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
         vf_err = torch.clamp((vf(b["obs"]).squeeze(-1) - b["value_targets"]) ** 2, 0, VF_CLIP)
-        return torch.mean(-surr + KL_COEFF * kl + VF_COEFF * vf_err - 0.0 * dist.entropy())
+        return torch.mean(-surr + KL_COEFF * kl + VF_COEFF * vf_err - 0.0 * entropy)
 
     def learn(self, batch: Dict[str, np.ndarray]) -> None:
         b = {k: torch.from_numpy(v) for k, v in batch.items()}

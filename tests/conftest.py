@@ -59,3 +59,19 @@ def device_config(request):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray instance (2 CPUs, no dashboard) shared by every Ray test of this
+    process (each xdist worker starts its own); shut down at the session's end.
+    Skips when Ray is not installed."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():  # started by someone else: use it, leave it running
+        yield ray
+        return
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()

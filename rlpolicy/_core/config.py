@@ -145,6 +145,7 @@ _TOP_LEVEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "eager_tracing": _bool,
     "eager_max_retraces": _optional(_int_ge(0)),
     "_tf_policy_handles_more_than_one_loss": _bool,
+    "_check_finite_obs": _bool,
     "seed": _optional(_int_ge(0)),
     "callbacks": _callbacks,
     "model": _dict,

@@ -82,6 +82,9 @@ COMMON_CONFIG: dict = {
     "framework": "tf",
     "eager_tracing": False,
     "eager_max_retraces": 20,
+    # rlpolicy addition: with True, compute_actions/learn_on_batch raise a
+    # ValueError on NaN/inf observations; False passes them through (RLlib).
+    "_check_finite_obs": False,
     "tf_session_args": {
         "intra_op_parallelism_threads": 2,
         "inter_op_parallelism_threads": 2,

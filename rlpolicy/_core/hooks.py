@@ -56,3 +56,44 @@ class PolicyHooks:
     def before_loss_init_fn(self) -> Hook:
         """The pre-loss-init hook; RLlib 1.11 falls back to the deprecated ``after_init``."""
         return self.before_loss_init or self.after_init
+
+
+# ---------------------------------------------------------------- shared by the factories
+
+def check_factory_args(factory: str, name: Any, mixins: Tuple[Any, ...]) -> None:
+    """Checks the arguments every policy factory shares.
+
+    Raises:
+        TypeError: If ``name`` is not a class name or a mixin is not a class.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TypeError(f"{factory}: name must be a class name (identifier string), got {name!r}")
+    for m in mixins:
+        if not isinstance(m, type):
+            raise TypeError(f"{factory}({name!r}): mixins must be classes, got {m!r}")
+
+
+def updated_kwargs(cls: type, overrides: Dict[str, Any],
+                   extra_allowed: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """A built class' factory arguments (``cls._hooks``) with ``overrides`` applied.
+
+    The shared core of every factory's ``with_updates``.
+
+    Args:
+        cls: A class made by a policy factory.
+        overrides: The arguments to replace.
+        extra_allowed: Argument names the factory takes besides the recorded
+            ones (e.g. deprecated names that are mapped away before recording).
+
+    Raises:
+        TypeError: For a keyword the factory does not take.
+    """
+    kwargs = cls._hooks.as_kwargs()
+    allowed = set(kwargs) | set(extra_allowed)
+    unknown = sorted(set(overrides) - allowed)
+    if unknown:
+        raise TypeError(f"{cls.__name__}.with_updates: unknown argument(s) {unknown}; "
+                        f"allowed: {sorted(allowed)}")
+    kwargs.update(overrides)
+    kwargs["mixins"] = tuple(kwargs.get("mixins") or ())
+    return kwargs

@@ -300,6 +300,8 @@ def initialize_loss_from_dummy_batch(policy: "Policy", auto_remove_unneeded_view
     record = AccessRecord(compute_accessed=compute_keys, postprocess_accessed=accessed,
                           postprocess_added=added, postprocess_deleted=deleted,
                           train_accessed=set(train_batch.accessed_keys))
+    if has_loss:  # what learn_on_batch checks a train batch against
+        policy._loss_columns = sorted(k for k in record.train_accessed if k != SEQ_LENS)
     if auto_remove_unneeded_view_reqs:
         model = getattr(policy, "model", None)
         # A policy without a model (a plain Policy subclass) protects what its

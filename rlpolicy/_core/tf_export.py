@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Tuple
 
+from rlpolicy._core.tf_control_flow import keep_functional_control_flow, prune_dead_loop_vars
+
 ONNX_FILE_NAME = "saved_model"  # RLlib 1.11 writes <export_dir>/saved_model.onnx
 
 
@@ -51,11 +53,34 @@ def save_saved_model(sess: Any, export_dir: str, signature_def_map: Dict[str, An
 def _io_names(signature_def_map: Dict[str, Any]) -> Tuple[List[str], List[str]]:
     tf1, _ = _tf()
     sd = signature_def_map[tf1.saved_model.signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY]
-    return [v.name for v in sd.inputs.values()], [v.name for v in sd.outputs.values()]
+    return ([v.name for _, v in sorted(sd.inputs.items())],
+            [v.name for _, v in sorted(sd.outputs.items())])
+
+
+def freeze_serving_graph(sess: Any, outputs: List[str]) -> Any:
+    """The part of ``sess.graph`` that computes ``outputs``, variables turned into
+    constants and its loops made convertible by tf2onnx (see ``_core.tf_control_flow``)."""
+    tf1, _ = _tf()
+    nodes = [n.split(":")[0] for n in outputs]
+    with sess.graph.as_default():
+        frozen = tf1.graph_util.convert_variables_to_constants(
+            sess, sess.graph.as_graph_def(), nodes)
+    frozen = tf1.graph_util.extract_sub_graph(frozen, nodes)
+    # Again: drops the producers of the loop variables pruned away.
+    frozen = tf1.graph_util.extract_sub_graph(prune_dead_loop_vars(frozen, outputs), nodes)
+    keep_functional_control_flow(frozen)
+    return frozen
 
 
 def save_onnx(sess: Any, export_dir: str, signature_def_map: Dict[str, Any], opset: int) -> str:
     """Freezes the serving graph and converts it to ``<export_dir>/saved_model.onnx``.
+
+    The ONNX inputs and outputs are named like the graph tensors of the
+    signature (e.g. ``"obs:0"``, ``"state_in_0:0"``, ``"seq_lens:0"``); inputs
+    the outputs do not read (e.g. ``is_training``) are left out. Recurrent
+    policies work too: their loops are kept functional and freed of the
+    gradient accumulators tf2onnx cannot convert. As in RLlib 1.11, image
+    (4-D) observations are ONNX inputs in NCHW layout.
 
     Returns:
         The path of the ONNX file.
@@ -68,20 +93,20 @@ def save_onnx(sess: Any, export_dir: str, signature_def_map: Dict[str, Any], ops
     except ImportError as e:
         raise RuntimeError("Converting a TensorFlow model to ONNX requires `tf2onnx` to be "
                            "installed. Install with `pip install tf2onnx`.") from e
-    tf1, tf = _tf()
+    _, tf = _tf()
     inputs, outputs = _io_names(signature_def_map)
-    with sess.graph.as_default():
-        frozen = tf1.graph_util.convert_variables_to_constants(
-            sess, sess.graph.as_graph_def(), [n.split(":")[0] for n in outputs])
-    frozen = tf1.graph_util.extract_sub_graph(frozen, [n.split(":")[0] for n in outputs])
+    frozen = freeze_serving_graph(sess, outputs)
     # Inputs the outputs do not depend on (e.g. is_training) are not in the graph.
     present = {node.name for node in frozen.node}
     inputs = [n for n in inputs if n.split(":")[0] in present]
     os.makedirs(export_dir, exist_ok=True)
     path = os.path.join(export_dir, ONNX_FILE_NAME + ".onnx")
     with tf.Graph().as_default():  # tf2onnx reads the graph def in graph mode
+        # RLlib 1.11: image (4-D) inputs are exposed channels-first (NCHW);
+        # tf2onnx leaves inputs of any other rank as they are.
         tf2onnx.convert.from_graph_def(frozen, input_names=inputs, output_names=outputs,
-                                       opset=int(opset), output_path=path)
+                                       opset=int(opset), output_path=path,
+                                       inputs_as_nchw=inputs)
     return path
 
 

@@ -13,19 +13,25 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from rlpolicy.utils.deprecation import DEPRECATED_VALUE as _NOT_SET
+from rlpolicy.utils.deprecation import deprecation_warning
+
 Hook = Optional[Callable[..., Any]]
 
-# Same sentinel as rlpolicy.utils.deprecation.DEPRECATED_VALUE ("not set").
-_NOT_SET = -1
+# Deprecated factory arguments and the ones that replace them (RLlib 1.11).
+DEPRECATED_ARGS = (("extra_action_fetches_fn", "extra_action_out_fn"),
+                   ("gradients_fn", "compute_gradients_fn"))
 
 
 @dataclass(frozen=True)
 class TFPolicyHooks:
-    """Everything ``build_tf_policy`` was called with.
+    """Everything ``build_tf_policy`` (or ``build_eager_tf_policy``) was called with.
 
     Attributes mirror the factory's keyword arguments one to one (see
     ``rlpolicy.policy.tf_policy_template.build_tf_policy``); ``mixins`` is a
-    tuple so the record is immutable.
+    tuple so the record is immutable. ``build_tf_policy`` records the
+    deprecated arguments as given; ``build_eager_tf_policy`` records them
+    already mapped (:func:`resolve_deprecated_args`).
     """
 
     name: str
@@ -71,3 +77,34 @@ class TFPolicyHooks:
         if self.gradients_fn is not None:
             return self.gradients_fn
         return self.compute_gradients_fn
+
+
+def warn_deprecated_args(kwargs: Dict[str, Any]) -> None:
+    """A ``DeprecationWarning`` for each deprecated factory argument that is set."""
+    if kwargs.get("obs_include_prev_action_reward", _NOT_SET) != _NOT_SET:
+        deprecation_warning(old="obs_include_prev_action_reward", error=False)
+    for old, new in DEPRECATED_ARGS:
+        if kwargs.get(old) is not None:
+            deprecation_warning(old=old, new=new, error=False)
+
+
+def resolve_deprecated_args(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """Warns about and maps the deprecated factory arguments (RLlib 1.11).
+
+    ``obs_include_prev_action_reward`` is ignored; ``extra_action_fetches_fn``
+    becomes ``extra_action_out_fn`` and ``gradients_fn`` becomes
+    ``compute_gradients_fn`` (a deprecated argument wins over its
+    replacement, as in RLlib).
+
+    Returns:
+        A new dict with the deprecated arguments unset.
+    """
+    warn_deprecated_args(kwargs)
+    out = dict(kwargs)
+    out["obs_include_prev_action_reward"] = _NOT_SET
+    for old, new in DEPRECATED_ARGS:
+        value = out.get(old)
+        out[old] = None
+        if value is not None:
+            out[new] = value
+    return out

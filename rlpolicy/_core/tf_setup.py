@@ -155,3 +155,38 @@ def init_learning_state(policy: "TFPolicy", update_ops: Optional[List[Any]]) -> 
     num_buffers = policy.config.get("num_multi_gpu_tower_stacks", 1)
     policy._tower_buffers = TowerBuffers(num_buffers, len(policy.devices))
     policy.multi_gpu_tower_stacks = []
+
+
+def set_action_tensors(policy: "TFPolicy", *, obs_input: Any, sampled_action: Any,
+                       sampled_action_logp: Any, action_input: Any, dist_inputs: Any,
+                       dist_class: Optional[type], state_inputs: Optional[List[Any]],
+                       state_outputs: Optional[List[Any]], prev_action_input: Any,
+                       prev_reward_input: Any, seq_lens: Any, explore: Any,
+                       timestep: Any) -> None:
+    """Sets the acting tensors of a TFPolicy (RLlib 1.11's attribute names); builds
+    the ``is_exploring`` / ``timestep`` placeholders (with defaults) when not given.
+
+    Raises:
+        ValueError: If ``state_inputs`` are given without ``seq_lens``.
+    """
+    tf1, tf = _tf()
+    policy._obs_input = obs_input
+    policy._prev_action_input = prev_action_input
+    policy._prev_reward_input = prev_reward_input
+    policy._sampled_action = sampled_action
+    policy._is_training = policy._get_is_training_placeholder()
+    policy._is_exploring = explore if explore is not None else \
+        tf1.placeholder_with_default(True, (), name="is_exploring")
+    policy._sampled_action_logp = sampled_action_logp
+    policy._sampled_action_prob = (tf.math.exp(sampled_action_logp)
+                                   if sampled_action_logp is not None else None)
+    policy._action_input = action_input
+    policy._dist_inputs = dist_inputs
+    policy.dist_class = dist_class
+    policy._state_inputs = list(state_inputs or [])
+    policy._state_outputs = list(state_outputs or [])
+    policy._seq_lens = seq_lens
+    if policy._state_inputs and policy._seq_lens is None:
+        raise ValueError("seq_lens tensor must be given if state inputs are defined")
+    policy._timestep = timestep if timestep is not None else tf1.placeholder_with_default(
+        tf.zeros((), dtype=tf.int64), (), name="timestep")

@@ -9,12 +9,82 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
-from rlpolicy._core.torch_convert import to_numpy_fast
+from rlpolicy._core.torch_convert import (
+    NoGrad,
+    action_outputs_to_numpy,
+    set_training,
+    to_numpy_fast,
+)
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.torch_utils import convert_to_torch_tensor
 
 torch, _ = try_import_torch()
+
+# The flags of ``SampleBatch({"obs": ..., "is_training": False})``.
+_ACTING_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False,
+                 "_max_seq_len": None}
+
+
+def acting_batch(policy: Any, obs_batch: Any, prev_action_batch: Any,
+                 prev_reward_batch: Any) -> SampleBatch:
+    """``compute_actions``' input dict: the observations (and previous actions
+    and rewards, if given) in a SampleBatch that hands out tensors on the
+    policy's device. A numpy observation batch skips the constructor's checks
+    (one column: nothing to check)."""
+    if type(obs_batch) is np.ndarray and obs_batch.ndim > 0:
+        batch = SampleBatch._trusted({SampleBatch.CUR_OBS: obs_batch}, len(obs_batch),
+                                     _ACTING_FLAGS)
+    else:
+        batch = SampleBatch({SampleBatch.CUR_OBS: obs_batch, "is_training": False})
+    if prev_action_batch is not None:
+        batch[SampleBatch.PREV_ACTIONS] = np.asarray(prev_action_batch)
+    if prev_reward_batch is not None:
+        batch[SampleBatch.PREV_REWARDS] = np.asarray(prev_reward_batch)
+    return policy._lazy_tensor_dict(batch)
+
+
+def act(policy: Any, input_dict: SampleBatch, state_batches: List[Any], seq_lens: Any,
+        explore: Optional[bool], timestep: Optional[int]) -> tuple:
+    """Forward pass, sampling and exploration of ``TorchPolicy``'s two compute
+    paths (the caller holds the policy's lock and has autograd off).
+
+    Returns:
+        ``(actions, state_outs, extra_fetches)`` as numpy structures.
+    """
+    explore = explore if explore is not None else policy.config["explore"]
+    timestep = timestep if timestep is not None else policy.global_timestep
+    policy._is_recurrent = bool(state_batches)
+    model = policy.model
+    if model is not None and model.training:
+        set_training(model, False)
+    if policy.action_sampler_fn:
+        action_dist = dist_inputs = None
+        outs = policy.action_sampler_fn(policy, model, input_dict, state_batches,
+                                        explore=explore, timestep=timestep)
+        if len(outs) == 4:
+            actions, logp, dist_inputs, state_out = outs
+        else:
+            actions, logp, state_out = outs
+    else:
+        exploration = policy.exploration
+        exploration.before_compute_actions(explore=explore, timestep=timestep)
+        dist_inputs, dist_class, state_out = compute_dist_inputs(
+            policy, input_dict, state_batches, seq_lens, explore, timestep)
+        action_dist = dist_class(dist_inputs, model)
+        actions, logp = exploration.get_exploration_action(
+            action_distribution=action_dist, timestep=timestep, explore=explore)
+    input_dict[SampleBatch.ACTIONS] = actions
+    extra_fetches = policy.extra_action_out(input_dict, state_batches, model, action_dist)
+    if dist_inputs is not None:
+        extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = dist_inputs
+    if logp is not None:
+        extra_fetches[SampleBatch.ACTION_PROB] = torch.exp(logp.float())
+        extra_fetches[SampleBatch.ACTION_LOGP] = logp
+    obs = input_dict[SampleBatch.CUR_OBS]
+    policy.global_timestep += (obs.shape[0] if type(obs) is torch.Tensor and obs.dim() > 0
+                               else len(obs))
+    return action_outputs_to_numpy(actions, state_out, extra_fetches)
 
 
 def compute_dist_inputs(policy: Any, input_dict: Any, state_batches: List[Any], seq_lens: Any,
@@ -72,7 +142,7 @@ def log_likelihoods(policy: Any, actions: Any, obs_batch: Any, state_batches: Op
 
         actions = normalize_action(to_numpy_fast(actions) if torch.is_tensor(actions)
                                    else np.asarray(actions), policy.action_space_struct)
-    with torch.no_grad():
+    with NoGrad():
         input_dict = policy._lazy_tensor_dict(
             {SampleBatch.CUR_OBS: obs_batch, SampleBatch.ACTIONS: actions})
         if prev_action_batch is not None:

@@ -17,6 +17,80 @@ from rlpolicy.utils.numpy import convert_to_numpy
 from rlpolicy.utils.torch_utils import convert_to_non_torch_type, convert_to_torch_tensor
 
 torch, _ = try_import_torch()
+if torch is not None:
+    _set_grad_enabled = torch._C._set_grad_enabled
+    _is_grad_enabled = torch.is_grad_enabled
+    _Uninitialized = torch.nn.parameter.UninitializedTensorMixin  # lazy (not yet shaped)
+
+
+class NoGrad:
+    """``with NoGrad():`` -- ``torch.no_grad()`` as a plain context manager.
+
+    Same effect as ``torch.no_grad()`` (autograd off inside, the previous mode
+    restored on exit) at a fraction of its cost to enter, which matters on the
+    per-step action path. Not a decorator; make a new one per ``with``.
+    """
+
+    __slots__ = ("_prev",)
+
+    def __enter__(self) -> None:
+        self._prev = _is_grad_enabled()
+        _set_grad_enabled(False)
+
+    def __exit__(self, *exc: Any) -> bool:
+        _set_grad_enabled(self._prev)
+        return False
+
+
+def parameter_list(model: Any) -> list:
+    """``list(model.parameters())``: same parameters, same order (pre-order over
+    the modules, each module and each parameter once), walked without torch's
+    nested generators."""
+    out, seen_params, seen_modules = [], set(), set()
+    stack = [model]
+    while stack:
+        m = stack.pop()
+        if m is None or id(m) in seen_modules:
+            continue
+        seen_modules.add(id(m))
+        for p in m._parameters.values():
+            if p is not None and id(p) not in seen_params:
+                seen_params.add(id(p))
+                out.append(p)
+        if m._modules:
+            stack.extend(reversed(m._modules.values()))
+    return out
+
+
+def set_training(model: Any, mode: bool) -> None:
+    """``model.train(mode)`` (``model.eval()`` for False) in one pass over the module tree.
+
+    ``nn.Module.train`` recurses through the children with a Python call and
+    an ``nn.Module.__setattr__`` per module; when no module in the tree
+    changes how ``train``/``eval``/``__setattr__`` work, setting each module's
+    ``training`` flag directly is the same thing. Otherwise ``model.train`` /
+    ``model.eval`` run as usual.
+    """
+    module_cls = torch.nn.Module
+    root = type(model)
+    if root.eval is not module_cls.eval and not mode:
+        model.eval()
+        return
+    train, setattr_ = module_cls.train, module_cls.__setattr__
+    stack, seen = [model], []
+    while stack:
+        m = stack.pop()
+        if m is None:  # (an unset child slot)
+            continue
+        cls = type(m)
+        if cls.train is not train or cls.__setattr__ is not setattr_:
+            model.train(mode)
+            return
+        seen.append(m)
+        if m._modules:
+            stack.extend(m._modules.values())
+    for m in seen:
+        m.__dict__["training"] = mode
 
 
 def to_numpy_fast(x: Any) -> Any:
@@ -45,8 +119,9 @@ def action_outputs_to_numpy(actions: Any, state_out: Any, extra: dict) -> tuple:
         actions = to_numpy_fast(actions)
     state_out = [s.detach().cpu().numpy() if isinstance(s, Tensor) else to_numpy_fast(s)
                  for s in state_out]
-    extra = {k: v.detach().cpu().numpy() if isinstance(v, Tensor) else to_numpy_fast(v)
-             for k, v in extra.items()}
+    extra = {k: v if type(v) is np.ndarray else (
+        v.detach().cpu().numpy() if isinstance(v, Tensor) else to_numpy_fast(v))
+        for k, v in extra.items()}
     return actions, state_out, extra
 
 
@@ -59,6 +134,8 @@ def to_non_torch_fast(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.cpu().item() if x.dim() == 0 else x.detach().cpu().numpy()
     if type(x) is dict:
+        if all(type(v) is torch.Tensor and v.dim() > 0 for v in x.values()):
+            return {k: v.detach().cpu().numpy() for k, v in x.items()}  # (the usual case)
         return {k: to_non_torch_fast(v) for k, v in x.items()}
     if x is None or isinstance(x, (np.ndarray, int, float, str)):
         return x
@@ -73,10 +150,19 @@ def numpy_copy(x: Any) -> Any:
     if x is None or type(x) in _IMMUTABLE_SCALARS:
         return x  # deepcopy would hand back the very same object
     if isinstance(x, dict):
-        return {k: numpy_copy(v) for k, v in x.items()}
+        return {k: copy_leaf(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return type(x)(numpy_copy(v) for v in x)
     return copy.deepcopy(x)
+
+
+def copy_leaf(v: Any) -> Any:
+    """``numpy_copy(v)``, handling the common leaves (tensors, scalars) itself."""
+    if type(v) is torch.Tensor:
+        return v.detach().cpu().numpy().copy()
+    if v is None or type(v) in _IMMUTABLE_SCALARS:
+        return v
+    return numpy_copy(v)
 
 
 _IMMUTABLE_SCALARS = frozenset({bool, int, float, complex, str, bytes})
@@ -122,30 +208,42 @@ def tensor_interceptor(item: Any, device: Any) -> Any:
     return convert_to_torch_tensor(item, device=device)
 
 
-def load_state_dict_fast(model: Any, state: dict) -> None:
+def load_state_dict_fast(model: Any, state: dict, device: Any = None) -> None:
     """``model.load_state_dict(state)`` (strict) as direct in-place copies.
 
     Loading a state dict into plain modules (no state-dict hooks, no custom
     ``_load_from_state_dict``) only checks the keys and shapes and then copies
-    each tensor into its parameter or buffer; this does just that. Anything
-    else (other keys, shapes or value types, hooks, custom loaders) goes to
-    ``model.load_state_dict``, which also raises its usual errors.
+    each tensor into its parameter or buffer; this does just that. ``state``
+    may hold tensors or numpy arrays (copied straight into the targets, cast
+    to their dtype and device). Anything else (other keys, shapes or value
+    types, hooks, custom loaders) goes to ``model.load_state_dict`` (after
+    ``to_torch_fast(state, device)``), which also raises its usual errors.
     """
     targets = _plain_state_tensors(model)
     if targets is None:
-        model.load_state_dict(state)
+        model.load_state_dict(_as_tensors(state, device))
         return
     _check_keys_and_shapes(targets, state)  # before any copy: a bad state changes nothing
     pairs = []
     for key, target in targets.items():
         value = state[key]
-        if not isinstance(value, torch.Tensor) or target.is_meta:
-            model.load_state_dict(state)
+        if type(value) is np.ndarray and value.dtype != object:
+            value = torch.from_numpy(value) if value.flags.writeable else torch.tensor(value)
+        elif not isinstance(value, torch.Tensor):
+            value = None
+        if value is None or target.is_meta:
+            model.load_state_dict(_as_tensors(state, device))
             return
         pairs.append((target, value))
     with torch.no_grad():
         for target, value in pairs:
             target.copy_(value)
+
+
+def _as_tensors(state: dict, device: Any) -> dict:
+    if all(isinstance(v, torch.Tensor) for v in state.values()):
+        return state
+    return to_torch_fast(state, device)
 
 
 def _check_keys_and_shapes(targets: dict, state: dict) -> None:
@@ -164,22 +262,39 @@ def _check_keys_and_shapes(targets: dict, state: dict) -> None:
 
 def _plain_state_tensors(model: Any) -> Any:
     """What ``model.state_dict(keep_vars=True)`` holds, if every module saves and
-    loads its state the default way (see ``load_state_dict_fast``), else None."""
+    loads its state the default way (see ``load_state_dict_fast``), else None.
+
+    Walks the modules in ``state_dict``'s order (pre-order; a module's own
+    parameters, then its persistent buffers, then its children's), shared
+    modules under every name, as ``named_modules(remove_duplicate=False)``.
+    """
     if torch.__future__.get_swap_module_params_on_conversion():
         return None
     targets = {}
-    for prefix, m in model.named_modules(remove_duplicate=False):
-        if (m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks or m._state_dict_hooks
-                or m._state_dict_pre_hooks or not _default_state_methods(type(m))):
+    plain_types = {}
+    stack = [("", model)]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        prefix, m = pop()
+        cls = type(m)
+        plain = plain_types.get(cls)
+        if plain is None:
+            plain = plain_types[cls] = _default_state_methods(cls)
+        if (not plain or m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks
+                or m._state_dict_hooks or m._state_dict_pre_hooks):
             return None
-        prefix = prefix + "." if prefix else ""
         for name, t in m._parameters.items():
             if t is not None:
                 targets[prefix + name] = t
-        for name, t in m._buffers.items():
-            if t is not None and name not in m._non_persistent_buffers_set:
-                targets[prefix + name] = t
-    if any(torch.nn.parameter.is_lazy(t) for t in targets.values()):
+        if m._buffers:
+            skip = m._non_persistent_buffers_set
+            for name, t in m._buffers.items():
+                if t is not None and name not in skip:
+                    targets[prefix + name] = t
+        if m._modules:
+            push(reversed([(prefix + name + ".", c) for name, c in m._modules.items()
+                           if c is not None]))
+    if any(isinstance(t, _Uninitialized) for t in targets.values()):
         return None
     return targets
 

@@ -1,18 +1,63 @@
 """Optimizer state and model export of a ``TorchPolicy``.
 
 Only imported by torch modules; torch is looked up lazily.
+
+Optimizer state round trips copy each tensor once: ``optimizer_states`` makes
+numpy copies (the snapshot), and ``load_optimizer_states`` copies them into
+the optimizer's own state tensors when those already have the saved layout
+(the usual case: restoring a state of the same policy class), falling back to
+``Optimizer.load_state_dict`` otherwise.
 """
 from __future__ import annotations
 
+import copy
 import os
+from itertools import chain
 from typing import Any, Dict, List, Optional, Sequence
 
-from rlpolicy._core.torch_convert import numpy_copy, to_torch_fast
+import numpy as np
+
+from rlpolicy._core.torch_convert import copy_leaf, numpy_copy, to_torch_fast
+from rlpolicy.utils.framework import try_import_torch
+
+torch, _ = try_import_torch()
+
+_SKIP_KEYS = ("params", "param_names")
+_IMMUTABLE = frozenset({bool, int, float, complex, str, bytes, type(None)})
+_NP_DTYPES = ({torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
+               torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32)}
+              if torch is not None else {})
 
 
 def optimizer_states(optimizers: Sequence[Any]) -> List[Dict[str, Any]]:
     """Numpy copies of each optimizer's ``state_dict()`` (for ``get_state``)."""
-    return [numpy_copy(o.state_dict()) for o in optimizers]
+    return [_snapshot(o) for o in optimizers]
+
+
+def _snapshot(o: Any) -> Dict[str, Any]:
+    """``numpy_copy(o.state_dict())``, packed and copied in one pass for stock
+    ``torch.optim`` optimizers (same keys, order and parameter numbering)."""
+    cls = type(o)
+    if not (isinstance(o, torch.optim.Optimizer) and cls.state_dict is torch.optim.Optimizer.state_dict
+            and cls.__module__.startswith("torch.optim.")
+            and not o._optimizer_state_dict_pre_hooks and not o._optimizer_state_dict_post_hooks):
+        return numpy_copy(o.state_dict())
+    index: Dict[int, int] = {}
+    groups, start = [], 0
+    for g in o.param_groups:
+        params = g["params"]
+        for i, p in enumerate(params, start):
+            index.setdefault(id(p), i)
+        packed = {k: copy_leaf(v) for k, v in g.items() if k != "params"}
+        packed["params"] = [index[id(p)] for p in params]
+        groups.append(packed)
+        start += len(params)
+    state = {}
+    for k, v in o.state.items():
+        key = index[id(k)] if isinstance(k, torch.Tensor) else k
+        state[key] = ({n: copy_leaf(x) for n, x in v.items()} if type(v) is dict
+                      else numpy_copy(v))
+    return {"state": state, "param_groups": groups}
 
 
 def load_optimizer_states(optimizers: Sequence[Any], states: Sequence[Dict[str, Any]],
@@ -26,11 +71,92 @@ def load_optimizer_states(optimizers: Sequence[Any], states: Sequence[Dict[str, 
         raise ValueError(f"state['_optimizer_variables'] holds {len(states)} optimizer states "
                          f"but this policy has {len(optimizers)} optimizers")
     for o, s in zip(optimizers, states):
+        if _load_in_place(o, s):
+            continue
         # Hyper-parameters stay python scalars; only the state becomes tensors,
         # copies that do not share memory with `states` (the optimizer updates
         # them in place). Optimizer.load_state_dict deep-copies param_groups.
         o.load_state_dict({"param_groups": s["param_groups"],
                            "state": to_torch_fast(s["state"], device, copy=True)})
+
+
+def _plain_optimizer(o: Any) -> bool:
+    """Whether ``o`` loads its state the stock ``torch.optim`` way (no hooks)."""
+    cls = type(o)
+    return (isinstance(o, torch.optim.Optimizer)
+            and cls.load_state_dict is torch.optim.Optimizer.load_state_dict
+            and cls.__module__.startswith("torch.optim.")
+            and not o._optimizer_load_state_dict_pre_hooks
+            and not o._optimizer_load_state_dict_post_hooks)
+
+
+def _load_in_place(o: Any, saved: Dict[str, Any]) -> bool:
+    """Copies ``saved`` into ``o``'s existing state tensors and param groups.
+
+    Only when that leaves ``o`` exactly as ``o.load_state_dict(saved)`` would
+    (same groups and keys, a state entry of the same keys, shapes and tensor
+    kinds for every parameter that has one, no fused/capturable groups);
+    returns False, having changed nothing, otherwise.
+    """
+    if not _plain_optimizer(o) or not isinstance(saved, dict):
+        return False
+    groups, saved_groups = o.param_groups, saved.get("param_groups")
+    saved_state = saved.get("state")
+    if not isinstance(saved_groups, list) or not isinstance(saved_state, dict) \
+            or len(groups) != len(saved_groups):
+        return False
+    for g, sg in zip(groups, saved_groups):
+        if (not isinstance(sg, dict) or len(g["params"]) != len(sg.get("params", ()))
+                or g.get("fused") or g.get("capturable")
+                or {k for k in g if k not in _SKIP_KEYS} != {k for k in sg if k not in _SKIP_KEYS}
+                or ("param_names" in sg) != ("param_names" in g)):
+            return False
+    id_map = dict(zip(chain.from_iterable(sg["params"] for sg in saved_groups),
+                      chain.from_iterable(g["params"] for g in groups)))
+    pairs = _state_pairs(o, id_map, saved_state)
+    if pairs is None:
+        return False
+    with torch.no_grad():
+        for live, value in pairs:
+            if type(live) is np.ndarray:
+                np.copyto(live, value)
+            else:
+                live.copy_(value)
+    for g, sg in zip(groups, saved_groups):
+        for k, v in sg.items():
+            if k != "params":
+                g[k] = v if type(v) in _IMMUTABLE else copy.deepcopy(v)  # (as load_state_dict)
+    return True
+
+
+def _state_pairs(o: Any, id_map: Dict[Any, Any], saved_state: Dict[Any, Any]) -> Optional[list]:
+    """``(live tensor, saved value as a tensor)`` for every state entry, or None
+    if ``saved_state`` does not have exactly the live layout."""
+    live_state = o.state
+    if len(saved_state) != len(live_state):
+        return None
+    pairs = []
+    for key, entry in saved_state.items():
+        param = id_map.get(key)
+        live = live_state.get(param) if param is not None else None
+        if not live or not isinstance(entry, dict) or entry.keys() != live.keys():
+            return None
+        for name, value in entry.items():
+            target = live[name]
+            if not isinstance(target, torch.Tensor):
+                return None
+            if (type(value) is np.ndarray and target.device.type == "cpu"
+                    and not target.requires_grad and value.dtype == _NP_DTYPES.get(target.dtype)
+                    and value.shape == target.shape):
+                pairs.append((target.numpy(), value))  # numpy to numpy: the cheapest copy
+                continue
+            if isinstance(value, np.ndarray) and value.dtype != object:
+                value = torch.from_numpy(value) if value.flags.writeable else torch.tensor(value)
+            if not isinstance(value, torch.Tensor) or value.shape != target.shape \
+                    or value.is_floating_point() != target.is_floating_point():
+                return None
+            pairs.append((target, value))
+    return pairs
 
 
 def export_policy_model(policy: Any, export_dir: str, onnx: Optional[int] = None) -> None:

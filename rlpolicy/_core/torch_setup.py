@@ -71,6 +71,9 @@ def optimizer_param_groups(model: Any, optimizers: Sequence[Any]) -> List[Set[in
 
     Parameters outside the model (e.g. an exploration module's) are left out.
     """
-    index = {p: i for i, p in enumerate(model.parameters())}
-    return [{index[p] for pg in opt.param_groups for p in pg["params"] if p in index}
+    from rlpolicy._core.torch_convert import parameter_list
+
+    # Keyed by id(): a tensor hashes by identity anyway, at the cost of a Python call.
+    index = {id(p): i for i, p in enumerate(parameter_list(model))}
+    return [{index[id(p)] for pg in opt.param_groups for p in pg["params"] if id(p) in index}
             for opt in optimizers]

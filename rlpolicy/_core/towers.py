@@ -125,6 +125,7 @@ def compute_tower_grads(
     optimizers: Sequence[Any],
     param_groups: Sequence[Set[int]],
     grad_process: Optional[GradProcess] = None,
+    params: Optional[List[Any]] = None,
 ) -> TowerGrads:
     """Computes one tower's loss(es) and gradients.
 
@@ -143,6 +144,7 @@ def compute_tower_grads(
         param_groups: Per optimizer, the indices (into
             ``list(model.parameters())``) of the parameters it updates.
         grad_process: ``(optimizer, loss) -> info dict``, or None.
+        params: ``list(model.parameters())`` if the caller has it already.
 
     Returns:
         ``TowerGrads``: one entry per model parameter (references to the
@@ -156,7 +158,10 @@ def compute_tower_grads(
             f"the loss returned {len(losses)} loss terms for {len(optimizers)} optimizers; "
             "return one loss per optimizer")
     grad_info: Dict[str, Any] = {"allreduce_latency": 0.0}
-    params = list(model.parameters())
+    from rlpolicy._core.torch_convert import parameter_list
+
+    if params is None:
+        params = parameter_list(model)  # (= list(model.parameters()), walked faster)
     all_grads: List[Any] = [None] * len(params)
     last = len(optimizers) - 1
     for opt_idx, opt in enumerate(optimizers):

@@ -1,27 +1,28 @@
-"""A minimal single-process training loop for the reference algorithms.
+"""Minimal training loops for the reference algorithms, and a greedy evaluator.
 
-One iteration samples ``train_batch_size`` steps with a ``RolloutWorker``, then
-updates the policy: PG with one ``learn_on_batch``; PPO with buffered minibatch
-SGD (``load_batch_into_buffer`` + ``num_sgd_iter`` epochs of
-``learn_on_loaded_batch`` at shuffled offsets), followed by the adaptive KL
-coefficient update, as RLlib 1.11's PPO does.
+One :class:`SimpleTrainer` iteration samples ``train_batch_size`` steps (with a
+local ``RolloutWorker``, or with a ``WorkerSet`` of Ray workers when
+``num_workers > 0``), then updates the policy: PG with one ``learn_on_batch``;
+PPO with buffered minibatch SGD (``load_batch_into_buffer`` + ``num_sgd_iter``
+epochs of ``learn_on_loaded_batch`` at shuffled offsets), followed by the
+adaptive KL coefficient update, as RLlib 1.11's PPO does. DQN's loop is
+``rlpolicy.agents.dqn.dqn.SimpleDQNTrainer``; :func:`make_trainer` picks the
+right one for an algorithm name.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
+import tree
 
 from rlpolicy.evaluation.postprocessing import Postprocessing
-from rlpolicy.evaluation.rollout_worker import RolloutWorker
 from rlpolicy.policy.sample_batch import SampleBatch, concat_samples
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
 
-ALGORITHMS = ("pg", "ppo")
-
-
+ALGORITHMS = ("pg", "ppo", "dqn")
 FRAMEWORKS = ("torch", "tf", "tf2", "tfe")
 
 
@@ -34,6 +35,10 @@ def get_policy_class(algo: str, framework: str = "torch") -> type:
     if framework not in FRAMEWORKS:
         raise ValueError(f"algorithm {algo!r}: framework={framework!r} not available; "
                          f"supported: {', '.join(map(repr, FRAMEWORKS))}")
+    if algo == "dqn":
+        from rlpolicy.agents.dqn.dqn import get_dqn_policy_class
+
+        return get_dqn_policy_class(framework)
     if framework == "torch":
         if algo == "pg":
             from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy
@@ -49,8 +54,23 @@ def get_policy_class(algo: str, framework: str = "torch") -> type:
     return tf_cls if framework == "tf" else tf_cls.as_eager()
 
 
+def algo_default_config(algo: str) -> dict:
+    """The algorithm's ``DEFAULT_CONFIG`` (RLlib 1.11's values; not a copy)."""
+    if algo == "ppo":
+        from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG
+    elif algo == "pg":
+        from rlpolicy.agents.pg.pg import DEFAULT_CONFIG
+    elif algo == "dqn":
+        from rlpolicy.agents.dqn.dqn import DEFAULT_CONFIG
+    else:
+        raise ValueError(f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}")
+    return DEFAULT_CONFIG
+
+
 @dataclass
 class IterationResult:
+    """What one training iteration did (totals are since the trainer was built)."""
+
     iteration: int
     timesteps_total: int
     episode_reward_mean: float
@@ -59,38 +79,120 @@ class IterationResult:
     time_s: float
 
 
-class SimpleTrainer:
-    """Drives one policy and one sampler (no Ray)."""
+class _LocalSampler:
+    """Samples with one in-process ``RolloutWorker``."""
 
-    def __init__(self, algo: str, env_creator: Callable[[], Any], config: Dict[str, Any], *,
-                 num_envs: int = 8, seed: Optional[int] = None):
-        env = env_creator()
-        self.algo = algo
-        self.policy = get_policy_class(algo, config.get("framework", "torch"))(
-            env.observation_space, env.action_space, config)
-        self.config = self.policy.config
-        fragment = max(1, self.config["rollout_fragment_length"] // num_envs)
-        self.worker = RolloutWorker(env_creator, self.policy, num_envs=num_envs,
+    def __init__(self, env_creator: Callable[[], Any], policy: Any, num_envs: int,
+                 fragment: int, seed: Optional[int]):
+        from rlpolicy.evaluation.rollout_worker import RolloutWorker
+
+        self.worker = RolloutWorker(env_creator, policy, num_envs=num_envs,
                                     rollout_fragment_length=fragment, seed=seed)
-        self.iteration = 0
-        self._start = time.perf_counter()
 
-    def collect(self) -> SampleBatch:
+    def sample(self, num_steps: int) -> SampleBatch:
         batches, count = [], 0
-        while count < self.config["train_batch_size"]:
+        while count < num_steps:
             batch = self.worker.sample()
             batches.append(batch)
             count += batch.count
         return concat_samples(batches)
 
+    def metrics(self) -> Dict[str, float]:
+        return self.worker.metrics()
+
+    def sync_weights(self) -> None:
+        """The local worker samples with the learning policy itself: nothing to do."""
+
+
+class _RaySampler:
+    """Samples with a ``WorkerSet``: ``num_workers`` Ray actors, each with its own
+    copy of the policy (weights synced after every update) and ``num_envs`` envs."""
+
+    def __init__(self, env_creator: Callable[[], Any], policy_class: type, config: Dict[str, Any],
+                 num_workers: int, num_envs: int, fragment: int, seed: Optional[int]):
+        try:
+            from rlpolicy.evaluation.worker_set import WorkerSet
+        except ImportError as e:
+            raise ValueError(f"num_workers={num_workers} needs rlpolicy.evaluation.worker_set.WorkerSet, "
+                             f"which cannot be imported ({e}); use num_workers=0") from None
+        trainer_config = dict(config, num_workers=num_workers, num_envs_per_worker=num_envs,
+                              rollout_fragment_length=fragment, seed=seed,
+                              batch_mode="truncate_episodes")
+        self.workers = WorkerSet(env_creator=env_creator, policy_class=policy_class,
+                                 trainer_config=trainer_config, num_workers=num_workers)
+        self.worker = self.workers.local_worker()
+
+    def sample(self, num_steps: int) -> SampleBatch:
+        return self.workers.sample(num_steps)
+
+    def metrics(self) -> Dict[str, float]:
+        return self.workers.metrics()
+
+    def sync_weights(self) -> None:
+        self.workers.sync_weights(global_vars={"timestep": self.workers.num_env_steps_sampled})
+
+    def stop(self) -> None:
+        self.workers.stop()
+
+
+class SimpleTrainer:
+    """Drives one policy and its sampler: a local worker, or Ray workers.
+
+    Args:
+        algo: ``"pg"`` or ``"ppo"`` (DQN: see :func:`make_trainer`).
+        env_creator: Returns a gymnasium env.
+        config: Partial algorithm config; ``framework`` picks the policy class.
+        num_envs: Envs per worker, stepped in lock-step.
+        num_workers: Ray rollout workers (0: sample in this process).
+        seed: Seed of the environments' first resets.
+    """
+
+    def __init__(self, algo: str, env_creator: Callable[[], Any], config: Dict[str, Any], *,
+                 num_envs: int = 8, num_workers: int = 0, seed: Optional[int] = None):
+        if algo not in ("pg", "ppo"):
+            raise ValueError(f"SimpleTrainer trains 'pg' or 'ppo', got {algo!r}; "
+                             "use make_trainer() for 'dqn'")
+        self.algo = algo
+        policy_class = get_policy_class(algo, config.get("framework", "torch"))
+        # Each env contributes rollout_fragment_length / num_envs steps per sample() call.
+        fragment = max(1, int(config.get("rollout_fragment_length", 200)) // num_envs)
+        if num_workers > 0:
+            self.sampler: Any = _RaySampler(env_creator, policy_class, config, num_workers,
+                                            num_envs, fragment, seed)
+            self.policy = self.sampler.worker.policy
+        else:
+            env = env_creator()
+            self.policy = policy_class(env.observation_space, env.action_space, config)
+            env.close()
+            self.sampler = _LocalSampler(env_creator, self.policy, num_envs, fragment, seed)
+        self.config = self.policy.config
+        self.iteration = 0
+        self._start = time.perf_counter()
+
+    @property
+    def worker(self) -> Any:
+        """The local ``RolloutWorker`` (it holds the learning policy)."""
+        return self.sampler.worker
+
+    def collect(self) -> SampleBatch:
+        """At least ``train_batch_size`` postprocessed steps."""
+        return self.sampler.sample(self.config["train_batch_size"])
+
     def train(self) -> IterationResult:
         batch = self.collect()
-        self.policy.on_global_var_update({"timestep": self.worker.total_env_steps})
+        m = self.sampler.metrics()
+        self.policy.on_global_var_update({"timestep": m["timesteps_total"]})
         stats = self._learn_ppo(batch) if self.algo == "ppo" else self._learn_simple(batch)
+        self.sampler.sync_weights()
         self.iteration += 1
-        m = self.worker.metrics()
         return IterationResult(self.iteration, m["timesteps_total"], m["episode_reward_mean"],
                                m["episodes_total"], stats, time.perf_counter() - self._start)
+
+    def stop(self) -> None:
+        """Releases the Ray workers (if any)."""
+        stop = getattr(self.sampler, "stop", None)
+        if stop is not None:
+            stop()
 
     def _learn_simple(self, batch: SampleBatch) -> Dict[str, float]:
         info = self.policy.learn_on_batch(batch)
@@ -115,6 +217,65 @@ class SimpleTrainer:
         if "kl" in mean and hasattr(self.policy, "update_kl"):
             self.policy.update_kl(mean["kl"])
         return mean
+
+
+def make_trainer(algo: str, env_creator: Callable[[], Any], config: Dict[str, Any], *,
+                 num_envs: Optional[int] = None, num_workers: int = 0,
+                 seed: Optional[int] = None) -> Any:
+    """A trainer for ``algo``: :class:`SimpleTrainer` (pg, ppo) or DQN's ``SimpleDQNTrainer``.
+
+    Every trainer has ``policy``, ``worker`` (the local RolloutWorker) and
+    ``train() -> IterationResult``.
+
+    Raises:
+        ValueError: For an unknown algorithm, or ``num_workers > 0`` with DQN.
+    """
+    if algo == "dqn":
+        if num_workers:
+            raise ValueError(f"DQN trains in one process; num_workers={num_workers} is not supported "
+                             "for 'dqn' (use num_workers=0)")
+        from rlpolicy.agents.dqn.dqn import SimpleDQNTrainer
+
+        return SimpleDQNTrainer(env_creator, config, seed=seed, num_envs=num_envs)
+    return SimpleTrainer(algo, env_creator, config, num_envs=num_envs or 8,
+                         num_workers=num_workers, seed=seed)
+
+
+def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: int = 20,
+                    seed: int = 10_000) -> List[float]:
+    """Returns of ``num_episodes`` episodes played with ``explore=False``.
+
+    One env per episode (seeded ``seed + i``), all stepped in lock-step so the
+    policy sees one batch per step; every episode counts exactly once. The
+    policy's ``global_timestep`` is left unchanged.
+    """
+    envs = [env_creator() for _ in range(num_episodes)]
+    obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+    from rlpolicy.evaluation.sampler import env_action_fn
+
+    to_env = env_action_fn(policy)  # the samplers' own mapping (normalize_actions / clip_actions)
+    returns = np.zeros(num_episodes)
+    running = np.ones(num_episodes, dtype=bool)
+    timestep = policy.global_timestep
+    state = [np.stack([np.asarray(s)] * num_episodes) for s in policy.get_initial_state()]
+    try:
+        while running.any():
+            idx = np.flatnonzero(running)
+            actions, state_out, _ = policy.compute_actions(
+                np.stack([obs[i] for i in idx]), state_batches=[s[idx] for s in state] or None,
+                explore=False)
+            for j, i in enumerate(idx):
+                action = tree.map_structure(lambda a: a[j], actions)
+                obs[i], reward, terminated, truncated, _ = envs[i].step(to_env(action))
+                returns[i] += reward
+                running[i] = not (terminated or truncated)
+            for s, s_out in zip(state, state_out):
+                s[idx] = np.asarray(s_out)
+    finally:
+        policy.global_timestep = timestep
+        for env in envs:
+            env.close()
+    return returns.tolist()
 
 
 def learner_stats_of(result: Dict[str, Any]) -> Dict[str, float]:

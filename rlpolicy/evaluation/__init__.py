@@ -1,5 +1,5 @@
 """Sampling-side pieces of RLlib 1.11's ``ray.rllib.evaluation``: episodes, trajectory
-postprocessing, rollout workers. Names are loaded lazily so that importing this
+postprocessing, rollout workers and worker sets. Names are loaded lazily so that importing this
 package pulls in neither a framework nor Ray."""
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ _LAZY = {
     "discount_cumsum": "rlpolicy.evaluation.postprocessing",
     "adjust_nstep": "rlpolicy.evaluation.postprocessing",
     "RolloutWorker": "rlpolicy.evaluation.rollout_worker",
+    "WorkerSet": "rlpolicy.evaluation.worker_set",
     "SampleBatch": "rlpolicy.policy.sample_batch",
     "MultiAgentBatch": "rlpolicy.policy.sample_batch",
 }

@@ -1,195 +1,557 @@
-"""A single-process sampler: steps gymnasium envs with one policy and returns
-postprocessed trajectories as one ``SampleBatch``.
+"""``RolloutWorker``: a set of policies plus the environments they act in
+(RLlib 1.11's ``ray.rllib.evaluation.rollout_worker``).
 
-Each environment keeps its own trajectory; a trajectory is cut at an episode's
-end (terminated or truncated) or at the end of a rollout fragment, turned into a
-``SampleBatch`` and handed to ``policy.postprocess_trajectory`` exactly once, as
-RLlib's samplers do. ``dones`` is ``terminateds or truncateds``; postprocessing
-bootstraps the value of truncated and unfinished fragments.
+A worker builds its policies (a ``PolicyMap``) from a policy class or a dict
+of ``PolicySpec``s, creates ``num_envs`` sub-environments, and returns one
+postprocessed rollout fragment per :meth:`RolloutWorker.sample` call: a
+``SampleBatch``, or a ``MultiAgentBatch`` when agents map to policies other
+than ``"default_policy"``. It also applies weights, global vars and gradients,
+so the same object serves as the driver's local worker and, through
+:meth:`RolloutWorker.as_remote`, as a Ray actor in a ``WorkerSet``.
+
+The sampling loop lives in :mod:`rlpolicy.evaluation.sampler`.
 """
 from __future__ import annotations
 
-import itertools
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional
+import copy
+import inspect
+import logging
+import random
+import socket
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
-import tree
 
-from rlpolicy.policy.sample_batch import SampleBatch, concat_samples
+from rlpolicy.env.env_context import EnvContext
+from rlpolicy.evaluation.sampler import BATCH_MODES, COUNT_STEPS_BY, EnvRunner, RolloutMetrics, SamplerSettings
+from rlpolicy.policy.policy import PolicySpec
+from rlpolicy.policy.policy_map import PolicyMap
+from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch
+from rlpolicy.utils.annotations import DeveloperAPI
+from rlpolicy.utils.typing import (AgentID, EnvConfigDict, ModelGradients, ModelWeights,
+                                   PartialTrainerConfigDict, PolicyID, SampleBatchType)
 
-_EPISODE_IDS = itertools.count(np.random.randint(0, 2**31 - 1))
+logger = logging.getLogger(__name__)
 
-
-@dataclass
-class _Trajectory:
-    """Columns of one env's current trajectory fragment, appended step by step."""
-
-    eps_id: int
-    unroll_id: int
-    t0: int
-    columns: Dict[str, List[Any]] = field(default_factory=dict)
-
-    def add(self, **values: Any) -> None:
-        for key, value in values.items():
-            self.columns.setdefault(key, []).append(value)
-
-    def __len__(self) -> int:
-        return len(self.columns.get(SampleBatch.OBS, ()))
+PolicySpecArg = Union[type, Any, Dict[PolicyID, Any]]
 
 
-@dataclass
-class _EnvSlot:
-    env: Any
-    obs: Any
-    state: List[np.ndarray]
-    prev_action: Any
-    prev_reward: float
-    episode_return: float = 0.0
-    episode_length: int = 0
-    traj: Optional[_Trajectory] = None
-
-
+@DeveloperAPI
 class RolloutWorker:
-    """Collects experience from ``num_envs`` copies of an environment.
+    """Collects experience from its environments with its policies, and trains them on request.
 
-    Args:
-        env_creator: Callable returning a gymnasium environment.
-        policy: The policy computing actions (any ``Policy``).
-        num_envs: Environments stepped in lock-step, batched through the policy.
-        rollout_fragment_length: Steps taken per environment in one ``sample()``.
-        seed: Seed of the environments' first reset.
-        explore: Passed to ``compute_actions`` (None: the policy's config).
+    Example:
+        >>> worker = RolloutWorker(
+        ...     env_creator=lambda ctx: gymnasium.make("CartPole-v1"),
+        ...     policy_spec=PGTorchPolicy, policy_config={"framework": "torch"},
+        ...     num_envs=2, rollout_fragment_length=50)
+        >>> batch = worker.sample()  # 100 env steps (2 envs x 50)
+        >>> worker.learn_on_batch(batch)
+
+    ``RolloutWorker(env_creator, policy)`` with a ready Policy instance (the
+    pre-RLlib-signature form) still works; such a worker cannot become a Ray
+    actor (actors build their policies from classes).
     """
 
-    def __init__(self, env_creator: Callable[[], Any], policy: Any, *, num_envs: int = 1,
-                 rollout_fragment_length: int = 200, seed: Optional[int] = None,
-                 explore: Optional[bool] = None):
-        if num_envs < 1 or rollout_fragment_length < 1:
-            raise ValueError(
-                f"num_envs ({num_envs}) and rollout_fragment_length ({rollout_fragment_length}) must be >= 1"
-            )
-        self.policy = policy
-        self.num_envs = num_envs
-        self.rollout_fragment_length = rollout_fragment_length
-        self.explore = explore
-        self._unroll_ids = itertools.count()
-        self.episode_returns: Deque[float] = deque(maxlen=100)
-        self.episode_lengths: Deque[int] = deque(maxlen=100)
-        self.total_env_steps = 0
-        self._slots = [self._new_slot(env_creator(), seed if seed is None else seed + i)
-                       for i in range(num_envs)]
+    @classmethod
+    def as_remote(cls, num_cpus: Optional[float] = None, num_gpus: Optional[float] = None,
+                  memory: Optional[int] = None, object_store_memory: Optional[int] = None,
+                  resources: Optional[dict] = None) -> Any:
+        """This class as a Ray actor class with the given resource requests.
 
-    def _new_slot(self, env: Any, seed: Optional[int]) -> _EnvSlot:
-        obs, _ = env.reset(seed=seed)
-        slot = _EnvSlot(env=env, obs=obs, state=[], prev_action=None, prev_reward=0.0)
-        self._start_episode(slot)
-        return slot
+        Returns:
+            ``ray.remote(...)(RolloutWorker)``; create actors with ``.remote(**kwargs)``.
+        """
+        import ray
 
-    def _start_episode(self, slot: _EnvSlot) -> None:
-        slot.state = [np.asarray(s) for s in self.policy.get_initial_state()]
-        slot.prev_action = _zeros_like_space_sample(self.policy.action_space)
-        slot.prev_reward = 0.0
-        slot.episode_return, slot.episode_length = 0.0, 0
-        slot.traj = _Trajectory(eps_id=next(_EPISODE_IDS), unroll_id=next(self._unroll_ids), t0=0)
+        options = dict(num_cpus=num_cpus, num_gpus=num_gpus, memory=memory,
+                       object_store_memory=object_store_memory, resources=resources)
+        # Only what was asked for (Ray warns about some options even when None).
+        return ray.remote(max_restarts=0, **{k: v for k, v in options.items() if v is not None})(cls)
 
-    def sample(self) -> SampleBatch:
-        """Steps every env ``rollout_fragment_length`` times; returns the postprocessed batch."""
-        done_batches: List[SampleBatch] = []
-        for _ in range(self.rollout_fragment_length):
-            done_batches.extend(self._step_all())
-        for slot in self._slots:  # cut unfinished fragments (bootstrapped later)
-            if slot.traj is not None and len(slot.traj):
-                done_batches.append(self._finish(slot.traj))
-                slot.traj = _Trajectory(eps_id=slot.traj.eps_id, unroll_id=next(self._unroll_ids),
-                                        t0=slot.episode_length)
-        return concat_samples(done_batches)
+    def __init__(self, env_creator: Optional[Callable[..., Any]] = None,
+                 policy_spec: Optional[PolicySpecArg] = None, *,
+                 policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
+                 policies_to_train: Optional[Union[List[PolicyID], Callable[..., bool]]] = None,
+                 validate_env: Optional[Callable[[Any, EnvContext], None]] = None,
+                 rollout_fragment_length: int = 100, count_steps_by: str = "env_steps",
+                 batch_mode: str = "truncate_episodes", num_envs: int = 1,
+                 normalize_actions: Optional[bool] = None, clip_actions: Optional[bool] = None,
+                 env_config: Optional[EnvConfigDict] = None,
+                 policy_config: Optional[PartialTrainerConfigDict] = None,
+                 worker_index: int = 0, num_workers: int = 0, callbacks: Any = None,
+                 seed: Optional[int] = None,
+                 spaces: Optional[Dict[PolicyID, Tuple[Any, Any]]] = None,
+                 explore: Optional[bool] = None, policy: Optional[PolicySpecArg] = None):
+        """Initializes a RolloutWorker.
 
-    def _step_all(self) -> List[SampleBatch]:
-        slots = self._slots
-        obs_batch = np.stack([s.obs for s in slots])
-        state_batches = [np.stack([s.state[i] for s in slots]) for i in range(len(slots[0].state))]
-        prev_actions = _stack([s.prev_action for s in slots])
-        prev_rewards = np.asarray([s.prev_reward for s in slots], dtype=np.float32)
-        actions, state_out, extra = self.policy.compute_actions(
-            obs_batch, state_batches=state_batches or None, prev_action_batch=prev_actions,
-            prev_reward_batch=prev_rewards, explore=self.explore,
-        )
-        finished = []
-        for i, slot in enumerate(slots):
-            action = tree.map_structure(lambda a: a[i], actions)
-            new_obs, reward, terminated, truncated, _ = slot.env.step(_env_action(action))
-            row = {
-                SampleBatch.OBS: slot.obs, SampleBatch.ACTIONS: action,
-                SampleBatch.REWARDS: np.float32(reward), SampleBatch.NEXT_OBS: new_obs,
-                SampleBatch.DONES: bool(terminated or truncated),
-                SampleBatch.TERMINATEDS: bool(terminated), SampleBatch.TRUNCATEDS: bool(truncated),
-                SampleBatch.PREV_ACTIONS: slot.prev_action,
-                SampleBatch.PREV_REWARDS: np.float32(slot.prev_reward),
-                SampleBatch.T: slot.episode_length,
-                **{k: v[i] for k, v in extra.items()},
-            }
-            for j, s in enumerate(slot.state):
-                row[f"state_in_{j}"] = s
-                row[f"state_out_{j}"] = np.asarray(state_out[j][i])
-            slot.traj.add(**row)
-            slot.state = [np.asarray(s[i]) for s in state_out]
-            slot.prev_action, slot.prev_reward = action, float(reward)
-            slot.episode_return += float(reward)
-            slot.episode_length += 1
-            slot.obs = new_obs
-            self.total_env_steps += 1
-            if terminated or truncated:
-                finished.append(self._finish(slot.traj))
-                self.episode_returns.append(slot.episode_return)
-                self.episode_lengths.append(slot.episode_length)
-                slot.obs, _ = slot.env.reset()
-                self._start_episode(slot)
-        return finished
+        Args:
+            env_creator: Returns one sub-environment (a gymnasium env or a
+                ``MultiAgentEnv``); called with an ``EnvContext`` (the env config
+                plus ``worker_index``/``vector_index``) if it takes an argument.
+            policy_spec: A Policy class (one policy, ``"default_policy"``), a dict
+                policy id -> ``PolicySpec`` (or ``(cls, obs_space, act_space,
+                config)`` tuple); a ready Policy instance is accepted in place of a
+                class or spec (local use only). Spaces left None come from the env.
+            policy_mapping_fn: ``fn(agent_id, episode, worker=..., **kw) -> policy_id``.
+                Default: ``"default_policy"``, or the only policy there is.
+            policies_to_train: Policy ids that ``learn_on_batch`` /
+                ``compute_gradients`` / ``apply_gradients`` touch (or a callable
+                ``(policy_id, batch) -> bool``); None: all policies.
+            validate_env: Called as ``validate_env(env, env_context)`` on each new sub-env.
+            rollout_fragment_length: Steps per sub-environment per ``sample()``
+                (``truncate_episodes``), or the minimum number of steps of whole
+                episodes per ``sample()`` (``complete_episodes``).
+            count_steps_by: ``"env_steps"`` or ``"agent_steps"``: what the fragment length counts.
+            batch_mode: ``"truncate_episodes"`` (fixed-size fragments, unfinished
+                episodes are cut and bootstrapped) or ``"complete_episodes"``
+                (whole episodes only).
+            num_envs: Sub-environments stepped in lock-step (batched inference).
+            normalize_actions: Unsquash Box actions from [-1, 1] to the space's
+                bounds before the env sees them; None: each policy's config.
+            clip_actions: Clip Box actions to the bounds (if not normalizing);
+                None: each policy's config.
+            env_config: Passed to ``env_creator`` (inside the EnvContext);
+                default ``policy_config["env_config"]``.
+            policy_config: The (trainer) config every policy starts from; each
+                PolicySpec's ``config`` overrides it for that policy.
+            worker_index: 0 for the local worker, ``1..num_workers`` for remote ones.
+            num_workers: Number of remote workers in the worker set.
+            callbacks: A DefaultCallbacks class or instance; default
+                ``policy_config["callbacks"]``.
+            seed: Seeds Python's, numpy's and the frameworks' global RNGs before the
+                policies are built (not when a ready Policy instance is given), and the
+                sub-environments' first resets (``seed + 1000 * worker_index + vector_index``).
+            spaces: Policy id -> (observation space, action space), for specs without spaces.
+            explore: Passed to ``compute_actions`` (None: each policy's config).
+            policy: Deprecated name of ``policy_spec``.
 
-    def _finish(self, traj: _Trajectory) -> SampleBatch:
-        n = len(traj)
-        cols = {k: _stack(v) for k, v in traj.columns.items()}
-        cols[SampleBatch.EPS_ID] = np.full(n, traj.eps_id, dtype=np.int64)
-        cols[SampleBatch.UNROLL_ID] = np.full(n, traj.unroll_id, dtype=np.int64)
-        cols[SampleBatch.AGENT_INDEX] = np.zeros(n, dtype=np.int64)
-        batch = SampleBatch(cols)
-        return self.policy.postprocess_trajectory(batch)
+        Raises:
+            ValueError: For a bad ``batch_mode``, ``count_steps_by``, fragment
+                length, ``num_envs``, or policy spec (the message names it).
+        """
+        policy_spec = policy_spec if policy_spec is not None else policy
+        _check_args(num_envs, rollout_fragment_length, batch_mode, count_steps_by)
+        self.policy_config: dict = copy.deepcopy(dict(policy_config or {}))
+        self.worker_index, self.num_workers = worker_index, num_workers
+        self.num_envs, self.seed = num_envs, seed
+        self.rollout_fragment_length, self.batch_mode = rollout_fragment_length, batch_mode
+        self.count_steps_by = count_steps_by
+        self.global_vars: Dict[str, Any] = {}
+        self.env_creator = env_creator
+        self.env_context = EnvContext(env_config if env_config is not None
+                                      else self.policy_config.get("env_config", {}),
+                                      worker_index=worker_index, num_workers=num_workers)
+        if seed is not None and not _is_policy(policy_spec):  # a ready policy was seeded by its maker
+            _seed_globals(seed, self.policy_config.get("framework"))
+        self.callbacks = self._make_callbacks(callbacks, policy_spec)
+        envs = self._make_envs(env_creator, validate_env)
+        self.env = envs[0] if envs else None
+        self.policy_map = self._build_policy_map(policy_spec, spaces)
+        self.policy_mapping_fn = self._default_mapping_fn(policy_mapping_fn)
+        multiagent = self.policy_config.get("multiagent") or {}
+        self.policies_to_train = (policies_to_train if policies_to_train is not None
+                                  else multiagent.get("policies_to_train"))
+        if self.policies_to_train is None:
+            self.policies_to_train = list(self.policy_map)
+        elif not callable(self.policies_to_train):
+            self.policies_to_train = list(self.policies_to_train)  # ours to change (add_policy)
+        settings = SamplerSettings(batch_mode, rollout_fragment_length, count_steps_by, explore,
+                                   normalize_actions, clip_actions)
+        # As RLlib: distinct env seeds for up to 1000 sub-envs per worker.
+        seeds = [None if seed is None else seed + 1000 * worker_index + i for i in range(len(envs))]
+        self.sampler = EnvRunner(self, envs, self.policy_map, self._map_agent, self.callbacks,
+                                 settings, seeds)
+
+    # ------------------------------------------------------------------ construction
+    def _make_callbacks(self, callbacks: Any, policy_spec: Any) -> Any:
+        if callbacks is None:
+            callbacks = self.policy_config.get("callbacks")
+        if callbacks is None and _is_policy(policy_spec):
+            return policy_spec.callbacks  # pre-built policy: share its callbacks object
+        if callbacks is None:
+            from rlpolicy.agents.callbacks import DefaultCallbacks
+
+            callbacks = DefaultCallbacks
+        return callbacks() if isinstance(callbacks, type) or _is_factory(callbacks) else callbacks
+
+    def _make_envs(self, env_creator: Optional[Callable[..., Any]],
+                   validate_env: Optional[Callable[[Any, EnvContext], None]]) -> List[Any]:
+        if env_creator is None:
+            return []
+        takes_context = _takes_one_argument(env_creator)
+        envs = []
+        for i in range(self.num_envs):
+            ctx = self.env_context.copy_with_overrides(vector_index=i)
+            env = env_creator(ctx) if takes_context else env_creator()
+            if validate_env is not None:
+                validate_env(env, ctx)
+            self.callbacks.on_sub_environment_created(worker=self, sub_environment=env, env_context=ctx)
+            envs.append(env)
+        return envs
+
+    def _build_policy_map(self, policy_spec: Any, spaces: Optional[dict]) -> PolicyMap:
+        specs = _normalize_specs(policy_spec, self.policy_config)
+        policy_map = PolicyMap(self.worker_index, self.num_workers, policy_config=self.policy_config,
+                               seed=self.seed)
+        for policy_id, spec in specs.items():
+            if _is_policy(spec):
+                policy_map[policy_id] = spec
+                policy_map.policy_specs[policy_id] = PolicySpec(type(spec), spec.observation_space,
+                                                                spec.action_space, None)
+                continue
+            obs_space, act_space = self._spaces_for(policy_id, spec, spaces)
+            merged = _merged_config(self.policy_config, spec.config, self.worker_index,
+                                    self.num_workers, self.seed)
+            policy_map.create_policy(policy_id, spec.policy_class, obs_space, act_space,
+                                     spec.config, merged)
+        return policy_map
+
+    def _spaces_for(self, policy_id: PolicyID, spec: PolicySpec,
+                    spaces: Optional[dict]) -> Tuple[Any, Any]:
+        given = (spaces or {}).get(policy_id, (None, None))
+        obs_space = spec.observation_space or given[0] or getattr(self.env, "observation_space", None)
+        act_space = spec.action_space or given[1] or getattr(self.env, "action_space", None)
+        if obs_space is None or act_space is None:
+            raise ValueError(f"RolloutWorker: policy {policy_id!r} has no observation/action space; "
+                             "give them in its PolicySpec or create the worker with an env that has them")
+        return obs_space, act_space
+
+    def _default_mapping_fn(self, fn: Optional[Callable[..., PolicyID]]) -> Callable[..., PolicyID]:
+        if fn is None:
+            fn = (self.policy_config.get("multiagent") or {}).get("policy_mapping_fn")
+        if fn is not None:
+            return fn
+        if DEFAULT_POLICY_ID in self.policy_map or len(self.policy_map) != 1:
+            return _map_to_default
+        only = next(iter(self.policy_map))
+        return lambda agent_id, episode, worker=None, **kwargs: only
+
+    def _map_agent(self, agent_id: AgentID, episode: Any, worker: Any = None, **kwargs) -> PolicyID:
+        return self.policy_mapping_fn(agent_id, episode, worker=worker, **kwargs)
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self) -> SampleBatchType:
+        """Collects one rollout fragment from every sub-environment.
+
+        Returns:
+            The postprocessed SampleBatch (single policy ``"default_policy"``),
+            or a MultiAgentBatch of per-policy batches.
+        """
+        batch = self.sampler.sample()
+        self.callbacks.on_sample_end(worker=self, samples=batch)
+        return batch
+
+    def sample_with_count(self) -> Tuple[SampleBatchType, int]:
+        """``sample()`` and the batch's ``count``."""
+        batch = self.sample()
+        return batch, batch.count
+
+    @property
+    def total_env_steps(self) -> int:
+        """Env steps this worker has taken since it was built."""
+        return self.sampler.total_env_steps
+
+    @property
+    def policy(self) -> Any:
+        """The ``"default_policy"`` (or the only policy)."""
+        if DEFAULT_POLICY_ID in self.policy_map:
+            return self.policy_map[DEFAULT_POLICY_ID]
+        return next(iter(self.policy_map.values()))
+
+    def get_metrics(self) -> List[RolloutMetrics]:
+        """The ``RolloutMetrics`` of the episodes finished since the last call."""
+        out, self.sampler.new_metrics = self.sampler.new_metrics, []
+        return out
 
     def metrics(self) -> Dict[str, float]:
-        """Mean return / length over the last 100 finished episodes."""
-        returns = list(self.episode_returns)
+        """Mean return / length over the last 100 finished episodes, and totals."""
+        returns = list(self.sampler.episode_returns)
         return {
             "episode_reward_mean": float(np.mean(returns)) if returns else float("nan"),
-            "episode_len_mean": float(np.mean(self.episode_lengths)) if returns else float("nan"),
-            "episodes_total": len(returns),
+            "episode_len_mean": float(np.mean(self.sampler.episode_lengths)) if returns else float("nan"),
+            "episodes_total": self.sampler.num_episodes,
             "timesteps_total": self.total_env_steps,
         }
 
-    def set_weights(self, weights: dict, global_vars: Optional[dict] = None) -> None:
-        self.policy.set_weights(weights)
+    def episode_stats(self) -> Dict[str, Any]:
+        """Raw episode statistics for aggregating across workers (see ``WorkerSet.metrics``)."""
+        return {"returns": list(self.sampler.episode_returns), "lengths": list(self.sampler.episode_lengths),
+                "episodes": self.sampler.num_episodes, "env_steps": self.total_env_steps}
+
+    # ------------------------------------------------------------------ policies
+    def get_policy(self, policy_id: PolicyID = DEFAULT_POLICY_ID) -> Optional[Any]:
+        """The policy stored under ``policy_id`` (None if there is none)."""
+        return self.policy_map.get(policy_id)
+
+    def is_policy_to_train(self, policy_id: PolicyID, batch: Optional[SampleBatchType] = None) -> bool:
+        """Whether ``policy_id`` is trained by this worker's learn/gradient methods."""
+        if callable(self.policies_to_train):
+            return bool(self.policies_to_train(policy_id, batch))
+        return policy_id in self.policies_to_train
+
+    def foreach_policy(self, func: Callable[..., Any], **kwargs) -> List[Any]:
+        """``[func(policy, policy_id, **kwargs) for every policy]``."""
+        return [func(policy, pid, **kwargs) for pid, policy in self.policy_map.items()]
+
+    def foreach_policy_to_train(self, func: Callable[..., Any], **kwargs) -> List[Any]:
+        """``foreach_policy`` restricted to the policies to train."""
+        return [func(policy, pid, **kwargs) for pid, policy in self.policy_map.items()
+                if self.is_policy_to_train(pid)]
+
+    foreach_trainable_policy = foreach_policy_to_train  # RLlib 1.11's name
+
+    def for_policy(self, func: Callable[..., Any], policy_id: PolicyID = DEFAULT_POLICY_ID, **kwargs) -> Any:
+        """``func(policy, **kwargs)`` for one policy."""
+        return func(self.policy_map[policy_id], **kwargs)
+
+    def foreach_env(self, func: Callable[[Any], Any]) -> List[Any]:
+        """``[func(env) for every sub-environment]``."""
+        return [func(env) for env in self.sampler.sub_environments()]
+
+    def foreach_env_with_context(self, func: Callable[[Any, EnvContext], Any]) -> List[Any]:
+        """``[func(env, env_context) for every sub-environment]``."""
+        return [func(env, self.env_context.copy_with_overrides(vector_index=i))
+                for i, env in enumerate(self.sampler.sub_environments())]
+
+    def set_policy_mapping_fn(self, policy_mapping_fn: Optional[Callable[..., PolicyID]] = None) -> None:
+        """Replaces the mapping function (new episodes use it)."""
+        if policy_mapping_fn is not None:
+            self.policy_mapping_fn = policy_mapping_fn
+
+    def set_policies_to_train(self, policies_to_train: Optional[Union[List[PolicyID], Callable]] = None) -> None:
+        """Replaces the policies to train."""
+        if policies_to_train is not None:
+            self.policies_to_train = policies_to_train
+
+    def add_policy(self, *, policy_id: PolicyID, policy_cls: type, observation_space: Any = None,
+                   action_space: Any = None, config: Optional[PartialTrainerConfigDict] = None,
+                   policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
+                   policies_to_train: Optional[List[PolicyID]] = None) -> Any:
+        """Builds and adds a new policy; returns it.
+
+        Raises:
+            ValueError: If ``policy_id`` is taken.
+        """
+        if policy_id in self.policy_map:
+            raise ValueError(f"add_policy: policy id {policy_id!r} already exists")
+        spec = PolicySpec(policy_cls, observation_space, action_space, config)
+        obs_space, act_space = self._spaces_for(policy_id, spec, None)
+        merged = _merged_config(self.policy_config, config, self.worker_index, self.num_workers, self.seed)
+        policy = self.policy_map.create_policy(policy_id, policy_cls, obs_space, act_space, config, merged)
+        self.set_policy_mapping_fn(policy_mapping_fn)
+        if policies_to_train is not None:
+            self.set_policies_to_train(policies_to_train)
+        elif isinstance(self.policies_to_train, list):
+            self.policies_to_train.append(policy_id)
+        return policy
+
+    def remove_policy(self, *, policy_id: PolicyID = DEFAULT_POLICY_ID,
+                      policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
+                      policies_to_train: Optional[List[PolicyID]] = None) -> None:
+        """Removes a policy (and, optionally, sets a new mapping function / training list)."""
+        if policy_id not in self.policy_map:
+            raise ValueError(f"remove_policy: unknown policy id {policy_id!r}; known: {sorted(self.policy_map)}")
+        del self.policy_map[policy_id]
+        if isinstance(self.policies_to_train, list) and policy_id in self.policies_to_train:
+            self.policies_to_train.remove(policy_id)
+        self.set_policy_mapping_fn(policy_mapping_fn)
+        self.set_policies_to_train(policies_to_train)
+
+    # ------------------------------------------------------------------ weights and learning
+    def get_weights(self, policies: Optional[List[PolicyID]] = None) -> Dict[PolicyID, ModelWeights]:
+        """Policy id -> weights, for ``policies`` (default: all)."""
+        ids = list(self.policy_map) if policies is None else list(policies)
+        return {pid: self.policy_map[pid].get_weights() for pid in ids}
+
+    def set_weights(self, weights: Dict[PolicyID, ModelWeights], global_vars: Optional[dict] = None) -> None:
+        """Sets each named policy's weights, then (if given) the global vars.
+
+        Raises:
+            KeyError: If ``weights`` names an unknown policy.
+        """
+        unknown = [pid for pid in weights if pid not in self.policy_map]
+        if unknown:
+            raise KeyError(f"set_weights: unknown policy id(s) {unknown}; known: {sorted(self.policy_map)} "
+                           "(weights must be keyed by policy id, as get_weights() returns them)")
+        for pid, w in weights.items():
+            self.policy_map[pid].set_weights(w)
         if global_vars:
-            self.policy.on_global_var_update(global_vars)
+            self.set_global_vars(global_vars)
 
-    def get_weights(self) -> dict:
-        return self.policy.get_weights()
+    def set_global_vars(self, global_vars: dict) -> None:
+        """Stores ``global_vars`` and hands them to every policy's ``on_global_var_update``."""
+        self.global_vars = dict(global_vars)
+        self.foreach_policy(lambda p, _pid: p.on_global_var_update(global_vars))
+
+    def get_global_vars(self) -> dict:
+        """The global vars last set."""
+        return self.global_vars
+
+    def compute_gradients(self, samples: SampleBatchType) -> Tuple[Any, dict]:
+        """Gradients of the policies to train on ``samples`` (not applied).
+
+        Returns:
+            For a SampleBatch: ``(grads, info)`` of ``"default_policy"``. For a
+            MultiAgentBatch: ``({policy_id: grads}, {policy_id: info})``. ``info``
+            also holds ``"batch_count"``.
+        """
+        if isinstance(samples, MultiAgentBatch):
+            grads, info = {}, {}
+            for pid, batch in samples.policy_batches.items():
+                if self.is_policy_to_train(pid, samples):
+                    grads[pid], info[pid] = self.policy_map[pid].compute_gradients(batch)
+        else:
+            grads, info = self.policy_map[DEFAULT_POLICY_ID].compute_gradients(samples)
+        info["batch_count"] = samples.count
+        return grads, info
+
+    def apply_gradients(self, grads: Union[ModelGradients, Dict[PolicyID, ModelGradients]]) -> None:
+        """Applies gradients: a dict policy id -> grads (policies to train only), or the default policy's."""
+        if isinstance(grads, dict):
+            for pid, g in grads.items():
+                if self.is_policy_to_train(pid):
+                    self.policy_map[pid].apply_gradients(g)
+        else:
+            self.policy_map[DEFAULT_POLICY_ID].apply_gradients(grads)
+
+    def learn_on_batch(self, samples: SampleBatchType) -> Dict[PolicyID, dict]:
+        """One ``learn_on_batch`` step of each policy to train that has data in ``samples``.
+
+        Returns:
+            Policy id -> that policy's learn results.
+        """
+        if not isinstance(samples, MultiAgentBatch):
+            return {DEFAULT_POLICY_ID: self.policy_map[DEFAULT_POLICY_ID].learn_on_batch(samples)}
+        info = {}
+        for pid, batch in samples.policy_batches.items():
+            if not self.is_policy_to_train(pid, samples):
+                continue
+            batch.decompress_if_needed()
+            info[pid] = self.policy_map[pid].learn_on_batch(batch)
+        return info
+
+    # ------------------------------------------------------------------ misc
+    def apply(self, func: Callable[..., Any], *args, **kwargs) -> Any:
+        """``func(self, *args, **kwargs)`` (handy on remote workers)."""
+        return func(self, *args, **kwargs)
+
+    def get_host(self) -> str:
+        """The host name of the process this worker runs in."""
+        return socket.gethostname()
+
+    def stop(self) -> None:
+        """Closes the sub-environments and any TF sessions of the policies."""
+        self.sampler.base_env.stop()
+        for policy in self.policy_map.values():
+            session = policy.get_session() if hasattr(policy, "get_session") else None
+            if session is not None:
+                session.close()
+
+    def __repr__(self) -> str:
+        return (f"RolloutWorker(worker_index={self.worker_index}, policies={sorted(self.policy_map)}, "
+                f"num_envs={self.num_envs})")
 
 
-def _stack(values: List[Any]) -> Any:
-    first = values[0]
-    if isinstance(first, dict):
-        return {k: _stack([v[k] for v in values]) for k in first}
-    if isinstance(first, tuple):
-        return tuple(_stack([v[i] for v in values]) for i in range(len(first)))
-    return np.stack([np.asarray(v) for v in values])
+# ---------------------------------------------------------------------- helpers
+def _map_to_default(agent_id: AgentID, episode: Any, worker: Any = None, **kwargs) -> PolicyID:
+    return DEFAULT_POLICY_ID
 
 
-def _env_action(action: Any) -> Any:
-    if isinstance(action, np.ndarray) and action.ndim == 0:
-        return action.item()
-    return action
+def _is_policy(obj: Any) -> bool:
+    from rlpolicy.policy.policy import Policy
+
+    return isinstance(obj, Policy)
 
 
-def _zeros_like_space_sample(space: Any) -> Any:
-    return tree.map_structure(lambda x: np.zeros_like(np.asarray(x)), space.sample())
+def _is_factory(obj: Any) -> bool:
+    # MultiCallbacks instances are called to create their members (RLlib's config["callbacks"]()).
+    from rlpolicy.agents.callbacks import MultiCallbacks
+
+    return isinstance(obj, MultiCallbacks)
+
+
+def _takes_one_argument(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` has a required positional parameter (then it gets the EnvContext)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(p.kind in positional and p.default is inspect.Parameter.empty for p in params) or \
+        any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params)
+
+
+def _check_args(num_envs: int, fragment: int, batch_mode: str, count_steps_by: str) -> None:
+    if num_envs < 1:
+        raise ValueError(f"RolloutWorker: num_envs must be >= 1, got {num_envs}")
+    if _bad_fragment_length(fragment):
+        raise ValueError(f"RolloutWorker: rollout_fragment_length must be >= 1, got {fragment}")
+    if batch_mode not in BATCH_MODES:
+        raise ValueError(f"RolloutWorker: batch_mode={batch_mode!r} is unknown; use one of {BATCH_MODES}")
+    if count_steps_by not in COUNT_STEPS_BY:
+        raise ValueError(f"RolloutWorker: count_steps_by={count_steps_by!r} is unknown; "
+                         f"use one of {COUNT_STEPS_BY}")
+
+
+def _bad_fragment_length(fragment: Any) -> bool:
+    """True unless ``fragment`` is an int >= 1."""
+    return isinstance(fragment, bool) or not isinstance(fragment, (int, np.integer)) or fragment < 1
+
+
+def _normalize_specs(policy_spec: Any, policy_config: dict) -> Dict[PolicyID, Any]:
+    """policy id -> PolicySpec (or a ready Policy instance)."""
+    if policy_spec is None:
+        policy_spec = (policy_config.get("multiagent") or {}).get("policies") or None
+    if policy_spec is None:
+        raise ValueError("RolloutWorker: give policy_spec (a Policy class or a dict of PolicySpecs)")
+    if isinstance(policy_spec, type) or _is_policy(policy_spec):
+        return {DEFAULT_POLICY_ID: policy_spec if _is_policy(policy_spec) else PolicySpec(policy_spec)}
+    if not isinstance(policy_spec, dict):
+        raise ValueError(f"RolloutWorker: policy_spec must be a Policy class or a dict of PolicySpecs, "
+                         f"got {type(policy_spec).__name__}")
+    out = {}
+    for pid, spec in policy_spec.items():
+        if _is_policy(spec) or isinstance(spec, PolicySpec):
+            out[pid] = spec
+        elif isinstance(spec, (tuple, list)) and len(spec) == 4:
+            out[pid] = PolicySpec(*spec)
+        elif isinstance(spec, type):
+            out[pid] = PolicySpec(spec)
+        else:
+            raise ValueError(f"RolloutWorker: policy {pid!r}: expected a PolicySpec, a (cls, obs_space, "
+                             f"act_space, config) tuple or a Policy class, got {type(spec).__name__}")
+        if isinstance(out[pid], PolicySpec) and out[pid].policy_class is None:
+            raise ValueError(f"RolloutWorker: policy {pid!r} has no policy_class")
+    return out
+
+
+def _merged_config(base: dict, override: Optional[dict], worker_index: int, num_workers: int,
+                   seed: Optional[int]) -> dict:
+    from rlpolicy._core.config import merge_configs
+
+    merged = merge_configs(copy.deepcopy(base), copy.deepcopy(dict(override or {})))
+    # RLlib 1.11: every policy learns which worker it lives on (device choice reads it).
+    merged["worker_index"] = worker_index
+    merged["num_workers"] = num_workers
+    if seed is not None:
+        merged["seed"] = seed
+    return merged
+
+
+def _seed_globals(seed: int, framework: Optional[str]) -> None:
+    """Seeds Python's, numpy's and (when in use) torch's and TensorFlow's global RNGs."""
+    random.seed(seed)
+    np.random.seed(seed)
+    if framework == "torch" or "torch" in sys.modules:
+        import torch
+
+        torch.manual_seed(seed)
+    if framework in ("tf", "tf2", "tfe") or "tensorflow" in sys.modules:
+        import tensorflow as tf
+
+        tf.random.set_seed(seed)
+
+
+__all__ = ["RolloutWorker"]

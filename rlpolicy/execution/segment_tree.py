@@ -70,6 +70,9 @@ class SegmentTree:
 
     def __setitem__(self, idx: IndexLike, val: Any) -> None:
         """Sets leaf ``idx`` (or the leaves of an index array) and updates their ancestors."""
+        if isinstance(idx, (int, np.integer)) and np.ndim(val) == 0:
+            self._set_one(int(idx), float(val))
+            return
         leaves = self._check_index(idx) + self.capacity
         self.value[leaves] = val
         nodes = np.unique(leaves // 2)
@@ -78,6 +81,18 @@ class SegmentTree:
             nodes = np.unique(nodes // 2)
             if nodes[0] == 0:
                 break
+
+    def _set_one(self, idx: int, val: float) -> None:
+        """The scalar update: a plain walk up the tree (no array machinery)."""
+        if not 0 <= idx < self.capacity:
+            raise IndexError(f"{type(self).__name__}: index out of range [0, {self.capacity}): {idx!r}")
+        value, op = self.value, self.operation
+        node = idx + self.capacity
+        value[node] = val
+        node >>= 1
+        while node >= 1:
+            value[node] = op(value[2 * node], value[2 * node + 1])
+            node >>= 1
 
     def __getitem__(self, idx: IndexLike) -> Any:
         """The value of leaf ``idx`` (an array for an index array)."""

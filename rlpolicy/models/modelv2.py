@@ -137,32 +137,57 @@ class ModelV2:
                 space, or forward() returned a wrongly shaped result.
         """
         restored = _shallow_copy(input_dict)
-        if not state:
+        if not state and "state_in_0" in input_dict:
             state = _collect_state_inputs(input_dict)
-        if seq_lens is None:
+        if seq_lens is None and "seq_lens" in input_dict:
             seq_lens = input_dict.get("seq_lens")
         obs = input_dict["obs"]
         if self.model_config.get("_disable_preprocessor_api"):
             restored["obs_flat"] = obs
         else:
-            _check_obs_shape(obs, self.obs_space, self.name)
-            if _is_nested_space(self.obs_space):
+            shape = getattr(obs, "shape", None)
+            layout = self.__dict__.get("_obs_layout_cache")
+            if layout is None or layout[0] is not self.obs_space:
+                layout = self._obs_layout()
+            _, expected, nested = layout
+            # (the common case of _check_obs_shape, inline: [B, *space shape])
+            if not (isinstance(shape, tuple) and len(shape) == len(expected) + 1
+                    and shape[1:] == expected):
+                _check_obs_shape(obs, self.obs_space, self.name)
+            if nested:
                 restored["obs"] = restore_original_dimensions(obs, self.obs_space, self.framework)
             # else: restoring would hand back `obs` itself.
-            shape = getattr(obs, "shape", None)
             if shape is not None and len(shape) > 2:
                 restored["obs_flat"] = flatten(obs, self.framework)
             else:
                 restored["obs_flat"] = obs
+                if getattr(getattr(restored, "get_interceptor", None), "idempotent", False):
+                    # `obs` already came through this interceptor: reading
+                    # "obs_flat" would hand it back unchanged.
+                    restored.intercepted_values["obs_flat"] = obs
         if type(self).context is ModelV2.context:  # the no-op context: skip it
             res = self.forward(restored, state or [], seq_lens)
         else:
             with self.context():
                 res = self.forward(restored, state or [], seq_lens)
         _copy_key_tracking(input_dict, restored)
-        outputs, state_out = _check_forward_result(res, self.num_outputs, self.name)
+        if not (self.framework == "torch" and type(res) is tuple and len(res) == 2
+                and type(res[1]) is list and len(getattr(res[0], "shape", ())) == 2
+                and res[0].shape[1] == self.num_outputs):  # (the common case, inline)
+            res = _check_forward_result(res, self.num_outputs, self.name)
+        outputs, state_out = res
         self.__dict__["_last_output"] = outputs  # (bypasses nn.Module.__setattr__)
         return outputs, state_out if len(state_out) > 0 else (state or [])
+
+    def _obs_layout(self) -> Tuple[Any, Any, bool]:
+        """``(obs_space, its shape or a never-matching marker, whether
+        observations unpack into a Dict/Tuple)``, kept until the space changes."""
+        space = self.obs_space
+        shape = getattr(space, "shape", None)
+        expected = tuple(shape) if isinstance(shape, tuple) else (None,)
+        cached = (space, expected, _is_nested_space(space))
+        self.__dict__["_obs_layout_cache"] = cached  # (bypasses nn.Module.__setattr__)
+        return cached
 
     @PublicAPI
     def from_batch(self, train_batch: Dict[str, TensorType],
@@ -232,6 +257,9 @@ def _shallow_copy(input_dict: Dict[str, Any]) -> Dict[str, Any]:
         return input_dict.copy()
 
 
+_SampleBatch: Any = None  # rlpolicy.policy.sample_batch.SampleBatch, imported on first use
+
+
 def _fast_sample_batch_copy(batch: Any) -> Any:
     """``batch.copy(shallow=True)`` for a plain SampleBatch, without re-validating
     its columns and re-running the get-interceptor on columns already converted.
@@ -239,10 +267,11 @@ def _fast_sample_batch_copy(batch: Any) -> Any:
     Returns None when ``batch`` is not a plain SampleBatch (or SampleBatch lacks
     the trusted constructor), so the caller falls back to ``copy``.
     """
-    from rlpolicy.policy.sample_batch import SampleBatch
-
-    trusted = getattr(SampleBatch, "_trusted", None)
-    if type(batch) is not SampleBatch or trusted is None:
+    global _SampleBatch
+    if _SampleBatch is None:
+        from rlpolicy.policy.sample_batch import SampleBatch as _SampleBatch
+    trusted = getattr(_SampleBatch, "_trusted", None)
+    if type(batch) is not _SampleBatch or trusted is None:
         return None
     flags = {"_is_training": batch._is_training, "_time_major": batch.time_major,
              "_zero_padded": batch.zero_padded, "_max_seq_len": batch.max_seq_len}
@@ -268,6 +297,12 @@ def _collect_state_inputs(input_dict: Dict[str, Any]) -> List[Any]:
 def _copy_key_tracking(input_dict: Any, restored: Any) -> None:
     """Carries SampleBatch key-access tracking of the copy back to the original."""
     if not hasattr(restored, "accessed_keys") or not hasattr(input_dict, "accessed_keys"):
+        return
+    if (restored.accessed_keys is input_dict.accessed_keys
+            and getattr(restored, "added_keys", None) is getattr(input_dict, "added_keys", ())):
+        # The copy shares the original's sets: dropping "obs_flat" is all there is to do.
+        input_dict.accessed_keys.discard("obs_flat")
+        input_dict.added_keys.discard("obs_flat")
         return
     input_dict.accessed_keys = set(restored.accessed_keys) - {"obs_flat"}
     if hasattr(restored, "deleted_keys"):

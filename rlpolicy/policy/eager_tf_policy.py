@@ -6,7 +6,7 @@ runs its model eagerly on tensors. ``build_tf_policy(...).as_eager()`` calls
 it with the graph class's own arguments.
 
 The built class is ``type(name + "_eager", (*mixins, EagerTFPolicy), ns)``
-with its recipe (``EagerPolicyHooks``) in ``cls._hooks``. The steps live in
+with its recipe (``TFPolicyHooks``) in ``cls._hooks``. The steps live in
 ``rlpolicy._core.eager_{acting,learning,tracing,variables,export}``.
 
 Tracing: with ``config["eager_tracing"]`` (or on a ``cls.with_tracing()``
@@ -39,7 +39,10 @@ from rlpolicy._core import eager_learning as learning
 from rlpolicy._core import eager_tracing as tracing
 from rlpolicy._core import eager_variables as variables_lib
 from rlpolicy._core.devices import detect_ray_context, plan_devices
-from rlpolicy._core.eager_hooks import EagerPolicyHooks, resolve_deprecated_args
+from rlpolicy._core import input_checks
+from rlpolicy._core.framework_check import require_framework
+from rlpolicy._core.hooks import check_factory_args, updated_kwargs
+from rlpolicy._core.tf_hooks import TFPolicyHooks, resolve_deprecated_args
 from rlpolicy._core.tower_buffers import TowerBuffers, device_minibatch_size, split_batch_for_devices
 from rlpolicy.policy.policy import Policy, complete_policy_config
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
@@ -66,7 +69,7 @@ class EagerTFPolicy(Policy):
     ``global_timestep`` (a Python int here, RLlib uses a tf.Variable).
     """
 
-    _hooks: EagerPolicyHooks = EagerPolicyHooks(name="EagerTFPolicy")
+    _hooks: TFPolicyHooks = TFPolicyHooks(name="EagerTFPolicy")
     #: Set on classes made by ``with_tracing()``: trace whatever the config says.
     _force_tracing: bool = False
 
@@ -74,6 +77,7 @@ class EagerTFPolicy(Policy):
                  config: TrainerConfigDict):
         """Builds the policy; see ``build_eager_tf_policy`` for the order of the hooks."""
         hooks = self._hooks
+        require_framework("tf2", type(self).__name__)
         Policy.__init__(self, observation_space, action_space, _eager_config(self, config))
         config = self.config
         self._init_runtime_state()
@@ -191,6 +195,7 @@ class EagerTFPolicy(Policy):
             self, input_dict: Union[SampleBatch, Dict[str, TensorType]], explore: bool = None,
             timestep: Optional[int] = None, episodes: Optional[List[Any]] = None,
             **kwargs) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        input_checks.check_acting_input_dict(self, input_dict, "compute_actions")
         with self._lock:
             self._is_training = False
             explore = self.config["explore"] if explore is None else explore
@@ -255,6 +260,7 @@ class EagerTFPolicy(Policy):
 
     @override(Policy)
     def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
+        input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
         with self._lock:
             learn_stats: Dict[str, Any] = {}
             self.callbacks.on_learn_on_batch(policy=self, train_batch=postprocessed_batch,
@@ -360,7 +366,8 @@ class EagerTFPolicy(Policy):
     @override(Policy)
     def get_weights(self) -> ModelWeights:
         """``{key: array}`` for ``variables()``; keys as ``model.variables(as_dict=True)``."""
-        return {k: np.array(v.numpy(), copy=True) for k, v in self._named_variables().items()}
+        with self._lock:
+            return {k: np.array(v.numpy(), copy=True) for k, v in self._named_variables().items()}
 
     @override(Policy)
     def set_weights(self, weights: ModelWeights) -> None:
@@ -370,8 +377,9 @@ class EagerTFPolicy(Policy):
             ValueError: Naming missing/unknown keys or a shape mismatch; then
                 no variable has been changed.
         """
-        for var, value in variables_lib.check_weights(weights, self._named_variables()):
-            var.assign(value)
+        with self._lock:  # no forward pass sees half-assigned weights
+            for var, value in variables_lib.check_weights(weights, self._named_variables()):
+                var.assign(value)
 
     def _optimizer_variables(self) -> List[Any]:
         return [v for opt in self._optimizers for v in variables_lib.optimizer_variables(opt)]
@@ -380,28 +388,30 @@ class EagerTFPolicy(Policy):
     def get_state(self) -> Dict[str, Any]:
         """Weights, global timestep, optimizer variables (all optimizers, in order)
         and exploration state, as numpy copies (a snapshot)."""
-        state = super().get_state()
-        state["global_timestep"] = int(self.global_timestep)
-        opt_vars = self._optimizer_variables()
-        if opt_vars:
-            state["_optimizer_variables"] = tracing.to_numpy(opt_vars)
-        if getattr(self, "exploration", None) is not None:
-            state["_exploration_state"] = tracing.to_numpy(self.exploration.get_state())
-        return state
+        with self._lock:
+            state = super().get_state()
+            state["global_timestep"] = int(self.global_timestep)
+            opt_vars = self._optimizer_variables()
+            if opt_vars:
+                state["_optimizer_variables"] = tracing.to_numpy(opt_vars)
+            if getattr(self, "exploration", None) is not None:
+                state["_exploration_state"] = tracing.to_numpy(self.exploration.get_state())
+            return state
 
     @override(Policy)
     def set_state(self, state: Dict[str, Any]) -> None:
         """Restores a ``get_state`` snapshot; weights and optimizer variables are
         checked first, so a mismatch (ValueError) changes nothing."""
-        weights = variables_lib.check_weights(state["weights"], self._named_variables())
-        opt_vals = state.get("_optimizer_variables")
-        opt_pairs = (variables_lib.check_optimizer_state(opt_vals, self._optimizer_variables())
-                     if opt_vals else [])
-        for var, value in opt_pairs + weights:
-            var.assign(value)
-        if getattr(self, "exploration", None) is not None and "_exploration_state" in state:
-            self.exploration.set_state(state=state["_exploration_state"])
-        self.global_timestep = int(state["global_timestep"])
+        with self._lock:
+            weights = variables_lib.check_weights(state["weights"], self._named_variables())
+            opt_vals = state.get("_optimizer_variables")
+            opt_pairs = (variables_lib.check_optimizer_state(opt_vals, self._optimizer_variables())
+                         if opt_vals else [])
+            for var, value in opt_pairs + weights:
+                var.assign(value)
+            if getattr(self, "exploration", None) is not None and "_exploration_state" in state:
+                self.exploration.set_state(state=state["_exploration_state"])
+            self.global_timestep = int(state["global_timestep"])
 
     @override(Policy)
     def get_exploration_state(self) -> Dict[str, TensorType]:
@@ -563,18 +573,12 @@ def build_eager_tf_policy(
         TypeError: If ``name`` is not an identifier or a mixin not a class.
     """
     kwargs = resolve_deprecated_args(dict(locals()))
-    hooks = EagerPolicyHooks(**{**kwargs, "mixins": tuple(kwargs["mixins"] or ())})
+    hooks = TFPolicyHooks(**{**kwargs, "mixins": tuple(kwargs["mixins"] or ())})
     return _make_eager_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
 
 
-def _make_eager_class(hooks: EagerPolicyHooks, module: str) -> type:
-    if not isinstance(hooks.name, str) or not hooks.name.isidentifier():
-        raise TypeError(f"build_eager_tf_policy: name must be a class name (identifier string), "
-                        f"got {hooks.name!r}")
-    for m in hooks.mixins:
-        if not isinstance(m, type):
-            raise TypeError(f"build_eager_tf_policy({hooks.name!r}): mixins must be classes, "
-                            f"got {m!r}")
+def _make_eager_class(hooks: TFPolicyHooks, module: str) -> type:
+    check_factory_args("build_eager_tf_policy", hooks.name, hooks.mixins)
     cls_name = hooks.name + "_eager"
     namespace = {"__module__": module, "__qualname__": cls_name, "_hooks": hooks,
                  "__doc__": f"{cls_name}: eager TF policy built by build_eager_tf_policy.",
@@ -594,15 +598,7 @@ def _with_updates(cls: type, **overrides: Any) -> type:
     Raises:
         TypeError: For a keyword that ``build_eager_tf_policy`` does not take.
     """
-    kwargs = cls._hooks.as_kwargs()
-    allowed = set(kwargs) | {"obs_include_prev_action_reward", "extra_action_fetches_fn",
-                             "gradients_fn"}
-    unknown = sorted(set(overrides) - allowed)
-    if unknown:
-        raise TypeError(f"{cls.__name__}.with_updates: unknown argument(s) {unknown}; "
-                        f"allowed: {sorted(allowed)}")
-    kwargs = resolve_deprecated_args({**kwargs, **overrides})
-    hooks = EagerPolicyHooks(**{**kwargs, "mixins": tuple(kwargs["mixins"] or ())})
+    hooks = TFPolicyHooks(**resolve_deprecated_args(updated_kwargs(cls, overrides)))
     new = _make_eager_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
     return new.with_tracing() if cls._force_tracing else new
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 import gymnasium as gym
 
-from rlpolicy._core.hooks import PolicyHooks
+from rlpolicy._core.hooks import PolicyHooks, check_factory_args, updated_kwargs
 from rlpolicy.utils import NullContextManager
 from rlpolicy.utils.annotations import DeveloperAPI
 from rlpolicy.utils.framework import try_import_torch
@@ -112,8 +112,7 @@ def build_policy_class(
 
 
 def _check_hooks(hooks: PolicyHooks) -> None:
-    if not isinstance(hooks.name, str) or not hooks.name.isidentifier():
-        raise TypeError(f"build_policy_class: name must be a class name (identifier string), got {hooks.name!r}")
+    check_factory_args("build_policy_class", hooks.name, hooks.mixins)
     where = f"build_policy_class({hooks.name!r})"
     if hooks.framework == "jax":
         raise ValueError(f"{where}: framework='jax' needs a JAX policy and JAXModelV2 base, which "
@@ -123,9 +122,6 @@ def _check_hooks(hooks: PolicyHooks) -> None:
                          f"{list(_FRAMEWORKS)} (use build_tf_policy for 'tf'/'tf2')")
     if hooks.make_model is not None and hooks.make_model_and_action_dist is not None:
         raise ValueError(f"{where}: pass make_model or make_model_and_action_dist, not both")
-    for m in hooks.mixins:
-        if not isinstance(m, type):
-            raise TypeError(f"{where}: mixins must be classes, got {m!r}")
 
 
 def _make_policy_class(hooks: PolicyHooks, module: str) -> type:
@@ -146,13 +142,7 @@ def _with_updates(cls: type, **overrides: Any) -> type:
     Raises:
         TypeError: For a keyword that ``build_policy_class`` does not take.
     """
-    kwargs = cls._hooks.as_kwargs()
-    unknown = sorted(set(overrides) - set(kwargs))
-    if unknown:
-        raise TypeError(f"{cls.__name__}.with_updates: unknown argument(s) {unknown}; "
-                        f"allowed: {sorted(kwargs)}")
-    kwargs.update(overrides)
-    hooks = PolicyHooks(**{**kwargs, "mixins": tuple(kwargs["mixins"] or ())})
+    hooks = PolicyHooks(**updated_kwargs(cls, overrides))
     return _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
 
 
@@ -239,19 +229,26 @@ def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable],
     raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
 
 
+_torch_convert: Any = None  # rlpolicy._core.torch_convert, imported on first use (needs torch)
+
+
+def _convert_module() -> Any:
+    global _torch_convert
+    if _torch_convert is None:
+        from rlpolicy._core import torch_convert as _torch_convert
+    return _torch_convert
+
+
 def _no_grad_context(self) -> Any:
-    torch, _ = try_import_torch()
-    if self.framework == "torch" and torch is not None:
-        return torch.no_grad()
+    if self.framework == "torch" and (_torch_convert is not None or try_import_torch()[0] is not None):
+        return _convert_module().NoGrad()  # (torch.no_grad, cheaper to enter)
     return NullContextManager()
 
 
 def _to_non_torch(self, data: Any) -> Any:
     if self.framework != "torch":
         return data
-    from rlpolicy._core.torch_convert import to_non_torch_fast
-
-    return to_non_torch_fast(data)
+    return _convert_module().to_non_torch_fast(data)
 
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):

@@ -10,7 +10,8 @@ Shared pieces: the device plan (``_core.devices``), tower buffers
 (``_core.tower_buffers``), weight assignment without graph growth
 (``_core.tf_variables``), gradient averaging/clipping (``_core.tf_grads``) and
 export (``_core.tf_export``). Feeding batches into placeholders lives in
-``_core.tf_feeds``.
+``_core.tf_feeds``, the ``session.run`` steps (acting, gradients, learning)
+in ``_core.tf_run`` and the construction steps in ``_core.tf_setup``.
 """
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core import tf_export, tf_feeds, tf_setup
-from rlpolicy._core.tf_grads import flatten_grad_groups
+from rlpolicy._core import input_checks, tf_export, tf_feeds, tf_run, tf_setup
 from rlpolicy._core.tf_variables import TFVariables
 from rlpolicy._core.tower_buffers import device_minibatch_size
 from rlpolicy.models.modelv2 import ModelV2
@@ -127,9 +127,13 @@ class TFPolicy(Policy):
             self._disable_infos_view_requirement()
             self._set_model(model)
             self.exploration = self._create_exploration() if explore is not False else None
-            self._set_inputs(obs_input, sampled_action, sampled_action_logp, action_input,
-                             dist_inputs, dist_class, state_inputs, state_outputs,
-                             prev_action_input, prev_reward_input, seq_lens, explore, timestep)
+            tf_setup.set_action_tensors(
+                self, obs_input=obs_input, sampled_action=sampled_action,
+                sampled_action_logp=sampled_action_logp, action_input=action_input,
+                dist_inputs=dist_inputs, dist_class=dist_class, state_inputs=state_inputs,
+                state_outputs=state_outputs, prev_action_input=prev_action_input,
+                prev_reward_input=prev_reward_input, seq_lens=seq_lens, explore=explore,
+                timestep=timestep)
             self._max_seq_len = max_seq_len
             self.max_seq_len = max_seq_len
             self._batch_divisibility_req = batch_divisibility_req
@@ -164,32 +168,6 @@ class TFPolicy(Policy):
         self.model = model
         if self.model is not None:
             self._update_model_view_requirements_from_init_state()
-
-    def _set_inputs(self, obs_input: Any, sampled_action: Any, sampled_action_logp: Any,
-                    action_input: Any, dist_inputs: Any, dist_class: Optional[type],
-                    state_inputs: Optional[List[Any]], state_outputs: Optional[List[Any]],
-                    prev_action_input: Any, prev_reward_input: Any, seq_lens: Any, explore: Any,
-                    timestep: Any) -> None:
-        self._obs_input = obs_input
-        self._prev_action_input = prev_action_input
-        self._prev_reward_input = prev_reward_input
-        self._sampled_action = sampled_action
-        self._is_training = self._get_is_training_placeholder()
-        self._is_exploring = explore if explore is not None else \
-            tf1.placeholder_with_default(True, (), name="is_exploring")
-        self._sampled_action_logp = sampled_action_logp
-        self._sampled_action_prob = (tf.math.exp(sampled_action_logp)
-                                     if sampled_action_logp is not None else None)
-        self._action_input = action_input
-        self._dist_inputs = dist_inputs
-        self.dist_class = dist_class
-        self._state_inputs = list(state_inputs or [])
-        self._state_outputs = list(state_outputs or [])
-        self._seq_lens = seq_lens
-        if self._state_inputs and self._seq_lens is None:
-            raise ValueError("seq_lens tensor must be given if state inputs are defined")
-        self._timestep = timestep if timestep is not None else tf1.placeholder_with_default(
-            tf.zeros((), dtype=tf.int64), (), name="timestep")
 
     def _init_learning_state(self, update_ops: Optional[List[TensorType]]) -> None:
         tf_setup.init_learning_state(self, update_ops)
@@ -243,9 +221,8 @@ class TFPolicy(Policy):
                         episodes: Optional[List[Any]] = None, explore: Optional[bool] = None,
                         timestep: Optional[int] = None,
                         **kwargs) -> Tuple[Any, List[Any], Dict[str, Any]]:
-        explore = explore if explore is not None else self.config["explore"]
-        timestep = timestep if timestep is not None else self.global_timestep
-        builder = TFRunBuilder(self.get_session(), "compute_actions")
+        # (A wrong number of state batches is reported by the feed, naming the placeholders.)
+        input_checks.check_obs(self, obs_batch, "compute_actions")
         input_dict = {SampleBatch.OBS: obs_batch, "is_training": False}
         for i, s in enumerate(state_batches or []):
             input_dict[f"state_in_{i}"] = s
@@ -253,11 +230,8 @@ class TFPolicy(Policy):
             input_dict[SampleBatch.PREV_ACTIONS] = prev_action_batch
         if prev_reward_batch is not None:
             input_dict[SampleBatch.PREV_REWARDS] = prev_reward_batch
-        to_fetch = self._build_compute_actions(builder, input_dict=input_dict, explore=explore,
-                                               timestep=timestep)
-        fetched = builder.get(to_fetch)
-        self.global_timestep += tf_feeds.batch_length(obs_batch)
-        return fetched
+        return tf_run.run_compute_actions(self, "compute_actions", input_dict, explore, timestep,
+                                          rows=tf_feeds.batch_length(obs_batch))
 
     @override(Policy)
     def compute_actions_from_input_dict(self, input_dict: Union[SampleBatch, Dict[str, Any]],
@@ -265,18 +239,13 @@ class TFPolicy(Policy):
                                         timestep: Optional[int] = None,
                                         episodes: Optional[List[Any]] = None,
                                         **kwargs) -> Tuple[Any, List[Any], Dict[str, Any]]:
-        explore = explore if explore is not None else self.config["explore"]
-        timestep = timestep if timestep is not None else self.global_timestep
+        input_checks.check_obs(self, input_dict.get(SampleBatch.OBS), "compute_actions_from_input_dict")
         input_dict["is_training"] = False
-        builder = TFRunBuilder(self.get_session(), "compute_actions_from_input_dict")
         obs_batch = input_dict[SampleBatch.OBS]
-        to_fetch = self._build_compute_actions(builder, input_dict=input_dict, explore=explore,
-                                               timestep=timestep)
-        fetched = builder.get(to_fetch)
-        self.global_timestep += (len(input_dict) if isinstance(input_dict, SampleBatch)
-                                 and not isinstance(obs_batch, list)
-                                 else tf_feeds.batch_length(obs_batch))
-        return fetched
+        rows = (len(input_dict) if isinstance(input_dict, SampleBatch)
+                and not isinstance(obs_batch, list) else tf_feeds.batch_length(obs_batch))
+        return tf_run.run_compute_actions(self, "compute_actions_from_input_dict", input_dict,
+                                          explore, timestep, rows=rows)
 
     @override(Policy)
     def compute_log_likelihoods(self, actions: Any, obs_batch: Any,
@@ -300,6 +269,7 @@ class TFPolicy(Policy):
     @override(Policy)
     def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
         self._check_loss_initialized("learn_on_batch")
+        input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
         postprocessed_batch.set_training(True)
         builder = TFRunBuilder(self.get_session(), "learn_on_batch")
         learn_stats: Dict[str, Any] = {}
@@ -394,7 +364,26 @@ class TFPolicy(Policy):
 
     @override(Policy)
     def set_weights(self, weights: Dict[str, np.ndarray]) -> None:
-        self._weights_holder().set_weights(weights)
+        """Assigns a ``get_weights`` dict (or a list, one value per variable).
+
+        Raises:
+            ValueError: If a dict misses or adds keys (RLlib 1.11 silently
+                assigns the matching subset), or a value has the wrong shape;
+                nothing is assigned then.
+        """
+        holder = self._weights_holder()
+        if isinstance(weights, dict) and (not weights or any(k in holder._vars for k in weights)):
+            for key in (k for k in weights if k in holder._vars):  # shapes first, as the holder
+                expected = tuple(holder._vars[key].get_shape().as_list())
+                if tuple(np.shape(weights[key])) != expected:
+                    raise ValueError(f"set_weights: {key!r} has shape {tuple(np.shape(weights[key]))}, "
+                                     f"the variable's is {expected}; nothing was assigned")
+            missing = [k for k in holder._vars if k not in weights]
+            unknown = sorted(str(k) for k in weights if k not in holder._vars)
+            if missing or unknown:
+                raise ValueError(f"set_weights: weights do not match the model's variables; "
+                                 f"missing keys {missing}, unknown keys {unknown}; nothing was assigned")
+        holder.set_weights(weights)
 
     @override(Policy)
     def get_state(self) -> Dict[str, Any]:
@@ -408,14 +397,16 @@ class TFPolicy(Policy):
     @override(Policy)
     def set_state(self, state: dict) -> None:
         optimizer_vars = state.get("_optimizer_variables", None)
+        if optimizer_vars is not None and self._optimizer_variables is None:
+            raise ValueError("state['_optimizer_variables'] is given but this policy has no "
+                             "optimizer variables (its loss is not initialized)")
+        # Weights first: set_weights checks keys and shapes before assigning,
+        # so a state with bad weights changes nothing.
+        super().set_state(state)
         if optimizer_vars is not None:
-            if self._optimizer_variables is None:
-                raise ValueError("state['_optimizer_variables'] is given but this policy has no "
-                                 "optimizer variables (its loss is not initialized)")
             self._optimizer_variables.set_weights(optimizer_vars)
         if self.exploration is not None and "_exploration_state" in state:
             self.exploration.set_state(state=state["_exploration_state"], sess=self.get_session())
-        super().set_state(state)
 
     @override(Policy)
     def is_recurrent(self) -> bool:
@@ -454,15 +445,14 @@ class TFPolicy(Policy):
         """Exports the action graph for serving: a SavedModel (signature
         "serving_default"), or with ``onnx`` (an opset) ``saved_model.onnx``.
 
+        The ONNX model (via tf2onnx; recurrent policies included) names its
+        inputs and outputs like the signature's graph tensors, e.g.
+        ``"obs:0"``, ``"state_in_0:0"`` and ``"seq_lens:0"``.
+
         Raises:
-            NotImplementedError: For ONNX export of a recurrent policy.
             FileExistsError: If the SavedModel directory is not empty.
+            RuntimeError: With ``onnx`` if tf2onnx is not installed.
         """
-        if onnx and self._state_inputs:
-            raise NotImplementedError(
-                "export_model(onnx=...) does not support recurrent TF graph-mode policies: "
-                "tf2onnx cannot convert the RNN loop of a TF1 graph into a model onnxruntime "
-                "loads; export a SavedModel (onnx=None) or use framework='tf2'")
         with self.graph.as_default():
             signature_def_map = self._build_signature_def()
         if onnx:
@@ -574,63 +564,26 @@ class TFPolicy(Policy):
                                timestep: Optional[int] = None) -> Tuple[Any, List[int], int]:
         explore = explore if explore is not None else self.config["explore"]
         timestep = timestep if timestep is not None else self.global_timestep
-        if self.exploration is not None:
-            self.exploration.before_compute_actions(timestep=timestep, explore=explore,
-                                                    tf_sess=self.get_session())
-        to_fetch = [self._sampled_action] + self._state_outputs + \
-            [self.extra_compute_action_fetches()]
-        builder.add_feed_dict(self.extra_compute_action_feed_dict())
-        builder.add_feed_dict(tf_feeds.compute_actions_feed(self, input_dict, to_fetch))
-        if tf.is_tensor(self._is_exploring):
-            builder.add_feed_dict({self._is_exploring: explore})
-        if timestep is not None:
-            builder.add_feed_dict({self._timestep: timestep})
-        fetches = builder.add_fetches(to_fetch)
-        return fetches[0], fetches[1:-1], fetches[-1]
+        return tf_run.build_compute_actions(self, builder, input_dict, explore, timestep)
 
     def _build_compute_gradients(self, builder: TFRunBuilder,
                                  postprocessed_batch: SampleBatch) -> Tuple[int, int]:
-        builder.add_feed_dict(self.extra_compute_grad_feed_dict())
-        builder.add_feed_dict(self._get_loss_inputs_dict(postprocessed_batch, shuffle=False))
-        fetches = builder.add_fetches([self._grads, self._get_grad_and_stats_fetches()])
+        fetches = tf_run.build_grad_step(self, builder, postprocessed_batch, self._grads)
         return fetches[0], fetches[1]
 
     def _build_apply_gradients(self, builder: TFRunBuilder, gradients: ModelGradients) -> int:
-        multi = self.config["_tf_policy_handles_more_than_one_loss"]
-        targets = flatten_grad_groups(self._grads, multi)
-        values = flatten_grad_groups(gradients, multi)
-        if len(values) != len(targets):
-            raise ValueError(f"apply_gradients got {len(values)} gradients for the "
-                             f"{len(targets)} gradient tensors of this policy; pass what "
-                             "compute_gradients returned")
-        builder.add_feed_dict({self._is_training: True})
-        builder.add_feed_dict(dict(zip(targets, values)))
-        return builder.add_fetches([self._apply_op])[0]
+        return tf_run.build_apply_gradients(self, builder, gradients)
 
     def _build_learn_on_batch(self, builder: TFRunBuilder,
                               postprocessed_batch: SampleBatch) -> int:
-        builder.add_feed_dict(self.extra_compute_grad_feed_dict())
-        builder.add_feed_dict(self._get_loss_inputs_dict(postprocessed_batch, shuffle=False))
-        fetches = builder.add_fetches([self._apply_op, self._get_grad_and_stats_fetches()])
-        return fetches[1]
+        return tf_run.build_grad_step(self, builder, postprocessed_batch, self._apply_op)[1]
 
     def _get_grad_and_stats_fetches(self) -> Dict[str, Any]:
-        fetches = self.extra_compute_grad_fetches()
-        if LEARNER_STATS_KEY not in fetches:
-            raise ValueError(f"extra_compute_grad_fetches() must return a {LEARNER_STATS_KEY!r} "
-                             f"entry (a dict of stats), got keys {sorted(fetches)}")
-        if self._stats_fetches:
-            fetches[LEARNER_STATS_KEY] = dict(self._stats_fetches, **fetches[LEARNER_STATS_KEY])
-        return fetches
+        return tf_run.grad_and_stats_fetches(self)
 
     def _get_loss_inputs_dict(self, train_batch: SampleBatch, shuffle: bool) -> Dict[Any, Any]:
         """Pads ``train_batch`` (RNNs, divisibility) and maps loss placeholders to its columns."""
-        if not isinstance(train_batch, SampleBatch):
-            train_batch = SampleBatch(train_batch)
-        if not train_batch.zero_padded:
-            self._pad_for_loss(train_batch, shuffle)
-        train_batch.set_training(True)
-        return tf_feeds.loss_feed(self, train_batch)
+        return tf_run.loss_inputs_feed(self, train_batch, shuffle)
 
     def _build_signature_def(self) -> Dict[str, Any]:
         """The "serving_default" signature: observations (+ RNN/prev inputs) -> actions."""

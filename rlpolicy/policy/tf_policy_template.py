@@ -20,10 +20,11 @@ from typing import Any, Callable, Dict, List, Optional, Type
 
 import gymnasium as gym
 
-from rlpolicy._core.tf_hooks import TFPolicyHooks
+from rlpolicy._core.hooks import check_factory_args, updated_kwargs
+from rlpolicy._core.tf_hooks import TFPolicyHooks, warn_deprecated_args
 from rlpolicy.utils import force_list
 from rlpolicy.utils.annotations import DeveloperAPI
-from rlpolicy.utils.deprecation import DEPRECATED_VALUE, deprecation_warning
+from rlpolicy.utils.deprecation import DEPRECATED_VALUE
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
 from rlpolicy.utils.typing import TrainerConfigDict
 
@@ -121,26 +122,9 @@ def build_tf_policy(
     return _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
 
 
-def _warn_deprecated(hooks: TFPolicyHooks) -> None:
-    if hooks.obs_include_prev_action_reward != DEPRECATED_VALUE:
-        deprecation_warning(old="obs_include_prev_action_reward", error=False)
-    if hooks.extra_action_fetches_fn is not None:
-        deprecation_warning(old="extra_action_fetches_fn", new="extra_action_out_fn", error=False)
-    if hooks.gradients_fn is not None:
-        deprecation_warning(old="gradients_fn", new="compute_gradients_fn", error=False)
-
-
-def _check_hooks(hooks: TFPolicyHooks) -> None:
-    if not isinstance(hooks.name, str) or not hooks.name.isidentifier():
-        raise TypeError(f"build_tf_policy: name must be a class name (identifier string), got {hooks.name!r}")
-    for m in hooks.mixins:
-        if not isinstance(m, type):
-            raise TypeError(f"build_tf_policy({hooks.name!r}): mixins must be classes, got {m!r}")
-
-
 def _make_policy_class(hooks: TFPolicyHooks, module: str) -> type:
-    _check_hooks(hooks)
-    _warn_deprecated(hooks)
+    check_factory_args("build_tf_policy", hooks.name, hooks.mixins)
+    warn_deprecated_args(hooks.as_kwargs())
     from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy
 
     namespace: Dict[str, Any] = {
@@ -157,13 +141,7 @@ def _with_updates(cls: type, **overrides: Any) -> type:
     Raises:
         TypeError: For a keyword that ``build_tf_policy`` does not take.
     """
-    kwargs = cls._hooks.as_kwargs()
-    unknown = sorted(set(overrides) - set(kwargs))
-    if unknown:
-        raise TypeError(f"{cls.__name__}.with_updates: unknown argument(s) {unknown}; "
-                        f"allowed: {sorted(kwargs)}")
-    kwargs.update(overrides)
-    hooks = TFPolicyHooks(**{**kwargs, "mixins": tuple(kwargs["mixins"] or ())})
+    hooks = TFPolicyHooks(**updated_kwargs(cls, overrides))
     return _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
 
 
@@ -187,8 +165,8 @@ def _merged_config(policy: Any, hooks: TFPolicyHooks, config: Optional[TrainerCo
     return complete_policy_config(policy, config, defaults)
 
 
-# The wrappers read the recipe from the class: DynamicTFPolicy.__init__ sets an
-# instance attribute ``_hooks`` (its own dict of hooks) that shadows it.
+# The methods read the recipe as ``type(self)._hooks``, so no instance
+# attribute of that name (a base class's own bookkeeping) can shadow it.
 def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  config: TrainerConfigDict, existing_model: Optional[Any] = None,
                  existing_inputs: Optional[Dict[str, Any]] = None) -> None:

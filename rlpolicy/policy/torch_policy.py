@@ -18,13 +18,16 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core.torch_actions import compute_dist_inputs, log_likelihoods
+from rlpolicy._core import input_checks
+from rlpolicy._core.framework_check import require_framework
+from rlpolicy._core.torch_actions import act, acting_batch, log_likelihoods
 from rlpolicy._core.torch_convert import (
-    action_outputs_to_numpy,
+    NoGrad,
     load_state_dict_fast,
+    parameter_list,
+    set_training,
     state_dict_fast,
     tensor_interceptor,
-    to_torch_fast,
 )
 from rlpolicy._core.torch_policy_io import (
     export_policy_model,
@@ -167,6 +170,7 @@ class TorchPolicy(Policy):
             get_batch_divisibility_req: ``policy -> int`` (or an int): train
                 batches are padded to a multiple of it.
         """
+        require_framework("torch", type(self).__name__)
         # RLlib 1.11 tags the caller's dict as a torch config; rlpolicy tags the
         # policy's own copy (made by Policy.__init__) and leaves the caller's alone.
         super().__init__(observation_space, action_space, config)
@@ -198,6 +202,8 @@ class TorchPolicy(Policy):
             if callable(get_batch_divisibility_req) else (get_batch_divisibility_req or 1)
         self._tower_runner = TowerRunner(self.devices)
         self._interceptors: Dict[Any, Callable] = {}
+        self._buffer_params: Optional[List[Any]] = None  # list(model.parameters()) at loading
+        self._step_params: Optional[List[Any]] = None
         self._checked_dist_class: Any = None
 
     # ------------------------------------------------------------------ construction steps
@@ -221,7 +227,8 @@ class TorchPolicy(Policy):
             self, input_dict: Dict[str, TensorType], explore: bool = None,
             timestep: Optional[int] = None, **kwargs
     ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
-        with torch.no_grad():
+        input_checks.check_acting_input_dict(self, input_dict, "compute_actions_from_input_dict")
+        with NoGrad():
             input_dict = self._lazy_tensor_dict(input_dict)
             input_dict.set_training(True)
             state_batches = [input_dict[k] for k in input_dict.keys() if k[:8] == "state_in"]
@@ -243,14 +250,11 @@ class TorchPolicy(Policy):
             timestep: Optional[int] = None,
             **kwargs
     ) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
-        with torch.no_grad():
+        input_checks.check_obs(self, obs_batch, "compute_actions")
+        input_checks.check_state_batches(self, state_batches, "compute_actions")
+        with NoGrad():
             seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
-            input_dict = self._lazy_tensor_dict(
-                {SampleBatch.CUR_OBS: obs_batch, "is_training": False})
-            if prev_action_batch is not None:
-                input_dict[SampleBatch.PREV_ACTIONS] = np.asarray(prev_action_batch)
-            if prev_reward_batch is not None:
-                input_dict[SampleBatch.PREV_REWARDS] = np.asarray(prev_reward_batch)
+            input_dict = acting_batch(self, obs_batch, prev_action_batch, prev_reward_batch)
             state_batches = [convert_to_torch_tensor(s, self.device)
                              for s in (state_batches or [])]
             return self._compute_action_helper(input_dict, state_batches, seq_lens,
@@ -259,40 +263,13 @@ class TorchPolicy(Policy):
     @with_lock
     def _compute_action_helper(self, input_dict: SampleBatch, state_batches: List[TensorType],
                                seq_lens: Any, explore: Optional[bool], timestep: Optional[int]):
-        """Forward pass, sampling and exploration shared by both compute paths.
+        """Forward pass, sampling and exploration shared by both compute paths
+        (``_core.torch_actions.act``).
 
         Returns:
             ``(actions, state_outs, extra_fetches)`` as numpy structures.
         """
-        explore = explore if explore is not None else self.config["explore"]
-        timestep = timestep if timestep is not None else self.global_timestep
-        self._is_recurrent = bool(state_batches)
-        if self.model is not None and self.model.training:
-            self.model.eval()
-        if self.action_sampler_fn:
-            action_dist = dist_inputs = None
-            outs = self.action_sampler_fn(self, self.model, input_dict, state_batches,
-                                          explore=explore, timestep=timestep)
-            if len(outs) == 4:
-                actions, logp, dist_inputs, state_out = outs
-            else:
-                actions, logp, state_out = outs
-        else:
-            self.exploration.before_compute_actions(explore=explore, timestep=timestep)
-            dist_inputs, dist_class, state_out = compute_dist_inputs(
-                self, input_dict, state_batches, seq_lens, explore, timestep)
-            action_dist = dist_class(dist_inputs, self.model)
-            actions, logp = self.exploration.get_exploration_action(
-                action_distribution=action_dist, timestep=timestep, explore=explore)
-        input_dict[SampleBatch.ACTIONS] = actions
-        extra_fetches = self.extra_action_out(input_dict, state_batches, self.model, action_dist)
-        if dist_inputs is not None:
-            extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = dist_inputs
-        if logp is not None:
-            extra_fetches[SampleBatch.ACTION_PROB] = torch.exp(logp.float())
-            extra_fetches[SampleBatch.ACTION_LOGP] = logp
-        self.global_timestep += len(input_dict[SampleBatch.CUR_OBS])
-        return action_outputs_to_numpy(actions, state_out, extra_fetches)
+        return act(self, input_dict, state_batches, seq_lens, explore, timestep)
 
     @with_lock
     @override(Policy)
@@ -319,8 +296,9 @@ class TorchPolicy(Policy):
         ``load_batch_into_buffer`` (see ``compute_gradients``).
         """
         postprocessed_batch = as_sample_batch(postprocessed_batch)
+        input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
         if self.model is not None and not self.model.training:
-            self.model.train()
+            set_training(self.model, True)
         learn_stats: Dict[str, Any] = {}
         self.callbacks.on_learn_on_batch(policy=self, train_batch=postprocessed_batch,
                                          result=learn_stats)
@@ -403,8 +381,9 @@ class TorchPolicy(Policy):
 
     def _tower_grads(self, model: Any, batch: SampleBatch) -> TowerGrads:
         """Single-device gradients, post-processed after each backward pass."""
+        params = getattr(self, "_step_params", None) if model is self.model else None
         return compute_tower_grads(self._tower_losses, model, batch, self._optimizers,
-                                   self.multi_gpu_param_groups, self.extra_grad_process)
+                                   self.multi_gpu_param_groups, self.extra_grad_process, params)
 
     def _multi_tower_grads(self, device_batches: List[SampleBatch]) -> TowerGrads:
         """Averaged gradients of all towers, installed in ``self.model``."""
@@ -430,6 +409,7 @@ class TorchPolicy(Policy):
         if self._single_cpu:
             self._pad(batch)
             self._lazy_tensor_dict(batch)
+            self._buffer_params = parameter_list(self.model)
             return self._tower_buffers.store(buffer_index, [batch])
         slices = split_batch_for_devices(batch, len(self.devices), self._pad)
         return self._tower_buffers.store(buffer_index, self._place_on_devices(slices))
@@ -445,8 +425,13 @@ class TorchPolicy(Policy):
             buffer_index, offset, device_minibatch_size(self.config, len(self.devices)))
         if self._single_cpu:
             if not self.model.training:
-                self.model.train()
-            return self.learn_on_batch(device_batches[0])
+                set_training(self.model, True)
+            # The parameter list is gathered once per loaded buffer, not per minibatch.
+            self._step_params = getattr(self, "_buffer_params", None)
+            try:
+                return self.learn_on_batch(device_batches[0])
+            finally:
+                self._step_params = None
         self._check_can_learn()
         self._multi_tower_grads(device_batches)
         self.apply_gradients(_directStepOptimizerSingleton)
@@ -467,13 +452,15 @@ class TorchPolicy(Policy):
 
     # ------------------------------------------------------------------ weights and state
 
+    @with_lock
     @override(Policy)
     def get_weights(self) -> ModelWeights:
         return {k: v.detach().cpu().numpy().copy() for k, v in state_dict_fast(self.model).items()}
 
+    @with_lock  # no forward pass sees half-replaced weights
     @override(Policy)
     def set_weights(self, weights: ModelWeights) -> None:
-        load_state_dict_fast(self.model, to_torch_fast(weights, self.device))
+        load_state_dict_fast(self.model, weights, self.device)
 
     @override(Policy)
     def is_recurrent(self) -> bool:
@@ -488,6 +475,7 @@ class TorchPolicy(Policy):
         return [s.detach().cpu().numpy() if torch.is_tensor(s) else np.asarray(s)
                 for s in self.model.get_initial_state()]
 
+    @with_lock
     @override(Policy)
     def get_state(self) -> Union[Dict[str, TensorType], List[TensorType]]:
         state = super().get_state()
@@ -496,14 +484,17 @@ class TorchPolicy(Policy):
             state["_exploration_state"] = self.exploration.get_state()
         return state
 
+    @with_lock
     @override(Policy)
     def set_state(self, state: dict) -> None:
+        # Weights first: set_weights checks every key and shape before copying,
+        # so a state with bad weights is rejected before anything changes.
+        super().set_state(state)
         optimizer_vars = state.get("_optimizer_variables", None)
         if optimizer_vars:
             load_optimizer_states(self._optimizers, optimizer_vars, self.device)
         if getattr(self, "exploration", None) is not None and "_exploration_state" in state:
             self.exploration.set_state(state=state["_exploration_state"])
-        super().set_state(state)
 
     # ------------------------------------------------------------------ overridable hooks
 
@@ -557,16 +548,17 @@ class TorchPolicy(Policy):
     def optimizer(self) -> Union[List["torch.optim.Optimizer"], "torch.optim.Optimizer"]:
         """The optimizer(s): by default Adam over the model at ``config["lr"]``,
         passed through the exploration's ``get_exploration_optimizer``."""
+        params = parameter_list(self.model)  # (= list(self.model.parameters()))
         if hasattr(self, "config"):
-            optimizers = [torch.optim.Adam(self.model.parameters(), lr=self.config["lr"])]
+            optimizers = [torch.optim.Adam(params, lr=self.config["lr"])]
         else:
-            optimizers = [torch.optim.Adam(self.model.parameters())]
+            optimizers = [torch.optim.Adam(params)]
         if getattr(self, "exploration", None):
             optimizers = self.exploration.get_exploration_optimizer(optimizers)
         return optimizers
 
     def _no_grad_context(self):
-        return torch.no_grad()
+        return NoGrad()
 
     def _convert_to_non_torch_type(self, data: TensorStructType) -> TensorStructType:
         return convert_to_non_torch_type(data)
@@ -580,6 +572,7 @@ class TorchPolicy(Policy):
         fn = self._interceptors.get(device)
         if fn is None:
             fn = self._interceptors[device] = functools.partial(tensor_interceptor, device=device)
+            fn.idempotent = True  # (a tensor it produced comes back unchanged)
         postprocessed_batch.set_get_interceptor(fn)
         return postprocessed_batch
 

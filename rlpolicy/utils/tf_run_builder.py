@@ -7,6 +7,8 @@ import os
 import time
 from typing import Any, Dict, List, Union
 
+import numpy as np
+
 from rlpolicy.utils.framework import try_import_tf
 
 tf1, tf, tfv = try_import_tf()
@@ -98,14 +100,112 @@ class TFRunBuilder:
 
 def _run(builder: TFRunBuilder) -> List[Any]:
     try:
+        timeline_dir = os.environ.get("TF_TIMELINE_DIR")
+        if not timeline_dir:
+            fast = _run_cached(builder.session, builder.fetches, builder.feed_dict)
+            if fast is not _NO_FAST_PATH:
+                return fast
         return run_timeline(builder.session, builder.fetches, builder.debug_name,
-                            builder.feed_dict, os.environ.get("TF_TIMELINE_DIR"))
+                            builder.feed_dict, timeline_dir)
     except Exception as e:  # re-raised with the run's name in the message
         logger.error("TFRunBuilder(%r): error fetching %s", builder.debug_name, builder.fetches)
         renamed = _renamed(e, builder.debug_name)
         if renamed is e:
             raise
         raise renamed from e
+
+
+_NO_FAST_PATH = object()
+_MAX_CALLABLES = 64
+# Attribute on the session: {(fed tensors, fetch structure key): callable or None (run())}
+_CACHE_ATTR = "_rlpolicy_run_callables"
+
+
+def _fetch_key(fetches: Any) -> Any:
+    """A hashable key for a (nested) fetch structure; unhashable leaves raise TypeError."""
+    if isinstance(fetches, (list, tuple)):
+        return (type(fetches), tuple(_fetch_key(f) for f in fetches))
+    if isinstance(fetches, dict):
+        return (type(fetches), tuple((k, _fetch_key(v)) for k, v in fetches.items()))
+    hash(fetches)
+    return fetches
+
+
+def _feed_values(feeds: tuple, values: List[Any]) -> Any:
+    """Feed values converted like ``session.run`` would, or ``_NO_FAST_PATH`` if unsure."""
+    out = []
+    for t, v in zip(feeds, values):
+        if isinstance(v, (str, bytes)):
+            return _NO_FAST_PATH
+        try:
+            arr = np.asarray(v, dtype=t.dtype.as_numpy_dtype)
+        except (TypeError, ValueError, OverflowError):
+            return _NO_FAST_PATH  # session.run raises its usual error
+        if not t.shape.is_compatible_with(arr.shape):
+            return _NO_FAST_PATH  # session.run raises its usual shape error
+        out.append(arr)
+    return out
+
+
+def _make_callable(session: Any, fetches: Any, feeds: tuple) -> Any:
+    """A ``(callable, fetch handler)`` running ``fetches`` with ``feeds`` given positionally.
+
+    ``session.make_callable`` sends fed runs back through ``session.run``, so the
+    callable is built from ``CallableOptions`` directly; the fetch handler (the one
+    ``session.run`` uses) rebuilds the nested fetch structure. Returns None where
+    ``session.run`` must be used (odd feed types, fetched feeds, unknown sessions).
+    """
+    from tensorflow.python.client import session as session_lib
+
+    if type(session).run is not session_lib.BaseSession.run or "run" in session.__dict__:
+        return None  # a wrapped or patched run() must see every step
+    graph = session.graph
+    if not all(isinstance(t, tf.Tensor) and t.graph is graph and graph.is_feedable(t)
+               and t.dtype.is_numpy_compatible and t.dtype != tf.string for t in feeds):
+        return None
+    try:
+        from tensorflow.core.protobuf import config_pb2
+
+        handler = session_lib._FetchHandler(graph, fetches, {})
+        if set(t.ref() for t in handler.fetches()) & set(t.ref() for t in feeds):
+            return None  # session.run returns fed values of fetched tensors as they are
+        opts = config_pb2.CallableOptions()
+        opts.feed.extend(t.name for t in feeds)
+        opts.fetch.extend(t.name for t in handler.fetches())
+        opts.target.extend(op.name for op in handler.targets())
+        return session._make_callable_from_options(opts), handler
+    except Exception:  # anything the callable path can't handle: session.run reports it
+        return None
+
+
+def _run_cached(session: Any, fetches: Any, feed_dict: Dict[Any, Any]) -> Any:
+    """Runs through a cached session callable for this feed set and fetch structure.
+
+    Returns:
+        The fetched values, or ``_NO_FAST_PATH`` where ``session.run`` must be used.
+    """
+    if tf is None:
+        return _NO_FAST_PATH
+    feeds = tuple(feed_dict)
+    try:
+        key = (feeds, _fetch_key(fetches))
+        cache = session.__dict__.get(_CACHE_ATTR)
+        if cache is None:
+            cache = session.__dict__[_CACHE_ATTR] = {}
+        fn = cache.get(key, _NO_FAST_PATH)
+    except (TypeError, AttributeError):  # unhashable fetches, or a session without __dict__
+        return _NO_FAST_PATH
+    if fn is _NO_FAST_PATH:
+        if len(cache) >= _MAX_CALLABLES:
+            cache.clear()
+        fn = cache[key] = _make_callable(session, fetches, feeds)
+    if fn is None or getattr(session, "_closed", True):
+        return _NO_FAST_PATH
+    values = _feed_values(feeds, list(feed_dict.values()))
+    if values is _NO_FAST_PATH:
+        return values
+    run, handler = fn
+    return handler.build_results(session, run(*values))
 
 
 def _renamed(e: Exception, debug_name: str) -> Exception:

@@ -54,6 +54,7 @@ def test_torch_policies_and_models_without_torch():
     assert lines[0] == ("PPOTorchPolicy needs PyTorch (framework='torch'), but torch is not installed; "
                         "install it with `pip install rlpolicy[torch]`")
     assert lines[1].startswith("MyPolicy needs PyTorch (framework='torch')")
+    assert lines[2].startswith("TorchPolicy needs PyTorch (framework='torch')")
     assert len(lines) == 5
     for line in lines[2:]:
         assert "needs PyTorch" in line and "`pip install rlpolicy[torch]`" in line, line
@@ -70,3 +71,19 @@ def test_tf_models_without_tensorflow():
                         "installed; install it with `pip install rlpolicy[tf]`")
     assert lines[1].startswith("ModelCatalog needs TensorFlow (framework='tf2')")
     assert "`pip install rlpolicy[tf]`" in lines[2]
+
+
+def test_tf_policies_without_tensorflow():
+    lines = _run({"tensorflow", "tf_keras", "keras"}, """
+        from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy
+        from rlpolicy.policy.tf_policy_template import build_tf_policy
+        MyTF = build_tf_policy("MyTF", loss_fn=lambda *a: None)
+        print(error_of(PPOTFPolicy, OBS, ACT, {}))
+        print(error_of(MyTF, OBS, ACT, {}))
+        print(error_of(MyTF.as_eager(), OBS, ACT, {"framework": "tf2"}))
+    """)
+    assert lines[0].startswith("PPOTFPolicy needs TensorFlow (framework='tf')")
+    assert lines[1].startswith("MyTF needs TensorFlow")
+    assert len(lines) == 3
+    for line in lines:
+        assert "`pip install rlpolicy[tf]`" in line, line

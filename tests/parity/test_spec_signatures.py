@@ -65,6 +65,37 @@ SPEC_SIGNATURES.append((
     "compute_gradients_fn=None, apply_gradients_fn=None, mixins=None, get_batch_divisibility_req=None)",
 ))
 
+SPEC_SIGNATURES += [
+    ("rlpolicy.policy.tf_policy:TFPolicy", "__init__(self, observation_space, action_space, config, sess, obs_input, sampled_action, loss, loss_inputs, model=None, sampled_action_logp=None, action_input=None, log_likelihood=None, dist_inputs=None, dist_class=None, state_inputs=None, state_outputs=None, prev_action_input=None, prev_reward_input=None, seq_lens=None, max_seq_len=20, batch_divisibility_req=1, update_ops=None, explore=None, timestep=None)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "apply_gradients(self, gradients)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "build_apply_op(self, optimizer, grads_and_vars)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None, prev_reward_batch=None, info_batch=None, episodes=None, explore=None, timestep=None, **kwargs)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, episodes=None, **kwargs)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "compute_gradients(self, postprocessed_batch)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "compute_log_likelihoods(self, actions, obs_batch, state_batches=None, prev_action_batch=None, prev_reward_batch=None, actions_normalized=True)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "copy(self, existing_inputs)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "export_checkpoint(self, export_dir, filename_prefix='model')"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "export_model(self, export_dir, onnx=None)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "extra_compute_action_feed_dict(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "extra_compute_action_fetches(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "extra_compute_grad_feed_dict(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "extra_compute_grad_fetches(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "get_exploration_state(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "get_placeholder(self, name)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "get_session(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "get_state(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "get_weights(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "gradients(self, optimizer, loss)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "is_recurrent(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "learn_on_batch(self, postprocessed_batch)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "loss_initialized(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "num_state_tensors(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "optimizer(self)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "set_state(self, state)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "set_weights(self, weights)"),
+    ("rlpolicy.policy.tf_policy:TFPolicy", "variables(self)"),
+]
+
 
 def _format(name, sig):
     parts, kw_marked = [], False
@@ -96,6 +127,8 @@ def _resolve(target, heading):
 def test_signature_matches_spec(target, heading):
     if "torch" in target:
         pytest.importorskip("torch")
+    if "tf_policy" in target:
+        pytest.importorskip("tensorflow")
     func = _resolve(target, heading)
     got = _format(heading.split("(")[0], inspect.signature(func))
     if got == heading:

@@ -98,7 +98,7 @@ def test_postprocessed_and_extra_action_columns_become_loss_inputs():
     data = pg_batch(6)
     data["vf_preds"] = np.zeros(6, np.float32)
     assert "learner_stats" in pol.learn_on_batch(pol.postprocess_trajectory(data))
-    with pytest.raises(ValueError, match="no column 'advantages', which the loss reads"):
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['advantages'\] that the loss reads"):
         pol.learn_on_batch(pg_batch(4))
 
 
@@ -234,11 +234,60 @@ def test_lstm_policy_learns_on_one_device_and_on_towers(lstm):
     assert any(not np.allclose(lstm.get_weights()[k], after[k], atol=1e-6) for k in after)
 
 
-def test_lstm_export_saved_model_and_clear_onnx_error(lstm, tmp_path):
+def _numpy_lstm_step(w, obs, h, c):
+    """One LSTM step of the model (tanh FC 8 -> Keras LSTM, gates i, f, c, o -> logits)."""
+    def sigmoid(x):
+        return 1.0 / (1.0 + np.exp(-x))
+
+    x = np.tanh(obs @ w["fc_1/kernel"] + w["fc_1/bias"])
+    z = x @ w["lstm/lstm_cell/kernel"] + h @ w["lstm/lstm_cell/recurrent_kernel"] \
+        + w["lstm/lstm_cell/bias"]
+    i, f, g, o = np.split(z, 4, axis=1)
+    c_new = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+    h_new = sigmoid(o) * np.tanh(c_new)
+    return h_new @ w["logits/kernel"] + w["logits/bias"], h_new, c_new
+
+
+def test_lstm_export_saved_model_and_onnx_in_onnxruntime(lstm, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("tf2onnx")
     lstm.export_model(str(tmp_path / "sm"))
     assert (tmp_path / "sm" / "saved_model.pb").exists()
-    with pytest.raises(NotImplementedError, match="recurrent TF graph-mode policies"):
-        lstm.export_model(str(tmp_path / "onnx"), onnx=13)
+    lstm.export_model(str(tmp_path / "onnx"), onnx=13)
+    sess = ort.InferenceSession(str(tmp_path / "onnx" / "saved_model.onnx"))
+    assert {i.name for i in sess.get_inputs()} == \
+        {"obs:0", "state_in_0:0", "state_in_1:0", "seq_lens:0"}
+    fetch = [lstm._sampled_action.name, lstm._dist_inputs.name] + \
+        [s.name for s in lstm._state_outputs]
+    weights = lstm.get_weights()
+    rng = np.random.default_rng(3)
+    for n in (1, 5):
+        obs = pg_batch(n, seed=20 + n)["obs"]
+        states = [rng.normal(0, 0.5, (n, 4)).astype(np.float32) for _ in range(2)]
+        _, state_out, extra = lstm.compute_actions(obs, state_batches=states, explore=False)
+        actions, logits, h, c = sess.run(fetch, {
+            "obs:0": obs, "state_in_0:0": states[0], "state_in_1:0": states[1],
+            "seq_lens:0": np.ones(n, np.int32)})
+        # The policy's session and an independent numpy LSTM step agree with onnxruntime.
+        np.testing.assert_allclose(logits, extra["action_dist_inputs"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(h, state_out[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(c, state_out[1], rtol=1e-5, atol=1e-5)
+        want_logits, want_h, want_c = _numpy_lstm_step(weights, obs, *states)
+        np.testing.assert_allclose(logits, want_logits, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(h, want_h, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(c, want_c, rtol=1e-5, atol=1e-5)
+        assert actions.shape == (n,) and set(actions.tolist()) <= {0, 1}
+    # One sequence of 5 steps: the ONNX loop runs 5 times (numpy unrolls it).
+    obs = pg_batch(5, seed=30)["obs"]
+    h, c = [rng.normal(0, 0.5, (1, 4)).astype(np.float32) for _ in range(2)]
+    feed = {"obs:0": obs, "state_in_0:0": h, "state_in_1:0": c,
+            "seq_lens:0": np.array([5], np.int32)}
+    _, logits, h_out, c_out = sess.run(fetch, feed)
+    for t in range(5):
+        want, h, c = _numpy_lstm_step(weights, obs[t:t + 1], h, c)
+        np.testing.assert_allclose(logits[t:t + 1], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(h_out, h, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(c_out, c, rtol=1e-5, atol=1e-5)
 
 
 def test_graph_policy_works_next_to_eager_tf_and_torch(pg):

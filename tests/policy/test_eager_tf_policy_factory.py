@@ -3,6 +3,8 @@ import inspect
 
 import gymnasium as gym
 import numpy as np
+import warnings
+
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -135,7 +137,13 @@ def test_deprecated_hooks_warn_and_are_used(kwarg, new):
 def test_obs_include_prev_action_reward_only_warns():
     with pytest.warns(DeprecationWarning, match="obs_include_prev_action_reward"):
         cls = build_eager_tf_policy("Dep", loss_fn=pg_loss, obs_include_prev_action_reward=True)
-    assert "obs_include_prev_action_reward" not in cls._hooks.as_kwargs()
+    # Recorded as "not set", so rebuilding the class does not warn again.
+    from rlpolicy.utils.deprecation import DEPRECATED_VALUE
+
+    assert cls._hooks.obs_include_prev_action_reward == DEPRECATED_VALUE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        cls.with_updates(name="Dep2")
 
 
 class CountingMixin:

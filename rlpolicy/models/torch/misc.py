@@ -17,6 +17,7 @@ if torch is not None:
     _Linear = nn.Linear
     _linear = torch.nn.functional.linear
     _tracing_state = torch._C._get_tracing_state
+    _set_grad_enabled = torch._C._set_grad_enabled
 
 IntPair = Union[int, Tuple[int, int], List[int]]
 
@@ -29,9 +30,16 @@ def normc_initializer(std: float = 1.0) -> Callable[[TensorType], None]:
     "normc" initialisation, normalised over dim 1 of the torch weight).
     """
     def initializer(tensor: TensorType) -> None:
-        with torch.no_grad():
+        prev = torch.is_grad_enabled()
+        _set_grad_enabled(False)  # (torch.no_grad(), without its cost)
+        try:
             tensor.normal_(0.0, 1.0)
-            tensor.mul_(std / torch.sqrt(tensor.pow(2).sum(1, keepdim=True)))
+            tensor.div_(torch.linalg.vector_norm(tensor, dim=1, keepdim=True))
+            if std != 1.0:
+                tensor.mul_(std)
+        finally:
+            _set_grad_enabled(prev)
+    initializer.overwrites_tensor = True  # (sets every entry: see SlimFC)
     return initializer
 
 
@@ -131,15 +139,22 @@ class SlimFC(nn.Module):
             bias_init: Constant for the bias.
         """
         super().__init__()
-        linear = nn.Linear(int(in_size), int(out_size), bias=use_bias)
-        (initializer or nn.init.xavier_uniform_)(linear.weight)
+        # The weights are initialised once, by `initializer` (not by torch's
+        # default init first); the bias is a constant.
+        initializer = initializer or nn.init.xavier_uniform_
+        if _overwrites(initializer):
+            linear = _uninitialized_linear(int(in_size), int(out_size), use_bias)
+        else:  # an initializer that may read the weights it changes
+            linear = nn.Linear(int(in_size), int(out_size), bias=use_bias)
+        initializer(linear.weight)
         if use_bias:
-            nn.init.constant_(linear.bias, bias_init)
+            with torch.no_grad():
+                linear.bias.fill_(bias_init)
         layers = [linear]
         activation = _activation_module(activation_fn)
         if activation is not None:
             layers.append(activation())
-        self._model = nn.Sequential(*layers)
+        self._modules["_model"] = _sequential(*layers)  # (= self._model = nn.Sequential(...))
         # Unregistered shortcut (see forward); deep copies remap its modules.
         self.__dict__["_fast_plan"] = _linear_plan(self._model)
 
@@ -152,6 +167,82 @@ class SlimFC(nn.Module):
             act_fn = plan[3]
             return out if act_fn is None else act_fn(out)
         return seq(x)
+
+
+if torch is not None:
+    class _NoInitLinear(nn.Linear):
+        """``nn.Linear`` whose constructor leaves the parameters uninitialised."""
+
+        def reset_parameters(self) -> None:
+            pass
+
+
+def _overwrites(initializer: Any) -> bool:
+    """Whether ``initializer`` sets every entry without reading the old values:
+    normc and torch's own ``nn.init`` fills."""
+    if getattr(initializer, "overwrites_tensor", False):
+        return True
+    return getattr(initializer, "__module__", None) == "torch.nn.init" and getattr(
+        initializer, "__name__", "") in _TORCH_FILLS
+
+
+_TORCH_FILLS = frozenset({"xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+                          "kaiming_normal_", "orthogonal_", "normal_", "uniform_",
+                          "trunc_normal_", "zeros_", "ones_", "constant_", "eye_"})
+
+
+def _uninitialized_linear(in_size: int, out_size: int, bias: bool) -> Any:
+    """A plain ``nn.Linear`` (exactly that class) with uninitialised parameters,
+    for layers whose every parameter is set right after (saves torch's default
+    init, which draws as many random numbers as the real initialisation)."""
+    if _DIRECT_LINEAR_OK:
+        return _direct_linear(in_size, out_size, bias)
+    linear = _NoInitLinear(in_size, out_size, bias=bias)
+    linear.__class__ = nn.Linear
+    return linear
+
+
+def _direct_linear(in_size: int, out_size: int, bias: bool) -> Any:
+    # What nn.Linear.__init__ leaves behind (minus reset_parameters), set directly:
+    # its registrations go through nn.Module.__setattr__'s checks, which cost more
+    # than the rest. Used only if it matches the constructor (checked at import).
+    linear = object.__new__(nn.Linear)
+    nn.Module.__init__(linear)
+    d = linear.__dict__
+    d["in_features"], d["out_features"] = in_size, out_size
+    params = d["_parameters"]
+    params["weight"] = nn.Parameter(torch.empty((out_size, in_size)))
+    params["bias"] = nn.Parameter(torch.empty(out_size)) if bias else None
+    return linear
+
+
+def _same_linear(a: Any, b: Any) -> bool:
+    da, db = a.__dict__, b.__dict__
+    if type(a) is not type(b) or list(da) != list(db) or list(a._parameters) != list(b._parameters):
+        return False
+    if any(type(da[k]) is not type(db[k]) for k in da):
+        return False
+    return all((x is None and y is None) or (
+        x is not None and y is not None and type(x) is type(y) and x.shape == y.shape
+        and x.dtype == y.dtype and x.requires_grad == y.requires_grad)
+        for x, y in zip(a._parameters.values(), b._parameters.values()))
+
+
+def _sequential(*modules: Any) -> Any:
+    """``nn.Sequential(*modules)``, registering the (freshly made) children directly."""
+    seq = nn.Sequential()
+    seq._modules.update((str(i), m) for i, m in enumerate(modules))
+    return seq
+
+
+def _check_direct_linear() -> bool:
+    try:
+        # Runs at import time, often right after a user seeded torch: keep the global RNG untouched.
+        with torch.random.fork_rng(devices=[]):
+            return all(_same_linear(_direct_linear(3, 2, b), nn.Linear(3, 2, bias=b))
+                       for b in (True, False))
+    except Exception:  # noqa: BLE001 - any surprise: use the constructor
+        return False
 
 
 # Activation modules (exact types, default arguments) and their functional twins.
@@ -213,3 +304,6 @@ class Reshape(nn.Module):
 
     def forward(self, x: TensorType) -> TensorType:
         return x.view(*self.shape)
+
+
+_DIRECT_LINEAR_OK = torch is not None and _check_direct_linear()

@@ -16,13 +16,14 @@ gets the ``torch.distributions``-based methods of the base wrapper.
 from __future__ import annotations
 
 import functools
-from math import log, pi
+from math import log
 from typing import Any, List, Optional, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
 
 from rlpolicy.models.action_dist import ActionDistribution
+from rlpolicy.models.torch.dist_helpers import LOG_SQRT_2PI, LazyDist, no_grad_call, to_tensor
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_torch
@@ -32,54 +33,16 @@ from rlpolicy.utils.typing import ModelConfigDict, TensorType
 torch, nn = try_import_torch()
 
 
-def _to_tensor(inputs: Any, model: Any) -> TensorType:
-    """Converts numpy inputs to a tensor on the model's device."""
-    if isinstance(inputs, torch.Tensor):
-        return inputs
-    tensor = torch.from_numpy(np.asarray(inputs))
-    if isinstance(model, TorchModelV2):
-        param = next(iter(model.parameters()), None)
-        if param is not None:
-            tensor = tensor.to(param.device)
-    return tensor
-
-
-LOG_SQRT_2PI = 0.5 * log(2.0 * pi)
-
-
-class _LazyDist:
-    """Non-data descriptor for ``dist``: built by the instance's ``_make_dist``
-    on first read and kept in its ``__dict__`` (where an assignment also goes)."""
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        if obj is None:
-            return self
-        make = getattr(type(obj), "_make_dist", None)
-        if make is None:
-            raise AttributeError(f"{type(obj).__name__} has no attribute 'dist'")
-        dist = obj.__dict__["dist"] = obj.__dict__["_lazy_dist"] = make(obj)
-        return dist
-
-
-def _no_grad_call(fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` with autograd recording off (as ``torch.distributions`` samples)."""
-    prev = torch.is_grad_enabled()
-    torch._C._set_grad_enabled(False)
-    try:
-        return fn(*args)
-    finally:
-        torch._C._set_grad_enabled(prev)
-
-
 @DeveloperAPI
 class TorchDistributionWrapper(ActionDistribution):
     """Wraps a ``torch.distributions`` object stored as ``self.dist``."""
 
-    dist = _LazyDist()
+    dist = LazyDist()
 
     @override(ActionDistribution)
     def __init__(self, inputs: List[TensorType], model: TorchModelV2):
-        super().__init__(_to_tensor(inputs, model), model)
+        super().__init__(inputs if type(inputs) is torch.Tensor else to_tensor(inputs, model),
+                         model)
         self.last_sample = None
 
     def _lean(self) -> bool:
@@ -123,12 +86,14 @@ class TorchCategorical(TorchDistributionWrapper):
         """Args: inputs: logits; model: the model; temperature: logits are divided by it (> 0)."""
         if temperature <= 0.0:
             raise ValueError(f"Categorical temperature must be > 0, got {temperature}")
-        inputs = _to_tensor(inputs, model)
+        if type(inputs) is not torch.Tensor:
+            inputs = to_tensor(inputs, model)
         if temperature != 1.0:
             inputs = inputs / temperature
         super().__init__(inputs, model)
         self._logits = self.inputs  # what the distribution is of, even if `inputs` is reassigned
         self._log_probs = None
+        self._drawn = None  # (last sample, its [B, 1] index) from the 2-D fast path of sample()
 
     def _make_dist(self) -> Any:
         return torch.distributions.categorical.Categorical(logits=self._logits,
@@ -150,12 +115,26 @@ class TorchCategorical(TorchDistributionWrapper):
     def sample(self) -> TensorType:
         if not self._lean():
             return super().sample()
-        probs = self._log_softmax().exp()
-        n = probs.shape[-1]
-        flat = probs if probs.dim() == 2 else probs.reshape(-1, n)
-        sample = _no_grad_call(torch.multinomial, flat, 1, True)
-        self.last_sample = sample.reshape(probs.shape[:-1])
+        log_probs = self._log_probs
+        if log_probs is None:
+            log_probs = self._log_probs = torch.log_softmax(self._logits, -1)
+        probs = log_probs.exp()
+        if probs.dim() == 2:
+            index = (no_grad_call(torch.multinomial, probs, 1, True) if torch.is_grad_enabled()
+                     else torch.multinomial(probs, 1, True))
+            self.last_sample = index.squeeze(1)
+            self._drawn = (self.last_sample, index)
+            return self.last_sample
+        flat = no_grad_call(torch.multinomial, probs.reshape(-1, probs.shape[-1]), 1, True)
+        self.last_sample = flat.reshape(probs.shape[:-1])
         return self.last_sample
+
+    @override(TorchDistributionWrapper)
+    def sampled_action_logp(self) -> TensorType:
+        drawn = self._drawn
+        if drawn is not None and drawn[0] is self.last_sample and self._lean():
+            return self._log_probs.gather(-1, drawn[1]).squeeze(-1)  # (set by sample())
+        return super().sampled_action_logp()
 
     @override(TorchDistributionWrapper)
     def logp(self, actions: TensorType) -> TensorType:
@@ -293,8 +272,11 @@ class TorchDiagGaussian(TorchDistributionWrapper):
     @override(TorchDistributionWrapper)
     def sample(self) -> TensorType:
         if self._lean():
-            self.last_sample = _no_grad_call(torch.normal, self._mean, self._std)
-            sample = self.last_sample
+            # mean + std * N(0, 1): the same law as torch.normal(mean, std), drawn
+            # with the vectorised normal kernel (torch.normal's per-element one is
+            # several times slower on CPU).
+            noise = torch.randn_like(self._mean)
+            self.last_sample = sample = no_grad_call(torch.addcmul, self._mean, self._std, noise)
         else:
             sample = super().sample()
         return torch.squeeze(sample, dim=-1) if self.zero_action_dim else sample
@@ -489,7 +471,7 @@ class TorchDirichlet(TorchDistributionWrapper):
     """Dirichlet over the simplex; concentration = exp(inputs) + 1e-7."""
 
     def __init__(self, inputs: List[TensorType], model: TorchModelV2):
-        inputs = _to_tensor(inputs, model)
+        inputs = to_tensor(inputs, model)
         self.epsilon = torch.tensor(1e-7, device=inputs.device)
         concentration = torch.exp(inputs) + self.epsilon
         self.dist = torch.distributions.dirichlet.Dirichlet(concentration=concentration,

@@ -6,6 +6,7 @@ from rlpolicy.utils.exploration.epsilon_greedy import EpsilonGreedy
 from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.exploration.gaussian_noise import GaussianNoise
 from rlpolicy.utils.exploration.ornstein_uhlenbeck_noise import OrnsteinUhlenbeckNoise
+from rlpolicy.utils.exploration.parameter_noise import ParameterNoise
 from rlpolicy.utils.exploration.per_worker_epsilon_greedy import PerWorkerEpsilonGreedy
 from rlpolicy.utils.exploration.per_worker_gaussian_noise import PerWorkerGaussianNoise
 from rlpolicy.utils.exploration.per_worker_ornstein_uhlenbeck_noise import (
@@ -19,6 +20,7 @@ __all__ = [
     "EpsilonGreedy",
     "GaussianNoise",
     "OrnsteinUhlenbeckNoise",
+    "ParameterNoise",
     "PerWorkerEpsilonGreedy",
     "PerWorkerGaussianNoise",
     "PerWorkerOrnsteinUhlenbeckNoise",

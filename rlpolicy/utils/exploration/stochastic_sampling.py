@@ -59,7 +59,7 @@ class StochasticSampling(Exploration):
     def get_exploration_action(self, *, action_distribution: Any,
                                timestep: Optional[Union[int, TensorType]] = None,
                                explore: bool = True):
-        if ops.is_tf(self.framework):
+        if self.framework in ops.TF_FRAMEWORKS:
             return self._get_tf_exploration_action_op(action_distribution, timestep, explore)
         return self._get_torch_exploration_action(action_distribution, timestep, explore)
 
@@ -87,7 +87,8 @@ class StochasticSampling(Exploration):
         return action, logp
 
     def _get_torch_exploration_action(self, action_dist: Any, timestep: Any, explore: Any):
-        self.last_timestep = ops.torch_next_timestep(self.last_timestep, timestep)
+        # (ops.torch_next_timestep, inline: this runs once per action step)
+        self.last_timestep = int(self.last_timestep) + 1 if timestep is None else int(timestep)
         if explore and self.last_timestep < self.random_timesteps:
             return self.random_exploration.get_torch_exploration_action(action_dist, True)
         if explore:

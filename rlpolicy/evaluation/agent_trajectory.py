@@ -1,0 +1,276 @@
+"""One agent's view of a running episode: the history window a sampler needs
+to build the policy's inputs (``compute_actions``) and its training rows.
+
+Columns follow the policy's view requirements: a view column reads a data
+column (``obs`` or a per-step column such as ``actions``, ``rewards`` or
+``state_out_0``) at a time shift, e.g. ``prev_actions`` = ``actions`` at
+``-1`` and ``state_in_0`` = ``state_out_0`` at ``-1``. Before the episode's
+first step, shifted values are zeros (``state_out_*``: the policy's initial
+state; ``infos``: empty dicts).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import numpy as np
+import tree
+
+from rlpolicy.policy.sample_batch import SampleBatch
+
+_OBS = SampleBatch.OBS
+_INFOS = SampleBatch.INFOS
+# Data columns that inputs to compute_actions may read.
+_ACTION_TIME_COLUMNS = frozenset([_OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS,
+                                  SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS])
+# Columns every trajectory gets, whatever the view requirements say.
+_SHIFTED_DEFAULTS = {
+    SampleBatch.NEXT_OBS: (_OBS, 1),
+    SampleBatch.PREV_ACTIONS: (SampleBatch.ACTIONS, -1),
+    SampleBatch.PREV_REWARDS: (SampleBatch.REWARDS, -1),
+}
+
+
+def stack_values(values: Sequence[Any]) -> Any:
+    """Stacks equally nested values (arrays, dicts, tuples of arrays) along a new axis 0."""
+    first = values[0]
+    if isinstance(first, dict):
+        return {k: stack_values([v[k] for v in values]) for k in first}
+    if isinstance(first, tuple):
+        return tuple(stack_values([v[i] for v in values]) for i in range(len(first)))
+    return np.stack([np.asarray(v) for v in values])
+
+
+def object_column(values: Sequence[Any]) -> np.ndarray:
+    """A 1-D object array holding ``values`` as they are (e.g. info dicts)."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def _sampler_produces(data_col: str) -> bool:
+    return data_col in _ACTION_TIME_COLUMNS or data_col.startswith("state_out_")
+
+
+def lookback_of(view_requirements: Dict[str, Any]) -> int:
+    """How many past steps the view requirements read (at least 1, for ``prev_*``)."""
+    back = 1
+    for req in view_requirements.values():
+        shifts = np.atleast_1d(req.shift_arr) if req.shift_arr is not None else np.array([req.shift])
+        if len(shifts):
+            back = max(back, -int(np.min(shifts)))
+    return back
+
+
+class AgentTrajectory:
+    """History of one agent in one episode, cut into fragments for training.
+
+    ``obs[k]`` is the observation at episode step ``base + k``; ``steps[col][k]``
+    holds what happened at that step (``actions``, ``rewards``, ``terminateds``,
+    ``truncateds``, ``infos``, ``state_out_*`` and the policy's extra action
+    outputs). Rows from ``frag_start`` to ``t`` belong to the current fragment.
+
+    Args:
+        agent_id: The agent.
+        agent_index: The agent's index within the episode.
+        policy_id: The policy the agent maps to.
+        policy: That policy (for view requirements, initial state, spaces).
+        eps_id: The episode id.
+        env_id: Index of the sub-environment.
+        unroll_ids: Shared counter handing out fragment ids.
+        init_obs: The agent's first observation.
+        init_info: The info dict that came with it.
+    """
+
+    def __init__(self, agent_id: Any, agent_index: int, policy_id: str, policy: Any, eps_id: int,
+                 env_id: int, unroll_ids: Iterator[int], init_obs: Any, init_info: Optional[dict]):
+        self.agent_id, self.agent_index = agent_id, agent_index
+        self.policy_id, self.policy = policy_id, policy
+        self.eps_id, self.env_id = eps_id, env_id
+        self._unroll_ids = unroll_ids
+        self.unroll_id = next(unroll_ids)
+        self.view_requirements = policy.view_requirements
+        self.initial_state = [np.asarray(s) for s in policy.get_initial_state()]
+        self._lookback = lookback_of(self.view_requirements)
+        self.obs: List[Any] = [init_obs]
+        self.steps: Dict[str, List[Any]] = {}
+        self.base = 0
+        self.t = 0  # completed steps (rows) in this episode
+        self.frag_start = 0
+        self.last_info = init_info or {}
+        self.staged: Optional[Dict[str, Any]] = None  # the action taken, awaiting its outcome
+        self.pending_reward = 0.0
+        self.done = False
+        self._fills: Dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ stepping
+    @property
+    def num_fragment_rows(self) -> int:
+        """Rows collected since the current fragment started."""
+        return self.t - self.frag_start
+
+    def current_state(self) -> List[np.ndarray]:
+        """The RNN state to feed into the next action (the last ``state_out``)."""
+        if self.t == 0:
+            return self.initial_state
+        return [np.asarray(self.steps[f"state_out_{i}"][-1]) for i in range(len(self.initial_state))]
+
+    def action_inputs(self) -> Dict[str, Any]:
+        """One row of inputs for ``compute_actions_from_input_dict`` at step ``t``."""
+        row = {}
+        for col, req in self.view_requirements.items():
+            if not req.used_for_compute_actions:
+                continue
+            data_col = req.data_col or col
+            if not _sampler_produces(data_col):
+                continue  # e.g. a column a custom model adds itself
+            if req.shift_arr is not None and np.ndim(req.shift_arr) > 0 and req.shift_from is not None:
+                row[col] = stack_values([self._value(data_col, self.t + int(s)) for s in req.shift_arr])
+            else:
+                row[col] = self._value(data_col, self.t + int(req.shift))
+        return row
+
+    def stage_action(self, action: Any, state_out: List[Any], extras: Dict[str, Any]) -> None:
+        """Remembers the action taken at step ``t`` (its reward and next obs come later)."""
+        staged = {SampleBatch.ACTIONS: action}
+        for i, s in enumerate(state_out):
+            staged[f"state_out_{i}"] = s
+        staged.update(extras)
+        self.staged = staged
+        self.pending_reward = 0.0
+
+    def add_reward(self, reward: float) -> None:
+        """Adds a reward to the staged step (rewards may come before the next obs)."""
+        self.pending_reward += float(reward)
+
+    def close_step(self, next_obs: Any, terminated: bool, truncated: bool, info: Optional[dict]) -> None:
+        """Completes the staged step with its outcome; it becomes row ``t``."""
+        row = self.staged
+        row[SampleBatch.REWARDS] = np.float32(self.pending_reward)
+        row[SampleBatch.TERMINATEDS] = bool(terminated)
+        row[SampleBatch.TRUNCATEDS] = bool(truncated)
+        row[_INFOS] = info if info is not None else {}
+        for col, value in row.items():
+            self.steps.setdefault(col, []).append(value)
+        self.obs.append(next_obs)
+        self.last_info = row[_INFOS]
+        self.staged, self.pending_reward = None, 0.0
+        self.t += 1
+        self.done = bool(terminated or truncated)
+
+    # ------------------------------------------------------------------ building
+    def build_fragment(self) -> SampleBatch:
+        """The rows since the last cut as a SampleBatch (not yet postprocessed)."""
+        a, b = self.frag_start, self.t
+        n = b - a
+        cols: Dict[str, Any] = {_OBS: self._stacked(_OBS, a, b, 0)}
+        for col in self.steps:
+            cols[col] = self._stacked(col, a, b, 0)
+        for col, (data_col, shift) in _SHIFTED_DEFAULTS.items():
+            cols[col] = self._stacked(data_col, a, b, shift)
+        for i in range(len(self.initial_state)):
+            cols[f"state_in_{i}"] = self._stacked(f"state_out_{i}", a, b, -1)
+        self._add_view_columns(cols, a, b)
+        cols[SampleBatch.T] = np.arange(a, b, dtype=np.int64)
+        cols[SampleBatch.EPS_ID] = np.full(n, self.eps_id, dtype=np.int64)
+        cols[SampleBatch.UNROLL_ID] = np.full(n, self.unroll_id, dtype=np.int64)
+        cols[SampleBatch.AGENT_INDEX] = np.full(n, self.agent_index, dtype=np.int64)
+        cols[SampleBatch.ENV_ID] = np.full(n, self.env_id, dtype=np.int64)
+        cols[SampleBatch.DONES] = np.logical_or(cols[SampleBatch.TERMINATEDS], cols[SampleBatch.TRUNCATEDS])
+        return SampleBatch(cols)
+
+    def cut(self) -> None:
+        """Starts a new fragment at step ``t`` and forgets history no view reaches back to."""
+        self.frag_start = self.t
+        self.unroll_id = next(self._unroll_ids)
+        drop = (self.t - self._lookback) - self.base
+        if drop > 0:
+            self.obs = self.obs[drop:]
+            for col, values in self.steps.items():
+                self.steps[col] = values[drop:]
+            self.base += drop
+
+    def _add_view_columns(self, cols: Dict[str, Any], a: int, b: int) -> None:
+        """Columns the view requirements ask for beyond the defaults (e.g. custom shifts)."""
+        for col, req in self.view_requirements.items():
+            data_col = req.data_col or col
+            if col in cols or (data_col != _OBS and data_col not in self.steps):
+                continue
+            if req.shift_from is not None:
+                cols[col] = stack_values([
+                    stack_values([self._value(data_col, t + int(s)) for s in req.shift_arr])
+                    for t in range(a, b)])
+            else:
+                cols[col] = self._stacked(data_col, a, b, int(req.shift))
+
+    def _sequence(self, data_col: str) -> List[Any]:
+        return self.obs if data_col == _OBS else self.steps[data_col]
+
+    def _value(self, data_col: str, index: int) -> Any:
+        """``data_col`` at episode step ``index`` (the fill value outside the history)."""
+        seq = self._sequence(data_col) if data_col == _OBS or data_col in self.steps else ()
+        k = index - self.base
+        if index < 0 or k >= len(seq):
+            return self._fill(data_col)
+        if k < 0:
+            raise RuntimeError(f"AgentTrajectory: step {index} of column {data_col!r} was already "
+                               f"dropped (history starts at step {self.base})")
+        return seq[k]
+
+    def _stacked(self, data_col: str, a: int, b: int, shift: int) -> Any:
+        """``data_col`` at steps ``a + shift .. b + shift - 1``, stacked (fill outside)."""
+        seq = self._sequence(data_col)
+        lo, hi = a + shift, b + shift
+        before = max(0, min(hi, 0) - lo)
+        start, stop = max(lo, 0) - self.base, hi - self.base
+        if start < 0 and before < hi - lo:
+            raise RuntimeError(f"AgentTrajectory: column {data_col!r} from step {max(lo, 0)} was already "
+                               f"dropped (history starts at step {self.base})")
+        middle = list(seq[max(start, 0):max(stop, 0)])
+        after = (hi - lo) - before - len(middle)
+        values = middle
+        if before or after:
+            fill = self._fill(data_col)
+            values = [fill] * before + middle + [fill] * after
+        if data_col == _INFOS:
+            return object_column(values)
+        return stack_values(values)
+
+    def _fill(self, data_col: str) -> Any:
+        """The value of ``data_col`` before the episode started."""
+        fill = self._fills.get(data_col)
+        if fill is not None:
+            return fill
+        if data_col.startswith("state_out_"):
+            fill = self.initial_state[int(data_col[len("state_out_"):])]
+        elif data_col == _INFOS:
+            return {}
+        elif data_col == SampleBatch.REWARDS:
+            fill = np.float32(0.0)
+        elif data_col in (SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS):
+            fill = False
+        elif data_col in self.steps and self.steps[data_col]:
+            fill = tree.map_structure(lambda v: np.zeros_like(np.asarray(v)), self.steps[data_col][0])
+        elif data_col == _OBS:
+            fill = tree.map_structure(lambda v: np.zeros_like(np.asarray(v)), self.obs[0])
+        else:
+            fill = self._fill_from_space(data_col)
+        self._fills[data_col] = fill
+        return fill
+
+    def _fill_from_space(self, data_col: str) -> Any:
+        space = self.policy.action_space if data_col == SampleBatch.ACTIONS else None
+        req = self.view_requirements.get(data_col)
+        if space is None and req is not None:
+            space = req.space
+        if space is None:
+            return np.float32(0.0)
+        return tree.map_structure(lambda v: np.zeros_like(np.asarray(v)), space.sample())
+
+
+def unroll_id_counter() -> Iterator[int]:
+    """A fresh counter of fragment ids."""
+    return itertools.count()
+
+
+__all__ = ["AgentTrajectory", "lookback_of", "stack_values", "object_column", "unroll_id_counter"]

@@ -1,0 +1,413 @@
+"""The sampling loop of a rollout worker: steps gymnasium envs in lock-step,
+batches every waiting agent through its policy, and turns finished
+trajectory pieces into postprocessed batches.
+
+Single-agent envs are driven as one-agent multi-agent envs (agent id
+``"agent0"``). A trajectory piece is cut when its episode ends, or (with
+``batch_mode="truncate_episodes"``) when the fragment is full; every piece is
+postprocessed exactly once, together with the pieces of the other agents of
+the same episode (``other_agent_batches``). Terminated and truncated are kept
+apart: postprocessing bootstraps the value after a truncated or cut piece.
+"""
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+import tree
+
+from rlpolicy.env.multi_agent_env import ALL_AGENTS, MultiAgentEnv
+from rlpolicy.evaluation.agent_trajectory import AgentTrajectory, stack_values, unroll_id_counter
+from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
+from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
+
+BATCH_MODES = ("truncate_episodes", "complete_episodes")
+COUNT_STEPS_BY = ("env_steps", "agent_steps")
+
+
+class RolloutMetrics(NamedTuple):
+    """Statistics of one finished episode (RLlib 1.11's ``RolloutMetrics``)."""
+
+    episode_length: int
+    episode_reward: float
+    agent_rewards: Dict[Tuple[Any, str], float]
+    custom_metrics: Dict[str, float]
+    perf_stats: Dict[str, float]
+    hist_data: Dict[str, List[float]]
+    media: Dict[str, Any]
+
+
+class SubEnvironments:
+    """The vector of sub-environments of one worker, as callbacks see it (``base_env``)."""
+
+    def __init__(self, envs: List[Any]):
+        self.envs = envs
+
+    def get_sub_environments(self) -> List[Any]:
+        """The sub-environments (the envs the env creator returned)."""
+        return list(self.envs)
+
+    get_unwrapped = get_sub_environments  # RLlib's older name
+
+    def stop(self) -> None:
+        """Closes every sub-environment."""
+        for env in self.envs:
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+
+
+class _SingleAgentAdapter:
+    """Presents a gymnasium env through the multi-agent dict API (one agent)."""
+
+    def __init__(self, env: Any):
+        self.env = env
+
+    def reset(self, seed: Optional[int] = None) -> Tuple[dict, dict]:
+        obs, info = self.env.reset(seed=seed)
+        return {_DUMMY_AGENT_ID: obs}, {_DUMMY_AGENT_ID: info}
+
+    def step(self, action_dict: dict) -> Tuple[dict, dict, dict, dict, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action_dict[_DUMMY_AGENT_ID])
+        a = _DUMMY_AGENT_ID
+        return ({a: obs}, {a: reward}, {a: terminated, ALL_AGENTS: terminated},
+                {a: truncated, ALL_AGENTS: truncated}, {a: info})
+
+
+class _MultiAgentAdapter:
+    """Checks a MultiAgentEnv's outputs (the ``"__all__"`` key) as they come."""
+
+    def __init__(self, env: MultiAgentEnv):
+        self.env = env
+
+    def reset(self, seed: Optional[int] = None) -> Tuple[dict, dict]:
+        out = self.env.reset(seed=seed)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise ValueError(f"{type(self.env).__name__}.reset() must return (obs_dict, infos_dict), "
+                             f"got {type(out).__name__}")
+        return out
+
+    def step(self, action_dict: dict) -> Tuple[dict, dict, dict, dict, dict]:
+        out = self.env.step(action_dict)
+        if not (isinstance(out, tuple) and len(out) == 5):
+            raise ValueError(f"{type(self.env).__name__}.step() must return (obs, rewards, "
+                             f"terminateds, truncateds, infos) dicts")
+        obs, rewards, terms, truncs, infos = out
+        if ALL_AGENTS not in terms:
+            raise ValueError(f"{type(self.env).__name__}.step(): terminateds has no '__all__' key "
+                             f"(got keys {sorted(map(str, terms))})")
+        return obs, rewards, terms, truncs, infos
+
+
+def wrap_env(env: Any) -> Any:
+    """The dict-API adapter for a gymnasium env or a MultiAgentEnv."""
+    return _MultiAgentAdapter(env) if isinstance(env, MultiAgentEnv) else _SingleAgentAdapter(env)
+
+
+@dataclass
+class _Slot:
+    """One sub-environment and its running episode."""
+
+    index: int
+    env: Any
+    episode: Optional[Episode] = None
+    agents: Dict[Any, AgentTrajectory] = field(default_factory=dict)
+    to_act: List[Any] = field(default_factory=list)
+
+
+@dataclass
+class SamplerSettings:
+    """How the sampler cuts and counts (the RolloutWorker's arguments)."""
+
+    batch_mode: str = "truncate_episodes"
+    rollout_fragment_length: int = 200
+    count_steps_by: str = "env_steps"
+    explore: Optional[bool] = None
+    normalize_actions: Optional[bool] = None  # None: each policy's config
+    clip_actions: Optional[bool] = None
+
+
+class EnvRunner:
+    """Runs the sub-environments of one worker and collects postprocessed batches.
+
+    Args:
+        worker: The owning RolloutWorker (passed to callbacks and mapping fns).
+        envs: The sub-environments (gymnasium envs or MultiAgentEnvs).
+        policy_map: Policy id -> Policy.
+        policy_mapping_fn: ``fn(agent_id, episode, worker=..., **kw) -> policy_id``.
+        callbacks: A DefaultCallbacks instance.
+        settings: Batch mode, fragment length, step counting, exploration.
+        seeds: Seed of each sub-environment's first reset (or None).
+    """
+
+    def __init__(self, worker: Any, envs: List[Any], policy_map: Dict[str, Any],
+                 policy_mapping_fn: Callable[..., str], callbacks: Any, settings: SamplerSettings,
+                 seeds: Optional[List[Optional[int]]] = None):
+        self.worker = worker
+        self.base_env = SubEnvironments(envs)
+        self.policy_map = policy_map
+        self.policy_mapping_fn = policy_mapping_fn
+        self.callbacks = callbacks
+        self.settings = settings
+        self._unroll_ids = unroll_id_counter()
+        self._slots = [_Slot(i, wrap_env(env)) for i, env in enumerate(envs)]
+        self._seeds = list(seeds) if seeds is not None else [None] * len(envs)
+        self._outputs: Dict[str, List[SampleBatch]] = defaultdict(list)
+        self._out_env_steps = 0
+        self._out_agent_steps = 0
+        self.total_env_steps = 0
+        self.new_metrics: List[RolloutMetrics] = []
+        self.episode_returns: Deque[float] = deque(maxlen=100)
+        self.episode_lengths: Deque[int] = deque(maxlen=100)
+        self.num_episodes = 0
+
+    # ------------------------------------------------------------------ public
+    def sample(self) -> Any:
+        """One rollout fragment of every sub-environment, postprocessed.
+
+        Returns:
+            A SampleBatch (only ``"default_policy"`` collected data) or a MultiAgentBatch.
+        """
+        for slot in self._slots:
+            if slot.episode is None:
+                self._start_episode(slot, self._seeds[slot.index])
+        s = self.settings
+        if s.batch_mode == "truncate_episodes":
+            target = s.rollout_fragment_length * len(self._slots)
+            counted = 0
+            while counted < target:
+                env_steps, agent_steps = self._tick()
+                counted += env_steps if s.count_steps_by == "env_steps" else agent_steps
+                self._out_env_steps += env_steps
+            for slot in self._slots:
+                self._postprocess_slot(slot)
+        else:
+            while self._counted_output() < s.rollout_fragment_length:
+                self._tick()
+        return self._take_outputs()
+
+    def sub_environments(self) -> List[Any]:
+        """The raw sub-environments."""
+        return self.base_env.get_sub_environments()
+
+    # ------------------------------------------------------------------ episodes
+    def _start_episode(self, slot: _Slot, seed: Optional[int] = None) -> None:
+        obs, infos = slot.env.reset(seed=seed)
+        episode = Episode(self.policy_map, self.policy_mapping_fn, env_id=slot.index, worker=self.worker)
+        slot.episode, slot.agents, slot.to_act = episode, {}, []
+        for policy in self.policy_map.values():
+            exploration = getattr(policy, "exploration", None)
+            if exploration is not None:
+                exploration.on_episode_start(policy, environment=self.base_env, episode=episode,
+                                             tf_sess=policy.get_session())
+        self.callbacks.on_episode_start(worker=self.worker, base_env=self.base_env,
+                                        policies=self.policy_map, episode=episode, env_index=slot.index)
+        for agent_id, ob in obs.items():
+            info = infos.get(agent_id) or {}
+            self._add_agent(slot, agent_id, ob, info)
+            slot.to_act.append(agent_id)
+
+    def _add_agent(self, slot: _Slot, agent_id: Any, obs: Any, info: dict) -> AgentTrajectory:
+        episode = slot.episode
+        policy_id = episode.policy_for(agent_id)
+        traj = AgentTrajectory(agent_id, episode._agent_index(agent_id), policy_id,
+                               self.policy_map[policy_id], episode.episode_id, slot.index,
+                               self._unroll_ids, obs, info)
+        slot.agents[agent_id] = traj
+        episode._set_last_observation(agent_id, obs)
+        episode._set_last_raw_obs(agent_id, obs)
+        episode._set_last_info(agent_id, info)
+        return traj
+
+    def _end_episode(self, slot: _Slot) -> None:
+        episode = slot.episode
+        self._postprocess_slot(slot)
+        if self.settings.batch_mode == "complete_episodes":
+            self._out_env_steps += episode.length
+        for policy in self.policy_map.values():
+            exploration = getattr(policy, "exploration", None)
+            if exploration is not None:
+                exploration.on_episode_end(policy, environment=self.base_env, episode=episode,
+                                           tf_sess=policy.get_session())
+        self.callbacks.on_episode_end(worker=self.worker, base_env=self.base_env,
+                                      policies=self.policy_map, episode=episode, env_index=slot.index)
+        self.new_metrics.append(RolloutMetrics(
+            episode.length, episode.total_reward, dict(episode.agent_rewards), dict(episode.custom_metrics),
+            {}, dict(episode.hist_data), dict(episode.media)))
+        self.episode_returns.append(episode.total_reward)
+        self.episode_lengths.append(episode.length)
+        self.num_episodes += 1
+        self._start_episode(slot)
+
+    # ------------------------------------------------------------------ stepping
+    def _tick(self) -> Tuple[int, int]:
+        """Acts for every waiting agent, then steps every sub-env once.
+
+        Returns:
+            (env steps, agent steps) taken.
+        """
+        requests: Dict[str, List[Tuple[_Slot, AgentTrajectory]]] = defaultdict(list)
+        for slot in self._slots:
+            for agent_id in slot.to_act:
+                traj = slot.agents[agent_id]
+                requests[traj.policy_id].append((slot, traj))
+        env_actions: List[Dict[Any, Any]] = [{} for _ in self._slots]
+        for policy_id, items in requests.items():
+            self._act(self.policy_map[policy_id], items, env_actions)
+        agent_steps = 0
+        for slot in self._slots:
+            agent_steps += self._step_env(slot, env_actions[slot.index])
+        self.total_env_steps += len(self._slots)
+        return len(self._slots), agent_steps
+
+    def _act(self, policy: Any, items: List[Tuple[_Slot, AgentTrajectory]],
+             env_actions: List[Dict[Any, Any]]) -> None:
+        rows = [traj.action_inputs() for _, traj in items]
+        input_dict = SampleBatch({k: stack_values([r[k] for r in rows]) for k in rows[0]})
+        actions, state_out, extras = policy.compute_actions_from_input_dict(
+            input_dict, explore=self.settings.explore, episodes=[slot.episode for slot, _ in items])
+        actions = _as_numpy(actions)
+        state_out = [np.asarray(s) for s in state_out]
+        extras = {k: _as_numpy(v) for k, v in extras.items()}
+        to_env = self._env_action_fn(policy)
+        for j, (slot, traj) in enumerate(items):
+            action = _row(actions, j)
+            state = [s[j] for s in state_out]
+            extra = {k: _row(v, j) for k, v in extras.items()}
+            traj.stage_action(action, state, extra)
+            episode = slot.episode
+            episode._set_last_action(traj.agent_id, action)
+            episode._set_rnn_state(traj.agent_id, state)
+            episode._set_last_extra_action_outs(traj.agent_id, extra)
+            env_actions[slot.index][traj.agent_id] = to_env(action)
+
+    def _step_env(self, slot: _Slot, action_dict: Dict[Any, Any]) -> int:
+        obs, rewards, terms, truncs, infos = slot.env.step(action_dict)
+        episode = slot.episode
+        all_term = bool(terms.get(ALL_AGENTS, False))
+        all_trunc = bool(truncs.get(ALL_AGENTS, False)) and not all_term
+        over = all_term or all_trunc
+        episode.length += 1
+        episode._add_agent_rewards({a: r for a, r in rewards.items() if a != ALL_AGENTS})
+        for agent_id, reward in rewards.items():
+            traj = slot.agents.get(agent_id)
+            if traj is not None and traj.staged is not None:
+                traj.add_reward(reward)
+        rows, to_act = 0, []
+        for agent_id, ob in obs.items():
+            term = bool(terms.get(agent_id, False)) or all_term
+            trunc = (bool(truncs.get(agent_id, False)) or all_trunc) and not term
+            rows += self._observe(slot, agent_id, ob, term, trunc, infos.get(agent_id) or {})
+            if not (term or trunc or over):
+                to_act.append(agent_id)
+        if over:  # agents that acted but got no final observation end on their last one
+            for traj in slot.agents.values():
+                if traj.staged is not None:
+                    traj.close_step(traj.obs[-1], all_term, all_trunc, {})
+                    rows += 1
+        slot.to_act = to_act
+        self.callbacks.on_episode_step(worker=self.worker, base_env=self.base_env,
+                                       policies=self.policy_map, episode=episode, env_index=slot.index)
+        if over:
+            self._end_episode(slot)
+        return rows
+
+    def _observe(self, slot: _Slot, agent_id: Any, obs: Any, term: bool, trunc: bool, info: dict) -> int:
+        """Records an agent's new observation; returns the number of rows completed (0 or 1)."""
+        episode = slot.episode
+        traj = slot.agents.get(agent_id)
+        rows = 0
+        if traj is None:
+            traj = self._add_agent(slot, agent_id, obs, info)
+        elif traj.staged is not None:
+            traj.close_step(obs, term, trunc, info)
+            rows = 1
+        elif not traj.done:
+            traj.obs[-1] = obs  # observed again before acting: the newest observation counts
+        episode._set_last_observation(agent_id, obs)
+        episode._set_last_raw_obs(agent_id, obs)
+        episode._set_last_info(agent_id, info)
+        episode._set_last_done(agent_id, term or trunc)
+        return rows
+
+    # ------------------------------------------------------------------ batches
+    def _postprocess_slot(self, slot: _Slot) -> None:
+        """Postprocesses every agent's current piece of the slot's episode, then cuts them."""
+        pre = {agent_id: (traj.policy, traj.build_fragment())
+               for agent_id, traj in slot.agents.items() if traj.num_fragment_rows > 0}
+        originals = {a: (p, b.copy(shallow=True)) for a, (p, b) in pre.items()}
+        for agent_id, (policy, batch) in pre.items():
+            others = {a: v for a, v in pre.items() if a != agent_id}
+            post = policy.postprocess_trajectory(batch, others, slot.episode)
+            traj = slot.agents[agent_id]
+            self.callbacks.on_postprocess_trajectory(
+                worker=self.worker, episode=slot.episode, agent_id=agent_id, policy_id=traj.policy_id,
+                policies=self.policy_map, postprocessed_batch=post, original_batches=originals)
+            self._outputs[traj.policy_id].append(post)
+            self._out_agent_steps += post.count
+        for traj in slot.agents.values():
+            traj.cut()
+
+    def _counted_output(self) -> int:
+        return self._out_env_steps if self.settings.count_steps_by == "env_steps" else self._out_agent_steps
+
+    def _take_outputs(self) -> Any:
+        batches = {pid: concat_samples(b) for pid, b in self._outputs.items() if b}
+        env_steps = self._out_env_steps
+        self._outputs = defaultdict(list)
+        self._out_env_steps = self._out_agent_steps = 0
+        return MultiAgentBatch.wrap_as_needed(batches, env_steps)
+
+    def _env_action_fn(self, policy: Any) -> Callable[[Any], Any]:
+        return env_action_fn(policy, self.settings.normalize_actions, self.settings.clip_actions)
+
+
+def env_action_fn(policy: Any, normalize_actions: Optional[bool] = None,
+                  clip_actions: Optional[bool] = None) -> Callable[[Any], Any]:
+    """How a policy's action is sent to the env (RLlib 1.11): unsquashed from
+    ``[-1, 1]`` to the Box bounds with ``normalize_actions``, else clipped with
+    ``clip_actions``; 0-d arrays become Python scalars. None: the policy's config."""
+    from rlpolicy.utils.spaces.space_utils import clip_action, unsquash_action
+
+    config = getattr(policy, "config", {}) or {}
+    normalize = config.get("normalize_actions", True) if normalize_actions is None else normalize_actions
+    clip = config.get("clip_actions", False) if clip_actions is None else clip_actions
+    struct = getattr(policy, "action_space_struct", policy.action_space)
+    has_box = any(getattr(s, "dtype", None) in (np.float32, np.float64) and hasattr(s, "low")
+                  for s in tree.flatten(struct))
+
+    def to_env(action: Any) -> Any:
+        if has_box and normalize:
+            action = unsquash_action(action, struct)
+        elif has_box and clip:
+            action = clip_action(action, struct)
+        if isinstance(action, np.ndarray):
+            return _scalar_if_0d(action)
+        return tree.map_structure(_scalar_if_0d, action)
+
+    return to_env
+
+
+def _scalar_if_0d(value: Any) -> Any:
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value.item()
+    return value
+
+
+def _as_numpy(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value
+    return tree.map_structure(np.asarray, value)
+
+
+def _row(value: Any, j: int) -> Any:
+    """Row ``j`` of a batched (possibly nested) value."""
+    if isinstance(value, np.ndarray):
+        return value[j]
+    return tree.map_structure(lambda v: v[j], value)
+
+
+__all__ = ["EnvRunner", "RolloutMetrics", "SamplerSettings", "SubEnvironments", "wrap_env",
+           "env_action_fn", "BATCH_MODES", "COUNT_STEPS_BY"]
