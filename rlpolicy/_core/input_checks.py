@@ -25,6 +25,8 @@ _ALIASES = {"dones": "terminateds", "terminateds": "dones"}
 def _numpy_leaves(value: Any) -> List[np.ndarray]:
     # Only numpy leaves are inspected; framework tensors were made by code
     # that already chose their dtype.
+    if type(value) is np.ndarray:  # the common case, without tree's traversal
+        return [value]
     if isinstance(value, list) and value and not isinstance(value[0], (dict, tuple)):
         try:
             value = np.asarray(value)

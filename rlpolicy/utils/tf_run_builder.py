@@ -20,7 +20,10 @@ class TFRunBuilder:
     """Gathers a feed dict and fetches, and runs them in one ``session.run``.
 
     The run happens on the first ``get()``; after that no more feeds or
-    fetches can be added.
+    fetches can be added. Runs go through a session callable cached per
+    (fed tensors, fetch structure), which skips ``session.run``'s per-call
+    Python work; odd feeds, a patched ``run`` or ``TF_TIMELINE_DIR`` use
+    ``session.run`` itself.
 
     Example:
         >>> builder = TFRunBuilder(sess, "compute_actions")

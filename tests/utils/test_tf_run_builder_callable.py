@@ -41,7 +41,8 @@ def test_nested_fetches_ops_and_conversions(graph_ops):
     obs = np.array([[1.0, 2.0], [3.0, -4.0]], dtype=np.float64)  # converted to float32
     for i, flag in enumerate([True, False, True]):
         out = _run(ops, {ops["x"]: obs, ops["flag"]: flag, ops["step"]: i},
-                   [ops["picked"], {"stats": {"t": ops["total"], "s": ops["double_step"]}}, ops["inc"].op])
+                   [ops["picked"], {"stats": {"t": ops["total"], "s": ops["double_step"]}},
+                    ops["inc"].op])
         sign = 1.0 if flag else -1.0
         np.testing.assert_allclose(out[0], sign * np.array([3.0, -1.0]), rtol=1e-6, atol=1e-6)
         assert out[0].dtype == np.float32
@@ -90,3 +91,11 @@ def test_patched_run_is_respected(graph_ops):
         del sess.run
     np.testing.assert_allclose(out[0], [5.0], rtol=1e-6, atol=1e-6)
     assert calls == [1]
+
+
+def test_closed_session_raises(graph_ops):
+    ops = graph_ops
+    _run(ops, {ops["x"]: [[2.0, 3.0]]}, [ops["total"]])  # caches a callable
+    ops["sess"].close()
+    with pytest.raises(RuntimeError, match="callable_test.*closed Session"):
+        _run(ops, {ops["x"]: [[2.0, 3.0]]}, [ops["total"]])

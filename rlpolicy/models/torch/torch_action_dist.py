@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from math import log
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
