@@ -20,11 +20,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
-from rlpolicy.utils.schedules import PiecewiseSchedule
 from rlpolicy.utils.typing import TensorType, TrainerConfigDict
 
 tf1, tf, tfv = try_import_tf()
@@ -107,10 +107,8 @@ class LearningRateSchedule:
             lr_schedule: ``[[timestep, lr], ...]`` endpoints; after the last
                 endpoint its value is kept.
         """
-        self._lr_schedule = None
-        if lr_schedule is not None:
-            self._lr_schedule = PiecewiseSchedule(lr_schedule, outside_value=lr_schedule[-1][-1],
-                                                  framework=None)
+        self._lr_schedule = make_lr_schedule(lr_schedule)
+        if self._lr_schedule is not None:
             lr = self._lr_schedule.value(0)
         self._lr_var = _ScalarVar(self, "lr", lr)
         self.cur_lr = self._lr_var.var
@@ -146,14 +144,9 @@ class EntropyCoeffSchedule:
     @DeveloperAPI
     def __init__(self, entropy_coeff: float,
                  entropy_coeff_schedule: Optional[Union[int, List[List[Union[int, float]]]]]):
-        self._entropy_coeff_schedule = None
-        if entropy_coeff_schedule is not None:
-            if isinstance(entropy_coeff_schedule, list):
-                endpoints = entropy_coeff_schedule
-            else:
-                endpoints = [[0, entropy_coeff], [entropy_coeff_schedule, 0.0]]
-            self._entropy_coeff_schedule = PiecewiseSchedule(
-                endpoints, outside_value=endpoints[-1][-1], framework=None)
+        self._entropy_coeff_schedule = make_entropy_coeff_schedule(
+            entropy_coeff, entropy_coeff_schedule)
+        if self._entropy_coeff_schedule is not None:
             entropy_coeff = self._entropy_coeff_schedule.value(0)
         self._entropy_coeff_var = _ScalarVar(self, "entropy_coeff", entropy_coeff)
         self.entropy_coeff = self._entropy_coeff_var.var
@@ -185,10 +178,9 @@ class KLCoeffMixin:
     def update_kl(self, sampled_kl: float) -> float:
         """Grows the coefficient by 1.5x if the KL exceeds twice the target,
         halves it if the KL is below half the target; returns the new value."""
-        if sampled_kl > 2.0 * self.kl_target:
-            self._set_kl_coeff(self.kl_coeff_val * 1.5)
-        elif sampled_kl < 0.5 * self.kl_target:
-            self._set_kl_coeff(self.kl_coeff_val * 0.5)
+        new = adapted_kl_coeff(self.kl_coeff_val, sampled_kl, self.kl_target)
+        if new != self.kl_coeff_val:
+            self._set_kl_coeff(new)
         return self.kl_coeff_val
 
     def _set_kl_coeff(self, value: float) -> None:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
 
+from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.policy.torch_policy import TorchPolicy
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_torch
-from rlpolicy.utils.schedules import PiecewiseSchedule
 from rlpolicy.utils.typing import TensorType, TrainerConfigDict
 
 torch, nn = try_import_torch()
@@ -34,13 +34,8 @@ class LearningRateSchedule:
             lr_schedule: ``[[timestep, lr], ...]`` endpoints; after the last
                 endpoint its value is kept.
         """
-        self._lr_schedule = None
-        if lr_schedule is None:
-            self.cur_lr = lr
-        else:
-            self._lr_schedule = PiecewiseSchedule(
-                lr_schedule, outside_value=lr_schedule[-1][-1], framework=None)
-            self.cur_lr = self._lr_schedule.value(0)
+        self._lr_schedule = make_lr_schedule(lr_schedule)
+        self.cur_lr = lr if self._lr_schedule is None else self._lr_schedule.value(0)
 
     @override(Policy)
     def on_global_var_update(self, global_vars: Dict[str, TensorType]) -> None:
@@ -64,19 +59,10 @@ class EntropyCoeffSchedule:
     @DeveloperAPI
     def __init__(self, entropy_coeff: float,
                  entropy_coeff_schedule: Optional[Union[int, List[List[Union[int, float]]]]]):
-        self._entropy_coeff_schedule = None
-        if entropy_coeff_schedule is None:
-            self.entropy_coeff = entropy_coeff
-            return
-        if isinstance(entropy_coeff_schedule, list):
-            self._entropy_coeff_schedule = PiecewiseSchedule(
-                entropy_coeff_schedule, outside_value=entropy_coeff_schedule[-1][-1],
-                framework=None)
-        else:
-            self._entropy_coeff_schedule = PiecewiseSchedule(
-                [[0, entropy_coeff], [entropy_coeff_schedule, 0.0]], outside_value=0.0,
-                framework=None)
-        self.entropy_coeff = self._entropy_coeff_schedule.value(0)
+        self._entropy_coeff_schedule = make_entropy_coeff_schedule(
+            entropy_coeff, entropy_coeff_schedule)
+        self.entropy_coeff = (entropy_coeff if self._entropy_coeff_schedule is None
+                              else self._entropy_coeff_schedule.value(0))
 
     @override(Policy)
     def on_global_var_update(self, global_vars: Dict[str, TensorType]) -> None:
@@ -101,10 +87,7 @@ class KLCoeffMixin:
     def update_kl(self, sampled_kl: float) -> float:
         """Grows the coefficient by 1.5x if the KL exceeds twice the target,
         halves it if the KL is below half the target; returns the new value."""
-        if sampled_kl > 2.0 * self.kl_target:
-            self.kl_coeff *= 1.5
-        elif sampled_kl < 0.5 * self.kl_target:
-            self.kl_coeff *= 0.5
+        self.kl_coeff = adapted_kl_coeff(self.kl_coeff, sampled_kl, self.kl_target)
         return self.kl_coeff
 
     @override(Policy)
