@@ -24,6 +24,8 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+from rlpolicy._core.tf_export import import_tf2onnx
+
 _NON_INPUT_COLUMNS = ("is_training", "seq_lens", "infos")
 
 
@@ -101,11 +103,7 @@ def export_onnx(model: Any, specs: Dict[str, Any], export_dir: str, opset: int) 
     Raises:
         RuntimeError: If ``tf2onnx`` is not installed.
     """
-    try:
-        import tf2onnx
-    except ImportError as e:
-        raise RuntimeError("Converting a TensorFlow model to ONNX requires `tf2onnx` to be "
-                           "installed. Install with `pip install tf2onnx`.") from e
+    tf2onnx = import_tf2onnx()
     tf = _tf()
     names: List[str] = list(specs)
     flat_specs = [specs[k] for k in names]

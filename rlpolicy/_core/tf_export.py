@@ -72,6 +72,20 @@ def freeze_serving_graph(sess: Any, outputs: List[str]) -> Any:
     return frozen
 
 
+def import_tf2onnx() -> Any:
+    """Imports ``tf2onnx`` (for the graph and the eager ONNX export).
+
+    Raises:
+        RuntimeError: If ``tf2onnx`` is not installed.
+    """
+    try:
+        import tf2onnx
+    except ImportError as e:
+        raise RuntimeError("Converting a TensorFlow model to ONNX requires `tf2onnx` to be "
+                           "installed. Install with `pip install tf2onnx`.") from e
+    return tf2onnx
+
+
 def save_onnx(sess: Any, export_dir: str, signature_def_map: Dict[str, Any], opset: int) -> str:
     """Freezes the serving graph and converts it to ``<export_dir>/saved_model.onnx``.
 
@@ -88,11 +102,7 @@ def save_onnx(sess: Any, export_dir: str, signature_def_map: Dict[str, Any], ops
     Raises:
         RuntimeError: If ``tf2onnx`` is not installed.
     """
-    try:
-        import tf2onnx
-    except ImportError as e:
-        raise RuntimeError("Converting a TensorFlow model to ONNX requires `tf2onnx` to be "
-                           "installed. Install with `pip install tf2onnx`.") from e
+    tf2onnx = import_tf2onnx()
     _, tf = _tf()
     inputs, outputs = _io_names(signature_def_map)
     frozen = freeze_serving_graph(sess, outputs)
