@@ -33,6 +33,15 @@ def is_keras_model(model: Any) -> bool:
     return isinstance(model, get_keras().Model)
 
 
+def check_model(owner: str, model: Any) -> None:
+    """Raises TypeError unless ``model`` is a TFModelV2 or a Keras model."""
+    from rlpolicy.models.tf.tf_modelv2 import TFModelV2
+
+    if not isinstance(model, TFModelV2) and not is_keras_model(model):
+        raise TypeError(f"{owner}: the model must be a TFModelV2 (or Keras model), got "
+                        f"{type(model).__name__}")
+
+
 def takes_input_dict(fn: Callable) -> bool:
     """Whether an ``action_distribution_fn`` has the newer ``input_dict=`` signature."""
     try:

@@ -237,18 +237,23 @@ def _cut_states_to_sequences(batch: "SampleBatch", batch_size: int) -> np.ndarra
     return seq_lens
 
 
-def _call_loss(policy: "Policy", train_batch: "SampleBatch") -> bool:
+def resolve_loss(policy_cls: type, loss: Optional[Callable] = None) -> Optional[Callable]:
+    """The loss callable ``(policy, model, dist_class, train_batch)``: ``loss`` if
+    given, else ``policy_cls.loss`` if the class overrides ``Policy.loss``, else
+    None (the policy cannot learn)."""
     from rlpolicy.policy.policy import Policy
 
-    model = getattr(policy, "model", None)
-    loss_fn = getattr(policy, "_loss", None)
-    if loss_fn is not None:
-        loss_fn(policy, model, policy.dist_class, train_batch)
-        return True
-    if type(policy).loss is not Policy.loss:
-        policy.loss(model, policy.dist_class, train_batch)
-        return True
-    return False
+    if loss is not None:
+        return loss
+    return policy_cls.loss if policy_cls.loss is not Policy.loss else None
+
+
+def _call_loss(policy: "Policy", train_batch: "SampleBatch") -> bool:
+    loss_fn = resolve_loss(type(policy), getattr(policy, "_loss", None))
+    if loss_fn is None:
+        return False
+    loss_fn(policy, getattr(policy, "model", None), policy.dist_class, train_batch)
+    return True
 
 
 def _run_postprocess_and_loss(policy: "Policy", batch_size: int, state_outs: list,

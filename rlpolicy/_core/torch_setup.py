@@ -6,7 +6,7 @@ Only imported by torch modules; torch itself is looked up through
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Set, Tuple, Type
+from typing import Any, List, Mapping, Optional, Sequence, Set, Tuple, Type
 
 from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
 from rlpolicy.utils.framework import try_import_torch
@@ -53,17 +53,6 @@ def plan_torch_devices(config: Mapping) -> DevicePlan:
         f"{plan.num_towers} GPU(s)" if plan.on_gpu else "CPU")
     logger.info("TorchPolicy (worker=%s) running on %s.", worker, where)
     return plan
-
-
-def resolve_loss(policy_cls: type, base_loss: Callable,
-                 loss: Optional[Callable]) -> Optional[Callable]:
-    """The loss callable: ``loss`` if given, else ``policy_cls.loss`` if it
-    overrides ``base_loss`` (``Policy.loss``), else None (cannot learn)."""
-    if loss is not None:
-        return loss
-    if policy_cls.loss is not base_loss:
-        return policy_cls.loss
-    return None
 
 
 def optimizer_param_groups(model: Any, optimizers: Sequence[Any]) -> List[Set[int]]:

@@ -42,6 +42,7 @@ from rlpolicy._core.devices import detect_ray_context, plan_devices
 from rlpolicy._core import input_checks
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.hooks import check_factory_args, updated_kwargs
+from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.tf_hooks import TFPolicyHooks, resolve_deprecated_args
 from rlpolicy._core.tower_buffers import TowerBuffers, device_minibatch_size, split_batch_for_devices
 from rlpolicy.policy.policy import Policy, complete_policy_config
@@ -81,7 +82,7 @@ class EagerTFPolicy(Policy):
         Policy.__init__(self, observation_space, action_space, _eager_config(self, config))
         config = self.config
         self._init_runtime_state()
-        self._loss = hooks.loss_fn if hooks.loss_fn is not None else _overridden_loss(self)
+        self._loss = resolve_loss(type(self), hooks.loss_fn)
         req = hooks.get_batch_divisibility_req
         self.batch_divisibility_req = req(self) if callable(req) else (req or 1)
         self._max_seq_len = config["model"]["max_seq_len"]
@@ -141,7 +142,7 @@ class EagerTFPolicy(Policy):
         else:
             model = ModelCatalog.get_model_v2(self.observation_space, self.action_space, logit_dim,
                                               cfg["model"], framework=self.framework)
-        _check_model(type(self).__name__, model)
+        acting.check_model(type(self).__name__, model)
         return model, dist_class
 
     def _make_optimizers(self) -> List[Any]:
@@ -505,20 +506,6 @@ def _eager_config(policy: Policy, config: Optional[dict]) -> dict:
         # RLlib 1.11: an eager policy runs as framework "tf2" ("tfe" is kept).
         full["framework"] = "tf2"
     return full
-
-
-def _overridden_loss(policy: Policy) -> Optional[Callable]:
-    if type(policy).loss is not Policy.loss:
-        return type(policy).loss
-    return None
-
-
-def _check_model(owner: str, model: Any) -> None:
-    from rlpolicy.models.tf.tf_modelv2 import TFModelV2
-
-    if not isinstance(model, TFModelV2) and not acting.is_keras_model(model):
-        raise TypeError(f"{owner}: the model must be a TFModelV2 (or Keras model), got "
-                        f"{type(model).__name__}")
 
 
 # ---------------------------------------------------------------- the factory

@@ -20,6 +20,7 @@ import numpy as np
 
 from rlpolicy._core import input_checks
 from rlpolicy._core.framework_check import require_framework
+from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.torch_actions import act, acting_batch, log_likelihoods
 from rlpolicy._core.torch_convert import (
     NoGrad,
@@ -38,7 +39,6 @@ from rlpolicy._core.torch_setup import (
     default_model_and_dist,
     optimizer_param_groups,
     plan_torch_devices,
-    resolve_loss,
 )
 from rlpolicy._core.tower_buffers import (
     TowerBuffers,
@@ -186,7 +186,7 @@ class TorchPolicy(Policy):
         self.view_requirements.update(self.model.view_requirements)
         self.exploration = self._create_exploration()
         self.unwrapped_model = model  # RLlib: for DistributedDataParallel wrappers.
-        self._loss = resolve_loss(type(self), Policy.loss, loss)
+        self._loss = resolve_loss(type(self), loss)
         self._optimizers = force_list(self.optimizer())
         self.multi_gpu_param_groups: List[Set[int]] = optimizer_param_groups(
             self.model, self._optimizers)
