@@ -26,6 +26,11 @@ def _cuda_count() -> int:
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("RLPOLICY_SLOW") != "1":
+        skip_slow = pytest.mark.skip(reason="slow test; set RLPOLICY_SLOW=1 to run it")
+        for item in items:
+            if item.get_closest_marker("slow") is not None:
+                item.add_marker(skip_slow)
     if _cuda_count() > 0:
         return
     skip = pytest.mark.skip(reason="needs a real CUDA device; none visible")

@@ -9,12 +9,17 @@ tuple. Nothing here imports torch or tensorflow.
 from __future__ import annotations
 
 from numbers import Number
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import tree
 
+from rlpolicy.utils.spaces.space_utils import clip_action, unsquash_action
+
 SEQ_LENS = "seq_lens"
+# compute_single_action's opt-in post-processing keywords: (ours, RLlib Trainer's spelling).
+_FLAG_SPELLINGS = {"unsquash": ("unsquash_actions", "unsquash_action"),
+                   "clip": ("clip_actions", "clip_action")}
 
 
 class SingleActionOutput(NamedTuple):
@@ -156,3 +161,51 @@ def unbatch_single_output(out: Any) -> SingleActionOutput:
     states = [first_row(s, f"state_out_{i}") for i, s in enumerate(state_out or [])]
     extra = {k: first_row(v, f"extra output {k!r}") for k, v in (info or {}).items()}
     return SingleActionOutput(action, states, extra)
+
+
+def pop_single_action_flags(kwargs: Dict[str, Any]) -> Tuple[bool, bool]:
+    """Removes the unsquash/clip keywords from ``kwargs`` and returns them.
+
+    Both spellings are read: ``unsquash_actions``/``unsquash_action`` and
+    ``clip_actions``/``clip_action``; missing or None means False.
+
+    Args:
+        kwargs: The ``**kwargs`` of ``compute_single_action`` (changed in place).
+
+    Returns:
+        ``(unsquash, clip)``.
+
+    Raises:
+        ValueError: If both spellings of one flag are given with different values.
+    """
+    flags = []
+    for plural, singular in _FLAG_SPELLINGS.values():
+        a, b = kwargs.pop(plural, None), kwargs.pop(singular, None)
+        if a is not None and b is not None and bool(a) != bool(b):
+            raise ValueError(f"compute_single_action: {plural}={a!r} and {singular}={b!r} disagree; "
+                             "pass only one of them")
+        flags.append(bool(a if a is not None else b))
+    return flags[0], flags[1]
+
+
+def postprocess_single_action(action: Any, action_space_struct: Any, *, unsquash: bool,
+                              clip: bool) -> Any:
+    """Unsquashes (from [-1, 1] onto the bounds) or clips the Box parts of one action.
+
+    Unsquashing wins over clipping (it clips too); with neither flag the
+    action is returned unchanged.
+
+    Args:
+        action: One (unbatched) action, nested like the action space.
+        action_space_struct: The policy's ``action_space_struct``.
+        unsquash: Map float Box components from [-1, 1] onto their bounds.
+        clip: Clip Box components into their bounds.
+
+    Returns:
+        The post-processed action.
+    """
+    if unsquash:
+        return unsquash_action(action, action_space_struct)
+    if clip:
+        return clip_action(action, action_space_struct)
+    return action

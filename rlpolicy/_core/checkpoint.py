@@ -63,8 +63,11 @@ def space_to_json(space: gym.Space) -> Dict[str, Any]:
     """
     s = gym.spaces
     if isinstance(space, s.Box):
-        return {"type": "Box", "low": _bound_to_json(space.low), "high": _bound_to_json(space.high),
-                "shape": list(space.shape), "dtype": np.dtype(space.dtype).name}
+        out = {"type": "Box", "low": _bound_to_json(space.low), "high": _bound_to_json(space.high),
+               "shape": list(space.shape), "dtype": np.dtype(space.dtype).name}
+        if getattr(space, "original_space", None) is not None:  # a preprocessed Dict/Tuple
+            out["original_space"] = space_to_json(space.original_space)
+        return out
     if isinstance(space, s.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start),
                 "dtype": np.dtype(space.dtype).name}
@@ -95,7 +98,10 @@ def space_from_json(data: Any) -> gym.Space:
             shape, dtype = tuple(data["shape"]), np.dtype(data["dtype"])
             low = np.broadcast_to(np.asarray(data["low"], dtype=dtype), shape).copy()
             high = np.broadcast_to(np.asarray(data["high"], dtype=dtype), shape).copy()
-            return s.Box(low=low, high=high, shape=shape, dtype=dtype)
+            box = s.Box(low=low, high=high, shape=shape, dtype=dtype)
+            if "original_space" in data:
+                box.original_space = space_from_json(data["original_space"])
+            return box
         if kind == "Discrete":
             return s.Discrete(int(data["n"]), start=int(data["start"]), dtype=np.dtype(data["dtype"]))
         if kind == "MultiDiscrete":
@@ -103,7 +109,8 @@ def space_from_json(data: Any) -> gym.Space:
         if kind == "MultiBinary":
             return s.MultiBinary(data["n"])
         if kind == "Dict":
-            return s.Dict({k: space_from_json(v) for k, v in data["spaces"]})
+            # A list of pairs keeps the saved key order (a dict would be sorted).
+            return s.Dict([(k, space_from_json(v)) for k, v in data["spaces"]])
         if kind == "Tuple":
             return s.Tuple([space_from_json(v) for v in data["spaces"]])
     except CheckpointError:

@@ -288,7 +288,7 @@ def tf_random_actions(action_space: gym.Space, batch_size: Any) -> Any:
 
     Bounded Box dimensions are uniform in [low, high] (integer Boxes
     inclusive), unbounded ones standard normal, half-bounded ones follow
-    gymnasium's shifted exponential; Discrete and MultiDiscrete are uniform.
+    gymnasium's shifted exponential; Discrete, MultiDiscrete and MultiBinary are uniform.
     ``batch_size=None`` draws one unbatched action.
     """
     struct = base_struct_from_space(action_space)
@@ -318,9 +318,12 @@ def _tf_random_leaf(space: gym.Space, batch_size: Any) -> Any:
         return tf.cast(draw + start, space.dtype)
     if isinstance(space, gym.spaces.Box):
         return _tf_random_box(space, _tf_shape(batch_size, space.shape))
+    if isinstance(space, gym.spaces.MultiBinary):
+        bits = tf.random.uniform(_tf_shape(batch_size, space.shape), 0, 2, dtype=tf.int64)
+        return tf.cast(bits, space.dtype)
     raise ValueError(
         f"Random exploration cannot sample action space component {space}; "
-        "supported: Box, Discrete, MultiDiscrete and Dict/Tuple of these")
+        "supported: Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of these")
 
 
 def _tf_random_box(space: gym.spaces.Box, shape: Any) -> Any:

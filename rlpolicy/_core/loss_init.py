@@ -97,6 +97,11 @@ def _flattened_width(space: gym.Space) -> int:
     return int(np.prod(space.shape))
 
 
+def _preprocessed_width(space: gym.Space) -> int:
+    from rlpolicy.models.preprocessors import get_preprocessor
+    return int(get_preprocessor(space)(space).size)
+
+
 def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict) -> Any:
     from rlpolicy.utils.spaces.space_utils import get_dummy_batch_for_space
 
@@ -106,7 +111,10 @@ def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict) -
         (data_col == "obs" and not config.get("_disable_preprocessor_api", False))
         or (data_col == "actions" and not config.get("_disable_action_flattening", False)))
     if flatten:
-        return np.zeros((batch_size, _flattened_width(space)), np.float32)
+        # Observations are flattened by the preprocessor (one-hot discrete parts); RLlib
+        # 1.11 counts 1 per Discrete here and breaks every model on such spaces.
+        width = _preprocessed_width(space) if data_col == "obs" else _flattened_width(space)
+        return np.zeros((batch_size, width), np.float32)
     if view_req.shift_from is not None or isinstance(view_req.shift, (list, tuple, np.ndarray)):
         time_size = len(getattr(view_req, "shift_arr", view_req.shift))
         return get_dummy_batch_for_space(space, batch_size=batch_size, time_size=time_size)

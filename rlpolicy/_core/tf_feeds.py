@@ -141,6 +141,10 @@ def log_likelihood_feed(policy: "TFPolicy", actions: Any, obs_batch: Any,
     """
     state_batches = list(state_batches or [])
     check_state_batches(policy._state_inputs, state_batches)
+    if isinstance(actions, (dict, tuple)) and len(policy._action_input.shape) == 2:
+        # Per-component actions of a Dict/Tuple space -> the flat action placeholder.
+        from rlpolicy.utils.spaces.space_utils import flatten_action_batch
+        actions = flatten_action_batch(actions, policy._action_input.dtype.as_numpy_dtype)
     feed = {policy._action_input: actions, policy._obs_input: obs_batch}
     feed.update(zip(policy._state_inputs, state_batches))
     if state_batches:
@@ -176,7 +180,12 @@ def loss_feed(policy: "TFPolicy", train_batch: Any) -> Dict[Any, Any]:
             raise ValueError(f"the train batch has no column {key!r}, which the loss reads "
                              f"(loss inputs: {sorted(policy._loss_input_dict)}); add it in "
                              "postprocessing")
-        tree.map_structure(lambda ph, v: feed.__setitem__(ph, v), placeholders, train_batch[key])
+        value = train_batch[key]
+        if isinstance(value, (dict, tuple)) and not isinstance(placeholders, (dict, tuple, list)):
+            # Per-component Dict/Tuple actions (as the sampler keeps them) -> the flat placeholder.
+            from rlpolicy.utils.spaces.space_utils import flatten_action_batch
+            value = flatten_action_batch(value, placeholders.dtype.as_numpy_dtype)
+        tree.map_structure(lambda ph, v: feed.__setitem__(ph, v), placeholders, value)
     if policy._state_inputs:
         if SEQ_LENS not in train_batch:
             raise ValueError("the train batch of a recurrent policy needs a 'seq_lens' column")

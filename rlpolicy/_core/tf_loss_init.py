@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Set, Tuple
 import numpy as np
 import tree
 
+from rlpolicy._core.obs_prep import prepare_observation_space
 from rlpolicy._core.loss_init import AccessRecord, new_box, prune_view_requirements
 from rlpolicy._core.tf_feeds import placeholders_needed_by
 
@@ -62,8 +63,11 @@ def build_input_dict(policy: "DynamicTFPolicy", view_requirements: Dict[str, Any
         elif col in existing_inputs:
             input_dict[col] = existing_inputs[col]
         elif vr.used_for_training and create_missing:
-            flatten = col not in (SampleBatch.OBS, SampleBatch.NEXT_OBS) or not disable_preprocessor
-            input_dict[col] = get_placeholder(space=vr.space, name=col,
+            is_obs = col in (SampleBatch.OBS, SampleBatch.NEXT_OBS)
+            flatten = not is_obs or not disable_preprocessor
+            # Nested observations arrive preprocessed (one-hot discrete parts).
+            space = prepare_observation_space(vr.space, policy.config) if is_obs else vr.space
+            input_dict[col] = get_placeholder(space=space, name=col,
                                               time_axis=not isinstance(vr.shift, int),
                                               flatten=flatten)
     extra = {SEQ_LENS: policy._seq_lens} if policy._seq_lens is not None else {}

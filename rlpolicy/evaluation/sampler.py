@@ -18,6 +18,7 @@ from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 import tree
 
+from rlpolicy._core.obs_prep import flatten_single_obs
 from rlpolicy.env.multi_agent_env import ALL_AGENTS, MultiAgentEnv
 from rlpolicy.evaluation.agent_trajectory import AgentTrajectory, stack_values, unroll_id_counter
 from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
@@ -209,15 +210,18 @@ class EnvRunner:
             self._add_agent(slot, agent_id, ob, info)
             slot.to_act.append(agent_id)
 
-    def _add_agent(self, slot: _Slot, agent_id: Any, obs: Any, info: dict) -> AgentTrajectory:
+    def _add_agent(self, slot: _Slot, agent_id: Any, raw_obs: Any, info: dict) -> AgentTrajectory:
         episode = slot.episode
         policy_id = episode.policy_for(agent_id)
+        policy = self.policy_map[policy_id]
+        # The policy's own preprocessing (one-hot/flatten of Dict/Tuple observations).
+        obs = flatten_single_obs(policy, raw_obs)
         traj = AgentTrajectory(agent_id, episode._agent_index(agent_id), policy_id,
-                               self.policy_map[policy_id], episode.episode_id, slot.index,
+                               policy, episode.episode_id, slot.index,
                                self._unroll_ids, obs, info)
         slot.agents[agent_id] = traj
         episode._set_last_observation(agent_id, obs)
-        episode._set_last_raw_obs(agent_id, obs)
+        episode._set_last_raw_obs(agent_id, raw_obs)
         episode._set_last_info(agent_id, info)
         return traj
 
@@ -314,20 +318,24 @@ class EnvRunner:
             self._end_episode(slot)
         return rows
 
-    def _observe(self, slot: _Slot, agent_id: Any, obs: Any, term: bool, trunc: bool, info: dict) -> int:
+    def _observe(self, slot: _Slot, agent_id: Any, raw_obs: Any, term: bool, trunc: bool,
+                 info: dict) -> int:
         """Records an agent's new observation; returns the number of rows completed (0 or 1)."""
         episode = slot.episode
         traj = slot.agents.get(agent_id)
         rows = 0
         if traj is None:
-            traj = self._add_agent(slot, agent_id, obs, info)
-        elif traj.staged is not None:
+            traj = self._add_agent(slot, agent_id, raw_obs, info)
+            obs = traj.obs[-1]
+        else:
+            obs = flatten_single_obs(traj.policy, raw_obs)
+        if traj.staged is not None:
             traj.close_step(obs, term, trunc, info)
             rows = 1
         elif not traj.done:
             traj.obs[-1] = obs  # observed again before acting: the newest observation counts
         episode._set_last_observation(agent_id, obs)
-        episode._set_last_raw_obs(agent_id, obs)
+        episode._set_last_raw_obs(agent_id, raw_obs)
         episode._set_last_info(agent_id, info)
         episode._set_last_done(agent_id, term or trunc)
         return rows

@@ -1,7 +1,7 @@
 """The framework-neutral action distribution base class (RLlib's ``action_dist``)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -86,3 +86,28 @@ class ActionDistribution:
             The size (or shape) of the inputs, without the batch dimension.
         """
         raise NotImplementedError
+
+
+def multi_dim_action_shape(action_space: Any) -> Optional[Tuple[int, ...]]:
+    """The shape samples of a flat distribution must be reshaped to, if any.
+
+    rlpolicy (beyond RLlib 1.11) serves a float Box with more than one
+    dimension, a MultiBinary, and a MultiDiscrete with a multi-dimensional
+    ``nvec`` by a distribution over the flattened action; this returns the
+    space's shape for those and None for every other space (whose samples
+    keep the layout they always had).
+
+    Args:
+        action_space: The (leaf) action space, or None.
+
+    Returns:
+        The action shape without the batch dimension, or None.
+    """
+    if isinstance(action_space, gym.spaces.MultiBinary):
+        return tuple(int(n) for n in action_space.shape)
+    if isinstance(action_space, gym.spaces.MultiDiscrete) and action_space.nvec.ndim > 1:
+        return tuple(int(n) for n in action_space.shape)
+    if (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) > 1
+            and not action_space.dtype.name.startswith("int")):
+        return tuple(int(n) for n in action_space.shape)
+    return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 from functools import partial
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -107,8 +107,12 @@ class ModelCatalog:
             framework: "torch", "tf", "tf2" or "tfe".
 
         Returns:
-            ``(dist_class, num_outputs)``; for MultiDiscrete, integer Box and
-            Tuple/Dict spaces ``dist_class`` is a ``functools.partial``.
+            ``(dist_class, num_outputs)``; for MultiDiscrete, MultiBinary,
+            integer Box, multi-dimensional Box and Tuple/Dict spaces
+            ``dist_class`` is a ``functools.partial``. Beyond RLlib 1.11, a
+            float Box with more than one dimension, MultiBinary and a
+            multi-dimensional MultiDiscrete get a distribution over the
+            flattened action whose samples come back in the space's shape.
 
         Raises:
             ValueError: unknown custom distribution or framework.
@@ -153,7 +157,9 @@ class ModelCatalog:
         """Returns ``(dtype, shape)`` of a batch of actions; the batch dim is None.
 
         Tuple/Dict spaces are flattened: int64 if all parts are Discrete, else
-        float32, with shape (None, total_size).
+        float32, with shape (None, total_size) (1 column per Discrete, the
+        size of the shape for every other part). MultiBinary actions are
+        int8 of the space's shape.
         """
         lib = _framework_lib(framework)
         if isinstance(action_space, gym.spaces.Discrete):
@@ -162,6 +168,8 @@ class ModelCatalog:
             return lib.float32, (None,) + tuple(action_space.shape)
         if isinstance(action_space, gym.spaces.MultiDiscrete):
             return action_space.dtype, (None,) + tuple(action_space.shape)
+        if isinstance(action_space, gym.spaces.MultiBinary):
+            return lib.int8, (None,) + tuple(action_space.shape)
         if isinstance(action_space, (gym.spaces.Tuple, gym.spaces.Dict)):
             from rlpolicy.utils.spaces.space_utils import flatten_space
             flat = flatten_space(action_space)
@@ -171,7 +179,7 @@ class ModelCatalog:
             return (lib.int64 if all_discrete else lib.float32), (None, int(size))
         raise UnsupportedSpaceException(
             f"action space {action_space} not supported; supported: Discrete, MultiDiscrete, "
-            "Box, Tuple, Dict")
+            "MultiBinary, Box, Tuple, Dict")
 
     @staticmethod
     @DeveloperAPI
@@ -358,10 +366,6 @@ def _default_dist(action_space: gym.Space, config: ModelConfigDict, dist_type: A
         return (partial(cls, input_lens=[high - low + 1] * num_cats, action_space=action_space),
                 num_cats * (high - low + 1))
     if isinstance(action_space, gym.spaces.Box):
-        if len(action_space.shape) > 1:
-            raise UnsupportedSpaceException(
-                f"action space {action_space} has multiple dimensions {action_space.shape}; "
-                "reshape it to one dimension, use a Tuple action space or a custom_action_dist")
         if dist_type is None:
             cls = _dist_class(framework, "DiagGaussian")
         elif dist_type == "deterministic":
@@ -369,14 +373,22 @@ def _default_dist(action_space: gym.Space, config: ModelConfigDict, dist_type: A
         else:
             raise ValueError(f"dist_type {dist_type!r} not supported for Box action spaces; use "
                              "None, 'deterministic' or an ActionDistribution subclass")
+        if len(action_space.shape) > 1:
+            # Beyond RLlib 1.11: a distribution over the flattened action, whose
+            # samples are reshaped back to the Box's shape.
+            return partial(cls, action_space=action_space), _output_size(cls, action_space, config)
         return cls, _output_size(cls, action_space, config)
     if isinstance(action_space, gym.spaces.Discrete):
         cls = _dist_class(framework, "Categorical")
         return cls, _output_size(cls, action_space, config)
-    if isinstance(action_space, gym.spaces.MultiDiscrete):
+    if isinstance(action_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        # MultiBinary(shape) is a MultiDiscrete of 2s; a multi-dimensional nvec is
+        # flattened (beyond RLlib 1.11); samples come back in the space's shape.
+        nvec = (np.full(action_space.shape, 2) if isinstance(action_space, gym.spaces.MultiBinary)
+                else action_space.nvec)
         cls = _dist_class(framework, "MultiCategorical")
-        return (partial(cls, input_lens=[int(n) for n in action_space.nvec],
-                        action_space=action_space), int(np.sum(action_space.nvec)))
+        return (partial(cls, input_lens=[int(n) for n in np.ravel(nvec)],
+                        action_space=action_space), int(np.sum(nvec)))
     if _is_simplex(action_space):
         if framework == "torch":
             raise UnsupportedSpaceException("Simplex action spaces are not supported for torch "
@@ -385,7 +397,7 @@ def _default_dist(action_space: gym.Space, config: ModelConfigDict, dist_type: A
         return cls, _output_size(cls, action_space, config)
     raise UnsupportedSpaceException(
         f"action space {action_space} (dist_type={dist_type!r}) not supported; supported: "
-        "Discrete, MultiDiscrete, Box, Tuple, Dict")
+        "Discrete, MultiDiscrete, MultiBinary, Box, Tuple, Dict")
 
 
 def _framework_lib(framework: str) -> Any:

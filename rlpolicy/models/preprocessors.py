@@ -64,6 +64,36 @@ class Preprocessor:
         array[offset:offset + self._size] = np.asarray(self.transform(observation)).ravel()
 
     @DeveloperAPI
+    def transform_batch(self, observations: Any) -> np.ndarray:
+        """Preprocesses a batch of observations into a float32 array [B, size].
+
+        Args:
+            observations: The batch in the space's structure with a leading
+                batch axis on every leaf (a dict of [B, ...] arrays for a
+                Dict space, a tuple of them for a Tuple space, an array
+                [B, ...] otherwise).
+
+        Returns:
+            Row ``i`` equals ``transform(observation i)``, flattened.
+
+        Raises:
+            ValueError: A leaf has the wrong shape, a Dict key is missing,
+                or a discrete value lies outside its space; the message
+                names the path inside the observation.
+        """
+        n = batch_size_of(observations, self._obs_space)
+        out = np.zeros((n, self._size), np.float32)
+        self.write_batch(observations, out, 0, "observation")
+        return out
+
+    def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
+        """Writes a batch into ``out[:, offset:offset+size]`` (row by row here;
+        the built-in preprocessors override this with vectorised versions)."""
+        for i in range(len(out)):
+            row = _row_of(observations, i)
+            out[i, offset:offset + self._size] = np.asarray(self.transform(row)).ravel()
+
+    @DeveloperAPI
     def check_shape(self, observation: Any) -> None:
         """Validates ``observation`` against the space (every 100th call).
 
@@ -147,6 +177,11 @@ class AtariRamPreprocessor(Preprocessor):
         self.check_shape(observation)
         return (np.asarray(observation).astype("float32") - 128) / 128
 
+    @override(Preprocessor)
+    def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
+        values = _leaf_batch(observations, self._obs_space, len(out), path)
+        out[:, offset:offset + 128] = (values.reshape(len(out), -1).astype(np.float32) - 128) / 128
+
 
 @DeveloperAPI
 class OneHotPreprocessor(Preprocessor):
@@ -169,9 +204,28 @@ class OneHotPreprocessor(Preprocessor):
         if isinstance(self._obs_space, gym.spaces.Discrete):
             arr[int(observation) - int(getattr(self._obs_space, "start", 0))] = 1.0
         else:
-            starts = np.concatenate([[0], np.cumsum(self._obs_space.nvec)[:-1]])
-            arr[starts + np.asarray(observation, dtype=np.int64).ravel()] = 1.0
+            nvec = np.asarray(self._obs_space.nvec).ravel()
+            starts = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+            arr[starts + np.asarray(observation, dtype=np.int64).ravel() - _starts(self._obs_space)] = 1.0
         return arr
+
+    @override(Preprocessor)
+    def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
+        space = self._obs_space
+        values = _leaf_batch(observations, space, len(out), path)
+        if not np.all(values == np.round(values)):
+            raise ValueError(f"{path}: values of {space} must be integers, got {values!r}")
+        raw = values.astype(np.int64).reshape(len(out), -1)
+        if isinstance(space, gym.spaces.Discrete):
+            sizes, values = np.array([int(space.n)]), raw - int(getattr(space, "start", 0))
+        else:
+            sizes, values = np.asarray(space.nvec, np.int64).ravel(), raw - _starts(space)
+        bad = (values < 0) | (values >= sizes)
+        if bad.any():
+            row = int(np.nonzero(bad.any(axis=1))[0][0])
+            raise ValueError(f"{path}: row {row} holds {raw[row].tolist()}, outside {space}")
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        out[np.arange(len(out))[:, None], offset + starts + values] = 1.0
 
 
 @DeveloperAPI
@@ -190,6 +244,11 @@ class NoPreprocessor(Preprocessor):
     @override(Preprocessor)
     def write(self, observation: TensorType, array: np.ndarray, offset: int) -> None:
         array[offset:offset + self._size] = np.asarray(observation).ravel()
+
+    @override(Preprocessor)
+    def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
+        values = _leaf_batch(observations, self._obs_space, len(out), path)
+        out[:, offset:offset + self._size] = values.reshape(len(out), -1)
 
     @property
     @override(Preprocessor)
@@ -219,6 +278,12 @@ class _FlatteningPreprocessor(Preprocessor):
             p.write(o, array, offset)
             offset += p.size
 
+    def _write_batch_items(self, items: List[Any], names: List[str], out: np.ndarray,
+                           offset: int, path: str) -> None:
+        for o, name, p in zip(items, names, self.preprocessors):
+            p.write_batch(o, out, offset, f"{path}[{name}]")
+            offset += p.size
+
 
 @DeveloperAPI
 class TupleFlatteningPreprocessor(_FlatteningPreprocessor):
@@ -231,6 +296,14 @@ class TupleFlatteningPreprocessor(_FlatteningPreprocessor):
     @override(Preprocessor)
     def write(self, observation: TensorType, array: np.ndarray, offset: int) -> None:
         self._write_items(list(observation), array, offset)
+
+    @override(Preprocessor)
+    def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
+        n = len(self.preprocessors)
+        if not isinstance(observations, (tuple, list)) or len(observations) != n:
+            raise ValueError(f"{path}: expected a tuple of {n} batched items for {self._obs_space}, "
+                             f"got {_describe(observations)}")
+        self._write_batch_items(list(observations), [str(i) for i in range(n)], out, offset, path)
 
 
 @DeveloperAPI
@@ -250,6 +323,21 @@ class DictFlatteningPreprocessor(_FlatteningPreprocessor):
                              f"space (keys {keys})")
         self._write_items([observation[k] for k in keys], array, offset)
 
+    @override(Preprocessor)
+    def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
+        keys = list(self._obs_space.spaces.keys())
+        if not isinstance(observations, dict):
+            raise ValueError(f"{path}: expected a dict with keys {keys} for {self._obs_space}, "
+                             f"got {_describe(observations)}")
+        missing = [k for k in keys if k not in observations]
+        extra = [k for k in observations if k not in self._obs_space.spaces]
+        if missing or extra:
+            raise ValueError(f"{path}: keys {sorted(map(str, observations))} do not match the "
+                             f"Dict observation space keys {keys} (missing {missing}, "
+                             f"unexpected {extra})")
+        self._write_batch_items([observations[k] for k in keys], [repr(k) for k in keys], out,
+                                offset, path)
+
 
 @PublicAPI
 def get_preprocessor(space: gym.Space) -> type:
@@ -268,3 +356,54 @@ def get_preprocessor(space: gym.Space) -> type:
     if getattr(space, "shape", None) == ATARI_RAM_OBS_SHAPE:
         return AtariRamPreprocessor
     return NoPreprocessor
+
+
+def _describe(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None \
+        else type(value).__name__
+
+
+def batch_size_of(observations: Any, space: gym.Space) -> int:
+    """The batch size of a batched (possibly nested) observation structure."""
+    if isinstance(space, gym.spaces.Dict) and isinstance(observations, dict):
+        for k, sub in space.spaces.items():
+            if k in observations:
+                return batch_size_of(observations[k], sub)
+    elif isinstance(space, gym.spaces.Tuple) and isinstance(observations, (tuple, list)):
+        if observations:
+            return batch_size_of(observations[0], space.spaces[0])
+    shape = np.shape(observations)
+    if not shape:
+        raise ValueError(f"a batch of observations for {space} needs a leading batch axis, "
+                         f"got {observations!r}")
+    return int(shape[0])
+
+
+def _leaf_batch(observations: Any, space: gym.Space, n: int, path: str) -> np.ndarray:
+    """``observations`` as an array [n, *space.shape]; a ValueError names ``path`` if not."""
+    if isinstance(observations, (dict, tuple)):
+        raise ValueError(f"{path}: expected an array of shape {(n,) + tuple(space.shape)} for "
+                         f"{space}, got a {type(observations).__name__}")
+    values = np.asarray(observations)
+    want = (n,) + tuple(space.shape or ())
+    if values.shape != want:
+        raise ValueError(f"{path}: expected shape {want} for {space} (batch of {n}), got "
+                         f"{values.shape}")
+    if values.dtype.kind not in "biuf":
+        raise ValueError(f"{path}: dtype {values.dtype} is not numeric ({space})")
+    return values
+
+
+def _row_of(observations: Any, i: int) -> Any:
+    if isinstance(observations, dict):
+        return {k: _row_of(v, i) for k, v in observations.items()}
+    if isinstance(observations, tuple):
+        return tuple(_row_of(v, i) for v in observations)
+    return observations[i]
+
+
+def _starts(space: gym.Space) -> Any:
+    """The lowest value of each MultiDiscrete entry, flat (gymnasium's ``start``; 0 if absent)."""
+    start = getattr(space, "start", None)
+    return 0 if start is None else np.asarray(start, np.int64).ravel()

@@ -89,6 +89,31 @@ def get_filter_config(shape: Sequence[int]) -> List[list]:
         "[84, 84, K], [42, 42, K], [10, 10, K]) or use a custom model")
 
 
+def default_filter_config(shape: Sequence[int]) -> List[list]:
+    """``conv_filters`` for an image shape: RLlib's default where one exists, else computed.
+
+    The computed stack (beyond RLlib 1.11, which raises for other sizes) halves
+    the image with 3x3 stride-2 convolutions ("same" padding; 16, 32, 64, 128
+    channels) until both sides are at most 6 (at most four times), then ends
+    with one 128-channel convolution whose kernel covers what is left, so the
+    stack's output is [B, 1, 1, 128] as the vision nets require.
+
+    Args:
+        shape: The image shape [H, W, C].
+    """
+    try:
+        return get_filter_config(shape)
+    except ValueError:
+        pass
+    h, w = int(shape[0]), int(shape[1])
+    filters: List[list] = []
+    while max(h, w) > 6 and len(filters) < 4:
+        filters.append([16 * 2 ** len(filters), [3, 3], 2])
+        h, w = -(-h // 2), -(-w // 2)
+    filters.append([128, [h, w], 1])
+    return filters
+
+
 @DeveloperAPI
 def get_initializer(name: Optional[Union[str, Callable]], framework: str = "tf") -> Any:
     """Returns the weight initializer for ``name`` in the given framework.

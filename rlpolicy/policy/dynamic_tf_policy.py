@@ -20,6 +20,7 @@ import gymnasium as gym
 import tree
 
 from rlpolicy._core import tf_loss_init, tf_setup
+from rlpolicy._core.obs_prep import prepare_observation_space
 from rlpolicy._core.tf_variables import initialize_uninitialized
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
@@ -108,7 +109,7 @@ class DynamicTFPolicy(TFPolicy):
         """
         if obs_include_prev_action_reward != DEPRECATED_VALUE:
             deprecation_warning(old="obs_include_prev_action_reward", error=False)
-        self.observation_space = obs_space
+        self.observation_space = obs_space = prepare_observation_space(obs_space, config)
         self.action_space = action_space
         self.config = config = complete_policy_config(self, config)
         self.framework = "tf"

@@ -35,6 +35,8 @@ import numpy as np
 import tree
 
 from rlpolicy._core import eager_acting as acting
+from rlpolicy._core import obs_prep
+from rlpolicy._core.obs_prep import prepare_observation_space
 from rlpolicy._core import eager_learning as learning
 from rlpolicy._core import eager_tracing as tracing
 from rlpolicy._core import eager_variables as variables_lib
@@ -79,6 +81,7 @@ class EagerTFPolicy(Policy):
         """Builds the policy; see ``build_eager_tf_policy`` for the order of the hooks."""
         hooks = self._hooks
         require_framework("tf2", type(self).__name__)
+        observation_space = prepare_observation_space(observation_space, config)
         Policy.__init__(self, observation_space, action_space, _eager_config(self, config))
         config = self.config
         self._init_runtime_state()
@@ -196,6 +199,7 @@ class EagerTFPolicy(Policy):
             self, input_dict: Union[SampleBatch, Dict[str, TensorType]], explore: bool = None,
             timestep: Optional[int] = None, episodes: Optional[List[Any]] = None,
             **kwargs) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        input_dict = obs_prep.flatten_input_dict(self, input_dict)
         input_checks.check_acting_input_dict(self, input_dict, "compute_actions")
         with self._lock:
             self._is_training = False
@@ -221,6 +225,7 @@ class EagerTFPolicy(Policy):
                         episodes: Optional[List[Any]] = None, explore: Optional[bool] = None,
                         timestep: Optional[int] = None,
                         **kwargs) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         input_dict = SampleBatch({SampleBatch.CUR_OBS: acting.as_array(obs_batch)}, _is_training=False)
         for i, s in enumerate(state_batches or []):
             input_dict[f"state_in_{i}"] = acting.as_array(s)
@@ -244,6 +249,7 @@ class EagerTFPolicy(Policy):
                                 state_batches: Optional[List[TensorType]] = None,
                                 prev_action_batch: Any = None, prev_reward_batch: Any = None,
                                 actions_normalized: bool = True) -> TensorType:
+        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         with self._lock:
             return acting.log_likelihoods(self, actions, obs_batch, state_batches,
                                           prev_action_batch, prev_reward_batch, actions_normalized)
@@ -261,6 +267,7 @@ class EagerTFPolicy(Policy):
 
     @override(Policy)
     def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
+        postprocessed_batch = obs_prep.flatten_input_dict(self, postprocessed_batch)
         input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
         with self._lock:
             learn_stats: Dict[str, Any] = {}
@@ -293,6 +300,7 @@ class EagerTFPolicy(Policy):
     def _prepare_train_batch(self, batch: SampleBatch) -> SampleBatch:
         if not isinstance(batch, SampleBatch):
             batch = SampleBatch(batch)
+        batch = obs_prep.flatten_input_dict(self, batch)
         pad_batch_to_sequences_of_same_size(
             batch, max_seq_len=self._max_seq_len, shuffle=False,
             batch_divisibility_req=self.batch_divisibility_req,
@@ -323,6 +331,7 @@ class EagerTFPolicy(Policy):
         self._buffers.check_index(buffer_index)
         if not isinstance(batch, SampleBatch):
             batch = SampleBatch(batch)
+        batch = obs_prep.flatten_input_dict(self, batch)
         batch.set_training(True)
         if len(self.devices) == 1:
             self._prepare_train_batch(batch)

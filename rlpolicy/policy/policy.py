@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Ty
 import gymnasium as gym
 
 from rlpolicy._core import action_flow, checkpoint, loss_init
+from rlpolicy._core.obs_prep import prepare_observation_space
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import (
     DeveloperAPI,
@@ -143,7 +144,8 @@ class Policy(metaclass=ABCMeta):
         """
         _check_space(observation_space, "observation_space")
         _check_space(action_space, "action_space")
-        self.observation_space: gym.Space = observation_space
+        # Raw Dict/Tuple spaces become their flat preprocessed Box (see _core.obs_prep).
+        self.observation_space: gym.Space = prepare_observation_space(observation_space, config)
         self.action_space: gym.Space = action_space
         # Base struct of the action space, e.g. Dict({"a": Discrete(2)}) -> {"a": Discrete(2)}.
         self.action_space_struct = get_base_struct_from_space(action_space)
@@ -198,12 +200,27 @@ class Policy(metaclass=ABCMeta):
             explore: Explore (True) or exploit (False); None means
                 ``config["explore"]``.
             timestep: The current sampling timestep.
-            kwargs: Forward-compatibility placeholder.
+            kwargs: Forward-compatibility placeholder. Two opt-in keywords
+                post-process the returned action (as RLlib's
+                ``Trainer.compute_single_action`` does; both default to off):
+                ``unsquash_actions=True`` maps every float Box component from
+                [-1, 1] onto its bounds, ``low + (a + 1) * (high - low) / 2``,
+                then clips it into them (for ``normalize_actions=True``
+                policies, whose raw actions live in [-1, 1]);
+                ``clip_actions=True`` clips every Box component into its
+                bounds. Unsquashing wins if both are set. The singular
+                spellings ``unsquash_action``/``clip_action`` (the Trainer's
+                names) are accepted too. Non-Box components are unchanged.
 
         Returns:
             The action (shaped like one element of the action space), the
             list of RNN state outputs, and a dict of extra outputs.
+
+        Raises:
+            ValueError: If both spellings of one post-processing keyword are
+                given with different values.
         """
+        unsquash, clip = action_flow.pop_single_action_flags(kwargs)
         if input_dict is None:
             input_dict = action_flow.build_single_input_dict(
                 obs, state, prev_action=prev_action, prev_reward=prev_reward, info=info)
@@ -211,7 +228,10 @@ class Policy(metaclass=ABCMeta):
         out = self.compute_actions_from_input_dict(
             input_dict=SampleBatch(batched), episodes=[episode] if episode is not None else None,
             explore=explore, timestep=timestep)
-        return tuple(action_flow.unbatch_single_output(out))
+        single = action_flow.unbatch_single_output(out)
+        action = action_flow.postprocess_single_action(
+            single.action, self.action_space_struct, unsquash=unsquash, clip=clip)
+        return action, single.state_out, single.info
 
     @DeveloperAPI
     def compute_actions_from_input_dict(

@@ -150,11 +150,13 @@ def _with_updates(cls: type, **overrides: Any) -> type:
 def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  config: TrainerConfigDict) -> None:
     from rlpolicy._core.framework_check import require_framework
+    from rlpolicy._core.obs_prep import prepare_observation_space
     from rlpolicy.policy.policy import complete_policy_config
     from rlpolicy.policy.torch_policy import TorchPolicy
 
     hooks: PolicyHooks = self._hooks
     require_framework(hooks.framework, hooks.name)
+    obs_space = prepare_observation_space(obs_space, config)
     # A new dict: the defaults deep-updated with (a deep copy of) the caller's dict.
     defaults = hooks.get_default_config() if hooks.get_default_config is not None else None
     self.config = config = complete_policy_config(self, config, defaults)

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core import input_checks, tf_export, tf_feeds, tf_run, tf_setup
+from rlpolicy._core import input_checks, obs_prep, tf_export, tf_feeds, tf_run, tf_setup
 from rlpolicy._core.tf_variables import TFVariables
 from rlpolicy._core.tower_buffers import device_minibatch_size
 from rlpolicy.models.modelv2 import ModelV2
@@ -222,6 +222,7 @@ class TFPolicy(Policy):
                         timestep: Optional[int] = None,
                         **kwargs) -> Tuple[Any, List[Any], Dict[str, Any]]:
         # (A wrong number of state batches is reported by the feed, naming the placeholders.)
+        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         input_checks.check_obs(self, obs_batch, "compute_actions")
         input_dict = {SampleBatch.OBS: obs_batch, "is_training": False}
         for i, s in enumerate(state_batches or []):
@@ -239,6 +240,7 @@ class TFPolicy(Policy):
                                         timestep: Optional[int] = None,
                                         episodes: Optional[List[Any]] = None,
                                         **kwargs) -> Tuple[Any, List[Any], Dict[str, Any]]:
+        input_dict = obs_prep.flatten_input_dict(self, input_dict)
         input_checks.check_obs(self, input_dict.get(SampleBatch.OBS), "compute_actions_from_input_dict")
         input_dict["is_training"] = False
         obs_batch = input_dict[SampleBatch.OBS]
@@ -257,6 +259,7 @@ class TFPolicy(Policy):
         if self.exploration is not None:
             self.exploration.before_compute_actions(explore=False, tf_sess=self.get_session())
         builder = TFRunBuilder(self.get_session(), "compute_log_likelihoods")
+        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         if actions_normalized is False and self.config["normalize_actions"]:
             actions = normalize_action(actions, self.action_space_struct)
         builder.add_feed_dict(tf_feeds.log_likelihood_feed(
@@ -269,6 +272,7 @@ class TFPolicy(Policy):
     @override(Policy)
     def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
         self._check_loss_initialized("learn_on_batch")
+        postprocessed_batch = obs_prep.flatten_input_dict(self, postprocessed_batch)
         input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
         postprocessed_batch.set_training(True)
         builder = TFRunBuilder(self.get_session(), "learn_on_batch")
@@ -284,6 +288,7 @@ class TFPolicy(Policy):
     def compute_gradients(self, postprocessed_batch: SampleBatch
                           ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
         self._check_loss_initialized("compute_gradients")
+        postprocessed_batch = obs_prep.flatten_input_dict(self, postprocessed_batch)
         postprocessed_batch.set_training(True)
         builder = TFRunBuilder(self.get_session(), "compute_gradients")
         fetches = self._build_compute_gradients(builder, postprocessed_batch)
@@ -312,6 +317,7 @@ class TFPolicy(Policy):
     @override(Policy)
     def load_batch_into_buffer(self, batch: SampleBatch, buffer_index: int = 0) -> int:
         self._tower_buffers.check_index(buffer_index)
+        batch = obs_prep.flatten_input_dict(self, batch)
         batch.set_training(True)
         if self._single_device:
             # RLlib 1.11: one device keeps the batch as is; learn_on_batch pads each slice.

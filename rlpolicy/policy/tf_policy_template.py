@@ -171,10 +171,12 @@ def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Spa
                  config: TrainerConfigDict, existing_model: Optional[Any] = None,
                  existing_inputs: Optional[Dict[str, Any]] = None) -> None:
     from rlpolicy._core.framework_check import require_framework
+    from rlpolicy._core.obs_prep import prepare_observation_space
     from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy
 
     hooks: TFPolicyHooks = type(self)._hooks
     require_framework("tf", hooks.name)
+    obs_space = prepare_observation_space(obs_space, config)
     config = _merged_config(self, hooks, config)
     if hooks.validate_spaces is not None:
         hooks.validate_spaces(self, obs_space, action_space, config)

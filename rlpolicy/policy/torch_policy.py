@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core import input_checks
+from rlpolicy._core import input_checks, obs_prep
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.torch_actions import act, acting_batch, log_likelihoods
@@ -227,6 +227,7 @@ class TorchPolicy(Policy):
             self, input_dict: Dict[str, TensorType], explore: bool = None,
             timestep: Optional[int] = None, **kwargs
     ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        input_dict = obs_prep.flatten_input_dict(self, input_dict)
         input_checks.check_acting_input_dict(self, input_dict, "compute_actions_from_input_dict")
         with NoGrad():
             input_dict = self._lazy_tensor_dict(input_dict)
@@ -250,6 +251,7 @@ class TorchPolicy(Policy):
             timestep: Optional[int] = None,
             **kwargs
     ) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
+        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         input_checks.check_obs(self, obs_batch, "compute_actions")
         input_checks.check_state_batches(self, state_batches, "compute_actions")
         with NoGrad():
@@ -282,6 +284,7 @@ class TorchPolicy(Policy):
             prev_reward_batch: Optional[Union[List[TensorType], TensorType]] = None,
             actions_normalized: bool = True,
     ) -> TensorType:
+        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         return log_likelihoods(self, actions, obs_batch, state_batches, prev_action_batch,
                                prev_reward_batch, actions_normalized)
 
@@ -295,7 +298,7 @@ class TorchPolicy(Policy):
         With several towers the batch is split across them as in
         ``load_batch_into_buffer`` (see ``compute_gradients``).
         """
-        postprocessed_batch = as_sample_batch(postprocessed_batch)
+        postprocessed_batch = obs_prep.flatten_input_dict(self, as_sample_batch(postprocessed_batch))
         input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
         if self.model is not None and not self.model.training:
             set_training(self.model, True)
@@ -328,7 +331,7 @@ class TorchPolicy(Policy):
             and the extra fetches with the learner stats.
         """
         self._check_can_learn()
-        batch = as_sample_batch(postprocessed_batch)
+        batch = obs_prep.flatten_input_dict(self, as_sample_batch(postprocessed_batch))
         batch.set_training(True)
         if len(self.devices) == 1:
             if not batch.zero_padded:
@@ -404,7 +407,7 @@ class TorchPolicy(Policy):
     @override(Policy)
     def load_batch_into_buffer(self, batch: SampleBatch, buffer_index: int = 0) -> int:
         self._tower_buffers.check_index(buffer_index)
-        batch = as_sample_batch(batch)
+        batch = obs_prep.flatten_input_dict(self, as_sample_batch(batch))
         batch.set_training(True)
         if self._single_cpu:
             self._pad(batch)

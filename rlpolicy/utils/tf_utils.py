@@ -85,7 +85,7 @@ def _action_placeholder(space: gym.Space, name: Optional[str]) -> TensorType:
     """One flat ``[None, n]`` placeholder for a nested (Dict/Tuple) space.
 
     Same layout as RLlib's ``ModelCatalog.get_action_placeholder``: Discrete
-    components take 1 column, MultiDiscrete ``len(nvec)``, others their size;
+    components take 1 column, every other component its size;
     int64 if all components are discrete, else float32.
     """
     size, all_discrete = 0, True
@@ -93,7 +93,7 @@ def _action_placeholder(space: gym.Space, name: Optional[str]) -> TensorType:
         if isinstance(s, gym.spaces.Discrete):
             size += 1
         elif isinstance(s, gym.spaces.MultiDiscrete):
-            size += len(s.nvec)
+            size += int(np.prod(s.shape))  # len(nvec) for a 1-D nvec
         else:
             all_discrete = False
             size += int(np.prod(s.shape))

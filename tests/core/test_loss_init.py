@@ -62,8 +62,9 @@ DICT_SPACE = gym.spaces.Dict({"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(0
 @pytest.mark.parametrize("vr, shape, dtype", [
     (ViewRequirement(space=OBS), (5, 3), np.float32),
     (ViewRequirement(space=ACT), (5,), np.int64),
-    # Dict obs are given flat: 1 column per Discrete + 2*3 for the Box = 7.
-    (ViewRequirement(data_col="obs", space=DICT_SPACE), (5, 7), np.float32),
+    # Dict obs are given flat, as the preprocessor writes them: 3 one-hot slots for the
+    # Discrete + 2*3 for the Box = 9 (RLlib 1.11 counts 1 per Discrete: 7, and breaks).
+    (ViewRequirement(data_col="obs", space=DICT_SPACE), (5, 9), np.float32),
     (ViewRequirement(data_col="actions", space=gym.spaces.Tuple([ACT, OBS])), (5, 4), np.float32),
     (ViewRequirement(data_col="obs", shift=[-2, -1, 0], space=OBS), (5, 3, 3), np.float32),
     (ViewRequirement(data_col="obs", shift="-4:-1", space=OBS), (5, 4, 3), np.float32),

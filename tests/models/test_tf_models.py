@@ -404,8 +404,11 @@ def test_visionnet_without_num_outputs_flattens(rt):
 def test_visionnet_errors():
     with pytest.raises(ValueError, match=r"into \[None, 3, 3, 3\], not \[B, 1, 1, 3\]"):
         VisionNetwork(IMG, gym.spaces.Discrete(3), 3, cfg(conv_filters=[[4, [3, 3], 1], [2, [2, 2], 1]]), "v")
-    with pytest.raises(ValueError, match="no default conv_filters"):
-        VisionNetwork(gym.spaces.Box(0, 1, (7, 7, 1)), gym.spaces.Discrete(3), 3, cfg(conv_filters=None), "v")
+    # No RLlib default for 7x7: a computed stack (models.utils.default_filter_config) is used.
+    model = VisionNetwork(gym.spaces.Box(0, 1, (7, 7, 1)), gym.spaces.Discrete(3), 3,
+                          cfg(conv_filters=None), "v")
+    out, _ = model({"obs": np.zeros((2, 7, 7, 1), np.float32)})
+    assert tuple(out.shape) == (2, 3)
     model = VisionNetwork(IMG, gym.spaces.Discrete(3), 3, cfg(conv_filters=SMALL_FILTERS), "v")
     with pytest.raises(ValueError, match=r"image observation has shape \[2, 4, 4, 3\] .* \[batch\] \+ \[4, 4, 2\]"):
         model.forward({"obs": tf.zeros((2, 4, 4, 3))}, [], None)

@@ -448,3 +448,28 @@ def test_get_filter_config_unknown_and_initializer():
     assert get_initializer("xavier_normal", "torch") is nn.init.xavier_normal_
     with pytest.raises(ValueError, match="unknown initializer 'he'"):
         get_initializer("he", "torch")
+
+
+@pytest.mark.parametrize("shape, want", [
+    # Hand-worked: 3x3 stride-2 "same" layers halve (rounding up) while a side is > 6,
+    # at most 4 times; a last kernel covers the rest.
+    ((2, 2, 1), [[128, [2, 2], 1]]),
+    ((6, 5, 3), [[128, [6, 5], 1]]),
+    ((7, 7, 1), [[16, [3, 3], 2], [128, [4, 4], 1]]),
+    ((13, 30, 2), [[16, [3, 3], 2], [32, [3, 3], 2], [64, [3, 3], 2], [128, [2, 4], 1]]),
+    ((200, 200, 3), [[16, [3, 3], 2], [32, [3, 3], 2], [64, [3, 3], 2], [128, [3, 3], 2],
+                     [128, [13, 13], 1]]),
+    ((84, 84, 3), [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 1]]),  # RLlib's default
+])
+def test_default_filter_config(shape, want):
+    from rlpolicy.models.utils import default_filter_config
+    assert default_filter_config(shape) == want
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 1), (7, 7, 1), (5, 9, 2), (13, 30, 2)])
+def test_visionnet_builds_for_any_image_size(shape):
+    model = VisionNetwork(gym.spaces.Box(0, 1, shape), gym.spaces.Discrete(3), 3,
+                          {"conv_filters": None, "conv_activation": "relu"}, "v")
+    out, _ = model({"obs": torch.zeros((2,) + shape)})
+    assert tuple(out.shape) == (2, 3)
+    assert tuple(model.value_function().shape) == (2,)

@@ -25,7 +25,7 @@ from rlpolicy.models.tf.fcnet import FullyConnectedNetwork
 from rlpolicy.models.tf.misc import normc_initializer, one_hot_encode
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.models.tf.visionnet import VisionNetwork
-from rlpolicy.models.utils import get_filter_config
+from rlpolicy.models.utils import default_filter_config
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
 from rlpolicy.utils.spaces.space_utils import flatten_space
@@ -97,7 +97,7 @@ class ComplexInputNetwork(TFModelV2):
             if isinstance(component, Box) and len(component.shape) == 3:
                 config = {
                     "conv_filters": model_config["conv_filters"]
-                    if model_config.get("conv_filters") else get_filter_config(component.shape),
+                    if model_config.get("conv_filters") else default_filter_config(component.shape),
                     "conv_activation": model_config.get("conv_activation"),
                     "post_fcnet_hiddens": [],
                 }

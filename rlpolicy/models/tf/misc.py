@@ -173,8 +173,11 @@ def one_hot_encode(x: TensorType, space: Any) -> TensorType:
         A float32 tensor [B, n] (Discrete) or [B, sum(nvec)] (MultiDiscrete).
     """
     x = tf.cast(x, tf.int32)
-    if hasattr(space, "nvec"):
-        x = tf.reshape(x, [-1, len(space.nvec)])
-        parts = [tf.one_hot(x[:, i], int(n), dtype=tf.float32) for i, n in enumerate(space.nvec)]
+    if hasattr(space, "nvec"):  # any nvec shape; values counted from gymnasium's `start`
+        nvec = np.ravel(space.nvec)
+        start = np.ravel(getattr(space, "start", np.zeros_like(nvec))).astype(np.int32)
+        x = tf.reshape(x, [-1, len(nvec)]) - start
+        parts = [tf.one_hot(x[:, i], int(n), dtype=tf.float32) for i, n in enumerate(nvec)]
         return tf.concat(parts, axis=-1)
-    return tf.one_hot(tf.reshape(x, [-1]), int(space.n), dtype=tf.float32)
+    x = tf.reshape(x, [-1]) - int(getattr(space, "start", 0))
+    return tf.one_hot(x, int(space.n), dtype=tf.float32)

@@ -5,13 +5,18 @@ through a session) and eagerly (values are computed at once). As in RLlib,
 the sample op is built in the constructor, so ``sample()`` and
 ``sampled_action_logp()`` refer to the same draw.
 
-No tensorflow_probability: Normal, Beta and Dirichlet densities are written
-out here, and Beta / Dirichlet samples come from ``tf.random.gamma``.
+No tensorflow_probability: the Normal density is written out here; Beta and
+Dirichlet live in ``tf_beta_dirichlet`` and the base class in
+``tf_dist_base`` (both re-exported from this module).
+
+Beyond RLlib 1.11, multi-dimensional action spaces (a float Box with more
+than one dimension, MultiBinary, a MultiDiscrete with a multi-dimensional
+``nvec``) are served by distributions over the flattened action: samples
+come back in the space's shape and ``logp`` flattens its input first.
 """
 from __future__ import annotations
 
 import functools
-from math import log
 from typing import Any, List, Optional, Tuple, Union
 
 import gymnasium as gym
@@ -20,6 +25,10 @@ import tree
 
 from rlpolicy.models.action_dist import ActionDistribution
 from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.models.tf.tf_beta_dirichlet import Beta, Dirichlet
+from rlpolicy.models.tf.tf_dist_base import HALF_LOG_2PI as _HALF_LOG_2PI
+from rlpolicy.models.tf.tf_dist_base import (
+    TFActionDistribution, flatten_actions, reshape_to_space, space_action_shape)
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_tf
 from rlpolicy.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT, SMALL_NUMBER
@@ -28,38 +37,9 @@ from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
 
-_HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
-
-
-@DeveloperAPI
-class TFActionDistribution(ActionDistribution):
-    """Base class of the TF distributions: builds the sample op once, in ``__init__``."""
-
-    @override(ActionDistribution)
-    def __init__(self, inputs: List[TensorType], model: ModelV2):
-        """Stores the inputs and builds the sample and sampled-logp ops.
-
-        Args:
-            inputs: The distribution inputs [B, n].
-            model: The model that produced ``inputs``.
-        """
-        super().__init__(inputs, model)
-        self.sample_op = self._build_sample_op()
-        self.sampled_action_logp_op = self.logp(self.sample_op)
-
-    def _build_sample_op(self) -> TensorType:
-        """Returns the (random) sample op; shared by ``sample`` and ``sampled_action_logp``."""
-        raise NotImplementedError
-
-    @override(ActionDistribution)
-    def sample(self) -> TensorType:
-        """Returns the sample op built at construction."""
-        return self.sample_op
-
-    @override(ActionDistribution)
-    def sampled_action_logp(self) -> TensorType:
-        """Returns the log-probability of ``sample()``."""
-        return self.sampled_action_logp_op
+__all__ = ["TFActionDistribution", "Categorical", "get_categorical_class_with_temperature",
+           "MultiCategorical", "DiagGaussian", "SquashedGaussian", "Beta", "Deterministic",
+           "MultiActionDistribution", "Dirichlet"]
 
 
 @DeveloperAPI
@@ -159,6 +139,9 @@ class MultiCategorical(TFActionDistribution):
     def _to_action_space(self, stacked: TensorType) -> TensorType:
         if isinstance(self.action_space, gym.spaces.Box):
             return tf.cast(tf.reshape(stacked, [-1] + list(self.action_space.shape)), self.action_space.dtype)
+        shape = space_action_shape(self.action_space)  # MultiBinary, multi-dim nvec
+        if shape is not None:
+            return reshape_to_space(stacked, shape, self.action_space.dtype)
         return stacked
 
     @override(ActionDistribution)
@@ -170,13 +153,14 @@ class MultiCategorical(TFActionDistribution):
         """Sum of the sub-action log-probabilities.
 
         Args:
-            actions: A [B, k] tensor/array (or [B, *box_shape]), or a list of
+            actions: A [B, k] tensor/array (or [B, *space_shape]), or a list of
                 k tensors [B].
         """
         if isinstance(actions, np.ndarray):
             actions = tf.convert_to_tensor(actions)
         if isinstance(actions, tf.Tensor):
-            if isinstance(self.action_space, gym.spaces.Box):
+            if (isinstance(self.action_space, gym.spaces.Box)
+                    or space_action_shape(self.action_space) is not None):
                 actions = tf.reshape(actions, [-1, int(np.prod(self.action_space.shape))])
             elif isinstance(self.action_space, gym.spaces.MultiDiscrete):
                 actions.set_shape((None, len(self.cats)))
@@ -207,11 +191,14 @@ class MultiCategorical(TFActionDistribution):
     @staticmethod
     @override(ActionDistribution)
     def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.ndarray]:
-        """sum(nvec) for MultiDiscrete; size * (high - low + 1) for an integer Box.
+        """sum(nvec) for MultiDiscrete; size * (high - low + 1) for an integer Box;
+        2 * size for MultiBinary.
 
         Raises:
             ValueError: a Box that is not integer-typed or has non-uniform bounds.
         """
+        if isinstance(action_space, gym.spaces.MultiBinary):
+            return 2 * int(np.prod(action_space.shape))
         if isinstance(action_space, gym.spaces.Box):
             low, high = np.min(action_space.low), np.max(action_space.high)
             uniform = np.all(action_space.low == low) and np.all(action_space.high == high)
@@ -235,21 +222,28 @@ class DiagGaussian(TFActionDistribution):
             inputs: Means and log standard deviations, concatenated.
             model: The producing model.
             action_space: Optional; for ``Box(shape=())`` samples are
-                squeezed to [B].
+                squeezed to [B]; for a Box with more than one dimension
+                samples are reshaped to [B, *shape] (and ``logp`` flattens
+                actions of that shape).
         """
         self.mean, self.log_std = tf.split(inputs, 2, axis=1)
         self.std = tf.exp(self.log_std)
         self.zero_action_dim = action_space is not None and action_space.shape == ()
+        self.action_shape = space_action_shape(action_space)
         super().__init__(inputs, model)
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:
+        if self.action_shape is not None:
+            return reshape_to_space(self.mean, self.action_shape)
         return self.mean
 
     @override(ActionDistribution)
     def logp(self, x: TensorType) -> TensorType:
         """Sum over action dims of the Normal log-density."""
         x = tf.cast(x, tf.float32)
+        if self.action_shape is not None:
+            x = flatten_actions(x, np.prod(self.action_shape))
         if x.shape.rank == 1:  # Box(shape=()) actions.
             x = tf.expand_dims(x, axis=1)
         return (
@@ -282,6 +276,8 @@ class DiagGaussian(TFActionDistribution):
     @override(TFActionDistribution)
     def _build_sample_op(self) -> TensorType:
         sample = self.mean + self.std * tf.random.normal(tf.shape(self.mean))
+        if self.action_shape is not None:
+            return reshape_to_space(sample, self.action_shape)
         return tf.squeeze(sample, axis=-1) if self.zero_action_dim else sample
 
     @staticmethod
@@ -375,77 +371,20 @@ class SquashedGaussian(TFActionDistribution):
 
 
 @DeveloperAPI
-class Beta(TFActionDistribution):
-    """Beta distribution on [low, high]; inputs are raw [alpha, beta] halves.
+class Deterministic(TFActionDistribution):
+    """Returns the inputs as the action (a Gaussian with zero std); needs only the means."""
 
-    Raw inputs are clipped and mapped through ``softplus(x) + 1`` so that
-    alpha, beta >= 1 (a unimodal density). pdf(x) = x^(a-1) (1-x)^(b-1) / B(a, b)
-    on the unit interval, rescaled to [low, high].
-    """
-
-    def __init__(self, inputs: List[TensorType], model: ModelV2, low: float = 0.0, high: float = 1.0):
-        inputs = tf.clip_by_value(inputs, log(SMALL_NUMBER), -log(SMALL_NUMBER))
-        inputs = tf.math.log(tf.math.exp(inputs) + 1.0) + 1.0
-        self.low = low
-        self.high = high
-        self.alpha, self.beta = tf.split(inputs, 2, axis=-1)
+    def __init__(self, inputs: List[TensorType], model: ModelV2, *,
+                 action_space: Optional[gym.spaces.Space] = None):
+        """Args: inputs: the actions [B, k]; model; action_space: a Box with more than
+        one dimension makes the actions come back as [B, *shape] (optional)."""
+        self.action_shape = space_action_shape(action_space)
         super().__init__(inputs, model)
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:
-        """The (rescaled) mean alpha / (alpha + beta)."""
-        return self._squash(self.alpha / (self.alpha + self.beta))
-
-    @override(TFActionDistribution)
-    def _build_sample_op(self) -> TensorType:
-        x = tf.random.gamma([], self.alpha)
-        y = tf.random.gamma([], self.beta)
-        return self._squash(x / (x + y))
-
-    @override(ActionDistribution)
-    def logp(self, x: TensorType) -> TensorType:
-        u = tf.cast(self._unsquash(x), self.inputs.dtype)
-        a, b = self.alpha, self.beta
-        per_dim = (a - 1.0) * tf.math.log(u) + (b - 1.0) * tf.math.log1p(-u) - _lbeta(a, b)
-        return tf.reduce_sum(per_dim, axis=-1)
-
-    @override(ActionDistribution)
-    def entropy(self) -> TensorType:
-        """Entropy of the unit-interval Beta, summed over action dims (not in RLlib's TF Beta)."""
-        a, b = self.alpha, self.beta
-        dg = tf.math.digamma
-        per_dim = _lbeta(a, b) - (a - 1.0) * dg(a) - (b - 1.0) * dg(b) + (a + b - 2.0) * dg(a + b)
-        return tf.reduce_sum(per_dim, axis=-1)
-
-    @override(ActionDistribution)
-    def kl(self, other: ActionDistribution) -> TensorType:
-        """KL(self || other) of the unit-interval Betas, summed (not in RLlib's TF Beta)."""
-        a1, b1, a2, b2 = self.alpha, self.beta, other.alpha, other.beta
-        dg = tf.math.digamma
-        per_dim = (
-            _lbeta(a2, b2) - _lbeta(a1, b1)
-            + (a1 - a2) * dg(a1) + (b1 - b2) * dg(b1) + (a2 - a1 + b2 - b1) * dg(a1 + b1)
-        )
-        return tf.reduce_sum(per_dim, axis=-1)
-
-    def _squash(self, raw_values: TensorType) -> TensorType:
-        return raw_values * (self.high - self.low) + self.low
-
-    def _unsquash(self, values: TensorType) -> TensorType:
-        return (values - self.low) / (self.high - self.low)
-
-    @staticmethod
-    @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.ndarray]:
-        return np.prod(action_space.shape, dtype=np.int32) * 2
-
-
-@DeveloperAPI
-class Deterministic(TFActionDistribution):
-    """Returns the inputs as the action (a Gaussian with zero std); needs only the means."""
-
-    @override(ActionDistribution)
-    def deterministic_sample(self) -> TensorType:
+        if self.action_shape is not None:
+            return reshape_to_space(self.inputs, self.action_shape)
         return self.inputs
 
     @override(TFActionDistribution)
@@ -455,7 +394,7 @@ class Deterministic(TFActionDistribution):
 
     @override(TFActionDistribution)
     def _build_sample_op(self) -> TensorType:
-        return self.inputs
+        return self.deterministic_sample()
 
     @staticmethod
     @override(ActionDistribution)
@@ -516,6 +455,8 @@ class MultiActionDistribution(TFActionDistribution):
                 indices.append(1)
             elif isinstance(dist, MultiCategorical) and dist.action_space is not None:
                 indices.append(int(np.prod(dist.action_space.shape)))
+            elif getattr(dist, "action_shape", None) is not None:  # multi-dim Box leaves
+                indices.append(int(np.prod(dist.action_shape)))
             else:
                 sample = dist.sample()
                 indices.append(1 if len(sample.shape) == 1 else tf.shape(sample)[1])
@@ -549,72 +490,3 @@ class MultiActionDistribution(TFActionDistribution):
     @override(ActionDistribution)
     def required_model_output_shape(self, action_space, model_config):
         return np.sum(self.input_lens, dtype=np.int32)
-
-
-@DeveloperAPI
-class Dirichlet(TFActionDistribution):
-    """Dirichlet distribution over the simplex (actions in [0, 1] that sum to 1).
-
-    Concentrations are ``exp(inputs) + 1e-7``.
-    """
-
-    def __init__(self, inputs: List[TensorType], model: ModelV2):
-        self.epsilon = 1e-7
-        concentration = tf.exp(inputs) + self.epsilon
-        super().__init__(concentration, model)
-
-    @property
-    def concentration(self) -> TensorType:
-        return self.inputs
-
-    @override(ActionDistribution)
-    def deterministic_sample(self) -> TensorType:
-        """softmax(concentration), as RLlib returns."""
-        return tf.nn.softmax(self.inputs)
-
-    @override(ActionDistribution)
-    def logp(self, x: TensorType) -> TensorType:
-        """Log-density of ``x`` floored at epsilon and renormalised onto the simplex."""
-        x = tf.maximum(tf.cast(x, self.inputs.dtype), self.epsilon)
-        x = x / tf.reduce_sum(x, axis=-1, keepdims=True)
-        a = self.inputs
-        return tf.reduce_sum((a - 1.0) * tf.math.log(x), axis=-1) - _log_multivariate_beta(a)
-
-    @override(ActionDistribution)
-    def entropy(self) -> TensorType:
-        a = self.inputs
-        a0 = tf.reduce_sum(a, axis=-1)
-        k = tf.cast(tf.shape(a)[-1], a.dtype)
-        dg = tf.math.digamma
-        return _log_multivariate_beta(a) + (a0 - k) * dg(a0) - tf.reduce_sum((a - 1.0) * dg(a), axis=-1)
-
-    @override(ActionDistribution)
-    def kl(self, other: ActionDistribution) -> TensorType:
-        a, b = self.inputs, other.inputs
-        a0 = tf.reduce_sum(a, axis=-1, keepdims=True)
-        dg = tf.math.digamma
-        return (
-            _log_multivariate_beta(b) - _log_multivariate_beta(a)
-            + tf.reduce_sum((a - b) * (dg(a) - dg(a0)), axis=-1)
-        )
-
-    @override(TFActionDistribution)
-    def _build_sample_op(self) -> TensorType:
-        g = tf.random.gamma([], self.inputs)
-        # Tiny concentrations can make every gamma draw underflow to 0.
-        return g / tf.maximum(tf.reduce_sum(g, axis=-1, keepdims=True), np.finfo(np.float32).tiny)
-
-    @staticmethod
-    @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.ndarray]:
-        return np.prod(action_space.shape, dtype=np.int32)
-
-
-def _lbeta(a: TensorType, b: TensorType) -> TensorType:
-    """log B(a, b) = lgamma(a) + lgamma(b) - lgamma(a + b), elementwise."""
-    return tf.math.lgamma(a) + tf.math.lgamma(b) - tf.math.lgamma(a + b)
-
-
-def _log_multivariate_beta(a: TensorType) -> TensorType:
-    """log B(a) = sum lgamma(a_i) - lgamma(sum a_i), over the last axis."""
-    return tf.reduce_sum(tf.math.lgamma(a), axis=-1) - tf.math.lgamma(tf.reduce_sum(a, axis=-1))

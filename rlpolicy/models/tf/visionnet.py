@@ -14,7 +14,7 @@ import gymnasium as gym
 
 from rlpolicy.models.tf.misc import check_input_shape, normc_initializer
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
-from rlpolicy.models.utils import get_activation_fn, get_filter_config
+from rlpolicy.models.utils import get_activation_fn, default_filter_config
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
@@ -58,7 +58,7 @@ class VisionNetwork(TFModelV2):
         """
         if not model_config.get("conv_filters"):
             # RLlib 1.11 writes the default filters back into the config dict.
-            model_config["conv_filters"] = get_filter_config(obs_space.shape)
+            model_config["conv_filters"] = default_filter_config(obs_space.shape)
         super().__init__(obs_space, action_space, num_outputs, model_config, name)
         keras = get_keras()
         cfg = self.model_config

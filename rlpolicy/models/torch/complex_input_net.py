@@ -16,7 +16,7 @@ import numpy as np
 from rlpolicy.models.modelv2 import ModelV2, restore_original_dimensions
 from rlpolicy.models.torch.misc import SlimFC, normc_initializer
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
-from rlpolicy.models.utils import get_filter_config
+from rlpolicy.models.utils import default_filter_config
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
@@ -70,7 +70,7 @@ class ComplexInputNetwork(TorchModelV2, nn.Module):
         """Registers how sub-observation ``i`` is encoded; returns its encoded width."""
         if isinstance(component, gym.spaces.Box) and len(component.shape) == 3:
             config = {"conv_filters": model_config.get("conv_filters")
-                      or get_filter_config(component.shape),
+                      or default_filter_config(component.shape),
                       "conv_activation": model_config.get("conv_activation"),
                       "post_fcnet_hiddens": []}
             cnn = self._catalog().get_model_v2(component, self.action_space, num_outputs=None,
@@ -126,8 +126,9 @@ class ComplexInputNetwork(TorchModelV2, nn.Module):
 def _one_hot(x: TensorType, space: gym.Space) -> TensorType:
     """One-hot encodes integer Discrete [B] / MultiDiscrete [B, n] values."""
     x = x.long()
-    if isinstance(space, gym.spaces.Discrete):
-        return nn.functional.one_hot(x.reshape(-1), int(space.n)).float()
-    x = x.reshape(-1, len(space.nvec))
+    if isinstance(space, gym.spaces.Discrete):  # values counted from gymnasium's `start`
+        return nn.functional.one_hot(x.reshape(-1) - int(space.start), int(space.n)).float()
+    nvec = np.ravel(space.nvec)
+    x = x.reshape(-1, len(nvec)) - torch.as_tensor(np.ravel(space.start), device=x.device)
     return torch.cat([nn.functional.one_hot(x[:, j], int(n)).float()
-                      for j, n in enumerate(space.nvec)], dim=-1)
+                      for j, n in enumerate(nvec)], dim=-1)

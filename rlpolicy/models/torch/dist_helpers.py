@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from math import log, pi
-from typing import Any
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
@@ -50,3 +50,44 @@ def no_grad_call(fn: Any, *args: Any) -> Any:
         return fn(*args)
     finally:
         torch._C._set_grad_enabled(prev)
+
+
+def reshape_to_space(flat: Any, shape: Optional[Tuple[int, ...]], dtype: Any = None) -> Any:
+    """Reshapes flat samples [B, prod(shape)] to [B, *shape] (and casts them to the
+    torch counterpart of the numpy ``dtype``, if given); ``shape`` None: unchanged."""
+    if shape is None:
+        return flat
+    out = torch.reshape(flat, (-1,) + tuple(shape))
+    if dtype is not None:
+        out = out.to(_TORCH_DTYPES.get(np.dtype(dtype).name, torch.int64))
+    return out
+
+
+def flatten_actions(actions: Any, shape: Optional[Tuple[int, ...]]) -> Any:
+    """Reshapes actions [B, *shape] (or already flat ones) to [B, prod(shape)];
+    numpy input becomes a tensor; ``shape`` None: unchanged."""
+    if shape is None:
+        return actions
+    if isinstance(actions, np.ndarray):
+        actions = torch.from_numpy(actions)
+    return torch.reshape(actions, (-1, int(np.prod(shape))))
+
+
+_TORCH_DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
+                 "int32": torch.int32, "int64": torch.int64} if torch is not None else {}
+
+
+def check_bounds(low: Any, high: Any, name: str) -> None:
+    """Raises ValueError (naming the distribution) unless low < high everywhere."""
+    if not np.all(np.less(low, high)):
+        raise ValueError(f"{name} needs low < high, got low={low}, high={high}")
+
+
+def flat_action_widths(action_space: Any) -> List[int]:
+    """Columns each flat sub-action takes in a flattened action batch:
+    1 for a Discrete, the size of its shape for every other leaf."""
+    import gymnasium as gym
+
+    from rlpolicy.utils.spaces.space_utils import flatten_space
+    return [1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(s.shape))
+            for s in flatten_space(action_space)]

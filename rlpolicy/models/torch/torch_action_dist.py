@@ -22,8 +22,10 @@ from typing import Any, List, Optional, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy.models.action_dist import ActionDistribution
-from rlpolicy.models.torch.dist_helpers import LOG_SQRT_2PI, LazyDist, no_grad_call, to_tensor
+from rlpolicy.models.action_dist import ActionDistribution, multi_dim_action_shape
+from rlpolicy.models.torch.dist_helpers import (LOG_SQRT_2PI, LazyDist, check_bounds,
+                                                flat_action_widths, flatten_actions, no_grad_call,
+                                                reshape_to_space, to_tensor)
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_torch
@@ -179,14 +181,17 @@ def get_torch_categorical_class_with_temperature(t: float) -> type:
 def _reshape_to_space(sample: TensorType, action_space: Optional[gym.Space]) -> TensorType:
     if isinstance(action_space, gym.spaces.Box):
         return torch.reshape(sample, [-1] + list(action_space.shape))
-    return sample
+    shape = multi_dim_action_shape(action_space)  # MultiBinary, multi-dim nvec
+    return reshape_to_space(sample, shape, None if shape is None else action_space.dtype)
 
 
 @DeveloperAPI
 class TorchMultiCategorical(TorchDistributionWrapper):
     """Independent categoricals, one per ``input_lens`` slice of the logits.
 
-    Used for MultiDiscrete and integer Box action spaces.
+    Used for MultiDiscrete, MultiBinary and integer Box action spaces
+    (samples come back in the shape of a Box, MultiBinary or
+    multi-dimensional MultiDiscrete space).
     """
 
     @override(TorchDistributionWrapper)
@@ -249,12 +254,18 @@ class TorchMultiCategorical(TorchDistributionWrapper):
         if isinstance(action_space, gym.spaces.Box):
             low, high = int(np.min(action_space.low)), int(np.max(action_space.high))
             return int(np.prod(action_space.shape)) * (high - low + 1)
+        if isinstance(action_space, gym.spaces.MultiBinary):
+            return 2 * int(np.prod(action_space.shape))
         return int(np.sum(action_space.nvec))
 
 
 @DeveloperAPI
 class TorchDiagGaussian(TorchDistributionWrapper):
-    """Diagonal Gaussian from inputs [BATCH, 2 * d] = (means, log stds)."""
+    """Diagonal Gaussian from inputs [BATCH, 2 * d] = (means, log stds).
+
+    With a multi-dimensional Box ``action_space`` (d = its size), samples
+    come back as [BATCH, *shape] and ``logp`` flattens such actions first.
+    """
 
     @override(ActionDistribution)
     def __init__(self, inputs: List[TensorType], model: TorchModelV2, *,
@@ -265,6 +276,7 @@ class TorchDiagGaussian(TorchDistributionWrapper):
         self._std = torch.exp(log_std)
         # A Box(shape=()) action space gets scalar samples.
         self.zero_action_dim = action_space is not None and action_space.shape == ()
+        self.action_shape = multi_dim_action_shape(action_space)
 
     def _make_dist(self) -> Any:
         return torch.distributions.normal.Normal(self._mean, self._std, validate_args=False)
@@ -279,15 +291,18 @@ class TorchDiagGaussian(TorchDistributionWrapper):
             self.last_sample = sample = no_grad_call(torch.addcmul, self._mean, self._std, noise)
         else:
             sample = super().sample()
+        if self.action_shape is not None:
+            return reshape_to_space(sample, self.action_shape)
         return torch.squeeze(sample, dim=-1) if self.zero_action_dim else sample
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:
         self.last_sample = self._mean if self._lean() else self.dist.mean
-        return self.last_sample
+        return reshape_to_space(self.last_sample, self.action_shape)
 
     @override(TorchDistributionWrapper)
     def logp(self, actions: TensorType) -> TensorType:
+        actions = flatten_actions(actions, self.action_shape)
         if not (self._lean() and isinstance(actions, torch.Tensor)):
             return super().logp(actions).sum(-1)
         z = (actions - self._mean) / self._std
@@ -315,11 +330,6 @@ class TorchDiagGaussian(TorchDistributionWrapper):
         return int(np.prod(action_space.shape)) * 2
 
 
-def _check_bounds(low: Any, high: Any, name: str) -> None:
-    if not np.all(np.less(low, high)):
-        raise ValueError(f"{name} needs low < high, got low={low}, high={high}")
-
-
 @DeveloperAPI
 class TorchSquashedGaussian(TorchDistributionWrapper):
     """Gaussian squashed by tanh into (low, high); inputs = (means, log stds).
@@ -332,7 +342,7 @@ class TorchSquashedGaussian(TorchDistributionWrapper):
                  low: float = -1.0, high: float = 1.0):
         """Args: inputs: [B, 2d]; model; low, high: bounds of the (open) action interval."""
         super().__init__(inputs, model)
-        _check_bounds(low, high, "SquashedGaussian")
+        check_bounds(low, high, "SquashedGaussian")
         mean, log_std = torch.chunk(self.inputs, 2, dim=-1)
         log_std = torch.clamp(log_std, MIN_LOG_NN_OUTPUT, MAX_LOG_NN_OUTPUT)
         std = torch.exp(log_std)
@@ -399,7 +409,7 @@ class TorchBeta(TorchDistributionWrapper):
                  low: float = 0.0, high: float = 1.0):
         """Args: inputs: [B, 2d]; model; low, high: the action interval."""
         super().__init__(inputs, model)
-        _check_bounds(low, high, "Beta")
+        check_bounds(low, high, "Beta")
         clipped = torch.clamp(self.inputs, log(SMALL_NUMBER), -log(SMALL_NUMBER))
         self.inputs = torch.log(torch.exp(clipped) + 1.0) + 1.0
         self.low, self.high = low, high
@@ -446,9 +456,17 @@ class TorchBeta(TorchDistributionWrapper):
 class TorchDeterministic(TorchDistributionWrapper):
     """Point mass at the inputs (a Gaussian with zero std); logp of samples is 0."""
 
+    @override(TorchDistributionWrapper)
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2, *,
+                 action_space: Optional[gym.spaces.Space] = None):
+        """Args: inputs: the actions [B, k]; model; action_space: a Box with more than
+        one dimension makes the actions come back as [B, *shape] (optional)."""
+        super().__init__(inputs, model)
+        self.action_shape = multi_dim_action_shape(action_space)
+
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:
-        return self.inputs
+        return reshape_to_space(self.inputs, self.action_shape)
 
     @override(TorchDistributionWrapper)
     def sampled_action_logp(self) -> TensorType:
@@ -500,13 +518,6 @@ class TorchDirichlet(TorchDistributionWrapper):
         return int(np.prod(action_space.shape))
 
 
-def _flat_action_widths(action_space: gym.Space) -> List[int]:
-    """Columns each flat sub-action takes in a flattened action batch."""
-    from rlpolicy.utils.spaces.space_utils import flatten_space
-    return [1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(s.shape))
-            for s in flatten_space(action_space)]
-
-
 @DeveloperAPI
 class TorchMultiActionDistribution(TorchDistributionWrapper):
     """Joint distribution of independent sub-distributions for Tuple/Dict action spaces."""
@@ -541,7 +552,7 @@ class TorchMultiActionDistribution(TorchDistributionWrapper):
         if isinstance(x, np.ndarray):
             x = torch.from_numpy(x)
         if isinstance(x, torch.Tensor):
-            widths = _flat_action_widths(self.action_space)
+            widths = flat_action_widths(self.action_space)
             split_x = list(torch.split(x, widths, dim=1))
         else:
             split_x = tree.flatten(x)

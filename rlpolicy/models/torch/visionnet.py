@@ -13,7 +13,7 @@ import numpy as np
 
 from rlpolicy.models.torch.misc import SlimConv2d, SlimFC, normc_initializer, same_padding
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
-from rlpolicy.models.utils import get_activation_fn, get_filter_config
+from rlpolicy.models.utils import get_activation_fn, default_filter_config
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
@@ -47,7 +47,7 @@ class VisionNetwork(TorchModelV2, nn.Module):
     def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  num_outputs: Optional[int], model_config: ModelConfigDict, name: str):
         if not model_config.get("conv_filters"):
-            model_config["conv_filters"] = get_filter_config(obs_space.shape)
+            model_config["conv_filters"] = default_filter_config(obs_space.shape)
         TorchModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name)
         nn.Module.__init__(self)
         if len(obs_space.shape) != 3:

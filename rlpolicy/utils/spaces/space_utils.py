@@ -80,7 +80,12 @@ def _dummy_leaf(space: gym.Space, batch_size: int, fill_value: Union[float, int,
         n = int(np.prod(lead)) if lead else 1
         samples = np.array([space.sample() for _ in range(n)], dtype=space.dtype)
         return samples.reshape(lead + list(space.shape))
-    return np.full(lead + list(space.shape), fill_value=fill_value, dtype=space.dtype)
+    out = np.full(lead + list(space.shape), fill_value=fill_value, dtype=space.dtype)
+    start = getattr(space, "start", None)
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and np.any(start):
+        # Discrete values count from `start`: keep the dummies inside the space.
+        out = out + np.asarray(start, dtype=space.dtype)
+    return out
 
 
 def get_dummy_batch_for_space(space: gym.Space, batch_size: int = 32,
@@ -211,7 +216,30 @@ def normalize_action(action: TensorStructType, action_space_struct: SpaceStruct)
     return tree.map_structure(normalize, action, _as_struct(action_space_struct))
 
 
+def flatten_action_batch(actions: TensorStructType, dtype: Any = None) -> np.ndarray:
+    """Concatenates a (nested) batch of actions into one flat [B, n] array.
+
+    Every leaf [B, *shape] takes ``prod(shape)`` columns (a Discrete leaf
+    [B] one), in ``dm-tree`` flattening order (sorted Dict keys), which is
+    the layout of the flattened action column of a train batch
+    (``_disable_action_flattening=False``) and of
+    ``ModelCatalog.get_action_shape`` for Dict/Tuple spaces.
+
+    Args:
+        actions: A struct of batched arrays (all with the same batch size),
+            or a single batched array.
+        dtype: Optional dtype of the result (default: numpy's common type).
+
+    Returns:
+        The [B, n] array.
+    """
+    leaves = [np.asarray(leaf) for leaf in tree.flatten(actions)]
+    flat = np.concatenate([np.reshape(leaf, (len(leaf), -1)) for leaf in leaves], axis=1)
+    return flat if dtype is None else flat.astype(dtype)
+
+
 __all__ = [
     "flatten_space", "get_base_struct_from_space", "get_dummy_batch_for_space",
     "flatten_to_single_ndarray", "unbatch", "clip_action", "unsquash_action", "normalize_action",
+    "flatten_action_batch",
 ]

@@ -1,0 +1,144 @@
+"""Dict/Tuple observations: one preprocessing shared by policies and samplers.
+
+RLlib 1.11 preprocesses nested observations in the RolloutWorker (one-hot for
+discrete parts, everything flattened and concatenated) and hands the policy
+the flat preprocessed ``Box`` (with the raw space as ``original_space``). A
+policy built directly on the raw Dict/Tuple space fails there. Here every
+policy turns such a space into that same flat space when it is built
+(:func:`prepare_observation_space`), and accepts raw nested observations at
+its entry points (:func:`flatten_obs_batch` and friends), so a policy built
+directly and one built by a RolloutWorker are the same policy, and the
+worker's samples and the policy's own preprocessing cannot disagree: both go
+through the preprocessor returned by :func:`observation_preprocessor`.
+
+With ``_disable_preprocessor_api`` set, spaces and observations are left
+exactly as given. Nothing here imports torch or tensorflow.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import gymnasium as gym
+import numpy as np
+
+_NESTED = (gym.spaces.Dict, gym.spaces.Tuple)
+_ATTR = "_obs_preprocessor"
+
+
+def prepare_observation_space(space: gym.Space, config: Optional[dict]) -> gym.Space:
+    """The observation space a policy works on.
+
+    Args:
+        space: The space the policy was given.
+        config: The (possibly partial) policy config.
+
+    Returns:
+        For a raw Dict/Tuple space, the flat float32 Box of its preprocessed
+        observations, carrying ``space`` as ``original_space`` (what RLlib's
+        RolloutWorker gives its policies); any other space unchanged.
+    """
+    config = config or {}
+    if (not isinstance(space, _NESTED) or hasattr(space, "original_space")
+            or config.get("_disable_preprocessor_api", False)):
+        return space
+    from rlpolicy.models.preprocessors import get_preprocessor
+
+    return get_preprocessor(space)(space, config.get("model") or None).observation_space
+
+
+def observation_preprocessor(policy: Any) -> Any:
+    """The preprocessor of ``policy``'s raw Dict/Tuple observations, or None.
+
+    Built once per policy from ``policy.observation_space.original_space``.
+    """
+    prep = policy.__dict__.get(_ATTR, False)
+    if prep is False:
+        space = getattr(policy, "observation_space", None)
+        original = getattr(space, "original_space", None)
+        prep = None
+        if isinstance(original, _NESTED):
+            from rlpolicy.models.preprocessors import get_preprocessor
+
+            prep = get_preprocessor(original)(original, (policy.config or {}).get("model"))
+        policy.__dict__[_ATTR] = prep
+    return prep
+
+
+def flatten_obs_batch(policy: Any, obs: Any) -> Any:
+    """Raw nested observations -> the flat [B, size] float32 batch; else ``obs``.
+
+    Accepted raw forms: a dict (Dict space) or tuple (Tuple space) of
+    batched leaves, or a list of single raw observations. Flat batches
+    (arrays, tensors, lists of flat rows) come back unchanged.
+
+    Raises:
+        ValueError: A raw batch that does not fit the space (the message
+            names the key path, e.g. ``observation['pos']``).
+    """
+    if isinstance(obs, np.ndarray) or not isinstance(obs, (dict, tuple, list)):
+        return obs
+    prep = observation_preprocessor(policy)
+    if prep is None:
+        return obs
+    if isinstance(obs, list):
+        if not obs or not isinstance(obs[0], (dict, tuple, list)):
+            return obs  # flat rows (or empty): the usual checks see them
+        obs = stack_rows(obs, prep._obs_space)
+    return prep.transform_batch(obs)
+
+
+def flatten_single_obs(policy: Any, obs: Any) -> Any:
+    """One raw observation -> its flat preprocessed vector (samplers use this)."""
+    prep = observation_preprocessor(policy)
+    if prep is None or isinstance(obs, np.ndarray):
+        return obs
+    return prep.transform_batch(stack_rows([obs], prep._obs_space))[0]
+
+
+def flatten_input_dict(policy: Any, input_dict: Any, columns: tuple = ("obs", "new_obs")) -> Any:
+    """``input_dict`` with raw nested ``columns`` flattened (a shallow copy if any is)."""
+    if observation_preprocessor(policy) is None:
+        return input_dict
+    changed = {}
+    for col in columns:
+        if col in input_dict:
+            value = input_dict[col]
+            flat = flatten_obs_batch(policy, value)
+            if flat is not value:
+                changed[col] = flat
+    if not changed:
+        return input_dict
+    # A SampleBatch keeps its flags (seq_lens, is_training, ...) in a shallow copy.
+    copy = input_dict.copy(shallow=True) if hasattr(input_dict, "set_get_interceptor") \
+        else dict(input_dict)
+    for col, flat in changed.items():
+        copy[col] = flat
+    return copy
+
+
+def stack_rows(rows: list, space: gym.Space, path: str = "observation") -> Any:
+    """Stacks single raw observations into the space's structure with batched leaves.
+
+    Raises:
+        ValueError: A row lacks a Dict key or has the wrong Tuple length.
+    """
+    if isinstance(space, gym.spaces.Dict):
+        for i, r in enumerate(rows):
+            if not isinstance(r, dict) or set(r) != set(space.spaces):
+                got = sorted(map(str, r)) if isinstance(r, dict) else type(r).__name__
+                raise ValueError(f"{path} {i}: keys {got} do not match the Dict observation "
+                                 f"space keys {list(space.spaces)}")
+        return {k: stack_rows([r[k] for r in rows], sub, f"{path}[{k!r}]")
+                for k, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        n = len(space.spaces)
+        for i, r in enumerate(rows):
+            if not isinstance(r, (tuple, list)) or len(r) != n:
+                raise ValueError(f"{path} {i}: expected {n} items for {space}, got {r!r}")
+        return tuple(stack_rows([r[j] for r in rows], sub, f"{path}[{j}]")
+                     for j, sub in enumerate(space.spaces))
+    try:
+        return np.stack([np.asarray(r) for r in rows])
+    except ValueError as err:
+        raise ValueError(f"{path}: rows of different shapes for {space}: "
+                         f"{[np.shape(r) for r in rows]}") from err
