@@ -97,24 +97,36 @@ def _flattened_width(space: gym.Space) -> int:
     return int(np.prod(space.shape))
 
 
+_Box, _Discrete = gym.spaces.Box, gym.spaces.Discrete
+
+
 def _preprocessed_width(space: gym.Space) -> int:
     from rlpolicy.models.preprocessors import get_preprocessor
     return int(get_preprocessor(space)(space).size)
 
 
 def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict) -> Any:
+    space = view_req.space
+    cls = type(space)
+    if ((cls is _Box or (cls is _Discrete and not space.start)) and batch_size > 0
+            and type(view_req.shift) is int and view_req.shift_from is None):
+        # The common column (what get_dummy_batch_for_space fills with 0.0), directly.
+        return np.zeros((batch_size, *space.shape), space.dtype)
     from rlpolicy.utils.spaces.space_utils import get_dummy_batch_for_space
 
     data_col = view_req.data_col or view_col
-    space = view_req.space
     flatten = isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)) and (
         (data_col == "obs" and not config.get("_disable_preprocessor_api", False))
         or (data_col == "actions" and not config.get("_disable_action_flattening", False)))
     if flatten:
         # Observations are flattened by the preprocessor (one-hot discrete parts); RLlib
         # 1.11 counts 1 per Discrete here and breaks every model on such spaces.
-        width = _preprocessed_width(space) if data_col == "obs" else _flattened_width(space)
-        return np.zeros((batch_size, width), np.float32)
+        if data_col == "obs":
+            return np.zeros((batch_size, _preprocessed_width(space)), np.float32)
+        # Actions: each leaf's own dummy (inside its space, e.g. Discrete(n, start=s) -> s).
+        from rlpolicy.utils.spaces.space_utils import flatten_action_batch
+        return flatten_action_batch(get_dummy_batch_for_space(space, batch_size=batch_size),
+                                    np.float32)
     if view_req.shift_from is not None or isinstance(view_req.shift, (list, tuple, np.ndarray)):
         time_size = len(getattr(view_req, "shift_arr", view_req.shift))
         return get_dummy_batch_for_space(space, batch_size=batch_size, time_size=time_size)

@@ -110,17 +110,28 @@ def to_numpy_fast(x: Any) -> Any:
     return convert_to_numpy(x)
 
 
+def tensor_to_numpy(t: Any) -> np.ndarray:
+    """``t.detach().cpu().numpy()``, skipping the steps that would change nothing
+    (each is a dispatched torch op): a CPU tensor outside autograd is viewed
+    directly."""
+    if t.requires_grad:
+        t = t.detach()
+    if not t.is_cpu:
+        t = t.cpu()
+    return t.numpy()
+
+
 def action_outputs_to_numpy(actions: Any, state_out: Any, extra: dict) -> tuple:
     """The ``(actions, state_outs, extra_fetches)`` triple of the action path as numpy."""
     Tensor = torch.Tensor
-    if isinstance(actions, Tensor) and actions.device.type == "cpu":
-        actions = actions.detach().numpy()
+    if isinstance(actions, Tensor) and actions.is_cpu:
+        actions = tensor_to_numpy(actions)
     else:
         actions = to_numpy_fast(actions)
-    state_out = [s.detach().cpu().numpy() if isinstance(s, Tensor) else to_numpy_fast(s)
+    state_out = [tensor_to_numpy(s) if isinstance(s, Tensor) else to_numpy_fast(s)
                  for s in state_out]
     extra = {k: v if type(v) is np.ndarray else (
-        v.detach().cpu().numpy() if isinstance(v, Tensor) else to_numpy_fast(v))
+        tensor_to_numpy(v) if isinstance(v, Tensor) else to_numpy_fast(v))
         for k, v in extra.items()}
     return actions, state_out, extra
 
@@ -132,21 +143,31 @@ def to_non_torch_fast(x: Any) -> Any:
     through; lists, tuples and other containers go to the generic converter.
     """
     if isinstance(x, torch.Tensor):
-        return x.cpu().item() if x.dim() == 0 else x.detach().cpu().numpy()
+        return x.cpu().item() if x.dim() == 0 else tensor_to_numpy(x)
     if type(x) is dict:
         if all(type(v) is torch.Tensor and v.dim() > 0 for v in x.values()):
-            return {k: v.detach().cpu().numpy() for k, v in x.items()}  # (the usual case)
+            return {k: tensor_to_numpy(v) for k, v in x.items()}  # (the usual case)
         return {k: to_non_torch_fast(v) for k, v in x.items()}
     if x is None or isinstance(x, (np.ndarray, int, float, str)):
         return x
     return convert_to_non_torch_type(x)
 
 
+def tensor_snapshot(t: Any) -> np.ndarray:
+    """``t.detach().cpu().numpy().copy()`` in as few steps as give the same: a
+    numpy array equal to ``t`` that shares no memory with it."""
+    if t.requires_grad:
+        t = t.detach()
+    if t.is_cpu:
+        return t.numpy().copy()
+    return t.cpu().numpy()  # (the transfer already made new memory)
+
+
 def numpy_copy(x: Any) -> Any:
     """Like ``convert_to_numpy`` but never shares memory with live tensors, so a
     returned state stays a snapshot while training goes on."""
     if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy().copy()
+        return tensor_snapshot(x)
     if x is None or type(x) in _IMMUTABLE_SCALARS:
         return x  # deepcopy would hand back the very same object
     if isinstance(x, dict):
@@ -159,7 +180,7 @@ def numpy_copy(x: Any) -> Any:
 def copy_leaf(v: Any) -> Any:
     """``numpy_copy(v)``, handling the common leaves (tensors, scalars) itself."""
     if type(v) is torch.Tensor:
-        return v.detach().cpu().numpy().copy()
+        return tensor_snapshot(v)
     if v is None or type(v) in _IMMUTABLE_SCALARS:
         return v
     return numpy_copy(v)
@@ -254,7 +275,9 @@ def _check_keys_and_shapes(targets: dict, state: dict) -> None:
         raise ValueError(f"set_weights: missing keys {missing}, unexpected keys {unexpected}; "
                          "nothing was loaded")
     for key, target in targets.items():
-        shape = tuple(getattr(state[key], "shape", np.shape(state[key])))
+        value = state[key]
+        shape = getattr(value, "shape", None)
+        shape = tuple(shape) if shape is not None else np.shape(value)
         if shape != tuple(target.shape):
             raise ValueError(f"set_weights: {key!r} has shape {shape}, the model's is "
                              f"{tuple(target.shape)}; nothing was loaded")
@@ -314,3 +337,12 @@ def state_dict_fast(model: Any) -> dict:
     if targets is None:
         return model.state_dict()
     return {k: t.detach() for k, t in targets.items()}
+
+
+def weights_snapshot(model: Any) -> dict:
+    """``{name: tensor_snapshot(t)}`` over ``model.state_dict()``: numpy copies."""
+    targets = _plain_state_tensors(model)
+    if targets is None:
+        targets = model.state_dict()
+    return {k: tensor_snapshot(t) if isinstance(t, torch.Tensor) else numpy_copy(t)
+            for k, t in targets.items()}

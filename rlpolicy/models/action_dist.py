@@ -107,7 +107,7 @@ def multi_dim_action_shape(action_space: Any) -> Optional[Tuple[int, ...]]:
         return tuple(int(n) for n in action_space.shape)
     if isinstance(action_space, gym.spaces.MultiDiscrete) and action_space.nvec.ndim > 1:
         return tuple(int(n) for n in action_space.shape)
-    if (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) > 1
+    if (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) != 1
             and not action_space.dtype.name.startswith("int")):
         return tuple(int(n) for n in action_space.shape)
     return None

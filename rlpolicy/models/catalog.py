@@ -358,7 +358,19 @@ def _output_size(dist_cls: Any, action_space: gym.Space, config: ModelConfigDict
 
 def _default_dist(action_space: gym.Space, config: ModelConfigDict, dist_type: Any,
                   framework: str) -> Tuple[Any, int]:
-    """Default distributions of the non-nested spaces (RLlib 1.11's table)."""
+    """Default distributions of the non-nested spaces (RLlib 1.11's table); discrete
+    spaces whose values do not start at 0 get their samples shifted (beyond RLlib)."""
+    from rlpolicy.models.dist_offsets import action_offset, with_action_offset
+
+    dist_class, size = _default_dist_unshifted(action_space, config, dist_type, framework)
+    offset = action_offset(action_space)
+    if offset is not None:
+        dist_class = with_action_offset(dist_class, offset, framework)
+    return dist_class, size
+
+
+def _default_dist_unshifted(action_space: gym.Space, config: ModelConfigDict, dist_type: Any,
+                            framework: str) -> Tuple[Any, int]:
     if isinstance(action_space, gym.spaces.Box) and action_space.dtype.name.startswith("int"):
         low, high = int(np.min(action_space.low)), int(np.max(action_space.high))
         num_cats = int(np.prod(action_space.shape))
@@ -373,9 +385,9 @@ def _default_dist(action_space: gym.Space, config: ModelConfigDict, dist_type: A
         else:
             raise ValueError(f"dist_type {dist_type!r} not supported for Box action spaces; use "
                              "None, 'deterministic' or an ActionDistribution subclass")
-        if len(action_space.shape) > 1:
+        if len(action_space.shape) != 1:
             # Beyond RLlib 1.11: a distribution over the flattened action, whose
-            # samples are reshaped back to the Box's shape.
+            # samples are reshaped back to the Box's shape (also a 0-d Box: [B]).
             return partial(cls, action_space=action_space), _output_size(cls, action_space, config)
         return cls, _output_size(cls, action_space, config)
     if isinstance(action_space, gym.spaces.Discrete):

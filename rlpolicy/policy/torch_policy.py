@@ -27,8 +27,8 @@ from rlpolicy._core.torch_convert import (
     load_state_dict_fast,
     parameter_list,
     set_training,
-    state_dict_fast,
     tensor_interceptor,
+    weights_snapshot,
 )
 from rlpolicy._core.torch_policy_io import (
     export_policy_model,
@@ -458,7 +458,7 @@ class TorchPolicy(Policy):
     @with_lock
     @override(Policy)
     def get_weights(self) -> ModelWeights:
-        return {k: v.detach().cpu().numpy().copy() for k, v in state_dict_fast(self.model).items()}
+        return weights_snapshot(self.model)  # (numpy copies: a snapshot)
 
     @with_lock  # no forward pass sees half-replaced weights
     @override(Policy)

@@ -28,8 +28,8 @@ ACT = gym.spaces.Discrete(3)
 
 def fcnet(seed=0, **model):
     torch.manual_seed(seed)
-    cfg = dict(MODEL_DEFAULTS, fcnet_hiddens=[16, 16], fcnet_activation="tanh",
-               vf_share_layers=False, **model)
+    cfg = dict(MODEL_DEFAULTS, **dict(dict(fcnet_hiddens=[16, 16], fcnet_activation="tanh",
+                                           vf_share_layers=False), **model))
     return FullyConnectedNetwork(OBS, ACT, 3, cfg, "m")
 
 
@@ -154,6 +154,64 @@ def test_plan_output_equals_calling_the_modules():
     ref_logits, ref_v = reference_forward(model, x)
     torch.testing.assert_close(logits, ref_logits, rtol=0, atol=0)
     torch.testing.assert_close(model.value_function(), ref_v, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu", "sigmoid", "swish", "linear"])
+def test_plan_gradients_equal_calling_the_modules(activation):
+    # The plan applies tanh/relu/sigmoid in place on each linear output: same values
+    # and the same gradients as the out-of-place modules, and the input is untouched.
+    model = fcnet(fcnet_activation=activation)
+    x = torch.randn(6, 5)
+    x_before = x.clone()
+    logits, _ = model({"obs": x})
+    loss = logits.pow(2).sum() + model.value_function().sum()
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    ref_logits, ref_v = reference_forward(model, x)
+    ref_grads = torch.autograd.grad(ref_logits.pow(2).sum() + ref_v.sum(),
+                                    list(model.parameters()))
+    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=0)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(x, x_before, rtol=0, atol=0)
+
+
+def test_directly_initialised_modules_equal_constructed_ones():
+    from rlpolicy.models.torch.misc import init_module, new_module
+
+    reference = nn.Module().__dict__
+    for made in (new_module(nn.Tanh), new_module(nn.Sigmoid), SlimFC(3, 2, activation_fn="tanh")._model):
+        d = made.__dict__
+        assert [k for k in d if k in reference] == list(reference)
+        for k, v in reference.items():
+            assert type(d[k]) is type(v)
+            if isinstance(v, (dict, set)) and k != "_modules":
+                assert d[k] == v and d[k] is not v  # fresh, empty containers
+    a, b = new_module(nn.Tanh), new_module(nn.Tanh)
+    assert a._forward_hooks is not b._forward_hooks and a.training
+    relu = new_module(nn.ReLU)  # (own constructor: called as usual)
+    assert relu.inplace is False
+    probe = nn.Module.__new__(nn.Module)
+    init_module(probe)
+    assert list(probe.__dict__) == list(reference)
+    fc = SlimFC(3, 2, activation_fn="tanh", bias_init=0.5)
+    np.testing.assert_array_equal(fc._model[0].bias.detach().numpy(), [0.5, 0.5])
+    assert fc._model[0].bias.requires_grad and type(fc._model[0].bias) is nn.Parameter
+    copied = copy.deepcopy(fc)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(copied(x), fc(x), rtol=0, atol=0)
+
+
+def test_slimfc_forward_with_activation_keeps_its_input_and_gradient():
+    torch.manual_seed(0)
+    fc = SlimFC(4, 3, activation_fn="tanh")
+    x = torch.randn(5, 4, requires_grad=True)
+    out = fc(x)
+    out.sum().backward()
+    w, b = fc._model[0].weight.detach(), fc._model[0].bias.detach()
+    expected = np.tanh(x.detach().numpy() @ w.numpy().T + b.numpy())
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-6, atol=1e-6)
+    dx = ((1.0 - expected ** 2) @ w.numpy())  # d/dx sum(tanh(xW^T + b))
+    np.testing.assert_allclose(x.grad.numpy(), dx, rtol=1e-5, atol=1e-6)
 
 
 def test_hooks_swaps_and_parametrizations_are_honoured():

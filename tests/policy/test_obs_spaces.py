@@ -256,9 +256,11 @@ class _LoggingDictEnv(gym.Env):
         return self._obs(), 1.0, self.t >= 4, False, {}
 
 
-def test_rollout_worker_preprocessing_agrees_with_the_policy():
-    from rlpolicy.agents.ppo import PPOTorchPolicy
+@pytest.mark.parametrize("framework", ["torch", "tf2"])
+def test_rollout_worker_preprocessing_agrees_with_the_policy(framework):
     from rlpolicy.evaluation.rollout_worker import RolloutWorker
+
+    policy_cls = type(_make(framework, Discrete(2)))
 
     envs = []
 
@@ -266,10 +268,10 @@ def test_rollout_worker_preprocessing_agrees_with_the_policy():
         envs.append(_LoggingDictEnv())
         return envs[-1]
 
-    worker = RolloutWorker(env_creator=creator, policy_spec=PPOTorchPolicy,
+    worker = RolloutWorker(env_creator=creator, policy_spec=policy_cls,
                            rollout_fragment_length=8, batch_mode="complete_episodes",
                            policy_config={"model": {"fcnet_hiddens": [16]}, "train_batch_size": 8,
-                                          "sgd_minibatch_size": 8})
+                                          "sgd_minibatch_size": 8, "framework": framework})
     batch = worker.sample()
     env = envs[-1]
     # Every observation of the batch is the hand-flattened raw env observation.
@@ -285,7 +287,7 @@ def test_rollout_worker_preprocessing_agrees_with_the_policy():
     assert j == len(obs) - 1
     # A policy built directly on the raw space is the worker's policy: same space and model.
     worker_policy = worker.get_policy()
-    direct = PPOTorchPolicy(NESTED_SPACE, Discrete(3), {"model": {"fcnet_hiddens": [16]}})
+    direct = _make(framework, NESTED_SPACE)
     assert direct.observation_space.shape == worker_policy.observation_space.shape
     assert type(direct.model) is type(worker_policy.model)
     direct.set_weights(worker_policy.get_weights())

@@ -26,6 +26,12 @@ def check_dqn_action_space(action_space: gym.Space, who: str = "DQN") -> None:
     if not isinstance(action_space, gym.spaces.Discrete):
         raise UnsupportedSpaceException(
             f"Action space {action_space} is not supported for {who}; supported: Discrete")
+    if int(action_space.start) != 0:
+        # Q-values are indexed by action; an offset would need every Q op to shift.
+        raise UnsupportedSpaceException(
+            f"Action space {action_space} (start={int(action_space.start)}) is not supported for "
+            f"{who}: its actions must be 0..n-1; use Discrete({int(action_space.n)}) and add "
+            f"{int(action_space.start)} to the action in the env (e.g. a gymnasium ActionWrapper)")
 
 
 def q_model_num_outputs(config: dict, action_space: gym.spaces.Discrete) -> int:

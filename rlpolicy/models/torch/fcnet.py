@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy.models.torch.functional_plan import FunctionalPlan, build_plan
-from rlpolicy.models.torch.misc import AppendBiasLayer, SlimFC, normc_initializer
+from rlpolicy.models.torch.misc import AppendBiasLayer, SlimFC, init_module, normc_initializer
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.framework import try_import_torch
@@ -50,7 +50,7 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
     def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  num_outputs: Optional[int], model_config: ModelConfigDict, name: str):
         TorchModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name)
-        nn.Module.__init__(self)
+        init_module(self)  # (= nn.Module.__init__(self))
         hiddens = (list(model_config.get("fcnet_hiddens", []))
                    + list(model_config.get("post_fcnet_hiddens", [])))
         activation = model_config.get("fcnet_activation")

@@ -1,6 +1,7 @@
 """Small torch layers and helpers shared by the default torch models (RLlib's ``misc``)."""
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 import numpy as np
@@ -138,22 +139,24 @@ class SlimFC(nn.Module):
             use_bias: Whether the linear layer has a bias.
             bias_init: Constant for the bias.
         """
-        super().__init__()
+        init_module(self)  # (= super().__init__())
         # The weights are initialised once, by `initializer` (not by torch's
         # default init first); the bias is a constant.
         initializer = initializer or nn.init.xavier_uniform_
+        bias_set = False
         if _overwrites(initializer):
-            linear = _uninitialized_linear(int(in_size), int(out_size), use_bias)
+            linear = _uninitialized_linear(int(in_size), int(out_size), use_bias, bias_init)
+            bias_set = _DIRECT_LINEAR_OK  # (made with its constant already)
         else:  # an initializer that may read the weights it changes
             linear = nn.Linear(int(in_size), int(out_size), bias=use_bias)
         initializer(linear.weight)
-        if use_bias:
+        if use_bias and not bias_set:
             with torch.no_grad():
                 linear.bias.fill_(bias_init)
         layers = [linear]
         activation = _activation_module(activation_fn)
         if activation is not None:
-            layers.append(activation())
+            layers.append(new_module(activation))
         self._modules["_model"] = _sequential(*layers)  # (= self._model = nn.Sequential(...))
         # Unregistered shortcut (see forward); deep copies remap its modules.
         self.__dict__["_fast_plan"] = _linear_plan(self._model)
@@ -191,28 +194,32 @@ _TORCH_FILLS = frozenset({"xavier_uniform_", "xavier_normal_", "kaiming_uniform_
                           "trunc_normal_", "zeros_", "ones_", "constant_", "eye_"})
 
 
-def _uninitialized_linear(in_size: int, out_size: int, bias: bool) -> Any:
-    """A plain ``nn.Linear`` (exactly that class) with uninitialised parameters,
-    for layers whose every parameter is set right after (saves torch's default
-    init, which draws as many random numbers as the real initialisation)."""
+def _uninitialized_linear(in_size: int, out_size: int, bias: bool, bias_init: float = 0.0) -> Any:
+    """A plain ``nn.Linear`` (exactly that class) with an uninitialised weight,
+    for layers whose weight is set right after (saves torch's default init,
+    which draws as many random numbers as the real initialisation). The bias
+    is ``bias_init`` where the layer is built directly (``_DIRECT_LINEAR_OK``),
+    else uninitialised too."""
     if _DIRECT_LINEAR_OK:
-        return _direct_linear(in_size, out_size, bias)
+        return _direct_linear(in_size, out_size, bias, bias_init)
     linear = _NoInitLinear(in_size, out_size, bias=bias)
     linear.__class__ = nn.Linear
     return linear
 
 
-def _direct_linear(in_size: int, out_size: int, bias: bool) -> Any:
+def _direct_linear(in_size: int, out_size: int, bias: bool, bias_init: float = 0.0) -> Any:
     # What nn.Linear.__init__ leaves behind (minus reset_parameters), set directly:
     # its registrations go through nn.Module.__setattr__'s checks, which cost more
     # than the rest. Used only if it matches the constructor (checked at import).
     linear = object.__new__(nn.Linear)
-    nn.Module.__init__(linear)
+    init_module(linear)
     d = linear.__dict__
     d["in_features"], d["out_features"] = in_size, out_size
     params = d["_parameters"]
     params["weight"] = nn.Parameter(torch.empty((out_size, in_size)))
-    params["bias"] = nn.Parameter(torch.empty(out_size)) if bias else None
+    params["bias"] = (nn.Parameter(torch.zeros(out_size) if bias_init == 0.0
+                                   else torch.full((out_size,), float(bias_init)))
+                      if bias else None)
     return linear
 
 
@@ -230,9 +237,54 @@ def _same_linear(a: Any, b: Any) -> bool:
 
 def _sequential(*modules: Any) -> Any:
     """``nn.Sequential(*modules)``, registering the (freshly made) children directly."""
-    seq = nn.Sequential()
+    if _MODULE_FIELDS is None:
+        seq = nn.Sequential()
+    else:  # (what nn.Sequential() does without arguments)
+        seq = object.__new__(nn.Sequential)
+        init_module(seq)
     seq._modules.update((str(i), m) for i, m in enumerate(modules))
     return seq
+
+
+def _module_fields() -> Optional[Tuple[Tuple[str, Any], ...]]:
+    """What ``nn.Module.__init__`` stores, as ``(name, constant or container type)``,
+    if it is only constants and fresh empty containers (else None: use it)."""
+    try:
+        probe = nn.Module()
+    except Exception:  # noqa: BLE001
+        return None
+    fields = []
+    for name, value in probe.__dict__.items():
+        if type(value) in (dict, set, OrderedDict) and not value:
+            fields.append((name, type(value)))
+        elif value is None or type(value) is bool:
+            fields.append((name, value))
+        else:
+            return None
+    return tuple(fields)
+
+
+def init_module(module: Any) -> None:
+    """``nn.Module.__init__(module)`` (no arguments): the same attributes, set
+    directly (fresh empty hook/parameter/child containers, ``training=True``)."""
+    fields = _MODULE_FIELDS
+    if fields is None or type(module).call_super_init:
+        nn.Module.__init__(module)
+        return
+    d = module.__dict__
+    for name, value in fields:
+        d[name] = value() if type(value) is type else value
+
+
+def new_module(cls: type) -> Any:
+    """``cls()`` for a module class; the ones that only run ``nn.Module.__init__``
+    (e.g. ``nn.Tanh``) are set up directly."""
+    if _MODULE_FIELDS is None or cls.__init__ is not nn.Module.__init__ \
+            or cls.__new__ is not object.__new__:
+        return cls()
+    module = object.__new__(cls)
+    init_module(module)
+    return module
 
 
 def _check_direct_linear() -> bool:
@@ -246,8 +298,12 @@ def _check_direct_linear() -> bool:
 
 
 # Activation modules (exact types, default arguments) and their functional twins.
-_FUNCTIONAL_ACTIVATIONS = {nn.Tanh: torch.tanh, nn.Sigmoid: torch.sigmoid,
-                           nn.ReLU: torch.relu, nn.SiLU: torch.nn.functional.silu}
+# The shortcut applies them to the linear layer's fresh output, which nothing else
+# sees, so tanh/sigmoid/relu run in place there (the same values, one allocation
+# less per layer; their backward only needs the result). SiLU's backward needs its
+# input, so it stays out of place.
+_FUNCTIONAL_ACTIVATIONS = {nn.Tanh: torch.tanh_, nn.Sigmoid: torch.sigmoid_,
+                           nn.ReLU: torch.relu_, nn.SiLU: torch.nn.functional.silu}
 
 
 def _linear_plan(seq: Any) -> Optional[tuple]:
@@ -306,4 +362,5 @@ class Reshape(nn.Module):
         return x.view(*self.shape)
 
 
+_MODULE_FIELDS = _module_fields() if torch is not None else None
 _DIRECT_LINEAR_OK = torch is not None and _check_direct_linear()
