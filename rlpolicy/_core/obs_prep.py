@@ -116,6 +116,23 @@ def flatten_input_dict(policy: Any, input_dict: Any, columns: tuple = ("obs", "n
     return copy
 
 
+def flatten_batch_in_place(policy: Any, batch: Any) -> Any:
+    """Replaces raw nested ``obs`` / ``new_obs`` columns of ``batch`` by flat ones.
+
+    For ``postprocess_trajectory``, which by RLlib's contract adds its columns
+    to the batch it is given: the batch keeps being the caller's object.
+    """
+    if observation_preprocessor(policy) is None:
+        return batch
+    for col in ("obs", "new_obs"):
+        if col in batch:
+            value = batch[col]
+            flat = flatten_obs_batch(policy, value)
+            if flat is not value:
+                batch[col] = flat
+    return batch
+
+
 def stack_rows(rows: list, space: gym.Space, path: str = "observation") -> Any:
     """Stacks single raw observations into the space's structure with batched leaves.
 

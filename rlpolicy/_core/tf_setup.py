@@ -190,3 +190,18 @@ def set_action_tensors(policy: "TFPolicy", *, obs_input: Any, sampled_action: An
         raise ValueError("seq_lens tensor must be given if state inputs are defined")
     policy._timestep = timestep if timestep is not None else tf1.placeholder_with_default(
         tf.zeros((), dtype=tf.int64), (), name="timestep")
+
+
+def placeholder_of(policy: Any, name: str) -> Any:
+    """``TFPolicy.get_placeholder``: the acting input or loss input placeholder of ``name``."""
+    acting = {"obs": "_obs_input", "prev_actions": "_prev_action_input",
+              "prev_rewards": "_prev_reward_input"}
+    if name in acting:
+        return getattr(policy, acting[name])
+    if not policy._loss_input_dict:
+        raise ValueError("You need to populate `self._loss_input_dict` before "
+                         "`get_placeholder()` can be called")
+    if name not in policy._loss_input_dict:
+        raise KeyError(f"get_placeholder: no loss input {name!r}; loss inputs are "
+                       f"{sorted(policy._loss_input_dict)}")
+    return policy._loss_input_dict[name]

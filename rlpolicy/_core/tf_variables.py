@@ -130,3 +130,28 @@ def initialize_uninitialized(sess: Any) -> int:
         if todo:
             sess.run(tf1.variables_initializer(todo))
     return len(todo)
+
+
+def check_weights_dict(holder: "TFVariables", weights: Any) -> None:
+    """Rejects a ``set_weights`` dict whose keys or shapes do not match ``holder``.
+
+    A dict sharing no key with the variables is left to the holder (which
+    reads it as values in variable order); RLlib 1.11 silently assigns the
+    matching subset, rlpolicy assigns nothing.
+
+    Raises:
+        ValueError: Naming the bad key and shapes, or the missing and unknown keys.
+    """
+    known = holder._vars
+    if not isinstance(weights, dict) or (weights and not any(k in known for k in weights)):
+        return
+    for key in (k for k in weights if k in known):  # shapes first
+        expected = tuple(known[key].get_shape().as_list())
+        if tuple(np.shape(weights[key])) != expected:
+            raise ValueError(f"set_weights: {key!r} has shape {tuple(np.shape(weights[key]))}, "
+                             f"the variable's is {expected}; nothing was assigned")
+    missing = [k for k in known if k not in weights]
+    unknown = sorted(str(k) for k in weights if k not in known)
+    if missing or unknown:
+        raise ValueError(f"set_weights: weights do not match the model's variables; "
+                         f"missing keys {missing}, unknown keys {unknown}; nothing was assigned")

@@ -79,7 +79,8 @@ def act(policy: Any, input_dict: SampleBatch, state_batches: List[Any], seq_lens
     if dist_inputs is not None:
         extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = dist_inputs
     if logp is not None:
-        extra_fetches[SampleBatch.ACTION_PROB] = torch.exp(logp.float())
+        extra_fetches[SampleBatch.ACTION_PROB] = torch.exp(
+            logp if logp.dtype == torch.float32 else logp.float())
         extra_fetches[SampleBatch.ACTION_LOGP] = logp
     obs = input_dict[SampleBatch.CUR_OBS]
     policy.global_timestep += (obs.shape[0] if type(obs) is torch.Tensor and obs.dim() > 0

@@ -288,20 +288,36 @@ class TowerRunner:
                     max_workers=len(self.devices) - 1, thread_name_prefix="rlpolicy-tower")
             return self._pool
 
-    def _call(self, idx: int, fn: Callable[..., Any], args: tuple, grad_enabled: bool) -> Any:
+    def _call(self, idx: int, fn: Callable[..., Any], args: tuple,
+              grad_enabled: Optional[bool]) -> Any:
+        # grad_enabled None: the calling thread's own mode (kept, and restored after).
         import torch
 
         device = self.devices[idx]
         try:
+            if grad_enabled is None:
+                mode = torch.is_grad_enabled()
+                try:
+                    return self._on_device(device, fn, args)
+                finally:
+                    if torch.is_grad_enabled() != mode:
+                        torch.set_grad_enabled(mode)
             with torch.set_grad_enabled(grad_enabled):
-                if getattr(device, "type", str(device).split(":")[0]) == "cuda":
-                    with torch.cuda.device(device):
-                        return fn(*args)
-                return fn(*args)
+                return self._on_device(device, fn, args)
         except Exception as e:  # noqa: BLE001 - re-raised with the tower named
             raise ValueError(
                 f"Error in tower {idx} on device {device} during the multi-tower gradient "
                 f"calculation: {type(e).__name__}: {e}") from e
+
+    @staticmethod
+    def _on_device(device: Any, fn: Callable[..., Any], args: tuple) -> Any:
+        import torch
+
+        kind = getattr(device, "type", None)
+        if kind == "cuda" or (kind is None and str(device).split(":")[0] == "cuda"):
+            with torch.cuda.device(device):
+                return fn(*args)
+        return fn(*args)
 
     def run(self, fn: Callable[..., Any], per_tower_args: Sequence[tuple]) -> List[Any]:
         """Calls ``fn(*per_tower_args[i])`` for each tower ``i``; returns the results.
@@ -315,9 +331,9 @@ class TowerRunner:
         n = len(per_tower_args)
         if n > len(self.devices):
             raise ValueError(f"got work for {n} towers but only {len(self.devices)} devices")
+        if n == 1:  # on this thread, in its own grad mode
+            return [self._call(0, fn, per_tower_args[0], None)]
         grad_enabled = torch.is_grad_enabled()
-        if n == 1:
-            return [self._call(0, fn, per_tower_args[0], grad_enabled)]
         pool = self._get_pool()
         futures = [pool.submit(self._call, i, fn, per_tower_args[i], grad_enabled)
                    for i in range(1, n)]

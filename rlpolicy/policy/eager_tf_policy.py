@@ -258,7 +258,7 @@ class EagerTFPolicy(Policy):
     def postprocess_trajectory(self, sample_batch: SampleBatch,
                                other_agent_batches: Optional[Dict[Any, Tuple[Policy, SampleBatch]]] = None,
                                episode: Optional[Any] = None) -> SampleBatch:
-        sample_batch = Policy.postprocess_trajectory(self, sample_batch)
+        sample_batch = Policy.postprocess_trajectory(self, obs_prep.flatten_batch_in_place(self, sample_batch))
         if self._hooks.postprocess_fn is not None:
             return self._hooks.postprocess_fn(self, sample_batch, other_agent_batches, episode)
         return sample_batch

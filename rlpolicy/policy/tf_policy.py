@@ -22,7 +22,8 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core import input_checks, obs_prep, tf_export, tf_feeds, tf_run, tf_setup
-from rlpolicy._core.tf_variables import TFVariables
+from rlpolicy._core.locking import locked
+from rlpolicy._core.tf_variables import TFVariables, check_weights_dict
 from rlpolicy._core.tower_buffers import device_minibatch_size
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy.policy import Policy
@@ -39,6 +40,7 @@ from rlpolicy.utils.typing import LocalOptimizer, ModelGradients, TensorType, Tr
 
 tf1, tf, tfv = try_import_tf()
 logger = logging.getLogger(__name__)
+
 
 
 @DeveloperAPI
@@ -181,19 +183,7 @@ class TFPolicy(Policy):
             ValueError: For a loss input before the loss was initialized.
             KeyError: If no loss input is called ``name``.
         """
-        if name == SampleBatch.CUR_OBS:
-            return self._obs_input
-        if name == SampleBatch.PREV_ACTIONS:
-            return self._prev_action_input
-        if name == SampleBatch.PREV_REWARDS:
-            return self._prev_reward_input
-        if not self._loss_input_dict:
-            raise ValueError("You need to populate `self._loss_input_dict` before "
-                             "`get_placeholder()` can be called")
-        if name not in self._loss_input_dict:
-            raise KeyError(f"get_placeholder: no loss input {name!r}; loss inputs are "
-                           f"{sorted(self._loss_input_dict)}")
-        return self._loss_input_dict[name]
+        return tf_setup.placeholder_of(self, name)
 
     def get_session(self) -> "tf1.Session":
         """The policy's ``tf1.Session``."""
@@ -214,6 +204,7 @@ class TFPolicy(Policy):
 
     # ------------------------------------------------------------------ acting
 
+    @locked
     @override(Policy)
     def compute_actions(self, obs_batch: Any, state_batches: Optional[List[Any]] = None,
                         prev_action_batch: Any = None, prev_reward_batch: Any = None,
@@ -234,6 +225,7 @@ class TFPolicy(Policy):
         return tf_run.run_compute_actions(self, "compute_actions", input_dict, explore, timestep,
                                           rows=tf_feeds.batch_length(obs_batch))
 
+    @locked
     @override(Policy)
     def compute_actions_from_input_dict(self, input_dict: Union[SampleBatch, Dict[str, Any]],
                                         explore: Optional[bool] = None,
@@ -249,6 +241,7 @@ class TFPolicy(Policy):
         return tf_run.run_compute_actions(self, "compute_actions_from_input_dict", input_dict,
                                           explore, timestep, rows=rows)
 
+    @locked
     @override(Policy)
     def compute_log_likelihoods(self, actions: Any, obs_batch: Any,
                                 state_batches: Optional[List[Any]] = None,
@@ -269,6 +262,7 @@ class TFPolicy(Policy):
 
     # ------------------------------------------------------------------ learning
 
+    @locked
     @override(Policy)
     def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
         self._check_loss_initialized("learn_on_batch")
@@ -284,6 +278,7 @@ class TFPolicy(Policy):
         stats.update({"custom_metrics": learn_stats})
         return stats
 
+    @locked
     @override(Policy)
     def compute_gradients(self, postprocessed_batch: SampleBatch
                           ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
@@ -294,6 +289,7 @@ class TFPolicy(Policy):
         fetches = self._build_compute_gradients(builder, postprocessed_batch)
         return builder.get(fetches)
 
+    @locked
     @override(Policy)
     def apply_gradients(self, gradients: ModelGradients) -> None:
         self._check_loss_initialized("apply_gradients")
@@ -334,6 +330,7 @@ class TFPolicy(Policy):
     def get_num_samples_loaded_into_buffer(self, buffer_index: int = 0) -> int:
         return self._tower_buffers.num_loaded(buffer_index)
 
+    @locked
     @override(Policy)
     def learn_on_loaded_batch(self, offset: int = 0, buffer_index: int = 0) -> Dict[str, Any]:
         size = device_minibatch_size(self.config, len(self.devices))
@@ -364,10 +361,12 @@ class TFPolicy(Policy):
             self._variables = TFVariables(self.variables(), self.get_session())
         return self._variables
 
+    @locked
     @override(Policy)
     def get_weights(self) -> Dict[str, np.ndarray]:
         return self._weights_holder().get_weights()
 
+    @locked
     @override(Policy)
     def set_weights(self, weights: Dict[str, np.ndarray]) -> None:
         """Assigns a ``get_weights`` dict (or a list, one value per variable).
@@ -378,19 +377,10 @@ class TFPolicy(Policy):
                 nothing is assigned then.
         """
         holder = self._weights_holder()
-        if isinstance(weights, dict) and (not weights or any(k in holder._vars for k in weights)):
-            for key in (k for k in weights if k in holder._vars):  # shapes first, as the holder
-                expected = tuple(holder._vars[key].get_shape().as_list())
-                if tuple(np.shape(weights[key])) != expected:
-                    raise ValueError(f"set_weights: {key!r} has shape {tuple(np.shape(weights[key]))}, "
-                                     f"the variable's is {expected}; nothing was assigned")
-            missing = [k for k in holder._vars if k not in weights]
-            unknown = sorted(str(k) for k in weights if k not in holder._vars)
-            if missing or unknown:
-                raise ValueError(f"set_weights: weights do not match the model's variables; "
-                                 f"missing keys {missing}, unknown keys {unknown}; nothing was assigned")
+        check_weights_dict(holder, weights)
         holder.set_weights(weights)
 
+    @locked
     @override(Policy)
     def get_state(self) -> Dict[str, Any]:
         state = super().get_state()
@@ -400,6 +390,7 @@ class TFPolicy(Policy):
             state["_exploration_state"] = self.exploration.get_state(self.get_session())
         return state
 
+    @locked
     @override(Policy)
     def set_state(self, state: dict) -> None:
         optimizer_vars = state.get("_optimizer_variables", None)

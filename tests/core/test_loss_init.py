@@ -75,6 +75,18 @@ def test_dummy_batch_column_shapes(vr, shape, dtype):
     assert not np.any(col)
 
 
+def test_dummy_batch_plain_columns_are_fresh_zeros_of_the_space_dtype():
+    img = gym.spaces.Box(0, 255, (2, 2), np.uint8)
+    col = _col(ViewRequirement(space=img))
+    assert col.shape == (5, 2, 2) and col.dtype == np.uint8 and not np.any(col)
+    shifted = _col(ViewRequirement(space=gym.spaces.Discrete(3, start=2)))
+    np.testing.assert_array_equal(shifted, np.full(5, 2))  # inside the space
+    vr = ViewRequirement(space=OBS)
+    a, b = _col(vr), _col(vr)
+    a[0, 0] = 1.0
+    assert not np.any(b) and not np.shares_memory(a, b)
+
+
 def test_dummy_batch_keeps_dict_obs_nested_without_preprocessor_api():
     col = _col(ViewRequirement(data_col="obs", space=DICT_SPACE), config={"_disable_preprocessor_api": True})
     assert col["a"].shape == (5,) and col["b"].shape == (5, 2, 3)

@@ -136,3 +136,34 @@ def test_torch_checkpoint_is_device_free_and_loads_on_policy_device(tmp_path):
     for k, w in p.get_weights().items():
         np.testing.assert_allclose(restored.get_weights()[k], w, rtol=0, atol=0)
     assert isinstance(restored.device, torch.device)
+
+
+def test_checkpoint_from_fake_gpu_towers_loads_on_one_cpu(tmp_path):
+    pytest.importorskip("torch")
+    import gymnasium as gym
+
+    from rlpolicy.agents.ppo import PPOTorchPolicy
+    from rlpolicy.policy.sample_batch import SampleBatch
+
+    obs, act = gym.spaces.Box(-1.0, 1.0, (3,), np.float32), gym.spaces.Discrete(2)
+    cfg = {"seed": 0, "model": {"fcnet_hiddens": [4]}, "train_batch_size": 8,
+           "sgd_minibatch_size": 8, "num_sgd_iter": 1}
+    towers = PPOTorchPolicy(obs, act, {**cfg, "num_gpus": 2, "_fake_gpus": True})
+    rng = np.random.default_rng(0)
+    o = rng.uniform(-1, 1, (8, 3)).astype(np.float32)
+    a, _, f = towers.compute_actions(o)
+    batch = SampleBatch({"obs": o, "new_obs": o, "actions": a, "rewards": np.ones(8, np.float32),
+                         "dones": np.zeros(8, bool), "action_logp": f["action_logp"],
+                         "action_dist_inputs": f["action_dist_inputs"], "vf_preds": f["vf_preds"],
+                         "advantages": np.linspace(-1, 1, 8).astype(np.float32),
+                         "value_targets": np.ones(8, np.float32)})
+    towers.learn_on_batch(batch.copy())
+    towers.export_checkpoint(str(tmp_path))
+    single = Policy.from_checkpoint(str(tmp_path), {"num_gpus": 0, "_fake_gpus": False})
+    assert len(single.devices) == 1
+    for k, w in towers.get_weights().items():
+        np.testing.assert_array_equal(single.get_weights()[k], w)
+    towers.learn_on_batch(batch.copy())
+    single.learn_on_batch(batch.copy())
+    for k, w in towers.get_weights().items():  # towers average = one device on the whole batch
+        np.testing.assert_allclose(single.get_weights()[k], w, rtol=1e-5, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Thread safety of acting vs. weight updates (torch and tf2 PPO policies).
+"""Thread safety of acting vs. weight updates (torch, graph-tf and tf2 PPO policies).
 
 Four threads compute actions while one thread installs new weight "versions"
 (all weights equal to an integer v, standing in for a learn step) and one
@@ -26,7 +26,7 @@ def _make(framework):
 
     config = {"framework": framework, "seed": 0,
               "model": {"fcnet_hiddens": [], "vf_share_layers": False}}
-    cls = PPOTorchPolicy if framework == "torch" else PPOTFPolicy.as_eager()
+    cls = {"torch": PPOTorchPolicy, "tf": PPOTFPolicy}.get(framework) or PPOTFPolicy.as_eager()
     return cls(OBS, ACT, config)
 
 
@@ -54,7 +54,7 @@ def _run_threads(targets):
     return errors
 
 
-@pytest.mark.parametrize("framework", ["torch", "tf2"])
+@pytest.mark.parametrize("framework", ["torch", "tf", "tf2"])
 def test_actions_see_one_weight_version(framework):
     policy = _make(framework)
     template = policy.get_weights()

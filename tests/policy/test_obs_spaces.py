@@ -337,3 +337,22 @@ def test_discrete_obs_start_offsets_match_zero_based_space(framework):
     top = _make(framework, Discrete(4, start=-2))
     _, _, f3 = top.compute_actions(np.array([-2, 1]), explore=False)
     assert np.all(np.isfinite(f3["action_dist_inputs"]))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_postprocess_raw_nested_batch_equals_flat(policies, framework):
+    from rlpolicy._core.obs_prep import stack_rows
+
+    policy = policies(framework, "nested")
+    rows = _samples(NESTED_SPACE, 5, seed=9)
+    flat = np.stack([np_flatten(r, NESTED_SPACE) for r in rows]).astype(np.float32)
+    actions, _, fetch = policy.compute_actions(flat, explore=False)
+    common = {"actions": actions, "rewards": np.arange(5, dtype=np.float32),
+              "dones": np.array([0, 0, 0, 0, 0], bool), "vf_preds": fetch["vf_preds"],
+              "action_logp": fetch["action_logp"], "action_dist_inputs": fetch["action_dist_inputs"]}
+    raw = policy.postprocess_trajectory(SampleBatch({**common, "obs": stack_rows(rows, NESTED_SPACE),
+                                                     "new_obs": stack_rows(rows, NESTED_SPACE)}))
+    ref = policy.postprocess_trajectory(SampleBatch({**common, "obs": flat, "new_obs": flat}))
+    np.testing.assert_allclose(np.asarray(raw["obs"]), flat, atol=0)
+    np.testing.assert_allclose(raw["advantages"], ref["advantages"], atol=ATOL)
+    np.testing.assert_allclose(raw["value_targets"], ref["value_targets"], atol=ATOL)

@@ -243,6 +243,21 @@ def test_learn_on_batch_is_one_sgd_step(device_config):
     assert policy.model.training
 
 
+def test_default_optimizer_is_adam_and_its_first_step_is_lr_times_sign(device_config):
+    # PG keeps TorchPolicy's default optimizer (SGDPG overrides it). Adam's first step
+    # from zero moments is lr * g / (|g| + eps) (bias-corrected m = g, v = g**2).
+    policy = make(PG, **device_config)
+    (opt,) = policy._optimizers
+    assert type(opt) is torch.optim.Adam and opt.param_groups[0]["lr"] == 0.05
+    batch = pg_batch(16)
+    before = [p.detach().numpy().copy() for p in policy.model.parameters()]
+    grads = _reference_pg_grads(policy, batch)
+    policy.learn_on_batch(batch)
+    for p, w, g in zip(policy.model.parameters(), before, grads):
+        np.testing.assert_allclose(p.detach().numpy(), w - 0.05 * g / (np.abs(g) + 1e-8),
+                                   rtol=1e-5, atol=1e-6)
+
+
 def test_compute_then_apply_gradients(device_config):
     policy = make(SGDPG, **device_config)
     batch = pg_batch(8)

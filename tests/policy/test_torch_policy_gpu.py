@@ -86,3 +86,18 @@ def test_cuda_export_torchscript(tmp_path):
                         torch.ones(3, dtype=torch.int32, device="cuda:0"))
         ref, _ = policy.model({"obs": obs}, [], torch.ones(3, dtype=torch.int32))
     np.testing.assert_allclose(out.cpu().numpy(), ref.cpu().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_written_on_cuda_loads_on_cpu(tmp_path):
+    from rlpolicy.policy.policy import Policy
+
+    gpu = make(PG, num_gpus=1)
+    gpu.learn_on_batch(pg_batch(8, seed=1))  # optimizer state on the GPU too
+    gpu.export_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), {"num_gpus": 0})
+    assert str(restored.device) == "cpu"
+    assert all(t.device.type == "cpu" for t in restored.model.state_dict().values())
+    assert_weights_close(gpu.get_weights(), restored.get_weights(), rtol=0, atol=0)
+    for p in (gpu, restored):  # the next Adam step agrees too
+        p.learn_on_batch(pg_batch(8, seed=2))
+    assert_weights_close(gpu.get_weights(), restored.get_weights())
