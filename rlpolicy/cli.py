@@ -345,7 +345,8 @@ def _export(policy: Any, framework: str, fmt: str, out_dir: str, env_creator: Ca
     from rlpolicy.agents.export_check import export_and_verify, sample_observations
 
     try:
-        report = export_and_verify(policy, framework, fmt, out_dir, sample_observations(env_creator))
+        obs = sample_observations(env_creator, policy=policy)
+        report = export_and_verify(policy, framework, fmt, out_dir, obs)
     except RuntimeError as e:  # the export did not reproduce the policy, or the exporter failed
         print(f"rlpolicy: error: {fmt} export failed: {e}", file=sys.stderr, flush=True)
         return 1

@@ -245,3 +245,22 @@ def test_train_tf_then_export_savedmodel_from_a_fresh_shell(tmp_path, capsys):
     assert proc.returncode == 0, proc.stderr
     assert f"exported savedmodel to {tmp_path / 'sm' / 'saved_model'}; verified: loaded back with " \
            "tf.saved_model.load" in proc.stdout
+
+
+def test_tuple_observation_env_trains_evaluates_and_exports(tmp_path, capsys):
+    # Blackjack-v1 observes Tuple(Discrete(32), Discrete(11), Discrete(2)): the worker, the
+    # evaluation and the export all see the same one-hot flattened observation (45 wide).
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxruntime")
+    out = tmp_path / "bj"
+    code, stdout, err = run_main(
+        ["train", "--env", "Blackjack-v1", "--stop-reward", "1", "--stop-timesteps", "400",
+         "--config", TINY_PPO, "--num-envs", "2", "--eval-episodes", "5", "--out", str(out),
+         "--export", "onnx", "--progress-bar", "off"], capsys)
+    assert code == 1, err  # the step budget ends the run; Blackjack returns are at most 1
+    assert re.search(r"final evaluation \(5 episodes, explore off\): mean return -?[\d.]+", stdout)
+    assert "verified: loaded back with onnxruntime.InferenceSession" in stdout
+    code, stdout, err = run_main(["evaluate", str(out), "--episodes", "4"], capsys)
+    assert code == 0, err
+    mean = float(re.search(r"mean return (-?[\d.]+)", stdout).group(1))
+    assert -1.0 <= mean <= 1.0

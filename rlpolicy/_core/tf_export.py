@@ -112,11 +112,13 @@ def save_onnx(sess: Any, export_dir: str, signature_def_map: Dict[str, Any], ops
     os.makedirs(export_dir, exist_ok=True)
     path = os.path.join(export_dir, ONNX_FILE_NAME + ".onnx")
     with tf.Graph().as_default():  # tf2onnx reads the graph def in graph mode
-        # RLlib 1.11: image (4-D) inputs are exposed channels-first (NCHW);
-        # tf2onnx leaves inputs of any other rank as they are.
+        # RLlib 1.11: image (4-D) inputs are exposed channels-first (NCHW).
+        ranks = {node.name: len(node.attr["shape"].shape.dim) for node in frozen.node
+                 if node.op == "Placeholder"}
+        nchw = [n for n in inputs if ranks.get(n.split(":")[0]) == 4]
         tf2onnx.convert.from_graph_def(frozen, input_names=inputs, output_names=outputs,
                                        opset=int(opset), output_path=path,
-                                       inputs_as_nchw=inputs)
+                                       inputs_as_nchw=nchw)
     return path
 
 

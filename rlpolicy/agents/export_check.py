@@ -38,15 +38,20 @@ def formats_for(framework: str) -> Tuple[str, ...]:
     return ("torchscript", "onnx") if framework == "torch" else ("savedmodel", "onnx")
 
 
-def sample_observations(env_creator: Callable[[], Any], num: int = 16, seed: int = 0) -> np.ndarray:
+def sample_observations(env_creator: Callable[[], Any], num: int = 16, seed: int = 0,
+                        policy: Any = None) -> np.ndarray:
     """``num`` observations from short random-action walks (real states, unlike
-    samples of CartPole's unbounded observation space)."""
+    samples of CartPole's unbounded observation space); with ``policy``, as the
+    policy (and its export) takes them: Dict/Tuple observations flattened."""
+    from rlpolicy._core.obs_prep import flatten_single_obs
+
     env = env_creator()
     env.action_space.seed(seed)
     obs, _ = env.reset(seed=seed)
     out = []
     for i in range(num):
-        out.append(np.asarray(obs, dtype=np.float32))
+        out.append(np.asarray(obs if policy is None else flatten_single_obs(policy, obs),
+                              dtype=np.float32))
         obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
         if terminated or truncated:
             obs, _ = env.reset(seed=seed + i + 1)

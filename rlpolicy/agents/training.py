@@ -11,6 +11,8 @@ right one for an algorithm name.
 """
 from __future__ import annotations
 
+import functools
+
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
@@ -250,8 +252,12 @@ def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: i
     policy's ``global_timestep`` is left unchanged.
     """
     envs = [env_creator() for _ in range(num_episodes)]
-    obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+    from rlpolicy._core.obs_prep import flatten_single_obs
     from rlpolicy.evaluation.sampler import env_action_fn
+
+    # Dict/Tuple observations are flattened as the samplers do it (one preprocessor).
+    prep = functools.partial(flatten_single_obs, policy)
+    obs = [prep(env.reset(seed=seed + i)[0]) for i, env in enumerate(envs)]
 
     to_env = env_action_fn(policy)  # the samplers' own mapping (normalize_actions / clip_actions)
     returns = np.zeros(num_episodes)
@@ -266,7 +272,8 @@ def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: i
                 explore=False)
             for j, i in enumerate(idx):
                 action = tree.map_structure(lambda a: a[j], actions)
-                obs[i], reward, terminated, truncated, _ = envs[i].step(to_env(action))
+                next_obs, reward, terminated, truncated, _ = envs[i].step(to_env(action))
+                obs[i] = prep(next_obs)
                 returns[i] += reward
                 running[i] = not (terminated or truncated)
             for s, s_out in zip(state, state_out):
