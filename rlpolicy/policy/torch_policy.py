@@ -552,12 +552,10 @@ class TorchPolicy(Policy):
         """The optimizer(s): by default Adam over the model at ``config["lr"]``,
         passed through the exploration's ``get_exploration_optimizer``."""
         params = parameter_list(self.model)  # (= list(self.model.parameters()))
-        # foreach: the multi-tensor Adam step (the same arithmetic, in a few batched
-        # ops rather than a few per parameter); torch picks it by itself on GPUs only.
         if hasattr(self, "config"):
-            optimizers = [torch.optim.Adam(params, lr=self.config["lr"], foreach=True)]
+            optimizers = [torch.optim.Adam(params, lr=self.config["lr"])]
         else:
-            optimizers = [torch.optim.Adam(params, foreach=True)]
+            optimizers = [torch.optim.Adam(params)]
         if getattr(self, "exploration", None):
             optimizers = self.exploration.get_exploration_optimizer(optimizers)
         return optimizers
