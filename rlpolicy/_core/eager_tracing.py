@@ -69,8 +69,10 @@ def to_tensor(x: Any) -> Any:
     """Converts the numpy/python leaves of ``x`` to tensors (tensors and None stay)."""
     if isinstance(x, np.ndarray):  # the common case: one column, no structure to walk
         return _convert_leaf(x)
-    if isinstance(x, list) and x:
-        try:  # a list of rows (numbers/arrays) is one column, not a structure
+    if isinstance(x, list) and x and not _tf().is_tensor(x[0]):
+        # A list of rows (numbers/arrays) is one column, not a structure; a list of
+        # tensors (e.g. a restored Tuple observation) is a structure.
+        try:
             arr = np.asarray(x)
         except (ValueError, TypeError):
             arr = None
