@@ -35,13 +35,11 @@ import numpy as np
 import tree
 
 from rlpolicy._core import eager_acting as acting
-from rlpolicy._core import obs_prep
-from rlpolicy._core.obs_prep import prepare_observation_space
 from rlpolicy._core import eager_learning as learning
 from rlpolicy._core import eager_tracing as tracing
 from rlpolicy._core import eager_variables as variables_lib
 from rlpolicy._core.devices import detect_ray_context, plan_devices
-from rlpolicy._core import input_checks
+from rlpolicy._core import input_checks, obs_prep
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.hooks import check_factory_args, updated_kwargs
 from rlpolicy._core.loss_init import resolve_loss
@@ -81,7 +79,7 @@ class EagerTFPolicy(Policy):
         """Builds the policy; see ``build_eager_tf_policy`` for the order of the hooks."""
         hooks = self._hooks
         require_framework("tf2", type(self).__name__)
-        observation_space = prepare_observation_space(observation_space, config)
+        observation_space = obs_prep.prepare_observation_space(observation_space, config)
         Policy.__init__(self, observation_space, action_space, _eager_config(self, config))
         config = self.config
         self._init_runtime_state()
