@@ -85,24 +85,7 @@ def new_box(low: float, high: float, shape: tuple, dtype: Any = np.float32) -> g
     return box
 
 
-def _flattened_width(space: gym.Space) -> int:
-    # Width of a flattened Dict/Tuple space as RLlib's
-    # ModelCatalog.get_action_shape counts it: 1 per Discrete, prod(shape) else.
-    if isinstance(space, gym.spaces.Dict):
-        return sum(_flattened_width(s) for s in space.spaces.values())
-    if isinstance(space, gym.spaces.Tuple):
-        return sum(_flattened_width(s) for s in space.spaces)
-    if isinstance(space, gym.spaces.Discrete):
-        return 1
-    return int(np.prod(space.shape))
-
-
 _Box, _Discrete = gym.spaces.Box, gym.spaces.Discrete
-
-
-def _preprocessed_width(space: gym.Space) -> int:
-    from rlpolicy.models.preprocessors import get_preprocessor
-    return int(get_preprocessor(space)(space).size)
 
 
 def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict) -> Any:
@@ -121,8 +104,10 @@ def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict) -
     if flatten:
         # Observations are flattened by the preprocessor (one-hot discrete parts); RLlib
         # 1.11 counts 1 per Discrete here and breaks every model on such spaces.
-        if data_col == "obs":
-            return np.zeros((batch_size, _preprocessed_width(space)), np.float32)
+        if data_col == "obs":  # the policy's own flat space (as the tf placeholders)
+            from rlpolicy._core.obs_prep import prepare_observation_space
+            flat = prepare_observation_space(space, config)
+            return np.zeros((batch_size, *flat.shape), np.float32)
         # Actions: each leaf's own dummy (inside its space, e.g. Discrete(n, start=s) -> s).
         from rlpolicy.utils.spaces.space_utils import flatten_action_batch
         return flatten_action_batch(get_dummy_batch_for_space(space, batch_size=batch_size),

@@ -97,22 +97,14 @@ def flatten_single_obs(policy: Any, obs: Any) -> Any:
 
 def flatten_input_dict(policy: Any, input_dict: Any, columns: tuple = ("obs", "new_obs")) -> Any:
     """``input_dict`` with raw nested ``columns`` flattened (a shallow copy if any is)."""
-    if observation_preprocessor(policy) is None:
-        return input_dict
-    changed = {}
-    for col in columns:
-        if col in input_dict:
-            value = input_dict[col]
-            flat = flatten_obs_batch(policy, value)
-            if flat is not value:
-                changed[col] = flat
+    changed = _flattened_columns(policy, input_dict, columns)
     if not changed:
         return input_dict
     # A SampleBatch keeps its flags (seq_lens, is_training, ...) in a shallow copy.
     copy = input_dict.copy(shallow=True) if hasattr(input_dict, "set_get_interceptor") \
         else dict(input_dict)
     for col, flat in changed.items():
-        copy[col] = flat
+        copy[col] = flat  # (item assignment: SampleBatch tracks its keys there)
     return copy
 
 
@@ -122,15 +114,23 @@ def flatten_batch_in_place(policy: Any, batch: Any) -> Any:
     For ``postprocess_trajectory``, which by RLlib's contract adds its columns
     to the batch it is given: the batch keeps being the caller's object.
     """
+    for col, flat in _flattened_columns(policy, batch, ("obs", "new_obs")).items():
+        batch[col] = flat
+    return batch
+
+
+def _flattened_columns(policy: Any, batch: Any, columns: tuple) -> dict:
+    """The flat versions of those ``columns`` of ``batch`` that hold raw nested observations."""
     if observation_preprocessor(policy) is None:
-        return batch
-    for col in ("obs", "new_obs"):
+        return {}
+    changed = {}
+    for col in columns:
         if col in batch:
             value = batch[col]
             flat = flatten_obs_batch(policy, value)
             if flat is not value:
-                batch[col] = flat
-    return batch
+                changed[col] = flat
+    return changed
 
 
 def stack_rows(rows: list, space: gym.Space, path: str = "observation") -> Any:

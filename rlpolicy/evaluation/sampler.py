@@ -329,11 +329,11 @@ class EnvRunner:
             obs = traj.obs[-1]
         else:
             obs = flatten_single_obs(traj.policy, raw_obs)
-        if traj.staged is not None:
-            traj.close_step(obs, term, trunc, info)
-            rows = 1
-        elif not traj.done:
-            traj.obs[-1] = obs  # observed again before acting: the newest observation counts
+            if traj.staged is not None:
+                traj.close_step(obs, term, trunc, info)
+                rows = 1
+            elif not traj.done:
+                traj.obs[-1] = obs  # observed again before acting: the newest observation counts
         episode._set_last_observation(agent_id, obs)
         episode._set_last_raw_obs(agent_id, raw_obs)
         episode._set_last_info(agent_id, info)
