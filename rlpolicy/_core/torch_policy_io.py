@@ -76,8 +76,29 @@ def load_optimizer_states(optimizers: Sequence[Any], states: Sequence[Dict[str, 
         # Hyper-parameters stay python scalars; only the state becomes tensors,
         # copies that do not share memory with `states` (the optimizer updates
         # them in place). Optimizer.load_state_dict deep-copies param_groups.
-        o.load_state_dict({"param_groups": s["param_groups"],
+        o.load_state_dict({"param_groups": _keep_implementation(o, s["param_groups"]),
                            "state": to_torch_fast(s["state"], device, copy=True)})
+
+
+# How a stock optimizer runs its update, not what it has learnt.
+_IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
+
+
+def _keep_implementation(o: Any, saved_groups: Any) -> Any:
+    """``saved_groups`` with the live groups' implementation flags where the
+    saved ones do not say (a state written by an older torch or by a policy
+    built without ``fused``): ``load_state_dict`` would otherwise reset them to
+    the slow defaults."""
+    if not (_plain_optimizer(o) and isinstance(saved_groups, list)
+            and len(saved_groups) == len(o.param_groups)):
+        return saved_groups
+    out = []
+    for g, sg in zip(o.param_groups, saved_groups):
+        if isinstance(sg, dict):
+            missing = {k: g[k] for k in _IMPLEMENTATION_KEYS if k in g and k not in sg}
+            sg = {**sg, **missing} if missing else sg
+        out.append(sg)
+    return out
 
 
 def _plain_optimizer(o: Any) -> bool:
@@ -95,7 +116,7 @@ def _load_in_place(o: Any, saved: Dict[str, Any]) -> bool:
 
     Only when that leaves ``o`` exactly as ``o.load_state_dict(saved)`` would
     (same groups and keys, a state entry of the same keys, shapes and tensor
-    kinds for every parameter that has one, no fused/capturable groups);
+    kinds for every parameter that has one, no capturable groups);
     returns False, having changed nothing, otherwise.
     """
     if not _plain_optimizer(o) or not isinstance(saved, dict):
@@ -107,7 +128,7 @@ def _load_in_place(o: Any, saved: Dict[str, Any]) -> bool:
         return False
     for g, sg in zip(groups, saved_groups):
         if (not isinstance(sg, dict) or len(g["params"]) != len(sg.get("params", ()))
-                or g.get("fused") or g.get("capturable")
+                or g.get("capturable")
                 or {k for k in g if k not in _SKIP_KEYS} != {k for k in sg if k not in _SKIP_KEYS}
                 or ("param_names" in sg) != ("param_names" in g)):
             return False

@@ -36,6 +36,7 @@ from rlpolicy._core.torch_policy_io import (
     optimizer_states,
 )
 from rlpolicy._core.torch_setup import (
+    default_adam,
     default_model_and_dist,
     optimizer_param_groups,
     plan_torch_devices,
@@ -549,13 +550,13 @@ class TorchPolicy(Policy):
 
     @DeveloperAPI
     def optimizer(self) -> Union[List["torch.optim.Optimizer"], "torch.optim.Optimizer"]:
-        """The optimizer(s): by default Adam over the model at ``config["lr"]``,
-        passed through the exploration's ``get_exploration_optimizer``."""
+        """The optimizer(s): by default Adam over the model at ``config["lr"]``
+        (torch's fused kernel where available, see ``default_adam``), passed through the exploration's ``get_exploration_optimizer``."""
         params = parameter_list(self.model)  # (= list(self.model.parameters()))
         if hasattr(self, "config"):
-            optimizers = [torch.optim.Adam(params, lr=self.config["lr"])]
+            optimizers = [default_adam(params, lr=self.config["lr"])]
         else:
-            optimizers = [torch.optim.Adam(params)]
+            optimizers = [default_adam(params)]
         if getattr(self, "exploration", None):
             optimizers = self.exploration.get_exploration_optimizer(optimizers)
         return optimizers

@@ -258,6 +258,56 @@ def test_default_optimizer_is_adam_and_its_first_step_is_lr_times_sign(device_co
                                    rtol=1e-5, atol=1e-6)
 
 
+FUSED_ON_CPU = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 4)
+
+
+def _numpy_adam(w, grads, lr, eps=1e-8, b1=0.9, b2=0.999):
+    m, v = np.zeros_like(w), np.zeros_like(w)
+    for t, g in enumerate(grads, 1):
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        w = w - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+    return w
+
+
+def test_default_adam_runs_fused_where_torch_can_and_follows_the_adam_formula():
+    from rlpolicy._core.torch_setup import default_adam
+
+    rng = np.random.default_rng(0)
+    w0 = rng.normal(size=(3, 4)).astype(np.float32)
+    grads = [rng.normal(size=(3, 4)).astype(np.float32) for _ in range(5)]
+    param = torch.nn.Parameter(torch.tensor(w0))
+    opt = default_adam([param], lr=0.01, eps=1e-6)
+    assert type(opt) is torch.optim.Adam
+    assert bool(opt.param_groups[0]["fused"]) is FUSED_ON_CPU
+    for g in grads:
+        param.grad = torch.tensor(g)
+        opt.step()
+    np.testing.assert_allclose(param.detach().numpy(), _numpy_adam(w0, grads, 0.01, eps=1e-6),
+                               rtol=1e-5, atol=1e-6)
+    # A device without a fused kernel gets the per-tensor Adam.
+    meta = default_adam([torch.nn.Parameter(torch.empty(2, device="meta"))], lr=0.1)
+    assert type(meta) is torch.optim.Adam and not meta.param_groups[0]["fused"]
+
+
+def test_a_state_without_implementation_flags_keeps_the_fused_optimizer(device_config):
+    # States written by RLlib / older torch carry no "fused" flag; loading one
+    # restores the moments but keeps this policy's (fused) update kernel.
+    original = make(**device_config)
+    for i in range(2):
+        original.learn_on_batch(pg_batch(8, seed=i))
+    state = original.get_state()
+    for opt_state in state["_optimizer_variables"]:
+        for group in opt_state["param_groups"]:
+            for key in ("fused", "foreach", "capturable", "differentiable"):
+                group.pop(key, None)
+    restored = make(seed=5, **device_config)
+    restored.set_state(state)
+    assert bool(restored._optimizers[0].param_groups[0]["fused"]) is FUSED_ON_CPU
+    for p in (original, restored):
+        p.learn_on_batch(pg_batch(8, seed=9))
+    assert_weights_close(original.get_weights(), restored.get_weights(), rtol=1e-6, atol=1e-7)
+
+
 def test_compute_then_apply_gradients(device_config):
     policy = make(SGDPG, **device_config)
     batch = pg_batch(8)

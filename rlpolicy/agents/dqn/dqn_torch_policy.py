@@ -25,6 +25,7 @@ from rlpolicy.agents.dqn.dqn_common import (
     terminal_flags,
     uses_parameter_noise,
 )
+from rlpolicy._core.torch_setup import default_adam
 from rlpolicy.agents.dqn.dqn_torch_model import DQNTorchModel
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
@@ -223,7 +224,7 @@ def adam_optimizer(policy: Policy, config: TrainerConfigDict) -> "torch.optim.Op
     # The towers are placed by now, so these are the variables on the main device.
     if not hasattr(policy, "q_func_vars"):
         policy.q_func_vars = policy.model.variables()
-    return torch.optim.Adam(policy.q_func_vars, lr=policy.cur_lr, eps=config["adam_epsilon"])
+    return default_adam(policy.q_func_vars, lr=policy.cur_lr, eps=config["adam_epsilon"])
 
 
 def grad_process_and_td_error_fn(policy: Policy, optimizer: Any, loss: TensorType) -> Dict[str, TensorType]:
