@@ -218,7 +218,7 @@ def _probe_compute_actions(policy: "Policy", batch_size: int) -> tuple:
         if key in vrs:
             continue
         shape = getattr(value, "shape", None)
-        space = (new_box(-1.0, 1.0, tuple(shape[1:]), np.dtype(str(value.dtype).split(".")[-1]))
+        space = (new_box(-1.0, 1.0, tuple(shape[1:]), _numpy_dtype(value.dtype))
                  if shape is not None else None)
         vrs[key] = ViewRequirement(space=space, used_for_compute_actions=False)
     for key in dummy.accessed_keys:
@@ -226,6 +226,13 @@ def _probe_compute_actions(policy: "Policy", batch_size: int) -> tuple:
             vrs[key] = ViewRequirement(space=new_box(float("-inf"), float("inf"), ()))
         vrs[key].used_for_compute_actions = True
     return state_outs, set(dummy.accessed_keys)
+
+
+def _numpy_dtype(dtype: Any) -> np.dtype:
+    """A numpy dtype for a numpy or torch dtype (``torch.float32`` -> float32)."""
+    if isinstance(dtype, np.dtype):
+        return dtype
+    return np.dtype(str(dtype).split(".")[-1])
 
 
 def _cut_states_to_sequences(batch: "SampleBatch", batch_size: int) -> np.ndarray:

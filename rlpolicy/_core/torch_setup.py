@@ -79,8 +79,9 @@ def default_adam(params: Sequence[Any], **kwargs: Any) -> Any:
     plain per-tensor Adam is built, as RLlib 1.11 does.
     """
     params = list(params)
-    if params and all(isinstance(p, torch.Tensor) for p in params) and all(
-            p.device.type in _fused_devices() and torch.is_floating_point(p) for p in params):
+    devices = _fused_devices()
+    if params and all(isinstance(p, torch.Tensor) and p.device.type in devices
+                      and p.is_floating_point() for p in params):
         try:
             return torch.optim.Adam(params, fused=True, **kwargs)
         except (RuntimeError, TypeError, ValueError):  # (torch < 2.4 on CPU, differentiable=...)
@@ -88,11 +89,17 @@ def default_adam(params: Sequence[Any], **kwargs: Any) -> Any:
     return torch.optim.Adam(params, **kwargs)
 
 
+_FUSED_DEVICES: Optional[Tuple[str, ...]] = None
+
+
 def _fused_devices() -> Tuple[str, ...]:
     """Device types with torch's fused optimizer kernels (torch checks only at
     the first ``step()``, so the choice is made here, before building)."""
-    try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-    except ImportError:  # (before torch 2.4: CUDA only)
-        return ("cuda",)
-    return tuple(_get_fused_kernels_supported_devices())
+    global _FUSED_DEVICES
+    if _FUSED_DEVICES is None:
+        try:
+            from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+            _FUSED_DEVICES = tuple(_get_fused_kernels_supported_devices())
+        except ImportError:  # (before torch 2.4: CUDA only)
+            _FUSED_DEVICES = ("cuda",)
+    return _FUSED_DEVICES
