@@ -291,14 +291,43 @@ _CLOSE_ENOUGH = 0.75
 _WARNED_LOCK = threading.Lock()
 
 
+# Keys that rlpolicy's policy-layer helpers read from any policy's config: the
+# mixins (learning-rate / entropy schedules, KL coefficient, target-network
+# ``tau``) and GAE postprocessing (``compute_gae_for_sample_batch``).
+HELPER_KEYS: frozenset = frozenset({
+    "lr_schedule", "entropy_coeff", "entropy_coeff_schedule", "kl_coeff", "kl_target", "tau",
+    "use_gae", "use_critic", "lambda", "vtrace",
+})
+_ALGORITHM_KEYS: Optional[frozenset] = None
+
+
+def _algorithm_keys() -> frozenset:
+    """The keys of rlpolicy's algorithms' default configs (PG, PPO, DQN), read once."""
+    global _ALGORITHM_KEYS
+    if _ALGORITHM_KEYS is None:
+        import importlib
+
+        keys: Set[str] = set()
+        for module in ("rlpolicy.agents.pg.pg", "rlpolicy.agents.ppo.ppo", "rlpolicy.agents.dqn.dqn"):
+            try:
+                keys |= set(importlib.import_module(module).DEFAULT_CONFIG)
+            except (ImportError, AttributeError):  # (a partial install)
+                continue
+        _ALGORITHM_KEYS = frozenset(keys)
+    return _ALGORITHM_KEYS
+
+
 def known_keys(defaults: Optional[Mapping[str, Any]] = None) -> Set[str]:
     """The top-level keys a policy with these default config keys knows.
 
     ``COMMON_CONFIG``'s keys, the keys rlpolicy validates, RLlib 1.11's
-    trainer-level keys (``TRAINER_ONLY_KEYS``) and the keys of ``defaults``.
-    (Keys starting with ``_`` are always known; they are not listed.)
+    trainer-level keys (``TRAINER_ONLY_KEYS``), the keys rlpolicy's mixins
+    and postprocessing read (``HELPER_KEYS``), the keys of rlpolicy's
+    algorithms' default configs and the keys of ``defaults``. (Keys starting
+    with ``_`` are always known; they are not listed.)
     """
-    return set(COMMON_CONFIG) | set(_TOP_LEVEL_CHECKS) | TRAINER_ONLY_KEYS | set(defaults or ())
+    return (set(COMMON_CONFIG) | set(_TOP_LEVEL_CHECKS) | TRAINER_ONLY_KEYS | HELPER_KEYS
+            | _algorithm_keys() | set(defaults or ()))
 
 
 def unknown_keys(partial: Optional[Mapping[str, Any]],

@@ -205,12 +205,15 @@ def test_unknown_keys_with_close_match():
     assert unknown_keys({"lrr": 1e-3, "lr": 1.0, "zzzzqq": 1}) == [("lrr", "lr"), ("zzzzqq", None)]
     # Known: COMMON_CONFIG, the policy's defaults, RLlib trainer-level keys, '_'-prefixed keys.
     assert unknown_keys({"gamma": 0.9, "_private": 1, "evaluation_num_workers": 2}) == []
-    assert unknown_keys({"lambda": 0.9, "kl_coef": 0.1}) == [("lambda", None), ("kl_coef", None)]
-    assert unknown_keys({"lambda": 0.9, "kl_coef": 0.1}, {"lambda": 1.0, "kl_coeff": 0.2}) == \
-        [("kl_coef", "kl_coeff")]
+    # Keys a custom policy's mixins / GAE postprocessing read, and keys of the shipped
+    # algorithms' configs (PPO's clip_param, DQN's n_step), are known without defaults.
+    assert unknown_keys({"lambda": 0.9, "kl_coeff": 0.1, "kl_target": 0.01, "tau": 0.005,
+                         "entropy_coeff_schedule": None, "clip_param": 0.2, "n_step": 3}) == []
+    assert unknown_keys({"kl_coef": 0.1}) == [("kl_coef", "kl_coeff")]
+    assert unknown_keys({"my_coef": 0.1}, {"my_coeff": 0.2}) == [("my_coef", "my_coeff")]
     # No far-fetched suggestions; a model key at the top level points into 'model'.
-    assert unknown_keys({"kl_target": 0.01, "fcnet_hiddens": [8]}) == \
-        [("kl_target", None), ("fcnet_hiddens", "model.fcnet_hiddens")]
+    assert unknown_keys({"zz_unrelated_opt": 0.01, "fcnet_hiddens": [8]}) == \
+        [("zz_unrelated_opt", None), ("fcnet_hiddens", "model.fcnet_hiddens")]
 
 
 def test_unknown_key_warns_once_per_key(fresh_warnings):
