@@ -298,23 +298,25 @@ HELPER_KEYS: frozenset = frozenset({
     "lr_schedule", "entropy_coeff", "entropy_coeff_schedule", "kl_coeff", "kl_target", "tau",
     "use_gae", "use_critic", "lambda", "vtrace",
 })
-_ALGORITHM_KEYS: Optional[frozenset] = None
+_BASE_KNOWN: Optional[frozenset] = None
 
 
-def _algorithm_keys() -> frozenset:
-    """The keys of rlpolicy's algorithms' default configs (PG, PPO, DQN), read once."""
-    global _ALGORITHM_KEYS
-    if _ALGORITHM_KEYS is None:
+def _base_known_keys() -> frozenset:
+    """Every policy's known keys (all but its own defaults'), gathered once:
+    ``COMMON_CONFIG``, the validated keys, ``TRAINER_ONLY_KEYS``,
+    ``HELPER_KEYS`` and the keys of rlpolicy's algorithms' default configs."""
+    global _BASE_KNOWN
+    if _BASE_KNOWN is None:
         import importlib
 
-        keys: Set[str] = set()
+        keys = set(COMMON_CONFIG) | set(_TOP_LEVEL_CHECKS) | TRAINER_ONLY_KEYS | HELPER_KEYS
         for module in ("rlpolicy.agents.pg.pg", "rlpolicy.agents.ppo.ppo", "rlpolicy.agents.dqn.dqn"):
             try:
                 keys |= set(importlib.import_module(module).DEFAULT_CONFIG)
             except (ImportError, AttributeError):  # (a partial install)
                 continue
-        _ALGORITHM_KEYS = frozenset(keys)
-    return _ALGORITHM_KEYS
+        _BASE_KNOWN = frozenset(keys)
+    return _BASE_KNOWN
 
 
 def known_keys(defaults: Optional[Mapping[str, Any]] = None) -> Set[str]:
@@ -326,8 +328,7 @@ def known_keys(defaults: Optional[Mapping[str, Any]] = None) -> Set[str]:
     algorithms' default configs and the keys of ``defaults``. (Keys starting
     with ``_`` are always known; they are not listed.)
     """
-    return (set(COMMON_CONFIG) | set(_TOP_LEVEL_CHECKS) | TRAINER_ONLY_KEYS | HELPER_KEYS
-            | _algorithm_keys() | set(defaults or ()))
+    return set(_base_known_keys()) | set(defaults or ())
 
 
 def unknown_keys(partial: Optional[Mapping[str, Any]],
@@ -342,15 +343,16 @@ def unknown_keys(partial: Optional[Mapping[str, Any]],
         ``[(key, closest_known_key_or_None), ...]`` in the order of ``partial``;
         a model key given at the top level gets ``"model.<key>"``.
     """
-    known = known_keys(defaults)
+    base, own = _base_known_keys(), defaults or {}
     out = []
     for key in _as_dict(partial, "config"):
-        if isinstance(key, str) and (key.startswith("_") or key in known):
+        if isinstance(key, str) and (key.startswith("_") or key in base or key in own):
             continue
         if key in MODEL_DEFAULTS:
             out.append((key, f"model.{key}"))
             continue
-        close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=_CLOSE_ENOUGH)
+        close = difflib.get_close_matches(str(key), sorted(known_keys(defaults)), n=1,
+                                          cutoff=_CLOSE_ENOUGH)
         out.append((key, close[0] if close else None))
     return out
 
