@@ -551,7 +551,8 @@ class TorchPolicy(Policy):
     @DeveloperAPI
     def optimizer(self) -> Union[List["torch.optim.Optimizer"], "torch.optim.Optimizer"]:
         """The optimizer(s): by default Adam over the model at ``config["lr"]``
-        (torch's fused kernel where available, see ``default_adam``), passed through the exploration's ``get_exploration_optimizer``."""
+        (torch's fused kernel where available, see ``default_adam``), passed
+        through the exploration's ``get_exploration_optimizer``."""
         params = parameter_list(self.model)  # (= list(self.model.parameters()))
         if hasattr(self, "config"):
             optimizers = [default_adam(params, lr=self.config["lr"])]

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 import gymnasium as gym
 import numpy as np
 
+from rlpolicy._core.torch_setup import default_adam
 from rlpolicy.agents.dqn.dqn import DEFAULT_CONFIG
 from rlpolicy.agents.dqn.dqn_common import (
     PRIO_WEIGHTS,
@@ -25,7 +26,6 @@ from rlpolicy.agents.dqn.dqn_common import (
     terminal_flags,
     uses_parameter_noise,
 )
-from rlpolicy._core.torch_setup import default_adam
 from rlpolicy.agents.dqn.dqn_torch_model import DQNTorchModel
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
