@@ -84,6 +84,9 @@ def batch_input_dict(input_dict: Dict[str, Any]) -> Dict[str, Any]:
     Returns:
         A new plain dict with the same structure and B=1 leaves.
     """
+    if all(type(v) is np.ndarray for v in input_dict.values()) and SEQ_LENS not in input_dict:
+        # (The common case: flat arrays, e.g. {"obs": array}; a view per column.)
+        return {k: v[np.newaxis] for k, v in input_dict.items()}
     arrays = tree.traverse(_numeric_list_to_array, dict(input_dict), top_down=True)
     return tree.map_structure_with_path(_add_batch_dim, arrays)
 
@@ -114,6 +117,8 @@ def first_row(batched: Any, what: str = "action") -> Any:
     Raises:
         ValueError: If a leaf does not have exactly one row.
     """
+    if type(batched) is np.ndarray and batched.ndim > 0 and batched.shape[0] == 1:
+        return batched[0]  # (the common case: one array)
     if isinstance(batched, list):
         batched = np.asarray(batched)
     leaves = tree.flatten(batched)

@@ -39,6 +39,22 @@ def test_batch_input_dict_does_not_modify_input():
     assert d["obs"].shape == (3,)
 
 
+def test_batch_input_dict_of_plain_arrays_gives_b1_views_like_expand_dims():
+    # The all-array case (the usual {"obs": array}) takes a shortcut; it must give
+    # what np.expand_dims gives: same dtype and values, a leading axis of 1.
+    d = {"obs": np.arange(6, dtype=np.float32).reshape(2, 3), "state_in_0": np.float64(2.0) * np.ones(4),
+         "prev_actions": np.array(3)}
+    out = batch_input_dict(d)
+    for k, v in d.items():
+        assert out[k].shape == (1, *v.shape) and out[k].dtype == v.dtype
+        np.testing.assert_array_equal(out[k], np.expand_dims(v, 0))
+    assert out is not d and d["obs"].shape == (2, 3)
+    # 0-d and n-d error paths of first_row are unchanged by its array shortcut.
+    np.testing.assert_array_equal(first_row(out["obs"]), d["obs"])
+    with pytest.raises(ValueError, match="None rows"):
+        first_row(np.array(1.0))
+
+
 def test_batch_input_dict_unsqueezes_torch_tensors():
     torch = pytest.importorskip("torch")
     out = batch_input_dict({"obs": torch.zeros(3)})
