@@ -186,7 +186,7 @@ def _checked_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(f"argument --config: must be a JSON object of config keys, got "
                      f"{type(user).__name__} {args.config!r}")
     defaults = algo_default_config(args.algo)
-    for key, close in unknown_keys(user, defaults):
+    for key, close in unknown_keys(user, defaults, strict=True):
         hint = f"; did you mean {close!r}?" if close else ""
         parser.error(f"argument --config: unknown config key {key!r} for --algo {args.algo}{hint}")
     config = merge_configs(_default_overrides(args.algo, args.env), user)

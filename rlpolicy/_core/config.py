@@ -298,52 +298,60 @@ HELPER_KEYS: frozenset = frozenset({
     "lr_schedule", "entropy_coeff", "entropy_coeff_schedule", "kl_coeff", "kl_target", "tau",
     "use_gae", "use_critic", "lambda", "vtrace",
 })
-_BASE_KNOWN: Optional[frozenset] = None
+_BASE_KNOWN: Dict[bool, frozenset] = {}
 
 
-def _base_known_keys() -> frozenset:
+def _base_known_keys(strict: bool = False) -> frozenset:
     """Every policy's known keys (all but its own defaults'), gathered once:
-    ``COMMON_CONFIG``, the validated keys, ``TRAINER_ONLY_KEYS``,
-    ``HELPER_KEYS`` and the keys of rlpolicy's algorithms' default configs."""
-    global _BASE_KNOWN
-    if _BASE_KNOWN is None:
+    ``COMMON_CONFIG``, the validated keys and ``TRAINER_ONLY_KEYS``; unless
+    ``strict``, also ``HELPER_KEYS`` and the keys of rlpolicy's algorithms'
+    default configs."""
+    known = _BASE_KNOWN.get(strict)
+    if known is None:
         import importlib
 
-        keys = set(COMMON_CONFIG) | set(_TOP_LEVEL_CHECKS) | TRAINER_ONLY_KEYS | HELPER_KEYS
-        for module in ("rlpolicy.agents.pg.pg", "rlpolicy.agents.ppo.ppo", "rlpolicy.agents.dqn.dqn"):
-            try:
-                keys |= set(importlib.import_module(module).DEFAULT_CONFIG)
-            except (ImportError, AttributeError):  # (a partial install)
-                continue
-        _BASE_KNOWN = frozenset(keys)
-    return _BASE_KNOWN
+        keys = set(COMMON_CONFIG) | set(_TOP_LEVEL_CHECKS) | TRAINER_ONLY_KEYS
+        if not strict:
+            keys |= HELPER_KEYS
+            for module in ("rlpolicy.agents.pg.pg", "rlpolicy.agents.ppo.ppo",
+                           "rlpolicy.agents.dqn.dqn"):
+                try:
+                    keys |= set(importlib.import_module(module).DEFAULT_CONFIG)
+                except (ImportError, AttributeError):  # (a partial install)
+                    continue
+        known = _BASE_KNOWN[strict] = frozenset(keys)
+    return known
 
 
-def known_keys(defaults: Optional[Mapping[str, Any]] = None) -> Set[str]:
+def known_keys(defaults: Optional[Mapping[str, Any]] = None, *, strict: bool = False) -> Set[str]:
     """The top-level keys a policy with these default config keys knows.
 
     ``COMMON_CONFIG``'s keys, the keys rlpolicy validates, RLlib 1.11's
-    trainer-level keys (``TRAINER_ONLY_KEYS``), the keys rlpolicy's mixins
-    and postprocessing read (``HELPER_KEYS``), the keys of rlpolicy's
-    algorithms' default configs and the keys of ``defaults``. (Keys starting
-    with ``_`` are always known; they are not listed.)
+    trainer-level keys (``TRAINER_ONLY_KEYS``) and the keys of ``defaults``;
+    unless ``strict``, also the keys rlpolicy's mixins and postprocessing
+    read (``HELPER_KEYS``) and the keys of rlpolicy's algorithms' default
+    configs. (Keys starting with ``_`` are always known; they are not listed.)
     """
-    return set(_base_known_keys()) | set(defaults or ())
+    return set(_base_known_keys(strict)) | set(defaults or ())
 
 
 def unknown_keys(partial: Optional[Mapping[str, Any]],
-                 defaults: Optional[Mapping[str, Any]] = None) -> List[Tuple[str, Optional[str]]]:
+                 defaults: Optional[Mapping[str, Any]] = None, *,
+                 strict: bool = False) -> List[Tuple[str, Optional[str]]]:
     """The unknown top-level keys of ``partial``, each with its closest known key (or None).
 
     Args:
         partial: The caller's config.
         defaults: The policy's default config (its keys are known).
+        strict: Only ``defaults``' keys beyond the common ones count as known
+            (the command line's rule: a key the chosen algorithm ignores is
+            an error), not the keys of other algorithms and mixins.
 
     Returns:
         ``[(key, closest_known_key_or_None), ...]`` in the order of ``partial``;
         a model key given at the top level gets ``"model.<key>"``.
     """
-    base, own = _base_known_keys(), defaults or {}
+    base, own = _base_known_keys(strict), defaults or {}
     out = []
     for key in _as_dict(partial, "config"):
         if isinstance(key, str) and (key.startswith("_") or key in base or key in own):
@@ -351,8 +359,8 @@ def unknown_keys(partial: Optional[Mapping[str, Any]],
         if key in MODEL_DEFAULTS:
             out.append((key, f"model.{key}"))
             continue
-        close = difflib.get_close_matches(str(key), sorted(known_keys(defaults)), n=1,
-                                          cutoff=_CLOSE_ENOUGH)
+        close = difflib.get_close_matches(str(key), sorted(known_keys(defaults, strict=strict)),
+                                          n=1, cutoff=_CLOSE_ENOUGH)
         out.append((key, close[0] if close else None))
     return out
 

@@ -210,6 +210,9 @@ def test_unknown_keys_with_close_match():
     assert unknown_keys({"lambda": 0.9, "kl_coeff": 0.1, "kl_target": 0.01, "tau": 0.005,
                          "entropy_coeff_schedule": None, "clip_param": 0.2, "n_step": 3}) == []
     assert unknown_keys({"kl_coef": 0.1}) == [("kl_coef", "kl_coeff")]
+    # strict (the command line's rule): only the given defaults add keys.
+    assert unknown_keys({"lambda": 0.9, "gamma": 0.9}, {"lr": 0.1}, strict=True) == [("lambda", None)]
+    assert unknown_keys({"lambda": 0.9}, {"lambda": 1.0}, strict=True) == []
     assert unknown_keys({"my_coef": 0.1}, {"my_coeff": 0.2}) == [("my_coef", "my_coeff")]
     # No far-fetched suggestions; a model key at the top level points into 'model'.
     assert unknown_keys({"zz_unrelated_opt": 0.01, "fcnet_hiddens": [8]}) == \
