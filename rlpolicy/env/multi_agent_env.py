@@ -13,8 +13,11 @@ from typing import Any, Callable, Dict, Optional, Set, Tuple, Union
 
 import gymnasium as gym
 
-from rlpolicy.utils.annotations import PublicAPI
-from rlpolicy.utils.typing import AgentID, MultiAgentDict
+from rlpolicy.utils.annotations import DeveloperAPI, ExperimentalAPI, PublicAPI, override  # noqa: F401
+from rlpolicy.utils.typing import AgentID, EnvCreator, EnvID, EnvType, MultiAgentDict, MultiEnvDict  # noqa: F401
+
+# Key of the global env state in an observation dict (QMIX-style grouped envs; RLlib 1.11).
+ENV_STATE = "state"
 
 #: The key of ``terminateds`` / ``truncateds`` that ends the whole episode.
 ALL_AGENTS = "__all__"
@@ -140,4 +143,4 @@ def make_multi_agent(env_name_or_creator: Union[str, Callable[[dict], gym.Env]])
     return type("MultiEnv", (_MultiCopyEnv,), {"_make_env": staticmethod(make)})
 
 
-__all__ = ["MultiAgentEnv", "make_multi_agent", "ALL_AGENTS"]
+__all__ = ["MultiAgentEnv", "make_multi_agent", "ALL_AGENTS", "ENV_STATE"]

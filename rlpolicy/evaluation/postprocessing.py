@@ -160,6 +160,14 @@ def _shift_done_column(batch: SampleBatch, key: str, n_step: int, len_: int) -> 
     batch[key] = np.concatenate([col[n_step - 1:], np.tile(col[-1], min(n_step - 1, len_))], axis=0)
 
 
+class MidTrajectoryDoneError(ValueError, AssertionError):
+    """``adjust_nstep`` got a trajectory with a done flag before its last step.
+
+    RLlib 1.11 asserts (``AssertionError``); this is both that and a ``ValueError``,
+    so callers catching either keep working.
+    """
+
+
 def adjust_nstep(n_step: int, gamma: float, batch: SampleBatch) -> None:
     """Rewrites a trajectory in place for n-step TD targets.
 
@@ -174,13 +182,15 @@ def adjust_nstep(n_step: int, gamma: float, batch: SampleBatch) -> None:
         batch: One trajectory; a done flag may only be set at its last step.
 
     Raises:
-        ValueError: If ``n_step < 1`` or a done flag is set before the last step.
+        ValueError: If ``n_step < 1``.
+        MidTrajectoryDoneError: (a ValueError and an AssertionError, as RLlib 1.11
+            asserts) If a done flag is set before the last step.
     """
     if n_step < 1:
         raise ValueError(f"adjust_nstep: n_step must be >= 1, got {n_step}")
     dones = np.asarray(batch[SampleBatch.DONES])
     if np.any(dones[:-1]):
-        raise ValueError(f"adjust_nstep: unexpected done in the middle of the trajectory "
+        raise MidTrajectoryDoneError(f"adjust_nstep: unexpected done in the middle of the trajectory "
                          f"(at index {int(np.argmax(dones[:-1]))} of {len(dones)})")
     len_ = len(batch)
     obs, next_obs = batch[SampleBatch.OBS], batch[SampleBatch.NEXT_OBS]
@@ -198,5 +208,5 @@ def adjust_nstep(n_step: int, gamma: float, batch: SampleBatch) -> None:
     rewards[:] = summed.astype(rewards.dtype)
 
 
-__all__ = ["Postprocessing", "adjust_nstep", "compute_advantages", "compute_gae_for_sample_batch",
-           "discount_cumsum"]
+__all__ = ["MidTrajectoryDoneError", "Postprocessing", "adjust_nstep", "compute_advantages",
+           "compute_gae_for_sample_batch", "discount_cumsum"]

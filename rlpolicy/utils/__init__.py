@@ -11,7 +11,7 @@ from rlpolicy.utils.annotations import (
     override,
 )
 from rlpolicy.utils.deprecation import DEPRECATED_VALUE, deprecation_warning
-from rlpolicy.utils.framework import try_import_tf, try_import_torch
+from rlpolicy.utils.framework import try_import_tf, try_import_tfp, try_import_torch
 
 
 def force_list(elements: Optional[Any] = None, to_tuple: bool = False):
@@ -101,5 +101,23 @@ __all__ = [
     "DeveloperAPI", "ExperimentalAPI", "OverrideToImplementCustomLogic", "PublicAPI",
     "override", "DEPRECATED_VALUE", "deprecation_warning", "try_import_tf",
     "try_import_torch", "force_list", "force_tuple", "add_mixins", "NullContextManager",
-    "merge_dicts", "deep_update",
+    "merge_dicts", "deep_update", "try_import_tfp",
 ]
+
+# The other names RLlib 1.11's ``ray.rllib.utils`` imports; resolved on first access
+# (their modules import this package, and ``test_utils`` imports the frameworks).
+from rlpolicy.utils._lazy import lazy_module_attrs  # noqa: E402
+
+_RLLIB_1_11_NAMES = {
+    "FilterManager": "rlpolicy.utils.filter_manager:FilterManager",
+    "Filter": "rlpolicy.utils.filter:Filter",
+    **{name: f"rlpolicy.utils.numpy:{name}" for name in (
+        "sigmoid", "softmax", "relu", "one_hot", "fc", "lstm", "SMALL_NUMBER", "LARGE_INTEGER",
+        "MIN_LOG_NN_OUTPUT", "MAX_LOG_NN_OUTPUT")},
+    **{name: f"rlpolicy.utils.schedules:{name}" for name in (
+        "LinearSchedule", "PiecewiseSchedule", "PolynomialSchedule", "ExponentialSchedule",
+        "ConstantSchedule")},
+    **{name: f"rlpolicy.utils.test_utils:{name}" for name in (
+        "check", "check_compute_single_action", "check_train_results", "framework_iterator")},
+}
+__getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, TypeVar
 
+from rlpolicy.utils.deprecation import Deprecated  # noqa: F401  (RLlib 1.11 imports it here)
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -17,6 +17,9 @@ import functools
 import os
 from typing import Any, Optional, Tuple
 
+from rlpolicy.utils.deprecation import Deprecated
+from rlpolicy.utils.typing import TensorShape, TensorType  # noqa: F401  (1.11 imports them here)
+
 
 def _disabled(var: str) -> bool:
     return os.environ.get(var, "").lower() not in ("", "0", "false")
@@ -144,3 +147,41 @@ def get_variable(value, framework: str = "tf", trainable: bool = False, tf_name:
         t.requires_grad = trainable
         return t
     return value
+
+
+def tf_function(tf_module: Any):
+    """Decorator factory: ``@tf_function(tf)`` wraps with ``tf.function`` only in graph-building
+    (non-eager) mode, and leaves the function as is when ``tf_module`` is None or eager is on
+    (RLlib 1.11)."""
+
+    def decorator(func):
+        if tf_module is None or tf_module.executing_eagerly():
+            return func
+        return tf_module.function(func)
+
+    return decorator
+
+
+class ModuleStub:
+    """Stands in for ``torch.nn.Module`` without torch: subclassable, but instantiating raises."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise ImportError("Could not import `torch`; install it with `pip install rlpolicy[torch]`")
+
+
+class NNStub:
+    """Stands in for ``torch.nn`` without torch (RLlib 1.11's stub): ``Module`` is
+    ``ModuleStub`` and ``functional`` is None."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        self.functional = None
+        self.Module = ModuleStub
+
+
+@Deprecated(old="rlpolicy.utils.framework.get_activation_fn", new="rlpolicy.models.utils.get_activation_fn",
+            error=False)
+def get_activation_fn(name: Optional[str] = None, framework: str = "tf"):
+    """Deprecated home of ``rlpolicy.models.utils.get_activation_fn`` (as in RLlib 1.11)."""
+    from rlpolicy.models.utils import get_activation_fn as _get_activation_fn
+
+    return _get_activation_fn(name, framework)

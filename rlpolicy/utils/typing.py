@@ -1,7 +1,7 @@
 """Type aliases used across rlpolicy's signatures (RLlib 1.11 names)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -34,3 +34,12 @@ EnvInfoDict = dict
 MultiAgentDict = Dict[AgentID, Any]
 TensorOrNumpy = Union[TensorType, np.ndarray]
 AlgorithmConfigDict = TrainerConfigDict
+
+# --- further RLlib 1.11 aliases (utils/typing.py) ---
+T = TypeVar("T")
+FromConfigSpec = Union[Dict[str, Any], type, str]
+EnvCreator = Callable[["EnvContext"], Optional[EnvType]]  # noqa: F821
+MultiAgentPolicyConfigDict = Dict[PolicyID, "PolicySpec"]  # noqa: F821
+PolicyState = Dict[str, TensorStructType]
+UnrollID = int
+MultiEnvDict = Dict[EnvID, MultiAgentDict]
