@@ -568,3 +568,26 @@ class Policy(metaclass=ABCMeta):
 def load_policy_from_checkpoint(checkpoint_dir: str, config_overrides: Optional[dict] = None) -> Policy:
     """Rebuilds whatever policy class is recorded in a checkpoint (``Policy.from_checkpoint``)."""
     return Policy.from_checkpoint(checkpoint_dir, config_overrides)
+
+
+# Further names RLlib 1.11 defines or imports in this module (1.x client code imports
+# them from here); resolved on first access, see rlpolicy/utils/_lazy.py.
+from rlpolicy.utils._lazy import FRAMEWORK_HANDLES, lazy_module_attrs  # noqa: E402
+
+_RLLIB_1_11_NAMES = {
+    "Box": "gymnasium.spaces:Box",
+    "ActionDistribution": "rlpolicy.models.action_dist:ActionDistribution",
+    "ModelCatalog": "rlpolicy.models.catalog:ModelCatalog",
+    "ModelV2": "rlpolicy.models.modelv2:ModelV2",
+    "ViewRequirement": "rlpolicy.policy.view_requirement:ViewRequirement",
+    "Deprecated": "rlpolicy.utils.deprecation:Deprecated",
+    "Exploration": "rlpolicy.utils.exploration.exploration:Exploration",
+    "try_import_tf": "rlpolicy.utils.framework:try_import_tf",
+    "try_import_torch": "rlpolicy.utils.framework:try_import_torch",
+    "from_config": "rlpolicy.utils.from_config:from_config",
+    "get_dummy_batch_for_space": "rlpolicy.utils.spaces.space_utils:get_dummy_batch_for_space",
+    "unbatch": "rlpolicy.utils.spaces.space_utils:unbatch",
+    "tf1": FRAMEWORK_HANDLES["tf1"], "tf": FRAMEWORK_HANDLES["tf"], "tfv": FRAMEWORK_HANDLES["tfv"],
+    "torch": FRAMEWORK_HANDLES["torch"],
+}
+__getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)

@@ -343,3 +343,26 @@ def _is_wrapper(impl: Any, method: str) -> bool:
     return getattr(impl, "_policy_template_wrapper", None) == method
 
 __all__ = ["build_policy_class"]
+
+
+# Further names RLlib 1.11 defines or imports in this module (1.x client code imports
+# them from here); resolved on first access, see rlpolicy/utils/_lazy.py.
+from rlpolicy.utils._lazy import FRAMEWORK_HANDLES, lazy_module_attrs  # noqa: E402
+
+_RLLIB_1_11_NAMES = {
+    "ModelCatalog": "rlpolicy.models.catalog:ModelCatalog",
+    "ModelV2": "rlpolicy.models.modelv2:ModelV2",
+    "TorchDistributionWrapper": "rlpolicy.models.torch.torch_action_dist:TorchDistributionWrapper",
+    "TorchModelV2": "rlpolicy.models.torch.torch_modelv2:TorchModelV2",
+    "Policy": "rlpolicy.policy.policy:Policy",
+    "SampleBatch": "rlpolicy.policy.sample_batch:SampleBatch",
+    "TorchPolicy": "rlpolicy.policy.torch_policy:TorchPolicy",
+    "add_mixins": "rlpolicy.utils:add_mixins",
+    "override": "rlpolicy.utils.annotations:override",
+    "try_import_jax": "rlpolicy.utils.framework:try_import_jax",
+    "convert_to_numpy": "rlpolicy.utils.numpy:convert_to_numpy",
+    "ModelGradients": "rlpolicy.utils.typing:ModelGradients",
+    "TensorType": "rlpolicy.utils.typing:TensorType",
+    "torch": FRAMEWORK_HANDLES["torch"],
+}
+__getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)

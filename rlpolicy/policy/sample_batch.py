@@ -613,3 +613,22 @@ from rlpolicy.policy._multi_agent_batch import (  # noqa: E402  (needs SampleBat
 )
 
 __all__ = ["DEFAULT_POLICY_ID", "SampleBatch", "MultiAgentBatch", "concat_samples"]
+
+
+# Further names RLlib 1.11 defines or imports in this module (1.x client code imports
+# them from here); resolved on first access, see rlpolicy/utils/_lazy.py.
+from rlpolicy.utils._lazy import FRAMEWORK_HANDLES, lazy_module_attrs  # noqa: E402
+
+_RLLIB_1_11_NAMES = {
+    "pack": "rlpolicy.utils.compression:pack",
+    "unpack": "rlpolicy.utils.compression:unpack",
+    "is_compressed": "rlpolicy.utils.compression:is_compressed",
+    "Deprecated": "rlpolicy.utils.deprecation:Deprecated",
+    "try_import_tf": "rlpolicy.utils.framework:try_import_tf",
+    "try_import_torch": "rlpolicy.utils.framework:try_import_torch",
+    "concat_aligned": "rlpolicy.utils.numpy:concat_aligned",
+    "PolicyID": "rlpolicy.utils.typing:PolicyID",
+    "tf1": FRAMEWORK_HANDLES["tf1"], "tf": FRAMEWORK_HANDLES["tf"], "tfv": FRAMEWORK_HANDLES["tfv"],
+    "torch": FRAMEWORK_HANDLES["torch"],
+}
+__getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)

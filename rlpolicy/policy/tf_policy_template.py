@@ -292,3 +292,27 @@ for _name, _fn in _WRAPPERS.items():
 del _name, _fn
 
 __all__ = ["build_tf_policy"]
+
+
+# Further names RLlib 1.11 defines or imports in this module (1.x client code imports
+# them from here); resolved on first access, see rlpolicy/utils/_lazy.py.
+from rlpolicy.utils._lazy import FRAMEWORK_HANDLES, lazy_module_attrs  # noqa: E402
+
+_RLLIB_1_11_NAMES = {
+    "TFActionDistribution": "rlpolicy.models.tf.tf_action_dist:TFActionDistribution",
+    "ModelV2": "rlpolicy.models.modelv2:ModelV2",
+    "DynamicTFPolicy": "rlpolicy.policy.dynamic_tf_policy:DynamicTFPolicy",
+    "eager_tf_policy": "rlpolicy.policy.eager_tf_policy",
+    "Policy": "rlpolicy.policy.policy:Policy",
+    "SampleBatch": "rlpolicy.policy.sample_batch:SampleBatch",
+    "TFPolicy": "rlpolicy.policy.tf_policy:TFPolicy",
+    "add_mixins": "rlpolicy.utils:add_mixins",
+    "override": "rlpolicy.utils.annotations:override",
+    "deprecation_warning": "rlpolicy.utils.deprecation:deprecation_warning",
+    "try_import_tf": "rlpolicy.utils.framework:try_import_tf",
+    "AgentID": "rlpolicy.utils.typing:AgentID",
+    "ModelGradients": "rlpolicy.utils.typing:ModelGradients",
+    "TensorType": "rlpolicy.utils.typing:TensorType",
+    "tf1": FRAMEWORK_HANDLES["tf1"], "tf": FRAMEWORK_HANDLES["tf"], "tfv": FRAMEWORK_HANDLES["tfv"],
+}
+__getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)

@@ -568,6 +568,14 @@ class TorchPolicy(Policy):
     def _convert_to_non_torch_type(self, data: TensorStructType) -> TensorStructType:
         return convert_to_non_torch_type(data)
 
+    def _convert_to_numpy(self, data: TensorStructType) -> TensorStructType:
+        """``convert_to_numpy`` of a structure (RLlib 1.11's built torch policies have it;
+        CQL's ``compute_gradients_fn`` calls it on its stats)."""
+        from rlpolicy.utils.numpy import convert_to_numpy
+
+        return convert_to_numpy(data)
+
+
     def _lazy_tensor_dict(self, postprocessed_batch: Union[SampleBatch, dict],
                           device: Any = None) -> SampleBatch:
         """Makes ``postprocessed_batch`` hand out torch tensors on ``device``."""
@@ -592,3 +600,23 @@ class TorchPolicy(Policy):
     @override(Policy)
     def import_model_from_h5(self, import_file: str) -> None:
         return self.model.import_from_h5(import_file)
+
+
+# Further names RLlib 1.11 defines or imports in this module (1.x client code imports
+# them from here); resolved on first access, see rlpolicy/utils/_lazy.py.
+from rlpolicy.utils._lazy import lazy_module_attrs  # noqa: E402
+
+_RLLIB_1_11_NAMES = {
+    "LearningRateSchedule": "rlpolicy.policy.torch_mixins:LearningRateSchedule",
+    "EntropyCoeffSchedule": "rlpolicy.policy.torch_mixins:EntropyCoeffSchedule",
+    "ModelCatalog": "rlpolicy.models.catalog:ModelCatalog",
+    "ModelV2": "rlpolicy.models.modelv2:ModelV2",
+    "TorchDistributionWrapper": "rlpolicy.models.torch.torch_action_dist:TorchDistributionWrapper",
+    "TorchModelV2": "rlpolicy.models.torch.torch_modelv2:TorchModelV2",
+    "NullContextManager": "rlpolicy.utils:NullContextManager",
+    "convert_to_numpy": "rlpolicy.utils.numpy:convert_to_numpy",
+    "PiecewiseSchedule": "rlpolicy.utils.schedules:PiecewiseSchedule",
+    "normalize_action": "rlpolicy.utils.spaces.space_utils:normalize_action",
+    "GradInfoDict": "rlpolicy.utils.typing:GradInfoDict",
+}
+__getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)
