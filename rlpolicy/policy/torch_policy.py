@@ -575,7 +575,6 @@ class TorchPolicy(Policy):
 
         return convert_to_numpy(data)
 
-
     def _lazy_tensor_dict(self, postprocessed_batch: Union[SampleBatch, dict],
                           device: Any = None) -> SampleBatch:
         """Makes ``postprocessed_batch`` hand out torch tensors on ``device``."""
