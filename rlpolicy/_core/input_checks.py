@@ -71,12 +71,26 @@ def check_state_batches(policy: "Policy", state_batches: Optional[Iterable[Any]]
     given = len(list(state_batches or []))
     if not given or _custom_acting(policy):
         return
-    expected = policy.num_state_tensors()
+    expected = max(policy.num_state_tensors(), _model_state_views(policy))
     if given != expected:
         raise ValueError(f"{where}: got {given} state batch(es), but this policy's model takes "
                          f"{expected} (state_in_0..state_in_{expected - 1})" if expected else
                          f"{where}: got {given} state batch(es), but this policy's model is not "
                          "recurrent and takes 0")
+
+
+def _model_state_views(policy: "Policy") -> int:
+    """How many ``state_in_i`` columns the model's view requirements declare.
+
+    Attention nets (GTrXL) keep no initial state but read their memory as
+    ``state_in_i`` views (RLlib 1.11), so ``get_initial_state()`` alone
+    undercounts them.
+    """
+    views = getattr(getattr(policy, "model", None), "view_requirements", None) or {}
+    count = 0
+    while f"state_in_{count}" in views:
+        count += 1
+    return count
 
 
 def _custom_acting(policy: "Policy") -> bool:

@@ -167,6 +167,9 @@ class AgentTrajectory:
         for col in self.steps:
             cols[col] = self._stacked(col, a, b, 0)
         for col, (data_col, shift) in _SHIFTED_DEFAULTS.items():
+            req = self.view_requirements.get(col)
+            if req is not None and req.shift_from is not None:
+                continue  # a range view (e.g. the last n actions of an attention net): below
             cols[col] = self._stacked(data_col, a, b, shift)
         for i in range(len(self.initial_state)):
             cols[f"state_in_{i}"] = self._stacked(f"state_out_{i}", a, b, -1)
@@ -241,8 +244,12 @@ class AgentTrajectory:
         fill = self._fills.get(data_col)
         if fill is not None:
             return fill
-        if data_col.startswith("state_out_"):
+        if data_col.startswith("state_out_") and int(data_col[len("state_out_"):]) < len(self.initial_state):
             fill = self.initial_state[int(data_col[len("state_out_"):])]
+        elif data_col.startswith("state_out_"):
+            # A memory stream without an initial state (attention nets, RLlib 1.11):
+            # zeros shaped like the state_out_i view's space.
+            fill = self._fill_from_space(data_col)
         elif data_col == _INFOS:
             return {}
         elif data_col == SampleBatch.REWARDS:

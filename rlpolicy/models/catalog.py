@@ -39,11 +39,13 @@ _MODEL_MODULES = {
     "torch": {"fcnet": ("rlpolicy.models.torch.fcnet", "FullyConnectedNetwork"),
               "vision": ("rlpolicy.models.torch.visionnet", "VisionNetwork"),
               "complex": ("rlpolicy.models.torch.complex_input_net", "ComplexInputNetwork"),
-              "lstm": ("rlpolicy.models.torch.recurrent_net", "LSTMWrapper")},
+              "lstm": ("rlpolicy.models.torch.recurrent_net", "LSTMWrapper"),
+              "attention": ("rlpolicy.models.torch.attention_net", "AttentionWrapper")},
     "tf": {"fcnet": ("rlpolicy.models.tf.fcnet", "FullyConnectedNetwork"),
            "vision": ("rlpolicy.models.tf.visionnet", "VisionNetwork"),
            "complex": ("rlpolicy.models.tf.complex_input_net", "ComplexInputNetwork"),
-           "lstm": ("rlpolicy.models.tf.recurrent_net", "LSTMWrapper")},
+           "lstm": ("rlpolicy.models.tf.recurrent_net", "LSTMWrapper"),
+           "attention": ("rlpolicy.models.tf.attention_net", "AttentionWrapper")},
 }
 
 
@@ -200,7 +202,8 @@ class ModelCatalog:
 
         ``custom_model`` (a registered name or a class) wins; otherwise the
         default is chosen by ``_get_v2_model_class`` (or ``default_model``),
-        wrapped in an LSTM when ``use_lstm`` is set, and in
+        wrapped in an LSTM when ``use_lstm`` is set (a GTrXL attention net
+        when ``use_attention`` is), and in
         ``model_interface`` if given.
 
         Args:
@@ -224,9 +227,7 @@ class ModelCatalog:
         """
         model_config = MODEL_DEFAULTS if model_config is None else model_config
         _check_framework(framework)
-        if model_config.get("use_attention"):
-            raise ValueError("use_attention=True (GTrXL attention wrapper) is not implemented "
-                             "in rlpolicy; use use_lstm or a custom_model")
+        _check_recurrent_wrapping(model_config)
         if model_config.get("custom_model"):
             return _build_custom_model(obs_space, action_space, num_outputs, model_config,
                                        framework, name, model_interface, model_kwargs)
@@ -434,11 +435,21 @@ def _is_keras_model(cls: type) -> bool:
     return issubclass(cls, get_keras().Model)
 
 
+def _check_recurrent_wrapping(model_config: ModelConfigDict) -> None:
+    """RLlib 1.11's rule: at most one of ``use_lstm`` / ``use_attention``."""
+    if model_config.get("use_lstm") and model_config.get("use_attention"):
+        raise ValueError("model config: only one of use_lstm and use_attention may be True")
+
+
 def _maybe_wrap_lstm(model_cls: type, model_config: ModelConfigDict, framework: str) -> type:
-    """With ``use_lstm``, returns ``<Model>_as_LSTMWrapper`` (LSTM on top of the model)."""
-    if not model_config.get("use_lstm"):
+    """With ``use_lstm`` (``use_attention``), returns ``<Model>_as_LSTMWrapper``
+    (``<Model>_as_AttentionWrapper``): an LSTM (a GTrXL) on top of the model."""
+    if model_config.get("use_attention"):
+        lstm_cls = _model_class(framework, "attention")
+    elif model_config.get("use_lstm"):
+        lstm_cls = _model_class(framework, "lstm")
+    else:
         return model_cls
-    lstm_cls = _model_class(framework, "lstm")
     if issubclass(model_cls, lstm_cls):
         return model_cls
     name = f"{model_cls.__name__}_as_{lstm_cls.__name__}"

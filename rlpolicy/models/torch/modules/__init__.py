@@ -1,7 +1,6 @@
 """Torch building blocks of RLlib's models (``ray.rllib.models.torch.modules``).
 
 Names are loaded lazily: importing this package does not import torch.
-So far: ``noisy_layer.NoisyLayer``.
 """
 from __future__ import annotations
 
@@ -9,7 +8,11 @@ import importlib
 from typing import Any
 
 _LAZY = {
+    "GRUGate": "rlpolicy.models.torch.modules.gru_gate",
+    "MultiHeadAttention": "rlpolicy.models.torch.modules.multi_head_attention",
     "NoisyLayer": "rlpolicy.models.torch.modules.noisy_layer",
+    "RelativeMultiHeadAttention": "rlpolicy.models.torch.modules.relative_multi_head_attention",
+    "SkipConnection": "rlpolicy.models.torch.modules.skip_connection",
 }
 
 __all__ = list(_LAZY)
