@@ -317,6 +317,10 @@ def _run_in_session(t: Any) -> np.ndarray:
 # check_compute_single_action
 # ----------------------------------------------------------------------------------------
 
+# 1.11's loop: clipping is only varied when not unsquashing (unsquashing clips too).
+_UNSQUASH_CLIP_SETTINGS = [(True, False)] + [(u, c) for u in (False, None) for c in (True, False, None)]
+
+
 class _SingleInputs(NamedTuple):
     """One call's unbatched inputs."""
 
@@ -361,6 +365,8 @@ def check_compute_single_action(trainer: Any, include_state: bool = False,
         AssertionError: If outputs do not match (shapes, input-dict path).
     """
     pol, pid, owner = _resolve_policy(trainer)
+    sample = lambda space: _sample_inputs(pol, space, include_state,  # noqa: E731
+                                          include_prev_action_reward)
     targets = [(pol, pol.observation_space)]
     if owner is not None:
         targets.append((owner, _owner_obs_space(owner, pol, pid)))
@@ -369,16 +375,11 @@ def check_compute_single_action(trainer: Any, include_state: bool = False,
             for full_fetch in ((False, True) if what is owner else (False,)):
                 timestep = random.randint(0, 100000)
                 if what is pol:
-                    _check_input_dict_path(pol, _sample_inputs(pol, obs_space, include_state,
-                                                               include_prev_action_reward),
-                                           explore, timestep)
-                for unsquash in (True, False, None):
-                    for clip in ((False,) if unsquash else (True, False, None)):
-                        inputs = _sample_inputs(pol, obs_space, include_state,
-                                                include_prev_action_reward)
-                        _check_single_call(what, pol, pid, inputs, explore=explore,
-                                           timestep=timestep, full_fetch=full_fetch,
-                                           unsquash=unsquash, clip=clip)
+                    _check_input_dict_path(pol, sample(obs_space), explore, timestep)
+                for unsquash, clip in _UNSQUASH_CLIP_SETTINGS:
+                    _check_single_call(what, pol, pid, sample(obs_space), explore=explore,
+                                       timestep=timestep, full_fetch=full_fetch,
+                                       unsquash=unsquash, clip=clip)
 
 
 def _resolve_policy(trainer: Any) -> Tuple[Any, str, Any]:
@@ -595,16 +596,18 @@ def _last_results(tune_results: Any) -> List[Any]:
 
 
 def _reward_of(result: Any, index: int, evaluation: bool) -> float:
-    key = "episode_reward_mean"
+    key, where = "episode_reward_mean", "result"
     if evaluation:
-        where = "result['evaluation']"
-        result = result.get("evaluation") if isinstance(result, Mapping) else getattr(result, "evaluation", None)
-    else:
-        where = "result"
-    value = result.get(key) if isinstance(result, Mapping) else getattr(result, key, None)
+        result, where = _field(result, "evaluation"), "result['evaluation']"
+    value = _field(result, key)
     if value is None:
         raise KeyError(f"check_learning_achieved: result {index} has no {where}[{key!r}]")
     return float(value)
+
+
+def _field(obj: Any, key: str) -> Any:
+    """``obj[key]`` of a mapping, else the attribute; None if missing."""
+    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
 
 
 def check_train_results(train_results: Dict[str, Any]) -> Dict[str, Any]:
