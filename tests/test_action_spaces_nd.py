@@ -370,7 +370,15 @@ def test_rollout_worker_samples_and_learns(policies, framework):
                            rollout_fragment_length=8)
     batch = worker.sample()
     assert [e.bad for e in envs] == [[]]  # every action the env got is inside the space
-    check_batch_actions(NESTED, batch[SampleBatch.ACTIONS], len(batch))
+    # RLlib 1.11 stores struct actions flattened: the leaves (dm-tree order) side by side.
+    flat = np.asarray(batch[SampleBatch.ACTIONS])
+    widths = [int(np.prod(leaf.shape)) or 1 for leaf, _ in _leaves(NESTED)]
+    assert flat.shape == (len(batch), sum(widths)) and flat.dtype == np.float32
+    parts = np.split(flat, np.cumsum(widths)[:-1], axis=1)
+    rows = [{path[0]: part[i].reshape(leaf.shape).astype(leaf.dtype)
+             for (leaf, path), part in zip(_leaves(NESTED), parts)} for i in range(len(batch))]
+    assert all(NESTED["d"].contains(r["d"].item()) and NESTED["md"].contains(r["md"])
+               and NESTED["bits"].contains(r["bits"]) for r in rows)
     _check_learns(worker.get_policy(), batch)
 
 

@@ -16,6 +16,8 @@ _LAZY = {
     "adjust_nstep": "rlpolicy.evaluation.postprocessing",
     "RolloutWorker": "rlpolicy.evaluation.rollout_worker",
     "WorkerSet": "rlpolicy.evaluation.worker_set",
+    "SampleBatchBuilder": "rlpolicy.evaluation.sample_batch_builder",
+    "MultiAgentSampleBatchBuilder": "rlpolicy.evaluation.sample_batch_builder",
     "SampleBatch": "rlpolicy.policy.sample_batch",
     "MultiAgentBatch": "rlpolicy.policy.sample_batch",
 }

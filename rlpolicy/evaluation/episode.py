@@ -2,6 +2,7 @@
 (RLlib 1.11's ``ray.rllib.evaluation.episode``)."""
 from __future__ import annotations
 
+import inspect
 import random
 from collections import defaultdict
 from typing import Any, Callable, Dict, List, Optional
@@ -21,6 +22,40 @@ _DEFAULT_POLICY_ID = "default_policy"
 def _default_policy_mapping_fn(agent_id: AgentID, episode: "Episode", worker: Any = None,
                                **kwargs) -> PolicyID:
     return _DEFAULT_POLICY_ID
+
+
+def resolve_policy_mapping_fn(fn: Callable[..., PolicyID]) -> Callable[..., PolicyID]:
+    """``fn`` as a callable ``(agent_id, episode, worker=None, **kwargs) -> policy_id``.
+
+    RLlib 1.x mapping functions come in several signatures: ``fn(agent_id)``
+    (before 1.4), ``fn(agent_id, episode)``, ``fn(agent_id, episode, worker,
+    **kwargs)``. RLlib 1.11 retries the old form after a TypeError; here the
+    form is read from ``fn``'s signature once, so a TypeError raised inside
+    ``fn`` reaches the caller unchanged. Keyword arguments ``fn`` does not
+    accept are not passed.
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # no signature (some builtins): call as RLlib 1.11 does
+        return fn
+    kinds = inspect.Parameter
+    positional = [p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    var_pos = any(p.kind == kinds.VAR_POSITIONAL for p in params)
+    var_kw = any(p.kind == kinds.VAR_KEYWORD for p in params)
+    n_args = 2 if var_pos or len(positional) >= 2 else 1
+    taken = {p.name for p in positional[:n_args]}
+    keywords = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
+                and p.name not in taken}
+    if n_args == 2 and var_kw:
+        return fn  # the current signature: nothing to adapt
+
+    def mapping_fn(agent_id: AgentID, episode: Any = None, worker: Any = None, **kwargs) -> PolicyID:
+        args = (agent_id, episode)[:n_args]
+        extra = {"worker": worker, **kwargs}
+        return fn(*args, **(extra if var_kw else {k: v for k, v in extra.items() if k in keywords}))
+
+    mapping_fn.__wrapped__ = fn
+    return mapping_fn
 
 
 def _no_batch_builder() -> None:
@@ -81,6 +116,8 @@ class Episode:
         self.policy_map = policies if policies is not None else {}
         self._policies = self.policy_map  # old name, kept for compatibility
         self.policy_mapping_fn = policy_mapping_fn or _default_policy_mapping_fn
+        self._mapping_source = self.policy_mapping_fn
+        self._mapping_call = resolve_policy_mapping_fn(self.policy_mapping_fn)
         self._next_agent_index = 0
         self._agent_to_index: Dict[AgentID, int] = {}
         self._agent_to_policy: Dict[AgentID, PolicyID] = {}
@@ -113,7 +150,10 @@ class Episode:
             KeyError: If the mapping function returns an id not in the policy map.
         """
         if agent_id not in self._agent_to_policy or refresh:
-            self._agent_to_policy[agent_id] = self.policy_mapping_fn(agent_id, self, worker=self.worker)
+            if self._mapping_source is not self.policy_mapping_fn:  # replaced by the user
+                self._mapping_source = self.policy_mapping_fn
+                self._mapping_call = resolve_policy_mapping_fn(self.policy_mapping_fn)
+            self._agent_to_policy[agent_id] = self._mapping_call(agent_id, self, worker=self.worker)
         policy_id = self._agent_to_policy[agent_id]
         if policy_id not in self.policy_map:
             raise KeyError(f"policy_mapping_fn returned invalid policy id {policy_id!r} for agent "
@@ -230,4 +270,4 @@ class MultiAgentEpisode(Episode):
         super().__init__(*args, **kwargs)
 
 
-__all__ = ["Episode", "MultiAgentEpisode"]
+__all__ = ["Episode", "MultiAgentEpisode", "resolve_policy_mapping_fn"]

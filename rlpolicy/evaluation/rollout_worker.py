@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import inspect
 import logging
+import os
 import random
 import socket
 import sys
@@ -24,17 +25,32 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from rlpolicy.env.env_context import EnvContext
+from rlpolicy.evaluation.episode import resolve_policy_mapping_fn
 from rlpolicy.evaluation.sampler import BATCH_MODES, COUNT_STEPS_BY, EnvRunner, RolloutMetrics, SamplerSettings
 from rlpolicy.policy.policy import PolicySpec
 from rlpolicy.policy.policy_map import PolicyMap
 from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch
 from rlpolicy.utils.annotations import DeveloperAPI
+from rlpolicy.utils.filter import Filter, get_filter
 from rlpolicy.utils.typing import (AgentID, EnvConfigDict, ModelGradients, ModelWeights,
                                    PartialTrainerConfigDict, PolicyID, SampleBatchType)
 
 logger = logging.getLogger(__name__)
 
 PolicySpecArg = Union[type, Any, Dict[PolicyID, Any]]
+
+# The RolloutWorker most recently built in this process (RLlib 1.11's global worker).
+_global_worker: Optional["RolloutWorker"] = None
+
+
+@DeveloperAPI
+def get_global_worker() -> Optional["RolloutWorker"]:
+    """The RolloutWorker of this process (the one built last), or None.
+
+    Code running inside a worker (callbacks, postprocessing, a policy's
+    hooks) reaches its worker this way, as in RLlib 1.11.
+    """
+    return _global_worker
 
 
 @DeveloperAPI
@@ -83,7 +99,12 @@ class RolloutWorker:
                  worker_index: int = 0, num_workers: int = 0, callbacks: Any = None,
                  seed: Optional[int] = None,
                  spaces: Optional[Dict[PolicyID, Tuple[Any, Any]]] = None,
-                 explore: Optional[bool] = None, policy: Optional[PolicySpecArg] = None):
+                 explore: Optional[bool] = None, policy: Optional[PolicySpecArg] = None,
+                 episode_horizon: Optional[int] = None, soft_horizon: bool = False,
+                 no_done_at_end: bool = False, clip_rewards: Optional[Union[bool, float]] = None,
+                 observation_filter: Any = "NoFilter", sample_async: bool = False,
+                 extra_python_environs: Optional[Dict[str, Any]] = None,
+                 record_env: Union[bool, str] = False, remote_worker_envs: bool = False):
         """Initializes a RolloutWorker.
 
         Args:
@@ -126,13 +147,40 @@ class RolloutWorker:
             spaces: Policy id -> (observation space, action space), for specs without spaces.
             explore: Passed to ``compute_actions`` (None: each policy's config).
             policy: Deprecated name of ``policy_spec``.
+            episode_horizon: End (truncate) every episode after this many env
+                steps; None: only the env ends episodes.
+            soft_horizon: At the horizon, end the episode for metrics and
+                postprocessing (rows not done, values bootstrapped) but do not
+                reset the env: the next episode continues from its current state.
+            no_done_at_end: Never record an episode end in the batch (``dones``,
+                ``terminateds`` and ``truncateds`` stay False): postprocessing
+                bootstraps from the last observation.
+            clip_rewards: True: train on the sign of each reward; a number c:
+                on rewards clipped to ``[-c, c]``; None/False: unchanged.
+                Episode returns (metrics) use the unclipped rewards.
+            observation_filter: ``"NoFilter"``, ``"MeanStdFilter"``,
+                ``"ConcurrentMeanStdFilter"`` or a callable ``shape -> Filter``:
+                one filter per policy, applied to every (preprocessed)
+                observation; see :meth:`get_filters` / :meth:`sync_filters`.
+            sample_async: Must be False: sampling in a background thread is not supported.
+            extra_python_environs: Environment variables to set in this process
+                before the envs and policies are built.
+            record_env: Must be False (wrap the env in ``gymnasium.wrappers.RecordVideo``).
+            remote_worker_envs: Must be False (use remote workers for parallel envs).
 
         Raises:
             ValueError: For a bad ``batch_mode``, ``count_steps_by``, fragment
-                length, ``num_envs``, or policy spec (the message names it).
+                length, ``num_envs``, horizon, ``clip_rewards``, policy spec, or
+                an unsupported option (the message names it and what to use).
         """
+        global _global_worker
         policy_spec = policy_spec if policy_spec is not None else policy
         _check_args(num_envs, rollout_fragment_length, batch_mode, count_steps_by)
+        _check_sampling_options(episode_horizon, clip_rewards, sample_async, record_env, remote_worker_envs)
+        _global_worker = self
+        for key, value in (extra_python_environs or {}).items():
+            os.environ[str(key)] = str(value)
+        self.observation_filter = observation_filter
         self.policy_config: dict = copy.deepcopy(dict(policy_config or {}))
         self.worker_index, self.num_workers = worker_index, num_workers
         self.num_envs, self.seed = num_envs, seed
@@ -148,8 +196,11 @@ class RolloutWorker:
         self.callbacks = self._make_callbacks(callbacks, policy_spec)
         envs = self._make_envs(env_creator, validate_env)
         self.env = envs[0] if envs else None
+        self.preprocessors: Dict[PolicyID, Any] = {}
         self.policy_map = self._build_policy_map(policy_spec, spaces)
+        self.filters: Dict[PolicyID, Filter] = {pid: self._make_filter(p) for pid, p in self.policy_map.items()}
         self.policy_mapping_fn = self._default_mapping_fn(policy_mapping_fn)
+        self._mapping_call = resolve_policy_mapping_fn(self.policy_mapping_fn)
         multiagent = self.policy_config.get("multiagent") or {}
         self.policies_to_train = (policies_to_train if policies_to_train is not None
                                   else multiagent.get("policies_to_train"))
@@ -158,11 +209,13 @@ class RolloutWorker:
         elif not callable(self.policies_to_train):
             self.policies_to_train = list(self.policies_to_train)  # ours to change (add_policy)
         settings = SamplerSettings(batch_mode, rollout_fragment_length, count_steps_by, explore,
-                                   normalize_actions, clip_actions)
+                                   normalize_actions, clip_actions, horizon=episode_horizon,
+                                   soft_horizon=soft_horizon, no_done_at_end=no_done_at_end,
+                                   clip_rewards=clip_rewards)
         # As RLlib: distinct env seeds for up to 1000 sub-envs per worker.
         seeds = [None if seed is None else seed + 1000 * worker_index + i for i in range(len(envs))]
         self.sampler = EnvRunner(self, envs, self.policy_map, self._map_agent, self.callbacks,
-                                 settings, seeds)
+                                 settings, seeds, process_obs=self._process_obs)
 
     # ------------------------------------------------------------------ construction
     def _make_callbacks(self, callbacks: Any, policy_spec: Any) -> Any:
@@ -204,9 +257,41 @@ class RolloutWorker:
             obs_space, act_space = self._spaces_for(policy_id, spec, spaces)
             merged = _merged_config(self.policy_config, spec.config, self.worker_index,
                                     self.num_workers, self.seed)
+            obs_space = self._preprocessed_space(policy_id, obs_space, merged)
             policy_map.create_policy(policy_id, spec.policy_class, obs_space, act_space,
                                      spec.config, merged)
         return policy_map
+
+    def _preprocessed_space(self, policy_id: PolicyID, obs_space: Any, config: dict) -> Any:
+        """The space a policy built here gets: as RLlib 1.11's worker, Discrete and
+        MultiDiscrete observations are one-hot encoded for it (a Box with the raw
+        space as ``original_space``), unless ``_disable_preprocessor_api`` is set.
+        Dict/Tuple spaces are flattened by the policy itself (``_core.obs_prep``)."""
+        import gymnasium as gym
+
+        self.preprocessors.pop(policy_id, None)
+        if config.get("_disable_preprocessor_api", False) or \
+                not isinstance(obs_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            return obs_space
+        from rlpolicy.models.preprocessors import OneHotPreprocessor
+
+        prep = OneHotPreprocessor(obs_space, config.get("model"))
+        self.preprocessors[policy_id] = prep
+        return prep.observation_space
+
+    def _make_filter(self, policy: Any) -> Filter:
+        """The observation filter of one policy, shaped like the observations it gets:
+        a Box's shape; None (no normalization) for Discrete / MultiDiscrete parts."""
+        return get_filter(self.observation_filter, _filter_shape(policy.observation_space))
+
+    def _process_obs(self, policy_id: PolicyID, policy: Any, raw_obs: Any) -> Any:
+        """Raw env observation -> what ``policy`` gets: preprocessed, then filtered."""
+        from rlpolicy._core.obs_prep import flatten_single_obs
+
+        prep = self.preprocessors.get(policy_id)
+        obs = prep.transform(raw_obs) if prep is not None else flatten_single_obs(policy, raw_obs)
+        filt = self.filters.get(policy_id)
+        return obs if filt is None else filt(obs)
 
     def _spaces_for(self, policy_id: PolicyID, spec: PolicySpec,
                     spaces: Optional[dict]) -> Tuple[Any, Any]:
@@ -229,7 +314,7 @@ class RolloutWorker:
         return lambda agent_id, episode, worker=None, **kwargs: only
 
     def _map_agent(self, agent_id: AgentID, episode: Any, worker: Any = None, **kwargs) -> PolicyID:
-        return self.policy_mapping_fn(agent_id, episode, worker=worker, **kwargs)
+        return self._mapping_call(agent_id, episode, worker=worker, **kwargs)
 
     # ------------------------------------------------------------------ sampling
     def sample(self) -> SampleBatchType:
@@ -319,6 +404,7 @@ class RolloutWorker:
         """Replaces the mapping function (new episodes use it)."""
         if policy_mapping_fn is not None:
             self.policy_mapping_fn = policy_mapping_fn
+            self._mapping_call = resolve_policy_mapping_fn(policy_mapping_fn)
 
     def set_policies_to_train(self, policies_to_train: Optional[Union[List[PolicyID], Callable]] = None) -> None:
         """Replaces the policies to train."""
@@ -339,7 +425,9 @@ class RolloutWorker:
         spec = PolicySpec(policy_cls, observation_space, action_space, config)
         obs_space, act_space = self._spaces_for(policy_id, spec, None)
         merged = _merged_config(self.policy_config, config, self.worker_index, self.num_workers, self.seed)
+        obs_space = self._preprocessed_space(policy_id, obs_space, merged)
         policy = self.policy_map.create_policy(policy_id, policy_cls, obs_space, act_space, config, merged)
+        self.filters[policy_id] = self._make_filter(policy)
         self.set_policy_mapping_fn(policy_mapping_fn)
         if policies_to_train is not None:
             self.set_policies_to_train(policies_to_train)
@@ -354,6 +442,8 @@ class RolloutWorker:
         if policy_id not in self.policy_map:
             raise ValueError(f"remove_policy: unknown policy id {policy_id!r}; known: {sorted(self.policy_map)}")
         del self.policy_map[policy_id]
+        self.filters.pop(policy_id, None)
+        self.preprocessors.pop(policy_id, None)
         if isinstance(self.policies_to_train, list) and policy_id in self.policies_to_train:
             self.policies_to_train.remove(policy_id)
         self.set_policy_mapping_fn(policy_mapping_fn)
@@ -432,6 +522,33 @@ class RolloutWorker:
             info[pid] = self.policy_map[pid].learn_on_batch(batch)
         return info
 
+    # ------------------------------------------------------------------ filters
+    def get_filters(self, flush_after: bool = False) -> Dict[PolicyID, Filter]:
+        """Policy id -> a serializable copy of that policy's observation filter.
+
+        Args:
+            flush_after: Reset each filter's buffer after copying it (what
+                ``FilterManager.synchronize`` asks for, so changes are merged once).
+        """
+        out = {pid: f.as_serializable() for pid, f in self.filters.items()}
+        if flush_after:
+            for f in self.filters.values():
+                f.reset_buffer()
+        return out
+
+    def sync_filters(self, new_filters: Dict[PolicyID, Filter]) -> None:
+        """Takes over the state of ``new_filters`` (e.g. the driver's merged filters).
+
+        Raises:
+            KeyError: If a policy of this worker has no filter in ``new_filters``
+                (no filter is changed then).
+        """
+        missing = [pid for pid in self.filters if pid not in new_filters]
+        if missing:
+            raise KeyError(f"sync_filters: no filter for policy id(s) {missing}; got {sorted(new_filters)}")
+        for pid, f in self.filters.items():
+            f.sync(new_filters[pid])
+
     # ------------------------------------------------------------------ misc
     def apply(self, func: Callable[..., Any], *args, **kwargs) -> Any:
         """``func(self, *args, **kwargs)`` (handy on remote workers)."""
@@ -495,6 +612,42 @@ def _check_args(num_envs: int, fragment: int, batch_mode: str, count_steps_by: s
                          f"use one of {COUNT_STEPS_BY}")
 
 
+def _check_sampling_options(horizon: Any, clip_rewards: Any, sample_async: bool, record_env: Any,
+                            remote_worker_envs: bool) -> None:
+    if horizon is not None and horizon != float("inf") and _bad_fragment_length(horizon):
+        raise ValueError(f"RolloutWorker: episode_horizon must be an int >= 1 or None, got {horizon!r}")
+    if clip_rewards not in (None, False, True) and (
+            isinstance(clip_rewards, bool) or not isinstance(clip_rewards, (int, float, np.number))
+            or not clip_rewards > 0):
+        raise ValueError(f"RolloutWorker: clip_rewards must be None, a bool or a number > 0, got {clip_rewards!r}")
+    if sample_async:
+        raise ValueError("RolloutWorker: sample_async=True (sampling in a background thread) is not supported; "
+                         "sample in parallel with remote workers instead (WorkerSet num_workers > 0)")
+    if record_env:
+        raise ValueError("RolloutWorker: record_env is not supported (gym's Monitor is gone); wrap the env in "
+                         "gymnasium.wrappers.RecordVideo inside env_creator instead")
+    if remote_worker_envs:
+        raise ValueError("RolloutWorker: remote_worker_envs=True (each sub-env a Ray actor) is not supported; "
+                         "run envs in parallel processes with remote workers (WorkerSet num_workers > 0)")
+
+
+def _filter_shape(space: Any) -> Any:
+    """RLlib 1.11's filter shape for a space: ``np.array(shape)`` of a Box, None for
+    Discrete / MultiDiscrete (not normalized), and the same nesting for Dict/Tuple."""
+    import gymnasium as gym
+
+    original = getattr(space, "original_space", None)
+    if isinstance(original, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return None  # a one-hot encoding: RLlib 1.11 leaves it as it is
+    if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return None
+    if isinstance(space, gym.spaces.Dict):
+        return {k: _filter_shape(s) for k, s in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_filter_shape(s) for s in space.spaces)
+    return np.array(space.shape)
+
+
 def _bad_fragment_length(fragment: Any) -> bool:
     """True unless ``fragment`` is an int >= 1."""
     return isinstance(fragment, bool) or not isinstance(fragment, (int, np.integer)) or fragment < 1
@@ -554,4 +707,4 @@ def _seed_globals(seed: int, framework: Optional[str]) -> None:
         tf.random.set_seed(seed)
 
 
-__all__ = ["RolloutWorker"]
+__all__ = ["RolloutWorker", "get_global_worker"]

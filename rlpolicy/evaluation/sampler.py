@@ -11,6 +11,9 @@ apart: postprocessing bootstraps the value after a truncated or cut piece.
 """
 from __future__ import annotations
 
+import inspect
+import logging
+import warnings
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
@@ -20,9 +23,12 @@ import tree
 
 from rlpolicy._core.obs_prep import flatten_single_obs
 from rlpolicy.env.multi_agent_env import ALL_AGENTS, MultiAgentEnv
-from rlpolicy.evaluation.agent_trajectory import AgentTrajectory, stack_values, unroll_id_counter
+from rlpolicy.evaluation.agent_trajectory import AgentTrajectory, object_column, stack_values, unroll_id_counter
 from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
 from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
+from rlpolicy.utils.spaces.space_utils import flatten_to_single_ndarray
+
+logger = logging.getLogger(__name__)
 
 BATCH_MODES = ("truncate_episodes", "complete_episodes")
 COUNT_STEPS_BY = ("env_steps", "agent_steps")
@@ -60,21 +66,74 @@ class SubEnvironments:
                 close()
 
 
+_GYMNASIUM_API = ("the gymnasium API: reset(*, seed=None, options=None) -> (obs, info) and "
+                  "step(action) -> (obs, reward, terminated, truncated, info)")
+
+
+def _reset_takes_seed(env: Any) -> bool:
+    try:
+        params = inspect.signature(env.reset).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "seed" or p.kind == inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 class _SingleAgentAdapter:
-    """Presents a gymnasium env through the multi-agent dict API (one agent)."""
+    """Presents a gymnasium env through the multi-agent dict API (one agent).
+
+    An env with the old gym API (``reset()`` returning only the observation,
+    ``step()`` a 4-tuple with ``done``) is adapted, with a warning, as
+    gymnasium's compatibility wrappers do: ``truncated`` is
+    ``info["TimeLimit.truncated"]``, ``terminated`` the rest of ``done``.
+    """
 
     def __init__(self, env: Any):
         self.env = env
+        self.old_api = False
 
     def reset(self, seed: Optional[int] = None) -> Tuple[dict, dict]:
-        obs, info = self.env.reset(seed=seed)
+        takes_seed = _reset_takes_seed(self.env)
+        out = self.env.reset(seed=seed) if takes_seed else self.env.reset()
+        if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+            obs, info = out
+        else:
+            self._use_old_api("reset() returned only the observation")
+            obs, info = out, {}
+            if seed is not None and not takes_seed and hasattr(self.env, "seed"):
+                self.env.seed(seed)
         return {_DUMMY_AGENT_ID: obs}, {_DUMMY_AGENT_ID: info}
 
     def step(self, action_dict: dict) -> Tuple[dict, dict, dict, dict, dict]:
-        obs, reward, terminated, truncated, info = self.env.step(action_dict[_DUMMY_AGENT_ID])
+        out = self.env.step(action_dict[_DUMMY_AGENT_ID])
+        if isinstance(out, tuple) and len(out) == 4:
+            self._use_old_api("step() returned 4 values (obs, reward, done, info)")
+            obs, reward, done, info = out
+            truncated = bool((info or {}).get("TimeLimit.truncated", False)) and bool(done)
+            terminated = bool(done) and not truncated
+        elif isinstance(out, tuple) and len(out) == 5:
+            obs, reward, terminated, truncated, info = out
+        else:
+            raise ValueError(f"{type(self.env).__name__}.step() returned {_describe_out(out)}; rlpolicy needs "
+                             f"{_GYMNASIUM_API}")
         a = _DUMMY_AGENT_ID
         return ({a: obs}, {a: reward}, {a: terminated, ALL_AGENTS: terminated},
                 {a: truncated, ALL_AGENTS: truncated}, {a: info})
+
+    def _use_old_api(self, what: str) -> None:
+        if not self.old_api:
+            self.old_api = True
+            msg = (f"{type(self.env).__name__} follows the old gym API ({what}); rlpolicy expects "
+                   f"{_GYMNASIUM_API}. It is adapted (done -> terminated, or truncated where "
+                   "info['TimeLimit.truncated']); port the env, or wrap it with "
+                   "shimmy.GymV21CompatibilityV0(env=env), to silence this warning")
+            warnings.warn(msg, UserWarning, stacklevel=3)
+            logger.warning(msg)
+
+
+def _describe_out(out: Any) -> str:
+    if isinstance(out, tuple):
+        return f"a tuple of {len(out)} values"
+    return f"a {type(out).__name__}"
 
 
 class _MultiAgentAdapter:
@@ -84,17 +143,20 @@ class _MultiAgentAdapter:
         self.env = env
 
     def reset(self, seed: Optional[int] = None) -> Tuple[dict, dict]:
-        out = self.env.reset(seed=seed)
+        out = self.env.reset(seed=seed) if _reset_takes_seed(self.env) else self.env.reset()
         if not (isinstance(out, tuple) and len(out) == 2):
             raise ValueError(f"{type(self.env).__name__}.reset() must return (obs_dict, infos_dict), "
-                             f"got {type(out).__name__}")
+                             f"got {_describe_out(out)}: MultiAgentEnv follows the gymnasium API "
+                             "(reset(*, seed=None, options=None) -> (obs_dict, infos_dict))")
         return out
 
     def step(self, action_dict: dict) -> Tuple[dict, dict, dict, dict, dict]:
         out = self.env.step(action_dict)
         if not (isinstance(out, tuple) and len(out) == 5):
             raise ValueError(f"{type(self.env).__name__}.step() must return (obs, rewards, "
-                             f"terminateds, truncateds, infos) dicts")
+                             f"terminateds, truncateds, infos) dicts, got {_describe_out(out)}: "
+                             "MultiAgentEnv follows the gymnasium API (the old (obs, rewards, dones, "
+                             "infos) becomes terminateds/truncateds dicts, each with an '__all__' key)")
         obs, rewards, terms, truncs, infos = out
         if ALL_AGENTS not in terms:
             raise ValueError(f"{type(self.env).__name__}.step(): terminateds has no '__all__' key "
@@ -128,6 +190,10 @@ class SamplerSettings:
     explore: Optional[bool] = None
     normalize_actions: Optional[bool] = None  # None: each policy's config
     clip_actions: Optional[bool] = None
+    horizon: Optional[int] = None  # RLlib 1.11's episode_horizon
+    soft_horizon: bool = False
+    no_done_at_end: bool = False
+    clip_rewards: Any = None  # True: sign; a number: clip to +-it
 
 
 class EnvRunner:
@@ -141,12 +207,17 @@ class EnvRunner:
         callbacks: A DefaultCallbacks instance.
         settings: Batch mode, fragment length, step counting, exploration.
         seeds: Seed of each sub-environment's first reset (or None).
+        process_obs: ``fn(policy_id, policy, raw_obs) -> obs``: what the
+            policy gets (the worker's preprocessing and observation filter);
+            default: the policy's own Dict/Tuple flattening.
     """
 
     def __init__(self, worker: Any, envs: List[Any], policy_map: Dict[str, Any],
                  policy_mapping_fn: Callable[..., str], callbacks: Any, settings: SamplerSettings,
-                 seeds: Optional[List[Optional[int]]] = None):
+                 seeds: Optional[List[Optional[int]]] = None,
+                 process_obs: Optional[Callable[[str, Any, Any], Any]] = None):
         self.worker = worker
+        self._process_obs = process_obs or _flatten_for_policy
         self.base_env = SubEnvironments(envs)
         self.policy_map = policy_map
         self.policy_mapping_fn = policy_mapping_fn
@@ -214,18 +285,20 @@ class EnvRunner:
         episode = slot.episode
         policy_id = episode.policy_for(agent_id)
         policy = self.policy_map[policy_id]
-        # The policy's own preprocessing (one-hot/flatten of Dict/Tuple observations).
-        obs = flatten_single_obs(policy, raw_obs)
+        obs = self._process_obs(policy_id, policy, raw_obs)
         traj = AgentTrajectory(agent_id, episode._agent_index(agent_id), policy_id,
                                policy, episode.episode_id, slot.index,
                                self._unroll_ids, obs, info)
+        self._seed_fills(traj)
         slot.agents[agent_id] = traj
         episode._set_last_observation(agent_id, obs)
         episode._set_last_raw_obs(agent_id, raw_obs)
         episode._set_last_info(agent_id, info)
         return traj
 
-    def _end_episode(self, slot: _Slot) -> None:
+    def _end_episode(self, slot: _Slot, soft: bool = False) -> None:
+        """Postprocesses the slot's episode, reports it, and starts the next one
+        (``soft``: at a soft horizon, without resetting the env)."""
         episode = slot.episode
         self._postprocess_slot(slot)
         if self.settings.batch_mode == "complete_episodes":
@@ -243,7 +316,26 @@ class EnvRunner:
         self.episode_returns.append(episode.total_reward)
         self.episode_lengths.append(episode.length)
         self.num_episodes += 1
-        self._start_episode(slot)
+        if soft:
+            self._continue_episode(slot)
+        else:
+            self._start_episode(slot)
+
+    def _continue_episode(self, slot: _Slot) -> None:
+        """Soft horizon (RLlib 1.11): the same Episode object gets a new id and zero
+        length; each agent still acting starts a new trajectory at its current
+        observation, keeping its RNN state. The env is not reset."""
+        episode = slot.episode
+        episode.soft_reset()
+        old, slot.agents = slot.agents, {}
+        for agent_id in slot.to_act:
+            prev = old[agent_id]
+            traj = AgentTrajectory(agent_id, prev.agent_index, prev.policy_id, prev.policy,
+                                   episode.episode_id, slot.index, self._unroll_ids, prev.obs[-1],
+                                   prev.last_info)
+            traj.initial_state = prev.current_state()
+            self._seed_fills(traj)
+            slot.agents[agent_id] = traj
 
     # ------------------------------------------------------------------ stepping
     def _tick(self) -> Tuple[int, int]:
@@ -270,17 +362,24 @@ class EnvRunner:
              env_actions: List[Dict[Any, Any]]) -> None:
         rows = [traj.action_inputs() for _, traj in items]
         input_dict = SampleBatch({k: stack_values([r[k] for r in rows]) for k in rows[0]})
+        infos_req = policy.view_requirements.get(SampleBatch.INFOS)
+        if infos_req is not None and infos_req.used_for_compute_actions:
+            # The info dict that came with each agent's current observation (RLlib 1.11).
+            input_dict[SampleBatch.INFOS] = object_column([traj.last_info for _, traj in items])
         actions, state_out, extras = policy.compute_actions_from_input_dict(
             input_dict, explore=self.settings.explore, episodes=[slot.episode for slot, _ in items])
+        if isinstance(actions, list):  # a batch of primitive actions as a list (RLlib 1.11: np.array)
+            actions = np.array(actions)
         actions = _as_numpy(actions)
         state_out = [np.asarray(s) for s in state_out]
         extras = {k: _as_numpy(v) for k, v in extras.items()}
         to_env = self._env_action_fn(policy)
+        flatten = _flattens_actions(policy)
         for j, (slot, traj) in enumerate(items):
             action = _row(actions, j)
             state = [s[j] for s in state_out]
             extra = {k: _row(v, j) for k, v in extras.items()}
-            traj.stage_action(action, state, extra)
+            traj.stage_action(_flat_action(action) if flatten else action, state, extra)
             episode = slot.episode
             episode._set_last_action(traj.agent_id, action)
             episode._set_rnn_state(traj.agent_id, state)
@@ -290,10 +389,18 @@ class EnvRunner:
     def _step_env(self, slot: _Slot, action_dict: Dict[Any, Any]) -> int:
         obs, rewards, terms, truncs, infos = slot.env.step(action_dict)
         episode = slot.episode
+        s = self.settings
         all_term = bool(terms.get(ALL_AGENTS, False))
         all_trunc = bool(truncs.get(ALL_AGENTS, False)) and not all_term
-        over = all_term or all_trunc
         episode.length += 1
+        hit_horizon = (s.horizon is not None and episode.length >= s.horizon
+                       and not (all_term or all_trunc))
+        if hit_horizon and not s.soft_horizon:
+            all_trunc = True  # the horizon truncates the episode (RLlib 1.11: done, env reset)
+        over = all_term or all_trunc
+        soft_end = hit_horizon and s.soft_horizon
+        # RLlib 1.11: with no_done_at_end, and at a soft horizon, rows are recorded as not done.
+        record = not (s.no_done_at_end or soft_end)
         episode._add_agent_rewards({a: r for a, r in rewards.items() if a != ALL_AGENTS})
         for agent_id, reward in rewards.items():
             traj = slot.agents.get(agent_id)
@@ -303,24 +410,30 @@ class EnvRunner:
         for agent_id, ob in obs.items():
             term = bool(terms.get(agent_id, False)) or all_term
             trunc = (bool(truncs.get(agent_id, False)) or all_trunc) and not term
-            rows += self._observe(slot, agent_id, ob, term, trunc, infos.get(agent_id) or {})
+            rows += self._observe(slot, agent_id, ob, term, trunc, infos.get(agent_id) or {}, record)
             if not (term or trunc or over):
                 to_act.append(agent_id)
         if over:  # agents that acted but got no final observation end on their last one
             for traj in slot.agents.values():
                 if traj.staged is not None:
-                    traj.close_step(traj.obs[-1], all_term, all_trunc, {})
+                    traj.close_step(traj.obs[-1], all_term and record, all_trunc and record, {})
+                    traj.done = True
                     rows += 1
         slot.to_act = to_act
         self.callbacks.on_episode_step(worker=self.worker, base_env=self.base_env,
                                        policies=self.policy_map, episode=episode, env_index=slot.index)
         if over:
             self._end_episode(slot)
+        elif soft_end:
+            self._end_episode(slot, soft=True)
         return rows
 
     def _observe(self, slot: _Slot, agent_id: Any, raw_obs: Any, term: bool, trunc: bool,
-                 info: dict) -> int:
-        """Records an agent's new observation; returns the number of rows completed (0 or 1)."""
+                 info: dict, record_done: bool = True) -> int:
+        """Records an agent's new observation; returns the number of rows completed (0 or 1).
+
+        ``record_done=False`` writes the row as not done (``no_done_at_end``, soft
+        horizon) while the agent still stops acting when it is done."""
         episode = slot.episode
         traj = slot.agents.get(agent_id)
         rows = 0
@@ -328,9 +441,10 @@ class EnvRunner:
             traj = self._add_agent(slot, agent_id, raw_obs, info)
             obs = traj.obs[-1]
         else:
-            obs = flatten_single_obs(traj.policy, raw_obs)
+            obs = self._process_obs(traj.policy_id, traj.policy, raw_obs)
             if traj.staged is not None:
-                traj.close_step(obs, term, trunc, info)
+                traj.close_step(obs, term and record_done, trunc and record_done, info)
+                traj.done = bool(term or trunc)
                 rows = 1
             elif not traj.done:
                 traj.obs[-1] = obs  # observed again before acting: the newest observation counts
@@ -340,11 +454,40 @@ class EnvRunner:
         episode._set_last_done(agent_id, term or trunc)
         return rows
 
+    @staticmethod
+    def _seed_fills(traj: AgentTrajectory) -> None:
+        """Values before the episode's first step that the trajectory cannot infer itself:
+        flattened zero actions for struct action spaces (RLlib 1.11 stores actions
+        flattened), and, for a policy without an initial state, zeros from the space of
+        each ``state_in_*`` view requirement."""
+        policy = traj.policy
+        if _flattens_actions(policy):
+            traj._fills[SampleBatch.ACTIONS] = np.zeros_like(
+                _flat_action(tree.map_structure(np.asarray, policy.action_space.sample())))
+        if traj.initial_state:
+            return
+        for col, req in traj.view_requirements.items():
+            data_col = req.data_col or ""
+            space = getattr(req, "space", None)
+            if col.startswith("state_in_") and data_col.startswith("state_out_") and space is not None \
+                    and data_col not in traj._fills:
+                traj._fills[data_col] = np.zeros(space.shape, space.dtype)
+
     # ------------------------------------------------------------------ batches
     def _postprocess_slot(self, slot: _Slot) -> None:
-        """Postprocesses every agent's current piece of the slot's episode, then cuts them."""
-        pre = {agent_id: (traj.policy, traj.build_fragment())
-               for agent_id, traj in slot.agents.items() if traj.num_fragment_rows > 0}
+        """Postprocesses every agent's current piece of the slot's episode, then cuts them.
+
+        Before postprocessing (RLlib 1.11): rows whose info says
+        ``training_enabled=False`` are left out, and rewards are clipped
+        (``clip_rewards``)."""
+        pre = {}
+        for agent_id, traj in slot.agents.items():
+            if traj.num_fragment_rows == 0:
+                continue
+            batch = _trainable_rows(traj.build_fragment())
+            if batch is not None:
+                _clip_rewards(batch, self.settings.clip_rewards)
+                pre[agent_id] = (traj.policy, batch)
         originals = {a: (p, b.copy(shallow=True)) for a, (p, b) in pre.items()}
         for agent_id, (policy, batch) in pre.items():
             others = {a: v for a, v in pre.items() if a != agent_id}
@@ -396,6 +539,55 @@ def env_action_fn(policy: Any, normalize_actions: Optional[bool] = None,
         return tree.map_structure(_scalar_if_0d, action)
 
     return to_env
+
+
+def _flatten_for_policy(policy_id: str, policy: Any, raw_obs: Any) -> Any:
+    """The policy's own preprocessing (Dict/Tuple observations flattened)."""
+    return flatten_single_obs(policy, raw_obs)
+
+
+def _flattens_actions(policy: Any) -> bool:
+    """Whether the batch stores the policy's actions flattened: Dict/Tuple action
+    spaces unless ``_disable_action_flattening`` (RLlib 1.11's collector)."""
+    import gymnasium as gym
+
+    space = getattr(policy, "action_space", None)
+    config = getattr(policy, "config", None) or {}
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)) and \
+        not config.get("_disable_action_flattening", False)
+
+
+def _flat_action(action: Any) -> np.ndarray:
+    """One struct action as the flat vector RLlib 1.11 stores (float64 narrowed to float32)."""
+    flat = np.asarray(flatten_to_single_ndarray(action))
+    return flat.astype(np.float32) if flat.dtype == np.float64 else flat
+
+
+def _trainable_rows(batch: SampleBatch) -> Optional[SampleBatch]:
+    """``batch`` without the rows whose info has ``training_enabled=False`` (None if none remain)."""
+    infos = batch.get(SampleBatch.INFOS)
+    if infos is None:
+        return batch
+    keep = np.array([not (isinstance(i, dict) and i.get("training_enabled", True) is False) for i in infos],
+                    dtype=bool)
+    if keep.all():
+        return batch
+    if not keep.any():
+        return None
+    idx = np.nonzero(keep)[0]
+    return SampleBatch({k: tree.map_structure(lambda v: np.asarray(v)[idx], v) if k != SampleBatch.INFOS
+                        else v[idx] for k, v in batch.items()})
+
+
+def _clip_rewards(batch: SampleBatch, clip: Any) -> None:
+    """RLlib 1.11's ``clip_rewards``: True -> sign of each reward, a number c -> clip to [-c, c]."""
+    if not clip:
+        return
+    rewards = np.asarray(batch[SampleBatch.REWARDS])
+    if clip is True:
+        batch[SampleBatch.REWARDS] = np.sign(rewards).astype(rewards.dtype)
+    else:
+        batch[SampleBatch.REWARDS] = np.clip(rewards, -float(clip), float(clip)).astype(rewards.dtype)
 
 
 def _scalar_if_0d(value: Any) -> Any:

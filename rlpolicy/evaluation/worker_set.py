@@ -64,7 +64,11 @@ class WorkerSet:
                 ``_fake_gpus``, ``num_cpus_for_driver``, ``seed``,
                 ``env_config``, ``callbacks``, ``multiagent``,
                 ``create_env_on_driver``, ``normalize_actions``,
-                ``clip_actions``); the policies get it as their config.
+                ``clip_actions``, ``horizon``, ``soft_horizon``, ``no_done_at_end``,
+                ``clip_rewards``, ``observation_filter``, ``synchronize_filters``,
+                ``extra_python_environs_for_driver`` / ``_for_worker``,
+                ``sample_async``, ``record_env``, ``remote_worker_envs``); the
+                policies get it as their config.
             num_workers: Number of remote workers (0: sample with the local worker).
             local_worker: Whether to build the local worker.
             logdir: Kept for RLlib compatibility (unused).
@@ -135,6 +139,14 @@ class WorkerSet:
             clip_actions=cfg.get("clip_actions"), env_config=cfg.get("env_config") or {},
             policy_config=self._user_config, worker_index=worker_index, num_workers=num_workers,
             callbacks=cfg.get("callbacks"), seed=None if seed is None else seed + worker_index,
+            # RLlib 1.11's sampling options (trainer config key -> RolloutWorker argument).
+            episode_horizon=cfg.get("horizon"), soft_horizon=cfg.get("soft_horizon", False),
+            no_done_at_end=cfg.get("no_done_at_end", False), clip_rewards=cfg.get("clip_rewards"),
+            observation_filter=cfg.get("observation_filter", "NoFilter"),
+            sample_async=cfg.get("sample_async", False), record_env=cfg.get("record_env", False),
+            remote_worker_envs=cfg.get("remote_worker_envs", False),
+            extra_python_environs=cfg.get("extra_python_environs_for_driver" if worker_index == 0
+                                          else "extra_python_environs_for_worker"),
         )
 
     def _make_local_worker(self, num_workers: int) -> RolloutWorker:
@@ -208,6 +220,24 @@ class WorkerSet:
             self._local.set_weights(weights, global_vars)
         elif self._local is not None and global_vars:
             self._local.set_global_vars(global_vars)
+
+    def sync_filters(self, update_remote: Optional[bool] = None) -> None:
+        """Merges the remote workers' observation-filter changes into the local
+        worker's filters and (``update_remote``, default
+        ``trainer_config["synchronize_filters"]``) sends the merged filters back:
+        what RLlib 1.11's Trainer does after each round of sampling
+        (``FilterManager.synchronize``).
+
+        Raises:
+            ValueError: If there is no local worker.
+        """
+        from rlpolicy.utils.filter_manager import FilterManager
+
+        if self._local is None:
+            raise ValueError("WorkerSet.sync_filters: no local worker to merge the filters into")
+        if update_remote is None:
+            update_remote = bool(self._cfg.get("synchronize_filters", True))
+        FilterManager.synchronize(self._local.filters, self._remote, update_remote=update_remote)
 
     def set_global_vars(self, global_vars: dict) -> None:
         """Hands ``global_vars`` to every worker's ``set_global_vars``."""
