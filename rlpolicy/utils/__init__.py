@@ -111,6 +111,7 @@ from rlpolicy.utils._lazy import lazy_module_attrs  # noqa: E402
 _RLLIB_1_11_NAMES = {
     "FilterManager": "rlpolicy.utils.filter_manager:FilterManager",
     "Filter": "rlpolicy.utils.filter:Filter",
+    "check_env": "rlpolicy.utils.pre_checks.env:check_env",
     **{name: f"rlpolicy.utils.numpy:{name}" for name in (
         "sigmoid", "softmax", "relu", "one_hot", "fc", "lstm", "SMALL_NUMBER", "LARGE_INTEGER",
         "MIN_LOG_NN_OUTPUT", "MAX_LOG_NN_OUTPUT")},

@@ -365,3 +365,43 @@ def test_sample_batch_unequal_columns_raise():
     with pytest.raises(ValueError, match="column 'actions' has 2 rows but 'obs' has 3"):
         SampleBatch({"obs": np.zeros((3, 2)), "actions": np.zeros(2)})
 
+
+
+# ---------------------------------------------------------------- utils.debug
+
+def test_summarize_sample_batch_and_arrays():
+    from collections import namedtuple
+
+    from rlpolicy.policy.tf_policy import summarize as from_tf_policy  # where 1.11 imports it too
+    from rlpolicy.utils.debug import summarize
+
+    assert from_tf_policy is summarize
+    batch = SampleBatch({"obs": np.array([[0.0, 1.0], [2.0, 5.0]], np.float32), "names": np.array(["a", "b"])})
+    text = summarize({"batch": batch, "empty": np.zeros((0, 3)), "pt": namedtuple("Pt", "x")(7)})
+    assert "'type': 'SampleBatch'" in text
+    assert "np.ndarray((2, 2), dtype=float32, min=0.0, max=5.0, mean=2.0)" in text  # mean of 0,1,2,5
+    assert "np.ndarray((2,), dtype=<U1, head=a)" in text
+    assert "np.ndarray((0, 3), dtype=float64)" in text
+    assert "'type': 'Pt'" in text and "'x': 7" in text
+
+
+def test_update_global_seed_if_necessary():
+    import random
+
+    from rlpolicy.utils.debug import update_global_seed_if_necessary
+
+    update_global_seed_if_necessary(None, None)  # no seed: nothing to do
+    update_global_seed_if_necessary(None, 7)
+    first = (random.random(), np.random.rand())
+    update_global_seed_if_necessary(None, 7)
+    assert (random.random(), np.random.rand()) == first
+    torch = pytest.importorskip("torch")
+    was = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic
+    try:
+        update_global_seed_if_necessary("torch", 3)
+        a = torch.rand(3)
+        update_global_seed_if_necessary("torch", 3)
+        assert torch.equal(a, torch.rand(3)) and torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(was[0])
+        torch.backends.cudnn.deterministic = was[1]

@@ -4,8 +4,8 @@ Each list is written out from RLlib 1.11's modules: the names the module defines
 RLlib names it imports at the top (1.x code often imports those from there, e.g. the torch
 mixins from ``policy.torch_policy`` or ``TensorType`` from ``utils.framework``). Left out:
 standard-library and typing names, ``ray`` itself, Ray-internal helpers (``log_once`` from
-``ray.util.debug``), JAX (``JAXModelV2``, ``jax``), ``BaseEnv`` / ``MultiAgentEnvWrapper``
-(Ray's sampler env abstraction) and ``check_env``.
+``ray.util.debug``), JAX (``JAXModelV2``, ``jax``) and ``BaseEnv`` / ``MultiAgentEnvWrapper``
+(Ray's sampler env abstraction).
 """
 import importlib
 import warnings
@@ -24,7 +24,7 @@ NAMES = {
     "rlpolicy.policy.tf_policy": [
         "TFPolicy", "LearningRateSchedule", "EntropyCoeffSchedule", "Policy",
         "pad_batch_to_sequences_of_same_size", "SampleBatch", "ModelV2", "force_list",
-        "DeveloperAPI", "override", "Deprecated", "deprecation_warning", "try_import_tf",
+        "DeveloperAPI", "override", "summarize", "Deprecated", "deprecation_warning", "try_import_tf",
         "get_variable", "LEARNER_STATS_KEY", "PiecewiseSchedule", "normalize_action",
         "get_gpu_devices", "TFRunBuilder", "LocalOptimizer", "ModelGradients", "TensorType",
         "TrainerConfigDict", "tf1", "tf", "tfv"],
@@ -62,7 +62,7 @@ NAMES = {
         "TensorShape", "TensorType"],
     "rlpolicy.utils": [
         "override", "PublicAPI", "DeveloperAPI", "try_import_tf", "try_import_tfp",
-        "try_import_torch", "deprecation_warning", "FilterManager", "Filter", "sigmoid",
+        "try_import_torch", "deprecation_warning", "FilterManager", "Filter", "check_env", "sigmoid",
         "softmax", "relu", "one_hot", "fc", "lstm", "SMALL_NUMBER", "LARGE_INTEGER",
         "MIN_LOG_NN_OUTPUT", "MAX_LOG_NN_OUTPUT", "LinearSchedule", "PiecewiseSchedule",
         "PolynomialSchedule", "ExponentialSchedule", "ConstantSchedule", "check",
@@ -91,6 +91,9 @@ NAMES = {
         "PublicAPI", "DeveloperAPI", "AgentID", "EnvCreator", "EnvID", "EnvType",
         "MultiAgentDict", "MultiEnvDict"],
     "rlpolicy.evaluation.postprocessing": ["adjust_nstep"],
+    "rlpolicy.utils.debug": ["summarize", "update_global_seed_if_necessary"],
+    "rlpolicy.utils.pre_checks.env": ["check_env", "check_gym_environments",
+                                      "check_multiagent_environments", "EnvType"],
 }
 
 # The deprecated alias modules: every public torch_utils / tf_utils name, with a warning.

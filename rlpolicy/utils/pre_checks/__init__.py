@@ -1,0 +1,1 @@
+"""Pre-checks run on user inputs before an experiment (RLlib's ``utils.pre_checks``)."""
