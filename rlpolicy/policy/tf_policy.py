@@ -606,5 +606,6 @@ _RLLIB_1_11_NAMES = {
     "deprecation_warning": "rlpolicy.utils.deprecation:deprecation_warning",
     "get_variable": "rlpolicy.utils.framework:get_variable",
     "PiecewiseSchedule": "rlpolicy.utils.schedules:PiecewiseSchedule",
+    "summarize": "rlpolicy.utils.debug:summarize",
 }
 __getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)
