@@ -216,7 +216,7 @@ def test_framework_iterator_eager_tracing_and_timing(tf_modules):
     assert [(fw, config["eager_tracing"]) for fw in framework_iterator(config, "tf2")] == [("tf2", True)]
 
 
-def test_framework_iterator_context_exited_when_body_raises(tf_modules):
+def test_framework_iterator_context_exited_when_body_raises_or_breaks(tf_modules):
     tf1, tf = tf_modules
     outer, before = tf1.get_default_graph(), tf.executing_eagerly()
     with pytest.raises(RuntimeError, match="boom"):
@@ -224,6 +224,9 @@ def test_framework_iterator_context_exited_when_body_raises(tf_modules):
             raise RuntimeError("boom")
     assert tf1.get_default_graph() is outer and tf1.get_default_session() is None
     assert tf.executing_eagerly() is before
+    for fw in framework_iterator(frameworks=("tf", "tf2")):
+        break  # leaving the loop early closes the generator, and with it the graph
+    assert tf1.get_default_graph() is outer and tf.executing_eagerly() is before
 
 
 def test_framework_iterator_skips_missing_and_rejects_unknown(monkeypatch, caplog):
