@@ -32,13 +32,15 @@ from typing import Any, Dict, List, Optional
 import gymnasium as gym
 import numpy as np
 
+from rlpolicy.utils.spaces.repeated import Repeated
+
 logger = logging.getLogger(__name__)
 
 FORMAT_NAME = "rlpolicy.policy_checkpoint"
 FORMAT_VERSION = 1
 METADATA_FILE = "rlpolicy_checkpoint.json"
 _ARRAY_REF = "__ndarray__"
-_SUPPORTED_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple"
+_SUPPORTED_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple, Repeated"
 
 
 class CheckpointError(ValueError):
@@ -59,7 +61,7 @@ def space_to_json(space: gym.Space) -> Dict[str, Any]:
 
     Raises:
         TypeError: For space types other than Box, Discrete, MultiDiscrete,
-            MultiBinary, Dict and Tuple.
+            MultiBinary, Dict, Tuple and Repeated.
     """
     s = gym.spaces
     if isinstance(space, s.Box):
@@ -81,6 +83,9 @@ def space_to_json(space: gym.Space) -> Dict[str, Any]:
         return {"type": "Dict", "spaces": [[k, space_to_json(v)] for k, v in space.spaces.items()]}
     if isinstance(space, s.Tuple):
         return {"type": "Tuple", "spaces": [space_to_json(v) for v in space.spaces]}
+    if isinstance(space, Repeated):
+        return {"type": "Repeated", "child_space": space_to_json(space.child_space),
+                "max_len": space.max_len}
     raise TypeError(f"cannot save space {space!r} ({type(space).__name__}) in a checkpoint; "
                     f"supported: {_SUPPORTED_SPACES}")
 
@@ -113,6 +118,8 @@ def space_from_json(data: Any) -> gym.Space:
             return s.Dict([(k, space_from_json(v)) for k, v in data["spaces"]])
         if kind == "Tuple":
             return s.Tuple([space_from_json(v) for v in data["spaces"]])
+        if kind == "Repeated":
+            return Repeated(space_from_json(data["child_space"]), int(data["max_len"]))
     except CheckpointError:
         raise
     except (KeyError, TypeError, ValueError) as e:

@@ -17,6 +17,7 @@ level).
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -62,6 +63,10 @@ def _convert_leaf(leaf: Any) -> Any:
         return tf.constant(leaf) if _is_tensorable(leaf) else leaf  # e.g. object arrays of infos
     if leaf is None or tf.is_tensor(leaf) or isinstance(leaf, tf.Variable):
         return leaf
+    repeated = getattr(sys.modules.get("rlpolicy.models.repeated_values"), "RepeatedValues", None)
+    if repeated is not None and isinstance(leaf, repeated):
+        # A restored Repeated observation (RLlib 1.11's _convert_to_tf converts its values too).
+        return repeated(to_tensor(leaf.values), to_tensor(leaf.lengths), leaf.max_len)
     return tf.convert_to_tensor(leaf)
 
 

@@ -1,4 +1,4 @@
-"""Dict/Tuple observations: one preprocessing shared by policies and samplers.
+"""Dict/Tuple/Repeated observations: one preprocessing shared by policies and samplers.
 
 RLlib 1.11 preprocesses nested observations in the RolloutWorker (one-hot for
 discrete parts, everything flattened and concatenated) and hands the policy
@@ -21,7 +21,9 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
-_NESTED = (gym.spaces.Dict, gym.spaces.Tuple)
+from rlpolicy.utils.spaces.repeated import Repeated
+
+_NESTED = (gym.spaces.Dict, gym.spaces.Tuple, Repeated)
 _ATTR = "_obs_preprocessor"
 
 
@@ -33,7 +35,7 @@ def prepare_observation_space(space: gym.Space, config: Optional[dict]) -> gym.S
         config: The (possibly partial) policy config.
 
     Returns:
-        For a raw Dict/Tuple space, the flat float32 Box of its preprocessed
+        For a raw Dict/Tuple/Repeated space, the flat float32 Box of its preprocessed
         observations, carrying ``space`` as ``original_space`` (what RLlib's
         RolloutWorker gives its policies); any other space unchanged.
     """
@@ -47,7 +49,7 @@ def prepare_observation_space(space: gym.Space, config: Optional[dict]) -> gym.S
 
 
 def observation_preprocessor(policy: Any) -> Any:
-    """The preprocessor of ``policy``'s raw Dict/Tuple observations, or None.
+    """The preprocessor of ``policy``'s raw Dict/Tuple/Repeated observations, or None.
 
     Built once per policy from ``policy.observation_space.original_space``.
     """
@@ -68,18 +70,22 @@ def flatten_obs_batch(policy: Any, obs: Any) -> Any:
     """Raw nested observations -> the flat [B, size] float32 batch; else ``obs``.
 
     Accepted raw forms: a dict (Dict space) or tuple (Tuple space) of
-    batched leaves, or a list of single raw observations. Flat batches
-    (arrays, tensors, lists of flat rows) come back unchanged.
+    batched leaves, or a list of single raw observations (for a Repeated
+    space: a list of lists of items, or an array [B, n, *item shape]).
+    Flat batches (arrays, tensors, lists of flat rows) come back unchanged.
 
     Raises:
         ValueError: A raw batch that does not fit the space (the message
             names the key path, e.g. ``observation['pos']``).
     """
     if isinstance(obs, np.ndarray) or not isinstance(obs, (dict, tuple, list)):
-        return obs
+        if not isinstance(obs, np.ndarray) or not _is_raw_repeated_batch(policy, obs):
+            return obs
     prep = observation_preprocessor(policy)
     if prep is None:
         return obs
+    if isinstance(prep._obs_space, Repeated):
+        return prep.transform_batch(obs) if _is_raw_repeated_batch(policy, obs) else obs
     if isinstance(obs, list):
         if not obs or not isinstance(obs[0], (dict, tuple, list)):
             return obs  # flat rows (or empty): the usual checks see them
@@ -90,9 +96,55 @@ def flatten_obs_batch(policy: Any, obs: Any) -> Any:
 def flatten_single_obs(policy: Any, obs: Any) -> Any:
     """One raw observation -> its flat preprocessed vector (samplers use this)."""
     prep = observation_preprocessor(policy)
-    if prep is None or isinstance(obs, np.ndarray):
+    if prep is None:
+        return obs
+    if isinstance(obs, np.ndarray) and (not isinstance(prep._obs_space, Repeated)
+                                        or obs.shape == prep.shape):
         return obs
     return prep.transform_batch(stack_rows([obs], prep._obs_space))[0]
+
+
+def flatten_single_list_obs(policy: Any, obs: Any) -> Any:
+    """One raw observation of a space holding a Repeated -> its flat vector; else ``obs``.
+
+    ``compute_single_action`` batches other observations leaf by leaf (a plain
+    Policy subclass sees them nested, as in RLlib 1.11); a Repeated list's
+    items would be read as rows that way, so such observations are flattened
+    whole first.
+    """
+    prep = observation_preprocessor(policy)
+    if prep is None or not _holds_repeated(prep._obs_space):
+        return obs
+    return flatten_single_obs(policy, obs)
+
+
+def _holds_repeated(space: gym.Space) -> bool:
+    if isinstance(space, Repeated):
+        return True
+    if isinstance(space, gym.spaces.Dict):
+        return any(_holds_repeated(s) for s in space.spaces.values())
+    if isinstance(space, gym.spaces.Tuple):
+        return any(_holds_repeated(s) for s in space.spaces)
+    return False
+
+
+def _is_raw_repeated_batch(policy: Any, obs: Any) -> bool:
+    """Whether ``obs`` is a batch of raw Repeated lists (not flat [B, size] rows).
+
+    A flat batch is numeric and exactly [B, size]; raw lists have at most
+    ``max_len`` < size items, or items of their own shape, or are ragged.
+    """
+    prep = observation_preprocessor(policy)
+    if prep is None or not isinstance(prep._obs_space, Repeated):
+        return False
+    if isinstance(obs, np.ndarray):
+        arr = obs
+    else:
+        try:
+            arr = np.asarray(obs)
+        except ValueError:  # ragged: lists of different lengths
+            return True
+    return not (arr.dtype != object and arr.ndim == 2 and arr.shape[1] == prep.size)
 
 
 def flatten_input_dict(policy: Any, input_dict: Any, columns: tuple = ("obs", "new_obs")) -> Any:
@@ -136,6 +188,9 @@ def _flattened_columns(policy: Any, batch: Any, columns: tuple) -> dict:
 def stack_rows(rows: list, space: gym.Space, path: str = "observation") -> Any:
     """Stacks single raw observations into the space's structure with batched leaves.
 
+    Repeated (variable-length) observations are not stacked: their batched
+    form is the list of the raw lists.
+
     Raises:
         ValueError: A row lacks a Dict key or has the wrong Tuple length.
     """
@@ -154,6 +209,8 @@ def stack_rows(rows: list, space: gym.Space, path: str = "observation") -> Any:
                 raise ValueError(f"{path} {i}: expected {n} items for {space}, got {r!r}")
         return tuple(stack_rows([r[j] for r in rows], sub, f"{path}[{j}]")
                      for j, sub in enumerate(space.spaces))
+    if isinstance(space, Repeated):
+        return list(rows)
     try:
         return np.stack([np.asarray(r) for r in rows])
     except ValueError as err:

@@ -2,8 +2,9 @@
 
 ``ModelV2`` is the interface every policy model implements. Observations travel
 flattened through sample batches; ``ModelV2.__call__`` puts back the original
-(Dict / Tuple) structure with ``restore_original_dimensions`` before ``forward``
-sees them, and also hands over the flat tensor as ``input_dict["obs_flat"]``.
+(Dict / Tuple / Repeated) structure with ``restore_original_dimensions`` before
+``forward`` sees them, and also hands over the flat tensor as
+``input_dict["obs_flat"]``.
 
 No deep-learning framework is imported at module level.
 """
@@ -16,8 +17,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import gymnasium as gym
 import numpy as np
 
+from rlpolicy.models.repeated_values import RepeatedValues
 from rlpolicy.utils import NullContextManager
 from rlpolicy.utils.annotations import DeveloperAPI, PublicAPI
+from rlpolicy.utils.spaces.repeated import Repeated
 from rlpolicy.utils.typing import ModelConfigDict, TensorStructType, TensorType
 
 
@@ -328,9 +331,9 @@ def _static_shape(x: Any) -> Optional[List[Optional[int]]]:
 
 
 def _is_nested_space(obs_space: Any) -> bool:
-    """Whether observations of ``obs_space`` unpack into a Dict/Tuple structure."""
+    """Whether observations of ``obs_space`` unpack into a Dict/Tuple/Repeated structure."""
     original = getattr(obs_space, "original_space", obs_space)
-    return isinstance(original, (gym.spaces.Dict, gym.spaces.Tuple))
+    return isinstance(original, _STRUCT_SPACES)
 
 
 def _check_obs_shape(obs: Any, obs_space: gym.spaces.Space, name: str) -> None:
@@ -426,7 +429,7 @@ def _resolve_tensorlib(tensorlib: Any) -> Any:
 @DeveloperAPI
 def restore_original_dimensions(obs: TensorType, obs_space: gym.spaces.Space,
                                 tensorlib: Any = "tf") -> TensorStructType:
-    """Unpacks flat Dict/Tuple observations into their original structure.
+    """Unpacks flat Dict/Tuple/Repeated observations into their original structure.
 
     Args:
         obs: The flat observation batch [..., flat_size].
@@ -436,7 +439,10 @@ def restore_original_dimensions(obs: TensorType, obs_space: gym.spaces.Space,
 
     Returns:
         ``obs`` itself for non-nested spaces, else a (nested) OrderedDict /
-        list of tensors shaped [..., *sub_space_shape].
+        list of tensors shaped [..., *sub_space_shape]. A Repeated part
+        becomes a ``RepeatedValues`` (as RLlib 1.11): ``lengths`` is slot 0
+        of its flat slice ([...]), ``values`` the rest reshaped to
+        [..., max_len, item_size] and unpacked further by the child space.
     """
     lib = _resolve_tensorlib(tensorlib)
     original_space = getattr(obs_space, "original_space", obs_space)
@@ -445,14 +451,15 @@ def restore_original_dimensions(obs: TensorType, obs_space: gym.spaces.Space,
 
 # Preprocessors of recently unpacked spaces, keyed by id(space).
 _cache: Dict[int, Any] = {}
+_STRUCT_SPACES = (gym.spaces.Dict, gym.spaces.Tuple, Repeated)
 
 
 def _unpack_obs(obs: TensorType, space: gym.spaces.Space, tensorlib: Any = np
                 ) -> TensorStructType:
     """Splits a flat [..., flat_size] tensor into the sub-observations of ``space``."""
-    if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+    if not isinstance(space, _STRUCT_SPACES):
         return obs
-    if isinstance(obs, (dict, list, tuple)):  # already unpacked
+    if isinstance(obs, (dict, list, tuple, RepeatedValues)):  # already unpacked
         return obs
     prep = _cached_preprocessor(space)
     shape = _static_shape(obs)
@@ -461,6 +468,8 @@ def _unpack_obs(obs: TensorType, space: gym.spaces.Space, tensorlib: Any = np
             f"expected a flat observation of shape [..., {prep.shape[0]}] for space {space}, "
             f"got {tuple(shape) if shape is not None else None}")
     batch_dims = _batch_dims(obs, shape, tensorlib)
+    if isinstance(space, Repeated):
+        return _unpack_repeated(obs, space, prep, batch_dims, tensorlib)
     offset, parts = 0, []
     for p, sub in zip(prep.preprocessors, _sub_spaces(space)):
         piece = obs[..., offset:offset + p.size]
@@ -470,6 +479,16 @@ def _unpack_obs(obs: TensorType, space: gym.spaces.Space, tensorlib: Any = np
     if isinstance(space, gym.spaces.Tuple):
         return parts
     return OrderedDict(zip(space.spaces.keys(), parts))
+
+
+def _unpack_repeated(obs: TensorType, space: Repeated, prep: Any, batch_dims: List[Any],
+                     tensorlib: Any) -> RepeatedValues:
+    # RLlib 1.11's layout: [..., 1 + max_len * item_size] -> lengths [...] and
+    # items [..., max_len, item_size] (then unpacked by the child space).
+    items = tensorlib.reshape(obs[..., 1:],
+                              batch_dims + [space.max_len, prep.child_preprocessor.size])
+    values = _unpack_obs(items, space.child_space, tensorlib=tensorlib)
+    return RepeatedValues(values, lengths=obs[..., 0], max_len=space.max_len)
 
 
 def _sub_spaces(space: gym.spaces.Space) -> Sequence[gym.spaces.Space]:

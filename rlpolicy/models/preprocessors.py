@@ -2,7 +2,8 @@
 
 A preprocessor turns one environment observation into the flat float array
 that travels through sample batches: one-hot for Discrete/MultiDiscrete, a
-concatenation of the preprocessed parts for Dict/Tuple, unchanged for Box.
+concatenation of the preprocessed parts for Dict/Tuple, ``[length, item_0,
+..., item_{max_len-1}]`` (zero-padded) for Repeated, unchanged for Box.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy.utils.annotations import DeveloperAPI, PublicAPI, override
+from rlpolicy.utils.spaces.repeated import Repeated
 from rlpolicy.utils.typing import TensorType
 
 ATARI_OBS_SHAPE = (210, 160, 3)
@@ -121,7 +123,8 @@ class Preprocessor:
         """
         obs_space = gym.spaces.Box(-1.0, 1.0, self.shape, dtype=np.float32)
         if isinstance(self, (DictFlatteningPreprocessor, OneHotPreprocessor,
-                             TupleFlatteningPreprocessor, AtariRamPreprocessor)):
+                             TupleFlatteningPreprocessor, AtariRamPreprocessor,
+                             RepeatedValuesPreprocessor)):
             obs_space.original_space = self._obs_space
         return obs_space
 
@@ -130,6 +133,9 @@ def _validate_observation(observation: Any, space: gym.Space) -> None:
     """Raises a ValueError naming space and observation if it does not fit."""
     if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
         _validate_structure(observation, space)
+        return
+    if isinstance(space, Repeated):
+        _validate_list(observation, space)
         return
     if isinstance(space, (gym.spaces.Box, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         arr = np.asarray(observation)
@@ -162,6 +168,17 @@ def _validate_structure(observation: Any, space: gym.Space) -> None:
                              f"space {space} ({len(space.spaces)} items)")
         for o, sub in zip(observation, space.spaces):
             _validate_observation(o, sub)
+
+
+def _validate_list(observation: Any, space: Repeated) -> None:
+    if not _is_list_like(observation):
+        raise ValueError(f"observation for {space} must be a list of items, got "
+                         f"{_describe(observation)}")
+    if len(observation) > space.max_len:
+        raise ValueError(f"observation holds {len(observation)} items, more than max_len="
+                         f"{space.max_len} of the observation space {space}")
+    for item in observation:
+        _validate_observation(item, space.child_space)
 
 
 @DeveloperAPI
@@ -339,13 +356,80 @@ class DictFlatteningPreprocessor(_FlatteningPreprocessor):
                                 offset, path)
 
 
+@DeveloperAPI
+class RepeatedValuesPreprocessor(Preprocessor):
+    """Encodes a list of a ``Repeated`` space as ``[len, item_0, ..., item_{max_len-1}]``.
+
+    Each item is the child preprocessor's flat encoding; slots past the list's
+    length stay zero (RLlib 1.11's layout). Example: ``Repeated(Box(2,), 3)``
+    and ``[[1, 2], [3, 4]]`` -> ``[2, 1, 2, 3, 4, 0, 0]``.
+    """
+
+    @override(Preprocessor)
+    def _init_shape(self, obs_space: gym.Space, options: dict) -> Tuple[int, ...]:
+        child = obs_space.child_space
+        self.child_preprocessor = get_preprocessor(child)(child, self._options)
+        return (1 + self.child_preprocessor.size * obs_space.max_len,)
+
+    @override(Preprocessor)
+    def transform(self, observation: TensorType) -> np.ndarray:
+        self.check_shape(observation)
+        array = np.zeros(self.shape, dtype=np.float32)
+        self.write(observation, array, 0)
+        return array
+
+    @override(Preprocessor)
+    def write(self, observation: TensorType, array: np.ndarray, offset: int) -> None:
+        self._check_list(observation, "observation")
+        size = self.child_preprocessor.size
+        array[offset] = len(observation)
+        for i, item in enumerate(observation):
+            self.child_preprocessor.write(item, array, offset + 1 + i * size)
+
+    @override(Preprocessor)
+    def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
+        if not _is_list_like(observations):
+            raise ValueError(f"{path}: expected one list of items per row for {self._obs_space}, "
+                             f"got {_describe(observations)}")
+        if len(observations) != len(out):
+            raise ValueError(f"{path}: {len(observations)} lists for a batch of {len(out)} rows")
+        rows, slots, items = [], [], []
+        for i, row in enumerate(observations):
+            self._check_list(row, f"{path} row {i}")
+            rows += [i] * len(row)
+            slots += range(len(row))
+            items += list(row)
+        out[:, offset] = [len(row) for row in observations]
+        if not items:
+            return
+        from rlpolicy._core.obs_prep import stack_rows
+
+        # All rows' items are encoded as one batch of the child space (with its checks).
+        size = self.child_preprocessor.size
+        encoded = np.zeros((len(items), size), np.float32)
+        child_path = f"{path} items"
+        self.child_preprocessor.write_batch(
+            stack_rows(items, self._obs_space.child_space, child_path), encoded, 0, child_path)
+        cols = offset + 1 + np.asarray(slots)[:, None] * size + np.arange(size)
+        out[np.asarray(rows)[:, None], cols] = encoded
+
+    def _check_list(self, observation: Any, where: str) -> None:
+        if not _is_list_like(observation):
+            raise ValueError(f"{where}: input for {self._obs_space} must be a list of items, "
+                             f"got {_describe(observation)}")
+        if len(observation) > self._obs_space.max_len:
+            raise ValueError(f"{where}: {len(observation)} items exceed max_len="
+                             f"{self._obs_space.max_len} of {self._obs_space}")
+
+
 @PublicAPI
 def get_preprocessor(space: gym.Space) -> type:
     """Returns the preprocessor class for an observation space.
 
     Discrete/MultiDiscrete -> OneHotPreprocessor, Box(128,) ->
     AtariRamPreprocessor, Tuple -> TupleFlatteningPreprocessor, Dict ->
-    DictFlatteningPreprocessor, anything else -> NoPreprocessor.
+    DictFlatteningPreprocessor, Repeated -> RepeatedValuesPreprocessor,
+    anything else -> NoPreprocessor.
     """
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
         return OneHotPreprocessor
@@ -353,9 +437,16 @@ def get_preprocessor(space: gym.Space) -> type:
         return TupleFlatteningPreprocessor
     if isinstance(space, gym.spaces.Dict):
         return DictFlatteningPreprocessor
+    if isinstance(space, Repeated):
+        return RepeatedValuesPreprocessor
     if getattr(space, "shape", None) == ATARI_RAM_OBS_SHAPE:
         return AtariRamPreprocessor
     return NoPreprocessor
+
+
+def _is_list_like(value: Any) -> bool:
+    """A list/tuple, or an array with at least one axis (a Repeated observation's forms)."""
+    return isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim > 0)
 
 
 def _describe(value: Any) -> str:
@@ -373,6 +464,8 @@ def batch_size_of(observations: Any, space: gym.Space) -> int:
     elif isinstance(space, gym.spaces.Tuple) and isinstance(observations, (tuple, list)):
         if observations:
             return batch_size_of(observations[0], space.spaces[0])
+    elif isinstance(space, Repeated) and isinstance(observations, (list, tuple)):
+        return len(observations)  # one raw list per row (rows may differ in length)
     shape = np.shape(observations)
     if not shape:
         raise ValueError(f"a batch of observations for {space} needs a leading batch axis, "

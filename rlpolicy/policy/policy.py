@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Ty
 import gymnasium as gym
 
 from rlpolicy._core import action_flow, checkpoint, loss_init
-from rlpolicy._core.obs_prep import prepare_observation_space
+from rlpolicy._core.obs_prep import flatten_single_list_obs, prepare_observation_space
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import (
     DeveloperAPI,
@@ -222,6 +222,8 @@ class Policy(metaclass=ABCMeta):
         """
         unsquash, clip = action_flow.pop_single_action_flags(kwargs)
         if input_dict is None:
+            # (a Repeated list's items would be batched as rows: see obs_prep)
+            obs = flatten_single_list_obs(self, obs)
             input_dict = action_flow.build_single_input_dict(
                 obs, state, prev_action=prev_action, prev_reward=prev_reward, info=info)
         batched = action_flow.batch_input_dict(input_dict)
