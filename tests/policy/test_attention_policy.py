@@ -1,0 +1,219 @@
+"""Policies on attention nets, as a 1.x algorithm module builds them: a PG-style loss with
+``build_policy_class`` (torch) / ``build_tf_policy`` (tf, tf2, tf2 traced), the model from
+``use_attention=True`` or a ``GTrXLNet`` custom model, sampled by a RolloutWorker on
+CartPole and trained with ``learn_on_batch``.
+
+Checked from the batches by hand: every row's ``state_in_0`` is the previous
+``memory_inference`` ``state_out_0`` of its episode (zeros before the start),
+``prev_actions``/``prev_rewards`` the previous n actions/rewards, the sampler fed exactly
+those views (recomputing the logits from the batch rows reproduces them), and the train
+batch the loss sees holds one memory window per ``max_seq_len`` sequence, equal to the
+``state_out_0`` of the steps before the sequence start.
+"""
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlpolicy.evaluation.postprocessing import compute_advantages
+from rlpolicy.policy.sample_batch import SampleBatch
+
+MEMORY, MAX_SEQ_LEN, N_PREV = 3, 4, 2
+ATTENTION = {"fcnet_hiddens": [8], "use_attention": True, "attention_dim": 8, "attention_num_heads": 1,
+             "attention_head_dim": 8, "attention_memory_inference": MEMORY,
+             "attention_memory_training": MEMORY, "attention_position_wise_mlp_dim": 8,
+             "attention_use_n_prev_actions": N_PREV, "attention_use_n_prev_rewards": N_PREV,
+             "max_seq_len": MAX_SEQ_LEN}
+GTRXL_KWARGS = {"num_transformer_units": 1, "attention_dim": 8, "num_heads": 2, "head_dim": 4,
+                "memory_inference": MEMORY, "memory_training": MEMORY, "position_wise_mlp_dim": 8}
+
+
+# ------------------------------------------------------------------ a 1.x-style PG policy module
+def pg_postprocess(policy, sample_batch, other_agent_batches=None, episode=None):
+    return compute_advantages(sample_batch, 0.0, policy.config["gamma"], use_gae=False, use_critic=False)
+
+
+def pg_torch_loss(policy, model, dist_class, train_batch):
+    import torch
+
+    logits, _ = model(train_batch)
+    logp = dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
+    seq_lens = train_batch[SampleBatch.SEQ_LENS]
+    steps = torch.arange(logp.shape[0] // seq_lens.shape[0])  # the padded length T
+    mask = torch.reshape(steps[None, :] < seq_lens[:, None], [-1]).float()
+    loss = -torch.sum(logp * train_batch["advantages"] * mask) / torch.clamp(torch.sum(mask), min=1)
+    policy.seen_train_batches.append({k: train_batch[k].detach().cpu().numpy() for k in _SEEN
+                                      if k in train_batch})
+    model.tower_stats["policy_loss"] = loss
+    return loss
+
+
+def pg_torch_stats(policy, train_batch):
+    import torch
+
+    return {"policy_loss": torch.mean(torch.stack(policy.get_tower_stats("policy_loss")))}
+
+
+def pg_tf_loss(policy, model, dist_class, train_batch):
+    from rlpolicy.utils.framework import try_import_tf
+
+    _, tf, _ = try_import_tf()
+    logits, _ = model(train_batch)
+    logp = dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
+    seq_lens = train_batch[SampleBatch.SEQ_LENS]
+    mask = tf.reshape(tf.sequence_mask(seq_lens, tf.shape(logp)[0] // tf.shape(seq_lens)[0]), [-1])
+    mask = tf.cast(mask, tf.float32)
+    policy.policy_loss = -tf.reduce_sum(logp * train_batch["advantages"] * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+    policy.train_views = {k: train_batch[k] for k in _SEEN}
+    return policy.policy_loss
+
+
+def pg_tf_stats(policy, train_batch):
+    # The train batch's own views, fetched with the loss (works in graph, eager and traced mode).
+    return {"policy_loss": policy.policy_loss, **{f"view_{k}": v for k, v in policy.train_views.items()}}
+
+
+# (unroll_id, t) names a row of one sample batch; graph TF feeds the (large) eps_id as float32.
+_SEEN = ("state_in_0", SampleBatch.SEQ_LENS, SampleBatch.T, SampleBatch.UNROLL_ID)
+
+
+def _torch_policy_class():
+    from rlpolicy.policy.policy_template import build_policy_class
+
+    def after_init(policy, obs_space, action_space, config):
+        policy.seen_train_batches = []
+
+    return build_policy_class(name="AttentionPGTorchPolicy", framework="torch", loss_fn=pg_torch_loss,
+                              stats_fn=pg_torch_stats, postprocess_fn=pg_postprocess, after_init=after_init,
+                              before_loss_init=after_init)
+
+
+def _tf_policy_class():
+    from rlpolicy.policy.tf_policy_template import build_tf_policy
+
+    return build_tf_policy(name="AttentionPGTFPolicy", loss_fn=pg_tf_loss, stats_fn=pg_tf_stats,
+                           postprocess_fn=pg_postprocess)
+
+
+CASES = {
+    "torch-use_attention": ("torch", False, "wrapper"),
+    "torch-custom_gtrxl": ("torch", False, "custom"),
+    "tf-use_attention": ("tf", False, "wrapper"),
+    "tf2-use_attention": ("tf2", False, "wrapper"),
+    "tf2-traced-custom_gtrxl": ("tf2", True, "custom"),
+}
+
+
+def _model_config(kind, fw):
+    if kind == "wrapper":
+        return dict(ATTENTION)
+    if fw == "torch":
+        from rlpolicy.models.torch.attention_net import GTrXLNet
+    else:
+        from rlpolicy.models.tf.attention_net import GTrXLNet
+    return {"custom_model": GTrXLNet, "custom_model_config": dict(GTRXL_KWARGS), "max_seq_len": MAX_SEQ_LEN}
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def sampled(request):
+    """(case, worker, sample batches, the weights before training)."""
+    fw, tracing, kind = CASES[request.param]
+    pytest.importorskip("torch" if fw == "torch" else "tensorflow")
+    from rlpolicy.evaluation.rollout_worker import RolloutWorker
+
+    cls = _torch_policy_class() if fw == "torch" else _tf_policy_class()
+    config = {"framework": fw, "eager_tracing": tracing, "gamma": 0.9, "lr": 0.01,
+              "model": _model_config(kind, fw)}
+    worker = RolloutWorker(env_creator=lambda _: gym.make("CartPole-v1"), policy_spec=cls,
+                           policy_config=config, num_envs=2, rollout_fragment_length=50, seed=1)
+    batches = [worker.sample() for _ in range(3)]  # 300 steps, episodes cut across fragments
+    return request.param, worker, batches
+
+
+def _episode_rows(batches):
+    """eps_id -> {t: row of the concatenated sample batches}."""
+    whole = SampleBatch.concat_samples(batches)
+    rows = {}
+    for i, (eps, t) in enumerate(zip(whole[SampleBatch.EPS_ID], whole[SampleBatch.T])):
+        rows.setdefault(int(eps), {})[int(t)] = i
+    return whole, rows
+
+
+def _window(whole, rows, eps, t0, col, n, zero):
+    """``col`` at steps t0 - n .. t0 - 1 of episode ``eps`` (zeros before its start)."""
+    return np.stack([whole[col][rows[eps][t]] if t >= 0 else zero for t in range(t0 - n, t0)])
+
+
+def test_views_of_every_sampled_row_are_the_previous_steps(sampled):
+    _, worker, batches = sampled
+    whole, rows = _episode_rows(batches)
+    assert whole.count == 300 and whole["state_in_0"].shape == (300, MEMORY, 8)
+    zero = np.zeros(8, np.float32)
+    assert any(len(r) > 50 for r in rows.values()) or len(rows) > 2  # history crosses fragment cuts
+    for i in range(whole.count):
+        eps, t = int(whole[SampleBatch.EPS_ID][i]), int(whole[SampleBatch.T][i])
+        if t - MEMORY >= 0 and (t - MEMORY) not in rows[eps]:
+            continue  # started before the first kept batch
+        np.testing.assert_array_equal(whole["state_in_0"][i],
+                                      _window(whole, rows, eps, t, "state_out_0", MEMORY, zero))
+        if "prev_actions" in worker.policy.view_requirements and \
+                worker.policy.view_requirements["prev_actions"].shift_from is not None:
+            np.testing.assert_array_equal(whole["prev_actions"][i],
+                                          _window(whole, rows, eps, t, SampleBatch.ACTIONS, N_PREV, 0))
+            np.testing.assert_array_equal(whole["prev_rewards"][i],
+                                          _window(whole, rows, eps, t, SampleBatch.REWARDS, N_PREV, 0.0))
+    assert np.abs(whole["state_out_0"]).max() > 0  # the memory carries data
+
+
+def test_sampler_fed_the_model_exactly_these_views(sampled):
+    """Recomputing the logits of some rows from their batch views reproduces the sampled ones."""
+    _, worker, batches = sampled
+    batch = batches[-1]
+    pick = np.arange(0, batch.count, 7)
+    inputs = {k: batch[k][pick] for k in worker.policy.view_requirements
+              if k in batch and worker.policy.view_requirements[k].used_for_compute_actions}
+    _, state_out, extra = worker.policy.compute_actions_from_input_dict(SampleBatch(inputs), explore=False)
+    np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], batch[SampleBatch.ACTION_DIST_INPUTS][pick],
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(state_out[0], batch["state_out_0"][pick], rtol=1e-4, atol=1e-5)
+
+
+def test_learn_on_batch_trains_on_one_memory_window_per_sequence(sampled):
+    case, worker, batches = sampled
+    policy = worker.policy
+    before = [np.array(w, copy=True) for w in _flat_weights(policy)]
+    whole, rows = _episode_rows(batches)
+    train = batches[-1].copy()
+    losses = []
+    for _ in range(3):
+        info = worker.learn_on_batch(train.copy())["default_policy"]
+        losses.append(float(info["learner_stats"]["policy_loss"]))
+    assert np.isfinite(losses).all()
+    after = _flat_weights(policy)
+    assert any(not np.allclose(a, b) for a, b in zip(before, after))
+    if case.startswith("torch"):
+        seen = policy.seen_train_batches[-1]
+    else:
+        stats = info["learner_stats"]
+        seen = {k: np.asarray(stats[f"view_{k}"]) for k in _SEEN}
+    seq_lens, state_in = seen[SampleBatch.SEQ_LENS], seen["state_in_0"]
+    assert int(np.sum(seq_lens)) == train.count and seq_lens.max() <= MAX_SEQ_LEN
+    assert state_in.shape == (len(seq_lens), MEMORY, 8)
+    starts = np.arange(len(seq_lens)) * MAX_SEQ_LEN  # padded to max_seq_len (a shift-range state)
+    zero = np.zeros(8, np.float32)
+    eps_of = {(int(u), int(t)): int(e) for u, t, e in
+              zip(train[SampleBatch.UNROLL_ID], train[SampleBatch.T], train[SampleBatch.EPS_ID])}
+    checked = 0
+    for j, s in enumerate(starts):
+        key = (int(seen[SampleBatch.UNROLL_ID][s]), int(seen[SampleBatch.T][s]))
+        t0, eps = key[1], eps_of[key]
+        if t0 - MEMORY >= 0 and (t0 - MEMORY) not in rows[eps]:
+            continue
+        np.testing.assert_array_equal(state_in[j], _window(whole, rows, eps, t0, "state_out_0", MEMORY, zero))
+        checked += 1
+    assert checked >= len(seq_lens) // 2
+
+
+def _flat_weights(policy):
+    weights = policy.get_weights()
+    values = weights.values() if isinstance(weights, dict) else weights
+    return [np.asarray(v) for v in values]
