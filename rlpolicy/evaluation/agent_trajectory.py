@@ -13,10 +13,13 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+import gymnasium as gym
 import numpy as np
 import tree
 
 from rlpolicy.policy.sample_batch import SampleBatch
+
+_STRUCT_SPACES = (gym.spaces.Dict, gym.spaces.Tuple)
 
 _OBS = SampleBatch.OBS
 _INFOS = SampleBatch.INFOS
@@ -266,13 +269,36 @@ class AgentTrajectory:
         return fill
 
     def _fill_from_space(self, data_col: str) -> Any:
-        space = self.policy.action_space if data_col == SampleBatch.ACTIONS else None
+        """Zeros shaped like one value of ``data_col``'s space: the action space
+        (flattened as the batch stores it), else the space of the column's own
+        view requirement or of a view reading it (e.g. ``state_in_0`` reading
+        ``state_out_0`` of a policy without an initial state, RLlib 1.11)."""
+        if data_col == SampleBatch.ACTIONS:
+            zeros = tree.map_structure(lambda v: np.zeros_like(np.asarray(v)), self.policy.action_space.sample())
+            return flat_action(zeros) if flattens_actions(self.policy) else zeros
         req = self.view_requirements.get(data_col)
-        if space is None and req is not None:
-            space = req.space
+        space = getattr(req, "space", None)
+        if space is None:
+            space = next((r.space for r in self.view_requirements.values()
+                          if r.data_col == data_col and getattr(r, "space", None) is not None), None)
         if space is None:
             return np.float32(0.0)
         return tree.map_structure(lambda v: np.zeros_like(np.asarray(v)), space.sample())
+
+
+def flattens_actions(policy: Any) -> bool:
+    """Whether batches store ``policy``'s actions flattened into one vector per row:
+    Dict/Tuple action spaces unless ``_disable_action_flattening`` (RLlib 1.11's collector)."""
+    space = getattr(policy, "action_space", None)
+    config = getattr(policy, "config", None) or {}
+    return isinstance(space, _STRUCT_SPACES) and not config.get("_disable_action_flattening", False)
+
+
+def flat_action(action: Any) -> np.ndarray:
+    """One struct action as the flat vector RLlib 1.11 stores: its leaves (dm-tree
+    order) reshaped to 1-D and concatenated; float64 narrowed to float32."""
+    flat = np.concatenate([np.reshape(np.asarray(leaf), [-1]) for leaf in tree.flatten(action)])
+    return flat.astype(np.float32) if flat.dtype == np.float64 else flat
 
 
 def unroll_id_counter() -> Iterator[int]:
@@ -280,4 +306,5 @@ def unroll_id_counter() -> Iterator[int]:
     return itertools.count()
 
 
-__all__ = ["AgentTrajectory", "lookback_of", "stack_values", "object_column", "unroll_id_counter"]
+__all__ = ["AgentTrajectory", "lookback_of", "stack_values", "object_column", "unroll_id_counter",
+           "flattens_actions", "flat_action"]

@@ -23,10 +23,10 @@ import tree
 
 from rlpolicy._core.obs_prep import flatten_single_obs
 from rlpolicy.env.multi_agent_env import ALL_AGENTS, MultiAgentEnv
-from rlpolicy.evaluation.agent_trajectory import AgentTrajectory, object_column, stack_values, unroll_id_counter
+from rlpolicy.evaluation.agent_trajectory import (AgentTrajectory, flat_action, flattens_actions, object_column,
+                                                  stack_values, unroll_id_counter)
 from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
 from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
-from rlpolicy.utils.spaces.space_utils import flatten_to_single_ndarray
 
 logger = logging.getLogger(__name__)
 
@@ -289,7 +289,6 @@ class EnvRunner:
         traj = AgentTrajectory(agent_id, episode._agent_index(agent_id), policy_id,
                                policy, episode.episode_id, slot.index,
                                self._unroll_ids, obs, info)
-        self._seed_fills(traj)
         slot.agents[agent_id] = traj
         episode._set_last_observation(agent_id, obs)
         episode._set_last_raw_obs(agent_id, raw_obs)
@@ -334,7 +333,6 @@ class EnvRunner:
                                    episode.episode_id, slot.index, self._unroll_ids, prev.obs[-1],
                                    prev.last_info)
             traj.initial_state = prev.current_state()
-            self._seed_fills(traj)
             slot.agents[agent_id] = traj
 
     # ------------------------------------------------------------------ stepping
@@ -374,12 +372,12 @@ class EnvRunner:
         state_out = [np.asarray(s) for s in state_out]
         extras = {k: _as_numpy(v) for k, v in extras.items()}
         to_env = self._env_action_fn(policy)
-        flatten = _flattens_actions(policy)
+        flatten = flattens_actions(policy)
         for j, (slot, traj) in enumerate(items):
             action = _row(actions, j)
             state = [s[j] for s in state_out]
             extra = {k: _row(v, j) for k, v in extras.items()}
-            traj.stage_action(_flat_action(action) if flatten else action, state, extra)
+            traj.stage_action(flat_action(action) if flatten else action, state, extra)
             episode = slot.episode
             episode._set_last_action(traj.agent_id, action)
             episode._set_rnn_state(traj.agent_id, state)
@@ -454,25 +452,6 @@ class EnvRunner:
         episode._set_last_done(agent_id, term or trunc)
         return rows
 
-    @staticmethod
-    def _seed_fills(traj: AgentTrajectory) -> None:
-        """Values before the episode's first step that the trajectory cannot infer itself:
-        flattened zero actions for struct action spaces (RLlib 1.11 stores actions
-        flattened), and, for a policy without an initial state, zeros from the space of
-        each ``state_in_*`` view requirement."""
-        policy = traj.policy
-        if _flattens_actions(policy):
-            traj._fills[SampleBatch.ACTIONS] = np.zeros_like(
-                _flat_action(tree.map_structure(np.asarray, policy.action_space.sample())))
-        if traj.initial_state:
-            return
-        for col, req in traj.view_requirements.items():
-            data_col = req.data_col or ""
-            space = getattr(req, "space", None)
-            if col.startswith("state_in_") and data_col.startswith("state_out_") and space is not None \
-                    and data_col not in traj._fills:
-                traj._fills[data_col] = np.zeros(space.shape, space.dtype)
-
     # ------------------------------------------------------------------ batches
     def _postprocess_slot(self, slot: _Slot) -> None:
         """Postprocesses every agent's current piece of the slot's episode, then cuts them.
@@ -544,23 +523,6 @@ def env_action_fn(policy: Any, normalize_actions: Optional[bool] = None,
 def _flatten_for_policy(policy_id: str, policy: Any, raw_obs: Any) -> Any:
     """The policy's own preprocessing (Dict/Tuple observations flattened)."""
     return flatten_single_obs(policy, raw_obs)
-
-
-def _flattens_actions(policy: Any) -> bool:
-    """Whether the batch stores the policy's actions flattened: Dict/Tuple action
-    spaces unless ``_disable_action_flattening`` (RLlib 1.11's collector)."""
-    import gymnasium as gym
-
-    space = getattr(policy, "action_space", None)
-    config = getattr(policy, "config", None) or {}
-    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)) and \
-        not config.get("_disable_action_flattening", False)
-
-
-def _flat_action(action: Any) -> np.ndarray:
-    """One struct action as the flat vector RLlib 1.11 stores (float64 narrowed to float32)."""
-    flat = np.asarray(flatten_to_single_ndarray(action))
-    return flat.astype(np.float32) if flat.dtype == np.float64 else flat
 
 
 def _trainable_rows(batch: SampleBatch) -> Optional[SampleBatch]:
