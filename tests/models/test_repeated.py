@@ -369,3 +369,13 @@ def test_default_model_is_the_fc_net_on_the_flat_obs(framework):
         flat = torch.from_numpy(flat)
     out, _ = model({"obs": flat})
     assert tuple(out.shape) == (2, 2)
+
+
+def test_no_default_model_for_an_unflattened_repeated_space():
+    pytest.importorskip("torch")
+    from rlpolicy.utils.error import UnsupportedSpaceException
+
+    with pytest.raises(UnsupportedSpaceException,
+                       match=r"no default model for observation space Repeated\(Box.*, 3\).*custom_model"):
+        ModelCatalog.get_model_v2(LIST3, Discrete(2), 2, {"_disable_preprocessor_api": True},
+                                  framework="torch")

@@ -333,3 +333,105 @@ def test_checkpoint_round_trip_keeps_the_repeated_space(tmp_path):
     assert restored.observation_space.original_space == OBS_SPACE
     rows = _raw_rows(4, seed=5)
     np.testing.assert_allclose(_logits(restored, rows), _logits(policy, rows), atol=ATOL)
+
+
+# ---------------------------------------------------------------- 1.11's RPG-style spy model
+
+MAX_PLAYERS, MAX_ITEMS = 3, 2
+PLAYER = gym.spaces.Dict({
+    "location": gym.spaces.Box(-100.0, 100.0, (2,), np.float32),
+    "status": gym.spaces.Box(-1.0, 1.0, (10,), np.float32),
+    "items": Repeated(gym.spaces.Box(-5.0, 5.0, (5,), np.float32), max_len=MAX_ITEMS)})
+PLAYERS = Repeated(PLAYER, max_len=MAX_PLAYERS)
+
+
+def to_list(value):
+    """Nested lists/dicts of python floats from arrays or tensors of any framework."""
+    if isinstance(value, (list, tuple)):
+        return [to_list(x) for x in value]
+    if isinstance(value, dict):
+        return {k: to_list(v) for k, v in value.items()}
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    return np.asarray(value).tolist()
+
+
+def _spy_model_cls(framework):
+    if framework == "torch":
+        from rlpolicy.models.torch.fcnet import FullyConnectedNetwork
+        from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
+        from rlpolicy.utils.framework import try_import_torch
+
+        _, nn = try_import_torch()
+        bases = (TorchModelV2, nn.Module)
+    else:
+        from rlpolicy.models.tf.fcnet import FullyConnectedNetwork
+        from rlpolicy.models.tf.tf_modelv2 import TFModelV2
+
+        bases = (TFModelV2,)
+
+    class RepeatedSpyModel(*bases):
+        """Records what it sees, unbatched; acts from the first player's location."""
+
+        seen = []
+
+        def __init__(self, obs_space, action_space, num_outputs, model_config, name):
+            bases[0].__init__(self, obs_space, action_space, num_outputs, model_config, name)
+            if len(bases) > 1:
+                bases[1].__init__(self)
+            self.fc = FullyConnectedNetwork(obs_space.original_space.child_space["location"],
+                                            action_space, num_outputs, model_config, name + "_fc")
+
+        def forward(self, input_dict, state, seq_lens):
+            obs = input_dict["obs"]
+            assert len(obs.unbatch_repeat_dim()) == MAX_PLAYERS
+            RepeatedSpyModel.seen.append(to_list(obs.unbatch_all()))
+            return self.fc({"obs": obs.values["location"][:, 0]}, state, seq_lens)
+
+        def value_function(self):
+            return self.fc.value_function()
+
+    return RepeatedSpyModel
+
+
+class PlayersEnv(gym.Env):
+    """Cycles through fixed samples of the players space (as 1.11's RepeatedSpaceEnv)."""
+
+    observation_space = PLAYERS
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, samples):
+        self.samples, self.i = samples, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.i = 0
+        return self.samples[0], {}
+
+    def step(self, action):
+        self.i += 1
+        return self.samples[self.i % len(self.samples)], 1.0, self.i >= len(self.samples), False, {}
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf2"])
+def test_model_sees_the_sampled_nested_lists(framework):
+    """As 1.11's test_nested_observation_spaces.test_torch_repeated: what the model
+    unbatches while sampling equals the raw observations the env emitted."""
+    pytest.importorskip("torch" if framework == "torch" else "tensorflow")
+    from rlpolicy.evaluation.rollout_worker import RolloutWorker
+
+    PLAYERS.seed(9)
+    samples = [PLAYERS.sample() for _ in range(4)]
+    samples[1][0]["items"] = []  # a player without items
+    spy = _spy_model_cls(framework)
+    ModelCatalog.register_custom_model(f"repeated_spy_{framework}", spy)
+    config = {"framework": framework, "model": {"custom_model": f"repeated_spy_{framework}",
+                                                "fcnet_hiddens": [4]}}
+    policy = (_torch_policy_cls() if framework == "torch" else _tf_policy_cls().as_eager())(
+        PLAYERS, PlayersEnv.action_space, config)
+    spy.seen.clear()  # (calls made by the loss initialisation)
+    worker = RolloutWorker(lambda ctx=None: PlayersEnv(samples), policy, rollout_fragment_length=4)
+    batch = worker.sample()
+    assert batch[SampleBatch.OBS].shape == (4, 1 + MAX_PLAYERS * (2 + 10 + 1 + MAX_ITEMS * 5))
+    assert len(spy.seen) == 4
+    for i, seen in enumerate(spy.seen):
+        assert seen[-1] == to_list(samples[i])
