@@ -26,7 +26,8 @@ import numpy as np
 
 from rlpolicy.env.env_context import EnvContext
 from rlpolicy.evaluation.episode import resolve_policy_mapping_fn
-from rlpolicy.evaluation.sampler import BATCH_MODES, COUNT_STEPS_BY, EnvRunner, RolloutMetrics, SamplerSettings
+from rlpolicy.evaluation.sampler import (BATCH_MODES, COUNT_STEPS_BY, AsyncEnvRunner, EnvRunner, RolloutMetrics,
+                                         SamplerSettings)
 from rlpolicy.policy.policy import PolicySpec
 from rlpolicy.policy.policy_map import PolicyMap
 from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch
@@ -162,7 +163,9 @@ class RolloutWorker:
                 ``"ConcurrentMeanStdFilter"`` or a callable ``shape -> Filter``:
                 one filter per policy, applied to every (preprocessed)
                 observation; see :meth:`get_filters` / :meth:`sync_filters`.
-            sample_async: Must be False: sampling in a background thread is not supported.
+            sample_async: Sample in a background thread: ``sample()`` returns
+                fragments the thread collected ahead (RLlib 1.11's AsyncSampler);
+                needs a concurrent ``observation_filter``.
             extra_python_environs: Environment variables to set in this process
                 before the envs and policies are built.
             record_env: Must be False (wrap the env in ``gymnasium.wrappers.RecordVideo``).
@@ -176,7 +179,7 @@ class RolloutWorker:
         global _global_worker
         policy_spec = policy_spec if policy_spec is not None else policy
         _check_args(num_envs, rollout_fragment_length, batch_mode, count_steps_by)
-        _check_sampling_options(episode_horizon, clip_rewards, sample_async, record_env, remote_worker_envs)
+        _check_sampling_options(episode_horizon, clip_rewards, record_env, remote_worker_envs)
         _global_worker = self
         for key, value in (extra_python_environs or {}).items():
             os.environ[str(key)] = str(value)
@@ -216,6 +219,9 @@ class RolloutWorker:
         seeds = [None if seed is None else seed + 1000 * worker_index + i for i in range(len(envs))]
         self.sampler = EnvRunner(self, envs, self.policy_map, self._map_agent, self.callbacks,
                                  settings, seeds, process_obs=self._process_obs)
+        if sample_async:
+            self._check_concurrent_filters()
+            self.sampler = AsyncEnvRunner(self.sampler)
 
     # ------------------------------------------------------------------ construction
     def _make_callbacks(self, callbacks: Any, policy_spec: Any) -> Any:
@@ -284,6 +290,13 @@ class RolloutWorker:
         a Box's shape; None (no normalization) for Discrete / MultiDiscrete parts."""
         return get_filter(self.observation_filter, _filter_shape(policy.observation_space))
 
+    def _check_concurrent_filters(self) -> None:
+        slow = sorted(pid for pid, f in self.filters.items() if not getattr(f, "is_concurrent", False))
+        if slow:
+            raise ValueError(f"RolloutWorker: sample_async=True needs concurrent observation filters; the filter "
+                             f"of policy id(s) {slow} is not (use observation_filter='ConcurrentMeanStdFilter' "
+                             "or 'NoFilter')")
+
     def _process_obs(self, policy_id: PolicyID, policy: Any, raw_obs: Any) -> Any:
         """Raw env observation -> what ``policy`` gets: preprocessed, then filtered."""
         from rlpolicy._core.obs_prep import flatten_single_obs
@@ -347,23 +360,22 @@ class RolloutWorker:
 
     def get_metrics(self) -> List[RolloutMetrics]:
         """The ``RolloutMetrics`` of the episodes finished since the last call."""
-        out, self.sampler.new_metrics = self.sampler.new_metrics, []
-        return out
+        return self.sampler.pop_metrics()
 
     def metrics(self) -> Dict[str, float]:
         """Mean return / length over the last 100 finished episodes, and totals."""
-        returns = list(self.sampler.episode_returns)
+        returns, lengths, episodes = self.sampler.episode_stats()
         return {
             "episode_reward_mean": float(np.mean(returns)) if returns else float("nan"),
-            "episode_len_mean": float(np.mean(self.sampler.episode_lengths)) if returns else float("nan"),
-            "episodes_total": self.sampler.num_episodes,
+            "episode_len_mean": float(np.mean(lengths)) if returns else float("nan"),
+            "episodes_total": episodes,
             "timesteps_total": self.total_env_steps,
         }
 
     def episode_stats(self) -> Dict[str, Any]:
         """Raw episode statistics for aggregating across workers (see ``WorkerSet.metrics``)."""
-        return {"returns": list(self.sampler.episode_returns), "lengths": list(self.sampler.episode_lengths),
-                "episodes": self.sampler.num_episodes, "env_steps": self.total_env_steps}
+        returns, lengths, episodes = self.sampler.episode_stats()
+        return {"returns": returns, "lengths": lengths, "episodes": episodes, "env_steps": self.total_env_steps}
 
     # ------------------------------------------------------------------ policies
     def get_policy(self, policy_id: PolicyID = DEFAULT_POLICY_ID) -> Optional[Any]:
@@ -560,7 +572,7 @@ class RolloutWorker:
 
     def stop(self) -> None:
         """Closes the sub-environments and any TF sessions of the policies."""
-        self.sampler.base_env.stop()
+        self.sampler.stop()
         for policy in self.policy_map.values():
             session = policy.get_session() if hasattr(policy, "get_session") else None
             if session is not None:
@@ -612,17 +624,13 @@ def _check_args(num_envs: int, fragment: int, batch_mode: str, count_steps_by: s
                          f"use one of {COUNT_STEPS_BY}")
 
 
-def _check_sampling_options(horizon: Any, clip_rewards: Any, sample_async: bool, record_env: Any,
-                            remote_worker_envs: bool) -> None:
+def _check_sampling_options(horizon: Any, clip_rewards: Any, record_env: Any, remote_worker_envs: bool) -> None:
     if horizon is not None and horizon != float("inf") and _bad_fragment_length(horizon):
         raise ValueError(f"RolloutWorker: episode_horizon must be an int >= 1 or None, got {horizon!r}")
     if clip_rewards not in (None, False, True) and (
             isinstance(clip_rewards, bool) or not isinstance(clip_rewards, (int, float, np.number))
             or not clip_rewards > 0):
         raise ValueError(f"RolloutWorker: clip_rewards must be None, a bool or a number > 0, got {clip_rewards!r}")
-    if sample_async:
-        raise ValueError("RolloutWorker: sample_async=True (sampling in a background thread) is not supported; "
-                         "sample in parallel with remote workers instead (WorkerSet num_workers > 0)")
     if record_env:
         raise ValueError("RolloutWorker: record_env is not supported (gym's Monitor is gone); wrap the env in "
                          "gymnasium.wrappers.RecordVideo inside env_creator instead")

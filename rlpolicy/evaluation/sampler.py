@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import inspect
 import logging
+import queue
+import threading
 import warnings
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -234,6 +236,8 @@ class EnvRunner:
         self.episode_returns: Deque[float] = deque(maxlen=100)
         self.episode_lengths: Deque[int] = deque(maxlen=100)
         self.num_episodes = 0
+        # Episode statistics may be read from another thread than the sampling one.
+        self._stats_lock = threading.Lock()
 
     # ------------------------------------------------------------------ public
     def sample(self) -> Any:
@@ -263,6 +267,21 @@ class EnvRunner:
     def sub_environments(self) -> List[Any]:
         """The raw sub-environments."""
         return self.base_env.get_sub_environments()
+
+    def pop_metrics(self) -> List[RolloutMetrics]:
+        """The metrics of the episodes finished since the last call."""
+        with self._stats_lock:
+            out, self.new_metrics = self.new_metrics, []
+        return out
+
+    def episode_stats(self) -> Tuple[List[float], List[int], int]:
+        """(last returns, last lengths, episodes finished) -- a consistent snapshot."""
+        with self._stats_lock:
+            return list(self.episode_returns), list(self.episode_lengths), self.num_episodes
+
+    def stop(self) -> None:
+        """Closes the sub-environments."""
+        self.base_env.stop()
 
     # ------------------------------------------------------------------ episodes
     def _start_episode(self, slot: _Slot, seed: Optional[int] = None) -> None:
@@ -309,12 +328,14 @@ class EnvRunner:
                                            tf_sess=policy.get_session())
         self.callbacks.on_episode_end(worker=self.worker, base_env=self.base_env,
                                       policies=self.policy_map, episode=episode, env_index=slot.index)
-        self.new_metrics.append(RolloutMetrics(
+        metrics = RolloutMetrics(
             episode.length, episode.total_reward, dict(episode.agent_rewards), dict(episode.custom_metrics),
-            {}, dict(episode.hist_data), dict(episode.media)))
-        self.episode_returns.append(episode.total_reward)
-        self.episode_lengths.append(episode.length)
-        self.num_episodes += 1
+            {}, dict(episode.hist_data), dict(episode.media))
+        with self._stats_lock:
+            self.new_metrics.append(metrics)
+            self.episode_returns.append(episode.total_reward)
+            self.episode_lengths.append(episode.length)
+            self.num_episodes += 1
         if soft:
             self._continue_episode(slot)
         else:
@@ -494,6 +515,65 @@ class EnvRunner:
         return env_action_fn(policy, self.settings.normalize_actions, self.settings.clip_actions)
 
 
+class AsyncEnvRunner:
+    """An EnvRunner sampling in a background thread (RLlib 1.11's ``AsyncSampler``).
+
+    The thread collects fragments ahead of time into a queue of at most
+    ``queue_size``; :meth:`sample` returns the oldest one. An exception in the
+    thread is raised again by the next :meth:`sample`. Policies are used from
+    both threads, so their own locks (torch and graph TF policies have them)
+    keep weight updates and inference apart; observation filters must be
+    concurrent (``ConcurrentMeanStdFilter``).
+    """
+
+    def __init__(self, runner: EnvRunner, queue_size: int = 5):
+        self.runner = runner
+        self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=queue_size)
+        self._stopped = threading.Event()
+        self._error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._run, name="rlpolicy-async-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stopped.is_set():
+                batch = self.runner.sample()
+                while not self._stopped.is_set():
+                    try:
+                        self._queue.put(batch, timeout=0.05)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as err:  # handed to the caller of sample()
+            self._error = err
+
+    def sample(self) -> Any:
+        """The next fragment the thread collected (waits for one).
+
+        Raises:
+            RuntimeError: If the sampling thread failed (its exception is the cause)
+                or was stopped.
+        """
+        while True:
+            try:
+                return self._queue.get(timeout=0.05)
+            except queue.Empty:
+                if self._error is not None:
+                    raise RuntimeError(f"RolloutWorker: the async sampling thread failed: "
+                                       f"{type(self._error).__name__}: {self._error}") from self._error
+                if not self._thread.is_alive():
+                    raise RuntimeError("RolloutWorker: the async sampling thread was stopped")
+
+    def stop(self) -> None:
+        """Stops the thread (after its current fragment), then closes the sub-environments."""
+        self._stopped.set()
+        self._thread.join(timeout=60)
+        self.runner.stop()
+
+    def __getattr__(self, name: str) -> Any:  # total_env_steps, base_env, pop_metrics, ...
+        return getattr(self.__dict__["runner"], name)
+
+
 def env_action_fn(policy: Any, normalize_actions: Optional[bool] = None,
                   clip_actions: Optional[bool] = None) -> Callable[[Any], Any]:
     """How a policy's action is sent to the env (RLlib 1.11): unsquashed from
@@ -571,5 +651,5 @@ def _row(value: Any, j: int) -> Any:
     return tree.map_structure(lambda v: v[j], value)
 
 
-__all__ = ["EnvRunner", "RolloutMetrics", "SamplerSettings", "SubEnvironments", "wrap_env",
+__all__ = ["EnvRunner", "AsyncEnvRunner", "RolloutMetrics", "SamplerSettings", "SubEnvironments", "wrap_env",
            "env_action_fn", "BATCH_MODES", "COUNT_STEPS_BY"]

@@ -357,7 +357,8 @@ def test_worker_options_errors_and_environs():
     w = _worker(lambda: CountingEnv(), extra_python_environs={"RLPOLICY_TEST_ENVIRON": 7})
     assert os.environ.pop("RLPOLICY_TEST_ENVIRON") == "7"
     assert get_global_worker() is w
-    cases = [({"sample_async": True}, "sample_async=True .* not supported; sample in parallel with remote"),
+    cases = [({"sample_async": True, "observation_filter": "MeanStdFilter"},
+              r"sample_async=True needs concurrent observation filters.*\['default_policy'\].*ConcurrentMeanStdFilter"),
              ({"record_env": True}, "record_env is not supported .* gymnasium.wrappers.RecordVideo"),
              ({"remote_worker_envs": True}, "remote_worker_envs=True .* remote workers"),
              ({"episode_horizon": 0}, "episode_horizon must be an int >= 1 or None, got 0"),
@@ -407,3 +408,34 @@ def test_gymnasium_env_triggers_no_old_api_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         _worker(lambda: CountingEnv()).sample()
+
+
+# ---------------------------------------------------------------------- sample_async
+def test_sample_async_collects_fragments_in_a_thread():
+    worker = _worker(lambda: CountingEnv(length=3), sample_async=True,
+                     observation_filter="ConcurrentMeanStdFilter")
+    try:
+        first, second = worker.sample(), worker.sample()
+        assert first.count == second.count == 6
+        # Consecutive fragments of one env: 2 episodes of 3 steps each, t = 0, 1, 2.
+        np.testing.assert_array_equal(first[SampleBatch.T], [0, 1, 2, 0, 1, 2])
+        np.testing.assert_array_equal(second[SampleBatch.T], [0, 1, 2, 0, 1, 2])
+        assert set(first[SampleBatch.EPS_ID].tolist()).isdisjoint(second[SampleBatch.EPS_ID].tolist())
+        assert worker.total_env_steps >= 12 and len(worker.get_metrics()) >= 4
+        assert worker.filters["default_policy"].rs.n >= 18
+    finally:
+        worker.stop()
+    assert not worker.sampler._thread.is_alive()
+
+
+def test_sample_async_thread_error_reaches_sample():
+    class Broken(CountingEnv):
+        def step(self, action):
+            if self.t == 2:
+                raise KeyError("env broke at step 3")
+            return super().step(action)
+
+    worker = _worker(lambda: Broken(length=5), sample_async=True)
+    with pytest.raises(RuntimeError, match="async sampling thread failed: KeyError: 'env broke at step 3'"):
+        worker.sample()
+    worker.stop()
