@@ -37,15 +37,26 @@ def single_step_input_dict(batch: Any, view_requirements: Dict[str, Any],
 
 
 def _last_window(batch: Any, view_col: str, data_col: str, req: Any) -> np.ndarray:
-    """The shifted range window for the step after the end (RLlib 1.11 layout)."""
-    window = batch[view_col][-1]
-    frames = batch[data_col]
+    """The shifted range window for the step after the end.
+
+    With one window per row (how rlpolicy's sampler stores every range view,
+    e.g. an attention net's ``state_in_i``), it is the last row's window moved
+    on by one step. Otherwise (RLlib 1.11's layout: one window per
+    ``batch_repeat_value`` rows) RLlib 1.11's rule applies.
+    """
+    windows, frames = batch[view_col], batch[data_col]
+    # Observation index 0 already means "the latest obs" (after the action), hence -1.
+    obs_shift = -1 if data_col in ("obs", "new_obs") else 0
+    if len(windows) == len(frames) and req.shift_step == 1:
+        newest = len(frames) + req.shift_to + obs_shift  # the value at shift_to of the next step
+        window = np.asarray(windows[-1])
+        value = frames[newest] if 0 <= newest < len(frames) else np.zeros_like(window[-1])
+        return np.concatenate([window[1:], np.asarray(value, dtype=window.dtype)[None]])[None]
+    window = windows[-1]
     missing_at_end = len(frames) % req.batch_repeat_value
     # RLlib 1.11: `frames[-missing_at_end:]`; for 0 that is ALL frames, which is what makes
     # the window end at the newest frame when batch_repeat_value == 1.
     tail = frames[-missing_at_end:]
-    # Observation index 0 already means "the latest obs" (after the action), hence -1.
-    obs_shift = -1 if data_col in ("obs", "new_obs") else 0
     from_ = req.shift_from + obs_shift
     to_ = req.shift_to + obs_shift + 1
     return np.array([np.concatenate([window, tail])[from_:(to_ if to_ != 0 else None)]])
