@@ -199,8 +199,8 @@ class RolloutWorker:
         self.callbacks = self._make_callbacks(callbacks, policy_spec)
         envs = self._make_envs(env_creator, validate_env)
         self.env = envs[0] if envs else None
-        self.preprocessors: Dict[PolicyID, Any] = {}
         self.policy_map = self._build_policy_map(policy_spec, spaces)
+        self.preprocessors: Dict[PolicyID, Any] = {pid: _one_hot_preprocessor(p) for pid, p in self.policy_map.items()}
         self.filters: Dict[PolicyID, Filter] = {pid: self._make_filter(p) for pid, p in self.policy_map.items()}
         self.policy_mapping_fn = self._default_mapping_fn(policy_mapping_fn)
         self._mapping_call = resolve_policy_mapping_fn(self.policy_mapping_fn)
@@ -263,27 +263,10 @@ class RolloutWorker:
             obs_space, act_space = self._spaces_for(policy_id, spec, spaces)
             merged = _merged_config(self.policy_config, spec.config, self.worker_index,
                                     self.num_workers, self.seed)
-            obs_space = self._preprocessed_space(policy_id, obs_space, merged)
+            obs_space = worker_observation_space(obs_space, merged)
             policy_map.create_policy(policy_id, spec.policy_class, obs_space, act_space,
                                      spec.config, merged)
         return policy_map
-
-    def _preprocessed_space(self, policy_id: PolicyID, obs_space: Any, config: dict) -> Any:
-        """The space a policy built here gets: as RLlib 1.11's worker, Discrete and
-        MultiDiscrete observations are one-hot encoded for it (a Box with the raw
-        space as ``original_space``), unless ``_disable_preprocessor_api`` is set.
-        Dict/Tuple spaces are flattened by the policy itself (``_core.obs_prep``)."""
-        import gymnasium as gym
-
-        self.preprocessors.pop(policy_id, None)
-        if config.get("_disable_preprocessor_api", False) or \
-                not isinstance(obs_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
-            return obs_space
-        from rlpolicy.models.preprocessors import OneHotPreprocessor
-
-        prep = OneHotPreprocessor(obs_space, config.get("model"))
-        self.preprocessors[policy_id] = prep
-        return prep.observation_space
 
     def _make_filter(self, policy: Any) -> Filter:
         """The observation filter of one policy, shaped like the observations it gets:
@@ -437,8 +420,9 @@ class RolloutWorker:
         spec = PolicySpec(policy_cls, observation_space, action_space, config)
         obs_space, act_space = self._spaces_for(policy_id, spec, None)
         merged = _merged_config(self.policy_config, config, self.worker_index, self.num_workers, self.seed)
-        obs_space = self._preprocessed_space(policy_id, obs_space, merged)
+        obs_space = worker_observation_space(obs_space, merged)
         policy = self.policy_map.create_policy(policy_id, policy_cls, obs_space, act_space, config, merged)
+        self.preprocessors[policy_id] = _one_hot_preprocessor(policy)
         self.filters[policy_id] = self._make_filter(policy)
         self.set_policy_mapping_fn(policy_mapping_fn)
         if policies_to_train is not None:
@@ -639,6 +623,37 @@ def _check_sampling_options(horizon: Any, clip_rewards: Any, record_env: Any, re
                          "run envs in parallel processes with remote workers (WorkerSet num_workers > 0)")
 
 
+@DeveloperAPI
+def worker_observation_space(space: Any, config: Optional[dict] = None) -> Any:
+    """The observation space a RolloutWorker gives the policies it builds (RLlib 1.11):
+    ``Discrete`` / ``MultiDiscrete`` become the one-hot ``Box`` (carrying the raw
+    space as ``original_space``), unless ``_disable_preprocessor_api`` is set; other
+    spaces are unchanged (a policy flattens Dict/Tuple spaces itself). Build a policy
+    on this space to use it with a worker's samples outside the worker."""
+    import gymnasium as gym
+
+    if (config or {}).get("_disable_preprocessor_api", False) or \
+            not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return space
+    from rlpolicy.models.preprocessors import OneHotPreprocessor
+
+    return OneHotPreprocessor(space, None).observation_space
+
+
+def _one_hot_preprocessor(policy: Any) -> Any:
+    """The sampler's one-hot encoder for a policy on a one-hot Box, or None."""
+    import gymnasium as gym
+
+    space = getattr(policy, "observation_space", None)
+    original = getattr(space, "original_space", None)
+    if not isinstance(space, gym.spaces.Box) or \
+            not isinstance(original, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+        return None
+    from rlpolicy.models.preprocessors import OneHotPreprocessor
+
+    return OneHotPreprocessor(original, None)
+
+
 def _filter_shape(space: Any) -> Any:
     """RLlib 1.11's filter shape for a space: ``np.array(shape)`` of a Box, None for
     Discrete / MultiDiscrete (not normalized), and the same nesting for Dict/Tuple."""
@@ -715,4 +730,4 @@ def _seed_globals(seed: int, framework: Optional[str]) -> None:
         tf.random.set_seed(seed)
 
 
-__all__ = ["RolloutWorker", "get_global_worker"]
+__all__ = ["RolloutWorker", "get_global_worker", "worker_observation_space"]

@@ -141,6 +141,15 @@ def test_plain_policy_on_discrete_obs_gets_one_hot():
     raw = _worker(DiscreteEnv, policy_config={"_disable_preprocessor_api": True})
     assert raw.get_policy().observation_space == gym.spaces.Discrete(4)
     np.testing.assert_array_equal(raw.sample()[SampleBatch.OBS], [0, 1, 2, 3, 0, 1])
+    # A ready policy keeps its own space: raw ints on Discrete(4), one-hot on the worker's space.
+    from rlpolicy.evaluation.rollout_worker import worker_observation_space
+
+    ready = RecordingPolicy(DiscreteEnv.observation_space, DiscreteEnv.action_space, {})
+    np.testing.assert_array_equal(_worker(DiscreteEnv, ready).sample()[SampleBatch.OBS], [0, 1, 2, 3, 0, 1])
+    space = worker_observation_space(DiscreteEnv.observation_space)
+    assert space == policy.observation_space and space.original_space == gym.spaces.Discrete(4)
+    ready = RecordingPolicy(space, DiscreteEnv.action_space, {})
+    np.testing.assert_array_equal(_worker(DiscreteEnv, ready).sample()[SampleBatch.OBS], eye[[0, 1, 2, 3, 0, 1]])
 
 
 def test_infos_reach_compute_actions_when_a_view_requirement_asks():
