@@ -448,3 +448,22 @@ def test_sample_async_thread_error_reaches_sample():
     with pytest.raises(RuntimeError, match="async sampling thread failed: KeyError: 'env broke at step 3'"):
         worker.sample()
     worker.stop()
+
+
+def test_worker_set_passes_the_1x_trainer_keys_to_its_workers():
+    from rlpolicy.evaluation.worker_set import WorkerSet
+
+    os.environ.pop("RLPOLICY_DRIVER_ENV", None)
+    ws = WorkerSet(env_creator=lambda ctx: CountingEnv(length=100), policy_class=RecordingPolicy,
+                   trainer_config={"horizon": 3, "clip_rewards": 2.0, "rollout_fragment_length": 6,
+                                   "num_envs_per_worker": 1, "observation_filter": "MeanStdFilter",
+                                   "extra_python_environs_for_driver": {"RLPOLICY_DRIVER_ENV": "on"}})
+    batch = ws.sample()
+    np.testing.assert_array_equal(batch[SampleBatch.REWARDS], [1, 2, 2, 1, 2, 2])
+    np.testing.assert_array_equal(batch[SampleBatch.TRUNCATEDS], [0, 0, 1, 0, 0, 1])
+    local = ws.local_worker()
+    assert os.environ.pop("RLPOLICY_DRIVER_ENV") == "on"
+    assert local.filters["default_policy"].rs.n == 9  # obs t=0..3, 0..3 and the next reset
+    ws.sync_filters()  # no remote workers: the local filter stays as it is
+    assert local.filters["default_policy"].rs.n == 9
+    ws.stop()
