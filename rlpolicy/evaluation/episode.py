@@ -98,7 +98,8 @@ class Episode:
         Args:
             policies: Policy id -> Policy (default: empty).
             policy_mapping_fn: ``fn(agent_id, episode, worker=..., **kwargs) -> policy_id``
-                (default: always ``"default_policy"``).
+                (default: always ``"default_policy"``); the older ``fn(agent_id)`` and
+                ``fn(agent_id, episode)`` work too (see :func:`resolve_policy_mapping_fn`).
             batch_builder_factory: Creates ``self.batch_builder`` (default: None).
             extra_batch_callback: Stored as ``add_extra_batch`` (default: no-op).
             env_id: Id of the sub-environment.

@@ -116,8 +116,9 @@ class RolloutWorker:
                 policy id -> ``PolicySpec`` (or ``(cls, obs_space, act_space,
                 config)`` tuple); a ready Policy instance is accepted in place of a
                 class or spec (local use only). Spaces left None come from the env.
-            policy_mapping_fn: ``fn(agent_id, episode, worker=..., **kw) -> policy_id``.
-                Default: ``"default_policy"``, or the only policy there is.
+            policy_mapping_fn: ``fn(agent_id, episode, worker=..., **kw) -> policy_id``
+                (``fn(agent_id)`` and ``fn(agent_id, episode)`` work too, told apart by
+                their signatures). Default: ``"default_policy"``, or the only policy there is.
             policies_to_train: Policy ids that ``learn_on_batch`` /
                 ``compute_gradients`` / ``apply_gradients`` touch (or a callable
                 ``(policy_id, batch) -> bool``); None: all policies.
