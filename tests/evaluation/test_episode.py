@@ -95,3 +95,27 @@ def test_multi_agent_episode_alias_warns():
     with pytest.warns(DeprecationWarning):
         ep = MultiAgentEpisode()
     assert isinstance(ep, Episode)
+
+
+def test_mapping_fn_signatures_of_every_1x_release():
+    pols = {"p": _Pol(gym.spaces.Discrete(2)), "q": _Pol(gym.spaces.Discrete(2))}
+    worker = object()
+    seen = {}
+
+    def with_worker(agent_id, episode, worker):  # worker as a third positional parameter
+        seen["worker"] = worker
+        return "q"
+
+    def with_kwargs(agent_id, episode, **kwargs):
+        seen["kwargs"] = kwargs
+        return "p"
+
+    cases = [(lambda agent_id: "p", "p"), (lambda agent_id, episode: "q", "q"),
+             (with_worker, "q"), (with_kwargs, "p")]
+    for fn, expect in cases:
+        ep = Episode(pols, fn, worker=worker)
+        assert ep.policy_for("a0") == expect
+    assert seen["worker"] is worker and seen["kwargs"] == {"worker": worker}
+    ep = Episode(pols, lambda agent_id: "p")
+    ep.policy_mapping_fn = lambda agent_id, episode: "q"  # replaced later: resolved again
+    assert ep.policy_for("a1") == "q" and ep.policy_for("a0", refresh=True) == "q"
