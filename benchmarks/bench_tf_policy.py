@@ -403,7 +403,7 @@ def build_systems(framework: str, threads: int, with_rllib: bool) -> List[Dict[s
         label = f"rlpolicy {framework}" + ("" if framework == "tf" else
                                            (" traced" if tracing else " untraced"))
         policies[label] = make_rlpolicy(framework, tracing, threads)
-    weights = layer_weights(next(iter(policies.values())).get_weights())
+    weights = layer_weights(next(iter(policies.values())).get_state()["weights"])
     for pol in list(policies.values())[1:]:
         set_layer_weights(pol, weights)
     if with_rllib:

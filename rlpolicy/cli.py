@@ -195,7 +195,7 @@ def _checked_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if args.framework in ("tf2", "tfe"):  # untraced eager steps are several times slower
         config.setdefault("eager_tracing", True)
     try:
-        validate_config(complete_config(config, defaults))
+        validate_config(complete_config(config, defaults), strict=True)
     except ValueError as e:
         parser.error(f"argument --config: {e}")
     return config

@@ -3,15 +3,22 @@
 ``check_config`` is the one entry point policies use: it completes a partial
 dict (``complete_config``: ``COMMON_CONFIG``, then the policy's own default
 config, then the caller's keys, all deep-copied), warns once per process about
-each top-level key nobody knows (``warn_unknown_keys``), and rejects wrong
-values with a message naming the key, the value and what is allowed
-(``validate_config``).
+each top-level or ``model`` key nobody knows (``warn_unknown_keys``), and
+rejects wrong values of the keys the policy layer reads with a message naming
+the key, the value and what is allowed (``validate_config``).
+
+Only keys a policy reads are validated when it is built. ``lr`` is checked
+where it is read (the default optimizers, the learning-rate mixins without a
+schedule: ``read_checked``); trainer/rollout keys (``rollout_fragment_length``,
+``batch_mode``, ...) pass through and are checked by the command line
+(``validate_config(..., strict=True)``) and the workers that read them.
 
 Known top-level keys are those of ``COMMON_CONFIG``, the trainer-level keys
 of RLlib 1.11 that the policy layer does not read (``TRAINER_ONLY_KEYS``),
 the policy's default config (``lambda``, ``kl_coeff``, ... for PPO) and any
-key starting with ``_``. The ``model`` dict is stricter: an unknown model key
-is an error (custom model options belong in ``custom_model_config``).
+key starting with ``_``. Known ``model`` keys are ``MODEL_DEFAULTS``' and the
+policy's default model dict's; custom model options belong in
+``custom_model_config``.
 """
 from __future__ import annotations
 
@@ -107,35 +114,27 @@ def _exploration_config(v: Any) -> Optional[str]:
 
 
 def _callbacks(v: Any) -> Optional[str]:
-    from rlpolicy.agents.callbacks import DefaultCallbacks
-
-    if v is None or (isinstance(v, type) and issubclass(v, DefaultCallbacks)):
+    # RLlib 1.11 only calls it (``config["callbacks"]()``): any class or factory. Whether
+    # the object it returns has the hooks is checked where they are called.
+    if v is None or callable(v):
         return None
-    # Factories such as MultiCallbacks([...]) instances are called like a class.
-    if callable(v) and not isinstance(v, type):
-        return None
-    return "None, a DefaultCallbacks subclass, or a callable returning a DefaultCallbacks instance"
+    return "None or a class (e.g. a DefaultCallbacks subclass) or factory to call for the callbacks object"
 
 
+# Keys the policy layer reads, checked when a policy is built.
 _TOP_LEVEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "framework": _choice(FRAMEWORKS),
     "num_gpus": _number_ge0,
     "_fake_gpus": _bool,
     "num_gpus_per_worker": _number_ge0,
-    "num_cpus_per_worker": _number_ge0,
     "worker_index": _int_ge(0),
     "num_workers": _int_ge(0),
-    "num_envs_per_worker": _int_ge(1),
-    "lr": _number_ge0,
     "lr_schedule": _schedule,
     "entropy_coeff_schedule": _entropy_schedule,
     "gamma": _gamma,
     "train_batch_size": _int_ge(1),
     "sgd_minibatch_size": _optional(_int_ge(1)),
-    "rollout_fragment_length": _int_ge(1),
-    "num_sgd_iter": _int_ge(1),
     "num_multi_gpu_tower_stacks": _int_ge(1),
-    "batch_mode": _choice(BATCH_MODES),
     "grad_clip": _grad_clip,
     "explore": _bool,
     "exploration_config": _exploration_config,
@@ -149,11 +148,30 @@ _TOP_LEVEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "seed": _optional(_int_ge(0)),
     "callbacks": _callbacks,
     "model": _dict,
-    "optimizer": _dict,
-    "multiagent": _dict,
     "tf_session_args": _dict,
     "local_tf_session_args": _dict,
 }
+
+# Keys checked where they are read (``read_checked``), not when a policy is built:
+# ``lr`` is read by the default optimizers and the learning-rate mixins only when
+# there is no schedule; SAC-style policies keep their rates elsewhere.
+_READ_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
+    "lr": _number_ge0,
+}
+
+# Trainer / rollout keys no policy reads: checked by the command line (``strict``)
+# and by the workers that read them, never when a policy is built (RLlib 2.x
+# configs carry e.g. ``rollout_fragment_length="auto"``).
+_TRAINER_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
+    "num_cpus_per_worker": _number_ge0,
+    "num_envs_per_worker": _int_ge(1),
+    "rollout_fragment_length": _int_ge(1),
+    "num_sgd_iter": _int_ge(1),
+    "batch_mode": _choice(BATCH_MODES),
+    "optimizer": _dict,
+    "multiagent": _dict,
+}
+_ALL_CHECKS = {**_TOP_LEVEL_CHECKS, **_READ_CHECKS, **_TRAINER_CHECKS}
 
 _MODEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "max_seq_len": _int_ge(1),
@@ -179,10 +197,16 @@ _MODEL_CHECKS["fcnet_hiddens"] = _int_list
 _MODEL_CHECKS["post_fcnet_hiddens"] = _int_list
 
 
-def _check_model(model: Mapping[str, Any]) -> None:
+def _close_model_keys(key: Any) -> List[str]:
+    return difflib.get_close_matches(str(key), list(MODEL_DEFAULTS), n=3, cutoff=0.6)
+
+
+def _check_model(model: Mapping[str, Any], strict: bool = False) -> None:
     for key, value in model.items():
         if key not in MODEL_DEFAULTS:
-            close = difflib.get_close_matches(str(key), list(MODEL_DEFAULTS), n=3, cutoff=0.6)
+            if not strict:
+                continue  # warned about by warn_unknown_keys (RLlib 2.x adds model keys)
+            close = _close_model_keys(key)
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise ValueError(f"config['model'] has unknown key {key!r}{hint} (put custom model "
                              f"options into 'custom_model_config')")
@@ -196,38 +220,58 @@ def check_config_value(key: str, value: Any) -> None:
     """Checks one top-level value the way ``validate_config`` does.
 
     For code that reads a key straight from a config it did not complete
-    (e.g. ``plan_devices``), so that both report a bad value in one wording.
+    (e.g. ``plan_devices``), or a key checked only where it is read
+    (``lr``), so that all report a bad value in one wording.
 
     Args:
-        key: A top-level key rlpolicy validates (e.g. ``"num_gpus"``).
+        key: A top-level key rlpolicy validates (e.g. ``"num_gpus"``, ``"lr"``).
         value: Its value.
 
     Raises:
         KeyError: If rlpolicy has no check for ``key``.
         ValueError: Naming the key, the bad value and what is allowed.
     """
-    problem = _TOP_LEVEL_CHECKS[key](value)
+    problem = _ALL_CHECKS[key](value)
     if problem is not None:
         raise _bad(key, value, problem)
 
 
-def validate_config(config: Mapping[str, Any]) -> None:
-    """Checks the keys rlpolicy knows; raises on the first bad one. Changes nothing.
+def read_checked(config: Mapping[str, Any], key: str) -> Any:
+    """``config[key]``, checked as ``check_config_value`` does: for keys that are
+    validated where they are read (``lr`` by the default optimizers), not when
+    the policy is built, since policies that do not read them accept any value
+    (SAC keeps its rates under ``optimization`` and may carry ``lr=None``).
+
+    Raises:
+        ValueError: Naming the key, the bad value and what is allowed.
+    """
+    value = config.get(key)
+    check_config_value(key, value)
+    return value
+
+
+def validate_config(config: Mapping[str, Any], *, strict: bool = False) -> None:
+    """Checks the keys the policy layer reads; raises on the first bad one. Changes nothing.
 
     Args:
         config: A (complete or partial) policy config.
+        strict: The command line's rule: also check the trainer-level keys
+            (``rollout_fragment_length``, ``batch_mode``, ...) and ``lr``,
+            and reject unknown ``model`` keys. Without it those trainer keys
+            pass through, ``lr`` is checked where it is read, and an
+            unknown model key only warns (``warn_unknown_keys``).
 
     Raises:
-        ValueError: Naming the key, the bad value and what is allowed (for the
-            ``model`` dict also an unknown key, with close matches).
+        ValueError: Naming the key, the bad value and what is allowed (with
+            ``strict`` also an unknown model key, with close matches).
     """
     if not isinstance(config, Mapping):
         raise ValueError(f"config must be a dict, got {type(config).__name__}")
-    for key in _TOP_LEVEL_CHECKS:
+    for key in (_ALL_CHECKS if strict else _TOP_LEVEL_CHECKS):
         if key in config:
             check_config_value(key, config[key])
     if isinstance(config.get("model"), Mapping):
-        _check_model(config["model"])
+        _check_model(config["model"], strict=strict)
 
 
 def _check_minibatch(partial: Mapping[str, Any]) -> None:
@@ -310,7 +354,7 @@ def _base_known_keys(strict: bool = False) -> frozenset:
     if known is None:
         import importlib
 
-        keys = set(COMMON_CONFIG) | set(_TOP_LEVEL_CHECKS) | TRAINER_ONLY_KEYS
+        keys = set(COMMON_CONFIG) | set(_ALL_CHECKS) | TRAINER_ONLY_KEYS
         if not strict:
             keys |= HELPER_KEYS
             for module in ("rlpolicy.agents.pg.pg", "rlpolicy.agents.ppo.ppo",
@@ -371,6 +415,24 @@ def unknown_key_message(key: Any, close: Optional[str], where: str = "config") -
     return f"{where}: unknown config key {key!r}{hint}"
 
 
+def unknown_model_keys(partial: Optional[Mapping[str, Any]],
+                       defaults: Optional[Mapping[str, Any]] = None) -> List[Tuple[str, Optional[str]]]:
+    """The keys of ``partial["model"]`` that neither ``MODEL_DEFAULTS`` nor the
+    policy's default ``model`` dict knows, each with its closest known key."""
+    model = _as_dict(partial, "config").get("model")
+    if not isinstance(model, Mapping):
+        return []
+    own = (defaults or {}).get("model")
+    own = own if isinstance(own, Mapping) else {}
+    out = []
+    for key in model:
+        if key in MODEL_DEFAULTS or key in own:
+            continue
+        close = _close_model_keys(key)
+        out.append((key, close[0] if close else None))
+    return out
+
+
 def warn_unknown_keys(partial: Optional[Mapping[str, Any]],
                       defaults: Optional[Mapping[str, Any]] = None, *, where: str = "config") -> None:
     """Warns (``UnknownConfigKeyWarning``) about each unknown top-level key, once per process.
@@ -391,6 +453,15 @@ def warn_unknown_keys(partial: Optional[Mapping[str, Any]],
         warnings.warn(unknown_key_message(key, close, where) + " (the key is kept, but nothing "
                       "in rlpolicy or the policy's default config knows it)",
                       UnknownConfigKeyWarning, stacklevel=2)
+    for key, close in unknown_model_keys(partial, defaults):
+        with _WARNED_LOCK:
+            if f"model.{key}" in _WARNED_KEYS:
+                continue
+            _WARNED_KEYS.add(f"model.{key}")
+        hint = f"; did you mean {close!r}?" if close else ""
+        warnings.warn(f"{where}: unknown key {key!r} in config['model']{hint} (the key is kept, "
+                      "but rlpolicy's models do not read it; custom model options belong in "
+                      "'custom_model_config')", UnknownConfigKeyWarning, stacklevel=2)
 
 
 def check_config(partial: Optional[Mapping[str, Any]], defaults: Optional[Mapping[str, Any]] = None,
@@ -481,5 +552,5 @@ def merge_configs(base: dict, new: Mapping[str, Any]) -> dict:
 
 
 __all__ = ["FRAMEWORKS", "UnknownConfigKeyWarning", "check_config", "check_config_value",
-           "complete_config", "known_keys", "merge_configs", "unknown_key_message", "unknown_keys",
-           "validate_config", "warn_unknown_keys"]
+           "complete_config", "known_keys", "merge_configs", "read_checked", "unknown_key_message",
+           "unknown_keys", "unknown_model_keys", "validate_config", "warn_unknown_keys"]

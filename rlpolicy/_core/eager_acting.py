@@ -10,11 +10,12 @@ Tensorflow is imported lazily.
 """
 from __future__ import annotations
 
-import inspect
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import tree
+
+from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 
 OBS, SEQ_LENS = "obs", "seq_lens"
 PREV_ACTIONS, PREV_REWARDS = "prev_actions", "prev_rewards"
@@ -40,15 +41,6 @@ def check_model(owner: str, model: Any) -> None:
     if not isinstance(model, TFModelV2) and not is_keras_model(model):
         raise TypeError(f"{owner}: the model must be a TFModelV2 (or Keras model), got "
                         f"{type(model).__name__}")
-
-
-def takes_input_dict(fn: Callable) -> bool:
-    """Whether an ``action_distribution_fn`` has the newer ``input_dict=`` signature."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return True
-    return "input_dict" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
 def as_array(x: Any) -> Any:
@@ -129,14 +121,10 @@ def dist_inputs_step(policy: Any, input_dict: Any, state_batches: List[Any], seq
     fn = policy._hooks.action_distribution_fn
     model = policy.model
     if fn is not None:
-        if takes_input_dict(fn):
-            dist_inputs, policy.dist_class, state_out = fn(
-                policy, model, input_dict=input_dict, state_batches=state_batches,
-                seq_lens=seq_lens, explore=explore, timestep=timestep, is_training=False)
-        else:  # RLlib's older signature: (policy, model, obs_batch, ...)
-            dist_inputs, policy.dist_class, state_out = fn(
-                policy, model, input_dict[OBS], explore=explore, timestep=timestep,
-                is_training=False)
+        # RLlib's newer or older signature, whichever ``fn`` has (``_core.action_dist_fn``).
+        dist_inputs, policy.dist_class, state_out = resolve_action_distribution_fn(fn)(
+            policy, model, input_dict, state_batches=state_batches, seq_lens=seq_lens,
+            explore=explore, timestep=timestep, is_training=False)
         return dist_inputs, state_out, {}
     if is_keras_model(model):
         for i, s in enumerate(state_batches):
@@ -175,8 +163,9 @@ def log_likelihoods(policy: Any, actions: Any, obs_batch: Any, state_batches: Op
     seq_lens = tf.ones(len(batch), dtype=tf.int32) if states else None
     policy.exploration.before_compute_actions(explore=False)
     if hooks.action_distribution_fn is not None:
-        dist_inputs, dist_class, _ = hooks.action_distribution_fn(
-            policy, policy.model, batch, explore=False, is_training=False)
+        dist_inputs, dist_class, _ = resolve_action_distribution_fn(hooks.action_distribution_fn)(
+            policy, policy.model, batch, state_batches=states, seq_lens=seq_lens, explore=False,
+            is_training=False)
     else:
         dist_inputs, _ = policy.model(batch, states, seq_lens)
         dist_class = policy.dist_class
@@ -186,4 +175,4 @@ def log_likelihoods(policy: Any, actions: Any, obs_batch: Any, state_batches: Op
 
 
 __all__ = ["compute_actions_step", "dist_inputs_step", "log_likelihoods", "as_tensor_batch",
-           "as_array", "takes_input_dict", "is_keras_model"]
+           "as_array", "is_keras_model"]

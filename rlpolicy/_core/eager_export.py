@@ -10,7 +10,7 @@
 * ONNX (``model.onnx``, via ``tf2onnx``): the same function with the same
   input and output names.
 * Checkpoint: ``tf.train.Checkpoint`` files ``<prefix>.index`` and
-  ``<prefix>.data-*`` holding the model variables (by ``get_weights`` key),
+  ``<prefix>.data-*`` holding the model variables (by ``get_weights(as_dict=True)`` key),
   the optimizers and the global timestep; :func:`make_tf_checkpoint` builds
   the matching object to ``read()`` them into another policy.
 

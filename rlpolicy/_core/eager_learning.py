@@ -136,12 +136,22 @@ def learn_stats(policy: Any, samples: Any, grads: Any) -> Dict[str, Any]:
     """``{learner_stats: stats_fn(...)}`` plus extra learn fetches and gradient stats."""
     hooks = policy._hooks
     fetches: Dict[str, Any] = {
-        LEARNER_STATS_KEY: dict(hooks.stats_fn(policy, samples)) if hooks.stats_fn else {}}
+        LEARNER_STATS_KEY: _read_variables(dict(hooks.stats_fn(policy, samples)))
+        if hooks.stats_fn else {}}
     if hooks.extra_learn_fetches_fn is not None:
         fetches.update(dict(hooks.extra_learn_fetches_fn(policy)))
     if hooks.grad_stats_fn is not None:
         fetches.update(dict(hooks.grad_stats_fn(policy, samples, grads)))
     return fetches
+
+
+def _read_variables(stats: Dict[str, Any]) -> Dict[str, Any]:
+    """Variables among the stats (SAC's ``log_alpha``) read now: the value when
+    ``stats_fn`` ran (before the update), as torch reports it, not a live
+    variable that the update changes before the stats are converted."""
+    tf = _tf()
+    return tree.map_structure(
+        lambda x: x.read_value() if isinstance(x, tf.Variable) else x, stats)
 
 
 def zip_with_variables(policy: Any, grads: Any) -> Any:

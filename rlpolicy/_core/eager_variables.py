@@ -1,7 +1,7 @@
 """Variables of eager TF policies: naming, weight checks, optimizer state.
 
-``get_weights`` of an eager policy is a dict keyed like
-``TFModelV2.variables(as_dict=True)`` (attribute path plus variable name,
+``get_weights(as_dict=True)`` of an eager policy (and its ``get_state``) is a
+dict keyed like ``TFModelV2.variables(as_dict=True)`` (attribute path plus variable name,
 e.g. ``"base_model.fc_1.kernel:0"``), so two policies of the same class
 exchange weights regardless of Keras' per-process name uniquification.
 ``set_weights`` checks every key and shape before it assigns anything: a
@@ -63,7 +63,7 @@ def check_weights(weights: Union[Mapping[str, Any], Sequence[Any]],
     """Validates ``weights`` against ``variables``; returns (variable, value) pairs.
 
     Args:
-        weights: A dict as ``get_weights`` returns it, or a list with one
+        weights: A dict as ``get_weights(as_dict=True)`` returns it, or a list with one
             array per variable in ``variables`` order (RLlib 1.11's format).
         variables: The policy's ``{key: variable}``.
 

@@ -25,8 +25,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-# Columns the sampler needs to assemble episodes; never pruned (RLlib 1.11).
-ALWAYS_KEPT = ("eps_id", "agent_index", "unroll_id", "dones", "rewards", "infos")
+# Columns the sampler needs to assemble episodes; never pruned (RLlib 1.11, plus
+# gymnasium's terminateds/truncateds, which RLlib 2.x keeps next to dones).
+ALWAYS_KEPT = ("eps_id", "agent_index", "unroll_id", "dones", "terminateds", "truncateds",
+               "rewards", "infos")
 # Columns never tagged "postprocessing only" (RLlib 1.11 adds obs embeddings).
 NEVER_TAGGED = ALWAYS_KEPT + ("obs_embeds",)
 SEQ_LENS = "seq_lens"
@@ -51,6 +53,10 @@ def default_view_requirements(observation_space: gym.Space, action_space: gym.Sp
         "rewards": VR(space=scalar()),
         "prev_rewards": VR(data_col="rewards", shift=-1, space=scalar()),
         "dones": VR(space=scalar()),
+        # gymnasium's split of dones (dones = terminateds | truncateds), as RLlib 2.x
+        # losses read them (DQN, SAC: no bootstrapping only after a real termination).
+        "terminateds": VR(space=scalar()),
+        "truncateds": VR(space=scalar()),
         "infos": VR(space=scalar()),
         "eps_id": VR(space=scalar()),
         "unroll_id": VR(space=scalar()),

@@ -6,13 +6,14 @@ read, and how view requirements are pruned from that record) lives in
 record is taken:
 
 1. *acting*: the columns read while the action graph was **built** (the
-   access log of the policy's placeholder input dict); the action graph is
-   then run once through the session on a dummy batch (which also gives the
-   shapes of the extra action outputs);
+   access log of the policy's placeholder input dict); the extra action
+   outputs get columns shaped from their static shapes (RLlib 1.11: no
+   ``compute_actions_from_input_dict`` call at construction);
 2. *postprocessing*: runs on the numpy dummy batch, as in torch; every column
    it adds gets a placeholder;
 3. *loss*: is built once, on placeholders for every column of the
-   postprocessed batch; the loss inputs are the columns the loss read plus
+   postprocessed batch and those a client added to ``_loss_input_dict``
+   (``before_loss_init``); the loss inputs are the columns the loss read plus
    those whose placeholders the loss graph depends on.
 
 tensorflow is imported lazily.
@@ -84,34 +85,50 @@ def _needed_keys(train_batch: "SampleBatch", roots: List[Any]) -> Set[str]:
     return keys
 
 
-def _probe_acting(policy: "DynamicTFPolicy", dummy: "SampleBatch") -> Dict[str, Any]:
-    """Runs the action graph once on ``dummy``; returns the extra action outputs.
+def _extra_action_specs(policy: "DynamicTFPolicy", dummy: "SampleBatch"
+                        ) -> Dict[str, Tuple[Tuple[int, ...], Any]]:
+    """``{key: (per-row shape, numpy dtype)}`` of the extra action fetches.
 
-    The global timestep is restored afterwards (the probe is no real step).
+    As RLlib 1.11's DynamicTFPolicy: from the fetch tensors' static shapes,
+    without a ``compute_actions_from_input_dict`` call (no exploration step,
+    timestep or callbacks run at construction; torch and eager do run one).
+    Only fetches whose per-row shape is not static are evaluated, on the
+    dummy batch, in the policy's session (RLlib 1.11 fails on those).
     """
-    from rlpolicy.policy.sample_batch import SampleBatch
+    specs: Dict[str, Tuple[Tuple[int, ...], Any]] = {}
+    dynamic: Dict[str, Any] = {}
+    for key, tensor in policy.extra_compute_action_fetches().items():
+        shape = getattr(tensor, "shape", None)
+        if shape is None or not hasattr(tensor, "dtype") or not hasattr(shape, "rank"):
+            value = np.asarray(tensor)
+            specs[key] = (tuple(value.shape[1:]), value.dtype)
+        elif shape.rank is not None and shape[1:].is_fully_defined():
+            specs[key] = (tuple(shape.as_list()[1:]), tensor.dtype.as_numpy_dtype)
+        else:
+            dynamic[key] = tensor
+    if dynamic:
+        from rlpolicy._core.tf_feeds import compute_actions_feed
+        from rlpolicy.policy.sample_batch import SampleBatch
 
-    timestep = policy.global_timestep
-    probe = SampleBatch(dict(dict.items(dummy)))
-    try:
-        _, _, extra_outs = policy.compute_actions_from_input_dict(probe, explore=False,
-                                                                  timestep=timestep)
-    finally:
-        policy.global_timestep = timestep
-    return extra_outs or {}
+        probe = SampleBatch(dict(dict.items(dummy)))
+        feed = compute_actions_feed(policy, probe, list(dynamic.values()))
+        if getattr(policy, "_is_exploring", None) is not None:
+            feed[policy._is_exploring] = False
+        for key, value in policy.get_session().run(dynamic, feed_dict=feed).items():
+            value = np.asarray(value)
+            specs[key] = (tuple(value.shape[1:]), value.dtype)
+    return specs
 
 
 def _add_extra_action_columns(policy: "DynamicTFPolicy", dummy: "SampleBatch",
-                              extra_outs: Dict[str, Any]) -> None:
+                              specs: Dict[str, Tuple[Tuple[int, ...], Any]]) -> None:
     """Extra action outputs (logp, dist inputs, vf preds, ...) become columns,
     placeholders and view requirements (not used for acting)."""
     from rlpolicy.policy.view_requirement import ViewRequirement
     from rlpolicy.utils.tf_utils import get_placeholder
 
     for key, tensor in policy.extra_compute_action_fetches().items():
-        value = np.asarray(extra_outs[key]) if key in extra_outs else None
-        shape = value.shape[1:] if value is not None else tuple(tensor.shape.as_list()[1:])
-        dtype = value.dtype if value is not None else tensor.dtype.as_numpy_dtype
+        shape, dtype = specs[key]
         dict.__setitem__(dummy, key, np.zeros((len(dummy),) + tuple(shape), dtype=dtype))
         if not dict.__contains__(policy._input_dict, key):
             dict.__setitem__(policy._input_dict, key, get_placeholder(value=tensor, name=key))
@@ -171,7 +188,7 @@ def initialize_loss_from_dummy_batch(policy: "DynamicTFPolicy",
         if not key.startswith("state_in_") and key not in compute_keys:
             vr.used_for_compute_actions = False
     dummy = policy._dummy_batch
-    _add_extra_action_columns(policy, dummy, _probe_acting(policy, dummy))
+    _add_extra_action_columns(policy, dummy, _extra_action_specs(policy, dummy))
     post, added = _postprocess(policy, dummy)
     train_keys, has_loss = _build_loss(policy)
     record = AccessRecord(
@@ -194,7 +211,11 @@ def _build_loss(policy: "DynamicTFPolicy") -> Tuple[Set[str], bool]:
     from rlpolicy.policy.sample_batch import SampleBatch
     from rlpolicy.policy.tf_policy import TFPolicy
 
-    train_batch = SampleBatch(dict(dict.items(policy._input_dict)), _is_training=True)
+    # As RLlib 1.11: placeholders a client put into _loss_input_dict (before_loss_init,
+    # e.g. MAML's "split") are loss inputs too, fed from the train batch column.
+    columns = dict(dict.items(policy._input_dict))
+    columns.update(getattr(policy, "_loss_input_dict", None) or {})
+    train_batch = SampleBatch(columns, _is_training=True)
     if policy._state_inputs:
         dict.__setitem__(train_batch, SEQ_LENS, policy._seq_lens)
     losses = policy._do_loss_init(train_batch)

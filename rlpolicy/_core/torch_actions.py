@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.torch_convert import (
     NoGrad,
     action_outputs_to_numpy,
@@ -97,19 +98,11 @@ def compute_dist_inputs(policy: Any, input_dict: Any, state_batches: List[Any], 
         inputs, state_out = policy.model(input_dict, state_batches, seq_lens)
         dist_class = policy.dist_class
     else:
-        extra = {} if timestep is None else {"timestep": timestep}
-        try:
-            inputs, dist_class, state_out = policy.action_distribution_fn(
-                policy, policy.model, input_dict=input_dict, state_batches=state_batches,
-                seq_lens=seq_lens, explore=explore, is_training=is_training, **extra)
-        except TypeError as e:
-            # RLlib 1.11 backward compatibility: the older (obs_batch) signature.
-            msg = str(e.args[0]) if e.args else ""
-            if "positional argument" not in msg and "unexpected keyword" not in msg:
-                raise
-            inputs, dist_class, state_out = policy.action_distribution_fn(
-                policy, policy.model, input_dict[SampleBatch.CUR_OBS], explore=explore,
-                is_training=is_training, **extra)
+        # Which of RLlib's two signatures: decided from the function's signature.
+        call = resolve_action_distribution_fn(policy.action_distribution_fn)
+        inputs, dist_class, state_out = call(
+            policy, policy.model, input_dict, state_batches=state_batches, seq_lens=seq_lens,
+            explore=explore, timestep=timestep, is_training=is_training)
     if dist_class is not policy._checked_dist_class:
         check_dist_class(dist_class)
         policy._checked_dist_class = dist_class

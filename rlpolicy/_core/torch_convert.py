@@ -153,6 +153,24 @@ def to_non_torch_fast(x: Any) -> Any:
     return convert_to_non_torch_type(x)
 
 
+def to_non_torch_snapshot(x: Any) -> Any:
+    """``to_non_torch_fast`` whose arrays never share memory with a tensor.
+
+    For learner stats: a stat that is a live parameter (SAC's ``log_alpha``)
+    would otherwise come back as a numpy view that the next optimizer step
+    changes in place (RLlib 1.11 aliases like that on CPU and copies on GPU).
+    """
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().item() if x.dim() == 0 else tensor_snapshot(x)
+    if type(x) is dict:
+        return {k: to_non_torch_snapshot(v) for k, v in x.items()}
+    if type(x) in (list, tuple):
+        return type(x)(to_non_torch_snapshot(v) for v in x)
+    if x is None or isinstance(x, (np.ndarray, int, float, str)):
+        return x
+    return convert_to_non_torch_type(x)
+
+
 def tensor_snapshot(t: Any) -> np.ndarray:
     """``t.detach().cpu().numpy().copy()`` in as few steps as give the same: a
     numpy array equal to ``t`` that shares no memory with it."""

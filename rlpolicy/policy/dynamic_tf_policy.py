@@ -20,12 +20,14 @@ import gymnasium as gym
 import tree
 
 from rlpolicy._core import tf_loss_init, tf_setup
+from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.obs_prep import prepare_observation_space
 from rlpolicy._core.tf_variables import initialize_uninitialized
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy.policy import Policy, complete_policy_config
 from rlpolicy.policy.sample_batch import SampleBatch
+from rlpolicy.policy.tf_mixins import create_pending_variables
 from rlpolicy.policy.tf_policy import TFPolicy
 from rlpolicy.utils import force_list
 from rlpolicy.utils.annotations import DeveloperAPI, override
@@ -125,6 +127,8 @@ class DynamicTFPolicy(TFPolicy):
         sess = _session_for(config)
         self._sess, self.graph = sess, sess.graph
         with sess.graph.as_default(), sess.as_default():
+            # Mixins set up in before_init (RLlib's R2D2) waited for this session.
+            create_pending_variables(self)
             dist_class = self._build_model(make_model, action_sampler_fn, action_distribution_fn,
                                            existing_model)
             self._make_state_inputs(existing_inputs)
@@ -391,20 +395,12 @@ def _session_for(config: dict) -> "tf1.Session":
 
 def _call_action_distribution_fn(fn: Callable, policy: DynamicTFPolicy, in_dict: SampleBatch,
                                  explore: Any, timestep: Any) -> Tuple[Any, Any, Any]:
-    """Calls ``fn`` with RLlib 1.11's new keyword set, falling back to the old one."""
-    try:
-        return fn(policy, policy.model, input_dict=in_dict, state_batches=policy._state_inputs,
-                  seq_lens=policy._seq_lens, explore=explore, timestep=timestep,
-                  is_training=in_dict.is_training)
-    except TypeError as e:
-        msg = e.args[0] if e.args else ""
-        if "positional argument" not in msg and "unexpected keyword argument" not in msg:
-            raise
-    return fn(policy, policy.model, obs_batch=in_dict[SampleBatch.CUR_OBS],
-              state_batches=policy._state_inputs, seq_lens=policy._seq_lens,
-              prev_action_batch=in_dict.get(SampleBatch.PREV_ACTIONS),
-              prev_reward_batch=in_dict.get(SampleBatch.PREV_REWARDS), explore=explore,
-              is_training=in_dict.is_training)
+    """Calls ``fn`` with RLlib's newer keywords or its older signature, whichever
+    ``fn`` has (``_core.action_dist_fn``), on the placeholders."""
+    return resolve_action_distribution_fn(fn)(
+        policy, policy.model, in_dict, state_batches=policy._state_inputs,
+        seq_lens=policy._seq_lens, explore=explore, timestep=timestep,
+        is_training=in_dict.is_training)
 
 
 def _check_same_shapes(key: str, own: Any, given: Any) -> None:

@@ -40,6 +40,7 @@ from rlpolicy._core import eager_tracing as tracing
 from rlpolicy._core import eager_variables as variables_lib
 from rlpolicy._core.devices import detect_ray_context, plan_devices
 from rlpolicy._core import input_checks, obs_prep
+from rlpolicy._core.config import read_checked
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.hooks import check_factory_args, updated_kwargs
 from rlpolicy._core.loss_init import resolve_loss
@@ -166,7 +167,7 @@ class EagerTFPolicy(Policy):
         Used when the factory got no ``optimizer_fn``; a mixin (e.g.
         ``LearningRateSchedule``) may override it.
         """
-        return get_keras().optimizers.Adam(self.config["lr"])
+        return get_keras().optimizers.Adam(read_checked(self.config, "lr"))
 
     # ------------------------------------------------------------------ tracing
 
@@ -269,8 +270,7 @@ class EagerTFPolicy(Policy):
         input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
         with self._lock:
             learn_stats: Dict[str, Any] = {}
-            self.callbacks.on_learn_on_batch(policy=self, train_batch=postprocessed_batch,
-                                             result=learn_stats)
+            self._run_learn_callback(postprocessed_batch, learn_stats)
             batch = self._prepare_train_batch(postprocessed_batch)
             stats = tracing.to_numpy(self._run("learn_on_batch", self._learn_on_batch_helper, batch))
             stats["custom_metrics"] = learn_stats
@@ -372,10 +372,24 @@ class EagerTFPolicy(Policy):
         return named
 
     @override(Policy)
-    def get_weights(self) -> ModelWeights:
-        """``{key: array}`` for ``variables()``; keys as ``model.variables(as_dict=True)``."""
+    def get_weights(self, as_dict: bool = False) -> ModelWeights:
+        """The values of ``variables()`` as numpy copies.
+
+        Args:
+            as_dict: False (RLlib 1.11's default for eager policies): a list,
+                one array per variable in ``variables()`` order. True: a
+                ``{key: array}`` dict, keys as ``model.variables(as_dict=True)``
+                (independent of Keras' per-process layer names; what
+                ``get_state`` and checkpoints store).
+
+        Returns:
+            A list, or with ``as_dict`` a dict; ``set_weights`` takes both.
+        """
         with self._lock:
-            return {k: np.array(v.numpy(), copy=True) for k, v in self._named_variables().items()}
+            named = self._named_variables()
+            if as_dict:
+                return {k: np.array(v.numpy(), copy=True) for k, v in named.items()}
+            return [np.array(v.numpy(), copy=True) for v in named.values()]
 
     @override(Policy)
     def set_weights(self, weights: ModelWeights) -> None:
@@ -397,8 +411,9 @@ class EagerTFPolicy(Policy):
         """Weights, global timestep, optimizer variables (all optimizers, in order)
         and exploration state, as numpy copies (a snapshot)."""
         with self._lock:
-            state = super().get_state()
-            state["global_timestep"] = int(self.global_timestep)
+            # Keyed weights (not the list get_weights() gives): robust across processes.
+            state = {"weights": self.get_weights(as_dict=True),
+                     "global_timestep": int(self.global_timestep)}
             opt_vars = self._optimizer_variables()
             if opt_vars:
                 state["_optimizer_variables"] = tracing.to_numpy(opt_vars)
@@ -454,6 +469,11 @@ class EagerTFPolicy(Policy):
             postprocessed_batch = SampleBatch(postprocessed_batch)
         postprocessed_batch.set_get_interceptor(tracing.to_tensor)
         return postprocessed_batch
+
+    def _get_is_training_placeholder(self) -> TensorType:
+        """Whether the policy is in a learning step, as a bool tensor (RLlib 1.11's
+        eager counterpart of the graph policy's ``is_training`` placeholder)."""
+        return tf.convert_to_tensor(self._is_training)
 
     # ------------------------------------------------------------------ saving
 

@@ -167,12 +167,36 @@ class Policy(metaclass=ABCMeta):
         self._model_init_state_automatically_added = False
 
     def _make_callbacks(self) -> "DefaultCallbacks":
-        cls = self.config["callbacks"]  # validated with the rest of the config
-        if cls is not None:
-            return cls()
+        """``config["callbacks"]()`` (RLlib 1.11 only calls it), else a DefaultCallbacks.
+
+        Any class or factory is accepted whose product has at least one of
+        DefaultCallbacks' ``on_*`` hooks; a hook it lacks counts as
+        DefaultCallbacks' (which does nothing), see ``_run_learn_callback``.
+
+        Raises:
+            ValueError: If the object made has none of the hooks.
+        """
         from rlpolicy.agents.callbacks import DefaultCallbacks
 
-        return DefaultCallbacks()
+        factory = self.config["callbacks"]  # None or callable (checked with the config)
+        if factory is None:
+            return DefaultCallbacks()
+        callbacks = factory()
+        if not isinstance(callbacks, DefaultCallbacks):
+            hooks = [n for n in dir(DefaultCallbacks) if n.startswith("on_")]
+            if not any(callable(getattr(callbacks, n, None)) for n in hooks):
+                raise ValueError(
+                    f"config['callbacks']={factory!r} made a {type(callbacks).__name__} object "
+                    f"with none of the callback methods ({', '.join(hooks)}); pass a "
+                    "DefaultCallbacks subclass or a class with (some of) these methods")
+        return callbacks
+
+    def _run_learn_callback(self, train_batch: SampleBatch, result: dict) -> None:
+        """Calls ``self.callbacks.on_learn_on_batch`` if the callbacks object has it
+        (a duck-typed callbacks class may leave it out: DefaultCallbacks' does nothing)."""
+        hook = getattr(self.callbacks, "on_learn_on_batch", None)
+        if hook is not None:
+            hook(policy=self, train_batch=train_batch, result=result)
 
     # ------------------------------------------------------------------ acting
     @DeveloperAPI

@@ -253,6 +253,13 @@ def _to_non_torch(self, data: Any) -> Any:
     return _convert_module().to_non_torch_fast(data)
 
 
+def _stats_to_non_torch(self, data: Any) -> Any:
+    # Copies: a stat that is a live parameter must not change with the next step.
+    if self.framework != "torch":
+        return data
+    return _convert_module().to_non_torch_snapshot(data)
+
+
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
     # The parent's postprocessing runs first, then each built class's
     # postprocess_fn from the innermost out (as nested super() calls would).
@@ -285,7 +292,7 @@ def _extra_compute_grad_fetches(self):
     fn, parent = _next_impl(self, "extra_compute_grad_fetches", "extra_learn_fetches_fn")
     if fn is None:
         return parent(self)
-    fetches = _to_non_torch(self, fn(self))
+    fetches = _stats_to_non_torch(self, fn(self))
     return dict({LEARNER_STATS_KEY: {}}, **fetches)
 
 
@@ -315,7 +322,7 @@ def _extra_grad_info(self, train_batch):
     fn, parent = _next_impl(self, "extra_grad_info", "stats_fn")
     with _no_grad_context(self):
         stats = (fn or parent)(self, train_batch)
-    return _to_non_torch(self, stats)
+    return _stats_to_non_torch(self, stats)
 
 
 _WRAPPERS: Dict[str, Callable] = {

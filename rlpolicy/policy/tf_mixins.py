@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from rlpolicy._core.config import check_config_value
 from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -33,10 +34,20 @@ _SCOPE = "rlpolicy_mixins"
 
 
 # ------------------------------------------------------------------ scalar variables
+_NO_SESSION_YET = object()
+
+
 def _session_of(policy: Any) -> Any:
-    """The policy's ``tf1.Session`` in graph mode; None for an eager policy."""
+    """The policy's ``tf1.Session`` in graph mode; None for an eager policy;
+    ``_NO_SESSION_YET`` for a graph policy whose session does not exist yet
+    (a mixin set up in ``before_init``, as RLlib's R2D2 does)."""
     get_session = getattr(policy, "get_session", None)
-    return get_session() if get_session is not None else None
+    if get_session is None:
+        return None
+    try:
+        return get_session()
+    except AttributeError:  # TFPolicy.get_session before DynamicTFPolicy made the session
+        return _NO_SESSION_YET
 
 
 class _ScalarVar:
@@ -44,14 +55,28 @@ class _ScalarVar:
 
     Graph mode: the variable is looked up (or created and initialised) in the
     session's graph under ``rlpolicy_mixins/<name>``, with a placeholder-fed
-    assign op built once. Eager: a plain ``tf.Variable``.
+    assign op built once. Eager: a plain ``tf.Variable``. Made before the
+    graph policy has its session (``before_init``): the value waits, and
+    ``attr`` of the policy holds the plain float, until
+    ``create_pending_variables`` (called by ``DynamicTFPolicy`` once the
+    session exists) creates the variable and sets ``attr`` to it.
     """
 
-    def __init__(self, policy: Any, name: str, value: float):
+    def __init__(self, policy: Any, name: str, value: float, attr: Optional[str] = None):
+        self.name, self.attr = name, attr
         self.session = _session_of(policy)
-        if self.session is None:
-            self.var = tf.Variable(float(value), trainable=False, name=name, dtype=tf.float32)
+        if self.session is _NO_SESSION_YET:
+            self.session, self.var, self._pending = None, float(value), True
+            policy.__dict__.setdefault("_pending_mixin_vars", []).append(self)
             return
+        self._pending = False
+        self._create(value)
+
+    def _create(self, value: float) -> None:
+        if self.session is None:
+            self.var = tf.Variable(float(value), trainable=False, name=self.name, dtype=tf.float32)
+            return
+        name = self.name
         with self.session.graph.as_default():
             existing = [v for v in tf1.global_variables() if v.op.name == f"{_SCOPE}/{name}"]
             if existing:  # a tower copy of the policy: share the main policy's variable
@@ -64,18 +89,42 @@ class _ScalarVar:
             self._placeholder = tf1.placeholder(tf.float32, (), name=f"{name}_value")
             self._assign = self.var.assign(self._placeholder, read_value=False)
 
+    def create_in(self, policy: Any, session: Any) -> None:
+        """Creates the waiting variable in ``session``'s graph; sets ``policy.<attr>`` to it."""
+        if not self._pending:
+            return
+        self.session, self._pending = session, False
+        self._create(self.var)
+        if self.attr is not None:
+            setattr(policy, self.attr, self.var)
+
     def set(self, value: float) -> None:
         """Writes ``value`` into the variable."""
-        if self.session is None:
+        if self._pending:
+            self.var = float(value)
+        elif self.session is None:
             self.var.assign(float(value))
         else:
             self.session.run(self._assign, feed_dict={self._placeholder: float(value)})
 
     def get(self) -> float:
         """Reads the variable's current value."""
+        if self._pending:
+            return float(self.var)
         if self.session is None:
             return float(self.var.numpy())
         return float(self.session.run(self.var))
+
+
+def create_pending_variables(policy: Any) -> None:
+    """Creates the variables of mixins set up before ``policy`` had its session.
+
+    ``DynamicTFPolicy`` calls this with the policy's graph and session as
+    defaults, right after creating them (before the model and the loss).
+    """
+    pending = policy.__dict__.pop("_pending_mixin_vars", None) or []
+    for var in pending:
+        var.create_in(policy, policy.get_session())
 
 
 def _set_optimizer_lr(optimizer: Any, value: float) -> None:
@@ -110,7 +159,9 @@ class LearningRateSchedule:
         self._lr_schedule = make_lr_schedule(lr_schedule)
         if self._lr_schedule is not None:
             lr = self._lr_schedule.value(0)
-        self._lr_var = _ScalarVar(self, "lr", lr)
+        else:  # read only without a schedule: checked here, where it is read
+            check_config_value("lr", lr)
+        self._lr_var = _ScalarVar(self, "lr", lr, attr="cur_lr")
         self.cur_lr = self._lr_var.var
 
     @override(Policy)
@@ -120,7 +171,7 @@ class LearningRateSchedule:
             return
         value = self._lr_schedule.value(global_vars["timestep"])
         self._lr_var.set(value)
-        if self._lr_var.session is None:
+        if self._lr_var.session is None and not self._lr_var._pending:
             for opt in getattr(self, "_optimizers", None) or [getattr(self, "_optimizer", None)]:
                 if opt is not None:
                     _set_optimizer_lr(opt, value)
@@ -148,7 +199,8 @@ class EntropyCoeffSchedule:
             entropy_coeff, entropy_coeff_schedule)
         if self._entropy_coeff_schedule is not None:
             entropy_coeff = self._entropy_coeff_schedule.value(0)
-        self._entropy_coeff_var = _ScalarVar(self, "entropy_coeff", entropy_coeff)
+        self._entropy_coeff_var = _ScalarVar(self, "entropy_coeff", entropy_coeff,
+                                             attr="entropy_coeff")
         self.entropy_coeff = self._entropy_coeff_var.var
 
     @override(Policy)
@@ -172,7 +224,7 @@ class KLCoeffMixin:
         """Reads ``config["kl_coeff"]`` (start value) and ``config["kl_target"]``."""
         self.kl_coeff_val = float(config["kl_coeff"])
         self.kl_target = config["kl_target"]
-        self._kl_coeff_var = _ScalarVar(self, "kl_coeff", self.kl_coeff_val)
+        self._kl_coeff_var = _ScalarVar(self, "kl_coeff", self.kl_coeff_val, attr="kl_coeff")
         self.kl_coeff = self._kl_coeff_var.var
 
     def update_kl(self, sampled_kl: float) -> float:

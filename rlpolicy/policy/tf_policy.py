@@ -22,6 +22,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core import input_checks, obs_prep, tf_export, tf_feeds, tf_run, tf_setup
+from rlpolicy._core.config import read_checked
 from rlpolicy._core.locking import locked
 from rlpolicy._core.tf_variables import TFVariables, check_weights_dict
 from rlpolicy._core.tower_buffers import device_minibatch_size
@@ -271,8 +272,7 @@ class TFPolicy(Policy):
         postprocessed_batch.set_training(True)
         builder = TFRunBuilder(self.get_session(), "learn_on_batch")
         learn_stats: Dict[str, Any] = {}
-        self.callbacks.on_learn_on_batch(policy=self, train_batch=postprocessed_batch,
-                                         result=learn_stats)
+        self._run_learn_callback(postprocessed_batch, learn_stats)
         fetches = self._build_learn_on_batch(builder, postprocessed_batch)
         stats = builder.get(fetches)
         stats.update({"custom_metrics": learn_stats})
@@ -504,7 +504,7 @@ class TFPolicy(Policy):
     def optimizer(self) -> "tf.keras.optimizers.Optimizer":
         """The optimizer: ``tf1.train.AdamOptimizer`` at ``config["lr"]``."""
         if hasattr(self, "config") and "lr" in self.config:
-            return tf1.train.AdamOptimizer(learning_rate=self.config["lr"])
+            return tf1.train.AdamOptimizer(learning_rate=read_checked(self.config, "lr"))
         return tf1.train.AdamOptimizer()
 
     @DeveloperAPI

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
 
+from rlpolicy._core.config import check_config_value
 from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -35,6 +36,8 @@ class LearningRateSchedule:
                 endpoint its value is kept.
         """
         self._lr_schedule = make_lr_schedule(lr_schedule)
+        if self._lr_schedule is None:  # lr is read only without a schedule: checked here
+            check_config_value("lr", lr)
         self.cur_lr = lr if self._lr_schedule is None else self._lr_schedule.value(0)
 
     @override(Policy)

@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core import input_checks, obs_prep
+from rlpolicy._core.config import read_checked
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.torch_actions import act, acting_batch, log_likelihoods
@@ -304,8 +305,7 @@ class TorchPolicy(Policy):
         if self.model is not None and not self.model.training:
             set_training(self.model, True)
         learn_stats: Dict[str, Any] = {}
-        self.callbacks.on_learn_on_batch(policy=self, train_batch=postprocessed_batch,
-                                         result=learn_stats)
+        self._run_learn_callback(postprocessed_batch, learn_stats)
         _, fetches = self.compute_gradients(postprocessed_batch)
         self.apply_gradients(_directStepOptimizerSingleton)
         if self.model is not None:
@@ -555,7 +555,7 @@ class TorchPolicy(Policy):
         through the exploration's ``get_exploration_optimizer``."""
         params = parameter_list(self.model)  # (= list(self.model.parameters()))
         if hasattr(self, "config"):
-            optimizers = [default_adam(params, lr=self.config["lr"])]
+            optimizers = [default_adam(params, lr=read_checked(self.config, "lr"))]
         else:
             optimizers = [default_adam(params)]
         if getattr(self, "exploration", None):

@@ -100,12 +100,17 @@ BAD = [
     ({"normalize_actions": 0}, "normalize_actions"),
     ({"seed": "42"}, "seed"),
     ({"callbacks": "MyCallbacks"}, "callbacks"),
-    ({"callbacks": dict}, "callbacks"),
+    ({"callbacks": 3}, "callbacks"),
     ({"model": [1, 2]}, "model"),
     ({"model": {"max_seq_len": 0}}, "model.max_seq_len"),
     ({"model": {"fcnet_hiddens": [64, -1]}}, "model.fcnet_hiddens"),
     ({"model": {"use_lstm": "true"}}, "model.use_lstm"),
 ]
+
+
+# Keys no policy reads when it is built: checked with strict=True (the command line),
+# by the workers that read them, and (lr) where the default optimizer reads it.
+TRAINER_LEVEL = {"rollout_fragment_length", "batch_mode", "lr"}
 
 
 @pytest.mark.parametrize("override, key", BAD, ids=[f"{k}-{i}" for i, (_, k) in enumerate(BAD)])
@@ -118,18 +123,28 @@ def test_validation_errors_name_key_and_value(override, key):
     bad_value = list(override.values())[0]
     if isinstance(bad_value, dict) and key.startswith("model."):
         bad_value = bad_value[key.split(".", 1)[1]]
+    strict = key in TRAINER_LEVEL
+    if strict:
+        validate_config(config)  # passes through when a policy is built
     with pytest.raises(ValueError, match=f"config\\['{key}'\\]") as info:
-        validate_config(config)
+        validate_config(config, strict=strict)
     assert repr(bad_value) in str(info.value)
     assert "allowed" in str(info.value)
     assert repr(config) == repr(snapshot)  # nothing changed (repr: nan != nan)
 
 
 def test_unknown_model_key_lists_close_matches():
+    # The command line's rule (strict): an error with close matches.
     with pytest.raises(ValueError, match=r"unknown key 'fcnet_hidden'.*'fcnet_hiddens'"):
-        validate_config({"model": {"fcnet_hidden": [32]}})
+        validate_config({"model": {"fcnet_hidden": [32]}}, strict=True)
     with pytest.raises(ValueError, match="'zzz'"):
-        validate_config({"model": {"zzz": 1}})
+        validate_config({"model": {"zzz": 1}}, strict=True)
+    # A policy being built: passes validation (warn_unknown_keys warns instead).
+    validate_config({"model": {"fcnet_hidden": [32], "zzz": 1}})
+    assert config_mod.unknown_model_keys({"model": {"fcnet_hidden": [3], "zzz": 1, "dim": 84}}) == \
+        [("fcnet_hidden", "fcnet_hiddens"), ("zzz", None)]
+    # Keys of the policy's own default model dict are known.
+    assert config_mod.unknown_model_keys({"model": {"my_opt": 1}}, {"model": {"my_opt": 0}}) == []
 
 
 @pytest.mark.parametrize("good", [

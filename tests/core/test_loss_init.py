@@ -31,6 +31,8 @@ ACT = gym.spaces.Discrete(4)
     ("rewards", None, 0, True),
     ("prev_rewards", "rewards", -1, True),
     ("dones", None, 0, True),
+    ("terminateds", None, 0, True),
+    ("truncateds", None, 0, True),
     ("infos", None, 0, True),
     ("eps_id", None, 0, True),
     ("unroll_id", None, 0, True),
@@ -39,7 +41,7 @@ ACT = gym.spaces.Discrete(4)
 ])
 def test_default_view_requirements(key, data_col, shift, for_actions):
     vrs = default_view_requirements(OBS, ACT)
-    assert len(vrs) == 12
+    assert len(vrs) == 14
     vr = vrs[key]
     assert (vr.data_col, vr.shift, vr.used_for_compute_actions, vr.used_for_training) == \
         (data_col, shift, for_actions, True)
@@ -242,8 +244,8 @@ def test_dummy_run_prunes_and_tags():
     assert record.train_accessed == {"obs", "actions", "adv"}
     assert stats == [32] and p.seen["explore"] is False
     vrs = p.view_requirements
-    assert sorted(vrs) == sorted(["obs", "actions", "adv", "rewards", "dones", "infos", "eps_id",
-                                  "unroll_id", "agent_index"])
+    assert sorted(vrs) == sorted(["obs", "actions", "adv", "rewards", "dones", "terminateds",
+                                  "truncateds", "infos", "eps_id", "unroll_id", "agent_index"])
     assert vrs["obs"].used_for_compute_actions is True
     assert vrs["actions"].used_for_compute_actions is False
     assert p.seen["train"].is_training is True

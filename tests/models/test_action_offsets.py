@@ -103,8 +103,8 @@ def test_shifted_space_learns_like_the_zero_based_one(framework):
     s2 = plain.learn_on_batch(SampleBatch({**batch, "actions": actions}))
     np.testing.assert_allclose(s1["learner_stats"]["total_loss"], s2["learner_stats"]["total_loss"],
                                rtol=1e-5, atol=1e-6)
-    for a, b in zip(shifted.get_weights().values() if framework != "torch"
-                    else shifted.get_weights().values(), plain.get_weights().values()):
+    for a, b in zip(shifted.get_state()["weights"].values() if framework != "torch"
+                    else shifted.get_state()["weights"].values(), plain.get_state()["weights"].values()):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 

@@ -48,7 +48,7 @@ def trained(request):
 def _snapshot(policy):
     state = policy.get_state()
     opt = [np.array(x, copy=True) for x in tree.flatten(state.get("_optimizer_variables", []))]
-    return {k: np.array(v, copy=True) for k, v in policy.get_weights().items()}, \
+    return {k: np.array(v, copy=True) for k, v in policy.get_state()["weights"].items()}, \
         int(policy.global_timestep), opt
 
 
@@ -71,12 +71,12 @@ def _drop(batch, *cols):
 
 
 def _weights_without_first(p):
-    w = p.get_weights()
+    w = p.get_state()["weights"]
     return {k: v for k, v in list(w.items())[1:]}
 
 
 def _weights_with_bad_shape(p):
-    w = p.get_weights()
+    w = p.get_state()["weights"]
     first = next(iter(w))
     return {**w, first: np.zeros((1, 1), np.float32)}
 
@@ -118,7 +118,7 @@ CASES = [
      ValueError, r"learn_on_batch: column 'obs' has dtype <U1"),
     ("set_weights_missing", lambda p, b: p.set_weights(_weights_without_first(p)),
      ValueError, r"set_weights: .*missing keys \['[^']+'\]"),
-    ("set_weights_extra", lambda p, b: p.set_weights({**p.get_weights(), "bogus": Z(3)}),
+    ("set_weights_extra", lambda p, b: p.set_weights({**p.get_state()["weights"], "bogus": Z(3)}),
      ValueError, r"set_weights: .*(unexpected|unknown) keys \['bogus'\]"),
     ("set_weights_shape", lambda p, b: p.set_weights(_weights_with_bad_shape(p)),
      ValueError, r"set_weights: '[^']+' has shape \(1, 1\)"),

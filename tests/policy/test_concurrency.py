@@ -57,7 +57,7 @@ def _run_threads(targets):
 @pytest.mark.parametrize("framework", ["torch", "tf", "tf2"])
 def test_actions_see_one_weight_version(framework):
     policy = _make(framework)
-    template = policy.get_weights()
+    template = policy.get_state()["weights"]
     policy.set_weights(_versioned(template, 1))
     obs = np.full((3, OBS_DIM), 1.0 / OBS_DIM, np.float32)  # each row sums to 1
     seen = []
@@ -84,7 +84,7 @@ def test_actions_see_one_weight_version(framework):
         # float32 sums of 32 terms: allow a little rounding, far below 0.5.
         np.testing.assert_allclose(versions, np.full_like(versions, v), rtol=0, atol=1e-3)
         assert 1 <= v <= LEARN_ITERS + 1
-    final = policy.get_weights()
+    final = policy.get_state()["weights"]
     last = max(int(np.round(np.max(w))) for w in final.values())
     for w in final.values():
         np.testing.assert_array_equal(w, np.full_like(w, last))

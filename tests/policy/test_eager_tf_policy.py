@@ -48,7 +48,7 @@ def make(cls=PG, model=FC, seed=0, **config):
     policy = cls(OBS, ACT, {"model": dict(model), "lr": 0.1, **config})
     r = np.random.default_rng(seed)
     policy.set_weights({k: r.normal(0, 0.7, v.shape).astype(np.float32)
-                        for k, v in policy.get_weights().items()})
+                        for k, v in policy.get_weights(as_dict=True).items()})
     return policy
 
 
@@ -100,7 +100,7 @@ def test_class_layout_and_basics():
     assert policy.get_session() is None
     assert not policy.is_recurrent() and policy.num_state_tensors() == 0
     assert policy.get_initial_state() == []
-    assert len(policy.variables()) == 6 and set(KEYS) <= set(policy.get_weights())
+    assert len(policy.variables()) == 6 and set(KEYS) <= set(policy.get_weights(as_dict=True))
     assert policy.loss_initialized() and policy.global_timestep == 0
     assert "advantages" in policy.view_requirements
     action, state_out, _ = policy.compute_single_action(np.zeros(3, np.float32), explore=False)
@@ -111,7 +111,7 @@ def test_compute_actions_explore_false_is_argmax_of_numpy_forward(tracing):
     policy = make(eager_tracing=tracing)
     obs = np.random.default_rng(3).uniform(-1, 1, (6, 3)).astype(np.float32)
     actions, state_out, extra = policy.compute_actions(obs, explore=False)
-    _, logits = np_forward(policy.get_weights(), obs)
+    _, logits = np_forward(policy.get_weights(as_dict=True), obs)
     np.testing.assert_array_equal(actions, logits.argmax(-1))
     np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], logits, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(extra[SampleBatch.ACTION_PROB], np.ones(6), atol=1e-6)
@@ -131,7 +131,7 @@ def test_compute_log_likelihoods_match_numpy_log_softmax():
     policy = make()
     batch = pg_batch(5)
     got = policy.compute_log_likelihoods(batch[SampleBatch.ACTIONS], batch[SampleBatch.OBS])
-    _, logits = np_forward(policy.get_weights(), batch[SampleBatch.OBS])
+    _, logits = np_forward(policy.get_weights(as_dict=True), batch[SampleBatch.OBS])
     want = log_softmax(logits)[np.arange(5), batch[SampleBatch.ACTIONS]]
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
 
@@ -140,24 +140,24 @@ def test_compute_log_likelihoods_match_numpy_log_softmax():
 
 def test_learn_on_batch_sgd_step_equals_numpy_gradient(tracing):
     policy = make(SGDPG, eager_tracing=tracing)
-    before, batch = policy.get_weights(), pg_batch(8)
+    before, batch = policy.get_weights(as_dict=True), pg_batch(8)
     out = policy.learn_on_batch(batch.copy())
     grads = np_pg_grads(before, batch)
     want = {k: before[k] - 0.1 * grads[k] if k in grads else before[k] for k in before}
-    assert_weights_close(policy.get_weights(), want)
+    assert_weights_close(policy.get_weights(as_dict=True), want)
     assert out["custom_metrics"] == {} and out["learner_stats"] == {}
 
 
 def test_grad_clip_clips_by_global_norm():
     policy = make(SGDPG, grad_clip=0.05)
-    before, batch = policy.get_weights(), pg_batch(8)
+    before, batch = policy.get_weights(as_dict=True), pg_batch(8)
     policy.learn_on_batch(batch.copy())
     grads = np_pg_grads(before, batch)
     norm = np.sqrt(sum((g ** 2).sum() for g in grads.values()))
     assert norm > 0.05
     want = {k: before[k] - 0.1 * grads[k] * 0.05 / norm if k in grads else before[k]
             for k in before}
-    assert_weights_close(policy.get_weights(), want)
+    assert_weights_close(policy.get_weights(as_dict=True), want)
 
 
 def test_compute_then_apply_gradients_equals_learn_on_batch():
@@ -167,7 +167,7 @@ def test_compute_then_apply_gradients_equals_learn_on_batch():
     assert len(grads) == len(a.variables()) and info["learner_stats"] == {}
     a.apply_gradients(grads)
     b.learn_on_batch(batch.copy())
-    assert_weights_close(a.get_weights(), b.get_weights())
+    assert_weights_close(a.get_weights(as_dict=True), b.get_weights(as_dict=True))
     with pytest.raises(ValueError, match="apply_gradients got 2 gradients for the model's 6"):
         a.apply_gradients(grads[:2])
 
@@ -178,7 +178,7 @@ def test_tracing_on_and_off_give_equal_results():
         batch = pg_batch(n, seed=n)
         eager.learn_on_batch(batch.copy())
         traced.learn_on_batch(batch.copy())
-    assert_weights_close(eager.get_weights(), traced.get_weights())
+    assert_weights_close(eager.get_weights(as_dict=True), traced.get_weights(as_dict=True))
     obs = pg_batch(7)[SampleBatch.OBS]
     e_out, t_out = eager.compute_actions(obs, explore=False), traced.compute_actions(obs, explore=False)
     np.testing.assert_array_equal(e_out[0], t_out[0])
@@ -246,7 +246,7 @@ def test_multiple_optimizers_each_apply_their_own_loss():
     cls = build_eager_tf_policy("Two", loss_fn=two_losses, optimizer_fn=two_sgds,
                                 postprocess_fn=add_advantages)
     policy = make(cls, _tf_policy_handles_more_than_one_loss=True)
-    before, batch = policy.get_weights(), pg_batch(6)
+    before, batch = policy.get_weights(as_dict=True), pg_batch(6)
     # Independent gradients with a plain GradientTape on a copy of the weights.
     ws = {k: tf.Variable(before[k]) for k in KEYS}
     with tf.GradientTape(persistent=True) as tape:
@@ -259,7 +259,7 @@ def test_multiple_optimizers_each_apply_their_own_loss():
     policy.learn_on_batch(batch.copy())
     want = {k: before[k] - 0.1 * g1[k].numpy() - 0.2 * g2[k].numpy() if k in ws else before[k]
             for k in before}
-    assert_weights_close(policy.get_weights(), want)
+    assert_weights_close(policy.get_weights(as_dict=True), want)
     one_loss = cls.with_updates(loss_fn=pg_loss)
     with pytest.raises(ValueError, match="loss_fn returned 1 losses for 2 optimizers"):
         make(one_loss, _tf_policy_handles_more_than_one_loss=True).learn_on_batch(pg_batch(4))
@@ -286,11 +286,11 @@ def test_get_state_set_state_restores_adam_state_and_is_a_snapshot():
     b.set_state(state)
     assert b.global_timestep == 3
     b.learn_on_batch(pg_batch(6, 3))
-    assert_weights_close(b.get_weights(), a.get_weights())
+    assert_weights_close(b.get_weights(as_dict=True), a.get_weights(as_dict=True))
     fresh = make(seed=9)
     fresh.set_weights(state["weights"])  # same weights, fresh Adam: a different step
     fresh.learn_on_batch(pg_batch(6, 3))
-    diff = max(np.abs(fresh.get_weights()[k] - a.get_weights()[k]).max() for k in KEYS)
+    diff = max(np.abs(fresh.get_weights(as_dict=True)[k] - a.get_weights(as_dict=True)[k]).max() for k in KEYS)
     assert diff > 1e-4
 
 
@@ -298,10 +298,10 @@ def test_set_state_with_bad_optimizer_state_changes_nothing():
     a, b = make(), make(seed=5)
     state = a.get_state()
     state["_optimizer_variables"] = state["_optimizer_variables"][:-1]
-    before = b.get_weights()
+    before = b.get_weights(as_dict=True)
     with pytest.raises(ValueError, match=r"holds 12 arrays but this policy's optimizers have 13"):
         b.set_state(state)
-    assert_weights_close(b.get_weights(), before)
+    assert_weights_close(b.get_weights(as_dict=True), before)
 
 
 @pytest.mark.parametrize("mutate, match", [
@@ -314,17 +314,17 @@ def test_set_state_with_bad_optimizer_state_changes_nothing():
 ])
 def test_set_weights_errors_change_nothing(mutate, match):
     policy = make()
-    before = policy.get_weights()
+    before = policy.get_weights(as_dict=True)
     bad = mutate({k: v + 1.0 for k, v in before.items()})
     with pytest.raises(ValueError, match=match):
         policy.set_weights(bad)
-    assert_weights_close(policy.get_weights(), before)
+    assert_weights_close(policy.get_weights(as_dict=True), before)
 
 
 def test_set_weights_accepts_rllib_list_in_variables_order():
     a, b = make(), make(seed=4)
-    b.set_weights(list(a.get_weights().values()))
-    assert_weights_close(b.get_weights(), a.get_weights())
+    b.set_weights(list(a.get_weights(as_dict=True).values()))
+    assert_weights_close(b.get_weights(as_dict=True), a.get_weights(as_dict=True))
 
 
 # ------------------------------------------------------------------ recurrent
@@ -361,12 +361,12 @@ def lstm_batch():
 
 def test_lstm_learning_traced_equals_eager_and_changes_weights():
     eager, traced = make(model=LSTM), make(model=LSTM, eager_tracing=True)
-    before = eager.get_weights()
+    before = eager.get_weights(as_dict=True)
     for policy in (eager, traced):
         policy.learn_on_batch(lstm_batch())
         policy.learn_on_batch(lstm_batch())
-    after = eager.get_weights()
-    assert_weights_close(after, traced.get_weights())
+    after = eager.get_weights(as_dict=True)
+    assert_weights_close(after, traced.get_weights(as_dict=True))
     changed = [k for k in before if not np.allclose(before[k], after[k], atol=1e-6)]
     assert any("lstm" in k for k in changed) and any("logits" in k for k in changed)
 
@@ -387,7 +387,7 @@ def test_fake_gpu_towers_step_equals_single_device_step_with_grad_clip():
     same_rows = SampleBatch({k: v[[0, 1, 4, 5]] for k, v in batch.items()})
     single.load_batch_into_buffer(same_rows)
     single.learn_on_loaded_batch(offset=0)
-    assert_weights_close(towers.get_weights(), single.get_weights())
+    assert_weights_close(towers.get_weights(as_dict=True), single.get_weights(as_dict=True))
 
 
 def test_buffer_errors():

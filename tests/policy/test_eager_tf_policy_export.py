@@ -35,7 +35,7 @@ def make(model, seed=0):
     policy = PG(OBS, ACT, {"model": dict(model), "lr": 0.05})
     r = np.random.default_rng(seed)
     policy.set_weights({k: r.normal(0, 0.7, v.shape).astype(np.float32)
-                        for k, v in policy.get_weights().items()})
+                        for k, v in policy.get_weights(as_dict=True).items()})
     return policy
 
 
@@ -125,8 +125,8 @@ def test_export_checkpoint_restores_with_tf_checkpoint_and_from_checkpoint(tmp_p
     ckpt.read(str(tmp_path / "ckpt")).assert_existing_objects_matched()
     eager_export.apply_restored_timestep(b, ckpt)
     assert b.global_timestep == a.global_timestep == 5
-    for k, v in a.get_weights().items():
-        np.testing.assert_allclose(b.get_weights()[k], v, rtol=1e-6, atol=1e-7)
+    for k, v in a.get_weights(as_dict=True).items():
+        np.testing.assert_allclose(b.get_weights(as_dict=True)[k], v, rtol=1e-6, atol=1e-7)
     for x, y in zip(a.get_state()["_optimizer_variables"], b.get_state()["_optimizer_variables"]):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
 
@@ -134,6 +134,6 @@ def test_export_checkpoint_restores_with_tf_checkpoint_and_from_checkpoint(tmp_p
     assert type(c) is PG and c.global_timestep == 5
     a.learn_on_batch(batch.copy())
     c.learn_on_batch(batch.copy())  # same Adam state -> same step
-    for k, v in a.get_weights().items():
-        np.testing.assert_allclose(c.get_weights()[k], v, rtol=1e-5, atol=1e-6)
+    for k, v in a.get_weights(as_dict=True).items():
+        np.testing.assert_allclose(c.get_weights(as_dict=True)[k], v, rtol=1e-5, atol=1e-6)
     assert isinstance(c, Policy)

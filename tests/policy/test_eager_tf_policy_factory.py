@@ -251,9 +251,9 @@ def test_build_tf_policy_as_eager_gives_a_working_eager_class():
     eager_cls = graph_cls.as_eager()
     assert issubclass(eager_cls, EagerTFPolicy) and eager_cls.__name__ == "PGX_eager"
     policy = eager_cls(OBS, ACT, {"framework": "tf2", **CONFIG})
-    before = policy.get_weights()
+    before = policy.get_weights(as_dict=True)
     policy.learn_on_batch(batch())
-    assert any(not np.allclose(before[k], v, atol=1e-6) for k, v in policy.get_weights().items())
+    assert any(not np.allclose(before[k], v, atol=1e-6) for k, v in policy.get_weights(as_dict=True).items())
 
 
 def test_tf_mixins_work_on_eager_policies():
@@ -284,7 +284,7 @@ def test_tf_mixins_work_on_eager_policies():
     policy.on_global_var_update({"timestep": 5})
     assert policy.global_timestep == 5
     np.testing.assert_allclose(float(policy._optimizer.learning_rate.numpy()), 0.2, rtol=1e-6)
-    weights = policy.get_weights()
+    weights = policy.get_weights(as_dict=True)
     target_keys = [k for k in weights if k.startswith("target_model.")]
     assert len(target_keys) == len(policy.model.variables())
     for k in target_keys:  # hard-synced by TargetNetworkMixin.__init__

@@ -68,7 +68,7 @@ def test_complete_config_is_copied_not_shared():
 @pytest.mark.parametrize("obs_space, config, exc, match", [
     (OBS, {"gamma": 2.0}, ValueError, "gamma"),
     (OBS, {"framework": "mxnet"}, ValueError, "framework"),
-    (OBS, {"model": {"fcnet_hidden": [3]}}, ValueError, "fcnet_hidden"),
+    (OBS, {"model": {"max_seq_len": 0}}, ValueError, "model.max_seq_len"),
     (OBS, [("lr", 1)], TypeError, "config must be a dict"),
     ((2,), {}, TypeError, "observation_space must be a gymnasium"),
 ])
@@ -329,7 +329,8 @@ def test_linear_policy_view_requirements_after_dummy_init():
     vrs = p.view_requirements
     # The loss reads obs/actions/advantages; postprocessing reads rewards, dones, action_prob.
     assert sorted(vrs) == sorted(["obs", "actions", "advantages", "action_prob", "rewards", "dones",
-                                  "infos", "eps_id", "unroll_id", "agent_index",
+                                  "terminateds", "truncateds", "infos", "eps_id", "unroll_id",
+                                  "agent_index",
                                   # read by the default compute_actions_from_input_dict:
                                   "prev_actions", "prev_rewards"])
     for gone in ("new_obs", "t", "action_dist_inputs"):

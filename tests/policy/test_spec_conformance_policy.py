@@ -47,7 +47,8 @@ class Recording(Policy):
 def test_default_view_requirements_layout():
     vr = Recording().view_requirements
     assert set(vr) == {"obs", "new_obs", "actions", "prev_actions", "rewards", "prev_rewards",
-                       "dones", "infos", "eps_id", "unroll_id", "agent_index", "t"}
+                       "dones", "terminateds", "truncateds", "infos", "eps_id", "unroll_id",
+                       "agent_index", "t"}
     assert vr["obs"].space == OBS and vr["obs"].shift == 0
     assert vr["new_obs"].data_col == "obs" and vr["new_obs"].shift == 1
     assert vr["new_obs"].space == OBS
