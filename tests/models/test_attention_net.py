@@ -388,3 +388,42 @@ def test_tf_trxlnet_keeps_the_last_max_seq_len_observations(tf_modules):
     assert out.shape == (2, 2)
     np.testing.assert_allclose(kept[:, -1], obs, **TOL)  # newest last
     np.testing.assert_allclose(kept[:, :2], 0.0)
+
+
+def test_keras_attention_wrapper_on_a_native_keras_model(tf_modules):
+    """RLlib 1.11's native-model path: a Keras model class wrapped by Keras_AttentionWrapper."""
+    tf1, tf = tf_modules
+    if not tf1.executing_eagerly():
+        pytest.skip("native Keras models are eager-only here")
+    from rlpolicy.models.tf.attention_net import Keras_AttentionWrapper
+    from rlpolicy.utils.framework import get_keras
+
+    keras = get_keras()
+
+    class TinyKerasNet(keras.Model):
+        def __init__(self, input_space, action_space, num_outputs, *, name, **kwargs):
+            super().__init__(name=name)
+            inp = keras.layers.Input(shape=input_space.shape)
+            self.base = keras.Model(inp, keras.layers.Dense(5, activation="tanh")(inp))
+
+        def call(self, input_dict):
+            return self.base(input_dict["obs"]), [], {}
+
+    model = Keras_AttentionWrapper(OBS, ACT, 2, name="kw", wrapped_cls=TinyKerasNet, max_seq_len=4,
+                                   attention_dim=8, attention_head_dim=4, attention_num_heads=2,
+                                   attention_memory_inference=3, attention_position_wise_mlp_dim=8,
+                                   attention_use_n_prev_rewards=1)
+    assert model.gtrxl.obs_dim == 5 + 1
+    vrs = model.view_requirements
+    assert vrs["state_in_0"].shift_from == -3 and vrs["prev_rewards"].shift_from == -1 and vrs["obs"].space == OBS
+    obs, memory = _np(0, 6, 3), _np(1, 2, 3, 8)
+    logits, mem, extra = model({"obs": tf.constant(obs), "state_in_0": tf.constant(memory),
+                                "prev_rewards": tf.zeros((6, 1)), "seq_lens": tf.constant([3, 3])})
+    assert logits.shape == (6, 2) and mem[0].shape == (6, 8) and extra["vf_preds"].shape == (6,)
+    # The first memory stream is the projection of [features, prev reward] of each step.
+    feats = np.concatenate([model.wrapped_keras_model.base(obs).numpy(), np.zeros((6, 1), np.float32)], 1)
+    (proj,) = [layer for layer in model.gtrxl.trxl_model.layers if type(layer).__name__ == "Dense"]
+    w, b = (v.numpy() for v in proj.weights)
+    np.testing.assert_allclose(mem[0].numpy(), feats @ w + b, **TOL)
+    with pytest.raises(ValueError, match="needs 'seq_lens'"):
+        model({"obs": tf.constant(obs), "state_in_0": tf.constant(memory)})

@@ -25,7 +25,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy.models._attention_views import (action_input_size, check_positive_ints, flat_obs_dim,
+from rlpolicy.models._attention_views import (action_input_size, check_non_negative_ints,
+                                              check_positive_ints, flat_obs_dim,
                                               memory_view_requirements,
                                               prev_action_reward_view_requirements, wrapper_config)
 from rlpolicy.models.modelv2 import ModelV2
@@ -145,6 +146,39 @@ class TrXLNet(RecurrentNetwork):
         return [np.zeros((self.max_seq_len, self.obs_dim), np.float32)]
 
 
+def _gtrxl_keras_model(obs_dim: int, num_units: int, dim: int, num_heads: int, head_dim: int,
+                       mlp_dim: int, gate_bias: float, num_outputs: Optional[int]) -> Tuple[Any, Any]:
+    """The GTrXL of [2] as a Keras model, and its logits tensor (None without heads).
+
+    Inputs ``inputs`` [B, T, obs_dim] and ``memory_in_i`` [B, Tau, dim]; outputs
+    ``[logits, values]`` (if ``num_outputs``) or ``[features]``, followed by the
+    L memory outputs (the input of every unit: the projection, then units 1..L-1).
+    """
+    input_layer = keras.layers.Input(shape=(None, obs_dim), name="inputs")
+    memory_ins = [keras.layers.Input(shape=(None, dim), dtype=tf.float32, name=f"memory_in_{i}")
+                  for i in range(num_units)]
+    out = keras.layers.Dense(dim)(input_layer)
+    memory_outs = [out]
+    for i in range(num_units):
+        out = SkipConnection(
+            RelativeMultiHeadAttention(out_dim=dim, num_heads=num_heads, head_dim=head_dim,
+                                       input_layernorm=True, output_activation=tf.nn.relu),
+            fan_in_layer=GRUGate(gate_bias), name=f"mha_{i + 1}")(out, memory=memory_ins[i])
+        out = SkipConnection(
+            keras.Sequential((keras.layers.LayerNormalization(axis=-1),
+                              PositionwiseFeedforward(out_dim=dim, hidden_dim=mlp_dim,
+                                                      output_activation=tf.nn.relu))),
+            fan_in_layer=GRUGate(gate_bias), name=f"pos_wise_mlp_{i + 1}")(out)
+        memory_outs.append(out)
+    logits = None
+    if num_outputs is not None:
+        logits = keras.layers.Dense(num_outputs, activation=None, name="logits")(out)
+        outs = [logits, keras.layers.Dense(1, activation=None, name="values")(out)]
+    else:
+        outs = [out]
+    return keras.Model(inputs=[input_layer] + memory_ins, outputs=outs + memory_outs[:-1]), logits
+
+
 @PublicAPI
 class GTrXLNet(RecurrentNetwork):
     """The gated Transformer-XL (GTrXL) of [2], a drop-in replacement for an LSTM.
@@ -212,31 +246,12 @@ class GTrXLNet(RecurrentNetwork):
 
     def _build_trxl_model(self, num_heads: int, head_dim: int, mlp_dim: int, gate_bias: float) -> Any:
         """Keras model [inputs, memory_in_0..L-1] -> [logits, values,] memory outs (RLlib's layout)."""
-        dim = self.attention_dim
-        input_layer = keras.layers.Input(shape=(None, self.obs_dim), name="inputs")
-        memory_ins = [keras.layers.Input(shape=(None, dim), dtype=tf.float32, name=f"memory_in_{i}")
-                      for i in range(self.num_transformer_units)]
-        out = keras.layers.Dense(dim)(input_layer)
-        memory_outs = [out]
-        for i in range(self.num_transformer_units):
-            out = SkipConnection(
-                RelativeMultiHeadAttention(out_dim=dim, num_heads=num_heads, head_dim=head_dim,
-                                           input_layernorm=True, output_activation=tf.nn.relu),
-                fan_in_layer=GRUGate(gate_bias), name=f"mha_{i + 1}")(out, memory=memory_ins[i])
-            out = SkipConnection(
-                keras.Sequential((keras.layers.LayerNormalization(axis=-1),
-                                  PositionwiseFeedforward(out_dim=dim, hidden_dim=mlp_dim,
-                                                          output_activation=tf.nn.relu))),
-                fan_in_layer=GRUGate(gate_bias), name=f"pos_wise_mlp_{i + 1}")(out)
-            memory_outs.append(out)
-        if self.num_outputs is not None:
-            self._logits = keras.layers.Dense(self.num_outputs, activation=None, name="logits")(out)
-            values = keras.layers.Dense(1, activation=None, name="values")(out)
-            outs = [self._logits, values]
-        else:
-            outs = [out]
-            self.num_outputs = dim
-        return keras.Model(inputs=[input_layer] + memory_ins, outputs=outs + memory_outs[:-1])
+        model, logits = _gtrxl_keras_model(self.obs_dim, self.num_transformer_units, self.attention_dim,
+                                           num_heads, head_dim, mlp_dim, gate_bias, self.num_outputs)
+        self._logits = logits
+        if self.num_outputs is None:
+            self.num_outputs = self.attention_dim
+        return model
 
     @override(ModelV2)
     def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
@@ -394,4 +409,147 @@ def _require(input_dict: Dict[str, TensorType], key: str, model: AttentionWrappe
     return input_dict[key]
 
 
-__all__ = ["PositionwiseFeedforward", "TrXLNet", "GTrXLNet", "AttentionWrapper"]
+@PublicAPI
+class Keras_GTrXLNet(keras.Model if keras is not None else object):
+    """The GTrXL of [2] as a native Keras model (RLlib 1.11's experimental native-model API).
+
+    ``call(inputs, memory_ins)`` takes flat inputs [B*T, obs_dim] (B =
+    ``len(memory_ins[0])``) and L memories [B, Tau, attention_dim]; it returns
+    the features [B*T, attention_dim] and the L memory rows [B*T,
+    attention_dim]. ``view_requirements`` are those of :class:`GTrXLNet`.
+    """
+
+    def __init__(self, input_space: gym.spaces.Space, action_space: gym.spaces.Space, *, name: str,
+                 max_seq_len: int = 20, num_transformer_units: int = 1, attention_dim: int = 64,
+                 num_heads: int = 2, memory_inference: int = 50, memory_training: int = 50,
+                 head_dim: int = 32, position_wise_mlp_dim: int = 32, init_gru_gate_bias: float = 2.0):
+        """Initializes a Keras_GTrXLNet (arguments as :class:`GTrXLNet`'s, plus ``max_seq_len``).
+
+        Raises:
+            ValueError: A size is not a positive int or the input space is not 1-D.
+        """
+        super().__init__(name=name)
+        owner = f"Keras_GTrXLNet({name!r})"
+        check_positive_ints(owner, max_seq_len=max_seq_len, num_transformer_units=num_transformer_units,
+                            attention_dim=attention_dim, num_heads=num_heads, memory_inference=memory_inference,
+                            memory_training=memory_training, head_dim=head_dim,
+                            position_wise_mlp_dim=position_wise_mlp_dim)
+        self.num_transformer_units = num_transformer_units
+        self.attention_dim = attention_dim
+        self.num_heads = num_heads
+        self.memory_inference = memory_inference
+        self.memory_training = memory_training
+        self.head_dim = head_dim
+        self.max_seq_len = max_seq_len
+        self.obs_dim = flat_obs_dim(owner, input_space)
+        self.trxl_model, _ = _gtrxl_keras_model(self.obs_dim, num_transformer_units, attention_dim, num_heads,
+                                                head_dim, position_wise_mlp_dim, init_gru_gate_bias, None)
+        from rlpolicy.policy.view_requirement import ViewRequirement
+
+        self.view_requirements = {"obs": ViewRequirement(space=input_space)}
+        self.view_requirements.update(memory_view_requirements(
+            num_transformer_units, attention_dim, memory_inference, max_seq_len))
+
+    def call(self, inputs: TensorType, memory_ins: List[TensorType]) -> Tuple[TensorType, List[TensorType]]:
+        """[B*T, obs_dim] + L memories [B, Tau, dim] -> features [B*T, dim], L memory rows [B*T, dim]."""
+        b = tf.shape(memory_ins[0])[0]
+        shape = tf.shape(inputs)
+        inputs = tf.reshape(inputs, tf.concat([[b, shape[0] // b], shape[1:]], axis=0))
+        all_out = self.trxl_model([inputs] + list(memory_ins))
+        all_out = all_out if isinstance(all_out, (list, tuple)) else [all_out]
+        out = tf.reshape(all_out[0], [-1, self.attention_dim])
+        return out, [tf.reshape(m, [-1, self.attention_dim]) for m in all_out[1:]]
+
+
+@PublicAPI
+class Keras_AttentionWrapper(keras.Model if keras is not None else object):
+    """A GTrXL on top of a native Keras model (``use_attention`` with native models, RLlib 1.11).
+
+    ``wrapped_cls(input_space, action_space, None, name=..., **kwargs)`` is
+    built first; its first output (plus the previous actions/rewards, if
+    asked for) feeds a :class:`Keras_GTrXLNet`, then linear logits and value
+    layers. ``call(input_dict)`` returns ``(logits, memory_outs, {"vf_preds":
+    values})``.
+    """
+
+    def __init__(self, input_space: gym.spaces.Space, action_space: gym.spaces.Space,
+                 num_outputs: Optional[int] = None, *, name: str, wrapped_cls: type,
+                 max_seq_len: int = 20, attention_num_transformer_units: int = 1, attention_dim: int = 64,
+                 attention_num_heads: int = 1, attention_head_dim: int = 32,
+                 attention_memory_inference: int = 50, attention_memory_training: int = 50,
+                 attention_position_wise_mlp_dim: int = 32, attention_init_gru_gate_bias: float = 2.0,
+                 attention_use_n_prev_actions: int = 0, attention_use_n_prev_rewards: int = 0, **kwargs: Any):
+        """Initializes a Keras_AttentionWrapper (the ``attention_*`` model config keys as kwargs).
+
+        Raises:
+            ValueError: A size is not a valid int.
+        """
+        super().__init__(name=name)
+        owner = f"Keras_AttentionWrapper({name!r})"
+        check_positive_ints(owner, num_outputs=num_outputs)
+        check_non_negative_ints(owner, attention_use_n_prev_actions=attention_use_n_prev_actions,
+                                attention_use_n_prev_rewards=attention_use_n_prev_rewards)
+        self.wrapped_keras_model = wrapped_cls(input_space, action_space, None, name="wrapped_" + name, **kwargs)
+        self.action_space = action_space
+        self.max_seq_len = max_seq_len
+        self.use_n_prev_actions = int(attention_use_n_prev_actions)
+        self.use_n_prev_rewards = int(attention_use_n_prev_rewards)
+        self.attention_dim = attention_dim
+        self.action_dim = action_input_size(action_space)
+        in_size = _keras_output_size(self.wrapped_keras_model, input_space)
+        in_size += self.use_n_prev_actions * self.action_dim + self.use_n_prev_rewards
+        in_space = gym.spaces.Box(float("-inf"), float("inf"), shape=(in_size,), dtype=np.float32)
+        self.gtrxl = Keras_GTrXLNet(
+            in_space, action_space, name="gtrxl", max_seq_len=max_seq_len,
+            num_transformer_units=attention_num_transformer_units, attention_dim=attention_dim,
+            num_heads=attention_num_heads, head_dim=attention_head_dim,
+            memory_inference=attention_memory_inference, memory_training=attention_memory_training,
+            position_wise_mlp_dim=attention_position_wise_mlp_dim,
+            init_gru_gate_bias=attention_init_gru_gate_bias)
+        self._logits_layer = keras.layers.Dense(num_outputs, activation=None)
+        self._value_layer = keras.layers.Dense(1, activation=None)
+        self.view_requirements = self.gtrxl.view_requirements
+        self.view_requirements["obs"].space = input_space
+        self.view_requirements.update(prev_action_reward_view_requirements(
+            action_space, self.use_n_prev_actions, self.use_n_prev_rewards))
+
+    def call(self, input_dict: Dict[str, TensorType]) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        """input_dict (obs, state_in_i, seq_lens, prev_actions/rewards) -> logits, memory outs, vf_preds.
+
+        Raises:
+            ValueError: Without ``seq_lens`` or a prev column the config asks for.
+        """
+        if input_dict.get("seq_lens") is None:
+            raise ValueError(f"Keras_AttentionWrapper({self.name!r}): input_dict needs 'seq_lens' (one entry per sequence; ones when acting)")
+        wrapped_out, _, _ = self.wrapped_keras_model(input_dict)
+        extra = []
+        if self.use_n_prev_actions:
+            prev = _require(input_dict, "prev_actions", self)
+            extra.append(encode_prev_actions(prev, self.action_space, self.use_n_prev_actions))
+        if self.use_n_prev_rewards:
+            prev_r = _require(input_dict, "prev_rewards", self)
+            extra.append(tf.reshape(tf.cast(prev_r, tf.float32), [-1, self.use_n_prev_rewards]))
+        if extra:
+            wrapped_out = tf.concat([tf.cast(wrapped_out, tf.float32)] + extra, axis=1)
+        i, memory_ins = 0, []
+        while f"state_in_{i}" in input_dict:
+            memory_ins.append(tf.cast(input_dict[f"state_in_{i}"], tf.float32))
+            i += 1
+        features, memory_outs = self.gtrxl(wrapped_out, memory_ins)
+        values = tf.reshape(self._value_layer(features), [-1])
+        return self._logits_layer(features), memory_outs, {"vf_preds": values}
+
+
+def _keras_output_size(model: Any, input_space: gym.spaces.Space) -> int:
+    """Width of a native Keras model's first output (the flat input size if it has no layers)."""
+    if not getattr(model, "layers", None):
+        return int(np.prod(input_space.shape))
+    outputs = getattr(model.layers[-1], "outputs", None)
+    shape = outputs[0].shape if outputs else None
+    if shape is None or len(shape) != 2 or shape[1] is None:
+        raise ValueError(f"Keras_AttentionWrapper: cannot tell the output size of the wrapped model {type(model).__name__}: its last layer must be a built Keras model/layer with one [B, n] output")
+    return int(shape[1])
+
+
+__all__ = ["PositionwiseFeedforward", "TrXLNet", "GTrXLNet", "AttentionWrapper", "Keras_GTrXLNet",
+           "Keras_AttentionWrapper"]
