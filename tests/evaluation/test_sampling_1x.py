@@ -467,3 +467,30 @@ def test_worker_set_passes_the_1x_trainer_keys_to_its_workers():
     ws.sync_filters()  # no remote workers: the local filter stays as it is
     assert local.filters["default_policy"].rs.n == 9
     ws.stop()
+
+
+def test_mean_std_filter_on_raw_dict_observations():
+    class DictEnv(CountingEnv):
+        observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-9.0, 9.0, (1,), np.float32),
+                                             "id": gym.spaces.Discrete(3)})
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return {"pos": np.array([0.0], np.float32), "id": 2}, {}
+
+        def step(self, action):
+            _, r, term, trunc, info = super().step(action)
+            return {"pos": np.array([2.0 * self.t], np.float32), "id": self.t % 3}, r, term, trunc, info
+
+    worker = _worker(lambda: DictEnv(length=3), observation_filter="MeanStdFilter", rollout_fragment_length=3,
+                     policy_config={"_disable_preprocessor_api": True})
+    batch = worker.sample()
+    f = worker.filters["default_policy"]
+    assert f.rs["id"] is None  # Discrete parts are not normalized
+    seen = np.array([0.0, 2.0, 4.0, 6.0, 0.0])  # pos of obs t=0..3, then the next reset
+    assert f.rs["pos"].n == 5
+    np.testing.assert_allclose(f.rs["pos"].mean, [seen.mean()], atol=1e-6)
+    np.testing.assert_array_equal(batch[SampleBatch.OBS]["id"], [2, 1, 2])
+    first2 = seen[:2]
+    np.testing.assert_allclose(batch[SampleBatch.OBS]["pos"][1], [(2.0 - first2.mean()) / (first2.std(ddof=1) + 1e-6)],
+                               atol=1e-5)
