@@ -474,7 +474,7 @@ def _unpack_obs(obs: TensorType, space: gym.spaces.Space, tensorlib: Any = np
     for p, sub in zip(prep.preprocessors, _sub_spaces(space)):
         piece = obs[..., offset:offset + p.size]
         offset += p.size
-        piece = tensorlib.reshape(piece, batch_dims + list(p.shape))
+        piece = tensorlib.reshape(piece, _target_shape(batch_dims, list(p.shape)))
         parts.append(_unpack_obs(piece, sub, tensorlib=tensorlib))
     if isinstance(space, gym.spaces.Tuple):
         return parts
@@ -485,8 +485,8 @@ def _unpack_repeated(obs: TensorType, space: Repeated, prep: Any, batch_dims: Li
                      tensorlib: Any) -> RepeatedValues:
     # RLlib 1.11's layout: [..., 1 + max_len * item_size] -> lengths [...] and
     # items [..., max_len, item_size] (then unpacked by the child space).
-    items = tensorlib.reshape(obs[..., 1:],
-                              batch_dims + [space.max_len, prep.child_preprocessor.size])
+    items = tensorlib.reshape(
+        obs[..., 1:], _target_shape(batch_dims, [space.max_len, prep.child_preprocessor.size]))
     values = _unpack_obs(items, space.child_space, tensorlib=tensorlib)
     return RepeatedValues(values, lengths=obs[..., 0], max_len=space.max_len)
 
@@ -506,6 +506,15 @@ def _batch_dims(obs: Any, shape: List[Optional[int]], tensorlib: Any) -> List[An
         dyn = tensorlib.shape(obs)
         return [dyn[i] if d is None else d for i, d in enumerate(dims)]
     return list(dims)
+
+
+def _target_shape(batch_dims: List[Any], tail: List[int]) -> List[Any]:
+    """``batch_dims + tail``, with -1 for a static leading batch dim: a traced
+    (TorchScript) model must not bake in the batch size it was traced with.
+    (Not for zero-size tails, where -1 would be ambiguous.)"""
+    if batch_dims and isinstance(batch_dims[0], int) and int(np.prod(tail)) > 0:
+        return [-1] + list(batch_dims[1:]) + list(tail)
+    return list(batch_dims) + list(tail)
 
 
 def _cached_preprocessor(space: gym.spaces.Space) -> Any:
