@@ -379,3 +379,15 @@ def test_no_default_model_for_an_unflattened_repeated_space():
                        match=r"no default model for observation space Repeated\(Box.*, 3\).*custom_model"):
         ModelCatalog.get_model_v2(LIST3, Discrete(2), 2, {"_disable_preprocessor_api": True},
                                   framework="torch")
+
+
+def test_convert_to_torch_tensor_converts_the_values():
+    torch = pytest.importorskip("torch")
+    from rlpolicy.utils.torch_utils import convert_to_torch_tensor
+
+    rv = RepeatedValues({"a": np.ones((2, 3, 1), np.float32)}, np.array([1.0, 3.0]), 3)
+    out = convert_to_torch_tensor({"obs": rv})["obs"]
+    assert isinstance(out, RepeatedValues) and out.max_len == 3
+    assert torch.is_tensor(out.values["a"]) and tuple(out.values["a"].shape) == (2, 3, 1)
+    np.testing.assert_array_equal(np.asarray(out.lengths), [1.0, 3.0])  # as 1.11: left as given
+    assert [len(x) for x in out.unbatch_all()] == [1, 3]
