@@ -227,7 +227,7 @@ class ModelCatalog:
         """
         model_config = MODEL_DEFAULTS if model_config is None else model_config
         _check_framework(framework)
-        _check_recurrent_wrapping(model_config)
+        _check_recurrent_wrapping(model_config, action_space)
         if model_config.get("custom_model"):
             return _build_custom_model(obs_space, action_space, num_outputs, model_config,
                                        framework, name, model_interface, model_kwargs)
@@ -435,10 +435,15 @@ def _is_keras_model(cls: type) -> bool:
     return issubclass(cls, get_keras().Model)
 
 
-def _check_recurrent_wrapping(model_config: ModelConfigDict) -> None:
-    """RLlib 1.11's rule: at most one of ``use_lstm`` / ``use_attention``."""
+def _check_recurrent_wrapping(model_config: ModelConfigDict, action_space: gym.Space) -> None:
+    """RLlib 1.11's rules: at most one of ``use_lstm`` / ``use_attention``, and the
+    attention net reads previous Dict/Tuple actions only unflattened."""
     if model_config.get("use_lstm") and model_config.get("use_attention"):
         raise ValueError("model config: only one of use_lstm and use_attention may be True")
+    if (model_config.get("use_attention") and (model_config.get("attention_use_n_prev_actions") or 0) > 0
+            and isinstance(action_space, (gym.spaces.Tuple, gym.spaces.Dict))
+            and not model_config.get("_disable_action_flattening")):
+        raise ValueError(f"model config: attention_use_n_prev_actions > 0 with the complex action space {action_space} needs _disable_action_flattening=True in the model config (as RLlib 1.11)")
 
 
 def _maybe_wrap_lstm(model_cls: type, model_config: ModelConfigDict, framework: str) -> type:

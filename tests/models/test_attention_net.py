@@ -345,6 +345,23 @@ def test_catalog_use_attention_wraps_the_default_model(run):
         ModelCatalog.get_model_v2(OBS, ACT, 4, _wrapper_config(use_lstm=True), framework="torch" if run.name == "torch" else "tf")
 
 
+def test_catalog_complex_prev_actions_need_unflattened_actions(torch):
+    from rlpolicy.models.catalog import ModelCatalog
+
+    tuple_space = gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, (2,))])
+    cfg = _wrapper_config(attention_use_n_prev_actions=2)
+    with pytest.raises(ValueError, match="needs _disable_action_flattening=True"):
+        ModelCatalog.get_model_v2(OBS, tuple_space, 4, cfg, framework="torch")
+    model = ModelCatalog.get_model_v2(OBS, tuple_space, 4, dict(cfg, _disable_action_flattening=True),
+                                      framework="torch")
+    assert model.gtrxl.obs_dim == 6 + 2 * (2 + 2)  # one-hot Discrete + flat Box, per previous step
+    prev = (torch.tensor([[1, 0]]), torch.tensor([[[0.5, -0.5], [1.0, 0.0]]]))
+    from rlpolicy.models.torch.attention_net import encode_prev_actions
+
+    np.testing.assert_array_equal(encode_prev_actions(prev, tuple_space, 2).numpy(),
+                                  [[0, 1, 0.5, -0.5, 1, 0, 1.0, 0.0]])
+
+
 def test_torch_prev_actions_encoding_by_space(torch):
     from rlpolicy.models.torch.attention_net import encode_prev_actions
 
