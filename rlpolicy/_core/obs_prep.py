@@ -78,8 +78,9 @@ def flatten_obs_batch(policy: Any, obs: Any) -> Any:
         ValueError: A raw batch that does not fit the space (the message
             names the key path, e.g. ``observation['pos']``).
     """
-    if isinstance(obs, np.ndarray) or not isinstance(obs, (dict, tuple, list)):
-        if not isinstance(obs, np.ndarray) or not _is_raw_repeated_batch(policy, obs):
+    if not isinstance(obs, (dict, tuple, list)):
+        # Arrays and tensors are flat batches, except an array of raw Repeated lists.
+        if not (isinstance(obs, np.ndarray) and _is_raw_repeated_batch(policy, obs)):
             return obs
     prep = observation_preprocessor(policy)
     if prep is None:

@@ -227,6 +227,10 @@ def test_raw_list_observations_act_like_the_numpy_reference(mode_policy):
     want = np_logits(flat, _named_weights(mode, policy))
     np.testing.assert_allclose(_logits(policy, rows), want, atol=ATOL)   # raw lists of items
     np.testing.assert_allclose(_logits(policy, flat), want, atol=ATOL)   # flat rows, unchanged
+    same_length = np.stack([np.stack(r) for r in rows if len(r) == len(rows[1])])  # [b, n, 3]
+    np.testing.assert_allclose(_logits(policy, same_length),
+                               np_logits(np.stack([encode(r) for r in same_length]),
+                                         _named_weights(mode, policy)), atol=ATOL)
     action, _, extra = policy.compute_single_action(rows[3], explore=False)
     assert ACT_SPACE.contains(int(action))
     np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], want[3], atol=ATOL)
