@@ -445,7 +445,10 @@ def test_torchscript_export_serves_flat_rows(tmp_path):
     torch = pytest.importorskip("torch")
     policy = _make("torch")
     policy.export_model(str(tmp_path))
-    loaded = torch.jit.load(str(tmp_path / "model.pt"))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch>=2.9 flags torch.jit
+        loaded = torch.jit.load(str(tmp_path / "model.pt"))
     flat = np.stack([encode(r) for r in _raw_rows(5, seed=6)])
     with torch.no_grad():
         # (a stateless model is traced with one dummy state input, see _core/torch_export)
