@@ -203,9 +203,9 @@ class AgentTrajectory:
             if col in cols or (data_col != _OBS and data_col not in self.steps):
                 continue
             if req.shift_from is not None:
-                cols[col] = stack_values([
-                    stack_values([self._value(data_col, t + int(s)) for s in req.shift_arr])
-                    for t in range(a, b)])
+                # One [rows, ...] column per shift, stacked on a new axis 1: [rows, len(shifts), ...].
+                parts = [self._stacked(data_col, a, b, int(s)) for s in req.shift_arr]
+                cols[col] = tree.map_structure(lambda *xs: np.stack(xs, axis=1), *parts)
             else:
                 cols[col] = self._stacked(data_col, a, b, int(req.shift))
 
