@@ -8,7 +8,6 @@ padded) and from hand-worked arrays, never from the code under test.
 """
 import pickle
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.spaces import Box, Dict, Discrete, Tuple
