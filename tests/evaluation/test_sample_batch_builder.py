@@ -1,5 +1,6 @@
 """SampleBatchBuilder / MultiAgentSampleBatchBuilder as RLlib 1.x offline writers and unit
 tests use them: rows in, column batches out (hand-worked values)."""
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -7,8 +8,6 @@ from rlpolicy.agents.callbacks import DefaultCallbacks
 from rlpolicy.evaluation.sample_batch_builder import MultiAgentSampleBatchBuilder, SampleBatchBuilder
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch
-
-import gymnasium as gym
 
 SPACE = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
 
