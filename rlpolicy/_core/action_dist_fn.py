@@ -64,8 +64,9 @@ class DistFnCall(NamedTuple):
             model: Its model (passed through).
             input_dict: The input dict (a SampleBatch of tensors or
                 placeholders); an old-style function gets its ``obs`` column
-                (and ``prev_action_batch``/``prev_reward_batch`` from its
-                ``prev_actions``/``prev_rewards`` columns, None if absent).
+                positionally, and ``prev_action_batch``/``prev_reward_batch``
+                (the ``prev_actions``/``prev_rewards`` columns, None if
+                absent) if it declares them.
             state_batches, seq_lens, explore, timestep, is_training: Passed
                 as keywords, each only if ``fn`` takes it. ``timestep`` is
                 not passed when it is None.
