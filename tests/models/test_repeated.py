@@ -390,3 +390,36 @@ def test_convert_to_torch_tensor_converts_the_values():
     assert torch.is_tensor(out.values["a"]) and tuple(out.values["a"].shape) == (2, 3, 1)
     np.testing.assert_array_equal(np.asarray(out.lengths), [1.0, 3.0])  # as 1.11: left as given
     assert [len(x) for x in out.unbatch_all()] == [1, 3]
+
+
+def test_layout_holds_for_any_child_space():
+    """Property: for generated child spaces (tests/space_strategies.py), row = [len, the
+    child's own encodings of the items, zeros], and restoring gives back the lengths."""
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    from space_strategies import spaces
+
+    @hypothesis.settings(max_examples=10, deadline=None, derandomize=True, database=None)
+    @hypothesis.given(child=spaces(for_obs=True, max_depth=1), max_len=st.integers(1, 3),
+                      seed=st.integers(0, 2 ** 16))
+    def check(child, max_len, seed):
+        space = Repeated(child, max_len)
+        space.seed(seed)
+        rows = [space.sample() for _ in range(3)] + [[]]
+        child_prep = get_preprocessor(child)(child)
+        prep = get_preprocessor(space)(space)
+        width = child_prep.size
+        flat = prep.transform_batch(stack_rows(rows, space))
+        assert flat.shape == (4, 1 + max_len * width)
+        for row, out in zip(rows, flat):
+            assert out[0] == len(row)
+            for i, item in enumerate(row):
+                want = child_prep.transform_batch(stack_rows([item], child))[0]
+                np.testing.assert_array_equal(out[1 + i * width:1 + (i + 1) * width], want)
+            assert not out[1 + len(row) * width:].any()
+        restored = restore_original_dimensions(flat, prep.observation_space, tensorlib="numpy")
+        np.testing.assert_array_equal(restored.lengths, [len(r) for r in rows])
+        assert [len(items) for items in restored.unbatch_all()] == [len(r) for r in rows]
+
+    check()
