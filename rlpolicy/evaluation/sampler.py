@@ -571,7 +571,10 @@ class AsyncEnvRunner:
         self.runner.stop()
 
     def __getattr__(self, name: str) -> Any:  # total_env_steps, base_env, pop_metrics, ...
-        return getattr(self.__dict__["runner"], name)
+        runner = self.__dict__.get("runner")
+        if runner is None:
+            raise AttributeError(name)
+        return getattr(runner, name)
 
 
 def env_action_fn(policy: Any, normalize_actions: Optional[bool] = None,
