@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import sys
 import tempfile
 import types
 from dataclasses import dataclass
@@ -154,9 +155,10 @@ def resolve_import_path(path: str) -> Any:
 class _Encoder:
     """Turns a nest of dicts/lists/tuples/arrays/scalars into JSON + an array table."""
 
-    def __init__(self, allow_imports: bool = False):
+    def __init__(self, allow_imports: bool = False, quiet: bool = False):
         self.arrays: Dict[str, np.ndarray] = {}
         self.allow_imports = allow_imports
+        self.quiet = quiet
         self.dropped: List[str] = []
 
     def _add_array(self, arr: np.ndarray, where: str, **extra: Any) -> Dict[str, Any]:
@@ -203,8 +205,9 @@ class _Encoder:
             path = import_path(value)
             if path is not None:
                 return {"__import__": path}
-            logger.warning("checkpoint: config value %s=%r cannot be stored without pickle; "
-                           "it is left out (the loader falls back to the default)", where, value)
+            if not self.quiet:
+                logger.warning("checkpoint: config value %s=%r cannot be stored without pickle; "
+                               "it is left out (the loader falls back to the default)", where, value)
             self.dropped.append(where)
             return _DROP
         raise TypeError(f"cannot save {where}={value!r} ({type(value).__name__}) without pickle; "
@@ -262,6 +265,8 @@ class CheckpointContents:
     config: dict
     state: dict
     dropped_config_keys: List[str]
+    class_recipe: Optional[dict] = None
+    given_config: Optional[dict] = None
 
 
 def _fsync_write(path: str, data: bytes) -> None:
@@ -302,7 +307,8 @@ def _previous_arrays_file(export_dir: str) -> Optional[str]:
 
 def write_checkpoint(export_dir: str, *, policy_class: str, observation_space: gym.Space,
                      action_space: gym.Space, config: dict, state: dict,
-                     filename_prefix: str = "model") -> str:
+                     filename_prefix: str = "model", class_recipe: Optional[dict] = None,
+                     given_config: Optional[dict] = None) -> str:
     """Writes a policy checkpoint atomically into ``export_dir``.
 
     Args:
@@ -314,6 +320,11 @@ def write_checkpoint(export_dir: str, *, policy_class: str, observation_space: g
             pickle (lambdas, local classes) are left out with a warning.
         state: The nested policy state (``Policy.get_state()``).
         filename_prefix: Prefix of the array file's name.
+        class_recipe: How to rebuild the policy class (:func:`class_recipe`);
+            None: only ``policy_class`` is recorded.
+        given_config: The config the policy's constructor was called with,
+            recorded when it differs from ``config``; the loader builds the
+            policy from it (a constructor may read the partial dict it got).
 
     Returns:
         The path of the metadata JSON file.
@@ -329,6 +340,13 @@ def write_checkpoint(export_dir: str, *, policy_class: str, observation_space: g
     cfg_encoder.arrays = encoder.arrays
     meta["config"] = cfg_encoder.encode(dict(config), "config")
     meta["dropped_config_keys"] = cfg_encoder.dropped
+    if given_config is not None:
+        # Its unstorable values are the config's own (already warned about).
+        given_encoder = _Encoder(allow_imports=True, quiet=True)
+        given_encoder.arrays = encoder.arrays
+        meta["given_config"] = given_encoder.encode(dict(given_config), "given_config")
+    if class_recipe is not None:
+        meta["policy_class_recipe"] = class_recipe
     payload = _npz_bytes(encoder.arrays)
     digest = hashlib.sha256(payload).hexdigest()
     meta["arrays_file"] = f"{filename_prefix}-{digest[:12]}.npz"
@@ -432,7 +450,10 @@ def read_checkpoint(checkpoint_dir: str) -> CheckpointContents:
             action_space=space_from_json(meta["action_space"]),
             config=_decode(meta["config"], arrays, "config"),
             state=_decode(meta["state"], arrays, "state"),
-            dropped_config_keys=list(meta.get("dropped_config_keys", [])))
+            dropped_config_keys=list(meta.get("dropped_config_keys", [])),
+            class_recipe=meta.get("policy_class_recipe"),
+            given_config=(_decode(meta["given_config"], arrays, "given_config")
+                          if "given_config" in meta else None))
     except KeyError as e:
         raise CheckpointError(f"policy checkpoint in {checkpoint_dir!r} is corrupt: missing entry {e}") from e
 
@@ -447,4 +468,106 @@ def resolve_policy_class(path: str, base: type) -> type:
             "YourPolicyClass.from_checkpoint(dir) on the class instead") from e
     if not isinstance(cls, type) or not issubclass(cls, base):
         raise CheckpointError(f"checkpoint policy class {path!r} is not a {base.__name__} subclass")
+    return cls
+
+
+# ---------------------------------------------------------------- policy classes
+# A class made at run time (``Base.as_eager()``, ``Base.with_updates(...)``,
+# ``.with_tracing()``) has no import path of its own. The method that makes
+# it records where it came from with ``record_derivation``; the checkpoint
+# then stores the recipe "import Base, call .as_eager()" and the loader
+# replays it. Only these methods are replayed, and their keyword arguments
+# are JSON values, classes or plain Python functions given by import path.
+DERIVATION_ATTR = "_rlpolicy_derivation"
+_DERIVE_METHODS = ("as_eager", "with_tracing", "with_updates")
+
+
+def record_derivation(new_cls: type, base: type, method: str, kwargs: Optional[dict] = None) -> type:
+    """Records on ``new_cls`` that it is ``base.<method>(**kwargs)``; returns ``new_cls``."""
+    if method not in _DERIVE_METHODS:
+        raise ValueError(f"record_derivation: method {method!r} is not one of {_DERIVE_METHODS}")
+    setattr(new_cls, DERIVATION_ATTR, (base, method, dict(kwargs or {})))
+    return new_cls
+
+
+def _module_global_path(cls: type) -> Optional[str]:
+    # ``MyPPO = PPOTorchPolicy.with_updates(name="X")`` at module level: the
+    # class is importable as module:MyPPO although its __qualname__ is "X".
+    module = sys.modules.get(getattr(cls, "__module__", None) or "")
+    if module is None:
+        return None
+    for name, value in list(vars(module).items()):
+        if value is cls and name.isidentifier():
+            path = f"{module.__name__}:{name}"
+            try:
+                if resolve_import_path(path) is cls:
+                    return path
+            except (ImportError, AttributeError, CheckpointError):
+                return None
+    return None
+
+
+def _derivation(cls: type) -> Optional[tuple]:
+    found = cls.__dict__.get(DERIVATION_ATTR)
+    if found is not None:
+        return found
+    # An eager class' .with_tracing() subclass: "<Base>_traced" over one base.
+    if (cls.__dict__.get("_force_tracing") is True and len(cls.__bases__) == 1
+            and cls.__name__ == cls.__bases__[0].__name__ + "_traced"):
+        return cls.__bases__[0], "with_tracing", {}
+    return None
+
+
+def class_recipe(cls: type) -> Optional[dict]:
+    """How a checkpoint rebuilds ``cls``: ``{"import": "module:name"}`` for a
+    class that can be imported, ``{"of": <recipe>, "call": method, "kwargs":
+    {...}}`` for one made by ``as_eager``/``with_tracing``/``with_updates`` of
+    such a class; None if neither applies (a class defined in a function and
+    not recorded, or a derivation with arguments that cannot be stored).
+    """
+    path = import_path(cls) or _module_global_path(cls)
+    if path is not None:
+        return {"import": path}
+    derivation = _derivation(cls)
+    if derivation is None:
+        return None
+    base, method, kwargs = derivation
+    base_recipe = class_recipe(base)
+    if base_recipe is None:
+        return None
+    encoder = _Encoder(allow_imports=True)
+    encoded = {}
+    for key, value in kwargs.items():
+        item = encoder.encode(value, f"{cls.__name__}.{method}({key})")
+        if item is _DROP or encoder.arrays:
+            return None
+        encoded[key] = item
+    return {"of": base_recipe, "call": method, "kwargs": encoded}
+
+
+def rebuild_class(recipe: Any, base: type) -> type:
+    """Rebuilds the class a :func:`class_recipe` describes; checks it is a ``base`` subclass.
+
+    Raises:
+        CheckpointError: If the recipe is malformed, names something that
+            cannot be imported, or asks for a method other than ``as_eager``,
+            ``with_tracing`` and ``with_updates``.
+    """
+    if not isinstance(recipe, dict):
+        raise CheckpointError(f"invalid policy class recipe {recipe!r} in checkpoint")
+    if "import" in recipe:
+        return resolve_policy_class(recipe["import"], base)
+    method, kwargs = recipe.get("call"), recipe.get("kwargs", {})
+    if method not in _DERIVE_METHODS or not isinstance(kwargs, dict) or "of" not in recipe:
+        raise CheckpointError(f"invalid policy class recipe {recipe!r} in checkpoint; a derived "
+                              f"class is 'of' a class and 'call's one of {_DERIVE_METHODS}")
+    parent = rebuild_class(recipe["of"], base)
+    kwargs = _decode(kwargs, {}, f"policy class {parent.__name__}.{method}")
+    maker = getattr(parent, method, None)
+    if maker is None:
+        raise CheckpointError(f"checkpoint policy class {parent.__name__} has no {method}(); "
+                              "it cannot rebuild the recorded class")
+    cls = maker(**kwargs)
+    if not isinstance(cls, type) or not issubclass(cls, base):
+        raise CheckpointError(f"{parent.__name__}.{method}() did not return a {base.__name__} subclass")
     return cls

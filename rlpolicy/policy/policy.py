@@ -96,7 +96,27 @@ def complete_policy_config(policy: "Policy", config: Optional[dict],
         defaults = _class_default_config(policy)
     full = _completed_config(config, defaults, type(policy).__name__)
     policy.__dict__["_precompleted_config"] = full
+    # What the constructor was given, for checkpoints (see export_checkpoint).
+    policy.__dict__.setdefault("_given_config", _copy_given_config(config))
     return full
+
+
+def _same_config(a: dict, b: dict) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # arrays or tensors inside: compare as different
+        return False
+
+
+def _copy_given_config(config: Optional[dict]) -> dict:
+    import copy
+
+    if not isinstance(config, dict):
+        return {}
+    try:
+        return copy.deepcopy(config)
+    except Exception:  # an uncopyable value (a lock, an env handle): keep the top level
+        return dict(config)
 
 
 def _class_default_config(policy: "Policy") -> Optional[dict]:
@@ -520,18 +540,32 @@ class Policy(metaclass=ABCMeta):
             policy_state: The state to save; default ``self.get_state()``.
         """
         cls = type(self)
+        recipe = checkpoint.class_recipe(cls)
+        if recipe is None:
+            logger.warning("export_checkpoint: policy class %s (%s) cannot be imported by name, so "
+                           "Policy.from_checkpoint(dir) cannot rebuild it; restore this checkpoint "
+                           "with %s.from_checkpoint(dir)", cls.__qualname__, cls.__module__, cls.__name__)
+        given = self.__dict__.get("_given_config")
+        path = recipe.get("import") if recipe else None
         checkpoint.write_checkpoint(
-            export_dir, policy_class=f"{cls.__module__}:{cls.__qualname__}",
+            export_dir, policy_class=path or f"{cls.__module__}:{cls.__qualname__}",
             observation_space=self.observation_space, action_space=self.action_space,
             config=self.config, state=self.get_state() if policy_state is None else policy_state,
-            filename_prefix=filename_prefix)
+            filename_prefix=filename_prefix, class_recipe=None if path else recipe,
+            given_config=None if given is None or _same_config(given, self.config) else given)
 
     @classmethod
     def from_checkpoint(cls, checkpoint_dir: str, config_overrides: Optional[dict] = None) -> "Policy":
         """Rebuilds a policy saved by :meth:`export_checkpoint`.
 
         Called on ``Policy`` itself, the class recorded in the checkpoint is
-        imported; called on a subclass, that subclass is built.
+        rebuilt: imported by its path, or, for a class made by ``as_eager()``,
+        ``with_tracing()`` or ``with_updates(...)``, made again the same way
+        from its importable base class. Called on a subclass, that subclass is
+        built. The constructor gets the config the saved policy's constructor
+        was given (not only the completed ``policy.config``), so a constructor
+        that builds its model from a partial ``config["model"]`` builds the
+        same model again; ``config_overrides`` are applied on top.
 
         Args:
             checkpoint_dir: The directory given to ``export_checkpoint``.
@@ -544,9 +578,13 @@ class Policy(metaclass=ABCMeta):
                 directory is corrupt, foreign, or its class cannot be imported.
         """
         contents = checkpoint.read_checkpoint(checkpoint_dir)
-        target = (checkpoint.resolve_policy_class(contents.policy_class, Policy)
-                  if cls is Policy else cls)
-        config = dict(contents.config)
+        if cls is not Policy:
+            target = cls
+        elif contents.class_recipe is not None:
+            target = checkpoint.rebuild_class(contents.class_recipe, Policy)
+        else:
+            target = checkpoint.resolve_policy_class(contents.policy_class, Policy)
+        config = dict(contents.config if contents.given_config is None else contents.given_config)
         config.update(config_overrides or {})
         policy = target(contents.observation_space, contents.action_space, config)
         policy.set_state(contents.state)

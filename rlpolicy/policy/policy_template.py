@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 import gymnasium as gym
 
+from rlpolicy._core.checkpoint import record_derivation
 from rlpolicy._core.hooks import PolicyHooks, check_factory_args, updated_kwargs
 from rlpolicy.utils import NullContextManager
 from rlpolicy.utils.annotations import DeveloperAPI
@@ -143,7 +144,8 @@ def _with_updates(cls: type, **overrides: Any) -> type:
         TypeError: For a keyword that ``build_policy_class`` does not take.
     """
     hooks = PolicyHooks(**updated_kwargs(cls, overrides))
-    return _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+    new = _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+    return record_derivation(new, cls, "with_updates", overrides)  # for checkpoints
 
 
 # ---------------------------------------------------------------- construction

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Type
 
 import gymnasium as gym
 
+from rlpolicy._core.checkpoint import record_derivation
 from rlpolicy._core.hooks import check_factory_args, updated_kwargs
 from rlpolicy._core.tf_hooks import TFPolicyHooks, warn_deprecated_args
 from rlpolicy.utils import force_list
@@ -142,14 +143,16 @@ def _with_updates(cls: type, **overrides: Any) -> type:
         TypeError: For a keyword that ``build_tf_policy`` does not take.
     """
     hooks = TFPolicyHooks(**updated_kwargs(cls, overrides))
-    return _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+    new = _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+    return record_derivation(new, cls, "with_updates", overrides)  # for checkpoints
 
 
 def _as_eager(cls: type) -> type:
     """Builds the eager (``framework="tf2"``) policy class from this class' arguments."""
     from rlpolicy.policy.eager_tf_policy import build_eager_tf_policy
 
-    return build_eager_tf_policy(**cls._hooks.as_kwargs())
+    # Recorded so a checkpoint of the eager class names "cls.as_eager()".
+    return record_derivation(build_eager_tf_policy(**cls._hooks.as_kwargs()), cls, "as_eager")
 
 
 # ---------------------------------------------------------------- construction
