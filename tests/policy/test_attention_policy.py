@@ -260,3 +260,29 @@ def test_ppo_bootstraps_a_cut_fragment_with_the_next_memory_window(fw):
     last_r = float(np.asarray(extra[SampleBatch.VF_PREDS]).reshape(-1)[0])
     expected = batch[SampleBatch.REWARDS][-1] + 0.9 * last_r
     np.testing.assert_allclose(batch["value_targets"][-1], expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fw", ["torch", "tf2"])  # graph tf acts in the sampled fixture above
+def test_compute_single_action_loop_with_a_rolling_memory(fw):
+    """RLlib 1.11's attention-net inference loop: pass the memory as ``state``, append the
+    returned memory row and drop the oldest. The same rows as one batch give the same logits."""
+    pytest.importorskip("torch" if fw == "torch" else "tensorflow")
+    cls = _torch_policy_class() if fw == "torch" else _tf_policy_class()
+    cls = cls.as_eager() if fw == "tf2" else cls
+    model = {k: v for k, v in ATTENTION.items() if not k.startswith("attention_use_n")}
+    policy = cls(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), {"framework": fw, "model": model})
+    obs = np.random.default_rng(0).uniform(-1, 1, (5, 4)).astype(np.float32)
+    memory = np.zeros((MEMORY, 8), np.float32)
+    windows, logits, outs = [], [], []
+    for o in obs:
+        _, (mem_out,), extra = policy.compute_single_action(o, state=[memory], explore=False)
+        windows.append(memory)
+        logits.append(extra[SampleBatch.ACTION_DIST_INPUTS])
+        outs.append(mem_out)
+        memory = np.concatenate([memory, [mem_out]])[1:]
+    assert np.shape(mem_out) == (8,) and not np.allclose(windows[-1], 0.0)
+    np.testing.assert_array_equal(windows[-1], np.stack(outs[-4:-1]))  # the last three memory rows
+    _, (batch_out,), extra = policy.compute_actions_from_input_dict(
+        SampleBatch({"obs": obs, "state_in_0": np.stack(windows)}), explore=False)
+    np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], np.stack(logits), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(batch_out, np.stack(outs), rtol=1e-4, atol=1e-5)
