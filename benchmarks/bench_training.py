@@ -1,61 +1,94 @@
-"""Time to solve CartPole-v1 with PPO: rlpolicy's `rlpolicy train` defaults against
-Stable-Baselines3's PPO, side by side in one run.
+"""Steps and seconds to solve CartPole-v1 with `rlpolicy train`'s defaults: one row per
+algorithm x framework (median over seeds), next to what the README promises.
 
-Both sides stop on the same rule, the one `rlpolicy train` uses: whenever the mean
-return of the last 100 training episodes reaches 475, a greedy evaluation (20
-episodes, explore off / ``deterministic=True``, the same seeded envs and the same
-evaluation code) runs; the task is solved when its mean is >= 475. Reported per
-seed: env steps sampled and wall seconds until solved (evaluations included).
-The runs alternate (rlpolicy first for even seeds, SB3 first for odd ones) so
-both see the same machine load; torch uses one thread on both sides.
+Every run is `rlpolicy train --algo A --framework F --env CartPole-v1 --seed S` with the
+shipped per-env defaults (``rlpolicy.cli.algorithms.TRAINING_DEFAULTS``) and the same stop
+rule: whenever the mean return of the last 100 training episodes reaches 475 (and, for
+DQN, every ``eval_every`` iterations), a greedy evaluation (20 episodes, explore off,
+seeded envs) runs; the task is solved when its mean is >= 475. Reported per run: env
+steps sampled and wall seconds until solved (evaluations included); per row: how many
+seeds solved, the median steps and seconds over the seeds that solved, and the promise
+(:data:`PROMISES`, the README's table) with whether the row keeps it (every seed solved
+within the promised step budget).
 
-SB3 runs with RL Zoo's tuned CartPole-v1 hyperparameters (``--sb3 zoo``, the
-default: 8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, GAE lambda 0.8,
-linearly decaying lr 1e-3 and clip 0.2) or with its own defaults (``--sb3 default``).
-SB3 is optional (``pip install rlpolicy[bench]``); without it only rlpolicy runs.
+``--sb3 zoo`` (or ``default``) adds a PPO row of Stable-Baselines3 (RL Zoo's tuned
+CartPole-v1 hyperparameters, or SB3's defaults) stopped by the same rule; SB3 is optional
+(``pip install rlpolicy[bench]``). One thread per run (torch and TF).
 
-    .venv/bin/python benchmarks/bench_training.py [--seeds 0,1,2] [--max-steps 300000]
+    .venv/bin/python benchmarks/bench_training.py [--algos pg,ppo,dqn] \
+        [--frameworks torch,tf,tf2] [--seeds 0,1,2] [--max-steps N] [--sb3 off|zoo|default]
 """
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import random
 import statistics
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import gymnasium as gym
-import numpy as np
-import torch
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from rlpolicy.agents.train_run import RunOptions, run_training
-from rlpolicy.agents.training import evaluate_policy, make_trainer
-from rlpolicy.cli import _default_overrides, _tuned
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+
+from rlpolicy.cli.algorithms import config_defaults, get_algorithm, loop_default  # noqa: E402
+from rlpolicy.cli.train_run import RunOptions, run_training  # noqa: E402
+from rlpolicy.cli.training import evaluate_policy  # noqa: E402
 
 ENV_ID, TARGET, EVAL_EPISODES, EVAL_SEED = "CartPole-v1", 475.0, 20, 10_000
 
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+# What the README promises for `rlpolicy train --env CartPole-v1` (its table): every seed
+# of 0, 1, 2 solves (greedy evaluation >= 475) within this many env steps.
+PROMISES: Dict[Tuple[str, str], int] = {
+    (algo, fw): budget
+    for algo, budget in (("pg", 400_000), ("ppo", 200_000), ("dqn", 100_000))
+    for fw in ("torch", "tf", "tf2")
+}
 
 
 def make_env() -> Any:
     return gym.make(ENV_ID)
 
 
-def run_rlpolicy(seed: int, max_steps: int, max_seconds: float) -> Dict[str, Any]:
-    """`rlpolicy train --algo ppo --env CartPole-v1` with its shipped defaults."""
-    _seed_all(seed)
+def _seed_and_threads(framework: str, seed: int) -> None:
+    """As `rlpolicy train` does: python/numpy/framework seeds, one intra-op thread."""
+    random.seed(seed)
+    np.random.seed(seed)
+    if framework == "torch":
+        import torch
+
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
+    else:
+        import tensorflow as tf
+
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(1)
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+        except RuntimeError:  # TF's runtime already started
+            pass
+        tf.random.set_seed(seed)
+
+
+def run_rlpolicy(algo: str, framework: str, seed: int, max_steps: int,
+                 max_seconds: float) -> Dict[str, Any]:
+    """One `rlpolicy train` run with the shipped defaults; how it ended."""
+    _seed_and_threads(framework, seed)
     start = time.perf_counter()
-    config = dict(_default_overrides("ppo", ENV_ID), seed=seed)
-    trainer = make_trainer("ppo", make_env, config, num_envs=_tuned("ppo", ENV_ID)["num_envs"], seed=seed)
+    config = dict(config_defaults(algo, ENV_ID), framework=framework, seed=seed)
+    if framework in ("tf2", "tfe"):
+        config.setdefault("eager_tracing", True)  # as `rlpolicy train` does
+    trainer = get_algorithm(algo).make_trainer(
+        make_env, config, num_envs=loop_default(algo, ENV_ID, "num_envs", 8), num_workers=0, seed=seed)
     summary = run_training(trainer, make_env, RunOptions(
         stop_reward=TARGET, stop_timesteps=max_steps, max_seconds=max_seconds,
-        eval_episodes=EVAL_EPISODES, eval_seed=EVAL_SEED, progress_bar=False), log=lambda s: None)
+        eval_episodes=EVAL_EPISODES, eval_seed=EVAL_SEED,
+        eval_every=loop_default(algo, ENV_ID, "eval_every", 0), progress_bar=False), log=lambda s: None)
+    best = max((e["eval_mean"] for e in summary.evaluations), default=None)
     return {"solved": summary.solved, "steps": summary.timesteps,
-            "wall_s": time.perf_counter() - start, "eval_mean": summary.eval_mean}
+            "wall_s": time.perf_counter() - start, "eval_mean": summary.eval_mean, "best_eval": best}
 
 
 class _SB3AsPolicy:
@@ -88,6 +121,7 @@ def _sb3_hyperparameters(which: str) -> Dict[str, Any]:
 def run_sb3(seed: int, max_steps: int, max_seconds: float, which: str) -> Optional[Dict[str, Any]]:
     """SB3's PPO until the same stop rule holds; None if SB3 is not installed."""
     try:
+        import torch
         from stable_baselines3 import PPO
         from stable_baselines3.common.callbacks import BaseCallback
         from stable_baselines3.common.env_util import make_vec_env
@@ -114,7 +148,8 @@ def run_sb3(seed: int, max_steps: int, max_seconds: float, which: str) -> Option
         def _on_step(self) -> bool:
             return not self.stop
 
-    _seed_all(seed)
+    _seed_and_threads("torch", seed)
+    torch.manual_seed(seed)
     start = time.perf_counter()
     params = _sb3_hyperparameters(which)
     env = make_vec_env(ENV_ID, n_envs=params.pop("n_envs"), seed=seed)
@@ -122,49 +157,82 @@ def run_sb3(seed: int, max_steps: int, max_seconds: float, which: str) -> Option
     check = SolvedCheck()
     model.learn(total_timesteps=max_steps, callback=check)
     return {"solved": check.solved, "steps": model.num_timesteps, "wall_s": time.perf_counter() - start,
-            "eval_mean": check.eval_mean}
+            "eval_mean": check.eval_mean, "best_eval": check.eval_mean}
 
 
-def _fmt(r: Optional[Dict[str, Any]]) -> str:
-    if r is None:
-        return "(not installed)"
-    mark = "" if r["solved"] else " NOT SOLVED"
-    return f"{r['steps']:7d} steps {r['wall_s']:6.1f}s{mark}"
+def _fmt_run(r: Dict[str, Any]) -> str:
+    if r["solved"]:
+        return f"solved after {r['steps']} steps, {r['wall_s']:.1f}s"
+    best = f", best evaluation {r['best_eval']:.1f}" if r.get("best_eval") is not None else ""
+    last = f", last evaluation {r['eval_mean']:.1f}" if r.get("eval_mean") is not None else ""
+    return f"NOT solved in {r['steps']} steps, {r['wall_s']:.1f}s{last}{best}"
 
 
-def _median(results: List[Dict[str, Any]], key: str) -> float:
-    return statistics.median(r[key] for r in results)
+def summarize(results: List[Dict[str, Any]], promise: Optional[int]) -> Dict[str, Any]:
+    """Seeds solved, median steps/seconds to solve (over solved runs; None if none solved),
+    and whether every run solved within the promised step budget."""
+    solved = [r for r in results if r["solved"]]
+    return {
+        "solved": len(solved), "runs": len(results),
+        "median_steps": statistics.median(r["steps"] for r in solved) if solved else None,
+        "median_s": statistics.median(r["wall_s"] for r in solved) if solved else None,
+        "max_steps": max(r["steps"] for r in solved) if solved else None,
+        "kept": None if promise is None else (
+            len(solved) == len(results) and all(r["steps"] <= promise for r in solved)),
+    }
+
+
+def table_row(name: str, s: Dict[str, Any], promise: Optional[int]) -> str:
+    def num(v: Optional[float], fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    promised = "-" if promise is None else f"<= {promise // 1000}k steps"
+    kept = "-" if s["kept"] is None else ("yes" if s["kept"] else "NO")
+    return (f"{name:<12} {s['solved']:>2}/{s['runs']:<2}  {num(s['median_steps'], '>9.0f')}  "
+            f"{num(s['median_s'], '>8.1f')}  {num(s['max_steps'], '>9.0f')}  {promised:<16} {kept}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algos", default="pg,ppo,dqn", help="comma-separated algorithms")
+    parser.add_argument("--frameworks", default="torch,tf,tf2", help="comma-separated frameworks")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    parser.add_argument("--max-steps", type=int, default=300_000, help="step budget per run")
-    parser.add_argument("--max-seconds", type=float, default=300.0, help="time budget per run")
-    parser.add_argument("--sb3", choices=("zoo", "default"), default="zoo", help="SB3 hyperparameters")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="step budget per run (default: the row's promised budget)")
+    parser.add_argument("--max-seconds", type=float, default=math.inf, help="time budget per run")
+    parser.add_argument("--sb3", choices=("off", "zoo", "default"), default="off",
+                        help="also run SB3's PPO (RL Zoo's or SB3's default hyperparameters)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
     seeds = [int(s) for s in args.seeds.split(",")]
-    ours: List[Dict[str, Any]] = []
-    theirs: List[Dict[str, Any]] = []
-    print(f"time to solve {ENV_ID} (eval mean >= {TARGET:g} over {EVAL_EPISODES} greedy episodes), "
-          f"PPO; SB3 with {args.sb3} hyperparameters")
-    for seed in seeds:
-        jobs = [("rlpolicy", lambda: run_rlpolicy(seed, args.max_steps, args.max_seconds)),
-                ("sb3", lambda: run_sb3(seed, args.max_steps, args.max_seconds, args.sb3))]
-        results = dict((name, job()) for name, job in (jobs if seed % 2 == 0 else jobs[::-1]))
-        ours.append(results["rlpolicy"])
-        if results["sb3"] is not None:
-            theirs.append(results["sb3"])
-        print(f"seed {seed}: rlpolicy {_fmt(results['rlpolicy'])} | SB3 {_fmt(results['sb3'])}", flush=True)
-    print(f"median: rlpolicy {_median(ours, 'steps'):.0f} steps {_median(ours, 'wall_s'):.1f}s "
-          f"(solved {sum(r['solved'] for r in ours)}/{len(ours)})", end="")
-    if theirs:
-        print(f" | SB3 {_median(theirs, 'steps'):.0f} steps {_median(theirs, 'wall_s'):.1f}s "
-              f"(solved {sum(r['solved'] for r in theirs)}/{len(theirs)}); "
-              f"wall-time ratio rlpolicy/SB3 {_median(ours, 'wall_s') / _median(theirs, 'wall_s'):.2f}")
-    else:
-        print(" | SB3 not installed (pip install rlpolicy[bench]): skipped")
+    combos = [(a, f) for a in args.algos.split(",") for f in args.frameworks.split(",")]
+    for algo, fw in combos:
+        get_algorithm(algo).policy_class(fw)  # unknown names and missing frameworks fail first
+    print(f"steps to solve {ENV_ID} (greedy evaluation mean >= {TARGET:g} over {EVAL_EPISODES} "
+          f"episodes), seeds {args.seeds}", flush=True)
+    rows: List[Tuple[str, Dict[str, Any], Optional[int]]] = []
+    for algo, fw in combos:
+        promise = PROMISES.get((algo, fw))
+        budget = args.max_steps or promise or 400_000
+        results = []
+        for seed in seeds:
+            r = run_rlpolicy(algo, fw, seed, budget, args.max_seconds)
+            results.append(r)
+            print(f"{algo} {fw} seed {seed}: {_fmt_run(r)}", flush=True)
+        rows.append((f"{algo} {fw}", summarize(results, promise if args.max_steps is None
+                                               or args.max_steps >= (promise or 0) else None), promise))
+    if args.sb3 != "off":
+        results = [run_sb3(seed, args.max_steps or 200_000, args.max_seconds, args.sb3) for seed in seeds]
+        if None in results:
+            print("SB3 not installed (pip install rlpolicy[bench]): skipped")
+        else:
+            for seed, r in zip(seeds, results):
+                print(f"sb3-ppo torch seed {seed}: {_fmt_run(r)}", flush=True)
+            rows.append((f"sb3-ppo ({args.sb3})", summarize(results, None), None))
+    print(f"\n{'row':<12} solved  {'median st':>9}  {'median s':>8}  {'max steps':>9}  "
+          f"{'README promise':<16} kept")
+    for name, s, promise in rows:
+        print(table_row(name, s, promise))
+    print(f"median: rlpolicy rows above (medians over the seeds that solved)", flush=True)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from rlpolicy.agents.dqn.dqn import SimpleDQNTrainer
-from rlpolicy.agents.training import evaluate_policy
+from rlpolicy.cli.training import evaluate_policy
 
 CONFIG = {
     "model": {"fcnet_hiddens": [64]}, "hiddens": [64], "lr": 1e-3, "n_step": 3,

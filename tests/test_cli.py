@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rlpolicy import cli
+from rlpolicy.cli import commands as cli
+from rlpolicy.cli.algorithms import training_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,12 +107,12 @@ def test_evaluate_and_export_argument_errors(argv, match, tmp_path, capsys):
 
 
 def test_unavailable_framework_is_an_argument_error(monkeypatch, capsys):
-    from rlpolicy.agents import training
+    from rlpolicy.cli.algorithms import Algorithm
 
-    def no_tf(algo, framework="torch"):
-        raise ValueError(f"no {framework} policy for {algo}")
+    def no_tf(self, framework="torch"):
+        raise ValueError(f"no {framework} policy for {self.name}")
 
-    monkeypatch.setattr(training, "get_policy_class", no_tf)
+    monkeypatch.setattr(Algorithm, "policy_class", no_tf)
     code, _, err = run_main(["train", "--framework", "tf2"], capsys)
     assert code == 2
     assert err.strip().splitlines()[-1] == ("rlpolicy train: error: argument --framework: 'tf2' "
@@ -171,7 +172,7 @@ def test_per_env_defaults_go_under_the_user_config():
     model = cli._checked_config(train, args)["model"]  # a new model key merges into the defaults
     assert model == {"fcnet_hiddens": [64, 64], "vf_share_layers": False, "fcnet_activation": "relu"}
     assert cli._checked_config(train, args)["lambda"] == 0.95  # CartPole: the generic PPO defaults
-    assert cli._tuned("ppo", "Pendulum-v1")["num_envs"] == 16 and cli._tuned("ppo", "CartPole-v1")["num_envs"] == 8
+    assert training_defaults("ppo", "Pendulum-v1")["num_envs"] == 16 and training_defaults("ppo", "CartPole-v1")["num_envs"] == 8
 
 
 def test_short_training_run_reports_and_fails_to_reach_the_goal(capsys):
@@ -240,7 +241,7 @@ def test_train_tf_then_export_savedmodel_from_a_fresh_shell(tmp_path, capsys):
     out = tmp_path / "tf"
     code, stdout, _ = run_main(["train", "--framework", "tf", "--stop-timesteps", "400", "--config", TINY_PPO,
                                 "--out", str(out), "--eval-episodes", "1", "--stop-reward", "1e9"], capsys)
-    assert code == 1 and "training PPOTFPolicy on CartPole-v1" in stdout
+    assert code == 1 and "training PPOTFPolicy on CartPole-v1" in stdout, _
     proc = _rlpolicy("export", str(out), "--format", "savedmodel", "--out", str(tmp_path / "sm"))
     assert proc.returncode == 0, proc.stderr
     assert f"exported savedmodel to {tmp_path / 'sm' / 'saved_model'}; verified: loaded back with " \

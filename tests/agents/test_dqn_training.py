@@ -79,7 +79,7 @@ def test_train_iteration_result_and_train_dqn_budget():
 
 
 def test_cli_trains_dqn_and_writes_restorable_checkpoint(tmp_path):
-    from rlpolicy import cli
+    from rlpolicy.cli import commands as cli
     from rlpolicy.policy.policy import Policy
 
     _seed(4)

@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 gym = pytest.importorskip("gymnasium")
 
-from rlpolicy.agents import export_check  # noqa: E402
-from rlpolicy.agents.export_check import export_and_verify, formats_for, sample_observations  # noqa: E402
+from rlpolicy.cli import export_check  # noqa: E402
+from rlpolicy.cli.export_check import export_and_verify, formats_for, sample_observations  # noqa: E402
 
 
 @pytest.fixture(scope="module")

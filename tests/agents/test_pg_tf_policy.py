@@ -76,7 +76,7 @@ def test_class_names_and_defaults(policy):
 
 
 def test_training_dispatch_picks_the_tf_classes():
-    from rlpolicy.agents.training import get_policy_class
+    from rlpolicy.cli.training import get_policy_class
     from rlpolicy.policy.eager_tf_policy import EagerTFPolicy
 
     assert get_policy_class("pg", "tf") is PGTFPolicy

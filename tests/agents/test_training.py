@@ -12,14 +12,14 @@ import pytest
 torch = pytest.importorskip("torch")
 gym = pytest.importorskip("gymnasium")
 
-from rlpolicy.agents import run_outputs, train_run  # noqa: E402
-from rlpolicy.agents.run_outputs import RunRecord  # noqa: E402
-from rlpolicy.agents.train_run import RunOptions, run_training  # noqa: E402
-from rlpolicy.agents.training import IterationResult, evaluate_policy, make_trainer  # noqa: E402
+from rlpolicy.cli import run_outputs, train_run  # noqa: E402
+from rlpolicy.cli.run_outputs import RunRecord  # noqa: E402
+from rlpolicy.cli.train_run import RunOptions, run_training  # noqa: E402
+from rlpolicy.cli.training import IterationResult, evaluate_policy, make_trainer  # noqa: E402
 
 
 def _trainer(device_config, algo="ppo"):
-    from rlpolicy.agents.training import SimpleTrainer
+    from rlpolicy.cli.training import SimpleTrainer
 
     torch.manual_seed(0)
     np.random.seed(0)
@@ -40,7 +40,7 @@ def test_ppo_return_rises(device_config):
 
 
 def test_unknown_algorithm():
-    from rlpolicy.agents.training import get_policy_class
+    from rlpolicy.cli.training import get_policy_class
 
     with pytest.raises(ValueError, match="unknown algorithm 'sac'"):
         get_policy_class("sac")
@@ -49,7 +49,7 @@ def test_unknown_algorithm():
 
 
 def test_cli_train_writes_restorable_checkpoint(tmp_path):
-    from rlpolicy import cli
+    from rlpolicy.cli import commands as cli
     from rlpolicy.policy.policy import Policy
 
     status = cli.main(["train", "--algo", "pg", "--max-timesteps", "2000", "--stop-reward", "1e9",
@@ -226,12 +226,12 @@ def test_resolve_checkpoint_errors_and_newest_periodic(tmp_path):
 def test_shipped_ppo_defaults_pass_a_greedy_evaluation_of_150(tmp_path):
     """The CLI's PPO defaults on CartPole-v1, short: a 20-episode greedy evaluation
     reaches 150 within 60k steps (about 20k with seed 0; a few seconds)."""
-    from rlpolicy.cli import _default_overrides
+    from rlpolicy.cli.algorithms import config_defaults
 
     torch.manual_seed(0)
     np.random.seed(0)
     env = lambda: gym.make("CartPole-v1")  # noqa: E731
-    trainer = make_trainer("ppo", env, _default_overrides("ppo"), num_envs=8, seed=0)
+    trainer = make_trainer("ppo", env, config_defaults("ppo"), num_envs=8, seed=0)
     summary = run_training(trainer, env, RunOptions(stop_reward=150, stop_timesteps=60_000,
                                                     progress_bar=False), log=lambda s: None)
     assert summary.solved, summary
@@ -243,7 +243,7 @@ def test_ray_workers_sample_exact_steps_and_stay_in_sync():
     the remote copy of the policy gets the learned weights after every update."""
     ray = pytest.importorskip("ray")
     pytest.importorskip("rlpolicy.evaluation.worker_set")
-    from rlpolicy.agents.training import SimpleTrainer
+    from rlpolicy.cli.training import SimpleTrainer
 
     started_ray = not ray.is_initialized()
     cfg = {"train_batch_size": 300, "rollout_fragment_length": 200, "lr": 1e-2,

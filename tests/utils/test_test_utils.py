@@ -450,7 +450,7 @@ def test_check_learning_achieved_on_tune_style_results(capsys):
 
 
 def test_check_learning_achieved_on_result_dicts():
-    from rlpolicy.agents.training import IterationResult
+    from rlpolicy.cli.training import IterationResult
 
     check_learning_achieved({"episode_reward_mean": 5.0}, 5.0)
     check_learning_achieved([{"episode_reward_mean": 1.0}, {"episode_reward_mean": 9.0}], 8.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from rlpolicy.agents.dqn.dqn import DEFAULT_CONFIG
+from rlpolicy.agents.dqn.dqn_config import DEFAULT_CONFIG
 
 _LAZY = {
     "DQNTorchPolicy": "rlpolicy.agents.dqn.dqn_torch_policy",

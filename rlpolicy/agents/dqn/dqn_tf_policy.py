@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy.agents.dqn.distributional_q_tf_model import DistributionalQTFModel
-from rlpolicy.agents.dqn.dqn import DEFAULT_CONFIG
+from rlpolicy.agents.dqn.dqn_config import DEFAULT_CONFIG
 from rlpolicy.agents.dqn.dqn_common import (  # noqa: F401  (re-exported at RLlib's path)
     PRIO_WEIGHTS,
     Q_SCOPE,

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core.torch_setup import default_adam
-from rlpolicy.agents.dqn.dqn import DEFAULT_CONFIG
+from rlpolicy.agents.dqn.dqn_config import DEFAULT_CONFIG
 from rlpolicy.agents.dqn.dqn_common import (
     PRIO_WEIGHTS,
     Q_SCOPE,

@@ -39,3 +39,25 @@ def _mean_nested(results: List[dict]) -> dict:
             except (TypeError, ValueError):
                 merged[key] = values[0]
     return merged
+
+
+def learner_stats_of(result: dict) -> Dict[str, float]:
+    """Learner stats of a ``learn_on_batch``/``learn_on_loaded_batch`` result as floats:
+    the mean over its ``tower_i`` entries (multi-device), else its top-level
+    ``learner_stats`` (single device). Entries that are not numbers are left out."""
+    towers = [_float_stats(v.get(LEARNER_STATS_KEY, {})) for k, v in result.items()
+              if k.startswith("tower_")]
+    if not towers:
+        return _float_stats(result.get(LEARNER_STATS_KEY, {}))
+    return {k: float(np.mean([t[k] for t in towers if k in t])) for k in towers[0]}
+
+
+def _float_stats(stats: dict) -> Dict[str, float]:
+    """Each stat's mean as a float (array-valued stats are averaged)."""
+    out = {}
+    for k, v in stats.items():
+        try:
+            out[k] = float(np.asarray(v, dtype=np.float64).mean())
+        except (TypeError, ValueError):
+            continue
+    return out

@@ -20,44 +20,9 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from rlpolicy import __version__
+from rlpolicy.cli.algorithms import ALGORITHMS, FRAMEWORKS, config_defaults, get_algorithm, loop_default
 
-ALGORITHMS = ("pg", "ppo", "dqn")
-# The frameworks `--framework` accepts. Each (algo, framework) pair is resolved by
-# rlpolicy.agents.training.get_policy_class; a framework whose policy class or package
-# is missing is reported as an argument error.
-FRAMEWORKS = ("torch", "tf", "tf2", "tfe")
 EXPORT_FORMATS = ("torchscript", "onnx", "savedmodel")
-
-# Training-loop settings that train small gymnasium problems quickly on a CPU, per
-# algorithm and (optionally) env; `--config` goes on top. "num_envs" and "eval_every" are
-# the defaults of --num-envs and --eval-every, not config keys. The algorithms' own
-# DEFAULT_CONFIGs stay RLlib 1.11's. PPO's lr 2e-3 (was 3e-4) solves CartPole-v1 (greedy
-# evaluation >= 475) after 62k-76k steps over seeds 0-4, against 146k-174k.
-_PPO_CPU = {"lr": 2e-3, "train_batch_size": 2000, "sgd_minibatch_size": 256, "num_sgd_iter": 8,
-            "lambda": 0.95, "vf_clip_param": 1e4, "vf_loss_coeff": 0.5, "entropy_coeff": 0.0,
-            "rollout_fragment_length": 400,
-            "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False}}
-TUNED_DEFAULTS: Dict[Tuple[str, Optional[str]], dict] = {
-    ("ppo", None): {**_PPO_CPU, "num_envs": 8},
-    # From RLlib's tuned pendulum-ppo example (gamma 0.95, lambda 0.1, lr 3e-4, minibatch 64,
-    # vf_clip_param 10, relu) with a 2048-step batch and 10 epochs: seeds 0/1/2 pass a greedy
-    # evaluation of -400 after 119k/94k/78k steps (scored -148/-137/-203). Its 512-step
-    # batch with 6 epochs reached a training mean of -317 while the greedy policy stayed
-    # near -550 (400k steps).
-    ("ppo", "Pendulum-v1"): {
-        "gamma": 0.95, "lambda": 0.1, "lr": 3e-4, "train_batch_size": 2048, "sgd_minibatch_size": 64,
-        "num_sgd_iter": 10, "vf_clip_param": 10.0, "vf_loss_coeff": 1.0, "entropy_coeff": 0.0,
-        "rollout_fragment_length": 2048, "num_envs": 16,
-        "model": {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu", "vf_share_layers": False}},
-    ("pg", None): {"lr": 2e-3, "train_batch_size": 2000, "rollout_fragment_length": 400,
-                   "model": {"fcnet_hiddens": [64, 64]}, "num_envs": 8},
-    # DQN's own defaults solve CartPole (35k steps in the record in rlpolicy/agents/dqn/dqn.py);
-    # its training mean lags behind (epsilon-greedy), so it is also evaluated every 5000 steps.
-    ("dqn", None): {"num_envs": 1, "eval_every": 5},
-}
-
-
-_LOOP_KEYS = ("num_envs", "eval_every")
 
 
 def _number(kind: Callable[[str], Any], low: float, strict: bool = False) -> Callable[[str], Any]:
@@ -75,7 +40,7 @@ def _number(kind: Callable[[str], Any], low: float, strict: bool = False) -> Cal
 
 def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     add = train.add_argument
-    add("--algo", default="ppo", choices=ALGORITHMS, help="algorithm")
+    add("--algo", default="ppo", choices=tuple(ALGORITHMS), help="algorithm")
     add("--env", default="CartPole-v1", help="registered gymnasium env id")
     add("--framework", default="torch", choices=FRAMEWORKS, help="deep-learning framework")
     add("--stop-reward", type=float, default=None,
@@ -139,21 +104,6 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
     return parser, {"train": train, "evaluate": evaluate, "export": export}
 
 
-def _tuned(algo: str, env: str) -> dict:
-    """The CPU training defaults of ``algo`` on ``env`` (env-specific ones win)."""
-    import copy
-
-    from rlpolicy._core.config import merge_configs
-
-    return merge_configs(copy.deepcopy(TUNED_DEFAULTS.get((algo, None), {})),
-                         copy.deepcopy(TUNED_DEFAULTS.get((algo, env), {})))
-
-
-def _default_overrides(algo: str, env: str = "CartPole-v1") -> dict:
-    """The config part of :func:`_tuned` (without ``num_envs`` and ``eval_every``)."""
-    return {k: v for k, v in _tuned(algo, env).items() if k not in _LOOP_KEYS}
-
-
 def _env_and_stop_reward(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Tuple[Any, float]:
     """Checks ``--env`` (registered, constructible) and resolves ``--stop-reward``."""
     import gymnasium as gym
@@ -176,7 +126,6 @@ def _checked_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     Invalid JSON, a non-dict, an unknown key or an invalid value is an argument error.
     """
     from rlpolicy._core.config import complete_config, merge_configs, unknown_keys, validate_config
-    from rlpolicy.agents.training import algo_default_config
 
     try:
         user = json.loads(args.config)
@@ -185,11 +134,11 @@ def _checked_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if not isinstance(user, dict):
         parser.error(f"argument --config: must be a JSON object of config keys, got "
                      f"{type(user).__name__} {args.config!r}")
-    defaults = algo_default_config(args.algo)
+    defaults = get_algorithm(args.algo).config()
     for key, close in unknown_keys(user, defaults, strict=True):
         hint = f"; did you mean {close!r}?" if close else ""
         parser.error(f"argument --config: unknown config key {key!r} for --algo {args.algo}{hint}")
-    config = merge_configs(_default_overrides(args.algo, args.env), user)
+    config = merge_configs(config_defaults(args.algo, args.env), user)
     config.update(framework=args.framework, num_gpus=args.num_gpus, _fake_gpus=args.fake_gpus,
                   seed=args.seed, num_workers=args.num_workers)
     if args.framework in ("tf2", "tfe"):  # untraced eager steps are several times slower
@@ -204,10 +153,8 @@ def _checked_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 def _policy_class(parser: argparse.ArgumentParser, algo: str, framework: str,
                   flag: str = "argument --framework") -> type:
     from rlpolicy._core.framework_check import require_framework
-    from rlpolicy.agents.training import get_policy_class
-
     try:
-        cls = get_policy_class(algo, framework)
+        cls = get_algorithm(algo).policy_class(framework)
         require_framework(framework, cls.__name__)
         return cls
     except (ValueError, ImportError) as e:
@@ -219,14 +166,14 @@ def _check_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> T
     _, stop = _env_and_stop_reward(parser, args)
     config = _checked_config(parser, args)
     _policy_class(parser, args.algo, args.framework)
-    if args.num_workers and args.algo == "dqn":
-        parser.error(f"argument --num-workers: DQN trains in one process; --num-workers "
-                     f"{args.num_workers} is not supported for --algo dqn (use 0)")
+    if args.num_workers and not get_algorithm(args.algo).uses_workers:
+        parser.error(f"argument --num-workers: {args.algo.upper()} trains in one process; "
+                     f"--num-workers {args.num_workers} is not supported for --algo {args.algo} (use 0)")
     if args.num_workers and not _worker_set_available():
         parser.error(f"argument --num-workers: {args.num_workers} Ray workers need "
                      "rlpolicy.evaluation.worker_set.WorkerSet, which is not available in this "
                      "build; use --num-workers 0")
-    from rlpolicy.agents.export_check import formats_for
+    from rlpolicy.cli.export_check import formats_for
 
     for fmt in args.export:
         if fmt not in formats_for(args.framework):
@@ -282,14 +229,14 @@ def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = 
     """Runs ``rlpolicy train``; returns 0 if ``--stop-reward`` was reached, else 1."""
     import gymnasium as gym
 
-    from rlpolicy.agents.train_run import run_training
-    from rlpolicy.agents.training import make_trainer
+    from rlpolicy.cli.train_run import run_training
+    from rlpolicy.cli.training import make_trainer
 
     parser = parser or _build_parser()[1]["train"]
     stop_reward, config = _check_train(parser, args)
     _set_threads(args.framework, args.num_threads)
     _seed_frameworks(args.framework, args.seed)
-    num_envs = args.num_envs or _tuned(args.algo, args.env).get("num_envs", 8)
+    num_envs = args.num_envs or loop_default(args.algo, args.env, "num_envs", 8)
 
     def env_creator() -> Any:
         return gym.make(args.env)
@@ -315,12 +262,12 @@ def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = 
 
 
 def _run_options(args: argparse.Namespace, stop_reward: float) -> Any:
-    from rlpolicy.agents.run_outputs import RunRecord
-    from rlpolicy.agents.train_run import RunOptions
+    from rlpolicy.cli.run_outputs import RunRecord
+    from rlpolicy.cli.train_run import RunOptions
 
     eval_every = args.eval_every
     if eval_every is None:
-        eval_every = _tuned(args.algo, args.env).get("eval_every", 0)
+        eval_every = loop_default(args.algo, args.env, "eval_every", 0)
     return RunOptions(
         stop_reward=stop_reward, stop_timesteps=args.max_timesteps, max_seconds=args.max_seconds,
         eval_episodes=args.eval_episodes, eval_every=eval_every,
@@ -342,7 +289,7 @@ def _report_training(summary: Any, stop_reward: float) -> None:
 
 def _export(policy: Any, framework: str, fmt: str, out_dir: str, env_creator: Callable[[], Any]) -> int:
     """Exports and verifies; returns 0, or 1 (with one error line) if that failed."""
-    from rlpolicy.agents.export_check import export_and_verify, sample_observations
+    from rlpolicy.cli.export_check import export_and_verify, sample_observations
 
     try:
         obs = sample_observations(env_creator, policy=policy)
@@ -360,7 +307,7 @@ def _record(parser: argparse.ArgumentParser, path: str) -> Tuple[str, Any]:
     """The checkpoint directory ``path`` names and its run record; problems are argument errors."""
     import gymnasium as gym
 
-    from rlpolicy.agents import run_outputs
+    from rlpolicy.cli import run_outputs
 
     try:
         checkpoint_dir = run_outputs.resolve_checkpoint(path)
@@ -378,7 +325,7 @@ def _record(parser: argparse.ArgumentParser, path: str) -> Tuple[str, Any]:
 def _load(parser: argparse.ArgumentParser, checkpoint_dir: str, record: Any) -> Any:
     """The policy saved in ``checkpoint_dir``."""
     from rlpolicy._core.checkpoint import CheckpointError
-    from rlpolicy.agents import run_outputs
+    from rlpolicy.cli import run_outputs
 
     _set_threads(record.framework, None)
     try:
@@ -392,7 +339,7 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import gymnasium as gym
     import numpy as np
 
-    from rlpolicy.agents.training import evaluate_policy
+    from rlpolicy.cli.training import evaluate_policy
 
     checkpoint_dir, record = _record(parser, args.checkpoint)
     policy = _load(parser, checkpoint_dir, record)
@@ -412,7 +359,7 @@ def export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """
     import gymnasium as gym
 
-    from rlpolicy.agents.export_check import formats_for
+    from rlpolicy.cli.export_check import formats_for
 
     checkpoint_dir, record = _record(parser, args.checkpoint)
     if args.format not in formats_for(record.framework):
@@ -438,5 +385,3 @@ def main(argv: Optional[List[str]] = None) -> int:
     return command(args, subparsers[args.command])
 
 
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,9 +24,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
-from rlpolicy.agents import run_outputs
-from rlpolicy.agents.run_outputs import ProgressLog, RunRecord
-from rlpolicy.agents.training import IterationResult, evaluate_policy
+from rlpolicy.cli import run_outputs
+from rlpolicy.cli.run_outputs import ProgressLog, RunRecord
+from rlpolicy.cli.training import IterationResult, evaluate_policy
 
 
 @dataclass

@@ -130,7 +130,7 @@ def load_checkpoint(path: str) -> Tuple[Any, RunRecord, str]:
     Returns:
         ``(policy, run record, checkpoint directory)``.
     """
-    from rlpolicy.agents.training import get_policy_class
+    from rlpolicy.cli.training import get_policy_class
 
     checkpoint_dir = resolve_checkpoint(path)
     record = read_run_record(checkpoint_dir)

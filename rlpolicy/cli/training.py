@@ -5,80 +5,40 @@ local ``RolloutWorker``, or with a ``WorkerSet`` of Ray workers when
 ``num_workers > 0``), then updates the policy: PG with one ``learn_on_batch``;
 PPO with buffered minibatch SGD (``load_batch_into_buffer`` + ``num_sgd_iter``
 epochs of ``learn_on_loaded_batch`` at shuffled offsets), followed by the
-adaptive KL coefficient update, as RLlib 1.11's PPO does. DQN's loop is
-``rlpolicy.agents.dqn.dqn.SimpleDQNTrainer``; :func:`make_trainer` picks the
-right one for an algorithm name.
+adaptive KL coefficient update, as RLlib 1.11's PPO does (the registry entry's
+``minibatch_sgd``). DQN's loop is ``rlpolicy.agents.dqn.dqn.SimpleDQNTrainer``;
+:func:`make_trainer` picks the registered one for an algorithm name.
 """
 from __future__ import annotations
 
 import functools
-
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 import tree
 
+from rlpolicy.cli.algorithms import ALGORITHMS, FRAMEWORKS, Algorithm, get_algorithm
 from rlpolicy.evaluation.postprocessing import Postprocessing
 from rlpolicy.policy.sample_batch import SampleBatch, concat_samples
-from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
-
-ALGORITHMS = ("pg", "ppo", "dqn")
-FRAMEWORKS = ("torch", "tf", "tf2", "tfe")
+from rlpolicy.utils.metrics.iteration import IterationResult
+from rlpolicy.utils.metrics.learner_info import learner_stats_of
 
 
 def get_policy_class(algo: str, framework: str = "torch") -> type:
     """The reference policy class of ``algo`` for ``framework``: the torch
     class, the TF graph class (``"tf"``) or its ``as_eager()`` version
-    (``"tf2"``/``"tfe"``)."""
-    if algo not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}")
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"algorithm {algo!r}: framework={framework!r} not available; "
-                         f"supported: {', '.join(map(repr, FRAMEWORKS))}")
-    if algo == "dqn":
-        from rlpolicy.agents.dqn.dqn import get_dqn_policy_class
+    (``"tf2"``/``"tfe"``).
 
-        return get_dqn_policy_class(framework)
-    if framework == "torch":
-        if algo == "pg":
-            from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy
-
-            return PGTorchPolicy
-        from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
-
-        return PPOTorchPolicy
-    if algo == "pg":
-        from rlpolicy.agents.pg.pg_tf_policy import PGTFPolicy as tf_cls
-    else:
-        from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy as tf_cls
-    return tf_cls if framework == "tf" else tf_cls.as_eager()
+    Raises:
+        ValueError: For an unknown algorithm or framework.
+    """
+    return get_algorithm(algo).policy_class(framework)
 
 
 def algo_default_config(algo: str) -> dict:
     """The algorithm's ``DEFAULT_CONFIG`` (RLlib 1.11's values; not a copy)."""
-    if algo == "ppo":
-        from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG
-    elif algo == "pg":
-        from rlpolicy.agents.pg.pg import DEFAULT_CONFIG
-    elif algo == "dqn":
-        from rlpolicy.agents.dqn.dqn import DEFAULT_CONFIG
-    else:
-        raise ValueError(f"unknown algorithm {algo!r}; known: {', '.join(ALGORITHMS)}")
-    return DEFAULT_CONFIG
-
-
-@dataclass
-class IterationResult:
-    """What one training iteration did (totals are since the trainer was built)."""
-
-    iteration: int
-    timesteps_total: int
-    episode_reward_mean: float
-    episodes_total: int
-    learner_stats: Dict[str, float]
-    time_s: float
+    return get_algorithm(algo).config()
 
 
 class _LocalSampler:
@@ -141,7 +101,8 @@ class SimpleTrainer:
     """Drives one policy and its sampler: a local worker, or Ray workers.
 
     Args:
-        algo: ``"pg"`` or ``"ppo"`` (DQN: see :func:`make_trainer`).
+        algo: An algorithm whose loop this is (its name or registry entry; see
+            :mod:`rlpolicy.cli.algorithms`): ``"pg"`` or ``"ppo"``.
         env_creator: Returns a gymnasium env.
         config: Partial algorithm config; ``framework`` picks the policy class.
         num_envs: Envs per worker, stepped in lock-step.
@@ -149,13 +110,16 @@ class SimpleTrainer:
         seed: Seed of the environments' first resets.
     """
 
-    def __init__(self, algo: str, env_creator: Callable[[], Any], config: Dict[str, Any], *,
-                 num_envs: int = 8, num_workers: int = 0, seed: Optional[int] = None):
-        if algo not in ("pg", "ppo"):
-            raise ValueError(f"SimpleTrainer trains 'pg' or 'ppo', got {algo!r}; "
-                             "use make_trainer() for 'dqn'")
-        self.algo = algo
-        policy_class = get_policy_class(algo, config.get("framework", "torch"))
+    def __init__(self, algo: Union[str, Algorithm], env_creator: Callable[[], Any],
+                 config: Dict[str, Any], *, num_envs: int = 8, num_workers: int = 0,
+                 seed: Optional[int] = None):
+        spec = algo if isinstance(algo, Algorithm) else get_algorithm(algo)
+        if spec.trainer != f"{__name__}:SimpleTrainer":
+            raise ValueError(f"SimpleTrainer does not train {spec.name!r} (its loop is "
+                             f"{spec.trainer}); use make_trainer()")
+        self.algo = spec.name
+        self._minibatch_sgd = spec.minibatch_sgd
+        policy_class = spec.policy_class(config.get("framework", "torch"))
         # Each env contributes rollout_fragment_length / num_envs steps per sample() call.
         fragment = max(1, int(config.get("rollout_fragment_length", 200)) // num_envs)
         if num_workers > 0:
@@ -184,7 +148,7 @@ class SimpleTrainer:
         batch = self.collect()
         m = self.sampler.metrics()
         self.policy.on_global_var_update({"timestep": m["timesteps_total"]})
-        stats = self._learn_ppo(batch) if self.algo == "ppo" else self._learn_simple(batch)
+        stats = self._learn_minibatches(batch) if self._minibatch_sgd else self._learn_simple(batch)
         self.sampler.sync_weights()
         self.iteration += 1
         return IterationResult(self.iteration, m["timesteps_total"], m["episode_reward_mean"],
@@ -198,9 +162,9 @@ class SimpleTrainer:
 
     def _learn_simple(self, batch: SampleBatch) -> Dict[str, float]:
         info = self.policy.learn_on_batch(batch)
-        return _floats(info.get(LEARNER_STATS_KEY, {}))
+        return learner_stats_of(info)
 
-    def _learn_ppo(self, batch: SampleBatch) -> Dict[str, float]:
+    def _learn_minibatches(self, batch: SampleBatch) -> Dict[str, float]:
         adv = batch[Postprocessing.ADVANTAGES]
         batch[Postprocessing.ADVANTAGES] = (adv - adv.mean()) / max(1e-4, float(adv.std()))
         if self.config["shuffle_sequences"]:
@@ -224,23 +188,18 @@ class SimpleTrainer:
 def make_trainer(algo: str, env_creator: Callable[[], Any], config: Dict[str, Any], *,
                  num_envs: Optional[int] = None, num_workers: int = 0,
                  seed: Optional[int] = None) -> Any:
-    """A trainer for ``algo``: :class:`SimpleTrainer` (pg, ppo) or DQN's ``SimpleDQNTrainer``.
+    """The registered training loop of ``algo`` (:class:`SimpleTrainer` for pg and ppo,
+    ``SimpleDQNTrainer`` for dqn).
 
     Every trainer has ``policy``, ``worker`` (the local RolloutWorker) and
     ``train() -> IterationResult``.
 
     Raises:
-        ValueError: For an unknown algorithm, or ``num_workers > 0`` with DQN.
+        ValueError: For an unknown algorithm, or ``num_workers > 0`` for a loop that
+            samples in one process (DQN).
     """
-    if algo == "dqn":
-        if num_workers:
-            raise ValueError(f"DQN trains in one process; num_workers={num_workers} is not supported "
-                             "for 'dqn' (use num_workers=0)")
-        from rlpolicy.agents.dqn.dqn import SimpleDQNTrainer
-
-        return SimpleDQNTrainer(env_creator, config, seed=seed, num_envs=num_envs)
-    return SimpleTrainer(algo, env_creator, config, num_envs=num_envs or 8,
-                         num_workers=num_workers, seed=seed)
+    return get_algorithm(algo).make_trainer(env_creator, config, num_envs=num_envs,
+                                            num_workers=num_workers, seed=seed)
 
 
 def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: int = 20,
@@ -285,20 +244,5 @@ def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: i
     return returns.tolist()
 
 
-def learner_stats_of(result: Dict[str, Any]) -> Dict[str, float]:
-    """Learner stats of a learn result: the mean over ``tower_i`` entries (multi-device), else
-    the top-level ``learner_stats`` (single device)."""
-    towers = [_floats(v.get(LEARNER_STATS_KEY, {})) for k, v in result.items() if k.startswith("tower_")]
-    if not towers:
-        return _floats(result.get(LEARNER_STATS_KEY, {}))
-    return {k: float(np.mean([t[k] for t in towers if k in t])) for k in towers[0]}
-
-
-def _floats(stats: Dict[str, Any]) -> Dict[str, float]:
-    out = {}
-    for k, v in stats.items():
-        try:
-            out[k] = float(np.asarray(v, dtype=np.float64).mean())
-        except (TypeError, ValueError):
-            continue
-    return out
+__all__ = ["ALGORITHMS", "FRAMEWORKS", "IterationResult", "SimpleTrainer", "algo_default_config",
+           "evaluate_policy", "get_policy_class", "learner_stats_of", "make_trainer"]
