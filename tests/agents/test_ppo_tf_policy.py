@@ -174,7 +174,7 @@ def test_value_fetches_and_gae_bootstrap_match_numpy(policy):
 
 @pytest.mark.parametrize("framework", ["tf", "tf2"])
 def test_ppo_return_rises_on_cartpole(framework):
-    from rlpolicy.agents.training import SimpleTrainer
+    from rlpolicy.cli.training import SimpleTrainer
 
     np.random.seed(0)
     cfg = {"lr": 3e-4, "train_batch_size": 1000, "sgd_minibatch_size": 256, "num_sgd_iter": 8,
