@@ -286,3 +286,39 @@ def test_compute_single_action_loop_with_a_rolling_memory(fw):
         SampleBatch({"obs": obs, "state_in_0": np.stack(windows)}), explore=False)
     np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], np.stack(logits), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(batch_out, np.stack(outs), rtol=1e-4, atol=1e-5)
+
+
+def test_fake_gpu_towers_each_train_on_whole_sequences_with_their_memory():
+    """Two (fake) GPU towers split the padded batch between sequences; each tower's loss
+    sees every sequence with its own memory window."""
+    pytest.importorskip("torch")
+    from rlpolicy.evaluation.rollout_worker import RolloutWorker
+
+    config = {"framework": "torch", "num_gpus": 2, "_fake_gpus": True, "gamma": 0.9, "lr": 0.01,
+              "model": dict(ATTENTION)}
+    worker = RolloutWorker(env_creator=lambda _: gym.make("CartPole-v1"), policy_spec=_torch_policy_class(),
+                           policy_config=config, num_envs=2, rollout_fragment_length=30, seed=2)
+    batches = [worker.sample() for _ in range(2)]
+    whole, rows = _episode_rows(batches)
+    train = batches[-1]
+    worker.policy.seen_train_batches.clear()
+    info = worker.learn_on_batch(train.copy())["default_policy"]
+    assert np.isfinite(info["learner_stats"]["policy_loss"])
+    seen = worker.policy.seen_train_batches
+    assert len(seen) == 2
+    eps_of = {(int(u), int(t)): int(e) for u, t, e in
+              zip(train[SampleBatch.UNROLL_ID], train[SampleBatch.T], train[SampleBatch.EPS_ID])}
+    total, zero = 0, np.zeros(8, np.float32)
+    for tower in seen:
+        seq_lens = tower[SampleBatch.SEQ_LENS]
+        real = seq_lens > 0  # a tower may be padded with empty sequences
+        total += int(seq_lens.sum())
+        for j in np.nonzero(real)[0]:
+            s = j * MAX_SEQ_LEN
+            key = (int(tower[SampleBatch.UNROLL_ID][s]), int(tower[SampleBatch.T][s]))
+            eps, t0 = eps_of[key], key[1]
+            if t0 - MEMORY >= 0 and (t0 - MEMORY) not in rows[eps]:
+                continue
+            np.testing.assert_array_equal(tower["state_in_0"][j],
+                                          _window(whole, rows, eps, t0, "state_out_0", MEMORY, zero))
+    assert total == train.count
