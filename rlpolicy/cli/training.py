@@ -45,11 +45,12 @@ class _LocalSampler:
     """Samples with one in-process ``RolloutWorker``."""
 
     def __init__(self, env_creator: Callable[[], Any], policy: Any, num_envs: int,
-                 fragment: int, seed: Optional[int]):
+                 fragment: int, seed: Optional[int], batch_mode: str = "truncate_episodes"):
         from rlpolicy.evaluation.rollout_worker import RolloutWorker
 
         self.worker = RolloutWorker(env_creator, policy, num_envs=num_envs,
-                                    rollout_fragment_length=fragment, seed=seed)
+                                    rollout_fragment_length=fragment, seed=seed,
+                                    batch_mode=batch_mode)
 
     def sample(self, num_steps: int) -> SampleBatch:
         batches, count = [], 0
@@ -78,8 +79,7 @@ class _RaySampler:
             raise ValueError(f"num_workers={num_workers} needs rlpolicy.evaluation.worker_set.WorkerSet, "
                              f"which cannot be imported ({e}); use num_workers=0") from None
         trainer_config = dict(config, num_workers=num_workers, num_envs_per_worker=num_envs,
-                              rollout_fragment_length=fragment, seed=seed,
-                              batch_mode="truncate_episodes")
+                              rollout_fragment_length=fragment, seed=seed)
         self.workers = WorkerSet(env_creator=env_creator, policy_class=policy_class,
                                  trainer_config=trainer_config, num_workers=num_workers)
         self.worker = self.workers.local_worker()
@@ -120,17 +120,21 @@ class SimpleTrainer:
         self.algo = spec.name
         self._minibatch_sgd = spec.minibatch_sgd
         policy_class = spec.policy_class(config.get("framework", "torch"))
-        # Each env contributes rollout_fragment_length / num_envs steps per sample() call.
+        # Each env contributes rollout_fragment_length / num_envs steps per sample() call
+        # ("complete_episodes": a call returns once that many steps of ended episodes are in).
         fragment = max(1, int(config.get("rollout_fragment_length", 200)) // num_envs)
+        # config["batch_mode"] is honoured (PG on CartPole needs "complete_episodes": its
+        # returns-to-go are not bootstrapped, so a cut fragment's returns are wrong).
+        batch_mode = config.get("batch_mode", spec.config()["batch_mode"])
         if num_workers > 0:
-            self.sampler: Any = _RaySampler(env_creator, policy_class, config, num_workers,
-                                            num_envs, fragment, seed)
+            self.sampler: Any = _RaySampler(env_creator, policy_class, dict(config, batch_mode=batch_mode),
+                                            num_workers, num_envs, fragment, seed)
             self.policy = self.sampler.worker.policy
         else:
             env = env_creator()
             self.policy = policy_class(env.observation_space, env.action_space, config)
             env.close()
-            self.sampler = _LocalSampler(env_creator, self.policy, num_envs, fragment, seed)
+            self.sampler = _LocalSampler(env_creator, self.policy, num_envs, fragment, seed, batch_mode)
         self.config = self.policy.config
         self.iteration = 0
         self._start = time.perf_counter()
