@@ -184,7 +184,8 @@ def summarize(results: List[Dict[str, Any]], promise: Optional[int]) -> Dict[str
 
 def table_row(name: str, s: Dict[str, Any], promise: Optional[int]) -> str:
     def num(v: Optional[float], fmt: str) -> str:
-        return "-" if v is None else format(v, fmt)
+        width = int(fmt.lstrip(">").split(".")[0])
+        return format("-", f">{width}") if v is None else format(v, fmt)
 
     promised = "-" if promise is None else f"<= {promise // 1000}k steps"
     kept = "-" if s["kept"] is None else ("yes" if s["kept"] else "NO")
@@ -232,7 +233,8 @@ def main() -> None:
           f"{'README promise':<16} kept")
     for name, s, promise in rows:
         print(table_row(name, s, promise))
-    print(f"median: rlpolicy rows above (medians over the seeds that solved)", flush=True)
+    print("(median steps and seconds over the seeds that solved; kept: every seed solved within "
+          "the promised steps)", flush=True)
 
 
 if __name__ == "__main__":
