@@ -60,23 +60,115 @@ def check_obs(policy: "Policy", obs: Any, where: str, column: str = OBS) -> None
                              f"{rows[:10]} (config _check_finite_obs=True)")
 
 
-def check_state_batches(policy: "Policy", state_batches: Optional[Iterable[Any]], where: str) -> None:
-    """Rejects a number of RNN state batches that differs from the model's.
+def check_state_batches(policy: "Policy", state_batches: Optional[Iterable[Any]], where: str,
+                        single: bool = False) -> None:
+    """Rejects RNN state inputs that do not fit the model's.
 
-    An empty/None ``state_batches`` is left to the model (RLlib accepts it).
+    Args:
+        policy: The policy being called.
+        state_batches: The state inputs (batched; unbatched with ``single``),
+            or their column names (then only their number is checked).
+        where: The entry point's name, used in the message.
+        single: The states are one row's (``compute_single_action``).
 
     Raises:
-        ValueError: Naming the expected and the given count.
+        ValueError: For a recurrent model called without state (naming
+            ``policy.get_initial_state()``), a count that differs from the
+            model's, or a state whose shape differs from its initial state's
+            (naming the index, the expected and the given shape).
     """
-    given = len(list(state_batches or []))
-    if not given or _custom_acting(policy):
+    states = list(state_batches or [])
+    if _custom_acting(policy):
         return
-    expected = max(policy.num_state_tensors(), _model_state_views(policy))
-    if given != expected:
+    given = len(states)
+    expected = max(policy.num_state_tensors(), _model_state_views(policy)) if given or \
+        is_recurrent(policy) else 0
+    if not given and expected:
+        # RLlib 1.11 passes no state here too and then fails inside the model
+        # ("needs seq_lens", an IndexError); it never fills in the initial state.
+        fix = ("state=policy.get_initial_state()" if single else
+               "state_batches=[np.stack([s] * batch_size) for s in policy.get_initial_state()]")
+        raise ValueError(f"{where}: this policy's model is recurrent and takes {expected} state "
+                         f"input(s) (state_in_0..state_in_{expected - 1}), but none were given; "
+                         f"pass {fix} for an episode's first step, then the state outputs the "
+                         "previous call returned")
+    if given and given != expected:
         raise ValueError(f"{where}: got {given} state batch(es), but this policy's model takes "
                          f"{expected} (state_in_0..state_in_{expected - 1})" if expected else
                          f"{where}: got {given} state batch(es), but this policy's model is not "
                          "recurrent and takes 0")
+    if given and not isinstance(states[0], str):
+        _check_state_shapes(policy, states, where, single)
+
+
+def is_recurrent(policy: "Policy") -> bool:
+    """Whether the policy keeps RNN state (or its model reads ``state_in_i`` views)."""
+    try:
+        return policy.num_state_tensors() > 0 or _model_state_views(policy) > 0
+    except Exception:  # a hand-built policy without a model
+        return False
+
+
+def _check_state_shapes(policy: "Policy", states: List[Any], where: str, single: bool) -> None:
+    shapes = policy.__dict__.get("_initial_state_shapes")
+    if shapes is None:  # the model's state layout does not change: looked up once
+        try:
+            shapes = [tuple(np.shape(s)) for s in policy.get_initial_state()]
+        except Exception:
+            shapes = []
+        policy.__dict__["_initial_state_shapes"] = shapes
+    if len(shapes) != len(states):  # attention memory: no initial state to compare with
+        return
+    name = "state" if single else "state_batches"
+    for i, (given, want) in enumerate(zip(states, shapes)):
+        shape = getattr(given, "shape", None)
+        if shape is None:
+            try:
+                shape = np.shape(given)
+            except Exception:
+                continue
+        shape = tuple(int(d) if d is not None else -1 for d in shape)
+        got = shape if single else shape[1:]
+        if got != want:
+            what = f"{name}[{i}] has shape {shape}" + ("" if single else f" (rows x {got})")
+            raise ValueError(f"{where}: {what}, but the model's state {i} has shape {want} "
+                             f"(policy.get_initial_state()[{i}].shape"
+                             f"{'' if single else ', with a batch axis in front'})")
+
+
+def _prev_option(policy: "Policy", column: str) -> str:
+    model_config = (getattr(policy, "config", None) or {}).get("model") or {}
+    kind = "action" if column == "prev_actions" else "reward"
+    if model_config.get("use_lstm"):
+        return f"model option lstm_use_prev_{kind}=True"
+    if model_config.get("use_attention"):
+        return f"model option attention_use_n_prev_{kind}s"
+    return f"the model's view_requirements[{column!r}]"
+
+
+def check_prev_inputs(policy: "Policy", present: Iterable[str], where: str) -> None:
+    """Rejects a call without the previous action/reward that the model reads.
+
+    Args:
+        policy: The policy being called.
+        present: The column names given (``"prev_actions"``, ``"prev_rewards"``).
+        where: The entry point's name, used in the message.
+
+    Raises:
+        ValueError: Naming the missing argument and the model option that
+            asks for it.
+    """
+    if _custom_acting(policy):
+        return
+    views = getattr(getattr(policy, "model", None), "view_requirements", None) or {}
+    present = set(present)
+    for column, arg in (("prev_actions", "prev_action"), ("prev_rewards", "prev_reward")):
+        if column in views and column not in present:
+            raise ValueError(
+                f"{where}: the model reads the previous {arg[5:]} ({_prev_option(policy, column)}), "
+                f"but no {arg} was given; pass {arg}= (compute_single_action), {arg}_batch= "
+                f"(compute_actions) or a {column!r} input-dict column (zeros at an episode's "
+                "first step)")
 
 
 def _model_state_views(policy: "Policy") -> int:
@@ -106,7 +198,9 @@ def check_acting_input_dict(policy: "Policy", input_dict: Any, where: str) -> No
     if OBS in input_dict:
         check_obs(policy, input_dict[OBS], where)
     keys = [k for k in input_dict.keys() if isinstance(k, str) and k.startswith("state_in_")]
-    check_state_batches(policy, keys, where)
+    states = [input_dict[k] for k in sorted(keys, key=lambda k: int(k[9:]) if k[9:].isdigit() else -1)]
+    check_state_batches(policy, states, where)
+    check_prev_inputs(policy, input_dict.keys(), where)
 
 
 def loss_columns(policy: "Policy") -> Optional[List[str]]:

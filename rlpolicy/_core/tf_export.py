@@ -23,10 +23,20 @@ def _tf():
     return tf1, tf
 
 
+def _tensor_info(tensor: Any) -> Any:
+    """The ``TensorInfo`` proto of a graph tensor, as ``build_tensor_info`` makes it,
+    without that TF1 function's deprecation warning on every export."""
+    tf1, tf = _tf()
+    if not isinstance(tensor, tf.Tensor):  # sparse/composite tensors: TF's own encoding
+        return tf1.saved_model.utils.build_tensor_info(tensor)
+    return tf1.TensorInfo(name=tensor.name, dtype=tensor.dtype.as_datatype_enum,
+                          tensor_shape=tensor.shape.as_proto())
+
+
 def build_signature_def_map(inputs: Dict[str, Any], outputs: Dict[str, Any]) -> Dict[str, Any]:
     """A ``{"serving_default": SignatureDef}`` predict signature from named tensors."""
     tf1, _ = _tf()
-    info = tf1.saved_model.utils.build_tensor_info
+    info = _tensor_info
     signature = tf1.saved_model.signature_def_utils.build_signature_def(
         {k: info(v) for k, v in inputs.items()}, {k: info(v) for k, v in outputs.items()},
         tf1.saved_model.signature_constants.PREDICT_METHOD_NAME)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Ty
 
 import gymnasium as gym
 
-from rlpolicy._core import action_flow, checkpoint, loss_init
+from rlpolicy._core import action_flow, checkpoint, input_checks, loss_init
 from rlpolicy._core.obs_prep import flatten_single_list_obs, prepare_observation_space
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import (
@@ -266,6 +266,13 @@ class Policy(metaclass=ABCMeta):
         """
         unsquash, clip = action_flow.pop_single_action_flags(kwargs)
         if input_dict is None:
+            # A recurrent model without its state or previous action/reward: one
+            # error naming the argument (RLlib 1.11 fails deep inside the model).
+            if input_checks.is_recurrent(self):  # (other policies check in compute_actions*)
+                input_checks.check_state_batches(self, state, "compute_single_action", single=True)
+            input_checks.check_prev_inputs(
+                self, [c for c, v in (("prev_actions", prev_action), ("prev_rewards", prev_reward))
+                       if v is not None], "compute_single_action")
             # (a Repeated list's items would be batched as rows: see obs_prep)
             obs = flatten_single_list_obs(self, obs)
             input_dict = action_flow.build_single_input_dict(

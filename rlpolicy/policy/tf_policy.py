@@ -216,6 +216,10 @@ class TFPolicy(Policy):
         # (A wrong number of state batches is reported by the feed, naming the placeholders.)
         obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         input_checks.check_obs(self, obs_batch, "compute_actions")
+        input_checks.check_state_batches(self, state_batches, "compute_actions")
+        input_checks.check_prev_inputs(
+            self, [c for c, v in (("prev_actions", prev_action_batch), ("prev_rewards", prev_reward_batch))
+                   if v is not None], "compute_actions")
         input_dict = {SampleBatch.OBS: obs_batch, "is_training": False}
         for i, s in enumerate(state_batches or []):
             input_dict[f"state_in_{i}"] = s
@@ -234,7 +238,7 @@ class TFPolicy(Policy):
                                         episodes: Optional[List[Any]] = None,
                                         **kwargs) -> Tuple[Any, List[Any], Dict[str, Any]]:
         input_dict = obs_prep.flatten_input_dict(self, input_dict)
-        input_checks.check_obs(self, input_dict.get(SampleBatch.OBS), "compute_actions_from_input_dict")
+        input_checks.check_acting_input_dict(self, input_dict, "compute_actions_from_input_dict")
         input_dict["is_training"] = False
         obs_batch = input_dict[SampleBatch.OBS]
         rows = (len(input_dict) if isinstance(input_dict, SampleBatch)

@@ -256,6 +256,9 @@ class TorchPolicy(Policy):
         obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         input_checks.check_obs(self, obs_batch, "compute_actions")
         input_checks.check_state_batches(self, state_batches, "compute_actions")
+        input_checks.check_prev_inputs(
+            self, [c for c, v in (("prev_actions", prev_action_batch), ("prev_rewards", prev_reward_batch))
+                   if v is not None], "compute_actions")
         with NoGrad():
             seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
             input_dict = acting_batch(self, obs_batch, prev_action_batch, prev_reward_batch)

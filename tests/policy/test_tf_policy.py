@@ -213,7 +213,8 @@ def test_errors_of_the_constructor_and_compute_methods():
     o = np.zeros((2, 4), np.float32)
     acts, states, _ = pol.compute_actions(o, state_batches=[np.ones((2, 2), np.float32)])
     assert acts.tolist() == [0, 0] and states[0].shape == (2, 2)
-    with pytest.raises(ValueError, match=r"RNN state batches for placeholders \['h_in:0'\], got 0"):
+    with pytest.raises(ValueError, match=r"compute_actions: this policy's model is recurrent and takes 1 "
+                                         r"state input\(s\).*none were given"):
         pol.compute_actions(o)
     with pytest.raises(ValueError, match="w/o a self._log_likelihood op"):
         pol.compute_log_likelihoods(np.zeros(2), o)
