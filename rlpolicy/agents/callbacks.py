@@ -243,3 +243,34 @@ del _hook
 
 
 __all__ = ["DefaultCallbacks", "MultiCallbacks"]
+
+
+class _DuckCallbacks(DefaultCallbacks):
+    """A callbacks object that is not a DefaultCallbacks (RLlib 1.11 only calls
+    ``config["callbacks"]()``), seen by the sampler: the hooks it has are called,
+    the ones it lacks do nothing (DefaultCallbacks'). Other attributes read through."""
+
+    def __init__(self, wrapped: Any):
+        super().__init__()
+        self.wrapped = wrapped
+
+    def __getattr__(self, name: str) -> Any:  # only for names DefaultCallbacks lacks
+        return getattr(self.__dict__["wrapped"], name)
+
+
+for _hook in _HOOKS:
+    def _call_if_present(self, _name=_hook, **kwargs) -> None:
+        fn = getattr(self.wrapped, _name, None)
+        if fn is not None:
+            fn(**kwargs)
+
+    _call_if_present.__name__ = _hook
+    _call_if_present.__qualname__ = f"_DuckCallbacks.{_hook}"
+    setattr(_DuckCallbacks, _hook, _call_if_present)
+del _hook
+
+
+def as_callbacks(obj: Any) -> DefaultCallbacks:
+    """``obj`` when it is a DefaultCallbacks, else an adapter that calls the hooks
+    ``obj`` has and skips those it lacks (duck-typed 1.x callbacks classes)."""
+    return obj if isinstance(obj, DefaultCallbacks) else _DuckCallbacks(obj)

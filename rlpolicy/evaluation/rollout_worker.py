@@ -229,12 +229,17 @@ class RolloutWorker:
         if callbacks is None:
             callbacks = self.policy_config.get("callbacks")
         if callbacks is None and _is_policy(policy_spec):
-            return policy_spec.callbacks  # pre-built policy: share its callbacks object
+            from rlpolicy.agents.callbacks import as_callbacks
+
+            return as_callbacks(policy_spec.callbacks)  # pre-built policy: share its callbacks object
         if callbacks is None:
             from rlpolicy.agents.callbacks import DefaultCallbacks
 
             callbacks = DefaultCallbacks
-        return callbacks() if isinstance(callbacks, type) or _is_factory(callbacks) else callbacks
+        from rlpolicy.agents.callbacks import as_callbacks
+
+        made = callbacks() if isinstance(callbacks, type) or _is_factory(callbacks) else callbacks
+        return as_callbacks(made)  # a duck-typed object: the hooks it lacks do nothing
 
     def _make_envs(self, env_creator: Optional[Callable[..., Any]],
                    validate_env: Optional[Callable[[Any, EnvContext], None]]) -> List[Any]:

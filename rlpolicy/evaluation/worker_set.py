@@ -133,7 +133,7 @@ class WorkerSet:
             env_creator=self._env_creator, validate_env=self._validate_env,
             policy_spec=self._policy_specs, policy_mapping_fn=multiagent.get("policy_mapping_fn"),
             policies_to_train=multiagent.get("policies_to_train"),
-            rollout_fragment_length=cfg["rollout_fragment_length"],
+            rollout_fragment_length=_fragment_length(cfg, num_workers),
             count_steps_by=multiagent.get("count_steps_by", "env_steps"), batch_mode=cfg["batch_mode"],
             num_envs=num_envs, normalize_actions=cfg.get("normalize_actions"),
             clip_actions=cfg.get("clip_actions"), env_config=cfg.get("env_config") or {},
@@ -285,7 +285,7 @@ class WorkerSet:
         fixed = cfg["batch_mode"] == "truncate_episodes" and \
             (cfg.get("multiagent") or {}).get("count_steps_by", "env_steps") == "env_steps"
         if max_steps is not None and fixed:
-            per_worker = cfg["rollout_fragment_length"] * cfg["num_envs_per_worker"]
+            per_worker = _fragment_length(cfg, n) * cfg["num_envs_per_worker"]
             n = max(1, min(n, math.ceil(max_steps / per_worker)))
         start = self._next_worker  # rotate, so partial rounds spread over the workers
         self._next_worker = (start + n) % len(self._remote)
@@ -458,3 +458,18 @@ def _ensure_ray(cfg: dict, num_workers: int) -> None:
 
 
 __all__ = ["WorkerSet"]
+
+
+def _fragment_length(cfg: Dict[str, Any], num_workers: int) -> Any:
+    """``rollout_fragment_length``, with RLlib 2.x's ``"auto"`` resolved: the steps
+    per sub-environment that make one ``train_batch_size`` across all sampling
+    workers (the local one when there are none), rounded up."""
+    fragment = cfg["rollout_fragment_length"]
+    if fragment != "auto":
+        return fragment
+    batch = cfg.get("train_batch_size")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"WorkerSet: rollout_fragment_length='auto' needs an int train_batch_size "
+                         f">= 1, got train_batch_size={batch!r}")
+    envs = cfg["num_envs_per_worker"] * max(num_workers, 1)
+    return -(-batch // envs)
