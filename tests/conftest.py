@@ -10,6 +10,22 @@ import pytest
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+# RLPOLICY_TF_V1 runs the suite in a process whose TF behaves like TF1 code (and RLlib's
+# own try_import_tf) leave it: "1" / "behavior" calls tf.compat.v1.disable_v2_behavior(),
+# "tensorshape" only disable_v2_tensorshape(), "eager" only disable_eager_execution().
+# Done here, before any test module imports TF.
+TF_V1_MODES = {"1": "disable_v2_behavior", "behavior": "disable_v2_behavior",
+               "tensorshape": "disable_v2_tensorshape", "eager": "disable_eager_execution"}
+TF_V1_MODE = os.environ.get("RLPOLICY_TF_V1", "").strip().lower()
+if TF_V1_MODE in ("", "0", "false"):
+    TF_V1_MODE = ""
+elif TF_V1_MODE not in TF_V1_MODES:
+    raise ValueError(f"RLPOLICY_TF_V1={TF_V1_MODE!r}: expected one of {sorted(TF_V1_MODES)} or 0")
+else:
+    import tensorflow as _tf
+
+    getattr(_tf.compat.v1, TF_V1_MODES[TF_V1_MODE])()
+
 FRAMEWORKS = ("torch", "tf", "tf2")
 DEVICES = {
     "cpu": {"num_gpus": 0},
@@ -37,6 +53,46 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+EAGER_IDS = {"tf2", "tfe", "eager", "traced"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "tf_eager_code: the test's own code runs TF eagerly (with RLPOLICY_TF_V1 it "
+        "runs in TF's eager-mode context; tf2/eager/traced parametrizations and tests named "
+        "or in a module named *eager* are taken as such without the marker)")
+
+
+def _is_eager_test(item) -> bool:
+    """Whether a test is eager TF test code (see the tf_eager_code marker)."""
+    if item.get_closest_marker("tf_eager_code") is not None:
+        return True
+    module = getattr(getattr(item, "module", None), "__name__", "")
+    names = (getattr(item, "originalname", item.name), module)
+    if any("eager" in n.lower() for n in names):
+        return True
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return False
+    ids = set(callspec.id.split("-")) | {v for v in callspec.params.values() if isinstance(v, str)}
+    return bool(ids & EAGER_IDS)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With RLPOLICY_TF_V1 set to a mode that turns eager execution off, eager test code
+    (see ``_is_eager_test``) runs, fixtures included, in TF's eager-mode context, as RLlib
+    1.11's framework_iterator switches eager on for "tf2". Every other test, and so
+    every graph-mode ("tf") test, runs in the process's graph mode."""
+    if TF_V1_MODE in ("", "tensorshape") or not _is_eager_test(item):
+        yield
+        return
+    from tensorflow.python.eager import context
+
+    with context.eager_mode():
+        yield
 
 
 @pytest.fixture(scope="session")

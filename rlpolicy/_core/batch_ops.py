@@ -49,11 +49,23 @@ def leaf_length(value: Any) -> Optional[int]:
     if is_torch_tensor(value):
         return int(value.shape[0]) if value.dim() > 0 else None
     if is_tf_tensor(value):
-        shape = value.shape
-        if shape.rank is None or shape.rank == 0 or shape[0] is None:
-            return None
-        return int(shape[0])
+        dims = static_dims(value.shape)
+        return dims[0] if dims else None
     return None
+
+
+def static_dims(shape: Any) -> Optional[List[Optional[int]]]:
+    """A TF static shape as a list of ints and Nones; None if its rank is unknown.
+
+    The same whether TF's v2 tensorshape behaviour is on (entries are ints or None) or
+    off after ``tf.compat.v1.disable_v2_tensorshape()`` (entries are ``Dimension``
+    objects, and ``Dimension(None)`` is not None).
+    """
+    if getattr(shape, "rank", 0) is None:
+        return None
+    if hasattr(shape, "as_list"):
+        return shape.as_list()
+    return [None if getattr(d, "value", d) is None else int(getattr(d, "value", d)) for d in shape]
 
 
 def column_leaves(key: str, value: Any) -> List[Tuple[str, Any]]:

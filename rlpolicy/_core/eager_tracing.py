@@ -186,7 +186,7 @@ def signature_key(x: Any) -> Optional[Tuple[Any, ...]]:
 
 def _key(x: Any, eager: type) -> Optional[Tuple[Any, ...]]:
     if isinstance(x, eager):
-        return (x.dtype, tuple(x.shape))
+        return (x.dtype, tuple(x.shape.as_list()))  # ints whatever the tensorshape mode
     if isinstance(x, dict):
         try:
             keys = sorted(x)

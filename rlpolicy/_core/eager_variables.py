@@ -88,9 +88,9 @@ def check_weights(weights: Union[Mapping[str, Any], Sequence[Any]],
     for key, value in items:
         var = variables[key]
         arr = np.asarray(value)
-        if tuple(arr.shape) != tuple(var.shape):
+        if tuple(arr.shape) != tuple(var.shape.as_list()):
             raise ValueError(f"set_weights: {key!r} has shape {tuple(arr.shape)} but the "
-                             f"variable has shape {tuple(var.shape)}")
+                             f"variable has shape {tuple(var.shape.as_list())}")
         pairs.append((var, arr.astype(var.dtype.as_numpy_dtype, copy=False)))
     return pairs
 
@@ -133,9 +133,9 @@ def check_optimizer_state(values: Sequence[Any], variables: List[Any]) -> List[T
     pairs = []
     for i, (var, value) in enumerate(zip(variables, values)):
         arr = np.asarray(value)
-        if tuple(arr.shape) != tuple(var.shape):
+        if tuple(arr.shape) != tuple(var.shape.as_list()):
             raise ValueError(f"state['_optimizer_variables'][{i}] ({var.name}) has shape "
-                             f"{tuple(arr.shape)}, expected {tuple(var.shape)}")
+                             f"{tuple(arr.shape)}, expected {tuple(var.shape.as_list())}")
         pairs.append((var, arr.astype(var.dtype.as_numpy_dtype, copy=False)))
     return pairs
 

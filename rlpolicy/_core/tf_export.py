@@ -75,11 +75,44 @@ def freeze_serving_graph(sess: Any, outputs: List[str]) -> Any:
     with sess.graph.as_default():
         frozen = tf1.graph_util.convert_variables_to_constants(
             sess, sess.graph.as_graph_def(), nodes)
+    _assigns_to_frozen_values(frozen)
     frozen = tf1.graph_util.extract_sub_graph(frozen, nodes)
     # Again: drops the producers of the loop variables pruned away.
     frozen = tf1.graph_util.extract_sub_graph(prune_dead_loop_vars(frozen, outputs), nodes)
     keep_functional_control_flow(frozen)
     return frozen
+
+
+# Ref-variable (TF1 ``VariableV2``) updates and the op computing their result from
+# (old value, operand); ``None``: the result is the operand.
+_REF_ASSIGN_RESULT = {"Assign": None, "AssignAdd": "AddV2", "AssignSub": "Sub"}
+
+
+def _assigns_to_frozen_values(graph_def: Any) -> int:
+    """Rewrites, in place, each ``Assign``/``AssignAdd``/``AssignSub`` of a variable
+    that freezing turned into a constant into the value that update returns
+    (``Identity`` of the operand, ``AddV2``/``Sub`` of constant and operand).
+
+    A frozen graph keeps no state; the serving outputs may read such updates (the
+    exploration's timestep, with ``tf1.disable_v2_behavior()``'s ref variables),
+    and an update of a constant does not import. Returns the number rewritten.
+    """
+    consts = {n.name for n in graph_def.node if n.op == "Const"}
+    count = 0
+    for node in graph_def.node:
+        if node.op not in _REF_ASSIGN_RESULT or node.input[0].split(":")[0] not in consts:
+            continue
+        result_op = _REF_ASSIGN_RESULT[node.op]
+        dtype = node.attr["T"].type
+        operands = list(node.input[:2]) if result_op else [node.input[1]]
+        controls = [i for i in node.input if i.startswith("^")]
+        name, device = node.name, node.device
+        node.Clear()
+        node.name, node.op, node.device = name, result_op or "Identity", device
+        node.input.extend(operands + controls)
+        node.attr["T"].type = dtype
+        count += 1
+    return count
 
 
 def import_tf2onnx() -> Any:

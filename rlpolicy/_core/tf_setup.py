@@ -125,10 +125,33 @@ def build_main_apply_op(policy: "TFPolicy") -> None:
         policy._update_ops = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS,
                                                 scope=tf1.get_variable_scope().name)
     multi = policy.config["_tf_policy_handles_more_than_one_loss"]
-    with tf1.control_dependencies(policy._update_ops or []):
-        policy._apply_op = policy.build_apply_op(
-            optimizer=policy._optimizers if multi else policy._optimizer,
-            grads_and_vars=policy._grads_and_vars)
+    policy._apply_op = build_after(policy._update_ops, lambda: policy.build_apply_op(
+        optimizer=policy._optimizers if multi else policy._optimizer,
+        grads_and_vars=policy._grads_and_vars))
+
+
+def build_after(deps: Optional[List[Any]], build: Any) -> Any:
+    """``build()`` in the default graph, its ops made to run after ``deps`` (ops or
+    tensors), as ``with tf1.control_dependencies(deps): build()`` does.
+
+    ``tf1.control_dependencies`` also writes an attribute into each op of ``deps``;
+    for ops a session has already run (a model's batch-norm updates, built before
+    the dummy-batch run), TF warns that the change has no effect and that it will
+    become an error. Here ``build()`` runs under the control dependency on one new
+    no-op instead, which is given ``deps`` as control inputs: ``deps`` stay untouched.
+    """
+    tf1, tf = _tf()
+    if not deps:
+        return build()
+    graph = tf1.get_default_graph()
+    dep_ops = []
+    for dep in deps:
+        element = graph.as_graph_element(dep)
+        dep_ops.append(element.op if isinstance(element, tf.Tensor) else element)
+    gate = tf.no_op(name="after_update_ops")
+    gate._add_control_inputs(dep_ops)
+    with tf1.control_dependencies([gate]):
+        return build()
 
 
 def init_learning_state(policy: "TFPolicy", update_ops: Optional[List[Any]]) -> None:

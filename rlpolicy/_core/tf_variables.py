@@ -128,7 +128,10 @@ def initialize_uninitialized(sess: Any) -> int:
                  for n in sess.run(tf1.report_uninitialized_variables(candidates))}
         todo = [v for v in candidates if v.op.name in names]
         if todo:
-            sess.run(tf1.variables_initializer(todo))
+            # The initializers run as a list, not as one tf1.variables_initializer group:
+            # grouping puts a control dependency on each initializer op, which marks ops
+            # this session has already seen (TF warns, and will make that an error).
+            sess.run([v.initializer for v in todo])
     return len(todo)
 
 

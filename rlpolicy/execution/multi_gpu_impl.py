@@ -21,6 +21,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 import tree
 
 from rlpolicy._core.tf_grads import average_tower_grads, clip_by_global_norm
+from rlpolicy._core.tf_setup import build_after
 from rlpolicy._core.tower_buffers import device_minibatch_size
 from rlpolicy.utils.framework import try_import_tf
 from rlpolicy.utils.tf_run_builder import TFRunBuilder
@@ -115,9 +116,8 @@ class TFMultiGPUTowerStack:
                             if op not in shared_ops]
         if self._update_ops:
             logger.debug("Tower update ops run with each step: %s", self._update_ops)
-        with tf1.control_dependencies(self._update_ops):
-            return self.policy.build_apply_op(
-                optimizer=self.optimizers if multi else self.optimizers[0], grads_and_vars=avg)
+        return build_after(self._update_ops, lambda: self.policy.build_apply_op(
+            optimizer=self.optimizers if multi else self.optimizers[0], grads_and_vars=avg))
 
     def optimize(self, sess: Any, device_batches: Sequence[Any]) -> Dict[str, Any]:
         """Runs one SGD step: tower ``i`` trains on ``device_batches[i]``.

@@ -376,9 +376,10 @@ def _model_target_pairs(policy: Any) -> List[Tuple[Any, Any]]:
         raise ValueError(f"{who}.update_target(): model has {len(model_vars)} variables but "
                          f"target_model has {len(target_vars)}; they must have the same layout")
     for v, t in zip(model_vars, target_vars):
-        if tuple(v.shape) != tuple(t.shape):
-            raise ValueError(f"{who}.update_target(): variable {v.name} has shape {tuple(v.shape)} "
-                             f"but target {t.name} has {tuple(t.shape)}")
+        if v.shape.as_list() != t.shape.as_list():
+            raise ValueError(f"{who}.update_target(): variable {v.name} has shape "
+                             f"{tuple(v.shape.as_list())} but target {t.name} has "
+                             f"{tuple(t.shape.as_list())}")
     return list(zip(model_vars, target_vars))
 
 

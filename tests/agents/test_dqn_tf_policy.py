@@ -44,6 +44,7 @@ class StubPolicy:
         self.action_space = ACT
 
 
+@pytest.mark.tf_eager_code
 @pytest.mark.parametrize("double_q", [True, False])
 def test_double_q_td_error_and_huber_loss_match_numpy(double_q):
     from rlpolicy.agents.dqn.dqn_tf_policy import build_q_losses
@@ -67,6 +68,7 @@ def test_double_q_td_error_and_huber_loss_match_numpy(double_q):
     np.testing.assert_allclose(float(loss), np.mean(weights * huber), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.tf_eager_code
 def test_dueling_combination_matches_numpy():
     from rlpolicy.agents.dqn.dqn_tf_policy import compute_q_values
 
@@ -76,6 +78,7 @@ def test_dueling_combination_matches_numpy():
     np.testing.assert_allclose(q.numpy(), value[:, None] + adv - adv.mean(1, keepdims=True), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.tf_eager_code
 @pytest.mark.parametrize("reward,done,expected", [
     (0.5, 0.0, [0.0, 0.35, 0.65]), (0.5, 1.0, [0.0, 0.5, 0.5]), (2.0, 0.0, [0.0, 0.0, 1.0])])
 def test_c51_projection_hand_worked(reward, done, expected):

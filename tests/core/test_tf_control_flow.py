@@ -17,6 +17,11 @@ from rlpolicy.utils.framework import get_keras, try_import_tf  # noqa: E402
 
 tf1, tf, _ = try_import_tf()
 
+# The module prunes functional (v2) While loops; TF1 control flow (after
+# tf1.disable_v2_behavior() or disable_control_flow_v2()) builds none.
+pytestmark = pytest.mark.skipif(not tf1.control_flow_v2_enabled(),
+                                reason="TF1 control flow builds no functional While loops")
+
 
 @pytest.fixture(scope="module")
 def frozen_lstm():

@@ -468,6 +468,7 @@ def test_multi_action_samples_follow_space_structure(run):
     assert _multi(c(MULTI_IN), TUPLE_SPACE).required_model_output_shape(TUPLE_SPACE, {}) == 7
 
 
+@pytest.mark.tf_eager_code
 def test_multi_action_dict_space():
     space = gym.spaces.Dict({"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)})
     sample = _multi(c(MULTI_IN), space).deterministic_sample()

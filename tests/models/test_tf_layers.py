@@ -205,6 +205,7 @@ def test_relative_attention_without_memory_equals_empty_memory(runner):
     np.testing.assert_allclose(a, b, **TOL)
 
 
+@pytest.mark.tf_eager_code
 def test_rel_shift_aligns_distances(tf_modules):
     """x[b, i, k] encodes (i, k); after the shift, [i, j] must hold column j + T - 1 - i."""
     t_len, m = 3, 5

@@ -230,6 +230,7 @@ def test_fcnet_without_num_outputs_exposes_last_hidden(rt):
     np.testing.assert_allclose(out, dense(w, "fc_2", dense(w, "fc_1", obs, "tanh"), "tanh"), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.tf_eager_code
 def test_fcnet_initial_weights_are_normc():
     np.random.seed(0)
     model = FullyConnectedNetwork(OBS4, gym.spaces.Discrete(2), 2, cfg(fcnet_hiddens=[16]), "m")
@@ -279,6 +280,7 @@ def test_fcnet_rejects_wrong_observation_shape_in_graph():
 # --------------------------------------------------------------- base class
 
 
+@pytest.mark.tf_eager_code
 def test_context_variables_and_register_variables(monkeypatch):
     rt = Runner("graph")
     model = rt.model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, cfg(fcnet_hiddens=[3]), "m")

@@ -323,6 +323,7 @@ def test_random_action_frequency_matches_epsilon(framework, schedule):
     assert (greedy == 2).all()
 
 
+@pytest.mark.tf_eager_code
 def test_epsilon_greedy_in_a_tf_function():
     """With eager_tracing the exploration runs inside tf.function; its state still updates."""
     pytest.importorskip("tensorflow")

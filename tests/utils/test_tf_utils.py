@@ -50,6 +50,7 @@ def test_eager_one_hot_and_flatten(tf_modules):
     np.testing.assert_array_equal(timed.numpy(), [[[0, 0, 1, 0.5, 1.0], [0, 1, 0, 2.0, 3.0]]])
 
 
+@pytest.mark.tf_eager_code
 def test_zero_logps_from_actions(tf_modules):
     _, tf = tf_modules
     out = tfu.zero_logps_from_actions({"x": tf.ones((4, 3, 2)), "y": tf.ones((4,))})

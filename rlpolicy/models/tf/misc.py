@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+from rlpolicy._core.batch_ops import static_dims
 from rlpolicy.utils.annotations import DeveloperAPI
 from rlpolicy.utils.framework import try_import_tf
 from rlpolicy.utils.typing import TensorType
@@ -125,9 +126,8 @@ def static_shape(x: TensorType) -> Optional[Tuple[Optional[int], ...]]:
     shape = getattr(x, "shape", None)
     if shape is None:
         return None
-    if hasattr(shape, "rank") and shape.rank is None:
-        return None
-    return tuple(None if d is None else int(d) for d in list(shape))
+    dims = static_dims(shape)
+    return None if dims is None else tuple(dims)
 
 
 def check_input_shape(x: TensorType, expected: Sequence[int], model: Any, what: str = "observation") -> None:

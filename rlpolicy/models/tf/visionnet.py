@@ -141,7 +141,7 @@ class VisionNetwork(TFModelV2):
         if last_cnn.shape[1] != 1 or last_cnn.shape[2] != 1:
             raise ValueError(
                 f"VisionNetwork({self.name!r}): conv_filters {self.model_config['conv_filters']} turn the "
-                f"observation of shape {list(self.obs_space.shape)} into {list(last_cnn.shape)}, not "
+                f"observation of shape {list(self.obs_space.shape)} into {last_cnn.shape.as_list()}, not "
                 f"[B, 1, 1, {num_outputs}]; adjust conv_filters so that the last conv outputs 1x1"
             )
         return last_layer, feature_out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from rlpolicy._core import batch_ops
 from rlpolicy.utils.framework import get_keras, try_import_tf
 
 tf1, tf, tfv = try_import_tf()
@@ -17,12 +18,7 @@ else:  # tensorflow missing: the classes still import, but cannot be used.
 
 def static_dims(shape: Any) -> Optional[List[Optional[int]]]:
     """The dims of a (Tensor)Shape or tuple as ints/None; None if the rank is unknown."""
-    if shape is None:
-        return None
-    if hasattr(shape, "rank") and shape.rank is None:
-        return None
-    dims = shape.as_list() if hasattr(shape, "as_list") else list(shape)
-    return [None if d is None else int(d) for d in dims]
+    return None if shape is None else batch_ops.static_dims(shape)
 
 
 def split_heads(x: Any, num_heads: int, head_dim: int) -> Any:
@@ -49,6 +45,6 @@ def causal_attention(score: Any, values: Any, memory_len: Any) -> Any:
     weights = tf.nn.softmax(masked, axis=2)
     out = tf.einsum("bijh,bjhd->bihd", weights, values)
     shape = tf.shape(out)
-    heads, depth = out.shape[2], out.shape[3]  # static (H, d) keep the last dim known for Dense
+    heads, depth = static_dims(out.shape)[2:4]  # static (H, d) keep the last dim known for Dense
     width = heads * depth if heads is not None and depth is not None else shape[2] * shape[3]
     return tf.reshape(out, [shape[0], shape[1], width])
