@@ -44,6 +44,7 @@ from rlpolicy._core.config import read_checked
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.hooks import check_factory_args, updated_kwargs
 from rlpolicy._core.loss_init import resolve_loss
+from rlpolicy._core.tf_eager_mode import make_methods_eager
 from rlpolicy._core.tf_hooks import TFPolicyHooks, resolve_deprecated_args
 from rlpolicy._core.tower_buffers import TowerBuffers, device_minibatch_size, split_batch_for_devices
 from rlpolicy.policy.policy import Policy, complete_policy_config
@@ -74,6 +75,12 @@ class EagerTFPolicy(Policy):
     _hooks: TFPolicyHooks = TFPolicyHooks(name="EagerTFPolicy")
     #: Set on classes made by ``with_tracing()``: trace whatever the config says.
     _force_tracing: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Graph-mode callers (a process after tf1.disable_v2_behavior()) get eager mode.
+        super().__init_subclass__(**kwargs)
+        if tf is not None:
+            make_methods_eager(cls)
 
     def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  config: TrainerConfigDict):
@@ -519,6 +526,10 @@ class EagerTFPolicy(Policy):
         return type(cls.__name__ + "_traced", (cls,), {
             "__module__": cls.__module__, "__qualname__": cls.__qualname__ + "_traced",
             "_force_tracing": True})
+
+
+if tf is not None:
+    make_methods_eager(EagerTFPolicy)
 
 
 # ---------------------------------------------------------------- module-level helpers
