@@ -62,6 +62,14 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     add("--out", "--checkpoint-dir", dest="out", default=None,
         help="write progress.csv, learning_curve.png and checkpoints here (the final "
              "checkpoint in the folder itself)")
+    existing = train.add_mutually_exclusive_group()
+    existing.add_argument("--overwrite", action="store_true",
+                          help="OUT holds an earlier run: delete its checkpoints, progress.csv and "
+                               "plot first")
+    existing.add_argument("--resume", action="store_true",
+                          help="OUT holds an earlier run: continue from its latest checkpoint "
+                               "(weights, optimizer state, step/iteration counters; progress.csv "
+                               "appended); --stop-timesteps counts the earlier steps too")
     add("--checkpoint-every", type=_number(int, 0), default=0,
         help="also checkpoint every N iterations into OUT/checkpoint_NNNNNN (0: only at the end)")
     add("--eval-episodes", type=_number(int, 0), default=20,
@@ -173,16 +181,97 @@ def _check_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> T
         parser.error(f"argument --num-workers: {args.num_workers} Ray workers need "
                      "rlpolicy.evaluation.worker_set.WorkerSet, which is not available in this "
                      "build; use --num-workers 0")
-    from rlpolicy.cli.export_check import formats_for
+    if args.num_workers and _missing_modules("ray"):
+        parser.error(f"argument --num-workers: {args.num_workers} Ray workers need Ray, which is "
+                     "not installed: pip install 'rlpolicy[ray]' (or use --num-workers 0)")
+    from rlpolicy.cli.export_check import formats_for, required_modules
 
     for fmt in args.export:
         if fmt not in formats_for(args.framework):
             parser.error(f"argument --export: {fmt!r} cannot be exported from a "
                          f"--framework {args.framework} policy; choose from "
                          f"{', '.join(formats_for(args.framework))}")
+        missing = _missing_modules(*required_modules(args.framework, fmt))
+        if missing:
+            parser.error(f"argument --export: {fmt} needs {', '.join(missing)}, not installed: "
+                         f"pip install 'rlpolicy[{fmt}]'")
     if args.export and not args.out:
         parser.error("argument --export: needs --out (the export goes to OUT/export_FORMAT)")
+    if (args.overwrite or args.resume) and not args.out:
+        parser.error(f"argument {'--overwrite' if args.overwrite else '--resume'}: needs --out")
+    if args.out:
+        _check_out_dir(parser, args)
     return stop, config
+
+
+def _missing_modules(*names: str) -> List[str]:
+    """The top-level modules of ``names`` that cannot be imported here."""
+    import importlib.util
+
+    missing = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a finder that blocks it, or a broken install
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def _optional_notes(args: argparse.Namespace) -> List[str]:
+    """One line per missing optional package that only changes what gets written."""
+    notes = []
+    if args.out and _missing_modules("matplotlib"):
+        notes.append("note: learning_curve.png will not be written: matplotlib is not installed "
+                     "(pip install 'rlpolicy[cli]')")
+    if args.progress_bar == "on" or (args.progress_bar == "auto" and sys.stderr.isatty()):
+        if _missing_modules("tqdm"):
+            notes.append("note: no progress bar: tqdm is not installed (pip install 'rlpolicy[cli]')")
+    return notes
+
+
+def _check_out_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--out holding an earlier run needs --overwrite or --resume; --resume needs a
+    checkpoint of the same algorithm, framework and env there."""
+    from rlpolicy.cli import run_outputs
+
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"argument --out: {args.out!r} exists and is not a directory")
+    earlier = run_outputs.existing_run_outputs(args.out)
+    if args.resume:
+        try:
+            ckpt = run_outputs.latest_checkpoint(args.out) if os.path.isdir(args.out) else None
+            if ckpt is None:
+                raise ValueError(f"{args.out!r} does not exist")
+            record = run_outputs.read_run_record(ckpt)
+            _check_progress_columns(os.path.join(args.out, run_outputs.PROGRESS_FILE))
+        except (OSError, ValueError) as e:
+            parser.error(f"argument --resume: nothing to resume: {e}")
+        mine = (args.algo, args.framework, args.env)
+        theirs = (record.algo, record.framework, record.env)
+        if mine != theirs:
+            parser.error(f"argument --resume: {args.out!r} holds a run of --algo {theirs[0]} "
+                         f"--framework {theirs[1]} --env {theirs[2]}; resume it with those "
+                         f"(got --algo {mine[0]} --framework {mine[1]} --env {mine[2]})")
+        args.resume_from = (ckpt, record)
+    elif earlier and not args.overwrite:
+        shown = ", ".join(earlier[:4]) + (", ..." if len(earlier) > 4 else "")
+        parser.error(f"argument --out: {args.out!r} already holds a run ({shown}); pass "
+                     "--overwrite to replace it or --resume to continue it")
+
+
+def _check_progress_columns(path: str) -> None:
+    import csv
+
+    from rlpolicy.cli.run_outputs import PROGRESS_COLUMNS
+
+    if not os.path.isfile(path):
+        return
+    with open(path, newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f), None)
+    if header is not None and tuple(header) != PROGRESS_COLUMNS:
+        raise ValueError(f"{path!r} has other columns than this version writes; use --overwrite")
 
 
 def _worker_set_available() -> bool:
@@ -226,7 +315,8 @@ def _seed_frameworks(framework: str, seed: int) -> None:
 
 
 def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = None) -> int:
-    """Runs ``rlpolicy train``; returns 0 if ``--stop-reward`` was reached, else 1."""
+    """Runs ``rlpolicy train``; returns 0 if ``--stop-reward`` was reached, 130 if
+    Ctrl-C stopped it (after the checkpoint was written), else 1."""
     import gymnasium as gym
 
     from rlpolicy.cli.train_run import run_training
@@ -241,28 +331,61 @@ def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = 
     def env_creator() -> Any:
         return gym.make(args.env)
 
+    for note in _optional_notes(args):
+        print(note, flush=True)
     trainer = make_trainer(args.algo, env_creator, config, num_envs=num_envs,
                            num_workers=args.num_workers, seed=args.seed)
-    devices = [str(d) for d in getattr(trainer.policy, "devices", [])]
-    print(f"training {type(trainer.policy).__name__} on {args.env} until mean return "
-          f">= {stop_reward:g} (devices: {devices}, envs: {num_envs}, workers: {args.num_workers})",
-          flush=True)
     failed: List[str] = []
+    summary = None
     try:
-        summary = run_training(trainer, env_creator, _run_options(args, stop_reward))
+        record = _prepare_out(args, trainer)
+        devices = [str(d) for d in getattr(trainer.policy, "devices", [])]
+        resumed = (f", resumed at step {record.timesteps_total} (iteration {record.iteration})"
+                   if args.resume else "")
+        print(f"training {type(trainer.policy).__name__} on {args.env} until mean return "
+              f">= {stop_reward:g} (devices: {devices}, envs: {num_envs}, workers: {args.num_workers}"
+              f"{resumed})", flush=True)
+        summary = run_training(trainer, env_creator, _run_options(args, stop_reward, record))
         _report_training(summary, stop_reward)
         if summary.checkpoint_dir:
-            print(f"checkpoint written to {args.out} (progress.csv, learning_curve.png)")
+            written = ["progress.csv"] + (["learning_curve.png"] if summary.plot_path else []) + \
+                (["checkpoint_best/"] if summary.best_dir else [])
+            print(f"checkpoint written to {args.out} ({', '.join(written)})", flush=True)
+        if summary.final_eval_skipped:
+            print(f"interrupted again: final evaluation skipped; the checkpoint is in {args.out}",
+                  file=sys.stderr, flush=True)
+        elif summary.checkpoint_dir and summary.reason != "interrupted":
             failed = [fmt for fmt in args.export
                       if _export(trainer.policy, args.framework, fmt,
                                  os.path.join(args.out, f"export_{fmt}"), env_creator)]
     finally:
         getattr(trainer, "stop", lambda: None)()  # Ray workers
+    if summary.reason == "interrupted":
+        return 130  # as a shell reports a command ended by SIGINT
     return 0 if summary.solved and not failed else 1
 
 
-def _run_options(args: argparse.Namespace, stop_reward: float) -> Any:
+def _prepare_out(args: argparse.Namespace, trainer: Any) -> Any:
+    """Clears OUT (--overwrite) or restores the policy and counters from it (--resume);
+    returns the run record the run continues (a fresh one without --resume)."""
+    from rlpolicy._core.checkpoint import read_checkpoint
+    from rlpolicy.cli import run_outputs
     from rlpolicy.cli.run_outputs import RunRecord
+
+    if args.out and args.overwrite:
+        run_outputs.remove_run_outputs(args.out)
+    if not (args.out and args.resume):
+        return RunRecord(algo=args.algo, framework=args.framework, env=args.env, seed=args.seed)
+    ckpt, record = args.resume_from
+    trainer.policy.set_state(read_checkpoint(ckpt).state)
+    sync = getattr(getattr(trainer, "sampler", None), "sync_weights", None)
+    if sync is not None:
+        sync()  # Ray workers sample with the restored weights
+    trainer.resume_counters(record.iteration, record.timesteps_total, record.episodes_total)
+    return record
+
+
+def _run_options(args: argparse.Namespace, stop_reward: float, record: Any) -> Any:
     from rlpolicy.cli.train_run import RunOptions
 
     eval_every = args.eval_every
@@ -273,7 +396,7 @@ def _run_options(args: argparse.Namespace, stop_reward: float) -> Any:
         eval_episodes=args.eval_episodes, eval_every=eval_every,
         checkpoint_every=args.checkpoint_every, out_dir=args.out,
         progress_bar={"auto": None, "on": True, "off": False}[args.progress_bar],
-        record=RunRecord(algo=args.algo, framework=args.framework, env=args.env, seed=args.seed))
+        record=record, resume=bool(args.resume))
 
 
 def _report_training(summary: Any, stop_reward: float) -> None:

@@ -38,6 +38,14 @@ def formats_for(framework: str) -> Tuple[str, ...]:
     return ("torchscript", "onnx") if framework == "torch" else ("savedmodel", "onnx")
 
 
+def required_modules(framework: str, fmt: str) -> Tuple[str, ...]:
+    """The packages (beyond the framework) exporting ``fmt`` and verifying it needs;
+    they come with ``pip install 'rlpolicy[onnx]'``."""
+    if fmt != "onnx":
+        return ()
+    return ("onnx", "onnxruntime") if framework == "torch" else ("tf2onnx", "onnxruntime")
+
+
 def sample_observations(env_creator: Callable[[], Any], num: int = 16, seed: int = 0,
                         policy: Any = None) -> np.ndarray:
     """``num`` observations from short random-action walks (real states, unlike

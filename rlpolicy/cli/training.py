@@ -137,7 +137,14 @@ class SimpleTrainer:
             self.sampler = _LocalSampler(env_creator, self.policy, num_envs, fragment, seed, batch_mode)
         self.config = self.policy.config
         self.iteration = 0
+        self._steps_offset = self._episodes_offset = 0
         self._start = time.perf_counter()
+
+    def resume_counters(self, iteration: int, timesteps: int, episodes: int) -> None:
+        """Continues the iteration, env-step and episode counts of an earlier run
+        (``rlpolicy train --resume``); the policy's state is restored separately."""
+        self.iteration = int(iteration)
+        self._steps_offset, self._episodes_offset = int(timesteps), int(episodes)
 
     @property
     def worker(self) -> Any:
@@ -150,7 +157,9 @@ class SimpleTrainer:
 
     def train(self) -> IterationResult:
         batch = self.collect()
-        m = self.sampler.metrics()
+        m = dict(self.sampler.metrics())
+        m["timesteps_total"] += self._steps_offset
+        m["episodes_total"] += self._episodes_offset
         self.policy.on_global_var_update({"timestep": m["timesteps_total"]})
         stats = self._learn_minibatches(batch) if self._minibatch_sgd else self._learn_simple(batch)
         self.sampler.sync_weights()

@@ -63,7 +63,7 @@ def test_cli_train_writes_restorable_checkpoint(tmp_path):
     assert a.shape == (3,)
     record = json.loads((tmp_path / "ckpt" / "rlpolicy_run.json").read_text())
     assert (record["algo"], record["framework"], record["env"]) == ("pg", "torch", "CartPole-v1")
-    assert record["timesteps_total"] == 2000
+    assert record["timesteps_total"] >= 2000  # whole iterations: at least the budget
 
 
 # --------------------------------------------------------------- the greedy evaluator
@@ -170,8 +170,10 @@ def test_evaluates_when_the_training_mean_reaches_the_target_and_continues_below
     assert sum("evaluation (3 episodes, explore off): mean return 400.0" in s for s in lines) == 1
     rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
     assert [r["episode_reward_mean"] for r in rows] == ["100", "476", "480"]
-    assert [r["eval_reward_mean"] for r in rows] == ["", "400.0", "480.0"]
-    assert list(rows[0])[:8] == list(run_outputs.PROGRESS_COLUMNS) and "total_loss" in rows[0]
+    assert [r["eval_reward_mean"] for r in rows] == ["", "400", "480"]
+    assert list(rows[0]) == list(run_outputs.PROGRESS_COLUMNS)
+    assert [json.loads(r["learner_stats"]) for r in rows] == [{"total_loss": 1.0}, {"total_loss": 0.5},
+                                                              {"total_loss": 0.333333}]
     assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = json.loads((tmp_path / "rlpolicy_run.json").read_text())
     assert record["iteration"] == 3 and record["eval_reward_mean"] == 480.0
@@ -179,13 +181,11 @@ def test_evaluates_when_the_training_mean_reaches_the_target_and_continues_below
 
 def test_budget_stop_runs_a_final_evaluation_and_periodic_checkpoints(tmp_path, scripted_evals):
     scripted_evals.extend([12.0])
-    (tmp_path / "checkpoint_000099").mkdir()  # a stale checkpoint of an earlier run: removed
-    (tmp_path / "checkpoint_000099" / "rlpolicy_run.json").write_text("{}")
     summary = run_training(_ScriptedTrainer([10] * 10), None,
                            _opts(tmp_path, stop_reward=475, stop_timesteps=5000, checkpoint_every=2))
     assert (summary.solved, summary.reason, summary.timesteps) == (False, "timesteps", 5000)
     assert summary.eval_mean == 12.0 and [e["iteration"] for e in summary.evaluations] == [5]
-    assert sorted(p.name for p in tmp_path.glob("checkpoint_*")) == ["checkpoint_000002", "checkpoint_000004"]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint_0*")) == ["checkpoint_000002", "checkpoint_000004"]
     assert json.loads((tmp_path / "checkpoint_000004" / "rlpolicy_run.json").read_text())["iteration"] == 4
     assert run_outputs.resolve_checkpoint(str(tmp_path)) == str(tmp_path)
 

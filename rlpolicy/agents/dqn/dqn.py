@@ -114,11 +114,19 @@ class SimpleDQNTrainer:
         self.last_target_update = 0
         self.iteration = 0
         self.learner_stats: Dict[str, float] = {}
+        self._steps_offset = self._episodes_offset = 0
         self._start = time.perf_counter()
+
+    def resume_counters(self, iteration: int, timesteps: int, episodes: int) -> None:
+        """Continues the iteration, sampled-step and episode counts of an earlier run
+        (the target network's sync clock restarts there; the replay buffer refills)."""
+        self.iteration = int(iteration)
+        self._steps_offset, self._episodes_offset = int(timesteps), int(episodes)
+        self.last_target_update = self.steps_sampled
 
     @property
     def steps_sampled(self) -> int:
-        return self.worker.total_env_steps
+        return self.worker.total_env_steps + self._steps_offset
 
     def step(self) -> None:
         """One round-robin turn: sample and store, then train on replayed data."""
@@ -170,8 +178,8 @@ class SimpleDQNTrainer:
             self.step()
         self.iteration += 1
         m = self.worker.metrics()
-        return IterationResult(self.iteration, m["timesteps_total"], m["episode_reward_mean"],
-                               m["episodes_total"], dict(self.learner_stats),
+        return IterationResult(self.iteration, self.steps_sampled, m["episode_reward_mean"],
+                               m["episodes_total"] + self._episodes_offset, dict(self.learner_stats),
                                time.perf_counter() - self._start)
 
 

@@ -1,0 +1,371 @@
+"""`rlpolicy train` runs a user can trust: Ctrl-C (real SIGINT, twice), re-running into an
+existing --out (refuse / --overwrite / --resume), checkpoint_best, the progress bar when
+Ray has replaced ``print``, ONE progress.csv column set for every algorithm x framework,
+and missing optional packages reported before training starts.
+
+The subprocess tests drive the real command (``python -m rlpolicy.cli``); missing packages
+are simulated with a meta-path finder that blocks their import in that process.
+"""
+import builtins
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlpolicy.cli import commands, run_outputs, train_run
+from rlpolicy.cli.run_outputs import PROGRESS_COLUMNS, RunRecord
+from rlpolicy.cli.train_run import RunOptions, run_training
+from rlpolicy.utils.metrics.iteration import IterationResult
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+TINY_PG = json.dumps({"train_batch_size": 200, "rollout_fragment_length": 200,
+                      "batch_mode": "truncate_episodes", "model": {"fcnet_hiddens": [8]}})
+
+
+def _blocked_main(blocked, argv):
+    """``python -c`` code: block the top-level modules ``blocked``, then run the CLI."""
+    return textwrap.dedent(f"""
+        import importlib.abc, sys
+        BLOCKED = {tuple(blocked)!r}
+        class _Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] in BLOCKED:
+                    raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by test)")
+        sys.meta_path.insert(0, _Block())
+        for name in list(sys.modules):
+            if name.split(".")[0] in BLOCKED:
+                del sys.modules[name]
+        from rlpolicy.cli import main
+        sys.exit(main({list(argv)!r}))
+    """)
+
+
+def _run(code_or_argv, timeout=180):
+    cmd = [sys.executable, "-c", code_or_argv] if isinstance(code_or_argv, str) else \
+        [sys.executable, "-m", "rlpolicy.cli", *code_or_argv]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=ENV)
+
+
+def _last_line(text):
+    return text.strip().splitlines()[-1]
+
+
+# ------------------------------------------------------------------ Ctrl-C, twice
+
+def test_two_real_sigints_keep_the_checkpoint_and_exit_130(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    # Pendulum episodes last 200 steps, so a final evaluation of 300 of them takes seconds.
+    cmd = [sys.executable, "-m", "rlpolicy.cli", "train", "--algo", "pg", "--env", "Pendulum-v1",
+           "--stop-reward", "0", "--num-envs", "2", "--config", TINY_PG, "--eval-episodes", "300",
+           "--progress-bar", "off", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=ENV)
+    lines = []
+    try:
+        def wait_for(pattern):
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line.rstrip("\n"))
+                if re.search(pattern, line):
+                    return
+            raise AssertionError(f"no line matching {pattern!r}: {lines}")
+
+        wait_for(r"^iter +1 ")
+        proc.send_signal(signal.SIGINT)  # first: stop training, save, evaluate
+        wait_for(r"^final evaluation \(300 episodes, explore off\) \.\.\.$")
+        proc.send_signal(signal.SIGINT)  # second: during the final evaluation
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines += rest.splitlines()
+    assert proc.returncode == 130, (lines, err)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert _last_line(err) == f"interrupted again: final evaluation skipped; the checkpoint is in {out}"
+    assert any(line.startswith("interrupted: saving the checkpoint") for line in lines)
+    assert not any(": mean return" in line for line in lines if line.startswith("final evaluation"))
+    # The checkpoint was written before the evaluation: it loads and acts.
+    from rlpolicy.policy.policy import Policy
+
+    record = run_outputs.read_run_record(str(out))
+    policy = Policy.from_checkpoint(str(out))
+    assert type(policy).__name__ == "PGTorchPolicy" and record.iteration >= 1
+    action = policy.compute_single_action(np.zeros(3, np.float32), explore=False)[0]
+    assert np.shape(action) == (1,)
+    rows = list(csv.DictReader(open(out / "progress.csv")))
+    assert len(rows) == record.iteration and rows[-1]["eval_reward_mean"] == ""
+    assert not (out / "learning_curve.png").exists()
+
+
+# ------------------------------------------------------------------ an existing --out
+
+def _pg(out, *extra):
+    return ["train", "--algo", "pg", "--num-envs", "2", "--config", TINY_PG, "--eval-episodes", "2",
+            "--stop-reward", "1e9", "--progress-bar", "off", "--out", str(out), *extra]
+
+
+def test_existing_out_is_refused_then_overwritten_then_resumed(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    first = _run(_pg(out, "--stop-timesteps", "400", "--checkpoint-every", "1"))
+    assert first.returncode == 1, first.stderr
+    periodic = sorted(p.name for p in out.glob("checkpoint_0*"))
+    assert len(periodic) == 2
+
+    again = _run(_pg(out, "--stop-timesteps", "400"))
+    assert again.returncode == 2 and again.stdout == ""
+    last = _last_line(again.stderr)
+    assert last.startswith(f"rlpolicy train: error: argument --out: '{out}' already holds a run (")
+    assert "--overwrite" in last and "--resume" in last
+    assert sorted(p.name for p in out.glob("checkpoint_0*")) == periodic  # nothing deleted
+
+    before = (out / "progress.csv").read_text()
+    first_record = run_outputs.read_run_record(str(out))
+    resumed = _run(_pg(out, "--stop-timesteps", "800", "--resume"))
+    assert resumed.returncode == 1, resumed.stderr
+    assert f"resumed at step {first_record.timesteps_total} (iteration {first_record.iteration})" in resumed.stdout
+    after = (out / "progress.csv").read_text()
+    assert after.startswith(before)  # appended, not rewritten
+    rows = list(csv.DictReader(open(out / "progress.csv")))
+    iterations = [int(r["iteration"]) for r in rows]
+    assert iterations == list(range(1, len(rows) + 1)) and len(rows) > first_record.iteration
+    steps = [int(r["timesteps_total"]) for r in rows]
+    assert steps == sorted(steps) and steps[-1] >= 800
+    record = run_outputs.read_run_record(str(out))
+    assert (record.iteration, record.timesteps_total) == (iterations[-1], steps[-1])
+
+    wrong = _run(["train", "--algo", "ppo", "--out", str(out), "--resume"])
+    assert wrong.returncode == 2
+    assert "holds a run of --algo pg --framework torch --env CartPole-v1" in _last_line(wrong.stderr)
+
+    fresh = _run(_pg(out, "--stop-timesteps", "200", "--overwrite"))
+    assert fresh.returncode == 1, fresh.stderr
+    assert list(out.glob("checkpoint_0*")) == []  # the earlier run's periodic checkpoints
+    rows = list(csv.DictReader(open(out / "progress.csv")))
+    assert [r["iteration"] for r in rows] == ["1"]
+
+
+def test_resume_restores_weights_optimizer_and_counters(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    assert commands.main(_pg(out, "--stop-timesteps", "400")) == 1
+    saved = run_outputs.read_run_record(str(out))
+    from rlpolicy._core.checkpoint import read_checkpoint
+
+    state = read_checkpoint(str(out)).state
+    seen = {}
+
+    def capture(trainer, env_creator, opts, log=None):
+        seen["state"] = trainer.policy.get_state()
+        seen["result"] = trainer.train()
+        seen["opts"] = opts
+        raise SystemExit(0)
+
+    monkeypatch.setattr(train_run, "run_training", capture)
+    with pytest.raises(SystemExit):
+        commands.main(_pg(out, "--stop-timesteps", "800", "--resume"))
+    got = seen["state"]
+    for k, w in state["weights"].items():
+        np.testing.assert_array_equal(got["weights"][k], w)
+    assert got["global_timestep"] == state["global_timestep"] == saved.timesteps_total
+    # Adam's moments and step counts: the saved run's, not a fresh optimizer's.
+    saved_params = list(state["_optimizer_variables"][0]["state"].values())
+    got_params = list(got["_optimizer_variables"][0]["state"].values())
+    assert len(got_params) == len(saved_params) > 0
+    for s, g in zip(saved_params, got_params):
+        assert float(np.asarray(g["step"])) == float(np.asarray(s["step"])) > 0
+        np.testing.assert_array_equal(np.asarray(g["exp_avg_sq"]), np.asarray(s["exp_avg_sq"]))
+    result = seen["result"]
+    assert result.iteration == saved.iteration + 1
+    assert result.timesteps_total >= saved.timesteps_total + 200
+    assert result.episodes_total > saved.episodes_total
+    assert seen["opts"].resume and seen["opts"].record.timesteps_total == saved.timesteps_total
+
+
+# ------------------------------------------------------------------ run_training: best, bar, rows
+
+class _FakePolicy:
+    def __init__(self):
+        self.version = 0
+
+    def export_checkpoint(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "rlpolicy_checkpoint.json"), "w") as f:
+            json.dump({"version": self.version}, f)
+
+
+class _ScriptedTrainer:
+    """Replays training means, 1000 steps per iteration; the policy's version is the iteration."""
+
+    def __init__(self, means, stats=None):
+        self.means, self.i, self.policy = list(means), 0, _FakePolicy()
+        self.stats = stats or {"total_loss": 0.2 - 0.1 / 3, "allreduce_latency": 0.0}
+
+    def train(self):
+        self.i += 1
+        self.policy.version = self.i
+        return IterationResult(self.i, 1000 * self.i, self.means[self.i - 1], 10 * self.i, dict(self.stats), 0.0)
+
+
+@pytest.fixture
+def scripted_evals(monkeypatch):
+    values = []
+    monkeypatch.setattr(train_run, "evaluate_policy", lambda policy, creator, n, seed: [values.pop(0)] * n)
+    return values
+
+
+def _opts(tmp_path, **kw):
+    kw.setdefault("record", RunRecord(algo="ppo", framework="torch", env="CartPole-v1"))
+    return RunOptions(out_dir=str(tmp_path), progress_bar=False, **kw)
+
+
+def _version(directory):
+    return json.loads((Path(directory) / "rlpolicy_checkpoint.json").read_text())["version"]
+
+
+def test_checkpoint_best_keeps_the_best_evaluation_and_the_last_stays_in_out(tmp_path, scripted_evals):
+    scripted_evals.extend([100.0, 300.0, 200.0, 150.0])  # evaluations at iterations 1, 2, 3, final 4
+    summary = run_training(_ScriptedTrainer([10, 20, 30, 40]), None,
+                           _opts(tmp_path, stop_reward=475, stop_timesteps=4000, eval_every=1, eval_episodes=2),
+                           log=lambda s: None)
+    assert summary.reason == "timesteps" and summary.best_dir == str(tmp_path / "checkpoint_best")
+    assert _version(tmp_path / "checkpoint_best") == 2  # the policy that scored 300
+    best = run_outputs.read_run_record(str(tmp_path / "checkpoint_best"))
+    assert (best.iteration, best.eval_reward_mean, best.extra) == (2, 300.0, {"best_by": "eval_reward_mean", "score": 300.0})
+    assert _version(tmp_path) == 4 and run_outputs.read_run_record(str(tmp_path)).iteration == 4
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".old-"))]  # no leftovers
+
+
+def test_checkpoint_best_by_the_training_mean_without_evaluations(tmp_path, scripted_evals):
+    run_training(_ScriptedTrainer([10, 50, 30]), None,
+                 _opts(tmp_path, stop_reward=475, stop_timesteps=3000, eval_episodes=0), log=lambda s: None)
+    best = run_outputs.read_run_record(str(tmp_path / "checkpoint_best"))
+    assert _version(tmp_path / "checkpoint_best") == 2
+    assert best.extra == {"best_by": "episode_reward_mean", "score": 50.0}
+
+
+def test_final_evaluation_of_an_unsolved_run_is_in_the_last_row(tmp_path, scripted_evals):
+    scripted_evals.extend([12.5])
+    run_training(_ScriptedTrainer([10, 0.1 + 0.2]), None,
+                 _opts(tmp_path, stop_reward=475, stop_timesteps=2000, eval_episodes=2), log=lambda s: None)
+    text = (tmp_path / "progress.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    assert tuple(rows[0]) == PROGRESS_COLUMNS and len(rows) == 2
+    assert (rows[0]["eval_reward_mean"], rows[1]["eval_reward_mean"], rows[1]["eval_reward_std"]) == ("", "12.5", "0")
+    assert rows[1]["episode_reward_mean"] == "0.3"  # 0.30000000000000004 written with 6 digits
+    stats = json.loads(rows[1]["learner_stats"])
+    assert stats == {"total_loss": 0.166667}  # allreduce_latency dropped, 6 significant digits
+    assert "0000000" not in text and "9999999" not in text
+    assert run_outputs.read_run_record(str(tmp_path)).eval_reward_mean == 12.5
+
+
+def test_lines_go_through_the_bar_after_ray_replaced_print(tmp_path, scripted_evals, monkeypatch, capsys):
+    pytest.importorskip("tqdm")
+    calls = []
+    real = builtins.print
+
+    def ray_print(*args, **kwargs):  # what Ray installs once workers start
+        calls.append(args)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(builtins, "print", ray_print)
+    import tqdm
+
+    writes = []
+    original_write = tqdm.tqdm.write
+
+    def spy(cls, s, *a, **kw):
+        writes.append(s)
+        return original_write(s, *a, **kw)
+
+    monkeypatch.setattr(tqdm.tqdm, "write", classmethod(spy))
+    run_training(_ScriptedTrainer([100, 200, 300]), None,
+                 RunOptions(stop_reward=475, stop_timesteps=3000, eval_episodes=0, progress_bar=True))
+    out, err = capsys.readouterr()
+    assert len([w for w in writes if w.startswith("iter ")]) == 3  # every line through the bar
+    assert not [c for c in calls if c and str(c[0]).startswith("iter ")]
+    assert len(re.findall(r"^iter +\d+ +steps", out, re.M)) == 3 and "/3.00k" in err
+
+
+# ------------------------------------------------------------------ one column set
+
+TINY = {
+    "pg": {"train_batch_size": 64, "rollout_fragment_length": 64, "model": {"fcnet_hiddens": [8]}},
+    "ppo": {"train_batch_size": 64, "rollout_fragment_length": 64, "sgd_minibatch_size": 32, "num_sgd_iter": 1,
+            "model": {"fcnet_hiddens": [8]}},
+    "dqn": {"timesteps_per_iteration": 64, "learning_starts": 16, "hiddens": [8],
+            "model": {"fcnet_hiddens": [8]}},
+}
+
+
+def _significant_digits(cell):
+    """Digits of a number as written, without sign, exponent and leading zeros."""
+    mantissa = re.fullmatch(r"-?([\d.]+)(e[+-]\d+)?", cell).group(1)
+    return len(mantissa.replace(".", "").lstrip("0").rstrip("0") or "0") if "." in mantissa \
+        else len(mantissa.lstrip("0") or "0")
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf", "tf2"])
+def test_progress_columns_are_the_same_for_every_algorithm_and_framework(framework, tmp_path, capsys):
+    pytest.importorskip("torch" if framework == "torch" else "tensorflow")
+    for algo in ("pg", "ppo", "dqn"):
+        out = tmp_path / algo
+        code = commands.main(["train", "--algo", algo, "--framework", framework, "--num-envs", "2",
+                              "--config", json.dumps(TINY[algo]), "--stop-timesteps", "64",
+                              "--stop-reward", "1e9", "--eval-episodes", "1", "--progress-bar", "off",
+                              "--out", str(out)])
+        assert code == 1, capsys.readouterr()
+        with open(out / "progress.csv", newline="") as f:
+            header, *rows = list(csv.reader(f))
+        assert tuple(header) == PROGRESS_COLUMNS, (algo, framework)
+        last = dict(zip(header, rows[-1]))
+        assert last["eval_reward_mean"] != ""  # the final evaluation, unsolved run
+        stats = json.loads(last["learner_stats"])
+        assert "allreduce_latency" not in stats
+        assert all(_significant_digits(c) <= 6 for c in rows[-1][:8] if c), rows[-1]
+
+
+# ------------------------------------------------------------------ optional packages, before training
+
+def test_num_workers_without_ray_is_one_line_rc_2():
+    proc = _run(_blocked_main(["ray"], ["train", "--num-workers", "2"]))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert _last_line(proc.stderr) == (
+        "rlpolicy train: error: argument --num-workers: 2 Ray workers need Ray, which is not "
+        "installed: pip install 'rlpolicy[ray]' (or use --num-workers 0)")
+
+
+def test_export_onnx_without_onnxruntime_fails_before_training(tmp_path):
+    pytest.importorskip("torch")
+    proc = _run(_blocked_main(["onnxruntime"], ["train", "--export", "onnx", "--out", str(tmp_path / "r")]))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr  # nothing trained
+    assert _last_line(proc.stderr) == ("rlpolicy train: error: argument --export: onnx needs onnxruntime, "
+                                       "not installed: pip install 'rlpolicy[onnx]'")
+    assert not (tmp_path / "r").exists()
+
+
+def test_without_matplotlib_the_run_says_so_first_and_never_names_the_plot(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "r"
+    proc = _run(_blocked_main(["matplotlib"], _pg(out, "--stop-timesteps", "200")))
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == ("note: learning_curve.png will not be written: matplotlib is not installed "
+                        "(pip install 'rlpolicy[cli]')")
+    assert lines[-1] == f"checkpoint written to {out} (progress.csv, checkpoint_best/)"
+    assert not (out / "learning_curve.png").exists() and (out / "progress.csv").is_file()
