@@ -25,8 +25,15 @@ def deprecation_warning(old: str, new: Optional[str] = None, *, help: Optional[s
         msg += f" {help}"
     if error:
         raise DeprecationWarning(msg + " This will raise an error in the future!")
-    warnings.warn(msg, DeprecationWarning, stacklevel=3)
-    logger.warning(msg)
+    # One message, not two: a DeprecationWarning the warnings filters show (code in
+    # __main__, pytest, -W default) is the message; else it is logged (RLlib 1.11
+    # only logs), so the user sees it either way.
+    with warnings.catch_warnings(record=True) as probe:  # would the filters show it?
+        warnings.warn(msg, DeprecationWarning, stacklevel=3)
+    if probe:
+        warnings.warn(msg, DeprecationWarning, stacklevel=3)
+    else:
+        logger.warning(msg)
 
 
 class Deprecated:
