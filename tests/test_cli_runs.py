@@ -369,3 +369,11 @@ def test_without_matplotlib_the_run_says_so_first_and_never_names_the_plot(tmp_p
                         "(pip install 'rlpolicy[cli]')")
     assert lines[-1] == f"checkpoint written to {out} (progress.csv, checkpoint_best/)"
     assert not (out / "learning_curve.png").exists() and (out / "progress.csv").is_file()
+
+
+def test_the_documented_columns_are_the_written_ones():
+    page = (ROOT / "docs" / "cli.md").read_text()
+    section = page.split("## `progress.csv`", 1)[1].split("\n## ", 1)[0]
+    documented = [name for row in re.findall(r"^\| (`[^|]+`) \|", section, re.M)
+                  for name in re.findall(r"`([a-z_]+)`", row)]
+    assert tuple(documented) == PROGRESS_COLUMNS
