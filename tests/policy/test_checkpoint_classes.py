@@ -245,7 +245,7 @@ def test_complete_config_is_not_stored_twice(tmp_path):
     assert "given_config" not in json.loads((tmp_path / "rlpolicy_checkpoint.json").read_text())
 
 
-def test_derived_classes_are_recorded_as_recipes(tmp_path):
+def test_derived_eager_classes_are_recorded_as_recipes(tmp_path):
     pytest.importorskip("tensorflow")
     eager = PPOTFPolicy.as_eager().with_tracing()
     eager(OBS, ACT, {"framework": "tf2"}).export_checkpoint(str(tmp_path))
