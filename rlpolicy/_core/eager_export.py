@@ -60,11 +60,24 @@ def serving_specs(model: Any, dummy_batch: Any) -> Dict[str, Any]:
     for key in keys:
         specs[key] = _spec(key, dict.__getitem__(dummy_batch, key))
     init_state = list(model.get_initial_state()) if hasattr(model, "get_initial_state") else []
-    for i, s in enumerate(init_state):
-        specs[f"state_in_{i}"] = _spec(f"state_in_{i}", np.asarray(s)[None])
-    if init_state:
+    states = [np.asarray(s)[None] for s in init_state] or _memory_view_states(vrs)
+    for i, s in enumerate(states):
+        specs[f"state_in_{i}"] = _spec(f"state_in_{i}", s)
+    if states:
         specs["seq_lens"] = _tf().TensorSpec([None], _tf().int32, name="seq_lens")
     return specs
+
+
+def _memory_view_states(vrs: Dict[str, Any]) -> List[np.ndarray]:
+    """Zero [1, window, ...] states of ``state_in_i`` views over a shift range (attention
+    nets: no initial state, the memory is a window of past ``state_out_i``)."""
+    states = []
+    while f"state_in_{len(states)}" in vrs:
+        vr = vrs[f"state_in_{len(states)}"]
+        if getattr(vr, "shift_from", None) is None or getattr(vr.space, "shape", None) is None:
+            break
+        states.append(np.zeros((1, len(vr.shift_arr)) + tuple(vr.space.shape), vr.space.dtype))
+    return states
 
 
 def _serve(model: Any, specs: Dict[str, Any], inputs: Dict[str, Any]) -> Dict[str, Any]:

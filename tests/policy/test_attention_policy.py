@@ -322,3 +322,55 @@ def test_fake_gpu_towers_each_train_on_whole_sequences_with_their_memory():
             np.testing.assert_array_equal(tower["state_in_0"][j],
                                           _window(whole, rows, eps, t0, "state_out_0", MEMORY, zero))
     assert total == train.count
+
+
+@pytest.mark.parametrize("fw", ["tf2", "torch"])
+def test_weights_move_between_two_policies_in_one_process(fw):
+    """Weight keys do not depend on how many attention models the process built before
+    (a WorkerSet's local and remote workers live in one process without Ray)."""
+    pytest.importorskip("torch" if fw == "torch" else "tensorflow")
+    cls = _torch_policy_class() if fw == "torch" else _tf_policy_class().as_eager()
+    config = {"framework": fw, "model": dict(ATTENTION, attention_num_transformer_units=2)}
+    obs_space, act_space = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+    first, second = cls(obs_space, act_space, config), cls(obs_space, act_space, config)
+    rng = np.random.default_rng(0)
+    inputs = SampleBatch({"obs": rng.uniform(-1, 1, (3, 4)).astype(np.float32),
+                          "state_in_0": rng.normal(size=(3, MEMORY, 8)).astype(np.float32),
+                          "state_in_1": rng.normal(size=(3, MEMORY, 8)).astype(np.float32),
+                          "prev_actions": np.array([[0, 1], [1, 1], [0, 0]]),
+                          "prev_rewards": np.ones((3, N_PREV), np.float32)})
+    logits = [p.compute_actions_from_input_dict(inputs.copy(), explore=False)[2][SampleBatch.ACTION_DIST_INPUTS]
+              for p in (first, second)]
+    assert not np.allclose(logits[0], logits[1])  # independently initialised
+    if fw == "tf2":  # every variable has its own weight entry (none shadowed by a same-named one)
+        m = first.model
+        keras_weights = {id(v) for part in (m.base_model, m.gtrxl.trxl_model, m._logits_branch, m._value_branch)
+                         for v in part.weights}
+        assert len(first.get_weights()) == len(keras_weights) == 4 + 2 + 2 * 27 + 4
+    second.set_weights(first.get_weights())
+    again = second.compute_actions_from_input_dict(inputs.copy(), explore=False)[2][SampleBatch.ACTION_DIST_INPUTS]
+    np.testing.assert_allclose(again, logits[0], rtol=1e-5, atol=1e-6)
+
+
+def test_eager_saved_model_takes_the_memory_window(tmp_path):
+    """An exported tf2 attention policy serves ``state_in_0`` [B, memory, dim] + ``seq_lens``
+    (the window the view requirement declares; the model has no initial state)."""
+    pytest.importorskip("tensorflow")
+    from rlpolicy.utils.framework import try_import_tf
+
+    tf1, tf, _ = try_import_tf()
+    if not tf1.executing_eagerly():
+        pytest.skip("loading a SavedModel eagerly needs eager execution")
+    model = {k: v for k, v in ATTENTION.items() if not k.startswith("attention_use_n")}
+    policy = _tf_policy_class().as_eager()(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2),
+                                           {"framework": "tf2", "model": model})
+    rng = np.random.default_rng(1)
+    obs = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
+    memory = rng.normal(size=(3, MEMORY, 8)).astype(np.float32)
+    _, (mem_out,), extra = policy.compute_actions_from_input_dict(
+        SampleBatch({"obs": obs, "state_in_0": memory}), explore=False)
+    policy.export_model(str(tmp_path / "m"))
+    serve = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
+    got = serve(obs=tf.constant(obs), state_in_0=tf.constant(memory), seq_lens=tf.ones(3, tf.int32))
+    np.testing.assert_allclose(got["output"].numpy(), extra[SampleBatch.ACTION_DIST_INPUTS], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["state_out_0"].numpy(), mem_out, rtol=1e-5, atol=1e-6)

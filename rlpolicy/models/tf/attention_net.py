@@ -60,8 +60,8 @@ class PositionwiseFeedforward(keras.layers.Layer if keras is not None else objec
             **kwargs: Passed on to the Keras Layer (e.g. ``name``).
         """
         super().__init__(**kwargs)
-        self._hidden_layer = keras.layers.Dense(hidden_dim, activation=tf.nn.relu)
-        self._output_layer = keras.layers.Dense(out_dim, activation=output_activation)
+        self._hidden_layer = keras.layers.Dense(hidden_dim, activation=tf.nn.relu, name="hidden")
+        self._output_layer = keras.layers.Dense(out_dim, activation=output_activation, name="out")
 
     def call(self, inputs: TensorType, **kwargs: Any) -> TensorType:
         """Returns [..., out_dim] for inputs [..., in_dim]."""
@@ -122,13 +122,15 @@ class TrXLNet(RecurrentNetwork):
         self.max_seq_len = model_config["max_seq_len"]
         self.obs_dim = flat_obs_dim(owner, observation_space)
         inputs = keras.layers.Input(shape=(self.max_seq_len, self.obs_dim), name="inputs")
-        out = keras.layers.Dense(attention_dim)(inputs)
-        for _ in range(num_transformer_units):
+        out = keras.layers.Dense(attention_dim, name="input_projection")(inputs)
+        for i in range(num_transformer_units):
             out = SkipConnection(RelativeMultiHeadAttention(
                 out_dim=attention_dim, num_heads=num_heads, head_dim=head_dim,
-                input_layernorm=False, output_activation=None))(out)
-            out = SkipConnection(PositionwiseFeedforward(attention_dim, position_wise_mlp_dim))(out)
-            out = keras.layers.LayerNormalization(axis=-1)(out)
+                input_layernorm=False, output_activation=None, name=f"attention_{i + 1}"),
+                name=f"mha_{i + 1}")(out)
+            out = SkipConnection(PositionwiseFeedforward(attention_dim, position_wise_mlp_dim, name=f"mlp_{i + 1}"),
+                                 name=f"pos_wise_mlp_{i + 1}")(out)
+            out = keras.layers.LayerNormalization(axis=-1, name=f"layer_norm_{i + 1}")(out)
         logits = keras.layers.Dense(self.num_outputs, activation=None, name="logits")(out)
         self.base_model = keras.models.Model([inputs], [logits])
 
@@ -157,18 +159,22 @@ def _gtrxl_keras_model(obs_dim: int, num_units: int, dim: int, num_heads: int, h
     input_layer = keras.layers.Input(shape=(None, obs_dim), name="inputs")
     memory_ins = [keras.layers.Input(shape=(None, dim), dtype=tf.float32, name=f"memory_in_{i}")
                   for i in range(num_units)]
-    out = keras.layers.Dense(dim)(input_layer)
+    # Every layer is named, uniquely within the model: the weight keys are then the same
+    # for every instance, and no two variables share a name (eager names are not made unique).
+    out = keras.layers.Dense(dim, name="input_projection")(input_layer)
     memory_outs = [out]
     for i in range(num_units):
         out = SkipConnection(
             RelativeMultiHeadAttention(out_dim=dim, num_heads=num_heads, head_dim=head_dim,
-                                       input_layernorm=True, output_activation=tf.nn.relu),
-            fan_in_layer=GRUGate(gate_bias), name=f"mha_{i + 1}")(out, memory=memory_ins[i])
+                                       input_layernorm=True, output_activation=tf.nn.relu,
+                                       name=f"attention_{i + 1}"),
+            fan_in_layer=GRUGate(gate_bias, name="gru_gate"), name=f"mha_{i + 1}")(out, memory=memory_ins[i])
         out = SkipConnection(
-            keras.Sequential((keras.layers.LayerNormalization(axis=-1),
+            keras.Sequential((keras.layers.LayerNormalization(axis=-1, name=f"layer_norm_{i + 1}"),
                               PositionwiseFeedforward(out_dim=dim, hidden_dim=mlp_dim,
-                                                      output_activation=tf.nn.relu))),
-            fan_in_layer=GRUGate(gate_bias), name=f"pos_wise_mlp_{i + 1}")(out)
+                                                      output_activation=tf.nn.relu, name=f"mlp_{i + 1}")),
+                             name=f"mlp_block_{i + 1}"),
+            fan_in_layer=GRUGate(gate_bias, name="gru_gate"), name=f"pos_wise_mlp_{i + 1}")(out)
         memory_outs.append(out)
     logits = None
     if num_outputs is not None:
@@ -347,9 +353,9 @@ class AttentionWrapper(TFModelV2):
         self.num_outputs = num_outputs
         features = keras.layers.Input(shape=(self.gtrxl.num_outputs,))
         self._logits_branch = keras.models.Model(
-            [features], [keras.layers.Dense(self.num_outputs, activation=None)(features)])
+            [features], [keras.layers.Dense(self.num_outputs, activation=None, name="logits")(features)])
         self._value_branch = keras.models.Model(
-            [features], [keras.layers.Dense(1, activation=None)(features)])
+            [features], [keras.layers.Dense(1, activation=None, name="values")(features)])
         self._features = None
         self.view_requirements = self.gtrxl.view_requirements
         self.view_requirements["obs"].space = self.obs_space
@@ -506,8 +512,8 @@ class Keras_AttentionWrapper(keras.Model if keras is not None else object):
             memory_inference=attention_memory_inference, memory_training=attention_memory_training,
             position_wise_mlp_dim=attention_position_wise_mlp_dim,
             init_gru_gate_bias=attention_init_gru_gate_bias)
-        self._logits_layer = keras.layers.Dense(num_outputs, activation=None)
-        self._value_layer = keras.layers.Dense(1, activation=None)
+        self._logits_layer = keras.layers.Dense(num_outputs, activation=None, name="logits")
+        self._value_layer = keras.layers.Dense(1, activation=None, name="values")
         self.view_requirements = self.gtrxl.view_requirements
         self.view_requirements["obs"].space = input_space
         self.view_requirements.update(prev_action_reward_view_requirements(

@@ -67,14 +67,20 @@ class RelativeMultiHeadAttention(KerasLayer):
         super().__init__(**kwargs)
         self._num_heads = num_heads
         self._head_dim = head_dim
-        self._qkv_layer = keras.layers.Dense(3 * num_heads * head_dim, use_bias=False)
+        # Fixed sub-layer names: the variable names (and so the weight keys of eager
+        # policies) are then the same for every instance in a process.
+        self._qkv_layer = keras.layers.Dense(3 * num_heads * head_dim, use_bias=False, name="qkv")
         self._linear_layer = keras.layers.TimeDistributed(
-            keras.layers.Dense(out_dim, use_bias=False, activation=output_activation))
-        self._uvar = self.add_weight(name="u", shape=(num_heads, head_dim))
-        self._vvar = self.add_weight(name="v", shape=(num_heads, head_dim))
-        self._pos_embedding = PositionalEmbedding(out_dim)
-        self._pos_proj = keras.layers.Dense(num_heads * head_dim, use_bias=False)
-        self._input_layernorm = keras.layers.LayerNormalization(axis=-1) if input_layernorm else None
+            keras.layers.Dense(out_dim, use_bias=False, activation=output_activation, name="linear"),
+            name="linear_per_step")
+        # Made here, outside any name scope: the layer's name keeps two layers' u and v
+        # apart (eager variable names are not made unique).
+        self._uvar = self.add_weight(name=f"{self.name}_u", shape=(num_heads, head_dim))
+        self._vvar = self.add_weight(name=f"{self.name}_v", shape=(num_heads, head_dim))
+        self._pos_embedding = PositionalEmbedding(out_dim, name="pos_embedding")
+        self._pos_proj = keras.layers.Dense(num_heads * head_dim, use_bias=False, name="pos_proj")
+        self._input_layernorm = (keras.layers.LayerNormalization(axis=-1, name="input_layernorm")
+                                 if input_layernorm else None)
 
     def call(self, inputs: TensorType, memory: Optional[TensorType] = None) -> TensorType:
         """Returns [B, T, out_dim].
