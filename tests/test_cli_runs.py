@@ -125,6 +125,8 @@ def test_existing_out_is_refused_then_overwritten_then_resumed(tmp_path):
     assert first.returncode == 1, first.stderr
     periodic = sorted(p.name for p in out.glob("checkpoint_0*"))
     assert len(periodic) == 2
+    best = _run(["evaluate", str(out / "checkpoint_best"), "--episodes", "2"])
+    assert best.returncode == 0 and f"from {out / 'checkpoint_best'} on CartPole-v1" in best.stdout, best.stderr
 
     again = _run(_pg(out, "--stop-timesteps", "400"))
     assert again.returncode == 2 and again.stdout == ""
@@ -377,3 +379,20 @@ def test_the_documented_columns_are_the_written_ones():
     documented = [name for row in re.findall(r"^\| (`[^|]+`) \|", section, re.M)
                   for name in re.findall(r"`([a-z_]+)`", row)]
     assert tuple(documented) == PROGRESS_COLUMNS
+
+
+def test_a_ctrl_c_during_a_checkpoint_write_waits_for_the_write(tmp_path):
+    class SignalsWhileWriting(_FakePolicy):
+        def export_checkpoint(self, directory):
+            os.kill(os.getpid(), signal.SIGINT)  # arrives in the middle of the write
+            super().export_checkpoint(directory)
+
+    trainer = _ScriptedTrainer([10, 20, 30])
+    trainer.policy = SignalsWhileWriting()
+    run = train_run._Run(trainer, None, _opts(tmp_path, stop_reward=475), log=lambda s: None)
+    run.last = trainer.train()
+    with pytest.raises(KeyboardInterrupt):  # raised after the write, not inside it
+        run.save(str(tmp_path / "checkpoint_000001"), folder=True)
+    assert _version(tmp_path / "checkpoint_000001") == 1
+    assert run_outputs.read_run_record(str(tmp_path / "checkpoint_000001")).iteration == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

@@ -60,8 +60,8 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     add("--seed", type=_number(int, 0), default=0, help="random seed")
     add("--config", default="{}", help="JSON dict merged into the algorithm config")
     add("--out", "--checkpoint-dir", dest="out", default=None,
-        help="write progress.csv, learning_curve.png and checkpoints here (the final "
-             "checkpoint in the folder itself)")
+        help="write progress.csv, learning_curve.png and checkpoints here (the last "
+             "checkpoint in the folder itself, the best in OUT/checkpoint_best; see docs/cli.md)")
     existing = train.add_mutually_exclusive_group()
     existing.add_argument("--overwrite", action="store_true",
                           help="OUT holds an earlier run: delete its checkpoints, progress.csv and "
