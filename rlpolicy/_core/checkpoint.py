@@ -490,6 +490,23 @@ def record_derivation(new_cls: type, base: type, method: str, kwargs: Optional[d
     return new_cls
 
 
+FACTORY_ATTR = "_rlpolicy_factory_call"
+_FACTORY_MARK = "_rlpolicy_policy_factory"
+
+
+def mark_policy_factory(fn: Any) -> Any:
+    """Marks ``fn`` (e.g. ``build_policy_class``) as a policy-class factory that a
+    checkpoint recipe may call to rebuild a class; returns ``fn``."""
+    setattr(fn, _FACTORY_MARK, True)
+    return fn
+
+
+def record_factory_call(new_cls: type, factory: Any, kwargs: dict) -> type:
+    """Records on ``new_cls`` that it is ``factory(**kwargs)``; returns ``new_cls``."""
+    setattr(new_cls, FACTORY_ATTR, (factory, dict(kwargs)))
+    return new_cls
+
+
 def _module_global_path(cls: type) -> Optional[str]:
     # ``MyPPO = PPOTorchPolicy.with_updates(name="X")`` at module level: the
     # class is importable as module:MyPPO although its __qualname__ is "X".
@@ -522,27 +539,58 @@ def class_recipe(cls: type) -> Optional[dict]:
     """How a checkpoint rebuilds ``cls``: ``{"import": "module:name"}`` for a
     class that can be imported, ``{"of": <recipe>, "call": method, "kwargs":
     {...}}`` for one made by ``as_eager``/``with_tracing``/``with_updates`` of
-    such a class; None if neither applies (a class defined in a function and
-    not recorded, or a derivation with arguments that cannot be stored).
+    such a class, ``{"factory": "module:build_policy_class", "kwargs": {...}}``
+    for a factory-built class without a name to import (built inside a
+    function); None if none applies (a hand-written class defined in a
+    function, or arguments that cannot be stored: a lambda, a local class).
     """
     path = import_path(cls) or _module_global_path(cls)
     if path is not None:
         return {"import": path}
     derivation = _derivation(cls)
-    if derivation is None:
-        return None
-    base, method, kwargs = derivation
-    base_recipe = class_recipe(base)
-    if base_recipe is None:
-        return None
-    encoder = _Encoder(allow_imports=True)
+    if derivation is not None:
+        base, method, kwargs = derivation
+        base_recipe = class_recipe(base)
+        encoded = _encode_kwargs(kwargs, f"{cls.__name__}.{method}")
+        if base_recipe is None or encoded is None:
+            return None
+        return {"of": base_recipe, "call": method, "kwargs": encoded}
+    factory_call = cls.__dict__.get(FACTORY_ATTR)
+    if factory_call is not None:  # e.g. build_policy_class(...) called inside a function
+        factory, kwargs = factory_call
+        factory_path = import_path(factory)
+        encoded = _encode_kwargs(kwargs, f"{cls.__name__} factory")
+        if factory_path is None or encoded is None:
+            return None
+        return {"factory": factory_path, "kwargs": encoded}
+    return None
+
+
+def _encode_kwargs(kwargs: dict, where: str) -> Optional[dict]:
+    # JSON values, classes and functions by import path; None if any is neither.
+    encoder = _Encoder(allow_imports=True, quiet=True)
     encoded = {}
     for key, value in kwargs.items():
-        item = encoder.encode(value, f"{cls.__name__}.{method}({key})")
+        item = encoder.encode(value, f"{where}({key})")
         if item is _DROP or encoder.arrays:
             return None
         encoded[key] = item
-    return {"of": base_recipe, "call": method, "kwargs": encoded}
+    return encoded
+
+
+def _call_factory(recipe: dict, base: type) -> type:
+    path, kwargs = recipe["factory"], recipe.get("kwargs", {})
+    try:
+        factory = resolve_import_path(path)
+    except (ImportError, AttributeError) as e:
+        raise CheckpointError(f"cannot import the checkpoint's policy factory {path!r} ({e})") from e
+    if not getattr(factory, _FACTORY_MARK, False) or not isinstance(kwargs, dict):
+        raise CheckpointError(f"checkpoint names {path!r} as its policy factory, which is not one "
+                              "(build_policy_class, build_tf_policy)")
+    cls = factory(**_decode(kwargs, {}, f"policy factory {path}"))
+    if not isinstance(cls, type) or not issubclass(cls, base):
+        raise CheckpointError(f"{path}() did not return a {base.__name__} subclass")
+    return cls
 
 
 def rebuild_class(recipe: Any, base: type) -> type:
@@ -557,6 +605,8 @@ def rebuild_class(recipe: Any, base: type) -> type:
         raise CheckpointError(f"invalid policy class recipe {recipe!r} in checkpoint")
     if "import" in recipe:
         return resolve_policy_class(recipe["import"], base)
+    if "factory" in recipe:
+        return _call_factory(recipe, base)
     method, kwargs = recipe.get("call"), recipe.get("kwargs", {})
     if method not in _DERIVE_METHODS or not isinstance(kwargs, dict) or "of" not in recipe:
         raise CheckpointError(f"invalid policy class recipe {recipe!r} in checkpoint; a derived "

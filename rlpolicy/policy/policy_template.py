@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 import gymnasium as gym
 
-from rlpolicy._core.checkpoint import record_derivation
+from rlpolicy._core.checkpoint import mark_policy_factory, record_derivation, record_factory_call
 from rlpolicy._core.hooks import PolicyHooks, check_factory_args, updated_kwargs
 from rlpolicy.utils import NullContextManager
 from rlpolicy.utils.annotations import DeveloperAPI
@@ -109,7 +109,11 @@ def build_policy_class(
         make_model=make_model, make_model_and_action_dist=make_model_and_action_dist,
         compute_gradients_fn=compute_gradients_fn, apply_gradients_fn=apply_gradients_fn,
         mixins=tuple(mixins or ()), get_batch_divisibility_req=get_batch_divisibility_req)
-    return _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+    new = _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+    return record_factory_call(new, build_policy_class, hooks.as_kwargs())  # for checkpoints
+
+
+mark_policy_factory(build_policy_class)  # checkpoints may call it to rebuild a class
 
 
 def _check_hooks(hooks: PolicyHooks) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Type
 
 import gymnasium as gym
 
-from rlpolicy._core.checkpoint import record_derivation
+from rlpolicy._core.checkpoint import mark_policy_factory, record_derivation, record_factory_call
 from rlpolicy._core.hooks import check_factory_args, updated_kwargs
 from rlpolicy._core.tf_hooks import TFPolicyHooks, warn_deprecated_args
 from rlpolicy.utils import force_list
@@ -120,7 +120,11 @@ def build_tf_policy(
         get_batch_divisibility_req=get_batch_divisibility_req,
         obs_include_prev_action_reward=obs_include_prev_action_reward,
         extra_action_fetches_fn=extra_action_fetches_fn, gradients_fn=gradients_fn)
-    return _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+    new = _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
+    return record_factory_call(new, build_tf_policy, hooks.as_kwargs())  # for checkpoints
+
+
+mark_policy_factory(build_tf_policy)  # checkpoints may call it to rebuild a class
 
 
 def _make_policy_class(hooks: TFPolicyHooks, module: str) -> type:

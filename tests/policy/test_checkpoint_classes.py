@@ -118,12 +118,21 @@ def _local_with_updates(base):
     return base.with_updates(name=base.__name__ + "Local", postprocess_fn=reinforce_postprocess)
 
 
+def _built_in_function(framework):
+    # A factory called inside a function: rebuilt by calling the factory again.
+    if framework == "torch":
+        return build_policy_class("InFunctionTorch", "torch", loss_fn=torch_pg_loss,
+                                  postprocess_fn=reinforce_postprocess)
+    return build_tf_policy("InFunctionTF", loss_fn=tf_pg_loss, postprocess_fn=reinforce_postprocess)
+
+
 CASES = {
     # torch
     "torch-subclass": lambda: (GivenModelTorchPolicy, {}),
     "torch-build_policy_class": lambda: (MyTorchPolicy, {}),
     "torch-with_updates-module": lambda: (RenamedTorchPolicy, {}),
     "torch-with_updates-local": lambda: (_local_with_updates(MyTorchPolicy), {}),
+    "torch-factory-in-function": lambda: (_built_in_function("torch"), {}),
     "torch-PG": lambda: (PGTorchPolicy, {}),
     "torch-PPO": lambda: (PPOTorchPolicy, {"num_sgd_iter": 1, "sgd_minibatch_size": 8, "train_batch_size": 8}),
     "torch-DQN": lambda: (DQNTorchPolicy, {}),
@@ -141,6 +150,7 @@ CASES = {
     "tf2-as_eager-traced": lambda: (MyTFPolicy.as_eager(), {"framework": "tf2", "eager_tracing": True}),
     "tf2-with_tracing": lambda: (MyTFPolicy.as_eager().with_tracing(), {"framework": "tf2"}),
     "tf2-with_updates-as_eager": lambda: (_local_with_updates(MyTFPolicy).as_eager(), {"framework": "tf2"}),
+    "tf2-as_eager-of-factory-in-function": lambda: (_built_in_function("tf").as_eager(), {"framework": "tf2"}),
     "tf2-PG": lambda: (PGTFPolicy.as_eager(), {"framework": "tf2"}),
     "tf2-PPO-traced": lambda: (PPOTFPolicy.as_eager(), {"framework": "tf2", "eager_tracing": True,
                                                          "num_sgd_iter": 1, "sgd_minibatch_size": 8,
@@ -276,6 +286,18 @@ def test_with_updates_arguments_are_stored_by_import_path(tmp_path):
                                  "postprocess_fn": {"__import__": f"{__name__}:reinforce_postprocess"}}}
 
 
+def test_factory_call_is_stored_with_its_arguments(tmp_path):
+    pytest.importorskip("torch")
+    _built_in_function("torch")(OBS, ACT, {}).export_checkpoint(str(tmp_path))
+    recipe = json.loads((tmp_path / "rlpolicy_checkpoint.json").read_text())["policy_class_recipe"]
+    assert recipe["factory"] == "rlpolicy.policy.policy_template:build_policy_class"
+    kwargs = recipe["kwargs"]
+    assert kwargs["name"] == "InFunctionTorch" and kwargs["framework"] == "torch"
+    assert kwargs["loss_fn"] == {"__import__": f"{__name__}:torch_pg_loss"}
+    assert kwargs["postprocess_fn"] == {"__import__": f"{__name__}:reinforce_postprocess"}
+    assert kwargs["stats_fn"] is None
+
+
 def test_unrebuildable_class_warns_at_save_and_names_the_fix_at_load(tmp_path, caplog):
     pytest.importorskip("torch")
     cls = MyTorchPolicy.with_updates(name="WithLambda", postprocess_fn=lambda p, b, o=None, e=None: reinforce_postprocess(p, b))
@@ -294,6 +316,8 @@ def test_unrebuildable_class_warns_at_save_and_names_the_fix_at_load(tmp_path, c
       "kwargs": {"postprocess_fn": {"__import__": "os:system"}}}, "only classes and Python functions"),
     ({"of": {"import": "collections:OrderedDict"}, "call": "as_eager", "kwargs": {}}, "not a Policy subclass"),
     ("PPOTFPolicy", "invalid policy class recipe"),
+    ({"factory": "os:system", "kwargs": {"command": "true"}}, "which is not one"),
+    ({"factory": "no_such_module_xyz:f", "kwargs": {}}, "cannot import the checkpoint's policy factory"),
 ])
 def test_bad_recipe_is_refused(recipe, match, tmp_path):
     pytest.importorskip("torch")
