@@ -118,28 +118,38 @@ def _pg(out, *extra):
             "--stop-reward", "1e9", "--progress-bar", "off", "--out", str(out), *extra]
 
 
-def test_existing_out_is_refused_then_overwritten_then_resumed(tmp_path):
+def _main(argv, capsys):
+    """(exit code, stdout, stderr) of ``rlpolicy <argv>`` run in this process."""
+    try:
+        code = commands.main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_existing_out_is_refused_then_overwritten_then_resumed(tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "run"
-    first = _run(_pg(out, "--stop-timesteps", "400", "--checkpoint-every", "1"))
-    assert first.returncode == 1, first.stderr
+    code, _, err = _main(_pg(out, "--stop-timesteps", "400", "--checkpoint-every", "1"), capsys)
+    assert code == 1, err
     periodic = sorted(p.name for p in out.glob("checkpoint_0*"))
     assert len(periodic) == 2
-    best = _run(["evaluate", str(out / "checkpoint_best"), "--episodes", "2"])
-    assert best.returncode == 0 and f"from {out / 'checkpoint_best'} on CartPole-v1" in best.stdout, best.stderr
+    code, stdout, err = _main(["evaluate", str(out / "checkpoint_best"), "--episodes", "2"], capsys)
+    assert code == 0 and f"from {out / 'checkpoint_best'} on CartPole-v1" in stdout, err
 
-    again = _run(_pg(out, "--stop-timesteps", "400"))
-    assert again.returncode == 2 and again.stdout == ""
-    last = _last_line(again.stderr)
+    code, stdout, err = _main(_pg(out, "--stop-timesteps", "400"), capsys)
+    assert code == 2 and stdout == ""
+    last = _last_line(err)
     assert last.startswith(f"rlpolicy train: error: argument --out: '{out}' already holds a run (")
     assert "--overwrite" in last and "--resume" in last
     assert sorted(p.name for p in out.glob("checkpoint_0*")) == periodic  # nothing deleted
 
     before = (out / "progress.csv").read_text()
     first_record = run_outputs.read_run_record(str(out))
-    resumed = _run(_pg(out, "--stop-timesteps", "800", "--resume"))
-    assert resumed.returncode == 1, resumed.stderr
-    assert f"resumed at step {first_record.timesteps_total} (iteration {first_record.iteration})" in resumed.stdout
+    code, stdout, err = _main(_pg(out, "--stop-timesteps", "800", "--resume"), capsys)
+    assert code == 1, err
+    assert f"resumed at step {first_record.timesteps_total} (iteration {first_record.iteration})" in stdout
     after = (out / "progress.csv").read_text()
     assert after.startswith(before)  # appended, not rewritten
     rows = list(csv.DictReader(open(out / "progress.csv")))
@@ -150,15 +160,27 @@ def test_existing_out_is_refused_then_overwritten_then_resumed(tmp_path):
     record = run_outputs.read_run_record(str(out))
     assert (record.iteration, record.timesteps_total) == (iterations[-1], steps[-1])
 
-    wrong = _run(["train", "--algo", "ppo", "--out", str(out), "--resume"])
-    assert wrong.returncode == 2
-    assert "holds a run of --algo pg --framework torch --env CartPole-v1" in _last_line(wrong.stderr)
+    code, _, err = _main(["train", "--algo", "ppo", "--out", str(out), "--resume"], capsys)
+    assert code == 2
+    assert "holds a run of --algo pg --framework torch --env CartPole-v1" in _last_line(err)
 
-    fresh = _run(_pg(out, "--stop-timesteps", "200", "--overwrite"))
-    assert fresh.returncode == 1, fresh.stderr
+    code, _, err = _main(_pg(out, "--stop-timesteps", "200", "--overwrite"), capsys)
+    assert code == 1, err
     assert list(out.glob("checkpoint_0*")) == []  # the earlier run's periodic checkpoints
     rows = list(csv.DictReader(open(out / "progress.csv")))
     assert [r["iteration"] for r in rows] == ["1"]
+
+
+def test_the_real_command_refuses_an_existing_run_in_one_line(tmp_path):
+    (tmp_path / "progress.csv").write_text("iteration\n")
+    (tmp_path / "checkpoint_000003").mkdir()
+    (tmp_path / "checkpoint_000003" / "rlpolicy_run.json").write_text("{}")
+    proc = _run(["train", "--out", str(tmp_path)])
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert _last_line(proc.stderr) == (
+        f"rlpolicy train: error: argument --out: '{tmp_path}' already holds a run (progress.csv, "
+        "checkpoint_000003/); pass --overwrite to replace it or --resume to continue it")
+    assert (tmp_path / "checkpoint_000003").is_dir()
 
 
 def test_resume_restores_weights_optimizer_and_counters(tmp_path, monkeypatch, capsys):
