@@ -374,3 +374,33 @@ def test_eager_saved_model_takes_the_memory_window(tmp_path):
     got = serve(obs=tf.constant(obs), state_in_0=tf.constant(memory), seq_lens=tf.ones(3, tf.int32))
     np.testing.assert_allclose(got["output"].numpy(), extra[SampleBatch.ACTION_DIST_INPUTS], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["state_out_0"].numpy(), mem_out, rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_in_rllib_1_11_layout_trains_the_same():
+    """RLlib 1.11's collector stores one memory window per sequence plus ``seq_lens``; such
+    a batch gives the same loss as rlpolicy's one-window-per-row batch."""
+    pytest.importorskip("torch")
+    from rlpolicy.evaluation.rollout_worker import RolloutWorker
+
+    config = {"framework": "torch", "gamma": 0.9, "lr": 0.01, "model": dict(ATTENTION)}
+    worker = RolloutWorker(env_creator=lambda _: gym.make("CartPole-v1"), policy_spec=_torch_policy_class(),
+                           policy_config=config, num_envs=1, rollout_fragment_length=22, seed=4)
+    batch = worker.sample()
+    # Sequences by hand: a new one at every episode/unroll change and after MAX_SEQ_LEN rows.
+    starts = [0]
+    for i in range(1, batch.count):
+        new_run = (batch[SampleBatch.EPS_ID][i] != batch[SampleBatch.EPS_ID][i - 1]
+                   or batch[SampleBatch.UNROLL_ID][i] != batch[SampleBatch.UNROLL_ID][i - 1])
+        if new_run or i - starts[-1] >= MAX_SEQ_LEN:
+            starts.append(i)
+    seq_lens = np.diff(starts + [batch.count]).astype(np.int32)
+    strided = SampleBatch({**{k: v for k, v in batch.items() if k != "state_in_0"},
+                           "state_in_0": batch["state_in_0"][starts], SampleBatch.SEQ_LENS: seq_lens})
+    policy = worker.policy
+    weights = policy.get_weights()
+    per_row = policy.learn_on_batch(batch.copy())["learner_stats"]["policy_loss"]
+    policy.set_weights(weights)
+    policy.seen_train_batches.clear()
+    as_111 = policy.learn_on_batch(strided)["learner_stats"]["policy_loss"]
+    np.testing.assert_allclose(as_111, per_row, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(policy.seen_train_batches[-1]["state_in_0"], batch["state_in_0"][starts])
