@@ -393,6 +393,12 @@ def test_without_matplotlib_the_run_says_so_first_and_never_names_the_plot(tmp_p
                         "(pip install 'rlpolicy[cli]')")
     assert lines[-1] == f"checkpoint written to {out} (progress.csv, checkpoint_best/)"
     assert not (out / "learning_curve.png").exists() and (out / "progress.csv").is_file()
+    # `rlpolicy export` checks the same way, before loading anything.
+    proc = _run(_blocked_main(["onnxruntime", "onnx"], ["export", str(out), "--format", "onnx"]))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert _last_line(proc.stderr) == ("rlpolicy export: error: argument --format: onnx needs onnx, "
+                                       "onnxruntime, not installed: pip install 'rlpolicy[onnx]'")
+    assert not (out / "export_onnx").exists()
 
 
 def test_the_documented_columns_are_the_written_ones():

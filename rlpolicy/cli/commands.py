@@ -482,13 +482,17 @@ def export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """
     import gymnasium as gym
 
-    from rlpolicy.cli.export_check import formats_for
+    from rlpolicy.cli.export_check import formats_for, required_modules
 
     checkpoint_dir, record = _record(parser, args.checkpoint)
     if args.format not in formats_for(record.framework):
         choices = ", ".join(formats_for(record.framework))
         parser.error(f"argument --format: {args.format!r} cannot be exported from this "
                      f"{record.framework!r} checkpoint; choose from {choices}")
+    missing = _missing_modules(*required_modules(record.framework, args.format))
+    if missing:
+        parser.error(f"argument --format: {args.format} needs {', '.join(missing)}, not installed: "
+                     f"pip install 'rlpolicy[{args.format}]'")
     out = args.out or os.path.join(checkpoint_dir, f"export_{args.format}")
     policy = _load(parser, checkpoint_dir, record)
     try:
