@@ -470,17 +470,17 @@ class EagerTFPolicy(Policy):
         """Eager policies have no tf Session."""
         return None
 
+    def _get_is_training_placeholder(self) -> TensorType:
+        """Whether the policy is in a learning step, as a bool tensor (RLlib 1.11's
+        eager counterpart of the graph policy's ``is_training`` placeholder)."""
+        return tf.convert_to_tensor(self._is_training)
+
     def _lazy_tensor_dict(self, postprocessed_batch: Union[SampleBatch, dict]) -> SampleBatch:
         """Makes ``postprocessed_batch`` hand out tf tensors (converted on first read)."""
         if not isinstance(postprocessed_batch, SampleBatch):
             postprocessed_batch = SampleBatch(postprocessed_batch)
         postprocessed_batch.set_get_interceptor(tracing.to_tensor)
         return postprocessed_batch
-
-    def _get_is_training_placeholder(self) -> TensorType:
-        """Whether the policy is in a learning step, as a bool tensor (RLlib 1.11's
-        eager counterpart of the graph policy's ``is_training`` placeholder)."""
-        return tf.convert_to_tensor(self._is_training)
 
     # ------------------------------------------------------------------ saving
 
