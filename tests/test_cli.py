@@ -265,3 +265,19 @@ def test_tuple_observation_env_trains_evaluates_and_exports(tmp_path, capsys):
     assert code == 0, err
     mean = float(re.search(r"mean return (-?[\d.]+)", stdout).group(1))
     assert -1.0 <= mean <= 1.0
+
+
+def test_no_module_branches_on_algorithm_names():
+    """Per-algorithm facts live in the registry (rlpolicy/cli/algorithms.py) only."""
+    compare = re.compile(r"""(==|!=|\bin)\s*\(?\s*["'](pg|ppo|dqn)["']""")
+    offenders = [f"{path.relative_to(ROOT)}:{i}: {line.strip()}"
+                 for path in sorted((ROOT / "rlpolicy").rglob("*.py")) if path.name != "algorithms.py"
+                 for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if compare.search(line)]
+    assert offenders == []
+    from rlpolicy.cli.algorithms import ALGORITHMS, get_algorithm
+
+    assert sorted(ALGORITHMS) == ["dqn", "pg", "ppo"]
+    assert [get_algorithm(a).uses_workers for a in ("pg", "ppo", "dqn")] == [True, True, False]
+    with pytest.raises(ValueError, match="unknown algorithm 'sac'; known: pg, ppo, dqn"):
+        get_algorithm("sac")
