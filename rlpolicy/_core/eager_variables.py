@@ -11,16 +11,40 @@ Tensorflow is imported lazily.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple, Union
 
 import numpy as np
+
+
+def unique_keys(pairs: Iterable[Tuple[str, Any]]) -> Dict[str, Any]:
+    """``{key: variable}`` from ``(key, variable)`` pairs, keeping every variable.
+
+    Eager TF variable names are not unique (two ``add_weight(name="w")`` calls of
+    one layer both give ``".../w:0"``), so keys built from them can repeat. The
+    first variable keeps its key; each later one with a taken key gets
+    ``<key>_<n>`` (n = 1, 2, ..., in order, skipping keys used anywhere in
+    ``pairs``), so the keys are deterministic for a model class and none is lost.
+    A variable listed twice under the same key is kept once.
+    """
+    pairs = list(pairs)
+    bases = {key for key, _ in pairs}
+    out: Dict[str, Any] = {}
+    for key, var in pairs:
+        if key in out and out[key] is var:
+            continue
+        if key in out:
+            base, n = key, 1
+            while f"{base}_{n}" in out or f"{base}_{n}" in bases:
+                n += 1
+            key = f"{base}_{n}"
+        out[key] = var
+    return out
 
 
 def named_variables(model: Any) -> Dict[str, Any]:
     """``{key: variable}`` of ``model`` (a TFModelV2, or a Keras model), in order.
 
-    Raises:
-        ValueError: If a Keras model holds two variables of the same name.
+    Variables of the same name get distinct keys (see :func:`unique_keys`).
     """
     variables = model.variables
     if callable(variables):
@@ -31,13 +55,7 @@ def named_variables(model: Any) -> Dict[str, Any]:
         if isinstance(found, dict):
             return dict(found)
         variables = variables()
-    named: Dict[str, Any] = {}
-    for v in variables:
-        if v.name in named:
-            raise ValueError(f"model {type(model).__name__} has two variables named {v.name!r}; "
-                             "give its layers unique names so weights can be addressed by name")
-        named[v.name] = v
-    return named
+    return unique_keys((v.name, v) for v in variables)
 
 
 def extra_variable_names(policy: Any, extra: List[Any], taken: set) -> Dict[str, Any]:
@@ -140,5 +158,5 @@ def check_optimizer_state(values: Sequence[Any], variables: List[Any]) -> List[T
     return pairs
 
 
-__all__ = ["named_variables", "extra_variable_names", "check_weights", "optimizer_variables",
+__all__ = ["unique_keys", "named_variables", "extra_variable_names", "check_weights", "optimizer_variables",
            "build_optimizer", "check_optimizer_state"]

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import Any, Dict, List, Union
+from typing import Any, Dict, List, Tuple, Union
 
 import gymnasium as gym
 
+from rlpolicy._core.eager_variables import unique_keys
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.deprecation import deprecation_warning
@@ -123,7 +124,7 @@ class TFModelV2(ModelV2):
         select_keras_classes(self, use_v2=self.graph is None)
         if self.var_list:
             if as_dict:
-                return {v.name: v for v in self.var_list}
+                return unique_keys((v.name, v) for v in self.var_list)
             return list(self.var_list)
         found = _find_sub_modules("", self.__dict__)
         return found if as_dict else list(found.values())
@@ -224,24 +225,30 @@ def _keras_model_attributes(model: TFModelV2) -> Dict[str, Any]:
 
 
 def _find_sub_modules(current_key: str, struct: Any) -> Dict[str, TensorType]:
-    """Walks ``struct`` and collects its variables with RLlib's key scheme."""
+    """Walks ``struct`` and collects its variables with RLlib's key scheme.
+
+    Keys that repeat (variables of the same name, which eager TF allows) are made
+    unique with a ``_<n>`` suffix in discovery order (see ``unique_keys``), so no
+    variable is lost (RLlib 1.11's dict silently kept only the last one).
+    """
+    return unique_keys(_sub_module_variables(current_key, struct))
+
+
+def _sub_module_variables(current_key: str, struct: Any) -> List[Tuple[str, TensorType]]:
+    """``(key, variable)`` pairs of ``struct`` in discovery order (keys may repeat)."""
     keras = get_keras()
     if isinstance(struct, (keras.Model, tf.Module)):
         prefix = current_key + "."
-        return {prefix + re.sub("/", ".", var.name): var for var in struct.variables}
+        return [(prefix + re.sub("/", ".", var.name), var) for var in struct.variables]
     if isinstance(struct, TFModelV2):
-        return {current_key + "." + key: var for key, var in struct.variables(as_dict=True).items()}
+        return [(current_key + "." + key, var) for key, var in struct.variables(as_dict=True).items()]
     if isinstance(struct, tf.Variable):
-        return {current_key: struct}
+        return [(current_key, struct)]
     if isinstance(struct, (tuple, list)):
-        found: Dict[str, TensorType] = {}
-        for i, value in enumerate(struct):
-            found.update(_find_sub_modules(f"{current_key}_{i}", value))
-        return found
+        return [pair for i, value in enumerate(struct)
+                for pair in _sub_module_variables(f"{current_key}_{i}", value)]
     if isinstance(struct, dict):
         prefix = current_key + "_" if current_key else ""
-        found = {}
-        for key, value in struct.items():
-            found.update(_find_sub_modules(prefix + str(key), value))
-        return found
-    return {}
+        return [pair for key, value in struct.items()
+                for pair in _sub_module_variables(prefix + str(key), value)]
+    return []
