@@ -209,7 +209,7 @@ def test_lstm_policy_computes_actions_with_state(lstm):
     assert not np.allclose(state_out[0], 0.0, atol=1e-6)
     _, state_out2, _ = lstm.compute_actions(obs, state_batches=state_out)
     assert not np.allclose(state_out2[0], state_out[0], atol=1e-6)
-    with pytest.raises(ValueError, match=r"RNN state batches for placeholders \['state_in_0"):
+    with pytest.raises(ValueError, match=r"got 1 state batch\(es\), but this policy's model takes 2"):
         lstm.compute_actions(obs, state_batches=states[:1])
 
 

@@ -109,10 +109,12 @@ def test_placeholders_added_to_loss_input_dict_are_fed():
     b.set_weights(dict(zip(b.get_weights(), a.get_weights().values())))
     assert "row_weights" in a._loss_input_dict
     n = 6
-    one = a.learn_on_batch(batch(n, row_weights=np.ones(n, np.float32)))
-    two = b.learn_on_batch(batch(n, row_weights=np.full(n, 2.0, np.float32)))
+    # Positive rewards: -mean(logp * r * w) cannot cancel to ~0 (logp < 0 for 2 actions).
+    rewards = {SampleBatch.REWARDS: np.linspace(0.5, 1.5, n).astype(np.float32)}
+    one = a.learn_on_batch(batch(n, row_weights=np.ones(n, np.float32), **rewards))
+    two = b.learn_on_batch(batch(n, row_weights=np.full(n, 2.0, np.float32), **rewards))
     # Same start weights: the fed column scales the loss exactly.
-    assert abs(float(one["learner_stats"]["loss"])) > 1e-4
+    assert float(one["learner_stats"]["loss"]) > 0.1
     np.testing.assert_allclose(two["learner_stats"]["loss"], 2 * one["learner_stats"]["loss"],
                                rtol=1e-5, atol=1e-6)
     # Zero weights: zero loss and gradient; the weights do not move.
