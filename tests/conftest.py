@@ -3,6 +3,7 @@
 Test ids read like ``test_x[torch-fake-gpu-x2]``; select with ``-k "torch and cpu"``.
 """
 import os
+import re
 
 import numpy as np
 import pytest
@@ -41,7 +42,66 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+# With RLPOLICY_TF_V1 set, only tests that use TF are run (the rest have nothing to show in
+# a TF1-mode process): see _uses_tf. RLPOLICY_TF_V1_ALL=1 keeps every test.
+TF_TOKENS = {"tf", "tf1", "tf2", "tfe", "eager", "keras", "traced", "tensorflow"}
+# A test module uses TF if its source imports/mentions TF (tensorflow, try_import_tf, Keras,
+# rlpolicy's tf modules, "tf"/"tf2" framework strings, tf1./tf. calls).
+_TF_SOURCE = re.compile(r"\btensorflow\b|try_import_tf|\bkeras\b|\w_tf\b|\btf_\w|\btf2?\b[\"'.]"
+                        r"|[\"']tf2?[\"']|\btf1\.")
+_module_uses_tf_cache: dict = {}
+
+
+def _tokens(text: str) -> set:
+    return set(re.split(r"[^a-z0-9]+", text.lower()))
+
+
+def _module_uses_tf(path) -> bool:
+    key = str(path)
+    if key not in _module_uses_tf_cache:
+        try:
+            source = open(key, encoding="utf-8").read()
+        except OSError:
+            source = ""
+        _module_uses_tf_cache[key] = bool(_TF_SOURCE.search(source))
+    return _module_uses_tf_cache[key]
+
+
+def _uses_tf(item) -> bool:
+    """The TF1-mode pass's selection rule: whether a test uses TF.
+
+    A parametrized test whose parameter ids name a TF flavour (tf, tf2, eager, traced,
+    keras, ...) is kept; one whose ids name torch and no TF flavour is dropped (the
+    torch half of a framework sweep). Otherwise a test is kept if it is marked
+    ``tf_eager_code``, if its name or module name mentions a TF flavour, or if its
+    module's source uses TF (see ``_TF_SOURCE``). Tests that check a fresh process
+    (name contains ``fresh_process``/``fresh_shell``) are dropped: their subprocess is not
+    in TF1 mode, so they show nothing new there.
+    """
+    name = getattr(item, "originalname", item.name).lower()
+    if "fresh_process" in name or "fresh_shell" in name:
+        return False
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        ids = _tokens(callspec.id) | {v.lower() for v in callspec.params.values() if isinstance(v, str)}
+        if ids & TF_TOKENS:
+            return True
+        if "torch" in ids:
+            return False
+    if item.get_closest_marker("tf_eager_code") is not None:
+        return True
+    if (_tokens(name) | _tokens(item.path.stem)) & TF_TOKENS:
+        return True
+    return _module_uses_tf(item.path)
+
+
 def pytest_collection_modifyitems(config, items):
+    if TF_V1_MODE and os.environ.get("RLPOLICY_TF_V1_ALL") != "1":
+        kept = [item for item in items if _uses_tf(item)]
+        dropped = [item for item in items if not _uses_tf(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     if os.environ.get("RLPOLICY_SLOW") != "1":
         skip_slow = pytest.mark.skip(reason="slow test; set RLPOLICY_SLOW=1 to run it")
         for item in items:

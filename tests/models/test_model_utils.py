@@ -17,6 +17,7 @@ NUMPY_ACTS = {
 
 @pytest.mark.parametrize("name", list(NUMPY_ACTS))
 @pytest.mark.parametrize("framework", ["torch", "tf", "tf2"])
+@pytest.mark.tf_eager_code  # calls the TF activations eagerly, also for "tf"
 def test_activations_match_numpy(name, framework):
     fn = get_activation_fn(name, framework=framework)
     if framework == "torch":
@@ -48,6 +49,7 @@ def test_error_table(fn, args, match):
         fn(*args)
 
 
+@pytest.mark.tf_eager_code
 def test_tf_initializers_are_glorot():
     pytest.importorskip("tensorflow")
     from rlpolicy.utils.framework import get_keras
