@@ -24,6 +24,9 @@ import numpy as np
 from rlpolicy.utils.spaces.repeated import Repeated
 
 _NESTED = (gym.spaces.Dict, gym.spaces.Tuple, Repeated)
+# A policy a RolloutWorker built on a Discrete/MultiDiscrete env works on the one-hot
+# Box (RLlib 1.11's preprocessor), with the raw space as ``original_space``.
+_ONE_HOT = (gym.spaces.Discrete, gym.spaces.MultiDiscrete)
 _ATTR = "_obs_preprocessor"
 
 
@@ -49,7 +52,9 @@ def prepare_observation_space(space: gym.Space, config: Optional[dict]) -> gym.S
 
 
 def observation_preprocessor(policy: Any) -> Any:
-    """The preprocessor of ``policy``'s raw Dict/Tuple/Repeated observations, or None.
+    """The preprocessor of ``policy``'s raw Dict/Tuple/Repeated observations (or the
+    one-hot encoder of a policy on a worker's one-hot Box for a Discrete /
+    MultiDiscrete env), or None.
 
     Built once per policy from ``policy.observation_space.original_space``.
     """
@@ -62,6 +67,10 @@ def observation_preprocessor(policy: Any) -> Any:
             from rlpolicy.models.preprocessors import get_preprocessor
 
             prep = get_preprocessor(original)(original, (policy.config or {}).get("model"))
+        elif isinstance(original, _ONE_HOT) and isinstance(space, gym.spaces.Box):
+            from rlpolicy.models.preprocessors import OneHotPreprocessor
+
+            prep = OneHotPreprocessor(original, None)
         policy.__dict__[_ATTR] = prep
     return prep
 
@@ -78,6 +87,9 @@ def flatten_obs_batch(policy: Any, obs: Any) -> Any:
         ValueError: A raw batch that does not fit the space (the message
             names the key path, e.g. ``observation['pos']``).
     """
+    prep = observation_preprocessor(policy)
+    if prep is not None and isinstance(prep._obs_space, _ONE_HOT):
+        return _one_hot_if_raw(prep, obs, batched=True)
     if not isinstance(obs, (dict, tuple, list)):
         # Arrays and tensors are flat batches, except an array of raw Repeated lists.
         if not (isinstance(obs, np.ndarray) and _is_raw_repeated_batch(policy, obs)):
@@ -99,6 +111,8 @@ def flatten_single_obs(policy: Any, obs: Any) -> Any:
     prep = observation_preprocessor(policy)
     if prep is None:
         return obs
+    if isinstance(prep._obs_space, _ONE_HOT):
+        return _one_hot_if_raw(prep, obs, batched=False)
     if isinstance(obs, np.ndarray) and (not isinstance(prep._obs_space, Repeated)
                                         or obs.shape == prep.shape):
         return obs
@@ -117,6 +131,19 @@ def flatten_single_list_obs(policy: Any, obs: Any) -> Any:
     if prep is None or not _holds_repeated(prep._obs_space):
         return obs
     return flatten_single_obs(policy, obs)
+
+
+def _one_hot_if_raw(prep: Any, obs: Any, batched: bool) -> Any:
+    """Raw Discrete/MultiDiscrete observations (integers of the raw space's shape,
+    batched or single) -> their one-hot encoding; anything else (the encoded
+    float rows, tensors) unchanged."""
+    if not isinstance(obs, (list, tuple, int, np.integer, np.ndarray)) or isinstance(obs, bool):
+        return obs
+    raw = np.asarray(obs)
+    shape = prep._obs_space.shape  # () for Discrete, (k,) for MultiDiscrete
+    if raw.dtype.kind not in "iu" or raw.shape[1 if batched else 0:] != shape or (batched and raw.ndim == 0):
+        return obs
+    return prep.transform_batch(raw) if batched else prep.transform_batch(raw[None])[0]
 
 
 def _holds_repeated(space: gym.Space) -> bool:
