@@ -50,6 +50,10 @@ TF_TOKENS = {"tf", "tf1", "tf2", "tfe", "eager", "keras", "traced", "tensorflow"
 _TF_SOURCE = re.compile(r"\btensorflow\b|try_import_tf|\bkeras\b|\w_tf\b|\btf_\w|\btf2?\b[\"'.]"
                         r"|[\"']tf2?[\"']|\btf1\.")
 _module_uses_tf_cache: dict = {}
+# Modules whose every test runs its code in a fresh interpreter (scripts, blocked imports,
+# stderr checks): that interpreter is not in TF1 mode, so the TF1-mode pass skips them.
+FRESH_PROCESS_MODULES = {"test_examples", "test_benchmarks_smoke", "test_native_stderr",
+                         "test_import_without_frameworks", "test_missing_framework_errors"}
 
 
 def _tokens(text: str) -> set:
@@ -75,11 +79,11 @@ def _uses_tf(item) -> bool:
     torch half of a framework sweep). Otherwise a test is kept if it is marked
     ``tf_eager_code``, if its name or module name mentions a TF flavour, or if its
     module's source uses TF (see ``_TF_SOURCE``). Tests that check a fresh process
-    (name contains ``fresh_process``/``fresh_shell``) are dropped: their subprocess is not
-    in TF1 mode, so they show nothing new there.
+    (name contains ``fresh_process``/``fresh_shell``, or in ``FRESH_PROCESS_MODULES``) are
+    dropped: their subprocess is not in TF1 mode, so they show nothing new there.
     """
     name = getattr(item, "originalname", item.name).lower()
-    if "fresh_process" in name or "fresh_shell" in name:
+    if "fresh_process" in name or "fresh_shell" in name or item.path.stem in FRESH_PROCESS_MODULES:
         return False
     callspec = getattr(item, "callspec", None)
     if callspec is not None:

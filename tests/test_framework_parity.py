@@ -14,6 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("tensorflow")
 
+from tensorflow.python.eager.context import eager_mode  # noqa: E402
+
 from rlpolicy.agents.pg.pg_tf_policy import PGTFPolicy  # noqa: E402
 from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
@@ -48,8 +50,10 @@ def _tf_vars(policy):
 def _tf_values(policy):
     vs = _tf_vars(policy)
     sess = policy.get_session()
-    values = sess.run(list(vs.values())) if sess is not None else [v.numpy() for v in vs.values()]
-    return dict(zip(vs, values))
+    if sess is not None:
+        return dict(zip(vs, sess.run(list(vs.values()))))
+    with eager_mode():  # the eager policy's variables, also from a TF1-mode (graph) process
+        return {k: v.numpy() for k, v in vs.items()}
 
 
 def _load_torch_weights_into_tf(policy, torch_state):
@@ -60,7 +64,8 @@ def _load_torch_weights_into_tf(policy, torch_state):
         value = value.T if value.ndim == 2 else value
         var = tf_vars[TORCH_TO_TF[t_name]]
         if sess is None:
-            var.assign(value)
+            with eager_mode():
+                var.assign(value)
         else:
             with sess.graph.as_default():
                 var.load(value, sess)

@@ -186,6 +186,7 @@ N = 6000
 
 
 @pytest.mark.parametrize("name", list(SAMPLED))
+@pytest.mark.tf_eager_code  # its eager half runs outside the graph_session graph
 def test_sample_statistics_agree_and_sampled_logp_is_logp_of_sample(name, graph_session):
     tf_cls, t_cls, tf_kw, t_kw, width = CASES[name][:5]
     row = _f32(width) * 0.7
