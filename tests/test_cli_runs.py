@@ -424,3 +424,27 @@ def test_a_ctrl_c_during_a_checkpoint_write_waits_for_the_write(tmp_path):
     assert _version(tmp_path / "checkpoint_000001") == 1
     assert run_outputs.read_run_record(str(tmp_path / "checkpoint_000001")).iteration == 1
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_a_ctrl_c_during_a_progress_row_write_keeps_one_row_per_iteration(tmp_path, monkeypatch):
+    # The signal lands after the row is on disk but before the run marks it written:
+    # the row must not be appended a second time when the run finishes.
+    real_add = run_outputs.ProgressLog.add
+    signalled = []
+
+    def add_then_signal(self, row):
+        real_add(self, row)
+        if not signalled:  # once: a repeated flush must show as a second row, not a second signal
+            signalled.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(run_outputs.ProgressLog, "add", add_then_signal)
+    trainer = _ScriptedTrainer([10, 20, 30])
+    trainer.policy = _FakePolicy()
+    summary = train_run.run_training(trainer, None, _opts(tmp_path, stop_reward=475, eval_episodes=0,
+                                                          plot=False), log=lambda s: None)
+    assert summary.reason == "interrupted" and summary.iterations == 1
+    rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
+    assert [row["iteration"] for row in rows] == ["1"]
+    assert _version(tmp_path) == 1  # the checkpoint of iteration 1 was still written
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -240,9 +240,16 @@ class _Run:
                 "learner_stats": dict(r.learner_stats)}
 
     def _flush_row(self) -> None:
-        if self._pending is not None:
+        """Appends the pending row to progress.csv. A Ctrl-C during the write is held
+        until the row is written and no longer pending (so no later flush repeats
+        it), then raised as KeyboardInterrupt."""
+        if self._pending is None:
+            return
+        with deferred_interrupts() as held:
             self.progress.add(self._pending)
             self._pending = None
+        if held.pending:
+            raise KeyboardInterrupt
 
     def _print_iteration(self, r: IterationResult, rate: float) -> None:
         self.display.line(
@@ -305,7 +312,10 @@ class _Run:
             except KeyboardInterrupt:
                 summary.final_eval_skipped = True
                 summary.reason = "interrupted"
-        self._flush_row()
+        try:
+            self._flush_row()
+        except KeyboardInterrupt:  # held during the write: the row is in progress.csv
+            summary.reason = "interrupted"
         ev = self.last_eval
         if ev is not None:
             summary.eval_mean, summary.eval_std = ev["eval_mean"], ev["eval_std"]
