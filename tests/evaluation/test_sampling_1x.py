@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from sampling_envs import CountingEnv, TwoTeamEnv
+from sampling_policies import RandomPolicy
 
 from rlpolicy.evaluation.rollout_worker import RolloutWorker, get_global_worker
 from rlpolicy.policy.policy import Policy
@@ -19,23 +20,6 @@ from rlpolicy.policy.view_requirement import ViewRequirement
 
 
 # ---------------------------------------------------------------------- 1.x-style policies
-class RandomPolicy(Policy):
-    """RLlib 1.x's examples/policy/random_policy.py, as users copy it: returns a Python list."""
-
-    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
-                        prev_reward_batch=None, **kwargs):
-        return [self.action_space.sample() for _ in obs_batch], [], {}
-
-    def learn_on_batch(self, samples):
-        return {}
-
-    def get_weights(self):
-        return {}
-
-    def set_weights(self, weights):
-        pass
-
-
 class RecordingPolicy(Policy):
     """Acts 0 (Tuple spaces: (1, 2)) and records every input dict it is given."""
 

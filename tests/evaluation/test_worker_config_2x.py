@@ -6,24 +6,7 @@ import pytest
 
 from rlpolicy.evaluation.rollout_worker import RolloutWorker
 from rlpolicy.evaluation.worker_set import WorkerSet
-from rlpolicy.policy.policy import Policy
-
-
-class RandomPolicy(Policy):
-    """RLlib's RandomPolicy shape: a list of sampled actions, no learning."""
-
-    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
-                        prev_reward_batch=None, **kwargs):
-        return [self.action_space.sample() for _ in obs_batch], [], {}
-
-    def learn_on_batch(self, samples):
-        return {}
-
-    def get_weights(self):
-        return {}
-
-    def set_weights(self, weights):
-        pass
+from sampling_policies import RandomPolicy
 
 
 def _cartpole(ctx):
