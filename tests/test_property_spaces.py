@@ -28,9 +28,8 @@ import os
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, note, settings
-
 import space_properties as props
+from hypothesis import HealthCheck, Phase, example, given, note, settings
 from space_strategies import describe, excluded, space_pairs
 
 # About 40 s in all on one idle core when every property holds (a TF graph policy

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Set, Tuple
 import numpy as np
 import tree
 
-from rlpolicy._core.obs_prep import prepare_observation_space
 from rlpolicy._core.loss_init import AccessRecord, new_box, prune_view_requirements
+from rlpolicy._core.obs_prep import prepare_observation_space
 from rlpolicy._core.tf_feeds import placeholders_needed_by
 
 if TYPE_CHECKING:  # pragma: no cover

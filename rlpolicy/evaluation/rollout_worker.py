@@ -26,15 +26,28 @@ import numpy as np
 
 from rlpolicy.env.env_context import EnvContext
 from rlpolicy.evaluation.episode import resolve_policy_mapping_fn
-from rlpolicy.evaluation.sampler import (BATCH_MODES, COUNT_STEPS_BY, AsyncEnvRunner, EnvRunner, RolloutMetrics,
-                                         SamplerSettings)
+from rlpolicy.evaluation.sampler import (
+    BATCH_MODES,
+    COUNT_STEPS_BY,
+    AsyncEnvRunner,
+    EnvRunner,
+    RolloutMetrics,
+    SamplerSettings,
+)
 from rlpolicy.policy.policy import PolicySpec
 from rlpolicy.policy.policy_map import PolicyMap
 from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch
 from rlpolicy.utils.annotations import DeveloperAPI
 from rlpolicy.utils.filter import Filter, get_filter
-from rlpolicy.utils.typing import (AgentID, EnvConfigDict, ModelGradients, ModelWeights,
-                                   PartialTrainerConfigDict, PolicyID, SampleBatchType)
+from rlpolicy.utils.typing import (
+    AgentID,
+    EnvConfigDict,
+    ModelGradients,
+    ModelWeights,
+    PartialTrainerConfigDict,
+    PolicyID,
+    SampleBatchType,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -25,8 +25,14 @@ import tree
 
 from rlpolicy._core.obs_prep import flatten_single_obs
 from rlpolicy.env.multi_agent_env import ALL_AGENTS, MultiAgentEnv
-from rlpolicy.evaluation.agent_trajectory import (AgentTrajectory, flat_action, flattens_actions, object_column,
-                                                  stack_values, unroll_id_counter)
+from rlpolicy.evaluation.agent_trajectory import (
+    AgentTrajectory,
+    flat_action,
+    flattens_actions,
+    object_column,
+    stack_values,
+    unroll_id_counter,
+)
 from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
 from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 

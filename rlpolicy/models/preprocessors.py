@@ -8,7 +8,6 @@ concatenation of the preprocessed parts for Dict/Tuple, ``[length, item_0,
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from typing import Any, List, Optional, Tuple
 
 import gymnasium as gym

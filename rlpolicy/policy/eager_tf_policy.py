@@ -38,9 +38,9 @@ from rlpolicy._core import eager_acting as acting
 from rlpolicy._core import eager_learning as learning
 from rlpolicy._core import eager_tracing as tracing
 from rlpolicy._core import eager_variables as variables_lib
-from rlpolicy._core.devices import detect_ray_context, plan_devices
 from rlpolicy._core import input_checks, obs_prep
 from rlpolicy._core.config import read_checked
+from rlpolicy._core.devices import detect_ray_context, plan_devices
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.hooks import check_factory_args, updated_kwargs
 from rlpolicy._core.loss_init import resolve_loss

@@ -600,7 +600,6 @@ class TFPolicy(Policy):
 # RLlib 1.11 defines these two TF mixins in this module; rlpolicy keeps them in tf_mixins.
 from rlpolicy.policy.tf_mixins import EntropyCoeffSchedule, LearningRateSchedule  # noqa: E402,F401
 
-
 # Further names RLlib 1.11 defines or imports in this module (1.x client code imports
 # them from here); resolved on first access, see rlpolicy/utils/_lazy.py.
 from rlpolicy.utils._lazy import lazy_module_attrs  # noqa: E402

@@ -39,7 +39,7 @@ def override(cls: type) -> Callable[[F], F]:
 
 def _mark(obj: Any, stability: str) -> Any:
     try:
-        setattr(obj, "_rlpolicy_api", stability)
+        obj._rlpolicy_api = stability
     except (AttributeError, TypeError):  # builtins / slots cannot be tagged
         pass
     return obj

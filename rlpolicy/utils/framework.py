@@ -28,7 +28,7 @@ def _disabled(var: str) -> bool:
     return os.environ.get(var, "").lower() not in ("", "0", "false")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _import_torch() -> Tuple[Any, Any]:
     if _disabled("RLPOLICY_NO_TORCH"):
         return None, None
@@ -67,7 +67,7 @@ class _NNStub:
         return _NNStub.Module
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _import_tf() -> Tuple[Any, Any, Optional[int]]:
     if _disabled("RLPOLICY_NO_TF"):
         return None, None, None
@@ -111,8 +111,8 @@ def try_import_tfp(error: bool = False) -> Any:
 def try_import_jax(error: bool = False) -> Tuple[Any, Any]:
     """Tries to import jax and flax; returns ``(None, None)`` if missing."""
     try:
-        import jax
         import flax
+        import jax
     except ImportError:
         if error:
             raise ImportError("Could not import JAX/flax; install them to use framework='jax'")

@@ -90,7 +90,7 @@ def from_file(cls: Any, filename: str, *args: Any, **kwargs: Any) -> Any:
     path = os.path.join(os.getcwd(), filename)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"from_file: file {filename!r} not found")
-    with open(path, "rt") as fp:
+    with open(path) as fp:
         if path.endswith((".yaml", ".yml")):
             config = _yaml_module(required_for=filename).safe_load(fp)
         else:

@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from rlpolicy._core.tf_control_flow import (  # noqa: E402
-    keep_functional_control_flow, prune_dead_loop_vars,
+    keep_functional_control_flow,
+    prune_dead_loop_vars,
 )
 from rlpolicy.utils.framework import get_keras, try_import_tf  # noqa: E402
 

@@ -12,7 +12,6 @@ from rlpolicy._core.tower_buffers import (
 )
 from rlpolicy.policy.sample_batch import SampleBatch
 
-
 # ---------------------------------------------------------------- device_minibatch_size
 
 

@@ -3,10 +3,10 @@ and a callbacks class that is not a DefaultCallbacks subclass (RLlib 1.11 only c
 import gymnasium as gym
 import numpy as np
 import pytest
+from sampling_policies import RandomPolicy
 
 from rlpolicy.evaluation.rollout_worker import RolloutWorker
 from rlpolicy.evaluation.worker_set import WorkerSet
-from sampling_policies import RandomPolicy
 
 
 def _cartpole(ctx):

@@ -15,13 +15,22 @@ import pytest
 pytest.importorskip("tensorflow")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "policy"))
 
+from tf_graph_policies import (  # noqa: E402
+    ACT,
+    OBS,
+    PGGraphPolicy,
+    SGDPGGraphPolicy,
+    assert_weights_close,
+    config,
+    pg_batch,
+    sgd_pg_step,
+    tf,
+    tf1,
+)
+
 from rlpolicy.execution.multi_gpu_impl import TFMultiGPUTowerStack  # noqa: E402
 from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch, concat_samples  # noqa: E402
-from tf_graph_policies import (  # noqa: E402
-    ACT, OBS, PGGraphPolicy, SGDPGGraphPolicy, assert_weights_close, config, pg_batch,
-    sgd_pg_step, tf, tf1,
-)
 
 FAKE2 = {"num_gpus": 2, "_fake_gpus": True}
 LINEAR = {"fcnet_hiddens": []}

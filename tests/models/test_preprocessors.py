@@ -7,8 +7,14 @@ import pytest
 
 from rlpolicy.models.modelv2 import restore_original_dimensions
 from rlpolicy.models.preprocessors import (
-    OBS_VALIDATION_INTERVAL, AtariRamPreprocessor, DictFlatteningPreprocessor, NoPreprocessor,
-    OneHotPreprocessor, TupleFlatteningPreprocessor, get_preprocessor)
+    OBS_VALIDATION_INTERVAL,
+    AtariRamPreprocessor,
+    DictFlatteningPreprocessor,
+    NoPreprocessor,
+    OneHotPreprocessor,
+    TupleFlatteningPreprocessor,
+    get_preprocessor,
+)
 
 BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 

@@ -397,7 +397,6 @@ def test_layout_holds_for_any_child_space():
     child's own encodings of the items, zeros], and restoring gives back the lengths."""
     hypothesis = pytest.importorskip("hypothesis")
     from hypothesis import strategies as st
-
     from space_strategies import spaces
 
     @hypothesis.settings(max_examples=10, deadline=None, derandomize=True, database=None)

@@ -17,8 +17,8 @@ tf1, tf, _ = try_import_tf()
 from rlpolicy.models.tf.tf_action_dist import (  # noqa: E402
     Beta,
     Categorical,
-    DiagGaussian,
     Deterministic,
+    DiagGaussian,
     Dirichlet,
     MultiActionDistribution,
     MultiCategorical,

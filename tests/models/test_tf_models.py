@@ -18,10 +18,10 @@ from rlpolicy.utils.framework import try_import_tf  # noqa: E402
 
 tf1, tf, _ = try_import_tf()
 
+from rlpolicy.models.tf import tf_modelv2 as tf_modelv2_module  # noqa: E402
 from rlpolicy.models.tf.complex_input_net import ComplexInputNetwork  # noqa: E402
 from rlpolicy.models.tf.fcnet import FullyConnectedNetwork  # noqa: E402
 from rlpolicy.models.tf.recurrent_net import LSTMWrapper  # noqa: E402
-from rlpolicy.models.tf import tf_modelv2 as tf_modelv2_module  # noqa: E402
 from rlpolicy.models.tf.visionnet import VisionNetwork  # noqa: E402
 
 OBS4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)

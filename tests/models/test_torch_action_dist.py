@@ -1,16 +1,23 @@
 """Torch action distributions against numpy/scipy reference formulas."""
+import gymnasium as gym
 import numpy as np
 import pytest
-import gymnasium as gym
 from scipy import stats
 from scipy.special import log_softmax, softmax
 
 torch = pytest.importorskip("torch")
 
 from rlpolicy.models.torch.torch_action_dist import (  # noqa: E402
-    TorchBeta, TorchCategorical, TorchDeterministic, TorchDiagGaussian, TorchDirichlet,
-    TorchMultiActionDistribution, TorchMultiCategorical, TorchSquashedGaussian,
-    get_torch_categorical_class_with_temperature)
+    TorchBeta,
+    TorchCategorical,
+    TorchDeterministic,
+    TorchDiagGaussian,
+    TorchDirichlet,
+    TorchMultiActionDistribution,
+    TorchMultiCategorical,
+    TorchSquashedGaussian,
+    get_torch_categorical_class_with_temperature,
+)
 
 RNG = np.random.default_rng(0)
 SMALL = 1e-6

@@ -12,9 +12,7 @@ from rlpolicy._core.defaults import MODEL_DEFAULTS  # noqa: E402
 from rlpolicy.models.catalog import ModelCatalog  # noqa: E402
 from rlpolicy.models.torch.complex_input_net import ComplexInputNetwork  # noqa: E402
 from rlpolicy.models.torch.fcnet import FullyConnectedNetwork  # noqa: E402
-from rlpolicy.models.torch.misc import (  # noqa: E402
-    AppendBiasLayer, SlimConv2d, SlimFC, normc_initializer, same_padding)
-from rlpolicy.models.torch.recurrent_net import LSTMWrapper  # noqa: E402
+from rlpolicy.models.torch.misc import AppendBiasLayer, SlimConv2d, SlimFC, normc_initializer, same_padding  # noqa: E402
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2  # noqa: E402
 from rlpolicy.models.torch.visionnet import VisionNetwork  # noqa: E402
 

@@ -12,7 +12,11 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy.agents.ppo import DEFAULT_CONFIG as PPO_DEFAULT_CONFIG
-from rlpolicy.evaluation.postprocessing import Postprocessing, compute_advantages, compute_gae_for_sample_batch
+from rlpolicy.evaluation.postprocessing import (
+    Postprocessing,
+    compute_advantages,
+    compute_gae_for_sample_batch,
+)
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.policy.policy_template import build_policy_class

@@ -12,7 +12,6 @@ import pickle
 import zlib
 from functools import partial
 
-import gymnasium as gym
 import numpy as np
 import pytest
 

@@ -8,15 +8,25 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
+from tf_graph_policies import (  # noqa: E402
+    ACT,
+    OBS,
+    PGGraphPolicy,
+    SGDPGGraphPolicy,
+    config,
+    log_softmax,
+    pg_batch,
+    pg_loss,
+    sgd_pg_step,
+    tf,
+    tf1,
+)
+
 from rlpolicy.models.catalog import ModelCatalog  # noqa: E402
 from rlpolicy.models.tf.tf_action_dist import Categorical  # noqa: E402
 from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy  # noqa: E402
 from rlpolicy.policy.policy import Policy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
-from tf_graph_policies import (  # noqa: E402
-    ACT, OBS, PGGraphPolicy, SGDPGGraphPolicy, config, log_softmax, pg_batch, pg_loss,
-    sgd_pg_step, tf, tf1,
-)
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,9 @@
 """``build_eager_tf_policy``: signature, hook order, deprecated arguments, mixins, errors."""
 import inspect
+import warnings
 
 import gymnasium as gym
 import numpy as np
-import warnings
-
 import pytest
 
 tf = pytest.importorskip("tensorflow")
@@ -258,8 +257,7 @@ def test_build_tf_policy_as_eager_gives_a_working_eager_class():
 
 def test_tf_mixins_work_on_eager_policies():
     try:
-        from rlpolicy.policy.tf_mixins import (EntropyCoeffSchedule, LearningRateSchedule,
-                                               TargetNetworkMixin)
+        from rlpolicy.policy.tf_mixins import EntropyCoeffSchedule, LearningRateSchedule, TargetNetworkMixin
     except ImportError as e:  # the TF mixins are built elsewhere
         pytest.skip(f"tf_mixins not importable: {e}")
 

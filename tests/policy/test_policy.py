@@ -4,7 +4,13 @@ import copy
 import gymnasium as gym
 import numpy as np
 import pytest
-from numpy_policies import LinearSoftmaxPolicy, StructuredActionPolicy, bandit_batch, make_linear_policy, softmax
+from numpy_policies import (
+    LinearSoftmaxPolicy,
+    StructuredActionPolicy,
+    bandit_batch,
+    make_linear_policy,
+    softmax,
+)
 
 from rlpolicy._core.defaults import COMMON_CONFIG, MODEL_DEFAULTS
 from rlpolicy.agents.callbacks import DefaultCallbacks

@@ -15,12 +15,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch_pg_policies import ACT, OBS, PG, SGDPG, log_softmax, pg_batch  # noqa: E402
+
 from rlpolicy.agents.callbacks import DefaultCallbacks  # noqa: E402
 from rlpolicy.models.torch.torch_action_dist import TorchCategorical  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.policy.torch_policy import _directStepOptimizerSingleton  # noqa: E402
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY  # noqa: E402
-from torch_pg_policies import ACT, OBS, PG, SGDPG, log_softmax, pg_batch  # noqa: E402
 
 BASE = {"lr": 0.05, "model": {"fcnet_hiddens": [8]}, "seed": 0}
 FAKE2 = {"num_gpus": 2, "_fake_gpus": True}

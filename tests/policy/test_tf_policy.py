@@ -342,7 +342,6 @@ def test_onnx_export_of_image_policy_takes_nchw_inputs(tmp_path):
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("tf2onnx")
     import gymnasium as gym
-
     from tf_graph_policies import PGGraphPolicy
 
     obs_space = gym.spaces.Box(0.0, 1.0, (6, 6, 2), np.float32)

@@ -9,11 +9,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch_pg_policies import ACT, OBS, PG, SGDPG, log_softmax, pg_batch  # noqa: E402
+
 from rlpolicy.agents.callbacks import DefaultCallbacks  # noqa: E402
 from rlpolicy.models.torch.torch_action_dist import TorchCategorical  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.policy.torch_policy import TorchPolicy  # noqa: E402
-from torch_pg_policies import ACT, OBS, PG, SGDPG, log_softmax, pg_batch  # noqa: E402
 
 BASE = {"lr": 0.05, "model": {"fcnet_hiddens": [8]}, "seed": 0}
 

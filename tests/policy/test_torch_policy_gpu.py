@@ -4,8 +4,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from torch_pg_policies import ACT, OBS, PG, SGDPG, pg_batch  # noqa: E402
+
+from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 
 NUM_CUDA = torch.cuda.device_count() if torch.cuda.is_available() else 0
 

@@ -14,7 +14,6 @@ from rlpolicy._core.towers import (  # noqa: E402
     sync_tower_weights,
 )
 
-
 # ---------------------------------------------------------------- pure helpers
 # (Batch splitting and buffer bookkeeping: tests/core/test_tower_buffers.py.)
 
@@ -180,8 +179,9 @@ def test_make_towers_gpu_layout_copies_everything():
 
 # ---------------------------------------------------------------- TorchPolicy: towers == one device
 
-from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from torch_pg_policies import ACT, OBS, PG, pg_batch  # noqa: E402
+
+from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 
 N_ROWS = 24  # divisible by 1, 2 and 3 towers (and into whole 4-step sequences)
 SEQ_LEN = 4

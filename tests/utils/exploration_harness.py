@@ -17,7 +17,6 @@ import gymnasium as gym
 import numpy as np
 import tree
 
-
 # Fixed seeds keep the statistical tests reproducible; another value checks their tolerances.
 SEED = int(os.environ.get("EXPLORATION_TEST_SEED", "0"))
 

@@ -8,8 +8,14 @@ import threading
 import numpy as np
 import pytest
 
-from rlpolicy.utils.filter import (ConcurrentMeanStdFilter, Filter, MeanStdFilter, NoFilter, RunningStat,
-                                   get_filter)
+from rlpolicy.utils.filter import (
+    ConcurrentMeanStdFilter,
+    Filter,
+    MeanStdFilter,
+    NoFilter,
+    RunningStat,
+    get_filter,
+)
 from rlpolicy.utils.filter_manager import FilterManager
 
 ATOL = 1e-6

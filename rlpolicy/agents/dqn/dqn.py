@@ -33,7 +33,6 @@ from rlpolicy.utils.metrics.iteration import IterationResult
 from rlpolicy.utils.metrics.learner_info import learner_stats_of
 
 
-
 def get_dqn_policy_class(framework: str = "torch") -> type:
     """DQNTorchPolicy, DQNTFPolicy (``"tf"``) or its eager version (``"tf2"``/``"tfe"``).
 

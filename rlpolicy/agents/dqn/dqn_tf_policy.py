@@ -11,10 +11,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
-import numpy as np
 
 from rlpolicy.agents.dqn.distributional_q_tf_model import DistributionalQTFModel
-from rlpolicy.agents.dqn.dqn_config import DEFAULT_CONFIG
 from rlpolicy.agents.dqn.dqn_common import (  # noqa: F401  (re-exported at RLlib's path)
     PRIO_WEIGHTS,
     Q_SCOPE,
@@ -27,6 +25,7 @@ from rlpolicy.agents.dqn.dqn_common import (  # noqa: F401  (re-exported at RLli
     terminal_flags,
     uses_parameter_noise,
 )
+from rlpolicy.agents.dqn.dqn_config import DEFAULT_CONFIG
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.models.tf.tf_action_dist import Categorical

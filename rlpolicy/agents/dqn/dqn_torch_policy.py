@@ -13,7 +13,6 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core.torch_setup import default_adam
-from rlpolicy.agents.dqn.dqn_config import DEFAULT_CONFIG
 from rlpolicy.agents.dqn.dqn_common import (
     PRIO_WEIGHTS,
     Q_SCOPE,
@@ -26,6 +25,7 @@ from rlpolicy.agents.dqn.dqn_common import (
     terminal_flags,
     uses_parameter_noise,
 )
+from rlpolicy.agents.dqn.dqn_config import DEFAULT_CONFIG
 from rlpolicy.agents.dqn.dqn_torch_model import DQNTorchModel
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2

@@ -25,10 +25,15 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy.models._attention_views import (action_input_size, check_non_negative_ints,
-                                              check_positive_ints, flat_obs_dim,
-                                              memory_view_requirements,
-                                              prev_action_reward_view_requirements, wrapper_config)
+from rlpolicy.models._attention_views import (
+    action_input_size,
+    check_non_negative_ints,
+    check_positive_ints,
+    flat_obs_dim,
+    memory_view_requirements,
+    prev_action_reward_view_requirements,
+    wrapper_config,
+)
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.models.tf.layers.gru_gate import GRUGate
 from rlpolicy.models.tf.layers.relative_multi_head_attention import RelativeMultiHeadAttention

@@ -28,7 +28,11 @@ from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.models.tf.tf_beta_dirichlet import Beta, Dirichlet
 from rlpolicy.models.tf.tf_dist_base import HALF_LOG_2PI as _HALF_LOG_2PI
 from rlpolicy.models.tf.tf_dist_base import (
-    TFActionDistribution, flatten_actions, reshape_to_space, space_action_shape)
+    TFActionDistribution,
+    flatten_actions,
+    reshape_to_space,
+    space_action_shape,
+)
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_tf
 from rlpolicy.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT, SMALL_NUMBER

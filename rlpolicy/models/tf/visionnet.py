@@ -14,7 +14,7 @@ import gymnasium as gym
 
 from rlpolicy.models.tf.misc import check_input_shape, normc_initializer
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
-from rlpolicy.models.utils import get_activation_fn, default_filter_config
+from rlpolicy.models.utils import default_filter_config, get_activation_fn
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
 from rlpolicy.utils.typing import ModelConfigDict, TensorType

@@ -21,9 +21,14 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy.models._attention_views import (action_input_size, check_positive_ints, flat_obs_dim,
-                                              memory_view_requirements,
-                                              prev_action_reward_view_requirements, wrapper_config)
+from rlpolicy.models._attention_views import (
+    action_input_size,
+    check_positive_ints,
+    flat_obs_dim,
+    memory_view_requirements,
+    prev_action_reward_view_requirements,
+    wrapper_config,
+)
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.models.torch.misc import SlimFC
 from rlpolicy.models.torch.modules.gru_gate import GRUGate

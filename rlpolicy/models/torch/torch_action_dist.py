@@ -23,9 +23,16 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy.models.action_dist import ActionDistribution, multi_dim_action_shape
-from rlpolicy.models.torch.dist_helpers import (LOG_SQRT_2PI, LazyDist, check_bounds,
-                                                flat_action_widths, flatten_actions, no_grad_call,
-                                                reshape_to_space, to_tensor)
+from rlpolicy.models.torch.dist_helpers import (
+    LOG_SQRT_2PI,
+    LazyDist,
+    check_bounds,
+    flat_action_widths,
+    flatten_actions,
+    no_grad_call,
+    reshape_to_space,
+    to_tensor,
+)
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_torch
@@ -534,6 +541,7 @@ class TorchMultiActionDistribution(TorchDistributionWrapper):
             action_space: The (nested) Tuple/Dict action space.
         """
         import tree
+
         from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
         super().__init__(inputs, model)
         self.action_space = action_space

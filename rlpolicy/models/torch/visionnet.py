@@ -13,7 +13,7 @@ import numpy as np
 
 from rlpolicy.models.torch.misc import SlimConv2d, SlimFC, normc_initializer, same_padding
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
-from rlpolicy.models.utils import get_activation_fn, default_filter_config
+from rlpolicy.models.utils import default_filter_config, get_activation_fn
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
