@@ -1,0 +1,321 @@
+"""The public acting, learning and state methods shared by the three framework policies.
+
+``TorchPolicy``, ``TFPolicy`` and ``EagerTFPolicy`` each list
+``TrainingTemplate`` before ``Policy`` in their bases. The template writes the
+order of the steps of every public method once: the lock, batch preparation
+and input checks, the learn callback, the tower buffers, what ``get_state``
+holds and in which order ``set_state`` checks and assigns. The framework class
+supplies only the steps that touch tensors (the ``# framework step`` methods
+below); everything else is here.
+
+Steps a framework class implements (abstract here):
+
+- ``_compute_actions_step(input_dict, state_batches, explore, timestep, episodes)``
+- ``_log_likelihoods_step(actions, obs_batch, state_batches, prev_action_batch,
+  prev_reward_batch, actions_normalized)``
+- ``_learn_step(batch)``: one SGD step on a prepared train batch; returns the stats.
+- ``_device_slices(batch)``: the prepared batch as one batch per device
+  (padded, converted, placed), for ``load_batch_into_buffer``.
+- ``_learn_on_device_batches(batches, buffer_index)``: one SGD step on one
+  minibatch per device, taken from a loaded buffer.
+- ``_optimizer_state()``, ``_check_optimizer_state(values)``,
+  ``_set_optimizer_state(checked)``: the optimizer part of the policy state.
+
+Optional steps with a default here: ``_check_can_learn(what)``,
+``_state_weights()``, ``_set_exploration_state(state)``.
+
+The framework class calls ``self._init_tower_buffers(num_devices)`` in its
+constructor, once its devices are known.
+"""
+from __future__ import annotations
+
+from abc import ABCMeta, abstractmethod
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from rlpolicy._core import input_checks, obs_prep
+from rlpolicy._core.action_flow import resolve_explore_timestep
+from rlpolicy._core.locking import with_lock
+from rlpolicy._core.tower_buffers import TowerBuffers, device_minibatch_size
+from rlpolicy.policy.sample_batch import SampleBatch
+
+STATE_KEYS = ("weights", "global_timestep")
+_STATE_IN = "state_in_"
+
+
+def as_sample_batch(batch: Any) -> SampleBatch:
+    """``batch`` itself if it is a SampleBatch, else ``SampleBatch(batch)``.
+
+    RLlib takes a plain dict passed to the learning methods as a SampleBatch.
+
+    Raises:
+        TypeError: If ``batch`` is neither a SampleBatch nor a mapping.
+    """
+    if isinstance(batch, SampleBatch):
+        return batch
+    if not isinstance(batch, Mapping):
+        raise TypeError(f"expected a SampleBatch or a dict of columns, got {type(batch).__name__}")
+    return SampleBatch(dict(batch))
+
+
+def state_in_columns(input_dict: Any) -> List[Any]:
+    """The ``state_in_<i>`` columns of ``input_dict``, ordered by ``i``."""
+    keys = [k for k in input_dict.keys() if isinstance(k, str) and k.startswith(_STATE_IN)]
+    keys.sort(key=lambda k: int(k[len(_STATE_IN):]) if k[len(_STATE_IN):].isdigit() else -1)
+    return [input_dict[k] for k in keys]
+
+
+class TrainingTemplate(metaclass=ABCMeta):
+    """Mixin written once for the torch, graph-TF and eager policies (see the module doc).
+
+    It has no ``__init__``; it relies on ``Policy``'s attributes (``config``,
+    ``global_timestep``, ``exploration``, ``callbacks`` via
+    ``_run_learn_callback``) and on ``self._tower_buffers``, which
+    :meth:`_init_tower_buffers` creates.
+    """
+
+    _tower_buffers: TowerBuffers
+
+    def _init_tower_buffers(self, num_devices: int) -> None:
+        """Creates ``self._tower_buffers``: ``config["num_multi_gpu_tower_stacks"]``
+        buffers of ``num_devices`` batches each."""
+        self._tower_buffers = TowerBuffers(
+            self.config.get("num_multi_gpu_tower_stacks", 1), num_devices)  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ acting
+
+    def compute_actions(self, obs_batch: Any, state_batches: Optional[List[Any]] = None,
+                        prev_action_batch: Any = None, prev_reward_batch: Any = None,
+                        info_batch: Optional[Dict[str, list]] = None,
+                        episodes: Optional[List[Any]] = None, explore: Optional[bool] = None,
+                        timestep: Optional[int] = None,
+                        **kwargs: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
+        """Computes actions for a batch of observations.
+
+        Raw nested observations are flattened, the inputs checked (errors name
+        ``compute_actions``), and one input dict (``obs``, ``state_in_<i>``,
+        ``prev_actions``, ``prev_rewards``, ``infos``; ``is_training`` False)
+        is handed to :meth:`compute_actions_from_input_dict`.
+        """
+        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
+        input_checks.check_obs(self, obs_batch, "compute_actions")  # type: ignore[arg-type]
+        input_checks.check_state_batches(self, state_batches, "compute_actions")  # type: ignore[arg-type]
+        input_checks.check_prev_inputs(self, [  # type: ignore[arg-type]
+            c for c, v in ((SampleBatch.PREV_ACTIONS, prev_action_batch),
+                           (SampleBatch.PREV_REWARDS, prev_reward_batch)) if v is not None],
+            "compute_actions")
+        columns: Dict[str, Any] = {SampleBatch.OBS: obs_batch}
+        for i, s in enumerate(state_batches or []):
+            columns[f"{_STATE_IN}{i}"] = s
+        if prev_action_batch is not None:
+            columns[SampleBatch.PREV_ACTIONS] = prev_action_batch
+        if prev_reward_batch is not None:
+            columns[SampleBatch.PREV_REWARDS] = prev_reward_batch
+        if info_batch is not None:
+            columns[SampleBatch.INFOS] = info_batch
+        input_dict = SampleBatch(columns, _is_training=False)
+        return self.compute_actions_from_input_dict(input_dict, explore=explore, timestep=timestep,
+                                                    episodes=episodes, **kwargs)
+
+    @with_lock
+    def compute_actions_from_input_dict(self, input_dict: Any, explore: Optional[bool] = None,
+                                        timestep: Optional[int] = None,
+                                        episodes: Optional[List[Any]] = None,
+                                        **kwargs: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
+        """Computes actions from an input dict (a SampleBatch or a dict of columns).
+
+        Raw nested ``obs`` are flattened and the columns checked (errors name
+        ``compute_actions_from_input_dict``); ``explore``/``timestep`` of None
+        become ``config["explore"]`` and ``global_timestep``. The framework's
+        ``_compute_actions_step`` then runs under the policy lock.
+
+        Returns:
+            ``(actions, state_outs, extra_fetches)`` as numpy structures.
+        """
+        input_dict = obs_prep.flatten_input_dict(self, input_dict)
+        input_checks.check_acting_input_dict(
+            self, input_dict, "compute_actions_from_input_dict")  # type: ignore[arg-type]
+        explore, timestep = resolve_explore_timestep(
+            self.config["explore"], self.global_timestep, explore, timestep)  # type: ignore[attr-defined]
+        return self._compute_actions_step(input_dict, state_in_columns(input_dict), explore,
+                                          timestep, episodes)
+
+    @with_lock
+    def compute_log_likelihoods(self, actions: Any, obs_batch: Any,
+                                state_batches: Optional[List[Any]] = None,
+                                prev_action_batch: Any = None, prev_reward_batch: Any = None,
+                                actions_normalized: bool = True) -> Any:
+        """Log-likelihoods of ``actions`` under the policy's action distribution
+        for ``obs_batch`` (raw nested observations are flattened first)."""
+        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
+        return self._log_likelihoods_step(actions, obs_batch, state_batches, prev_action_batch,
+                                          prev_reward_batch, actions_normalized)
+
+    @abstractmethod
+    def _compute_actions_step(self, input_dict: Any, state_batches: List[Any], explore: Any,
+                              timestep: Any, episodes: Optional[List[Any]]
+                              ) -> Tuple[Any, List[Any], Dict[str, Any]]:
+        """Framework step: forward pass, sampling and exploration on a checked
+        input dict (its ``state_in_<i>`` columns, as given, are ``state_batches``);
+        advances ``global_timestep``; returns numpy structures."""
+
+    @abstractmethod
+    def _log_likelihoods_step(self, actions: Any, obs_batch: Any, state_batches: Optional[List[Any]],
+                              prev_action_batch: Any, prev_reward_batch: Any,
+                              actions_normalized: bool) -> Any:
+        """Framework step of :meth:`compute_log_likelihoods` (``obs_batch`` is flat)."""
+
+    # ------------------------------------------------------------------ learning
+
+    def _check_can_learn(self, what: str) -> None:
+        """Raises if the policy cannot learn (e.g. it has no loss); ``what`` names
+        the public method for the message. The default accepts."""
+        return None
+
+    def _train_batch(self, batch: Any, what: str) -> SampleBatch:
+        """``batch`` made ready for a learning step of public method ``what``.
+
+        In this order: ``_check_can_learn(what)``; a dict becomes a SampleBatch;
+        raw nested ``obs``/``new_obs`` are flattened (into a shallow copy);
+        the loss columns and observations are checked; the batch is marked as
+        training. A rejected batch changes nothing.
+        """
+        self._check_can_learn(what)
+        batch = obs_prep.flatten_input_dict(self, as_sample_batch(batch))
+        input_checks.check_train_batch(self, batch, what)  # type: ignore[arg-type]
+        batch.set_training(True)
+        return batch
+
+    @with_lock
+    def learn_on_batch(self, postprocessed_batch: Any) -> Dict[str, Any]:
+        """One SGD step on ``postprocessed_batch`` (a dict is taken as a SampleBatch).
+
+        The batch is prepared (:meth:`_train_batch`), the callbacks'
+        ``on_learn_on_batch`` runs on it with a fresh result dict, then the
+        framework's ``_learn_step``; the result dict is returned under
+        ``"custom_metrics"`` in the stats.
+        """
+        batch = self._train_batch(postprocessed_batch, "learn_on_batch")
+        learn_stats: Dict[str, Any] = {}
+        self._run_learn_callback(batch, learn_stats)  # type: ignore[attr-defined]
+        stats = self._learn_step(batch)
+        stats["custom_metrics"] = learn_stats
+        return stats
+
+    @abstractmethod
+    def _learn_step(self, batch: SampleBatch) -> Dict[str, Any]:
+        """Framework step: one SGD step on a prepared batch; returns the stats dict."""
+
+    # ------------------------------------------------------------------ tower buffers
+
+    @with_lock
+    def load_batch_into_buffer(self, batch: Any, buffer_index: int = 0) -> int:
+        """Loads ``batch`` into buffer ``buffer_index``, one slice per device.
+
+        The index is checked first, then the batch is prepared like
+        ``learn_on_batch``'s; the framework's ``_device_slices`` pads, converts,
+        splits and places it.
+
+        Returns:
+            The number of rows loaded per device.
+        """
+        self._tower_buffers.check_index(buffer_index)
+        batch = self._train_batch(batch, "load_batch_into_buffer")
+        return self._tower_buffers.store(buffer_index, self._device_slices(batch))
+
+    def get_num_samples_loaded_into_buffer(self, buffer_index: int = 0) -> int:
+        """Rows per device loaded in buffer ``buffer_index`` (0 if none)."""
+        return self._tower_buffers.num_loaded(buffer_index)
+
+    @with_lock
+    def learn_on_loaded_batch(self, offset: int = 0, buffer_index: int = 0) -> Dict[str, Any]:
+        """One SGD step on rows ``[offset, offset + per-device minibatch)`` of each
+        device's loaded slice (the whole slices when the minibatch covers them).
+
+        The per-device minibatch is ``(sgd_minibatch_size or train_batch_size)
+        // num_devices`` (RLlib 1.11).
+        """
+        size = device_minibatch_size(self.config, self._tower_buffers.num_devices)  # type: ignore[attr-defined]
+        batches = self._tower_buffers.minibatches(buffer_index, offset, size)
+        return self._learn_on_device_batches(batches, buffer_index)
+
+    @abstractmethod
+    def _device_slices(self, batch: SampleBatch) -> List[Any]:
+        """Framework step: the prepared batch as one (padded, placed) batch per device."""
+
+    @abstractmethod
+    def _learn_on_device_batches(self, batches: List[Any], buffer_index: int) -> Dict[str, Any]:
+        """Framework step: one SGD step on one minibatch per device; returns the stats."""
+
+    # ------------------------------------------------------------------ state
+
+    def _state_weights(self) -> Any:
+        """The weights as ``get_state`` stores them (default: ``get_weights()``)."""
+        return self.get_weights()  # type: ignore[attr-defined]
+
+    @with_lock
+    def get_state(self) -> Dict[str, Any]:
+        """The policy state: ``weights``, ``global_timestep``, and where present
+        ``_optimizer_variables`` and ``_exploration_state`` (numpy copies)."""
+        state: Dict[str, Any] = {"weights": self._state_weights(),
+                                 "global_timestep": self.global_timestep}  # type: ignore[attr-defined]
+        optimizer = self._optimizer_state()
+        if optimizer is not None:
+            state["_optimizer_variables"] = optimizer
+        if getattr(self, "exploration", None) is not None:
+            state["_exploration_state"] = self.get_exploration_state()  # type: ignore[attr-defined]
+        return state
+
+    @with_lock
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """Restores a :meth:`get_state` snapshot.
+
+        Everything is checked before anything changes: the state's keys, the
+        optimizer values (``_check_optimizer_state``) and the weights
+        (``set_weights`` checks all of them before it assigns any). Then the
+        weights, ``global_timestep``, optimizer and exploration state are set.
+
+        Raises:
+            ValueError: A missing key, or values that do not fit the policy;
+                the policy is unchanged then.
+        """
+        if not isinstance(state, Mapping):
+            raise ValueError(f"set_state: expected the dict get_state() returns, got "
+                             f"{type(state).__name__}")
+        missing = [k for k in STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"set_state: the state lacks key(s) {missing}; it has "
+                             f"{sorted(map(str, state))}")
+        checked = self._check_optimizer_state(state.get("_optimizer_variables"))
+        self.set_weights(state["weights"])  # type: ignore[attr-defined]
+        self.global_timestep = state["global_timestep"]
+        if checked is not None:
+            self._set_optimizer_state(checked)
+        if getattr(self, "exploration", None) is not None and "_exploration_state" in state:
+            self._set_exploration_state(state["_exploration_state"])
+
+    def _set_exploration_state(self, exploration_state: Any) -> None:
+        """Framework step with a default: hands the state to ``self.exploration``."""
+        self.exploration.set_state(state=exploration_state)  # type: ignore[attr-defined]
+
+    @abstractmethod
+    def _optimizer_state(self) -> Any:
+        """Framework step: numpy copies of the optimizer state, or None if there is none."""
+
+    @abstractmethod
+    def _check_optimizer_state(self, values: Any) -> Any:
+        """Framework step: checks ``state["_optimizer_variables"]`` (None if absent)
+        against the optimizers without changing them.
+
+        Returns:
+            What ``_set_optimizer_state`` assigns, or None for nothing to assign.
+
+        Raises:
+            ValueError: If the values do not fit the optimizers.
+        """
+
+    @abstractmethod
+    def _set_optimizer_state(self, checked: Any) -> None:
+        """Framework step: assigns what ``_check_optimizer_state`` returned."""
+
+
+__all__ = ["TrainingTemplate", "as_sample_batch", "state_in_columns", "with_lock"]
