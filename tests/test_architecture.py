@@ -1,0 +1,424 @@
+"""The package's structure rules (issue 17), read from the source with ``ast``.
+
+Nothing of rlpolicy is imported: every file under ``rlpolicy/`` is parsed and
+its ``import`` / ``from`` statements (at module level, inside functions and
+classes, under ``TYPE_CHECKING``) and ``importlib.import_module("...")`` calls
+with a literal name are collected. The rules:
+
+1. ``rlpolicy/_core/`` is the framework-neutral floor: it imports nothing of
+   rlpolicy but ``rlpolicy.utils`` (and itself), not even for type hints.
+2. No import cycle among rlpolicy's files. Function-level imports count (a
+   lazy import hides a cycle from Python, not from the design); imports under
+   ``if TYPE_CHECKING:`` do not (they never run).
+3. No file sets another object's private attribute (``x._a = ...``,
+   ``x._a += ...``, ``x.__dict__["_a"] = ...``, ``setattr(x, "_a", ...)``)
+   unless ``x`` is ``self`` or ``cls``; a short allow-list below names the
+   cases that are no class's privates, each with its reason.
+4. Nothing outside ``rlpolicy/cli/`` imports ``rlpolicy.cli``.
+
+Each test lists every violation it finds, one per line.
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "rlpolicy"
+
+# (file relative to the repository root, assignment target as written) -> why it is allowed.
+PRIVATE_SET_ALLOWED: Dict[Tuple[str, str], str] = {
+    ("rlpolicy/policy/sample_batch.py", "out._is_training"):
+        "SampleBatch's own fast constructor filling the new instance of its class",
+    ("rlpolicy/policy/sample_batch.py", "out._slice_map"):
+        "SampleBatch's own fast constructor filling the new instance of its class",
+    ("rlpolicy/utils/filter.py", "other._n"): "RunningStat.copy fills the copy of its own class",
+    ("rlpolicy/utils/filter.py", "other._M"): "RunningStat.copy fills the copy of its own class",
+    ("rlpolicy/utils/filter.py", "other._S"): "RunningStat.copy fills the copy of its own class",
+    ("rlpolicy/evaluation/sample_batch_builder.py", "SampleBatchBuilder._next_unroll_id"):
+        "the class's own counter, advanced in its own method through the class name",
+    ("rlpolicy/policy/torch_policy.py", "DirectStepOptimizer._instance"):
+        "the singleton's own __new__ storing its instance on its class",
+    ("rlpolicy/models/torch/dist_helpers.py", "obj.__dict__['_lazy_dist']"):
+        "a descriptor caching its value in the instance it describes (the descriptor protocol)",
+    ("rlpolicy/utils/annotations.py", "obj._rlpolicy_api"):
+        "the API-stability decorators tag the function or class they decorate",
+    ("rlpolicy/policy/policy_template.py", "_fn._policy_template_wrapper"):
+        "a marker attribute on a module-level function (no class's state)",
+    ("rlpolicy/policy/tf_policy_template.py", "_fn._tf_policy_template_wrapper"):
+        "a marker attribute on a module-level function (no class's state)",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import of an rlpolicy module by an rlpolicy file."""
+
+    target: str  # the imported module, e.g. "rlpolicy.policy.sample_batch"
+    line: int
+    type_checking: bool  # under `if TYPE_CHECKING:`
+    kind: str  # "module", "function" (inside a def or class) or "string" (importlib)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _files() -> Dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+MODULES = _files()
+
+
+def _resolve(name: str) -> Optional[str]:
+    """The longest prefix of dotted ``name`` that is an rlpolicy module (or None)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in MODULES:
+            return candidate
+        parts.pop()
+    return None
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _package_of(module: str, path: Path) -> str:
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def imports_of(module: str) -> List[Import]:
+    """Every import of an rlpolicy module that ``module``'s file makes."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = _package_of(module, path)
+    found: List[Import] = []
+
+    def add(name: str, node: ast.AST, tc: bool, kind: str) -> None:
+        target = _resolve(name) if name.startswith("rlpolicy") else None
+        if target is not None and target != module:
+            found.append(Import(target, getattr(node, "lineno", 0), tc, kind))
+
+    def visit(node: ast.AST, tc: bool, in_def: bool) -> None:
+        kind = "function" if in_def else "module"
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(alias.name, node, tc, kind)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            for alias in node.names:
+                # `from pkg import submodule` imports the submodule; `from mod import name` the module.
+                add(f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in MODULES else prefix,
+                    node, tc, kind)
+        elif isinstance(node, ast.Call) and _is_import_module_call(node):
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                add(arg.value, node, tc, "string")
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                visit(child, True, in_def)
+            for child in node.orelse:
+                visit(child, tc, in_def)
+            return
+        nested = in_def or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                             ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            visit(child, tc, nested)
+
+    visit(tree, False, False)
+    return found
+
+
+def _is_import_module_call(node: ast.Call) -> bool:
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return name in ("import_module", "__import__") and bool(node.args)
+
+
+IMPORTS = {m: imports_of(m) for m in MODULES}
+
+
+def _rel(module: str) -> str:
+    return str(MODULES[module].relative_to(ROOT))
+
+
+def _where(module: str, imp: Import) -> str:
+    how = {"module": "", "function": " (function-level)", "string": " (importlib, by name)"}[imp.kind]
+    tc = " (TYPE_CHECKING)" if imp.type_checking else ""
+    return f"{_rel(module)}:{imp.line} imports {imp.target}{how}{tc}"
+
+
+# ---------------------------------------------------------------------- rule 1
+
+
+def core_floor_violations() -> List[str]:
+    out = []
+    for module, imps in IMPORTS.items():
+        if not module.startswith("rlpolicy._core"):
+            continue
+        for imp in imps:
+            allowed = imp.target.startswith(("rlpolicy.utils", "rlpolicy._core"))
+            if not allowed:
+                out.append(_where(module, imp))
+    return out
+
+
+def test_core_imports_only_utils():
+    violations = core_floor_violations()
+    assert not violations, ("rlpolicy/_core/ may import only rlpolicy.utils (and _core); "
+                            "pass data in instead, or move the code up:\n  " + "\n  ".join(violations))
+
+
+# ---------------------------------------------------------------------- rule 2
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    """Module -> the modules it imports at run time (not under TYPE_CHECKING)."""
+    return {m: {i.target for i in imps if not i.type_checking} for m, imps in IMPORTS.items()}
+
+
+def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """The strongly connected components with more than one module (Tarjan), each
+    given as one concrete cycle through its first module."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    comps: List[List[str]] = []
+    counter = [0]
+
+    def strong(v: str) -> None:
+        # Iterative Tarjan: deep import chains must not hit the recursion limit.
+        work = [(v, iter(sorted(graph.get(v, ()))))]
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        while work:
+            node, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                    break
+                if w in on_stack:
+                    low[node] = min(low[node], index[w])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == node:
+                            break
+                    if len(comp) > 1:
+                        comps.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return [_one_cycle(graph, set(c), c[0]) for c in sorted(comps)]
+
+
+def _one_cycle(graph: Dict[str, Set[str]], comp: Set[str], start: str) -> List[str]:
+    """A shortest path start -> ... -> start inside ``comp`` (breadth first)."""
+    prev: Dict[str, str] = {}
+    frontier = [start]
+    seen = {start}
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph.get(v, ())):
+                if w not in comp:
+                    continue
+                if w == start:
+                    path = [v]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return [start] + path[::-1][1:] + [start] if len(path) > 1 else [start, start]
+                if w not in seen:
+                    seen.add(w)
+                    prev[w] = v
+                    nxt.append(w)
+        frontier = nxt
+    return sorted(comp)
+
+
+def _edge_lines(a: str, b: str) -> str:
+    lines = sorted({i.line for i in IMPORTS[a] if i.target == b and not i.type_checking})
+    return f"{_rel(a)}:{','.join(map(str, lines))}"
+
+
+def cycle_violations() -> List[str]:
+    graph = import_graph()
+    out = []
+    for cyc in cycles(graph):
+        steps = " -> ".join(cyc)
+        where = "; ".join(_edge_lines(a, b) for a, b in zip(cyc, cyc[1:]))
+        out.append(f"{steps}   [{where}]")
+    return out
+
+
+def test_no_import_cycles():
+    violations = cycle_violations()
+    assert not violations, ("import cycles (function-level imports included; one cycle per "
+                            "strongly connected group):\n  " + "\n  ".join(violations))
+
+
+# ---------------------------------------------------------------------- rule 3
+
+
+def _private(attr: str) -> bool:
+    return attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__"))
+
+
+def _owner_ok(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+def _private_sets(tree: ast.AST) -> Iterator[Tuple[int, str]]:
+    for node in ast.walk(tree):
+        targets: List[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("setattr", "delattr") and len(node.args) >= 2:
+            obj, name = node.args[0], node.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str) \
+                    and _private(name.value) and not _owner_ok(obj):
+                yield node.lineno, f"{node.func.id}({ast.unparse(obj)}, {name.value!r})"
+            continue
+        flat: List[ast.expr] = []
+        for t in targets:
+            flat.extend(t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])
+        for t in flat:
+            if isinstance(t, ast.Attribute) and _private(t.attr) and not _owner_ok(t.value):
+                yield t.lineno, ast.unparse(t)
+            elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) \
+                    and t.value.attr == "__dict__" and not _owner_ok(t.value.value):
+                key = t.slice
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and _private(key.value):
+                    yield t.lineno, ast.unparse(t)
+
+
+def private_set_violations() -> List[str]:
+    out = []
+    for module, path in MODULES.items():
+        rel = _rel(module)
+        for line, target in _private_sets(ast.parse(path.read_text(encoding="utf-8"))):
+            if (rel, target) not in PRIVATE_SET_ALLOWED:
+                out.append(f"{rel}:{line} sets {target}")
+    return out
+
+
+def test_no_private_attributes_set_from_outside():
+    violations = private_set_violations()
+    assert not violations, ("private attributes set on an object other than self/cls (make it "
+                            "the class's own method, or pass data):\n  " + "\n  ".join(violations))
+
+
+def test_allow_list_entries_still_exist():
+    # An allow-list entry for code that is gone would hide the next real violation.
+    present = {(_rel(m), t) for m, p in MODULES.items()
+               for _, t in _private_sets(ast.parse(p.read_text(encoding="utf-8")))}
+    stale = [f"{f}: {t}" for f, t in PRIVATE_SET_ALLOWED if (f, t) not in present]
+    assert not stale, "stale PRIVATE_SET_ALLOWED entries:\n  " + "\n  ".join(stale)
+
+
+# ---------------------------------------------------------------------- rule 4
+
+
+def cli_import_violations() -> List[str]:
+    return [_where(m, i) for m, imps in IMPORTS.items() if not m.startswith("rlpolicy.cli")
+            for i in imps if i.target.startswith("rlpolicy.cli")]
+
+
+def test_nothing_imports_the_cli():
+    violations = cli_import_violations()
+    assert not violations, "only rlpolicy/cli/ may import rlpolicy.cli:\n  " + "\n  ".join(violations)
+
+
+# ---------------------------------------------------------------------- the checker itself
+
+
+def _parse_imports(tmp_path: Path, source: str, name: str = "rlpolicy/_core/x.py") -> List[str]:
+    """Runs the import collection on a snippet placed at ``name`` (temporarily registered)."""
+    path = tmp_path / "x.py"
+    path.write_text(source, encoding="utf-8")
+    module = name[:-3].replace("/", ".")
+    MODULES[module] = path
+    try:
+        return sorted((i.target, i.kind, i.type_checking) for i in imports_of(module))  # type: ignore[misc]
+    finally:
+        del MODULES[module]
+
+
+def test_import_collection_sees_lazy_string_and_type_checking_imports(tmp_path):
+    src = (
+        "from typing import TYPE_CHECKING\n"
+        "import importlib\n"
+        "from rlpolicy.utils import force_list\n"
+        "if TYPE_CHECKING:\n"
+        "    from rlpolicy.policy.policy import Policy\n"
+        "def f():\n"
+        "    from rlpolicy.policy.sample_batch import SampleBatch\n"
+        "    return importlib.import_module('rlpolicy.agents.dqn.dqn')\n"
+        "from . import locking\n"
+        "from ..models import catalog\n"
+    )
+    got = _parse_imports(tmp_path, src)
+    assert got == sorted([
+        ("rlpolicy.utils", "module", False),
+        ("rlpolicy.policy.policy", "module", True),
+        ("rlpolicy.policy.sample_batch", "function", False),
+        ("rlpolicy.agents.dqn.dqn", "string", False),
+        ("rlpolicy._core.locking", "module", False),
+        ("rlpolicy.models.catalog", "module", False),
+    ])
+
+
+def test_cycle_finder_reports_a_concrete_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert cycles(graph) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_private_set_finder():
+    src = ("def f(policy, self):\n"
+           "    policy._x = 1\n"
+           "    self._y = 2\n"
+           "    policy.model._z += 1\n"
+           "    policy.__dict__['_w'] = 3\n"
+           "    setattr(policy, '_v', 4)\n"
+           "    policy.public = 5\n"
+           "    fn.__doc__ = 'dunder is fine'\n"
+           "    a._p, self._q = 1, 2\n")
+    assert sorted(_private_sets(ast.parse(src))) == [
+        (2, "policy._x"), (4, "policy.model._z"), (5, "policy.__dict__['_w']"),
+        (6, "setattr(policy, '_v')"), (9, "a._p")]
