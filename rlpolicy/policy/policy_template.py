@@ -237,13 +237,13 @@ def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable],
     raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
 
 
-_torch_convert: Any = None  # rlpolicy._core.torch_convert, imported on first use (needs torch)
+_torch_convert: Any = None  # rlpolicy.policy._torch.convert, imported on first use (needs torch)
 
 
 def _convert_module() -> Any:
     global _torch_convert
     if _torch_convert is None:
-        from rlpolicy._core import torch_convert as _torch_convert
+        from rlpolicy.policy._torch import convert as _torch_convert
     return _torch_convert
 
 

@@ -10,9 +10,10 @@ from typing import Any, Dict, List, Optional, Union
 
 from rlpolicy._core.config import check_config_value
 from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
+from rlpolicy.policy._torch.convert import NoGrad
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
-from rlpolicy.policy.torch_policy import TorchPolicy
+from rlpolicy.policy.torch_policy import TorchPolicy, with_lock
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import TensorType, TrainerConfigDict
@@ -120,9 +121,10 @@ class ValueNetworkMixin:
         else:
             self._value = _zero_value
 
+    @with_lock
     def _value_estimate(self, **input_dict: Any) -> float:
         batch = self._lazy_tensor_dict(SampleBatch(input_dict))
-        with self._lock, torch.no_grad():
+        with NoGrad():
             self.model(batch)
             # [0]: drop the batch dimension of the single observation.
             return self.model.value_function()[0].item()

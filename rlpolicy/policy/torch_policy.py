@@ -1,17 +1,21 @@
 """PyTorch policy (RLlib 1.11's ``ray.rllib.policy.torch_policy``).
 
 ``TorchPolicy`` runs a ``TorchModelV2`` for action computation and learning.
-With more than one device (real GPUs or ``_fake_gpus``) it keeps one model copy
-("tower") per device; the device plan lives in ``rlpolicy._core.devices`` and
-the tower mechanics (weight sync, threaded per-tower gradients, mean
-reduction) in ``rlpolicy._core.towers``, the per-device batch splits and
-loaded buffers in ``rlpolicy._core.tower_buffers``; construction steps,
-action-distribution steps and optimizer state/export helpers live in
-``rlpolicy._core.torch_setup``, ``torch_actions`` and ``torch_policy_io``.
+Its construction, acting (forward pass, sampling, exploration, log-likelihoods),
+learning and state steps are its own methods, here. With more than one device
+(real GPUs or ``_fake_gpus``) it keeps one model copy ("tower") per device: the
+device plan comes from ``rlpolicy._core.devices``, the per-device batch splits
+and loaded buffers from ``rlpolicy._core.tower_buffers``. The torch helpers it
+calls take data, never the policy (``rlpolicy.policy._torch``): tower mechanics
+(weight sync, threaded per-tower gradients, mean reduction) in ``towers``, fast
+torch <-> numpy conversions in ``convert``, the default Adam and optimizer
+state in ``optimizers``, TorchScript/ONNX export in ``export``.
 """
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import threading
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 
@@ -19,36 +23,35 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core import input_checks, obs_prep
+from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.config import read_checked
+from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.loss_init import resolve_loss
-from rlpolicy._core.torch_actions import act, acting_batch, log_likelihoods
-from rlpolicy._core.torch_convert import (
-    NoGrad,
-    load_state_dict_fast,
-    parameter_list,
-    set_training,
-    tensor_interceptor,
-    weights_snapshot,
-)
-from rlpolicy._core.torch_policy_io import (
-    export_policy_model,
-    load_optimizer_states,
-    optimizer_states,
-)
-from rlpolicy._core.torch_setup import (
-    default_adam,
-    default_model_and_dist,
-    optimizer_param_groups,
-    plan_torch_devices,
-)
 from rlpolicy._core.tower_buffers import (
     TowerBuffers,
     as_sample_batch,
     device_minibatch_size,
     split_batch_for_devices,
 )
-from rlpolicy._core.towers import (
+from rlpolicy.policy._torch import export as torch_export
+from rlpolicy.policy._torch.convert import (
+    NoGrad,
+    action_outputs_to_numpy,
+    load_state_dict_fast,
+    parameter_list,
+    set_training,
+    tensor_interceptor,
+    to_numpy_fast,
+    weights_snapshot,
+)
+from rlpolicy.policy._torch.optimizers import (
+    default_adam,
+    load_optimizer_states,
+    optimizer_param_groups,
+    optimizer_states,
+)
+from rlpolicy.policy._torch.towers import (
     TowerGrads,
     TowerRunner,
     compute_tower_grads,
@@ -77,6 +80,12 @@ from rlpolicy.utils.typing import (
 )
 
 torch, nn = try_import_torch()
+
+logger = logging.getLogger(__name__)
+
+# The flags of ``SampleBatch({"obs": ..., "is_training": False})``.
+_ACTING_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False,
+                 "_max_seq_len": None}
 
 
 class DirectStepOptimizer:
@@ -177,9 +186,9 @@ class TorchPolicy(Policy):
         # policy's own copy (made by Policy.__init__) and leaves the caller's alone.
         super().__init__(observation_space, action_space, config)
         self.framework = self.config["framework"] = "torch"
-        model, action_distribution_class = default_model_and_dist(
+        model, action_distribution_class = self._default_model_and_dist(
             observation_space, action_space, self.config, model, action_distribution_class)
-        self._device_plan = plan_torch_devices(self.config)
+        self._device_plan = self._plan_devices(self.config)
         self._place_model_towers(model)
         self._lock = threading.RLock()
         self._state_inputs = self.model.get_initial_state()
@@ -209,6 +218,36 @@ class TorchPolicy(Policy):
         self._checked_dist_class: Any = None
 
     # ------------------------------------------------------------------ construction steps
+
+    @staticmethod
+    def _default_model_and_dist(observation_space: gym.Space, action_space: gym.Space,
+                                config: Dict[str, Any], model: Any,
+                                dist_class: Optional[Type]) -> Tuple[Any, Type]:
+        """``(model, dist_class)``: the catalog's default torch model and/or
+        distribution for the spaces and ``config["model"]`` where not given."""
+        if model is not None and dist_class is not None:
+            return model, dist_class
+        from rlpolicy.models.catalog import ModelCatalog
+
+        default_dist, logit_dim = ModelCatalog.get_action_dist(
+            action_space, config["model"], framework="torch")
+        if model is None:
+            model = ModelCatalog.get_model_v2(
+                obs_space=observation_space, action_space=action_space, num_outputs=logit_dim,
+                model_config=config["model"], framework="torch")
+        return model, dist_class or default_dist
+
+    @staticmethod
+    def _plan_devices(config: Dict[str, Any]) -> DevicePlan:
+        """The device plan for ``config`` given the CUDA devices torch sees (logged)."""
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        ray_mode, ray_gpu_ids = detect_ray_context()
+        plan = plan_devices(config, visible, ray_mode=ray_mode, ray_gpu_ids=ray_gpu_ids)
+        worker = config.get("worker_index", 0) or "local"
+        where = f"{plan.num_gpus} fake-GPUs" if plan.fake else (
+            f"{plan.num_towers} GPU(s)" if plan.on_gpu else "CPU")
+        logger.info("TorchPolicy (worker=%s) running on %s.", worker, where)
+        return plan
 
     def _place_model_towers(self, model: Any) -> None:
         """Sets ``devices``, ``device``, ``model_gpu_towers``, ``model`` and (with
@@ -261,22 +300,91 @@ class TorchPolicy(Policy):
                    if v is not None], "compute_actions")
         with NoGrad():
             seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
-            input_dict = acting_batch(self, obs_batch, prev_action_batch, prev_reward_batch)
+            input_dict = self._acting_batch(obs_batch, prev_action_batch, prev_reward_batch)
             state_batches = [convert_to_torch_tensor(s, self.device)
                              for s in (state_batches or [])]
             return self._compute_action_helper(input_dict, state_batches, seq_lens,
                                                explore, timestep)
 
+    def _acting_batch(self, obs_batch: Any, prev_action_batch: Any,
+                      prev_reward_batch: Any) -> SampleBatch:
+        """``compute_actions``' input dict: the observations (and previous
+        actions and rewards, if given) in a SampleBatch that hands out tensors
+        on ``self.device``. A numpy observation batch skips the constructor's
+        checks (one column: nothing to check)."""
+        if type(obs_batch) is np.ndarray and obs_batch.ndim > 0:
+            batch = SampleBatch._trusted({SampleBatch.CUR_OBS: obs_batch}, len(obs_batch),
+                                         _ACTING_FLAGS)
+        else:
+            batch = SampleBatch({SampleBatch.CUR_OBS: obs_batch, "is_training": False})
+        if prev_action_batch is not None:
+            batch[SampleBatch.PREV_ACTIONS] = np.asarray(prev_action_batch)
+        if prev_reward_batch is not None:
+            batch[SampleBatch.PREV_REWARDS] = np.asarray(prev_reward_batch)
+        return self._lazy_tensor_dict(batch)
+
     @with_lock
     def _compute_action_helper(self, input_dict: SampleBatch, state_batches: List[TensorType],
                                seq_lens: Any, explore: Optional[bool], timestep: Optional[int]):
         """Forward pass, sampling and exploration shared by both compute paths
-        (``_core.torch_actions.act``).
+        (the caller has autograd off).
 
         Returns:
             ``(actions, state_outs, extra_fetches)`` as numpy structures.
         """
-        return act(self, input_dict, state_batches, seq_lens, explore, timestep)
+        explore = explore if explore is not None else self.config["explore"]
+        timestep = timestep if timestep is not None else self.global_timestep
+        self._is_recurrent = bool(state_batches)
+        model = self.model
+        if model is not None and model.training:
+            set_training(model, False)
+        if self.action_sampler_fn:
+            action_dist = dist_inputs = None
+            outs = self.action_sampler_fn(self, model, input_dict, state_batches,
+                                          explore=explore, timestep=timestep)
+            if len(outs) == 4:
+                actions, logp, dist_inputs, state_out = outs
+            else:
+                actions, logp, state_out = outs
+        else:
+            exploration = self.exploration
+            exploration.before_compute_actions(explore=explore, timestep=timestep)
+            dist_inputs, dist_class, state_out = self._compute_dist_inputs(
+                input_dict, state_batches, seq_lens, explore, timestep)
+            action_dist = dist_class(dist_inputs, model)
+            actions, logp = exploration.get_exploration_action(
+                action_distribution=action_dist, timestep=timestep, explore=explore)
+        input_dict[SampleBatch.ACTIONS] = actions
+        extra_fetches = self.extra_action_out(input_dict, state_batches, model, action_dist)
+        if dist_inputs is not None:
+            extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = dist_inputs
+        if logp is not None:
+            extra_fetches[SampleBatch.ACTION_PROB] = torch.exp(
+                logp if logp.dtype == torch.float32 else logp.float())
+            extra_fetches[SampleBatch.ACTION_LOGP] = logp
+        obs = input_dict[SampleBatch.CUR_OBS]
+        self.global_timestep += (obs.shape[0] if type(obs) is torch.Tensor and obs.dim() > 0
+                                 else len(obs))
+        return action_outputs_to_numpy(actions, state_out, extra_fetches)
+
+    def _compute_dist_inputs(self, input_dict: Any, state_batches: List[Any], seq_lens: Any,
+                             explore: Optional[bool], timestep: Optional[int],
+                             is_training: bool = False) -> Tuple[Any, Any, List[Any]]:
+        """Distribution inputs, class and state-outs of ``self.model`` (or of the
+        ``action_distribution_fn``), checking the class once per class."""
+        if not self.action_distribution_fn:
+            inputs, state_out = self.model(input_dict, state_batches, seq_lens)
+            dist_class = self.dist_class
+        else:
+            # Which of RLlib's two signatures: decided from the function's signature.
+            call = resolve_action_distribution_fn(self.action_distribution_fn)
+            inputs, dist_class, state_out = call(
+                self, self.model, input_dict, state_batches=state_batches, seq_lens=seq_lens,
+                explore=explore, timestep=timestep, is_training=is_training)
+        if dist_class is not self._checked_dist_class:
+            _check_dist_class(dist_class)
+            self._checked_dist_class = dist_class
+        return inputs, dist_class, state_out
 
     @with_lock
     @override(Policy)
@@ -290,8 +398,30 @@ class TorchPolicy(Policy):
             actions_normalized: bool = True,
     ) -> TensorType:
         obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
-        return log_likelihoods(self, actions, obs_batch, state_batches, prev_action_batch,
-                               prev_reward_batch, actions_normalized)
+        if self.action_sampler_fn and self.action_distribution_fn is None:
+            raise ValueError("Cannot compute log-prob/likelihood w/o an "
+                             "`action_distribution_fn` and a provided `action_sampler_fn`!")
+        if not actions_normalized and self.config["normalize_actions"]:
+            # Normalize on the numpy side (before the tensors are made).
+            from rlpolicy.utils.spaces.space_utils import normalize_action
+
+            actions = normalize_action(to_numpy_fast(actions) if torch.is_tensor(actions)
+                                       else np.asarray(actions), self.action_space_struct)
+        with NoGrad():
+            input_dict = self._lazy_tensor_dict(
+                {SampleBatch.CUR_OBS: obs_batch, SampleBatch.ACTIONS: actions})
+            if prev_action_batch is not None:
+                input_dict[SampleBatch.PREV_ACTIONS] = prev_action_batch
+            if prev_reward_batch is not None:
+                input_dict[SampleBatch.PREV_REWARDS] = prev_reward_batch
+            seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
+            state_batches = [convert_to_torch_tensor(s, self.device)
+                             for s in (state_batches or [])]
+            self.exploration.before_compute_actions(explore=False)
+            inputs, dist_class, _ = self._compute_dist_inputs(
+                input_dict, state_batches, seq_lens, explore=False, timestep=None)
+            action_dist = dist_class(inputs, self.model)
+            return action_dist.logp(input_dict[SampleBatch.ACTIONS])
 
     # ------------------------------------------------------------------ learning
 
@@ -593,15 +723,44 @@ class TorchPolicy(Policy):
 
     # ------------------------------------------------------------------ export
 
+    @with_lock
     @override(Policy)
     def export_model(self, export_dir: str, onnx: Optional[int] = None) -> None:
         """Exports the model for serving: TorchScript ``model.pt``, or with
-        ``onnx`` (an opset version) ``model.onnx``; see ``_core.torch_export``."""
-        export_policy_model(self, export_dir, onnx)
+        ``onnx`` (an opset version) ``model.onnx``, traced on the dummy batch's
+        model inputs (see ``rlpolicy.policy._torch.export``)."""
+        dummy = getattr(self, "_dummy_batch", None)
+        if dummy is None:
+            dummy = self._get_dummy_batch_from_view_requirements(1)
+        inputs, state_ins, seq_lens = torch_export.select_export_inputs(
+            self.model.view_requirements, dummy)
+        os.makedirs(export_dir, exist_ok=True)
+        if onnx:
+            torch_export.export_onnx(self.model, inputs, state_ins, seq_lens,
+                                     os.path.join(export_dir, "model.onnx"), onnx,
+                                     device=self.device)
+        else:
+            torch_export.export_torchscript(self.model, inputs, state_ins, seq_lens,
+                                            os.path.join(export_dir, "model.pt"),
+                                            device=self.device)
 
     @override(Policy)
     def import_model_from_h5(self, import_file: str) -> None:
         return self.model.import_from_h5(import_file)
+
+
+def _check_dist_class(dist_class: Any) -> None:
+    """Raises ValueError unless ``dist_class`` is a TorchDistributionWrapper
+    subclass (or a ``functools.partial`` of one), as RLlib 1.11 requires."""
+    from rlpolicy.models.torch.torch_action_dist import TorchDistributionWrapper
+
+    if isinstance(dist_class, functools.partial) or (
+            isinstance(dist_class, type) and issubclass(dist_class, TorchDistributionWrapper)):
+        return
+    raise ValueError(
+        f"`dist_class` ({getattr(dist_class, '__name__', dist_class)}) not a "
+        "TorchDistributionWrapper subclass! Make sure your `action_distribution_fn` or "
+        "`make_model_and_action_dist` return a correct distribution class.")
 
 
 # Further names RLlib 1.11 defines or imports in this module (1.x client code imports

@@ -16,11 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from rlpolicy._core.torch_convert import NoGrad, parameter_list, set_training  # noqa: E402
 from rlpolicy.models.catalog import MODEL_DEFAULTS  # noqa: E402
 from rlpolicy.models.torch.fcnet import FullyConnectedNetwork  # noqa: E402
 from rlpolicy.models.torch.misc import SlimFC, normc_initializer  # noqa: E402
 from rlpolicy.models.torch.torch_action_dist import TorchCategorical, TorchDiagGaussian  # noqa: E402
+from rlpolicy.policy._torch.convert import NoGrad, parameter_list, set_training  # noqa: E402
 
 OBS = gym.spaces.Box(-1.0, 1.0, (5,), np.float32)
 ACT = gym.spaces.Discrete(3)

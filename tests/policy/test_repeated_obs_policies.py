@@ -452,6 +452,6 @@ def test_torchscript_export_serves_flat_rows(tmp_path):
         loaded = torch.jit.load(str(tmp_path / "model.pt"))
     flat = np.stack([encode(r) for r in _raw_rows(5, seed=6)])
     with torch.no_grad():
-        # (a stateless model is traced with one dummy state input, see _core/torch_export)
+        # (a stateless model is traced with one dummy state input, see policy/_torch/export)
         out, _ = loaded({"obs": torch.from_numpy(flat)}, [torch.ones(1)], torch.ones(5, dtype=torch.int32))
     np.testing.assert_allclose(out.numpy(), np_logits(flat, _named_weights("torch", policy)), atol=ATOL)

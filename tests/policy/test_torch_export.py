@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlpolicy._core.torch_export import select_export_inputs  # noqa: E402
+from rlpolicy.policy._torch.export import select_export_inputs  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.policy.torch_policy import TorchPolicy  # noqa: E402
 

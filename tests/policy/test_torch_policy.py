@@ -271,7 +271,7 @@ def _numpy_adam(w, grads, lr, eps=1e-8, b1=0.9, b2=0.999):
 
 
 def test_default_adam_runs_fused_where_torch_can_and_follows_the_adam_formula():
-    from rlpolicy._core.torch_setup import default_adam
+    from rlpolicy.policy._torch.optimizers import default_adam
 
     rng = np.random.default_rng(0)
     w0 = rng.normal(size=(3, 4)).astype(np.float32)
@@ -439,7 +439,7 @@ def test_tower_step_equals_single_device_step(cls):
     single = make(cls, sgd_minibatch_size=16)
     towers = make(cls, seed=9, sgd_minibatch_size=16, num_gpus=2, _fake_gpus=True)
     towers.set_weights(single.get_weights())
-    for step in range(2):
+    for _ in range(2):
         single.load_batch_into_buffer(batch.copy())
         towers.load_batch_into_buffer(batch.copy())
         single.learn_on_loaded_batch(0)

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from torch_pg_policies import ACT, OBS, PG, pg_batch  # noqa: E402
 
-from rlpolicy._core.torch_policy_io import optimizer_states  # noqa: E402
+from rlpolicy.policy._torch.optimizers import optimizer_states  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 
 BASE = {"lr": 0.05, "model": {"fcnet_hiddens": [8]}, "seed": 0}

@@ -1,4 +1,4 @@
-"""Tower helpers (rlpolicy._core.towers) and TorchPolicy's multi-tower SGD path."""
+"""Tower helpers (rlpolicy.policy._torch.towers) and TorchPolicy's multi-tower SGD path."""
 import copy
 import threading
 
@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlpolicy._core.towers import (  # noqa: E402
+from rlpolicy.policy._torch.towers import (  # noqa: E402
     TowerRunner,
     compute_tower_grads,
     mean_reduce_grads,
@@ -69,7 +69,7 @@ def test_compute_tower_grads_linear_regression():
 
     seen = []
     grads, info, losses = compute_tower_grads(loss_fn, model, (torch.tensor(x), torch.tensor(y)),
-                                      [opt], [{0}], lambda o, l: seen.append(o) or {"gp": 1})
+                                      [opt], [{0}], lambda o, _loss: seen.append(o) or {"gp": 1})
     expected = 2.0 / 8 * x.T @ (x @ w - y)
     np.testing.assert_allclose(grads[0].numpy().reshape(-1), expected, rtol=1e-5, atol=1e-6)
     assert grads[0] is model.weight.grad
@@ -91,7 +91,7 @@ def test_compute_tower_grads_two_optimizers_own_their_params():
     def loss_fn(m, batch):
         return [(m.a * m.b) ** 2, 3.0 * m.b * m.a]
 
-    grads, _, _ = compute_tower_grads(loss_fn, model, None, opts, [{0}, {1}], lambda o, l: {})
+    grads, _, _ = compute_tower_grads(loss_fn, model, None, opts, [{0}, {1}], lambda o, _loss: {})
     # As in RLlib 1.11, each optimizer zeroes only its own params before its
     # backward and the returned grads are references: b's grad from loss 0
     # (2a^2b = 4) is zeroed before loss 1 (d/db 3ab = 3a = 3), while a keeps
@@ -105,7 +105,7 @@ def test_compute_tower_grads_rejects_wrong_loss_count():
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     with pytest.raises(ValueError, match="returned 2 loss terms for 1 optimizers"):
         compute_tower_grads(lambda m, b: [m.weight.sum(), m.bias.sum()], model, None,
-                            [opt], [{0, 1}], lambda o, l: {})
+                            [opt], [{0, 1}], lambda o, _loss: {})
 
 
 def test_tower_runner_threads_grad_mode_and_pool_reuse():
@@ -154,7 +154,7 @@ def test_tower_runner_names_failing_tower(bad_tower):
 
 
 def test_make_towers_cpu_layout_shares_model_and_target():
-    from rlpolicy._core.towers import make_towers
+    from rlpolicy.policy._torch.towers import make_towers
 
     model, target = _net(), _net()
     towers, targets = make_towers(model, ["cpu", "cpu", "cpu"], on_gpu=False, target_model=target)
@@ -164,7 +164,7 @@ def test_make_towers_cpu_layout_shares_model_and_target():
 
 
 def test_make_towers_gpu_layout_copies_everything():
-    from rlpolicy._core.towers import make_towers
+    from rlpolicy.policy._torch.towers import make_towers
 
     # The GPU layout, exercised with CPU device names: every tower and every
     # target is its own copy (tower 0 too), moved to its device.

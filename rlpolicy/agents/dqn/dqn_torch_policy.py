@@ -12,7 +12,6 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core.torch_setup import default_adam
 from rlpolicy.agents.dqn.dqn_common import (
     PRIO_WEIGHTS,
     Q_SCOPE,
@@ -30,6 +29,7 @@ from rlpolicy.agents.dqn.dqn_torch_model import DQNTorchModel
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.models.torch.torch_action_dist import TorchCategorical
+from rlpolicy.policy._torch.optimizers import default_adam
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.policy_template import build_policy_class
 from rlpolicy.policy.sample_batch import SampleBatch

@@ -1,6 +1,7 @@
-"""Optimizer state and model export of a ``TorchPolicy``.
+"""Optimizers of a ``TorchPolicy``: the default Adam, parameter groups, state.
 
-Only imported by torch modules; torch is looked up lazily.
+Only imported by torch modules; torch is looked up through ``try_import_torch``
+so that importing this module never fails.
 
 Optimizer state round trips copy each tensor once: ``optimizer_states`` makes
 numpy copies (the snapshot), and ``load_optimizer_states`` copies them into
@@ -11,16 +12,64 @@ the optimizer's own state tensors when those already have the saved layout
 from __future__ import annotations
 
 import copy
-import os
 from itertools import chain
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from rlpolicy._core.torch_convert import copy_leaf, numpy_copy, to_torch_fast
+from rlpolicy.policy._torch.convert import copy_leaf, numpy_copy, parameter_list, to_torch_fast
 from rlpolicy.utils.framework import try_import_torch
 
 torch, _ = try_import_torch()
+
+
+def default_adam(params: Sequence[Any], **kwargs: Any) -> Any:
+    """``torch.optim.Adam(params, **kwargs)`` on torch's fused kernel where it can run.
+
+    The fused kernel does one Adam update per parameter in a single op
+    (torch >= 2.4 on CPU, CUDA and other devices torch lists as fused-capable)
+    instead of about a dozen small ops each; it is the same algorithm, its
+    results differ from the per-tensor loop only in float rounding (~1 ulp).
+    Where torch refuses it (older torch, an unsupported device or dtype) the
+    plain per-tensor Adam is built, as RLlib 1.11 does.
+    """
+    params = list(params)
+    devices = _fused_devices()
+    if params and all(isinstance(p, torch.Tensor) and p.device.type in devices
+                      and p.is_floating_point() for p in params):
+        try:
+            return torch.optim.Adam(params, fused=True, **kwargs)
+        except (RuntimeError, TypeError, ValueError):  # (torch < 2.4 on CPU, differentiable=...)
+            pass
+    return torch.optim.Adam(params, **kwargs)
+
+
+_FUSED_DEVICES: Optional[Tuple[str, ...]] = None
+
+
+def _fused_devices() -> Tuple[str, ...]:
+    """Device types with torch's fused optimizer kernels (torch checks only at
+    the first ``step()``, so the choice is made here, before building)."""
+    global _FUSED_DEVICES
+    if _FUSED_DEVICES is None:
+        try:
+            from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+            _FUSED_DEVICES = tuple(_get_fused_kernels_supported_devices())
+        except ImportError:  # (before torch 2.4: CUDA only)
+            _FUSED_DEVICES = ("cuda",)
+    return _FUSED_DEVICES
+
+
+def optimizer_param_groups(model: Any, optimizers: Sequence[Any]) -> List[Set[int]]:
+    """Per optimizer, the indices (into ``list(model.parameters())``) it updates.
+
+    Parameters outside the model (e.g. an exploration module's) are left out.
+    """
+    # Keyed by id(): a tensor hashes by identity anyway, at the cost of a Python call.
+    index = {id(p): i for i, p in enumerate(parameter_list(model))}
+    return [{index[id(p)] for pg in opt.param_groups for p in pg["params"] if id(p) in index}
+            for opt in optimizers]
+
 
 _SKIP_KEYS = ("params", "param_names")
 _IMMUTABLE = frozenset({bool, int, float, complex, str, bytes, type(None)})
@@ -178,25 +227,3 @@ def _state_pairs(o: Any, id_map: Dict[Any, Any], saved_state: Dict[Any, Any]) ->
                 return None
             pairs.append((target, value))
     return pairs
-
-
-def export_policy_model(policy: Any, export_dir: str, onnx: Optional[int] = None) -> None:
-    """Writes ``policy.model`` as TorchScript ``model.pt`` or, with ``onnx`` (an
-    opset version), ``model.onnx`` into ``export_dir`` (see ``torch_export``)."""
-    from rlpolicy._core import torch_export
-
-    dummy = getattr(policy, "_dummy_batch", None)
-    if dummy is None:
-        dummy = policy._get_dummy_batch_from_view_requirements(1)
-    inputs, state_ins, seq_lens = torch_export.select_export_inputs(
-        policy.model.view_requirements, dummy)
-    os.makedirs(export_dir, exist_ok=True)
-    with policy._lock:
-        if onnx:
-            torch_export.export_onnx(policy.model, inputs, state_ins, seq_lens,
-                                     os.path.join(export_dir, "model.onnx"), onnx,
-                                     device=policy.device)
-        else:
-            torch_export.export_torchscript(policy.model, inputs, state_ins, seq_lens,
-                                            os.path.join(export_dir, "model.pt"),
-                                            device=policy.device)

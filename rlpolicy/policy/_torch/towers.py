@@ -1,4 +1,4 @@
-"""Multi-tower (multi-device) helpers for ``TorchPolicy``.
+"""Multi-tower (multi-device) helpers of ``TorchPolicy``.
 
 The policy keeps one model copy ("tower") per device. Batch splitting and
 the loaded-buffer bookkeeping are framework-neutral and live in
@@ -23,6 +23,8 @@ import copy
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+from rlpolicy.policy._torch.convert import parameter_list
 
 GradProcess = Callable[[Any, Any], Dict[str, Any]]
 
@@ -158,8 +160,6 @@ def compute_tower_grads(
             f"the loss returned {len(losses)} loss terms for {len(optimizers)} optimizers; "
             "return one loss per optimizer")
     grad_info: Dict[str, Any] = {"allreduce_latency": 0.0}
-    from rlpolicy._core.torch_convert import parameter_list
-
     if params is None:
         params = parameter_list(model)  # (= list(model.parameters()), walked faster)
     all_grads: List[Any] = [None] * len(params)

@@ -1,4 +1,4 @@
-"""The fast torch <-> numpy helpers of TorchPolicy's hot paths (``_core.torch_convert``):
+"""The fast torch <-> numpy helpers of TorchPolicy's hot paths (``policy/_torch/convert``):
 each must give exactly what the generic path (torch's own state_dict/load_state_dict,
 convert_to_non_torch_type) gives."""
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from rlpolicy._core.torch_convert import (  # noqa: E402
+from rlpolicy.policy._torch.convert import (  # noqa: E402
     load_state_dict_fast,
     numpy_copy,
     state_dict_fast,
