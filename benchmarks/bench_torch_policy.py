@@ -177,8 +177,8 @@ def run(repeats: int, quick: bool) -> List[Dict[str, float]]:
     plain = same_weights(PlainPPO(), pol)
     for bs, inner, kind in [(1, 200, "time"), (256, 40, "throughput"), (4096, 5, "throughput")]:
         obs = rng.normal(size=(bs, OBS_DIM)).astype(np.float32)
-        results.append(compare(f"compute_actions batch={bs}", lambda: plain.compute_actions(obs),
-                               lambda: pol.compute_actions(obs), inner=inner // (4 if quick else 1) or 1,
+        results.append(compare(f"compute_actions batch={bs}", lambda obs=obs: plain.compute_actions(obs),
+                               lambda obs=obs: pol.compute_actions(obs), inner=inner // (4 if quick else 1) or 1,
                                repeats=repeats, kind=kind))
     data = make_batch(4000, rng)
     sb = SampleBatch(dict(data))
@@ -191,7 +191,7 @@ def run(repeats: int, quick: bool) -> List[Dict[str, float]]:
         pol2 = make_policy(**extra)
         p2 = same_weights(PlainPPO(num_towers=towers, fused_adam=fused), pol2)
 
-        def plain_sgd(p2=p2):
+        def plain_sgd(p2=p2, towers=towers):
             per = p2.load(data)
             for i in range(30):
                 p2.learn_loaded((i * (128 // towers)) % max(1, per - 128 // towers), 128)

@@ -49,7 +49,7 @@ def main():
         worker.learn_on_batch(batch)
         per_policy = {pid: [] for pid in ("learner", "frozen")}
         for m in worker.get_metrics():
-            for (agent_id, pid), reward in m.agent_rewards.items():
+            for (_agent_id, pid), reward in m.agent_rewards.items():
                 per_policy[pid].append(reward)
         counts = {pid: b.count for pid, b in sorted(batch.policy_batches.items())}
         print(f"iter {i}: env_steps={batch.env_steps()} agent_steps={counts} "

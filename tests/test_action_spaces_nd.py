@@ -136,7 +136,7 @@ def check_batch_actions(space: gym.Space, actions, batch: int) -> None:
 
 def rows_in_space(space: gym.Space, actions, batch: int):
     """Whether each row (unsquashed / clipped where the leaf is a Box) is inside ``space``."""
-    rows = [tree.map_structure(lambda a: np.asarray(a)[i], actions) for i in range(batch)]
+    rows = [tree.map_structure(lambda a, i=i: np.asarray(a)[i], actions) for i in range(batch)]
     return [space.contains(unsquash_action(r, space)) and space.contains(clip_action(r, space))
             for r in rows]
 

@@ -568,7 +568,7 @@ class AsyncEnvRunner:
                     raise RuntimeError(f"RolloutWorker: the async sampling thread failed: "
                                        f"{type(self._error).__name__}: {self._error}") from self._error
                 if not self._thread.is_alive():
-                    raise RuntimeError("RolloutWorker: the async sampling thread was stopped")
+                    raise RuntimeError("RolloutWorker: the async sampling thread was stopped") from None
 
     def stop(self) -> None:
         """Stops the thread (after its current fragment), then closes the sub-environments."""

@@ -115,7 +115,7 @@ def try_import_jax(error: bool = False) -> Tuple[Any, Any]:
         import jax
     except ImportError:
         if error:
-            raise ImportError("Could not import JAX/flax; install them to use framework='jax'")
+            raise ImportError("Could not import JAX/flax; install them to use framework='jax'") from None
         return None, None
     return jax, flax
 

@@ -1,4 +1,5 @@
 """plan_devices: every branch of RLlib 1.11's TorchPolicy device selection."""
+import dataclasses
 import sys
 import types
 
@@ -102,7 +103,7 @@ def test_plan_defaults_for_missing_keys():
 
 def test_device_plan_is_frozen():
     plan = DevicePlan(devices=("cpu",))
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         plan.devices = ("cuda:0",)
 
 

@@ -162,6 +162,7 @@ def test_prev_actions_and_rewards_across_fragment_and_episode_boundaries():
     # The env echoes the action into the next observation.
     np.testing.assert_array_equal(first[SampleBatch.NEXT_OBS][:, 1], a1)
     np.testing.assert_array_equal(second[SampleBatch.OBS][0], [2.0, a1[1]])
+    np.testing.assert_array_equal(second[SampleBatch.NEXT_OBS][:, 1], a2)
     np.testing.assert_array_equal(second[SampleBatch.TERMINATEDS], [True, False])
 
 

@@ -159,7 +159,7 @@ def test_multi_agent_two_policies():
     assert floats(r"env_steps=(\d+)", out) == [1000] * 8  # 4 envs x 250-step fragments
     counts = [tuple(map(int, m)) for m in re.findall(r"'frozen': (\d+), 'learner': (\d+)", out)]
     # Each env step at least one of the two agents acts, and each agent at most once.
-    assert len(counts) == 8 and all(1000 <= f + l <= 2000 and f <= 1000 and l <= 1000 for f, l in counts)
+    assert len(counts) == 8 and all(1000 <= f + n <= 2000 and f <= 1000 and n <= 1000 for f, n in counts)
     learner = floats(r"learner_return=([\d.]+)", out)
     frozen = floats(r"frozen_return=([\d.]+)", out)
     assert np.mean(learner[-2:]) > np.mean(learner[:2]) + 15, out

@@ -277,7 +277,7 @@ def test_squashed_gaussian_bounds_samples_and_mean(run):
     np.testing.assert_allclose(det[0], low + (np.tanh([0.5, -0.3]) + 1) / 2 * (high - low), rtol=1e-5, atol=1e-6)
     # E[low + (tanh(z) + 1) / 2 * (high - low)], z ~ N(mu, sigma), by quadrature.
     for j, (mu, sigma) in enumerate([(0.5, 0.8), (-0.3, 1.5)]):
-        e_tanh = integrate.quad(lambda z: np.tanh(z) * stats.norm.pdf(z, mu, sigma), -40, 40)[0]
+        e_tanh = integrate.quad(lambda z, mu=mu, sigma=sigma: np.tanh(z) * stats.norm.pdf(z, mu, sigma), -40, 40)[0]
         expected = low[j] + (e_tanh + 1) / 2 * (high[j] - low[j])
         assert abs(sample[:, j].mean() - expected) < 5 * sample[:, j].std() / np.sqrt(N_DRAWS)
 

@@ -241,7 +241,7 @@ def test_tf_weights_load_into_torch_fcnet_with_multi_dim_obs():
         v.assign(w[v.name])
     t_sd = t_model.state_dict()
     new_sd = {}
-    for t_name, param in t_sd.items():
+    for t_name in t_sd:
         value = w[torch_to_tf_name(t_name, False, 2)]
         new_sd[t_name] = torch.from_numpy(np.ascontiguousarray(value.T if value.ndim == 2 else value))
     t_model.load_state_dict(new_sd, strict=True)

@@ -107,4 +107,4 @@ def test_top_level_reexports():
     for name in ["Policy", "SampleBatch", "ViewRequirement", "ModelCatalog", "COMMON_CONFIG"]:
         assert getattr(rlpolicy, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        rlpolicy.Nope
+        _ = rlpolicy.Nope

@@ -137,7 +137,7 @@ def test_rllib111_names_importable(module):
 def test_unknown_name_is_attribute_error():
     mod = importlib.import_module("rlpolicy.policy.sample_batch")
     with pytest.raises(AttributeError, match="'rlpolicy.policy.sample_batch' has no attribute 'Nope'"):
-        mod.Nope
+        _ = mod.Nope
     with pytest.raises(ImportError, match="Nope"):
         exec("from rlpolicy.utils import Nope", {})
 

@@ -244,7 +244,7 @@ def test_numpy_gradient_matches_finite_differences():
     (g_w, _), _ = p.compute_gradients(batch)
     eps, w0 = 1e-3, p.W.astype(np.float64).copy()
     for i, j in [(0, 0), (2, 1)]:
-        def loss_at(delta):
+        def loss_at(delta, i=i, j=j):
             w = w0.copy()
             w[i, j] += delta
             p.W = w

@@ -127,7 +127,7 @@ def test_check_tf_eager_tensors_and_variables(tf_modules):
 
 def test_check_tf_graph_tensors_use_the_session(tf_modules):
     tf1, _ = tf_modules
-    for fw, sess in framework_iterator(frameworks="tf", session=True):
+    for _fw, sess in framework_iterator(frameworks="tf", session=True):
         var = tf1.get_variable("v", initializer=np.array([1.0, 2.0], np.float32))
         sess.run(tf1.global_variables_initializer())
         check(var * 3.0, np.array([3.0, 6.0]))  # runs in the default (initialised) session
@@ -175,7 +175,7 @@ def test_framework_iterator_graph_mode_uses_a_fresh_graph(tf_modules):
     outer = tf1.get_default_graph()
     graphs = []
     for _ in range(2):
-        for fw in framework_iterator(frameworks="tf"):
+        for _fw in framework_iterator(frameworks="tf"):
             assert not tf.executing_eagerly()
             graphs.append(tf1.get_default_graph())
             tf1.placeholder(tf.float32, [None, 2], name="obs")  # graph-only op works
@@ -220,11 +220,11 @@ def test_framework_iterator_context_exited_when_body_raises_or_breaks(tf_modules
     tf1, tf = tf_modules
     outer, before = tf1.get_default_graph(), tf.executing_eagerly()
     with pytest.raises(RuntimeError, match="boom"):
-        for fw, sess in framework_iterator(frameworks="tf", session=True):
+        for _ in framework_iterator(frameworks="tf", session=True):
             raise RuntimeError("boom")
     assert tf1.get_default_graph() is outer and tf1.get_default_session() is None
     assert tf.executing_eagerly() is before
-    for fw in framework_iterator(frameworks=("tf", "tf2")):
+    for _fw in framework_iterator(frameworks=("tf", "tf2")):
         break  # leaving the loop early closes the generator, and with it the graph
     assert tf1.get_default_graph() is outer and tf.executing_eagerly() is before
 
