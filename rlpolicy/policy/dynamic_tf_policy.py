@@ -5,30 +5,50 @@
 default session on the current graph is active), builds the model,
 placeholders from the view requirements, the action graph (model ->
 distribution -> exploration), and then, from one dummy-batch run, the loss on
-placeholders for every column the postprocessed batch has
-(``_core.tf_loss_init``). With several devices it adds a
-``TFMultiGPUTowerStack``: one copy of the loss per device (``copy()``), sharing
-the model's variables. Use ``build_tf_policy`` rather than subclassing it.
+placeholders for every column the postprocessed batch has. With several
+devices it adds a ``TFMultiGPUTowerStack``: one copy of the loss per device
+(``copy()``), sharing the model's variables. Use ``build_tf_policy`` rather
+than subclassing it.
+
+The dummy-batch loss initialisation (``_initialize_loss_from_dummy_batch``)
+keeps the framework-neutral rule of ``_core.loss_init`` (which columns acting,
+postprocessing and the loss read, and how the view requirements are pruned
+from that record); graph mode differs from torch and eager TF in how the
+record is taken:
+
+1. *acting*: the columns read while the action graph was **built** (the
+   access log of ``_input_dict``); the extra action outputs get columns
+   shaped from their static shapes (RLlib 1.11: no
+   ``compute_actions_from_input_dict`` call at construction);
+2. *postprocessing*: runs on the numpy dummy batch, as in torch; every column
+   it adds gets a placeholder;
+3. *loss*: is built once, on placeholders for every column of the
+   postprocessed batch and those a client added to ``_loss_input_dict``
+   (``before_loss_init``); the loss inputs are the columns the loss read plus
+   those whose placeholders the loss graph depends on.
 """
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 
 import gymnasium as gym
+import numpy as np
 import tree
 
-from rlpolicy._core import tf_loss_init, tf_setup
 from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
+from rlpolicy._core.loss_init import AccessRecord, new_box, prune_view_requirements
 from rlpolicy._core.obs_prep import prepare_observation_space
-from rlpolicy._core.tf_variables import initialize_uninitialized
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.policy._tf.graph import is_keras_model, placeholders_needed_by
+from rlpolicy.policy._tf.variables import initialize_uninitialized
 from rlpolicy.policy.policy import Policy, complete_policy_config
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.policy.tf_mixins import create_pending_variables
 from rlpolicy.policy.tf_policy import TFPolicy
+from rlpolicy.policy.view_requirement import ViewRequirement
 from rlpolicy.utils import force_list
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.deprecation import DEPRECATED_VALUE, deprecation_warning
@@ -39,6 +59,8 @@ from rlpolicy.utils.typing import TensorType, TrainerConfigDict
 tf1, tf, tfv = try_import_tf()
 logger = logging.getLogger(__name__)
 
+# Rows of the dummy batch the loss is initialised on (RLlib 1.11: 32).
+DUMMY_BATCH_SIZE = 32
 _HOOK_NAMES = ("loss_fn", "stats_fn", "grad_stats_fn", "before_loss_init", "make_model",
                "action_sampler_fn", "action_distribution_fn", "get_batch_divisibility_req")
 
@@ -222,12 +244,44 @@ class DynamicTFPolicy(TFPolicy):
             timestep = tf1.placeholder_with_default(tf.zeros((), dtype=tf.int64), (),
                                                     name="timestep")
             explore = tf1.placeholder_with_default(True, (), name="is_exploring")
-        self._input_dict = tf_loss_init.build_input_dict(self, self.view_requirements, extra,
-                                                         create_missing=not self._is_tower)
-        self._dummy_batch = self._get_dummy_batch_from_view_requirements(
-            tf_loss_init.DUMMY_BATCH_SIZE)
+        self._input_dict = self._placeholders_for(self.view_requirements, extra,
+                                                  create_missing=not self._is_tower)
+        self._dummy_batch = self._get_dummy_batch_from_view_requirements(DUMMY_BATCH_SIZE)
         self._input_dict.set_training(self._get_is_training_placeholder())
         return explore, timestep
+
+    def _placeholders_for(self, view_requirements: Dict[str, ViewRequirement],
+                          existing_inputs: Dict[str, Any], create_missing: bool = True
+                          ) -> SampleBatch:
+        """Placeholders (a SampleBatch of them) for every view-requirement column used in training.
+
+        ``state_in_i`` columns map to ``self._state_inputs[i]``; columns in
+        ``existing_inputs`` (tower inputs, the action placeholder) are taken
+        from there; ``state_out_i`` and ``action_dist_inputs`` get none (RLlib
+        1.11). With ``create_missing=False`` (towers) no new placeholders are
+        made.
+        """
+        disable_preprocessor = self.config.get("_disable_preprocessor_api", False)
+        input_dict: Dict[str, Any] = {}
+        for col, vr in view_requirements.items():
+            if col.startswith("state_in_"):
+                idx = int(col[len("state_in_"):])
+                if idx < len(self._state_inputs):
+                    input_dict[col] = self._state_inputs[idx]
+            elif col.startswith("state_out_") or col == SampleBatch.ACTION_DIST_INPUTS:
+                continue
+            elif col in existing_inputs:
+                input_dict[col] = existing_inputs[col]
+            elif vr.used_for_training and create_missing:
+                is_obs = col in (SampleBatch.OBS, SampleBatch.NEXT_OBS)
+                flatten = not is_obs or not disable_preprocessor
+                # Nested observations arrive preprocessed (one-hot discrete parts).
+                space = prepare_observation_space(vr.space, self.config) if is_obs else vr.space
+                input_dict[col] = get_placeholder(space=space, name=col,
+                                                  time_axis=not isinstance(vr.shift, int),
+                                                  flatten=flatten)
+        extra = {SampleBatch.SEQ_LENS: self._seq_lens} if self._seq_lens is not None else {}
+        return SampleBatch(input_dict, **extra)
 
     def _accessed_placeholder(self, key: str) -> Optional[Any]:
         if key in self._input_dict.accessed_keys:
@@ -256,8 +310,12 @@ class DynamicTFPolicy(TFPolicy):
                 explore=explore, is_training=in_dict.is_training)
             return sampled_action, logp, None, dist_class
         if action_distribution_fn:
-            dist_inputs, dist_class, self._state_out = _call_action_distribution_fn(
-                action_distribution_fn, self, in_dict, explore, timestep)
+            # RLlib's newer keywords or its older signature, whichever the hook has.
+            dist_inputs, dist_class, self._state_out = resolve_action_distribution_fn(
+                action_distribution_fn)(
+                self, self.model, in_dict, state_batches=self._state_inputs,
+                seq_lens=self._seq_lens, explore=explore, timestep=timestep,
+                is_training=in_dict.is_training)
         else:
             out = self.model(in_dict)
             if len(out) == 3:  # a Keras model: (outputs, state_out, extra outputs)
@@ -288,8 +346,136 @@ class DynamicTFPolicy(TFPolicy):
     @override(Policy)
     def _initialize_loss_from_dummy_batch(self, auto_remove_unneeded_view_reqs: bool = True,
                                           stats_fn: Optional[Callable] = None) -> None:
+        """Runs the dummy batch through acting's record, postprocessing and the
+        loss graph (see the module docstring), then prunes the view requirements."""
         with self.graph.as_default(), self.get_session().as_default():
-            tf_loss_init.initialize_loss_from_dummy_batch(self, auto_remove_unneeded_view_reqs)
+            if not self._optimizers:
+                self._optimizers = force_list(self.optimizer())
+                self._optimizer = self._optimizers[0] if self._optimizers else None
+            initialize_uninitialized(self.get_session())
+            compute_keys = set(self._input_dict.accessed_keys)
+            for key, vr in self.view_requirements.items():
+                if not key.startswith("state_in_") and key not in compute_keys:
+                    vr.used_for_compute_actions = False
+            dummy = self._dummy_batch
+            self._add_extra_action_columns(dummy, self._extra_action_specs(dummy))
+            post, added = self._postprocess_dummy_batch(dummy)
+            train_keys, has_loss = self._build_loss_graph()
+            record = AccessRecord(
+                compute_accessed=compute_keys,
+                postprocess_accessed=set(dummy.accessed_keys)
+                | set(getattr(post, "accessed_keys", ())),
+                postprocess_added=added, postprocess_deleted=set(dummy.deleted_keys),
+                train_accessed=train_keys)
+            if auto_remove_unneeded_view_reqs:
+                self._prune_view_requirements(record, has_loss, train_keys)
+
+    def _extra_action_specs(self, dummy: SampleBatch) -> Dict[str, Tuple[Tuple[int, ...], Any]]:
+        """``{key: (per-row shape, numpy dtype)}`` of the extra action fetches.
+
+        As RLlib 1.11: from the fetch tensors' static shapes, without a
+        ``compute_actions_from_input_dict`` call (no exploration step,
+        timestep or callbacks run at construction; torch and eager do run
+        one). Only fetches whose per-row shape is not static are evaluated,
+        on the dummy batch, in the policy's session (RLlib 1.11 fails on
+        those).
+        """
+        specs, dynamic = _static_row_specs(self.extra_compute_action_fetches())
+        if dynamic:
+            probe = SampleBatch(dict(dict.items(dummy)))
+            feed = self._action_feed_dict(probe, list(dynamic.values()))
+            if getattr(self, "_is_exploring", None) is not None:
+                feed[self._is_exploring] = False
+            for key, value in self.get_session().run(dynamic, feed_dict=feed).items():
+                value = np.asarray(value)
+                specs[key] = (tuple(value.shape[1:]), value.dtype)
+        return specs
+
+    def _add_extra_action_columns(self, dummy: SampleBatch,
+                                  specs: Dict[str, Tuple[Tuple[int, ...], Any]]) -> None:
+        """Extra action outputs (logp, dist inputs, vf preds, ...) become columns,
+        placeholders and view requirements (not used for acting)."""
+        for key, tensor in self.extra_compute_action_fetches().items():
+            shape, dtype = specs[key]
+            dict.__setitem__(dummy, key, np.zeros((len(dummy),) + tuple(shape), dtype=dtype))
+            if not dict.__contains__(self._input_dict, key):
+                dict.__setitem__(self._input_dict, key, get_placeholder(value=tensor, name=key))
+            if key not in self.view_requirements:
+                self.view_requirements[key] = ViewRequirement(
+                    space=new_box(-1.0, 1.0, tuple(shape), dtype), used_for_compute_actions=False)
+
+    def _postprocess_dummy_batch(self, dummy: SampleBatch) -> Tuple[SampleBatch, Set[str]]:
+        """Runs exploration + policy postprocessing on ``dummy``; gives new columns placeholders.
+
+        Returns:
+            The postprocessed batch and the set of columns it added.
+        """
+        before = set(dummy.keys())
+        if self.exploration is not None:
+            self.exploration.postprocess_trajectory(self, dummy, self.get_session())
+        post = self.postprocess_trajectory(dummy)
+        post = dummy if post is None else post
+        added = set(dummy.added_keys) | (set(post.keys()) - before)
+        for key in sorted(added):
+            if key == SampleBatch.SEQ_LENS or key.startswith("state_out_") \
+                    or not dict.__contains__(post, key):
+                continue
+            value = dict.__getitem__(post, key)
+            arr = np.asarray(value) if not isinstance(value, (dict, tuple)) else None
+            if arr is None or arr.dtype == object or arr.ndim == 0:
+                continue
+            if not dict.__contains__(self._input_dict, key):
+                dict.__setitem__(self._input_dict, key, get_placeholder(value=arr, name=key))
+            if key not in self.view_requirements:
+                self.view_requirements[key] = ViewRequirement(
+                    space=new_box(-1.0, 1.0, tuple(arr.shape[1:]), arr.dtype),
+                    used_for_compute_actions=False)
+        return post, added
+
+    def _build_loss_graph(self) -> Tuple[Set[str], bool]:
+        """Builds the loss on all placeholders, then gradients etc.
+        (``TFPolicy._initialize_loss``) on the columns it reads or depends on
+        (plus the model's own columns).
+
+        Returns:
+            The columns the loss needs, and whether there is a loss at all.
+        """
+        # As RLlib 1.11: placeholders a client put into _loss_input_dict (before_loss_init,
+        # e.g. MAML's "split") are loss inputs too, fed from the train batch column.
+        columns = dict(dict.items(self._input_dict))
+        columns.update(getattr(self, "_loss_input_dict", None) or {})
+        train_batch = SampleBatch(columns, _is_training=True)
+        if self._state_inputs:
+            dict.__setitem__(train_batch, SampleBatch.SEQ_LENS, self._seq_lens)
+        losses = self._do_loss_init(train_batch)
+        train_keys = set(train_batch.accessed_keys)
+        if not losses:
+            return train_keys, False
+        train_keys |= _keys_feeding(dict(dict.items(train_batch)),
+                                    list(losses) + tree.flatten(self._stats_fetches))
+        model_keys = set(getattr(self.model, "view_requirements", {}) or {})
+        keep = train_keys | (model_keys & set(train_batch.keys()))
+        loss_inputs = [(k, v) for k, v in dict.items(train_batch)
+                       if k in keep and k != SampleBatch.SEQ_LENS]
+        if self._state_inputs:
+            loss_inputs.append((SampleBatch.SEQ_LENS, self._seq_lens))
+        TFPolicy._initialize_loss(self, losses, loss_inputs)
+        if self._grad_stats_fn:
+            self._stats_fetches.update(self._grad_stats_fn(self, train_batch, self._grads))
+        return train_keys, True
+
+    def _prune_view_requirements(self, record: AccessRecord, has_loss: bool,
+                                 train_keys: Set[str]) -> None:
+        """The shared pruning rule, then re-adds data columns other columns are views of."""
+        protected = set(getattr(self.model, "view_requirements", {}) or {})
+        prune_view_requirements(self.view_requirements, record, protected=protected,
+                                has_loss=has_loss, keep_all=self.config.get("output") is not None)
+        # RLlib 1.11: a column that is a view of a removed data column keeps it alive.
+        for key in list(self.view_requirements):
+            vr = self.view_requirements[key]
+            if vr.data_col is not None and vr.data_col not in self.view_requirements:
+                self.view_requirements[vr.data_col] = ViewRequirement(
+                    space=vr.space, used_for_training=vr.data_col in train_keys)
 
     def _do_loss_init(self, train_batch: SampleBatch) -> List[TensorType]:
         """Calls loss_fn (and stats_fn) on ``train_batch``; returns the list of losses."""
@@ -298,7 +484,7 @@ class DynamicTFPolicy(TFPolicy):
         losses = force_list(self._loss_fn(self, self.model, self.dist_class, train_batch))
         if self._stats_fn:
             self._stats_fetches.update(self._stats_fn(self, train_batch))
-        self._update_ops = [] if tf_setup.is_keras_model(self.model) \
+        self._update_ops = [] if is_keras_model(self.model) \
             else list(self.model.update_ops())
         return losses
 
@@ -333,15 +519,20 @@ class DynamicTFPolicy(TFPolicy):
                                   ("timestep", self._timestep)] + items)
         with self.graph.as_default(), self.get_session().as_default():
             instance = self._new_tower(input_dict)
-            instance._optimizers, instance._optimizer = self._optimizers, self._optimizer
-            train_batch = SampleBatch(dict(items), _is_training=True)
-            losses = instance._do_loss_init(train_batch)
-            rnn = {f"state_in_{i}" for i in range(len(self._state_inputs))} | {SampleBatch.SEQ_LENS}
-            TFPolicy._initialize_loss(instance, losses, [(k, v) for k, v in items if k not in rnn])
-            if instance._grad_stats_fn:
-                instance._stats_fetches.update(
-                    instance._grad_stats_fn(instance, train_batch, instance._grads))
+            instance._build_tower_loss(items, self._optimizers)
         return instance
+
+    def _build_tower_loss(self, items: List[Tuple[str, Any]], optimizers: List[Any]) -> None:
+        """A tower's loss, (unclipped) gradients and stats on its input tensors
+        ``items``, with the main policy's ``optimizers`` (so their slots are shared)."""
+        self._optimizers = list(optimizers)
+        self._optimizer = self._optimizers[0] if self._optimizers else None
+        train_batch = SampleBatch(dict(items), _is_training=True)
+        losses = self._do_loss_init(train_batch)
+        rnn = {f"state_in_{i}" for i in range(len(self._state_inputs))} | {SampleBatch.SEQ_LENS}
+        TFPolicy._initialize_loss(self, losses, [(k, v) for k, v in items if k not in rnn])
+        if self._grad_stats_fn:
+            self._stats_fetches.update(self._grad_stats_fn(self, train_batch, self._grads))
 
     def _tower_input_items(self, existing_inputs: Any) -> List[Tuple[str, Any]]:
         names = list(self._loss_input_dict_no_rnn.keys())
@@ -393,14 +584,35 @@ def _session_for(config: dict) -> "tf1.Session":
     return tf1.Session(graph=graph, config=tf1.ConfigProto(**args))
 
 
-def _call_action_distribution_fn(fn: Callable, policy: DynamicTFPolicy, in_dict: SampleBatch,
-                                 explore: Any, timestep: Any) -> Tuple[Any, Any, Any]:
-    """Calls ``fn`` with RLlib's newer keywords or its older signature, whichever
-    ``fn`` has (``_core.action_dist_fn``), on the placeholders."""
-    return resolve_action_distribution_fn(fn)(
-        policy, policy.model, in_dict, state_batches=policy._state_inputs,
-        seq_lens=policy._seq_lens, explore=explore, timestep=timestep,
-        is_training=in_dict.is_training)
+def _static_row_specs(fetches: Dict[str, Any]
+                      ) -> Tuple[Dict[str, Tuple[Tuple[int, ...], Any]], Dict[str, Any]]:
+    """Splits action fetches into ``{key: (per-row shape, numpy dtype)}`` for
+    those whose row shape is known (static tensor shapes, or array-likes) and
+    ``{key: tensor}`` for the rest."""
+    specs: Dict[str, Tuple[Tuple[int, ...], Any]] = {}
+    dynamic: Dict[str, Any] = {}
+    for key, tensor in fetches.items():
+        shape = getattr(tensor, "shape", None)
+        if shape is None or not hasattr(tensor, "dtype") or not hasattr(shape, "rank"):
+            value = np.asarray(tensor)
+            specs[key] = (tuple(value.shape[1:]), value.dtype)
+        elif shape.rank is not None and shape[1:].is_fully_defined():
+            specs[key] = (tuple(shape.as_list()[1:]), tensor.dtype.as_numpy_dtype)
+        else:
+            dynamic[key] = tensor
+    return specs, dynamic
+
+
+def _keys_feeding(columns: Dict[str, Any], roots: List[Any]) -> Set[str]:
+    """The keys of ``columns`` (name -> placeholder or nest of them) whose
+    placeholders the tensors in ``roots`` depend on."""
+    needed_ops = placeholders_needed_by(roots)
+    keys = set()
+    for key, value in columns.items():
+        leaves = [v for v in tree.flatten(value) if hasattr(v, "op")]
+        if any(v.op in needed_ops for v in leaves):
+            keys.add(key)
+    return keys
 
 
 def _check_same_shapes(key: str, own: Any, given: Any) -> None:

@@ -17,10 +17,10 @@ policy's session; an eager policy (no session) assigns them directly.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from rlpolicy._core.config import check_config_value
+from rlpolicy._core.locking import policy_lock
 from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -59,7 +59,8 @@ class _ScalarVar:
     graph policy has its session (``before_init``): the value waits, and
     ``attr`` of the policy holds the plain float, until
     ``create_pending_variables`` (called by ``DynamicTFPolicy`` once the
-    session exists) creates the variable and sets ``attr`` to it.
+    session exists; it finds the record among the policy's attributes, where
+    the mixin keeps it) creates the variable and sets ``attr`` to it.
     """
 
     def __init__(self, policy: Any, name: str, value: float, attr: Optional[str] = None):
@@ -67,7 +68,6 @@ class _ScalarVar:
         self.session = _session_of(policy)
         if self.session is _NO_SESSION_YET:
             self.session, self.var, self._pending = None, float(value), True
-            policy.__dict__.setdefault("_pending_mixin_vars", []).append(self)
             return
         self._pending = False
         self._create(value)
@@ -120,11 +120,13 @@ def create_pending_variables(policy: Any) -> None:
     """Creates the variables of mixins set up before ``policy`` had its session.
 
     ``DynamicTFPolicy`` calls this with the policy's graph and session as
-    defaults, right after creating them (before the model and the loss).
+    defaults, right after creating them (before the model and the loss). The
+    waiting variables are the ``_ScalarVar`` attributes the mixins keep on the
+    policy (``_lr_var``, ``_entropy_coeff_var``, ``_kl_coeff_var``).
     """
-    pending = policy.__dict__.pop("_pending_mixin_vars", None) or []
-    for var in pending:
-        var.create_in(policy, policy.get_session())
+    for var in list(vars(policy).values()):
+        if isinstance(var, _ScalarVar):
+            var.create_in(policy, policy.get_session())
 
 
 def _set_optimizer_lr(optimizer: Any, value: float) -> None:
@@ -288,7 +290,7 @@ class ValueNetworkMixin:
     def _eager_value(self, **input_dict: Any) -> float:
         tensors = {k: tf.convert_to_tensor(v) for k, v in input_dict.items()}
         # The model's value output is shared state: no action computation in between.
-        with getattr(self, "_lock", None) or contextlib.nullcontext():
+        with policy_lock(self):
             return float(self._value_op(**tensors).numpy())
 
 

@@ -14,7 +14,6 @@ mixin's; as in ``build_policy_class``, mixins take precedence over the base.
 """
 from __future__ import annotations
 
-import functools
 import sys
 from typing import Any, Callable, Dict, List, Optional, Type
 
@@ -135,7 +134,8 @@ def _make_policy_class(hooks: TFPolicyHooks, module: str) -> type:
     namespace: Dict[str, Any] = {
         "__module__": module, "__qualname__": hooks.name, "__doc__": f"{hooks.name}: built by build_tf_policy.",
         "_hooks": hooks, "__init__": _policy_init, "with_updates": classmethod(_with_updates),
-        "as_eager": classmethod(_as_eager), **_WRAPPERS,
+        "as_eager": classmethod(_as_eager), "_run_before_loss_init": _run_before_loss_init,
+        **_WRAPPERS,
     }
     return type(hooks.name, (*hooks.mixins, DynamicTFPolicy), namespace)
 
@@ -192,7 +192,7 @@ def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Spa
     DynamicTFPolicy.__init__(
         self, obs_space=obs_space, action_space=action_space, config=config, loss_fn=hooks.loss_fn,
         stats_fn=hooks.stats_fn, grad_stats_fn=hooks.grad_stats_fn,
-        before_loss_init=functools.partial(_before_loss_init, hooks), make_model=hooks.make_model,
+        before_loss_init=type(self)._run_before_loss_init, make_model=hooks.make_model,
         action_sampler_fn=hooks.action_sampler_fn, action_distribution_fn=hooks.action_distribution_fn,
         existing_inputs=existing_inputs, existing_model=existing_model,
         get_batch_divisibility_req=hooks.get_batch_divisibility_req)
@@ -202,17 +202,20 @@ def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Spa
     self.global_timestep = 0
 
 
-def _before_loss_init(hooks: TFPolicyHooks, policy: Any, obs_space: gym.spaces.Space,
-                      action_space: gym.spaces.Space, config: TrainerConfigDict) -> None:
-    """Runs ``before_loss_init``, then collects the extra action fetches (none for towers)."""
+def _run_before_loss_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
+                          config: TrainerConfigDict) -> None:
+    """The built class' ``before_loss_init`` step (a method of the class):
+    runs the ``before_loss_init`` hook, then collects the extra action fetches
+    (none for towers)."""
+    hooks: TFPolicyHooks = type(self)._hooks
     if hooks.before_loss_init is not None:
-        hooks.before_loss_init(policy, obs_space, action_space, config)
+        hooks.before_loss_init(self, obs_space, action_space, config)
     fn = hooks.action_out_fn
-    fetches = {} if fn is None or policy._is_tower else fn(policy)
-    if hasattr(policy, "_extra_action_fetches"):
-        policy._extra_action_fetches.update(fetches)
+    fetches = {} if fn is None or self._is_tower else fn(self)
+    if hasattr(self, "_extra_action_fetches"):
+        self._extra_action_fetches.update(fetches)
     else:
-        policy._extra_action_fetches = fetches
+        self._extra_action_fetches = fetches
 
 
 # ---------------------------------------------------------------- method dispatch

@@ -242,3 +242,27 @@ def test_compute_and_clip_gradients_clips_by_global_norm():
     assert gv[0][1] is Pol.model.vars[0]
     Pol.config = {"grad_clip": None}
     np.testing.assert_allclose(compute_and_clip_gradients(Pol(), Opt(), None)[0][0].numpy(), [3.0, 0.0])
+
+
+@pytest.mark.parametrize("framework", ["tf", "tf2"])
+def test_loss_functions_work_on_a_class_with_rllib_1_11_mixins_only(framework):
+    # A 1.x client class: RLlib 1.11's mixin list (no PPOLossMixin) with the
+    # module's loss and stats functions. The loss terms are its own attributes
+    # under 1.11's names, and the stats match the numpy re-computation.
+    from rlpolicy.agents.ppo.ppo_tf_policy import PPOLossMixin, kl_and_loss_stats, ppo_surrogate_loss
+
+    mixins = [tf_mixins.LearningRateSchedule, tf_mixins.EntropyCoeffSchedule, KLCoeffMixin,
+              ValueNetworkMixin]
+    client = PPOTFPolicy.with_updates(name="ClientPPO", mixins=mixins, loss_fn=ppo_surrogate_loss,
+                                      stats_fn=kl_and_loss_stats)
+    cls = client if framework == "tf" else client.as_eager()
+    policy = cls(OBS, ACT, {**CONFIG, "framework": framework})
+    assert PPOLossMixin not in type(policy).__mro__ and PPOLossMixin in PPOTFPolicy.__mro__
+    batch = make_batch(seed=2)
+    expected = numpy_stats(tf_weights(policy), batch, CONFIG)
+    stats = policy.learn_on_batch(batch)[LEARNER_STATS_KEY]
+    assert_stats(stats, expected)
+    for name in ("_total_loss", "_mean_policy_loss", "_mean_vf_loss", "_vf_explained_var",
+                 "_mean_kl_loss", "_mean_entropy", "_value_fn_out"):
+        assert name in vars(policy), name
+    assert policy._mean_kl is policy._mean_kl_loss

@@ -4,7 +4,8 @@ The loss, its config keys and the learner-stat names are those of
 ``PPOTorchPolicy``: -clipped surrogate + kl_coeff * KL + vf_loss_coeff *
 clipped VF error - entropy_coeff * entropy, averaged over valid steps.
 ``KLCoeffMixin`` and ``ValueNetworkMixin`` are importable from here, as in
-RLlib 1.11.
+RLlib 1.11. The loss and its stats are ``PPOLossMixin``'s methods (the loss
+terms are the policy's own attributes); the 1.11 module functions call them.
 """
 from __future__ import annotations
 
@@ -35,42 +36,82 @@ tf1, tf, tfv = try_import_tf()
 postprocess_ppo_gae = compute_gae_for_sample_batch
 
 
+class PPOLossMixin:
+    """PPO's loss and learner stats as the policy's own methods.
+
+    ``ppo_loss`` keeps the loss terms on the policy under RLlib 1.11's names
+    (``_total_loss``, ``_mean_policy_loss``, ``_mean_vf_loss``,
+    ``_vf_explained_var``, ``_mean_kl_loss`` and its older name ``_mean_kl``,
+    ``_mean_entropy``, ``_value_fn_out``), which ``loss_stats`` (and 1.x
+    client stats functions) read. The module functions ``ppo_surrogate_loss``
+    and ``kl_and_loss_stats`` call these methods unbound, so they also work on
+    a policy class built without this mixin (as ``setup_mixins`` calls the
+    other mixins' ``__init__``).
+    """
+
+    def ppo_loss(self, model: ModelV2, dist_class: Type[ActionDistribution],
+                 train_batch: SampleBatch) -> TensorType:
+        """-clipped surrogate + kl_coeff * KL + vf_loss_coeff * clipped VF error
+        - entropy_coeff * entropy, averaged over valid steps."""
+        config = self.config
+        logits, state = model(train_batch)
+        curr_dist = dist_class(logits, model)
+        mean_valid = _mean_valid_fn(train_batch, state)
+
+        prev_dist = dist_class(train_batch[SampleBatch.ACTION_DIST_INPUTS], model)
+        ratio = tf.exp(curr_dist.logp(train_batch[SampleBatch.ACTIONS])
+                       - train_batch[SampleBatch.ACTION_LOGP])
+        advantages = train_batch[Postprocessing.ADVANTAGES]
+        clip = config["clip_param"]
+        surrogate = tf.minimum(advantages * ratio,
+                               advantages * tf.clip_by_value(ratio, 1 - clip, 1 + clip))
+
+        use_kl = config["kl_coeff"] > 0.0
+        action_kl = prev_dist.kl(curr_dist) if use_kl else tf.constant(0.0)
+        entropy = curr_dist.entropy()
+
+        if config["use_critic"]:
+            value_fn_out = model.value_function()
+            vf_clipped = tf.clip_by_value(
+                tf.math.square(value_fn_out - train_batch[Postprocessing.VALUE_TARGETS]),
+                0, config["vf_clip_param"])
+            self._mean_vf_loss = mean_valid(vf_clipped)
+            self._vf_explained_var = explained_variance(
+                train_batch[Postprocessing.VALUE_TARGETS], value_fn_out)
+        else:
+            value_fn_out = vf_clipped = tf.constant(0.0)
+            self._mean_vf_loss = self._vf_explained_var = value_fn_out
+
+        total = mean_valid(-surrogate + self.kl_coeff * action_kl
+                           + config["vf_loss_coeff"] * vf_clipped - self.entropy_coeff * entropy)
+        self._total_loss = total
+        self._mean_policy_loss = mean_valid(-surrogate)
+        self._mean_entropy = mean_valid(entropy)
+        # RLlib 1.11 keeps the older name `_mean_kl` as well.
+        self._mean_kl_loss = self._mean_kl = mean_valid(action_kl) if use_kl else action_kl
+        self._value_fn_out = value_fn_out
+        return total
+
+    def loss_stats(self, train_batch: SampleBatch) -> Dict[str, TensorType]:
+        """Learner stats of the last ``ppo_loss``, with PPOTorchPolicy's names."""
+        return {
+            "cur_kl_coeff": tf.cast(self.kl_coeff, tf.float64),
+            "cur_lr": tf.cast(self.cur_lr, tf.float64),
+            "total_loss": self._total_loss,
+            "policy_loss": self._mean_policy_loss,
+            "vf_loss": self._mean_vf_loss,
+            "vf_explained_var": self._vf_explained_var,
+            "kl": self._mean_kl_loss,
+            "entropy": self._mean_entropy,
+            "entropy_coeff": tf.cast(self.entropy_coeff, tf.float64),
+        }
+
+
 def ppo_surrogate_loss(policy: Policy, model: ModelV2, dist_class: Type[ActionDistribution],
                        train_batch: SampleBatch) -> Union[TensorType, List[TensorType]]:
-    """PPO's loss; the loss terms are kept on the policy for ``kl_and_loss_stats``."""
-    config = policy.config
-    logits, state = model(train_batch)
-    curr_dist = dist_class(logits, model)
-    mean_valid = _mean_valid_fn(train_batch, state)
-
-    prev_dist = dist_class(train_batch[SampleBatch.ACTION_DIST_INPUTS], model)
-    ratio = tf.exp(curr_dist.logp(train_batch[SampleBatch.ACTIONS]) - train_batch[SampleBatch.ACTION_LOGP])
-    advantages = train_batch[Postprocessing.ADVANTAGES]
-    clip = config["clip_param"]
-    surrogate = tf.minimum(advantages * ratio, advantages * tf.clip_by_value(ratio, 1 - clip, 1 + clip))
-
-    use_kl = config["kl_coeff"] > 0.0
-    action_kl = prev_dist.kl(curr_dist) if use_kl else tf.constant(0.0)
-    entropy = curr_dist.entropy()
-
-    if config["use_critic"]:
-        value_fn_out = model.value_function()
-        vf_clipped = tf.clip_by_value(
-            tf.math.square(value_fn_out - train_batch[Postprocessing.VALUE_TARGETS]), 0, config["vf_clip_param"])
-        policy._mean_vf_loss = mean_valid(vf_clipped)
-        policy._vf_explained_var = explained_variance(train_batch[Postprocessing.VALUE_TARGETS], value_fn_out)
-    else:
-        value_fn_out = vf_clipped = policy._mean_vf_loss = policy._vf_explained_var = tf.constant(0.0)
-
-    total = mean_valid(-surrogate + policy.kl_coeff * action_kl
-                       + config["vf_loss_coeff"] * vf_clipped - policy.entropy_coeff * entropy)
-    policy._total_loss = total
-    policy._mean_policy_loss = mean_valid(-surrogate)
-    policy._mean_entropy = mean_valid(entropy)
-    # RLlib 1.11 keeps the older name `_mean_kl` as well.
-    policy._mean_kl_loss = policy._mean_kl = mean_valid(action_kl) if use_kl else action_kl
-    policy._value_fn_out = value_fn_out
-    return total
+    """PPO's loss (``PPOLossMixin.ppo_loss``); the loss terms are kept on the
+    policy for ``kl_and_loss_stats``."""
+    return PPOLossMixin.ppo_loss(policy, model, dist_class, train_batch)  # type: ignore[arg-type]
 
 
 def _mean_valid_fn(train_batch: SampleBatch, state: list) -> Callable[[TensorType], TensorType]:
@@ -83,18 +124,8 @@ def _mean_valid_fn(train_batch: SampleBatch, state: list) -> Callable[[TensorTyp
 
 
 def kl_and_loss_stats(policy: Policy, train_batch: SampleBatch) -> Dict[str, TensorType]:
-    """Learner stats, with PPOTorchPolicy's names."""
-    return {
-        "cur_kl_coeff": tf.cast(policy.kl_coeff, tf.float64),
-        "cur_lr": tf.cast(policy.cur_lr, tf.float64),
-        "total_loss": policy._total_loss,
-        "policy_loss": policy._mean_policy_loss,
-        "vf_loss": policy._mean_vf_loss,
-        "vf_explained_var": policy._vf_explained_var,
-        "kl": policy._mean_kl_loss,
-        "entropy": policy._mean_entropy,
-        "entropy_coeff": tf.cast(policy.entropy_coeff, tf.float64),
-    }
+    """Learner stats (``PPOLossMixin.loss_stats``), with PPOTorchPolicy's names."""
+    return PPOLossMixin.loss_stats(policy, train_batch)  # type: ignore[arg-type]
 
 
 def vf_preds_fetches(policy: Policy) -> Dict[str, TensorType]:
@@ -138,8 +169,9 @@ PPOTFPolicy = build_tf_policy(
     stats_fn=kl_and_loss_stats,
     extra_action_out_fn=vf_preds_fetches,
     before_loss_init=setup_mixins,
-    mixins=[LearningRateSchedule, EntropyCoeffSchedule, KLCoeffMixin, ValueNetworkMixin],
+    mixins=[PPOLossMixin, LearningRateSchedule, EntropyCoeffSchedule, KLCoeffMixin,
+            ValueNetworkMixin],
 )
 
-__all__ = ["PPOTFPolicy", "KLCoeffMixin", "ValueNetworkMixin", "ppo_surrogate_loss", "kl_and_loss_stats",
+__all__ = ["PPOTFPolicy", "PPOLossMixin", "KLCoeffMixin", "ValueNetworkMixin", "ppo_surrogate_loss", "kl_and_loss_stats",
            "vf_preds_fetches", "compute_and_clip_gradients", "setup_mixins", "postprocess_ppo_gae"]
