@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+import numpy as np
+
 from rlpolicy._core.config import check_config_value
 from rlpolicy._core.locking import policy_lock
 from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
@@ -249,9 +251,20 @@ class KLCoeffMixin:
 
     @override(Policy)
     def set_state(self, state: Dict[str, Any]) -> None:
+        """Restores the base state, then the coefficient (``config["kl_coeff"]``
+        if the state has none). A bad coefficient, or a state the base refuses,
+        changes nothing.
+
+        Raises:
+            TypeError: If ``current_kl_coeff`` is not a real number.
+        """
         state = dict(state)
-        self._set_kl_coeff(state.pop("current_kl_coeff", self.config["kl_coeff"]))
+        value = state.pop("current_kl_coeff", self.config["kl_coeff"])
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
+                or not np.isfinite(value):
+            raise TypeError(f"set_state: current_kl_coeff must be a finite number, got {value!r}")
         super().set_state(state)
+        self._set_kl_coeff(float(value))
 
 
 @DeveloperAPI

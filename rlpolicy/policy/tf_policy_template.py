@@ -227,7 +227,7 @@ def _parent(policy: Any, method: str) -> Callable:
         impl = klass.__dict__.get(method)
         if impl is None:
             continue
-        if getattr(impl, "_tf_policy_template_wrapper", None) == method:
+        if impl is _WRAPPERS.get(method):
             started = True
         elif started:
             return impl
@@ -296,9 +296,8 @@ _WRAPPERS: Dict[str, Callable] = {
 }
 for _name, _fn in _WRAPPERS.items():
     # __qualname__ stays the module-level name (pickle finds it by
-    # reference); the marker identifies wrappers in the MRO walk.
+    # reference); the MRO walk knows the wrappers by identity.
     _fn.__name__ = _name
-    _fn._tf_policy_template_wrapper = _name
 del _name, _fn
 
 __all__ = ["build_tf_policy"]

@@ -184,6 +184,21 @@ def test_kl_coeff_compounds_and_round_trips_through_state(mode):
     assert other.kl_coeff_val == 0.2 and other.global_timestep == 3
 
 
+def test_kl_coeff_set_state_changes_nothing_on_a_refused_state(mode):
+    host = KL(mode, {"kl_coeff": 0.2, "kl_target": 0.01})
+    host.update_kl(0.1)  # 0.3
+    host.global_timestep = 7
+    with pytest.raises(TypeError, match="current_kl_coeff"):
+        host.set_state({"global_timestep": 9, "current_kl_coeff": "big"})
+    with pytest.raises(TypeError, match="current_kl_coeff"):
+        host.set_state({"global_timestep": 9, "current_kl_coeff": float("nan")})
+    # The base refuses (the host's set_state needs "global_timestep"): the coefficient stays.
+    with pytest.raises(KeyError):
+        host.set_state({"current_kl_coeff": 0.9})
+    assert host.global_timestep == 7 and host.kl_coeff_val == pytest.approx(0.3)
+    assert host.read(host.kl_coeff) == pytest.approx(0.3, rel=1e-6)
+
+
 # ------------------------------------------------------------------ value network
 
 
