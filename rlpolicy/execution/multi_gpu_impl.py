@@ -11,7 +11,9 @@ with or without clipping.
 
 Data handling is framework-neutral and lives in the policy
 (``_core.tower_buffers``): the loaded batch is cut into one slice per device
-there, and each ``optimize`` call feeds every tower its minibatch.
+there, and each ``optimize`` call feeds every tower its minibatch. The stack
+reads the policy's loss graph through its public ``loss_graph`` record (loss
+inputs, optimizers; each tower copy's gradients), not its private attributes.
 """
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import tree
 
-from rlpolicy._core.tf_grads import average_tower_grads, clip_by_global_norm
-from rlpolicy._core.tf_setup import build_after
 from rlpolicy._core.tower_buffers import device_minibatch_size
+from rlpolicy.policy._tf.grads import average_tower_grads, clip_by_global_norm
+from rlpolicy.policy._tf.graph import build_after
 from rlpolicy.utils.framework import try_import_tf
 from rlpolicy.utils.tf_run_builder import TFRunBuilder
 
@@ -74,18 +76,15 @@ class TFMultiGPUTowerStack:
             raise ValueError("TFMultiGPUTowerStack: the policy's loss must be initialized first")
         self.policy = policy
         self.devices = list(policy.devices)
-        self.optimizers = policy._optimizers
+        loss_graph = policy.loss_graph
+        self.optimizers = list(loss_graph.optimizers)
         self.max_per_device_batch_size = max_per_device_batch_size or \
             device_minibatch_size(policy.config, len(self.devices))
         self.grad_norm_clipping = grad_norm_clipping if grad_norm_clipping is not None \
             else policy.config.get("grad_clip")
-        self._input_names = list(policy._loss_input_dict_no_rnn)
-        self._input_names += [f"state_in_{i}" for i in range(len(policy._state_inputs))]
-        self._input_names += ["seq_lens"] if policy._state_inputs else []
-        source = dict(policy._loss_input_dict)
-        if policy._state_inputs:
-            source["seq_lens"] = policy._seq_lens
-        self.loss_inputs = [source[k] for k in self._input_names]
+        tower_inputs = loss_graph.tower_inputs()
+        self._input_names = [name for name, _ in tower_inputs]
+        self.loss_inputs = [template for _, template in tower_inputs]
         with policy.graph.as_default():
             shared_ops = set(tf1.get_collection(tf1.GraphKeys.UPDATE_OPS))
             self._towers = [self._setup_device(i, d) for i, d in enumerate(self.devices)]
@@ -105,13 +104,13 @@ class TFMultiGPUTowerStack:
         """Averages the towers' gradients, clips the average and applies it once."""
         multi = self.policy.config["_tf_policy_handles_more_than_one_loss"]
         clip = self.grad_norm_clipping
-        towers = [t.loss_graph for t in self._towers]
+        tower_grads = [t.loss_graph.loss_graph.grads_and_vars for t in self._towers]
+        avg: Any
         if multi:
-            avg = [clip_by_global_norm(average_tower_grads([t._grads_and_vars[i] for t in towers]),
-                                       clip) for i in range(len(self.optimizers))]
+            avg = [clip_by_global_norm(average_tower_grads([g[i] for g in tower_grads]), clip)
+                   for i in range(len(self.optimizers))]
         else:
-            avg = clip_by_global_norm(average_tower_grads([t._grads_and_vars for t in towers]),
-                                      clip)
+            avg = clip_by_global_norm(average_tower_grads(tower_grads), clip)
         self._update_ops = [op for op in tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
                             if op not in shared_ops]
         if self._update_ops:

@@ -6,27 +6,37 @@ execution to be disabled: every op it adds is created inside its session's
 graph (``with self.graph.as_default():``), so graph-mode, eager TF and torch
 policies can live in one process.
 
-Shared pieces: the device plan (``_core.devices``), tower buffers
-(``_core.tower_buffers``), weight assignment without graph growth
-(``_core.tf_variables``), gradient averaging/clipping (``_core.tf_grads``) and
-export (``_core.tf_export``). Feeding batches into placeholders lives in
-``_core.tf_feeds``, the ``session.run`` steps (acting, gradients, learning)
-in ``_core.tf_run`` and the construction steps in ``_core.tf_setup``.
+The graph's tensors have two owners, frozen records in ``policy._tf.records``:
+``ActingGraph`` (placeholders and outputs of acting) and ``LossGraph`` (loss
+inputs, losses, gradients, apply op), each with the feed-dict builders of its
+``session.run`` calls. RLlib 1.11's attribute names (``_obs_input``,
+``_state_inputs``, ``_loss_input_dict``, ``_grads``, ...) are views onto them.
+Construction and the run steps are this class's own methods; the other
+helpers beside it (``policy._tf``) take data: device planning and op ordering
+(``graph``), weight assignment without graph growth (``variables``), gradient
+clipping/averaging (``grads``) and export (``export``).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
+import tree
 
-from rlpolicy._core import input_checks, obs_prep, tf_export, tf_feeds, tf_run, tf_setup
+from rlpolicy._core import obs_prep
 from rlpolicy._core.config import read_checked
-from rlpolicy._core.locking import locked
-from rlpolicy._core.tf_variables import TFVariables, check_weights_dict
-from rlpolicy._core.tower_buffers import device_minibatch_size
+from rlpolicy._core.locking import with_lock
+from rlpolicy._core.tower_buffers import split_batch_for_devices
 from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.policy._tf import export as tf_export
+from rlpolicy.policy._tf.grads import clip_by_global_norm, flatten_grad_groups
+from rlpolicy.policy._tf.graph import build_after, is_keras_model, plan_tf_devices
+from rlpolicy.policy._tf.records import ActingGraph, LossGraph, batch_length, columns_needed_by, with_stats
+from rlpolicy.policy._tf.variables import TFVariables, initialize_uninitialized
+from rlpolicy.policy._training_template import TrainingTemplate
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -43,9 +53,38 @@ tf1, tf, tfv = try_import_tf()
 logger = logging.getLogger(__name__)
 
 
+class _RecordField:
+    """A policy attribute under RLlib 1.11's name that is one field of a graph record.
+
+    Reading gives the field; assigning (RLlib subclasses assign some of these,
+    e.g. ``DynamicTFPolicy`` its state inputs before ``TFPolicy.__init__``)
+    replaces the record by a copy with that field changed.
+    """
+
+    def __init__(self, record: str, name: str):
+        self.record, self.name = record, name
+
+    def __get__(self, obj: Any, owner: Optional[type] = None) -> Any:
+        if obj is None:
+            return self
+        return getattr(getattr(obj, self.record), self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.record] = dataclasses.replace(getattr(obj, self.record),
+                                                        **{self.name: value})
+
+
+def _acting_field(name: str) -> _RecordField:
+    return _RecordField("_acting", name)
+
+
+def _loss_field(name: str) -> _RecordField:
+    return _RecordField("_loss_graph", name)
+
+
 
 @DeveloperAPI
-class TFPolicy(Policy):
+class TFPolicy(TrainingTemplate, Policy):
     """A policy whose model and loss are a TensorFlow (TF1-style) graph.
 
     Prefer ``build_tf_policy`` (or ``DynamicTFPolicy``) over building the
@@ -64,9 +103,44 @@ class TFPolicy(Policy):
             graph); empty otherwise.
     """
 
+    # The graph's tensors: empty records until __init__ (DynamicTFPolicy assigns
+    # some fields before calling it), then this policy's own.
+    _acting = ActingGraph()
+    _loss_graph = LossGraph()
+    _is_tower = False  # DynamicTFPolicy's per-device copies set True
+    _action_feed_keys: Optional[Tuple[Tuple[int, ...], Any]] = None
+
+    # RLlib 1.11's attribute names of the acting tensors ...
+    _obs_input = _acting_field("obs")
+    _prev_action_input = _acting_field("prev_action")
+    _prev_reward_input = _acting_field("prev_reward")
+    _sampled_action = _acting_field("sampled_action")
+    _sampled_action_logp = _acting_field("sampled_action_logp")
+    _sampled_action_prob = _acting_field("sampled_action_prob")
+    _action_input = _acting_field("action_input")
+    _dist_inputs = _acting_field("dist_inputs")
+    _state_inputs = _acting_field("state_inputs")
+    _state_outputs = _acting_field("state_outputs")
+    _seq_lens = _acting_field("seq_lens")
+    _is_exploring = _acting_field("is_exploring")
+    _timestep = _acting_field("timestep")
+    _is_training = _acting_field("is_training")
+    _log_likelihood = _acting_field("log_likelihood")
+    # ... and of the loss graph.
+    _loss_inputs = _loss_field("loss_inputs")
+    _loss_input_dict = _loss_field("loss_input_dict")
+    _loss_input_dict_no_rnn = _loss_field("loss_input_dict_no_rnn")
+    _losses = _loss_field("losses")
+    _loss = _loss_field("loss")
+    _grads_and_vars = _loss_field("grads_and_vars")
+    _grads = _loss_field("grads")
+    _apply_op = _loss_field("apply_op")
+    _optimizers = _loss_field("optimizers")
+    _optimizer = _loss_field("optimizer")  # RLlib: backward compatibility (the first optimizer)
+
     @DeveloperAPI
     def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 config: TrainerConfigDict, sess: "tf1.Session", obs_input: TensorType,
+                 config: TrainerConfigDict, sess: Any, obs_input: TensorType,
                  sampled_action: TensorType, loss: Union[TensorType, List[TensorType]],
                  loss_inputs: List[Tuple[str, TensorType]], model: Optional[ModelV2] = None,
                  sampled_action_logp: Optional[TensorType] = None,
@@ -126,77 +200,189 @@ class TFPolicy(Policy):
         self._sess = sess
         self.graph = sess.graph
         with self.graph.as_default():
-            self.devices = self._plan_tf_devices()
-            self._disable_infos_view_requirement()
+            self.devices = plan_tf_devices(self.config, get_gpu_devices())
+            infos = self.view_requirements.get(SampleBatch.INFOS)
+            if infos is not None:
+                infos.used_for_training = False
+                infos.used_for_compute_actions = False
             self._set_model(model)
             self.exploration = self._create_exploration() if explore is not False else None
-            tf_setup.set_action_tensors(
-                self, obs_input=obs_input, sampled_action=sampled_action,
+            self.dist_class = dist_class
+            self._acting = self._build_acting_graph(
+                obs_input=obs_input, sampled_action=sampled_action,
                 sampled_action_logp=sampled_action_logp, action_input=action_input,
-                dist_inputs=dist_inputs, dist_class=dist_class, state_inputs=state_inputs,
-                state_outputs=state_outputs, prev_action_input=prev_action_input,
-                prev_reward_input=prev_reward_input, seq_lens=seq_lens, explore=explore,
-                timestep=timestep)
-            self._max_seq_len = max_seq_len
-            self.max_seq_len = max_seq_len
-            self._batch_divisibility_req = batch_divisibility_req
-            self.batch_divisibility_req = batch_divisibility_req
-            self._init_learning_state(update_ops)
+                dist_inputs=dist_inputs, state_inputs=state_inputs, state_outputs=state_outputs,
+                prev_action_input=prev_action_input, prev_reward_input=prev_reward_input,
+                seq_lens=seq_lens, explore=explore, timestep=timestep)
+            self._max_seq_len = self.max_seq_len = max_seq_len
+            self._batch_divisibility_req = self.batch_divisibility_req = batch_divisibility_req
+            # Learning state (RLlib 1.11's names); the loss graph comes with the loss.
+            self._loss_graph = LossGraph()
+            self._update_ops = update_ops
+            self._stats_fetches: Dict[str, Any] = {}
+            self._variables: Optional[TFVariables] = None  # the model's, built on first use
+            self._optimizer_variables: Optional[TFVariables] = None  # the optimizers' state
+            self._saver = None
+            self._init_tower_buffers(len(self.devices))
+            self.multi_gpu_tower_stacks: List[Any] = []
             losses = force_list(loss)
             if losses:
                 self._initialize_loss(losses, loss_inputs)
-            self._log_likelihood = log_likelihood
-            if self._log_likelihood is None and self._dist_inputs is not None \
-                    and self.dist_class is not None and self._action_input is not None:
-                self._log_likelihood = self.dist_class(
-                    self._dist_inputs, self.model).logp(self._action_input)
+            if log_likelihood is None and dist_inputs is not None \
+                    and dist_class is not None and action_input is not None:
+                log_likelihood = dist_class(dist_inputs, self.model).logp(action_input)
+            self._acting = dataclasses.replace(self._acting, log_likelihood=log_likelihood)
 
     # ------------------------------------------------------------------ construction steps
 
-    def _plan_tf_devices(self) -> List[str]:
-        """RLlib 1.11's TF device choice: "/cpu:0" per fake or CPU tower, "/gpu:i" per GPU."""
-        return tf_setup.plan_tf_devices(self.config, get_gpu_devices())
-
-    def _disable_infos_view_requirement(self) -> None:
-        infos = self.view_requirements.get(SampleBatch.INFOS)
-        if infos is not None:
-            infos.used_for_training = False
-            infos.used_for_compute_actions = False
-
     def _set_model(self, model: Any) -> None:
-        if model is not None and not isinstance(model, ModelV2) \
-                and not tf_setup.is_keras_model(model):
+        if model is not None and not isinstance(model, ModelV2) and not is_keras_model(model):
             raise ValueError("Model classes for TFPolicy other than `ModelV2|tf.keras.Model` "
                              f"not allowed! You passed in {model}.")
         self.model = model
         if self.model is not None:
             self._update_model_view_requirements_from_init_state()
 
-    def _init_learning_state(self, update_ops: Optional[List[TensorType]]) -> None:
-        tf_setup.init_learning_state(self, update_ops)
+    def _build_acting_graph(self, *, obs_input: Any, sampled_action: Any,
+                            sampled_action_logp: Any, action_input: Any, dist_inputs: Any,
+                            state_inputs: Optional[List[Any]], state_outputs: Optional[List[Any]],
+                            prev_action_input: Any, prev_reward_input: Any, seq_lens: Any,
+                            explore: Any, timestep: Any) -> ActingGraph:
+        """The acting record; makes the ``is_exploring`` / ``timestep`` placeholders
+        (with defaults) that are not given.
+
+        Raises:
+            ValueError: If ``state_inputs`` are given without ``seq_lens``.
+        """
+        is_training = self._get_is_training_placeholder()
+        is_exploring = explore if explore is not None else \
+            tf1.placeholder_with_default(True, (), name="is_exploring")
+        if state_inputs and seq_lens is None:
+            raise ValueError("seq_lens tensor must be given if state inputs are defined")
+        if timestep is None:
+            timestep = tf1.placeholder_with_default(tf.zeros((), dtype=tf.int64), (),
+                                                    name="timestep")
+        return ActingGraph(
+            obs=obs_input, prev_action=prev_action_input, prev_reward=prev_reward_input,
+            sampled_action=sampled_action, sampled_action_logp=sampled_action_logp,
+            sampled_action_prob=(tf.math.exp(sampled_action_logp)
+                                 if sampled_action_logp is not None else None),
+            action_input=action_input, dist_inputs=dist_inputs,
+            state_inputs=list(state_inputs or []), state_outputs=list(state_outputs or []),
+            seq_lens=seq_lens, is_exploring=is_exploring, timestep=timestep,
+            is_training=is_training)
+
+    def _get_is_training_placeholder(self) -> TensorType:
+        if self._acting.is_training is None:
+            with self.graph.as_default():
+                self._is_training = tf1.placeholder_with_default(False, (), name="is_training")
+        return self._acting.is_training
+
+    def _initialize_loss(self, losses: List[TensorType],
+                         loss_inputs: List[Tuple[str, TensorType]]) -> None:
+        """Builds loss inputs, the model's custom loss, optimizers, gradients and (except
+        for tower copies) the apply op, variable initialization and optimizer state."""
+        with self.graph.as_default():
+            with_rnn, no_rnn = LossGraph.input_dicts(loss_inputs, self._state_inputs,
+                                                     self._seq_lens)
+            self._loss_graph = dataclasses.replace(
+                self._loss_graph, loss_inputs=list(loss_inputs), loss_input_dict=with_rnn,
+                loss_input_dict_no_rnn=no_rnn, state_inputs=list(self._state_inputs),
+                seq_lens=self._seq_lens)
+            if self.model is not None and not is_keras_model(self.model):
+                losses = force_list(self.model.custom_loss(losses, self._loss_input_dict))
+                self._stats_fetches.update({"model": self.model.metrics()})
+            self._losses, self._loss = losses, (losses[0] if losses else None)
+            if not self._optimizers:
+                optimizers = force_list(self.optimizer())
+                self._optimizers = optimizers
+                self._optimizer = optimizers[0] if optimizers else None
+            self._build_grads()
+            if not self._is_tower:
+                self._build_main_apply_op()
+                initialize_uninitialized(self.get_session())
+                self._refresh_optimizer_variables()
+
+    def _build_grads(self) -> None:
+        """``_grads_and_vars`` / ``_grads`` from ``self.gradients()``.
+
+        Pairs without a gradient are dropped. Gradients are clipped by
+        ``config["grad_clip"]`` (global norm, per loss), except in towers, whose
+        stack clips the averaged gradient instead.
+        """
+        clip = None if self._is_tower else self.config.get("grad_clip")
+        if self.config["_tf_policy_handles_more_than_one_loss"]:
+            groups = self.gradients(self._optimizers, self._losses)
+            grads_and_vars: Any = [clip_by_global_norm([(g, v) for g, v in grp if g is not None],
+                                                       clip) for grp in groups]
+            grads: Any = [[g for g, _ in grp] for grp in grads_and_vars]
+        else:
+            pairs = self.gradients(self._optimizer, self._loss)
+            grads_and_vars = clip_by_global_norm([(g, v) for g, v in pairs if g is not None], clip)
+            grads = [g for g, _ in grads_and_vars]
+        self._grads_and_vars, self._grads = grads_and_vars, grads
+
+    def _build_main_apply_op(self) -> None:
+        """The single-device apply op, run after the update ops (e.g. batch norm).
+
+        RLlib 1.11 builds it only on a single device; here it is built for every
+        device layout, so ``learn_on_batch`` also works with several towers.
+        """
+        if not self._update_ops:
+            self._update_ops = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS,
+                                                  scope=tf1.get_variable_scope().name)
+        multi = self.config["_tf_policy_handles_more_than_one_loss"]
+        self._apply_op = build_after(self._update_ops, lambda: self.build_apply_op(
+            optimizer=self._optimizers if multi else self._optimizer,
+            grads_and_vars=self._grads_and_vars))
+
+    def _refresh_optimizer_variables(self) -> None:
+        """(Re)collects all optimizers' variables (e.g. Adam slots) for get/set_state."""
+        with self.graph.as_default():
+            opt_vars = [v for o in self._optimizers if hasattr(o, "variables")
+                        for v in o.variables()]
+            self._optimizer_variables = TFVariables(opt_vars, self.get_session())
 
     # ------------------------------------------------------------------ small accessors
 
-    def get_placeholder(self, name: str) -> "tf1.placeholder":
+    @property
+    def loss_graph(self) -> LossGraph:
+        """The loss graph (inputs, losses, gradients, apply op, optimizers); an rlpolicy
+        addition (read by ``TFMultiGPUTowerStack``)."""
+        return self._loss_graph
+
+    def get_placeholder(self, name: str) -> Any:
         """Returns the action or loss input placeholder of column ``name``.
 
         Raises:
             ValueError: For a loss input before the loss was initialized.
             KeyError: If no loss input is called ``name``.
         """
-        return tf_setup.placeholder_of(self, name)
+        acting = {SampleBatch.OBS: self._acting.obs,
+                  SampleBatch.PREV_ACTIONS: self._acting.prev_action,
+                  SampleBatch.PREV_REWARDS: self._acting.prev_reward}
+        if name in acting:
+            return acting[name]
+        inputs = self._loss_graph.loss_input_dict
+        if not inputs:
+            raise ValueError("You need to populate `self._loss_input_dict` before "
+                             "`get_placeholder()` can be called")
+        if name not in inputs:
+            raise KeyError(f"get_placeholder: no loss input {name!r}; loss inputs are "
+                           f"{sorted(inputs)}")
+        return inputs[name]
 
-    def get_session(self) -> "tf1.Session":
+    def get_session(self) -> Any:
         """The policy's ``tf1.Session``."""
         return self._sess
 
     def loss_initialized(self) -> bool:
         """Whether the loss (and with it gradients and optimizers) was built."""
-        return len(self._losses) > 0
+        return len(self._loss_graph.losses) > 0
 
     def variables(self) -> List[Any]:
         """All variables of the model (the graph's trainable ones without a model)."""
-        if tf_setup.is_keras_model(self.model):
+        if is_keras_model(self.model):
             return list(self.model.variables)
         if self.model is not None:
             return self.model.variables()
@@ -205,106 +391,169 @@ class TFPolicy(Policy):
 
     # ------------------------------------------------------------------ acting
 
-    @locked
-    @override(Policy)
-    def compute_actions(self, obs_batch: Any, state_batches: Optional[List[Any]] = None,
-                        prev_action_batch: Any = None, prev_reward_batch: Any = None,
-                        info_batch: Optional[Dict[str, list]] = None,
-                        episodes: Optional[List[Any]] = None, explore: Optional[bool] = None,
-                        timestep: Optional[int] = None,
-                        **kwargs) -> Tuple[Any, List[Any], Dict[str, Any]]:
-        # (A wrong number of state batches is reported by the feed, naming the placeholders.)
-        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
-        input_checks.check_obs(self, obs_batch, "compute_actions")
-        input_checks.check_state_batches(self, state_batches, "compute_actions")
-        input_checks.check_prev_inputs(
-            self, [c for c, v in (("prev_actions", prev_action_batch), ("prev_rewards", prev_reward_batch))
-                   if v is not None], "compute_actions")
-        input_dict = {SampleBatch.OBS: obs_batch, "is_training": False}
-        for i, s in enumerate(state_batches or []):
-            input_dict[f"state_in_{i}"] = s
-        if prev_action_batch is not None:
-            input_dict[SampleBatch.PREV_ACTIONS] = prev_action_batch
-        if prev_reward_batch is not None:
-            input_dict[SampleBatch.PREV_REWARDS] = prev_reward_batch
-        return tf_run.run_compute_actions(self, "compute_actions", input_dict, explore, timestep,
-                                          rows=tf_feeds.batch_length(obs_batch))
+    # compute_actions / compute_actions_from_input_dict / compute_log_likelihoods:
+    # TrainingTemplate (lock, flattening, checks, explore/timestep), then these steps.
 
-    @locked
-    @override(Policy)
-    def compute_actions_from_input_dict(self, input_dict: Union[SampleBatch, Dict[str, Any]],
-                                        explore: Optional[bool] = None,
-                                        timestep: Optional[int] = None,
-                                        episodes: Optional[List[Any]] = None,
-                                        **kwargs) -> Tuple[Any, List[Any], Dict[str, Any]]:
-        input_dict = obs_prep.flatten_input_dict(self, input_dict)
-        input_checks.check_acting_input_dict(self, input_dict, "compute_actions_from_input_dict")
-        input_dict["is_training"] = False
+    def _compute_actions_step(self, input_dict: Any, state_batches: List[Any], explore: Any,
+                              timestep: Any, episodes: Optional[List[Any]]
+                              ) -> Tuple[Any, List[Any], Dict[str, Any]]:
+        # (A wrong number of state batches is reported by the feed, naming the placeholders.)
         obs_batch = input_dict[SampleBatch.OBS]
         rows = (len(input_dict) if isinstance(input_dict, SampleBatch)
-                and not isinstance(obs_batch, list) else tf_feeds.batch_length(obs_batch))
-        return tf_run.run_compute_actions(self, "compute_actions_from_input_dict", input_dict,
-                                          explore, timestep, rows=rows)
+                and not isinstance(obs_batch, list) else batch_length(obs_batch))
+        return self._run_compute_actions("compute_actions", input_dict, explore, timestep,
+                                         rows=rows)
 
-    @locked
-    @override(Policy)
-    def compute_log_likelihoods(self, actions: Any, obs_batch: Any,
-                                state_batches: Optional[List[Any]] = None,
-                                prev_action_batch: Any = None, prev_reward_batch: Any = None,
-                                actions_normalized: bool = True) -> np.ndarray:
+    def _run_compute_actions(self, name: str, input_dict: Any, explore: Optional[bool],
+                             timestep: Optional[int],
+                             rows: int) -> Tuple[Any, List[Any], Dict[str, Any]]:
+        """One acting ``session.run`` for ``input_dict``; advances the global timestep by
+        ``rows``. Returns ``(actions, state_outs, extra_fetches)``."""
+        explore = explore if explore is not None else self.config["explore"]
+        timestep = timestep if timestep is not None else self.global_timestep
+        builder = TFRunBuilder(self.get_session(), name)
+        to_fetch = self._build_compute_actions(builder, input_dict=input_dict, explore=explore,
+                                               timestep=timestep)
+        fetched = builder.get(to_fetch)
+        self.global_timestep += rows
+        return fetched
+
+    def _build_compute_actions(self, builder: TFRunBuilder, *, input_dict: Any = None,
+                               obs_batch: Any = None, state_batches: Any = None,
+                               prev_action_batch: Any = None, prev_reward_batch: Any = None,
+                               episodes: Any = None, explore: Optional[bool] = None,
+                               timestep: Optional[int] = None) -> Tuple[Any, List[int], int]:
+        """Adds the action fetches (sampled actions, state outs, extra fetches) and feeds."""
+        explore = explore if explore is not None else self.config["explore"]
+        timestep = timestep if timestep is not None else self.global_timestep
+        if self.exploration is not None:
+            self.exploration.before_compute_actions(timestep=timestep, explore=explore,
+                                                    tf_sess=self.get_session())
+        acting = self._acting
+        to_fetch = [acting.sampled_action] + acting.state_outputs + \
+            [self.extra_compute_action_fetches()]
+        builder.add_feed_dict(self.extra_compute_action_feed_dict())
+        builder.add_feed_dict(self._action_feed_dict(input_dict, to_fetch))
+        builder.add_feed_dict(acting.flags_feed(explore, timestep))
+        fetches = builder.add_fetches(to_fetch)
+        return fetches[0], fetches[1:-1], fetches[-1]
+
+    def _action_feed_dict(self, input_dict: Any, fetches: List[Any]) -> Dict[Any, Any]:
+        """The acting feed of ``input_dict`` for ``fetches``.
+
+        A DynamicTFPolicy (which has the placeholder input dict ``_input_dict``)
+        feeds every column whose placeholder the fetches depend on (found once
+        per set of fetches); a hand-built TFPolicy feeds its acting placeholders.
+        """
+        placeholders = getattr(self, "_input_dict", None)
+        if placeholders is None:
+            return self._acting.feed(input_dict)
+        roots = [f for f in tree.flatten(fetches) if f is not None]
+        key = tuple(id(r) for r in roots)
+        cached = self._action_feed_keys
+        if cached is None or cached[0] != key:
+            cached = self._action_feed_keys = (key, columns_needed_by(placeholders, roots))
+        return self._acting.feed(input_dict, placeholders, cached[1])
+
+    def _log_likelihoods_step(self, actions: Any, obs_batch: Any,
+                              state_batches: Optional[List[Any]], prev_action_batch: Any,
+                              prev_reward_batch: Any, actions_normalized: bool) -> np.ndarray:
         if self._log_likelihood is None:
             raise ValueError("Cannot compute log-prob/likelihood w/o a self._log_likelihood op!")
         if self.exploration is not None:
             self.exploration.before_compute_actions(explore=False, tf_sess=self.get_session())
         builder = TFRunBuilder(self.get_session(), "compute_log_likelihoods")
-        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         if actions_normalized is False and self.config["normalize_actions"]:
             actions = normalize_action(actions, self.action_space_struct)
-        builder.add_feed_dict(tf_feeds.log_likelihood_feed(
-            self, actions, obs_batch, state_batches, prev_action_batch, prev_reward_batch))
+        builder.add_feed_dict(self._acting.log_likelihood_feed(
+            actions, obs_batch, state_batches, prev_action_batch, prev_reward_batch))
         fetches = builder.add_fetches([self._log_likelihood])
         return builder.get(fetches)[0]
 
     # ------------------------------------------------------------------ learning
 
-    @locked
-    @override(Policy)
-    def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
-        self._check_loss_initialized("learn_on_batch")
-        postprocessed_batch = obs_prep.flatten_input_dict(self, postprocessed_batch)
-        input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
-        postprocessed_batch.set_training(True)
-        builder = TFRunBuilder(self.get_session(), "learn_on_batch")
-        learn_stats: Dict[str, Any] = {}
-        self._run_learn_callback(postprocessed_batch, learn_stats)
-        fetches = self._build_learn_on_batch(builder, postprocessed_batch)
-        stats = builder.get(fetches)
-        stats.update({"custom_metrics": learn_stats})
-        return stats
+    # learn_on_batch: TrainingTemplate (lock, _train_batch, learn callback), then this step.
 
-    @locked
+    def _learn_step(self, batch: SampleBatch) -> Dict[str, Any]:
+        builder = TFRunBuilder(self.get_session(), "learn_on_batch")
+        fetches = self._build_learn_on_batch(builder, batch)
+        return builder.get(fetches)
+
+    @with_lock
     @override(Policy)
     def compute_gradients(self, postprocessed_batch: SampleBatch
                           ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
-        self._check_loss_initialized("compute_gradients")
+        self._check_can_learn("compute_gradients")
         postprocessed_batch = obs_prep.flatten_input_dict(self, postprocessed_batch)
         postprocessed_batch.set_training(True)
         builder = TFRunBuilder(self.get_session(), "compute_gradients")
         fetches = self._build_compute_gradients(builder, postprocessed_batch)
         return builder.get(fetches)
 
-    @locked
+    @with_lock
     @override(Policy)
     def apply_gradients(self, gradients: ModelGradients) -> None:
-        self._check_loss_initialized("apply_gradients")
+        self._check_can_learn("apply_gradients")
         builder = TFRunBuilder(self.get_session(), "apply_gradients")
         fetches = self._build_apply_gradients(builder, gradients)
         builder.get(fetches)
 
-    def _check_loss_initialized(self, what: str) -> None:
+    def _check_can_learn(self, what: str) -> None:
         if not self.loss_initialized():
             raise ValueError(f"{type(self).__name__}.{what}: the policy has no loss; pass `loss` "
                              "and `loss_inputs` to TFPolicy.__init__ (or use DynamicTFPolicy)")
+
+    def _build_grad_step(self, builder: TFRunBuilder, batch: SampleBatch,
+                         first_fetch: Any) -> List[Any]:
+        """Feeds ``batch`` into the loss; fetches ``[first_fetch, grad-and-stats fetches]``."""
+        builder.add_feed_dict(self.extra_compute_grad_feed_dict())
+        builder.add_feed_dict(self._get_loss_inputs_dict(batch, shuffle=False))
+        return builder.add_fetches([first_fetch, self._get_grad_and_stats_fetches()])
+
+    def _build_compute_gradients(self, builder: TFRunBuilder,
+                                 postprocessed_batch: SampleBatch) -> Tuple[int, int]:
+        fetches = self._build_grad_step(builder, postprocessed_batch, self._loss_graph.grads)
+        return fetches[0], fetches[1]
+
+    def _build_apply_gradients(self, builder: TFRunBuilder, gradients: ModelGradients) -> int:
+        """Feeds ``gradients`` into the gradient tensors and fetches the apply op.
+
+        Raises:
+            ValueError: If ``gradients`` does not have one value per gradient tensor.
+        """
+        multi = self.config["_tf_policy_handles_more_than_one_loss"]
+        targets = flatten_grad_groups(self._loss_graph.grads, multi)
+        values = flatten_grad_groups(gradients, multi)
+        if len(values) != len(targets):
+            raise ValueError(f"apply_gradients got {len(values)} gradients for the "
+                             f"{len(targets)} gradient tensors of this policy; pass what "
+                             "compute_gradients returned")
+        builder.add_feed_dict({self._acting.is_training: True})
+        builder.add_feed_dict(dict(zip(targets, values)))
+        return builder.add_fetches([self._loss_graph.apply_op])[0]
+
+    def _build_learn_on_batch(self, builder: TFRunBuilder,
+                              postprocessed_batch: SampleBatch) -> int:
+        return self._build_grad_step(builder, postprocessed_batch, self._loss_graph.apply_op)[1]
+
+    def _get_grad_and_stats_fetches(self) -> Dict[str, Any]:
+        """``extra_compute_grad_fetches()`` with the stats fetches merged into its
+        learner stats.
+
+        Raises:
+            ValueError: If the extra fetches have no learner-stats entry.
+        """
+        return with_stats(self.extra_compute_grad_fetches(), self._stats_fetches)
+
+    def _get_loss_inputs_dict(self, train_batch: SampleBatch, shuffle: bool) -> Dict[Any, Any]:
+        """Pads ``train_batch`` (RNNs, divisibility) and maps loss placeholders to its columns."""
+        if not isinstance(train_batch, SampleBatch):
+            train_batch = SampleBatch(train_batch)
+        if not train_batch.zero_padded:
+            self._pad_for_loss(train_batch, shuffle)
+        train_batch.set_training(True)
+        return self._loss_graph.feed(train_batch)
+
 
     # ------------------------------------------------------------------ multi-tower buffers
 
@@ -314,35 +563,21 @@ class TFPolicy(Policy):
         # step, a single GPU behaves the same way.
         return len(self.devices) == 1
 
-    @override(Policy)
-    def load_batch_into_buffer(self, batch: SampleBatch, buffer_index: int = 0) -> int:
-        self._tower_buffers.check_index(buffer_index)
-        batch = obs_prep.flatten_input_dict(self, batch)
-        batch.set_training(True)
+    # load_batch_into_buffer / learn_on_loaded_batch: TrainingTemplate, then these steps.
+
+    def _device_slices(self, batch: SampleBatch) -> List[Any]:
         if self._single_device:
             # RLlib 1.11: one device keeps the batch as is; learn_on_batch pads each slice.
-            return self._tower_buffers.store(buffer_index, [batch])
+            return [batch]
         if not self.multi_gpu_tower_stacks:
             raise ValueError(f"{type(self).__name__} runs on {self.devices} but has no multi-GPU "
                              "tower stack; implement copy() (DynamicTFPolicy does) or use num_gpus=0")
-        from rlpolicy._core.tower_buffers import split_batch_for_devices
+        return split_batch_for_devices(batch, len(self.devices), self._pad_for_loss)
 
-        slices = split_batch_for_devices(batch, len(self.devices), self._pad_for_loss)
-        return self._tower_buffers.store(buffer_index, slices)
-
-    @override(Policy)
-    def get_num_samples_loaded_into_buffer(self, buffer_index: int = 0) -> int:
-        return self._tower_buffers.num_loaded(buffer_index)
-
-    @locked
-    @override(Policy)
-    def learn_on_loaded_batch(self, offset: int = 0, buffer_index: int = 0) -> Dict[str, Any]:
-        size = device_minibatch_size(self.config, len(self.devices))
-        device_batches = self._tower_buffers.minibatches(buffer_index, offset, size)
+    def _learn_on_device_batches(self, batches: List[Any], buffer_index: int) -> Dict[str, Any]:
         if self._single_device:
-            return self.learn_on_batch(device_batches[0])
-        return self.multi_gpu_tower_stacks[buffer_index].optimize(self.get_session(),
-                                                                  device_batches)
+            return self.learn_on_batch(batches[0])
+        return self.multi_gpu_tower_stacks[buffer_index].optimize(self.get_session(), batches)
 
     def _pad_for_loss(self, batch: SampleBatch, shuffle: bool = False) -> None:
         """Zero-pads ``batch`` in place (RNN sequences, batch divisibility)."""
@@ -365,12 +600,12 @@ class TFPolicy(Policy):
             self._variables = TFVariables(self.variables(), self.get_session())
         return self._variables
 
-    @locked
+    @with_lock
     @override(Policy)
     def get_weights(self) -> Dict[str, np.ndarray]:
         return self._weights_holder().get_weights()
 
-    @locked
+    @with_lock
     @override(Policy)
     def set_weights(self, weights: Dict[str, np.ndarray]) -> None:
         """Assigns a ``get_weights`` dict (or a list, one value per variable).
@@ -381,33 +616,34 @@ class TFPolicy(Policy):
                 nothing is assigned then.
         """
         holder = self._weights_holder()
-        check_weights_dict(holder, weights)
+        holder.check_complete(weights)
         holder.set_weights(weights)
 
-    @locked
-    @override(Policy)
-    def get_state(self) -> Dict[str, Any]:
-        state = super().get_state()
-        if self._optimizer_variables is not None and self._optimizer_variables.variables:
-            state["_optimizer_variables"] = self._optimizer_variables.get_flat_values()
-        if self.exploration is not None:
-            state["_exploration_state"] = self.exploration.get_state(self.get_session())
-        return state
+    # get_state / set_state: TrainingTemplate, then these steps.
 
-    @locked
-    @override(Policy)
-    def set_state(self, state: dict) -> None:
-        optimizer_vars = state.get("_optimizer_variables", None)
-        if optimizer_vars is not None and self._optimizer_variables is None:
+    def _optimizer_state(self) -> Optional[List[np.ndarray]]:
+        holder = self._optimizer_variables
+        if holder is None or not holder.variables:
+            return None
+        return holder.get_flat_values()
+
+    def _check_optimizer_state(self, values: Any) -> Optional[List[Any]]:
+        if values is None:
+            return None
+        if self._optimizer_variables is None:
             raise ValueError("state['_optimizer_variables'] is given but this policy has no "
                              "optimizer variables (its loss is not initialized)")
-        # Weights first: set_weights checks keys and shapes before assigning,
-        # so a state with bad weights changes nothing.
-        super().set_state(state)
-        if optimizer_vars is not None:
-            self._optimizer_variables.set_weights(optimizer_vars)
-        if self.exploration is not None and "_exploration_state" in state:
-            self.exploration.set_state(state=state["_exploration_state"], sess=self.get_session())
+        values = list(values)
+        self._optimizer_variables.check_values(values)
+        return values
+
+    def _set_optimizer_state(self, checked: List[Any]) -> None:
+        if self._optimizer_variables is not None:
+            self._optimizer_variables.set_weights(checked)
+
+    def _set_exploration_state(self, exploration_state: Any) -> None:
+        if self.exploration is not None:
+            self.exploration.set_state(state=exploration_state, sess=self.get_session())
 
     @override(Policy)
     def is_recurrent(self) -> bool:
@@ -469,7 +705,7 @@ class TFPolicy(Policy):
             return self.model.import_from_h5(import_file)
 
     @DeveloperAPI
-    def copy(self, existing_inputs: List[Tuple[str, "tf1.placeholder"]]) -> "TFPolicy":
+    def copy(self, existing_inputs: List[Tuple[str, Any]]) -> "TFPolicy":
         """Creates a copy of self reading from ``existing_inputs`` (for multi-GPU towers).
 
         Not implemented by the base class (DynamicTFPolicy implements it).
@@ -486,12 +722,13 @@ class TFPolicy(Policy):
     @DeveloperAPI
     def extra_compute_action_fetches(self) -> Dict[str, TensorType]:
         """Extra values fetched by compute_actions: action prob/logp and dist inputs."""
+        acting = self._acting
         extra_fetches = {}
-        if self._sampled_action_logp is not None:
-            extra_fetches[SampleBatch.ACTION_PROB] = self._sampled_action_prob
-            extra_fetches[SampleBatch.ACTION_LOGP] = self._sampled_action_logp
-        if self._dist_inputs is not None:
-            extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = self._dist_inputs
+        if acting.sampled_action_logp is not None:
+            extra_fetches[SampleBatch.ACTION_PROB] = acting.sampled_action_prob
+            extra_fetches[SampleBatch.ACTION_LOGP] = acting.sampled_action_logp
+        if acting.dist_inputs is not None:
+            extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = acting.dist_inputs
         return extra_fetches
 
     @DeveloperAPI
@@ -505,7 +742,7 @@ class TFPolicy(Policy):
         return {LEARNER_STATS_KEY: {}}
 
     @DeveloperAPI
-    def optimizer(self) -> "tf.keras.optimizers.Optimizer":
+    def optimizer(self) -> Any:
         """The optimizer: ``tf1.train.AdamOptimizer`` at ``config["lr"]``."""
         if hasattr(self, "config") and "lr" in self.config:
             return tf1.train.AdamOptimizer(learning_rate=read_checked(self.config, "lr"))
@@ -527,7 +764,7 @@ class TFPolicy(Policy):
     @DeveloperAPI
     def build_apply_op(self, optimizer: Union[LocalOptimizer, List[LocalOptimizer]],
                        grads_and_vars: Union[ModelGradients, List[ModelGradients]]
-                       ) -> "tf.Operation":
+                       ) -> Any:
         """The op applying ``grads_and_vars`` with the optimizer(s) (one group per
         optimizer with ``_tf_policy_handles_more_than_one_loss``)."""
         optimizers = force_list(optimizer)
@@ -537,58 +774,12 @@ class TFPolicy(Policy):
                              for i, optim in enumerate(optimizers)])
         return optimizers[0].apply_gradients(grads_and_vars, global_step=step)
 
-    # ------------------------------------------------------------------ graph building
-
-    def _get_is_training_placeholder(self) -> TensorType:
-        if getattr(self, "_is_training", None) is None:
-            with self.graph.as_default():
-                self._is_training = tf1.placeholder_with_default(False, (), name="is_training")
-        return self._is_training
-
-    def _initialize_loss(self, losses: List[TensorType],
-                         loss_inputs: List[Tuple[str, TensorType]]) -> None:
-        """Builds loss inputs, optimizers, gradients, the apply op and optimizer state."""
-        with self.graph.as_default():
-            tf_setup.initialize_loss(self, losses, loss_inputs)
-
-    def _refresh_optimizer_variables(self) -> None:
-        """(Re)collects all optimizers' variables (e.g. Adam slots) for get/set_state."""
-        with self.graph.as_default():
-            opt_vars = [v for o in self._optimizers if hasattr(o, "variables")
-                        for v in o.variables()]
-            self._optimizer_variables = TFVariables(opt_vars, self.get_session())
-
-    def _build_compute_actions(self, builder: TFRunBuilder, *, input_dict: Any = None,
-                               obs_batch: Any = None, state_batches: Any = None,
-                               prev_action_batch: Any = None, prev_reward_batch: Any = None,
-                               episodes: Any = None, explore: Optional[bool] = None,
-                               timestep: Optional[int] = None) -> Tuple[Any, List[int], int]:
-        explore = explore if explore is not None else self.config["explore"]
-        timestep = timestep if timestep is not None else self.global_timestep
-        return tf_run.build_compute_actions(self, builder, input_dict, explore, timestep)
-
-    def _build_compute_gradients(self, builder: TFRunBuilder,
-                                 postprocessed_batch: SampleBatch) -> Tuple[int, int]:
-        fetches = tf_run.build_grad_step(self, builder, postprocessed_batch, self._grads)
-        return fetches[0], fetches[1]
-
-    def _build_apply_gradients(self, builder: TFRunBuilder, gradients: ModelGradients) -> int:
-        return tf_run.build_apply_gradients(self, builder, gradients)
-
-    def _build_learn_on_batch(self, builder: TFRunBuilder,
-                              postprocessed_batch: SampleBatch) -> int:
-        return tf_run.build_grad_step(self, builder, postprocessed_batch, self._apply_op)[1]
-
-    def _get_grad_and_stats_fetches(self) -> Dict[str, Any]:
-        return tf_run.grad_and_stats_fetches(self)
-
-    def _get_loss_inputs_dict(self, train_batch: SampleBatch, shuffle: bool) -> Dict[Any, Any]:
-        """Pads ``train_batch`` (RNNs, divisibility) and maps loss placeholders to its columns."""
-        return tf_run.loss_inputs_feed(self, train_batch, shuffle)
+    # ------------------------------------------------------------------ export signature
 
     def _build_signature_def(self) -> Dict[str, Any]:
         """The "serving_default" signature: observations (+ RNN/prev inputs) -> actions."""
-        return tf_export.build_signature_def_map(*tf_feeds.signature_tensors(self))
+        return tf_export.build_signature_def_map(*self._acting.signature(
+            self._extra_input_signature_def(), self._extra_output_signature_def()))
 
     def _extra_input_signature_def(self) -> Dict[str, Any]:
         return {k.name: k for k in self.extra_compute_action_feed_dict().keys()}
@@ -604,7 +795,7 @@ from rlpolicy.policy.tf_mixins import EntropyCoeffSchedule, LearningRateSchedule
 # them from here); resolved on first access, see rlpolicy/utils/_lazy.py.
 from rlpolicy.utils._lazy import lazy_module_attrs  # noqa: E402
 
-_RLLIB_1_11_NAMES = {
+_RLLIB_1_11_NAMES: Dict[str, Any] = {
     "Deprecated": "rlpolicy.utils.deprecation:Deprecated",
     "deprecation_warning": "rlpolicy.utils.deprecation:deprecation_warning",
     "get_variable": "rlpolicy.utils.framework:get_variable",

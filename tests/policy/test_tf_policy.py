@@ -312,28 +312,22 @@ def test_import_model_from_h5(policy, tmp_path):
         np.testing.assert_allclose(target.get_weights()[k], v, err_msg=k)
 
 
-def _device_stub(**config):
-    from rlpolicy._core.config import complete_config
-
-    return type("Stub", (), {"config": complete_config(config)})()
-
-
 def test_devices_are_cpu_per_fake_gpu_and_gpu_per_real_one(monkeypatch):
-    import rlpolicy.policy.tf_policy as module
-    from rlpolicy._core import tf_setup
+    from rlpolicy._core.config import complete_config
+    from rlpolicy.policy._tf import graph
 
-    plan = TFPolicy._plan_tf_devices
-    monkeypatch.setattr(module, "get_gpu_devices", lambda: [])
-    assert plan(_device_stub(num_gpus=0)) == ["/cpu:0"]
-    assert plan(_device_stub(num_gpus=2)) == ["/cpu:0", "/cpu:0"]  # no GPU visible
-    monkeypatch.setattr(module, "get_gpu_devices",
-                        lambda: ["/physical_device:GPU:0", "/physical_device:GPU:1"])
-    assert plan(_device_stub(num_gpus=3, _fake_gpus=True)) == ["/cpu:0"] * 3
-    assert plan(_device_stub(num_gpus=2)) == ["/gpu:0", "/gpu:1"]
-    assert plan(_device_stub(num_gpus=0.5)) == ["/gpu:0"]
-    monkeypatch.setattr(tf_setup, "detect_ray_context", lambda: ("worker", []))
+    def plan(gpus, **config):
+        return graph.plan_tf_devices(complete_config(config), gpus)
+
+    two = ["/physical_device:GPU:0", "/physical_device:GPU:1"]
+    assert plan([], num_gpus=0) == ["/cpu:0"]
+    assert plan([], num_gpus=2) == ["/cpu:0", "/cpu:0"]  # no GPU visible
+    assert plan(two, num_gpus=3, _fake_gpus=True) == ["/cpu:0"] * 3
+    assert plan(two, num_gpus=2) == ["/gpu:0", "/gpu:1"]
+    assert plan(two, num_gpus=0.5) == ["/gpu:0"]
+    monkeypatch.setattr(graph, "detect_ray_context", lambda: ("worker", []))
     with pytest.raises(ValueError, match="TFPolicy was not able to find enough GPU IDs"):
-        plan(_device_stub(num_gpus=1))
+        plan(two, num_gpus=1)
 
 
 def test_onnx_export_of_image_policy_takes_nchw_inputs(tmp_path):

@@ -6,7 +6,7 @@ for ``TFPolicy``: it builds one feed placeholder and one assign op per variable
 ``set_weights`` calls add nothing to the graph. ``initialize_uninitialized``
 initializes only the variables of a graph that have no value yet.
 
-tensorflow is imported lazily (``_core`` never imports it at module level).
+tensorflow is imported lazily, on first use.
 """
 from __future__ import annotations
 
@@ -109,6 +109,47 @@ class TFVariables:
         if feed:
             self.sess.run([self.assignment_nodes[k] for k, _ in pairs], feed_dict=feed)
 
+    def check_values(self, values: Sequence[Any]) -> None:
+        """Rejects a list of values (in variable order) of the wrong length or shapes.
+
+        Raises:
+            ValueError: Naming the count or the variable and shapes.
+        """
+        if len(values) != len(self._vars):
+            raise ValueError(f"got {len(values)} values for {len(self._vars)} variables "
+                             f"{list(self._vars)[:5]}...; pass one value per variable")
+        for (key, var), value in zip(self._vars.items(), values):
+            expected = tuple(var.get_shape().as_list())
+            if tuple(np.shape(value)) != expected:
+                raise ValueError(f"{key!r} has shape {tuple(np.shape(value))}, the variable's "
+                                 f"is {expected}; nothing was assigned")
+
+    def check_complete(self, weights: Any) -> None:
+        """Rejects a ``set_weights`` dict whose keys or shapes do not match these variables.
+
+        A dict sharing no key with the variables (or a list) is left to
+        ``set_weights`` (which reads it as values in variable order); RLlib
+        1.11 silently assigns the matching subset of a partial dict,
+        rlpolicy assigns nothing.
+
+        Raises:
+            ValueError: Naming the bad key and shapes, or the missing and
+                unknown keys.
+        """
+        known = self._vars
+        if not isinstance(weights, dict) or (weights and not any(k in known for k in weights)):
+            return
+        for key in (k for k in weights if k in known):  # shapes first
+            expected = tuple(known[key].get_shape().as_list())
+            if tuple(np.shape(weights[key])) != expected:
+                raise ValueError(f"set_weights: {key!r} has shape {tuple(np.shape(weights[key]))}, "
+                                 f"the variable's is {expected}; nothing was assigned")
+        missing = [k for k in known if k not in weights]
+        unknown = sorted(str(k) for k in weights if k not in known)
+        if missing or unknown:
+            raise ValueError(f"set_weights: weights do not match the model's variables; "
+                             f"missing keys {missing}, unknown keys {unknown}; nothing was assigned")
+
 
 def initialize_uninitialized(sess: Any) -> int:
     """Initializes the variables of ``sess.graph`` that have no value yet.
@@ -133,28 +174,3 @@ def initialize_uninitialized(sess: Any) -> int:
             # this session has already seen (TF warns, and will make that an error).
             sess.run([v.initializer for v in todo])
     return len(todo)
-
-
-def check_weights_dict(holder: "TFVariables", weights: Any) -> None:
-    """Rejects a ``set_weights`` dict whose keys or shapes do not match ``holder``.
-
-    A dict sharing no key with the variables is left to the holder (which
-    reads it as values in variable order); RLlib 1.11 silently assigns the
-    matching subset, rlpolicy assigns nothing.
-
-    Raises:
-        ValueError: Naming the bad key and shapes, or the missing and unknown keys.
-    """
-    known = holder._vars
-    if not isinstance(weights, dict) or (weights and not any(k in known for k in weights)):
-        return
-    for key in (k for k in weights if k in known):  # shapes first
-        expected = tuple(known[key].get_shape().as_list())
-        if tuple(np.shape(weights[key])) != expected:
-            raise ValueError(f"set_weights: {key!r} has shape {tuple(np.shape(weights[key]))}, "
-                             f"the variable's is {expected}; nothing was assigned")
-    missing = [k for k in known if k not in weights]
-    unknown = sorted(str(k) for k in weights if k not in known)
-    if missing or unknown:
-        raise ValueError(f"set_weights: weights do not match the model's variables; "
-                         f"missing keys {missing}, unknown keys {unknown}; nothing was assigned")

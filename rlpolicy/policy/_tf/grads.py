@@ -5,11 +5,11 @@ The only tower logic that is TF-specific: averaging the per-tower
 batch splitting and buffers are framework-neutral (``_core.devices``,
 ``_core.tower_buffers``).
 
-tensorflow is imported lazily (``_core`` never imports it at module level).
+tensorflow is imported lazily, on first use.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 GradsAndVars = List[Tuple[Any, Any]]
 
@@ -50,7 +50,7 @@ def average_tower_grads(tower_grads: Sequence[GradsAndVars]) -> GradsAndVars:
     tf = _tf()
     n = len(tower_grads)
     order: List[Any] = []
-    by_var = {}
+    by_var: Dict[Any, Tuple[Any, List[Any]]] = {}
     for grads_and_vars in tower_grads:
         for g, v in grads_and_vars:
             if g is None:

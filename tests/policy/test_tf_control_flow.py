@@ -1,4 +1,4 @@
-"""_core.tf_control_flow: pruning dead While loop variables of a frozen TF1 graph.
+"""policy._tf.control_flow: pruning dead While loop variables of a frozen TF1 graph.
 
 A Keras LSTM built in a TF1 graph carries gradient accumulators as extra loop
 variables. The invariant checked here: the pruned graph has fewer loop
@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from rlpolicy._core.tf_control_flow import (  # noqa: E402
+from rlpolicy.policy._tf.control_flow import (  # noqa: E402
     keep_functional_control_flow,
     prune_dead_loop_vars,
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Tuple
 
-from rlpolicy._core.tf_control_flow import keep_functional_control_flow, prune_dead_loop_vars
+from rlpolicy.policy._tf.control_flow import keep_functional_control_flow, prune_dead_loop_vars
 
 ONNX_FILE_NAME = "saved_model"  # RLlib 1.11 writes <export_dir>/saved_model.onnx
 
@@ -69,7 +69,7 @@ def _io_names(signature_def_map: Dict[str, Any]) -> Tuple[List[str], List[str]]:
 
 def freeze_serving_graph(sess: Any, outputs: List[str]) -> Any:
     """The part of ``sess.graph`` that computes ``outputs``, variables turned into
-    constants and its loops made convertible by tf2onnx (see ``_core.tf_control_flow``)."""
+    constants and its loops made convertible by tf2onnx (see ``policy._tf.control_flow``)."""
     tf1, _ = _tf()
     nodes = [n.split(":")[0] for n in outputs]
     with sess.graph.as_default():
