@@ -6,8 +6,10 @@ runs its model eagerly on tensors. ``build_tf_policy(...).as_eager()`` calls
 it with the graph class's own arguments.
 
 The built class is ``type(name + "_eager", (*mixins, EagerTFPolicy), ns)``
-with its recipe (``TFPolicyHooks``) in ``cls._hooks``. The steps live in
-``rlpolicy._core.eager_{acting,learning,tracing,variables,export}``.
+with its recipe (``TFPolicyHooks``) in ``cls._hooks``. Its acting and
+learning steps are methods here; the helpers they call take data and live in
+``rlpolicy.policy._eager`` (``acting``, ``learning``, ``tracing``,
+``variables``, ``export``, ``mode``).
 
 Tracing: with ``config["eager_tracing"]`` (or on a ``cls.with_tracing()``
 class) the compute-actions, learn, compute-gradients and apply-gradients
@@ -27,26 +29,26 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
 import gymnasium as gym
 import numpy as np
 import tree
 
-from rlpolicy._core import eager_acting as acting
-from rlpolicy._core import eager_learning as learning
-from rlpolicy._core import eager_tracing as tracing
-from rlpolicy._core import eager_variables as variables_lib
-from rlpolicy._core import input_checks, obs_prep
+from rlpolicy._core import obs_prep
+from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.config import read_checked
 from rlpolicy._core.devices import detect_ray_context, plan_devices
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.hooks import check_factory_args, updated_kwargs
+from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
-from rlpolicy._core.tf_eager_mode import make_methods_eager
 from rlpolicy._core.tf_hooks import TFPolicyHooks, resolve_deprecated_args
-from rlpolicy._core.tower_buffers import TowerBuffers, device_minibatch_size, split_batch_for_devices
+from rlpolicy._core.tower_buffers import split_batch_for_devices
+from rlpolicy.policy._eager import acting, learning, tracing
+from rlpolicy.policy._eager import variables as variables_lib
+from rlpolicy.policy._eager.mode import make_methods_eager
+from rlpolicy.policy._training_template import TrainingTemplate
 from rlpolicy.policy.policy import Policy, complete_policy_config
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -54,6 +56,8 @@ from rlpolicy.utils import force_list
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.deprecation import DEPRECATED_VALUE
 from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
+from rlpolicy.utils.spaces.space_utils import normalize_action
 from rlpolicy.utils.typing import ModelGradients, ModelWeights, TensorType, TrainerConfigDict
 
 tf1, tf, tfv = try_import_tf()
@@ -62,7 +66,7 @@ EAGER_FRAMEWORKS = ("tf2", "tfe")
 
 
 @DeveloperAPI
-class EagerTFPolicy(Policy):
+class EagerTFPolicy(TrainingTemplate, Policy):
     """Base class of every policy class that ``build_eager_tf_policy`` makes.
 
     Use ``isinstance(policy, EagerTFPolicy)`` to recognise eager TF policies.
@@ -70,6 +74,10 @@ class EagerTFPolicy(Policy):
     ``exploration``, ``view_requirements``, ``_optimizers`` (all optimizers),
     ``_optimizer`` (the first), ``_loss``, ``batch_divisibility_req`` and
     ``global_timestep`` (a Python int here, RLlib uses a tf.Variable).
+
+    The public acting, learning, buffer and state methods come from
+    ``TrainingTemplate`` (``policy/_training_template.py``); this class adds
+    the eager steps they call (``_compute_actions_step``, ``_learn_step``, ...).
     """
 
     _hooks: TFPolicyHooks = TFPolicyHooks(name="EagerTFPolicy")
@@ -119,7 +127,6 @@ class EagerTFPolicy(Policy):
     # ------------------------------------------------------------------ construction steps
 
     def _init_runtime_state(self) -> None:
-        self._lock = threading.RLock()
         self._is_training = False
         self._no_tracing = False
         self._loss_initialized = False
@@ -130,8 +137,7 @@ class EagerTFPolicy(Policy):
         plan = plan_devices(self.config, len(tf.config.list_physical_devices("GPU")),
                             ray_mode=ray_mode, ray_gpu_ids=ray_gpu_ids)
         self.devices = list(plan.devices)
-        self._buffers = TowerBuffers(self.config.get("num_multi_gpu_tower_stacks", 1),
-                                     len(self.devices))
+        self._init_tower_buffers(len(self.devices))
 
     def _build_model_and_dist(self) -> Tuple[Any, Optional[type]]:
         """``make_model`` or the catalog's default model; the catalog's dist class."""
@@ -162,7 +168,7 @@ class EagerTFPolicy(Policy):
         opts = force_list(opts)
         if getattr(self, "exploration", None) is not None:
             opts = self.exploration.get_exploration_optimizer(opts)
-        var_list = learning.trainable_variables(self)
+        var_list = learning.trainable_variables(self.model)
         for opt in opts:
             variables_lib.build_optimizer(opt, var_list)
         return list(opts)
@@ -200,65 +206,111 @@ class EagerTFPolicy(Policy):
 
     # ------------------------------------------------------------------ acting
 
-    @override(Policy)
-    def compute_actions_from_input_dict(
-            self, input_dict: Union[SampleBatch, Dict[str, TensorType]], explore: bool = None,
-            timestep: Optional[int] = None, episodes: Optional[List[Any]] = None,
-            **kwargs) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
-        input_dict = obs_prep.flatten_input_dict(self, input_dict)
-        input_checks.check_acting_input_dict(self, input_dict, "compute_actions")
-        with self._lock:
-            self._is_training = False
-            explore = self.config["explore"] if explore is None else explore
-            timestep = self.global_timestep if timestep is None else timestep
-            input_dict = self._lazy_tensor_dict(input_dict)
-            input_dict.set_training(False)
-            state_batches = [input_dict[k] for k in input_dict.keys() if k[:9] == "state_in_"]
-            self._state_in = state_batches
-            self._is_recurrent = state_batches != []
-            self.exploration.before_compute_actions(timestep=timestep, explore=explore, tf_sess=None)
-            out = self._run("compute_actions", self._compute_actions_helper, input_dict,
-                            state_batches, None if self._tracing_enabled() else episodes,
-                            tf.constant(bool(explore)), tf.constant(int(timestep), tf.int64))
-            out = tracing.to_numpy(out)
-            self.global_timestep += int(np.shape(tree.flatten(out[0])[0])[0])
-            return out
-
-    @override(Policy)
-    def compute_actions(self, obs_batch: Any, state_batches: Optional[List[TensorType]] = None,
-                        prev_action_batch: Any = None, prev_reward_batch: Any = None,
-                        info_batch: Optional[Dict[str, list]] = None,
-                        episodes: Optional[List[Any]] = None, explore: Optional[bool] = None,
-                        timestep: Optional[int] = None,
-                        **kwargs) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
-        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
-        input_dict = SampleBatch({SampleBatch.CUR_OBS: acting.as_array(obs_batch)}, _is_training=False)
-        for i, s in enumerate(state_batches or []):
-            input_dict[f"state_in_{i}"] = acting.as_array(s)
-        if prev_action_batch is not None:
-            input_dict[SampleBatch.PREV_ACTIONS] = acting.as_array(prev_action_batch)
-        if prev_reward_batch is not None:
-            input_dict[SampleBatch.PREV_REWARDS] = acting.as_array(prev_reward_batch)
-        if info_batch is not None:
-            input_dict[SampleBatch.INFOS] = info_batch
-        return self.compute_actions_from_input_dict(input_dict, explore=explore,
-                                                    timestep=timestep, episodes=episodes, **kwargs)
+    def _compute_actions_step(self, input_dict: Union[SampleBatch, Dict[str, TensorType]],
+                              state_batches: List[Any], explore: bool, timestep: int,
+                              episodes: Optional[List[Any]]
+                              ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        """Template step of ``compute_actions_from_input_dict``: runs
+        :meth:`_compute_actions_helper` (traced with ``eager_tracing``) on tensors,
+        advances ``global_timestep`` by the batch size; returns numpy structures."""
+        self._is_training = False
+        input_dict = self._lazy_tensor_dict(input_dict)
+        input_dict.set_training(False)
+        state_batches = [tracing.to_tensor(s) for s in state_batches]
+        self._state_in = state_batches
+        self._is_recurrent = state_batches != []
+        self.exploration.before_compute_actions(timestep=timestep, explore=explore, tf_sess=None)
+        out = self._run("compute_actions", self._compute_actions_helper, input_dict,
+                        state_batches, None if self._tracing_enabled() else episodes,
+                        tf.constant(bool(explore)), tf.constant(int(timestep), tf.int64))
+        out = tracing.to_numpy(out)
+        self.global_timestep += int(np.shape(tree.flatten(out[0])[0])[0])
+        return out
 
     def _compute_actions_helper(self, input_dict: Any, state_batches: List[Any], episodes: Any,
                                 explore: Any, timestep: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
-        """Forward pass, sampling and exploration (traced with ``eager_tracing``)."""
-        return acting.compute_actions_step(self, input_dict, state_batches, episodes, explore,
-                                           timestep)
+        """Forward pass, sampling and exploration on tensors (traced with ``eager_tracing``).
 
-    @override(Policy)
-    def compute_log_likelihoods(self, actions: Any, obs_batch: Any,
-                                state_batches: Optional[List[TensorType]] = None,
-                                prev_action_batch: Any = None, prev_reward_batch: Any = None,
-                                actions_normalized: bool = True) -> TensorType:
-        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
-        with self._lock:
-            return acting.log_likelihoods(self, actions, obs_batch, state_batches,
-                                          prev_action_batch, prev_reward_batch, actions_normalized)
+        Returns:
+            ``(actions, state_outs, extra_fetches)`` as tensors: the model's (or
+            ``action_sampler_fn``'s) outputs, RLlib's ``action_prob``,
+            ``action_logp``, ``action_dist_inputs`` and ``extra_action_out_fn``'s.
+        """
+        hooks = self._hooks
+        input_dict = acting.as_tensor_batch(input_dict, training=False)
+        obs = tree.flatten(input_dict[SampleBatch.OBS])[0]
+        seq_lens = tf.ones(tf.shape(obs)[0], dtype=tf.int32) if state_batches else None
+        extra_fetches: Dict[str, Any] = {}
+        with tf.variable_creator_scope(tracing.disallow_variable_creation):
+            if hooks.action_sampler_fn is not None:
+                outs = hooks.action_sampler_fn(self, self.model, input_dict[SampleBatch.OBS],
+                                               explore=explore, timestep=timestep,
+                                               episodes=episodes)
+                if len(outs) == 4:
+                    actions, logp, dist_inputs, state_out = outs
+                else:
+                    (actions, logp), dist_inputs, state_out = outs, None, []
+            else:
+                dist_inputs, state_out, extra_fetches = self._dist_inputs(
+                    input_dict, state_batches, seq_lens, explore, timestep)
+                action_dist = self.dist_class(dist_inputs, self.model)
+                actions, logp = self.exploration.get_exploration_action(
+                    action_distribution=action_dist, timestep=timestep, explore=explore)
+        extra_fetches.update(acting.action_extras(logp, dist_inputs))
+        if hooks.extra_action_out_fn is not None:
+            extra_fetches.update(hooks.extra_action_out_fn(self))
+        return actions, list(state_out), extra_fetches
+
+    def _dist_inputs(self, input_dict: Any, state_batches: List[Any], seq_lens: Any,
+                     explore: Any, timestep: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
+        """Distribution inputs, state outs and extra fetches of one forward pass.
+
+        With an ``action_distribution_fn`` its returned dist class becomes
+        ``self.dist_class`` (RLlib 1.11); a Keras model returns extra fetches.
+        """
+        fn = self._hooks.action_distribution_fn
+        if fn is None:
+            return acting.model_forward(self.model, input_dict, state_batches, seq_lens)
+        # RLlib's newer or older signature, whichever ``fn`` has (``_core.action_dist_fn``).
+        dist_inputs, self.dist_class, state_out = resolve_action_distribution_fn(fn)(
+            self, self.model, input_dict, state_batches=state_batches, seq_lens=seq_lens,
+            explore=explore, timestep=timestep, is_training=False)
+        return dist_inputs, state_out, {}
+
+    def _log_likelihoods_step(self, actions: Any, obs_batch: Any,
+                              state_batches: Optional[List[TensorType]],
+                              prev_action_batch: Any, prev_reward_batch: Any,
+                              actions_normalized: bool) -> TensorType:
+        """Template step of ``compute_log_likelihoods`` (``obs_batch`` is flat).
+
+        Raises:
+            ValueError: With an ``action_sampler_fn`` but no ``action_distribution_fn``.
+        """
+        hooks = self._hooks
+        if hooks.action_sampler_fn is not None and hooks.action_distribution_fn is None:
+            raise ValueError("Cannot compute log-prob/likelihood w/o an "
+                             "`action_distribution_fn` and a provided `action_sampler_fn`!")
+        batch = SampleBatch({SampleBatch.OBS: acting.as_array(obs_batch)}, _is_training=False)
+        if prev_action_batch is not None:
+            batch[SampleBatch.PREV_ACTIONS] = acting.as_array(prev_action_batch)
+        if prev_reward_batch is not None:
+            batch[SampleBatch.PREV_REWARDS] = acting.as_array(prev_reward_batch)
+        batch = self._lazy_tensor_dict(batch)
+        states = [tracing.to_tensor(acting.as_array(s)) for s in (state_batches or [])]
+        seq_lens = tf.ones(len(batch), dtype=tf.int32) if states else None
+        self.exploration.before_compute_actions(explore=False)
+        if hooks.action_distribution_fn is not None:
+            dist_inputs, dist_class, _ = resolve_action_distribution_fn(
+                hooks.action_distribution_fn)(
+                self, self.model, batch, state_batches=states, seq_lens=seq_lens,
+                explore=False, is_training=False)
+        else:
+            dist_inputs, _ = self.model(batch, states, seq_lens)
+            dist_class = self.dist_class
+        if not actions_normalized and self.config["normalize_actions"]:
+            actions = normalize_action(actions, self.action_space_struct)
+        return dist_class(dist_inputs, self.model).logp(
+            tracing.to_tensor(acting.as_array(actions)))
 
     @override(Policy)
     def postprocess_trajectory(self, sample_batch: SampleBatch,
@@ -271,36 +323,38 @@ class EagerTFPolicy(Policy):
 
     # ------------------------------------------------------------------ learning
 
-    @override(Policy)
-    def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
-        postprocessed_batch = obs_prep.flatten_input_dict(self, postprocessed_batch)
-        input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
-        with self._lock:
-            learn_stats: Dict[str, Any] = {}
-            self._run_learn_callback(postprocessed_batch, learn_stats)
-            batch = self._prepare_train_batch(postprocessed_batch)
-            stats = tracing.to_numpy(self._run("learn_on_batch", self._learn_on_batch_helper, batch))
-            stats["custom_metrics"] = learn_stats
-            return stats
+    def _check_can_learn(self, what: str) -> None:
+        """Template step: a policy without a loss refuses to learn (before the
+        learn callback runs or a buffer changes)."""
+        if self._loss is None:
+            raise ValueError(f"{type(self).__name__} has no loss: pass loss_fn to "
+                             "build_eager_tf_policy (or build_tf_policy) or override loss()")
+
+    def _learn_step(self, batch: SampleBatch) -> Dict[str, TensorType]:
+        """Template step of ``learn_on_batch``: pads and converts the batch, runs
+        :meth:`_learn_on_batch_helper` (traced with ``eager_tracing``); numpy stats."""
+        batch = self._prepare_train_batch(batch)
+        return tracing.to_numpy(self._run("learn_on_batch", self._learn_on_batch_helper, batch))
 
     @override(Policy)
+    @with_lock
     def compute_gradients(self, postprocessed_batch: SampleBatch
                           ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
-        with self._lock:
-            batch = self._prepare_train_batch(postprocessed_batch)
-            grads, stats = self._run("compute_gradients", self._compute_gradients_helper, batch)
-            return tracing.to_numpy(grads), tracing.to_numpy(stats)
+        batch = self._prepare_train_batch(postprocessed_batch)
+        grads, stats = self._run("compute_gradients", self._compute_gradients_helper, batch)
+        return tracing.to_numpy(grads), tracing.to_numpy(stats)
 
     @override(Policy)
+    @with_lock
     def apply_gradients(self, gradients: ModelGradients) -> None:
         """Applies gradients as ``compute_gradients`` returns them (one per
         trainable variable, None allowed; a list of such lists with
         ``_tf_policy_handles_more_than_one_loss``)."""
-        with self._lock:
-            learning.zip_with_variables(self, gradients)  # validates the count
-            grads = tree.map_structure(
-                lambda g: None if g is None else tf.convert_to_tensor(g), gradients)
-            self._run("apply_gradients", self._apply_gradients_helper, grads)
+        learning.zip_with_variables(gradients, learning.trainable_variables(self.model),
+                                    self._multi_loss())  # validates the count
+        grads = tree.map_structure(
+            lambda g: None if g is None else tf.convert_to_tensor(g), gradients)
+        self._run("apply_gradients", self._apply_gradients_helper, grads)
 
     def _prepare_train_batch(self, batch: SampleBatch) -> SampleBatch:
         if not isinstance(batch, SampleBatch):
@@ -316,50 +370,122 @@ class EagerTFPolicy(Policy):
         return batch
 
     def _learn_on_batch_helper(self, samples: Any) -> Dict[str, Any]:
-        grads_and_vars, _, stats = learning.gradients_and_stats(
-            self, acting.as_tensor_batch(samples, training=True))
-        learning.apply_grads_and_vars(self, grads_and_vars)
+        """One learn step on a (tensor) batch: gradients, stats, optimizer step."""
+        grads_and_vars, _, stats = self._gradients_and_stats(
+            acting.as_tensor_batch(samples, training=True))
+        self._apply_grads_and_vars(grads_and_vars)
         return stats
 
     def _compute_gradients_helper(self, samples: Any, clip: bool = True) -> Tuple[Any, Dict[str, Any]]:
-        _, grads, stats = learning.gradients_and_stats(
-            self, acting.as_tensor_batch(samples, training=True), clip=clip)
+        _, grads, stats = self._gradients_and_stats(
+            acting.as_tensor_batch(samples, training=True), clip=clip)
         return grads, stats
 
     def _apply_gradients_helper(self, grads: Any) -> None:
-        learning.apply_grads_and_vars(self, learning.zip_with_variables(self, grads))
+        self._apply_grads_and_vars(learning.zip_with_variables(
+            grads, learning.trainable_variables(self.model), self._multi_loss()))
+
+    def _multi_loss(self) -> bool:
+        """Whether the policy runs one optimizer per loss term."""
+        return bool(self.config.get("_tf_policy_handles_more_than_one_loss"))
+
+    def _compute_losses(self, samples: Any) -> List[Any]:
+        """Runs the loss (and the model's ``custom_loss``) on ``samples``.
+
+        Raises:
+            ValueError: If the policy has no loss, or (several optimizers) the
+                number of losses differs from the number of optimizers.
+        """
+        if self._loss is None:
+            raise ValueError(f"{type(self).__name__} has no loss: pass loss_fn to "
+                             "build_eager_tf_policy (or build_tf_policy) or override loss()")
+        losses = force_list(self._loss(self, self.model, self.dist_class, samples))
+        custom = getattr(self.model, "custom_loss", None)
+        if callable(custom):
+            losses = force_list(custom(losses, samples))
+        if self._multi_loss() and len(losses) != len(self._optimizers):
+            raise ValueError(f"loss_fn returned {len(losses)} losses for {len(self._optimizers)} "
+                             "optimizers; return one per optimizer")
+        return losses
+
+    def _gradients_and_stats(self, samples: Any, clip: bool = True
+                             ) -> Tuple[Any, Any, Dict[str, Any]]:
+        """Loss, gradients and learner stats for one (tensor) batch.
+
+        Args:
+            samples: The train batch.
+            clip: Clip by ``config["grad_clip"]`` (when set) in the default
+                gradient computation; the towers path clips their mean instead.
+
+        Returns:
+            ``(grads_and_vars, grads, stats)`` in RLlib's single- or multi-loss layout.
+        """
+        hooks, multi = self._hooks, self._multi_loss()
+        variables = learning.trainable_variables(self.model)
+        # Persistent when gradients are taken more than once (RLlib 1.11 forgets the
+        # several-losses case and then fails on the second loss).
+        persistent = hooks.compute_gradients_fn is not None or multi
+        with tf.variable_creator_scope(tracing.disallow_variable_creation):
+            with tf.GradientTape(persistent=persistent) as tape:
+                losses = self._compute_losses(samples)
+        if hooks.compute_gradients_fn is not None:
+            opt = learning.TapeOptimizer(tape, variables)
+            if multi:
+                grads_and_vars = hooks.compute_gradients_fn(self, [opt] * len(losses), losses)
+            else:
+                grads_and_vars = [hooks.compute_gradients_fn(self, opt, losses[0])]
+        else:
+            grads_and_vars = learning.tape_gradients(
+                tape, losses, variables, self.config.get("grad_clip") if clip else None)
+        if multi:
+            grads = [[g for g, _ in gv] for gv in grads_and_vars]
+        else:
+            grads_and_vars = grads_and_vars[0]
+            grads = [g for g, _ in grads_and_vars]
+        return grads_and_vars, grads, self._learn_stats(samples, grads)
+
+    def _learn_stats(self, samples: Any, grads: Any) -> Dict[str, Any]:
+        """``{learner_stats: stats_fn(...)}`` plus extra learn fetches and gradient stats."""
+        hooks = self._hooks
+        fetches: Dict[str, Any] = {
+            LEARNER_STATS_KEY: learning.read_variables(dict(hooks.stats_fn(self, samples)))
+            if hooks.stats_fn else {}}
+        if hooks.extra_learn_fetches_fn is not None:
+            fetches.update(dict(hooks.extra_learn_fetches_fn(self)))
+        if hooks.grad_stats_fn is not None:
+            fetches.update(dict(hooks.grad_stats_fn(self, samples, grads)))
+        return fetches
+
+    def _apply_grads_and_vars(self, grads_and_vars: Any) -> None:
+        """Steps the optimizer(s) (or runs ``apply_gradients_fn``) on ``grads_and_vars``."""
+        fn, multi = self._hooks.apply_gradients_fn, self._multi_loss()
+        if fn is not None:
+            fn(self, self._optimizers if multi else self._optimizer, grads_and_vars)
+        else:
+            learning.step_optimizers(self._optimizers, grads_and_vars, multi)
 
     # ------------------------------------------------------------------ buffers / towers
 
-    @override(Policy)
-    def load_batch_into_buffer(self, batch: SampleBatch, buffer_index: int = 0) -> int:
-        self._buffers.check_index(buffer_index)
-        if not isinstance(batch, SampleBatch):
-            batch = SampleBatch(batch)
-        batch = obs_prep.flatten_input_dict(self, batch)
-        batch.set_training(True)
+    def _device_slices(self, batch: SampleBatch) -> List[SampleBatch]:
+        """Template step of ``load_batch_into_buffer``: the padded, tensor-backed
+        batch (one device), or one such slice per tower."""
         if len(self.devices) == 1:
-            self._prepare_train_batch(batch)
-            return self._buffers.store(buffer_index, [batch])
-        slices = split_batch_for_devices(batch, len(self.devices), self._prepare_train_batch)
-        return self._buffers.store(buffer_index, slices)
+            return [self._prepare_train_batch(batch)]
+        return split_batch_for_devices(batch, len(self.devices), self._prepare_train_batch)
 
-    @override(Policy)
-    def get_num_samples_loaded_into_buffer(self, buffer_index: int = 0) -> int:
-        return self._buffers.num_loaded(buffer_index)
-
-    @override(Policy)
-    def learn_on_loaded_batch(self, offset: int = 0, buffer_index: int = 0) -> Dict[str, Any]:
-        per_device = device_minibatch_size(self.config, len(self.devices))
-        batches = self._buffers.minibatches(buffer_index, offset, per_device)
+    def _learn_on_device_batches(self, batches: List[Any], buffer_index: int) -> Dict[str, Any]:
+        """Template step of ``learn_on_loaded_batch``: one device runs
+        ``learn_on_batch`` on its minibatch (RLlib 1.11's shortcut); several
+        towers average their gradients (clipped after the mean) into one update
+        and report ``{"tower_<i>": stats}``."""
         if len(batches) == 1:
             return self.learn_on_batch(batches[0])
-        with self._lock:
-            outs = [self._run("compute_gradients", self._compute_gradients_helper,
-                              self._prepare_train_batch(b), False) for b in batches]
-            grads = learning.clip_grad_lists(self, learning.mean_grads([g for g, _ in outs]))
-            self._run("apply_gradients", self._apply_gradients_helper, grads)
-            return {f"tower_{i}": tracing.to_numpy(stats) for i, (_, stats) in enumerate(outs)}
+        outs = [self._run("compute_gradients", self._compute_gradients_helper,
+                          self._prepare_train_batch(b), False) for b in batches]
+        grads = learning.clip_grad_lists(learning.mean_grads([g for g, _ in outs]),
+                                         self.config.get("grad_clip"), self._multi_loss())
+        self._run("apply_gradients", self._apply_gradients_helper, grads)
+        return {f"tower_{i}": tracing.to_numpy(stats) for i, (_, stats) in enumerate(outs)}
 
     # ------------------------------------------------------------------ weights and state
 
@@ -375,10 +501,12 @@ class EagerTFPolicy(Policy):
         known = {id(v) for v in named.values()}
         extra = [v for v in self.variables() if id(v) not in known]
         if extra:
-            named.update(variables_lib.extra_variable_names(self, extra, set(named)))
+            named.update(variables_lib.extra_variable_names(
+                extra, set(named), getattr(self, "target_model", None)))
         return named
 
     @override(Policy)
+    @with_lock
     def get_weights(self, as_dict: bool = False) -> ModelWeights:
         """The values of ``variables()`` as numpy copies.
 
@@ -392,13 +520,13 @@ class EagerTFPolicy(Policy):
         Returns:
             A list, or with ``as_dict`` a dict; ``set_weights`` takes both.
         """
-        with self._lock:
-            named = self._named_variables()
-            if as_dict:
-                return {k: np.array(v.numpy(), copy=True) for k, v in named.items()}
-            return [np.array(v.numpy(), copy=True) for v in named.values()]
+        named = self._named_variables()
+        if as_dict:
+            return {k: np.array(v.numpy(), copy=True) for k, v in named.items()}
+        return [np.array(v.numpy(), copy=True) for v in named.values()]
 
     @override(Policy)
+    @with_lock  # no forward pass sees half-assigned weights
     def set_weights(self, weights: ModelWeights) -> None:
         """Sets the weights from a ``get_weights`` dict (or a list in ``variables()`` order).
 
@@ -406,42 +534,38 @@ class EagerTFPolicy(Policy):
             ValueError: Naming missing/unknown keys or a shape mismatch; then
                 no variable has been changed.
         """
-        with self._lock:  # no forward pass sees half-assigned weights
-            for var, value in variables_lib.check_weights(weights, self._named_variables()):
-                var.assign(value)
+        for var, value in variables_lib.check_weights(weights, self._named_variables()):
+            var.assign(value)
 
     def _optimizer_variables(self) -> List[Any]:
         return [v for opt in self._optimizers for v in variables_lib.optimizer_variables(opt)]
 
-    @override(Policy)
-    def get_state(self) -> Dict[str, Any]:
-        """Weights, global timestep, optimizer variables (all optimizers, in order)
-        and exploration state, as numpy copies (a snapshot)."""
-        with self._lock:
-            # Keyed weights (not the list get_weights() gives): robust across processes.
-            state = {"weights": self.get_weights(as_dict=True),
-                     "global_timestep": int(self.global_timestep)}
-            opt_vars = self._optimizer_variables()
-            if opt_vars:
-                state["_optimizer_variables"] = tracing.to_numpy(opt_vars)
-            if getattr(self, "exploration", None) is not None:
-                state["_exploration_state"] = tracing.to_numpy(self.exploration.get_state())
-            return state
+    def _state_weights(self) -> Dict[str, np.ndarray]:
+        """Template step: ``get_state`` keeps keyed weights (not the list
+        ``get_weights()`` gives), which stay valid across processes."""
+        return self.get_weights(as_dict=True)
 
-    @override(Policy)
-    def set_state(self, state: Dict[str, Any]) -> None:
-        """Restores a ``get_state`` snapshot; weights and optimizer variables are
-        checked first, so a mismatch (ValueError) changes nothing."""
-        with self._lock:
-            weights = variables_lib.check_weights(state["weights"], self._named_variables())
-            opt_vals = state.get("_optimizer_variables")
-            opt_pairs = (variables_lib.check_optimizer_state(opt_vals, self._optimizer_variables())
-                         if opt_vals else [])
-            for var, value in opt_pairs + weights:
-                var.assign(value)
-            if getattr(self, "exploration", None) is not None and "_exploration_state" in state:
-                self.exploration.set_state(state=state["_exploration_state"])
-            self.global_timestep = int(state["global_timestep"])
+    def _optimizer_state(self) -> Optional[List[np.ndarray]]:
+        """Template step: numpy copies of all optimizers' variables (in order),
+        or None when there are none."""
+        opt_vars = self._optimizer_variables()
+        return tracing.to_numpy(opt_vars) if opt_vars else None
+
+    def _check_optimizer_state(self, values: Any) -> Optional[List[Tuple[Any, np.ndarray]]]:
+        """Template step: ``(variable, value)`` pairs for saved optimizer
+        variables (None when the state has none).
+
+        Raises:
+            ValueError: If their count or a shape does not fit the optimizers.
+        """
+        if not values:
+            return None
+        return variables_lib.check_optimizer_state(values, self._optimizer_variables())
+
+    def _set_optimizer_state(self, checked: List[Tuple[Any, np.ndarray]]) -> None:
+        """Template step: assigns what ``_check_optimizer_state`` returned."""
+        for var, value in checked:
+            var.assign(value)
 
     @override(Policy)
     def get_exploration_state(self) -> Dict[str, TensorType]:
@@ -485,20 +609,20 @@ class EagerTFPolicy(Policy):
     # ------------------------------------------------------------------ saving
 
     @override(Policy)
+    @with_lock
     def export_model(self, export_dir: str, onnx: Optional[int] = None) -> None:
         """Exports the model: a SavedModel with a ``serving_default`` signature,
-        or with ``onnx`` (an opset version) ``model.onnx``; see ``_core.eager_export``."""
-        from rlpolicy._core import eager_export
+        or with ``onnx`` (an opset version) ``model.onnx``; see ``policy._eager.export``."""
+        from rlpolicy.policy._eager import export as eager_export
 
         dummy = getattr(self, "_dummy_batch", None)
         if dummy is None:
             dummy = self._get_dummy_batch_from_view_requirements(1)
         specs = eager_export.serving_specs(self.model, dummy)
-        with self._lock:
-            if onnx:
-                eager_export.export_onnx(self.model, specs, export_dir, onnx)
-            else:
-                eager_export.export_saved_model(self.model, specs, export_dir)
+        if onnx:
+            eager_export.export_onnx(self.model, specs, export_dir, onnx)
+        else:
+            eager_export.export_saved_model(self.model, specs, export_dir)
 
     @override(Policy)
     def export_checkpoint(self, export_dir: str, filename_prefix: str = "model",
@@ -506,10 +630,11 @@ class EagerTFPolicy(Policy):
         """Writes a ``tf.train.Checkpoint`` (``<prefix>.index``/``.data-*``: model
         variables, optimizers, global timestep) and rlpolicy's pickle-free
         checkpoint (for ``Policy.from_checkpoint``) into ``export_dir``."""
-        from rlpolicy._core import eager_export
+        from rlpolicy.policy._eager import export as eager_export
 
         super().export_checkpoint(export_dir, filename_prefix, policy_state)
-        eager_export.make_tf_checkpoint(self).write(os.path.join(export_dir, filename_prefix))
+        ckpt = eager_export.make_tf_checkpoint(self.model, self._optimizers, self.global_timestep)
+        ckpt.write(os.path.join(export_dir, filename_prefix))
 
     @override(Policy)
     def import_model_from_h5(self, import_file: str) -> None:

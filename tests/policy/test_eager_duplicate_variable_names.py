@@ -16,13 +16,13 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from rlpolicy._core.eager_export import make_tf_checkpoint  # noqa: E402
-from rlpolicy._core.eager_variables import unique_keys  # noqa: E402
 from rlpolicy.models import ModelCatalog  # noqa: E402
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2  # noqa: E402
+from rlpolicy.policy._eager.export import make_tf_checkpoint  # noqa: E402
 from rlpolicy.policy.policy import Policy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.policy.tf_policy_template import build_tf_policy  # noqa: E402
+from rlpolicy.utils._variable_keys import unique_keys  # noqa: E402
 from rlpolicy.utils.framework import try_import_tf  # noqa: E402
 
 tf1, tf, _ = try_import_tf()
@@ -143,7 +143,7 @@ def test_checkpoint_round_trip_restores_both_same_named_variables(make, tmp_path
 
     # The tf.train.Checkpoint files hold both variables too.
     other = make(seed=2)
-    make_tf_checkpoint(other).read(os.path.join(str(tmp_path), "model")).expect_partial()
+    make_tf_checkpoint(other.model, other._optimizers, 0).read(os.path.join(str(tmp_path), "model")).expect_partial()
     for got, want in zip(_two_w(other), trained):
         np.testing.assert_array_equal(got.numpy(), want)
     np.testing.assert_allclose(_logits(other), _logits(src), atol=1e-6)

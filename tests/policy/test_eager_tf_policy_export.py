@@ -11,7 +11,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from rlpolicy._core import eager_export  # noqa: E402
+from rlpolicy.policy._eager import export as eager_export  # noqa: E402
 from rlpolicy.policy.eager_tf_policy import build_eager_tf_policy  # noqa: E402
 from rlpolicy.policy.policy import Policy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
@@ -121,10 +121,9 @@ def test_export_checkpoint_restores_with_tf_checkpoint_and_from_checkpoint(tmp_p
     assert {"ckpt.index", "rlpolicy_checkpoint.json"} <= set(os.listdir(tmp_path))
 
     b = make(FC, seed=3)
-    ckpt = eager_export.make_tf_checkpoint(b)
+    ckpt = eager_export.make_tf_checkpoint(b.model, b._optimizers, b.global_timestep)
     ckpt.read(str(tmp_path / "ckpt")).assert_existing_objects_matched()
-    eager_export.apply_restored_timestep(b, ckpt)
-    assert b.global_timestep == a.global_timestep == 5
+    assert eager_export.restored_timestep(ckpt) == a.global_timestep == 5
     for k, v in a.get_weights(as_dict=True).items():
         np.testing.assert_allclose(b.get_weights(as_dict=True)[k], v, rtol=1e-6, atol=1e-7)
     for x, y in zip(a.get_state()["_optimizer_variables"], b.get_state()["_optimizer_variables"]):

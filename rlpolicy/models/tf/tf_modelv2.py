@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Tuple, Union
 
 import gymnasium as gym
 
-from rlpolicy._core.eager_variables import unique_keys
 from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.utils._variable_keys import unique_keys
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.deprecation import deprecation_warning
 from rlpolicy.utils.framework import get_keras, try_import_tf

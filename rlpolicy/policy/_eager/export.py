@@ -14,17 +14,19 @@
   the optimizers and the global timestep; :func:`make_tf_checkpoint` builds
   the matching object to ``read()`` them into another policy.
 
-Tensorflow is imported lazily.
+Everything here takes the model, specs, optimizers and values, never the
+policy. Tensorflow is imported on first use.
 """
 from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 
-from rlpolicy._core.tf_export import import_tf2onnx
+from rlpolicy.policy._eager.variables import named_variables
+from rlpolicy.policy._tf.export import import_tf2onnx
 
 _NON_INPUT_COLUMNS = ("is_training", "seq_lens", "infos")
 
@@ -139,29 +141,28 @@ def export_onnx(model: Any, specs: Dict[str, Any], export_dir: str, opset: int) 
     return path
 
 
-def make_tf_checkpoint(policy: Any) -> Any:
-    """A ``tf.train.Checkpoint`` over ``policy``'s model variables, optimizers
-    and global timestep.
+def make_tf_checkpoint(model: Any, optimizers: Sequence[Any], global_timestep: int) -> Any:
+    """A ``tf.train.Checkpoint`` over a policy's model variables (by
+    ``get_weights(as_dict=True)`` key), its optimizers (``optimizer_<i>``) and
+    its global timestep (an int64 variable).
 
-    ``make_tf_checkpoint(other).read(path)`` restores what
-    ``policy.export_checkpoint`` wrote into another policy of the same class
-    (then call :func:`apply_restored_timestep`).
+    ``make_tf_checkpoint(other.model, other._optimizers, 0).read(path)`` reads
+    what ``policy.export_checkpoint`` wrote into another policy of the same
+    class; :func:`restored_timestep` then gives the timestep that was read.
     """
     tf = _tf()
-    from rlpolicy._core.eager_variables import named_variables
-
-    kwargs: Dict[str, Any] = {"model": named_variables(policy.model),
-                              "global_timestep": tf.Variable(int(policy.global_timestep),
+    kwargs: Dict[str, Any] = {"model": named_variables(model),
+                              "global_timestep": tf.Variable(int(global_timestep),
                                                              dtype=tf.int64, trainable=False)}
-    for i, opt in enumerate(getattr(policy, "_optimizers", []) or []):
+    for i, opt in enumerate(optimizers or []):
         kwargs[f"optimizer_{i}"] = opt
     return tf.train.Checkpoint(**kwargs)
 
 
-def apply_restored_timestep(policy: Any, ckpt: Any) -> None:
-    """Copies the global timestep read into ``ckpt`` back onto ``policy``."""
-    policy.global_timestep = int(ckpt.global_timestep.numpy())
+def restored_timestep(ckpt: Any) -> int:
+    """The global timestep held by ``ckpt`` (from :func:`make_tf_checkpoint`)."""
+    return int(ckpt.global_timestep.numpy())
 
 
 __all__ = ["serving_specs", "make_serving_function", "export_saved_model", "export_onnx",
-           "make_tf_checkpoint", "apply_restored_timestep"]
+           "make_tf_checkpoint", "restored_timestep"]

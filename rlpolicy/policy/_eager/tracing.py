@@ -11,8 +11,8 @@ bounds them with ``config["eager_max_retraces"]``. :class:`TraceCounter`
 counts the traces of each function and warns once per function when its
 retraces (traces after the first) exceed the limit.
 
-Tensorflow is imported lazily (``rlpolicy._core`` never imports it at module
-level).
+Everything here takes tensors, functions and counters, never the policy.
+Tensorflow is imported on first use.
 """
 from __future__ import annotations
 

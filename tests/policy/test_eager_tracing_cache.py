@@ -1,4 +1,4 @@
-"""The per-signature call cache of ``rlpolicy._core.eager_tracing.make_traced``.
+"""The per-signature call cache of ``rlpolicy.policy._eager.tracing.make_traced``.
 
 After a signature's first call, a traced helper runs TF's concrete function
 for it directly (skipping tf.function's dispatch). These tests pin that the
@@ -11,7 +11,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from rlpolicy._core.eager_tracing import TraceCounter, make_traced, signature_key  # noqa: E402
+from rlpolicy.policy._eager.tracing import TraceCounter, make_traced, signature_key  # noqa: E402
 
 
 def _body(batch, states, flag, scale):

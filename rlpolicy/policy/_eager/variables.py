@@ -7,38 +7,16 @@ exchange weights regardless of Keras' per-process name uniquification.
 ``set_weights`` checks every key and shape before it assigns anything: a
 failed call leaves the policy unchanged.
 
-Tensorflow is imported lazily.
+Everything here takes models, variables, optimizers and arrays, never the
+policy; nothing imports tensorflow.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-
-def unique_keys(pairs: Iterable[Tuple[str, Any]]) -> Dict[str, Any]:
-    """``{key: variable}`` from ``(key, variable)`` pairs, keeping every variable.
-
-    Eager TF variable names are not unique (two ``add_weight(name="w")`` calls of
-    one layer both give ``".../w:0"``), so keys built from them can repeat. The
-    first variable keeps its key; each later one with a taken key gets
-    ``<key>_<n>`` (n = 1, 2, ..., in order, skipping keys used anywhere in
-    ``pairs``), so the keys are deterministic for a model class and none is lost.
-    A variable listed twice under the same key is kept once.
-    """
-    pairs = list(pairs)
-    bases = {key for key, _ in pairs}
-    out: Dict[str, Any] = {}
-    for key, var in pairs:
-        if key in out and out[key] is var:
-            continue
-        if key in out:
-            base, n = key, 1
-            while f"{base}_{n}" in out or f"{base}_{n}" in bases:
-                n += 1
-            key = f"{base}_{n}"
-        out[key] = var
-    return out
+from rlpolicy.utils._variable_keys import unique_keys
 
 
 def named_variables(model: Any) -> Dict[str, Any]:
@@ -58,12 +36,22 @@ def named_variables(model: Any) -> Dict[str, Any]:
     return unique_keys((v.name, v) for v in variables)
 
 
-def extra_variable_names(policy: Any, extra: List[Any], taken: set) -> Dict[str, Any]:
-    """Keys for variables of ``policy.variables()`` outside its model (e.g. a
-    mixin's target model): ``target_model.<key>`` for the target model's,
-    else the TF name, suffixed ``_<n>`` where a key is already taken."""
+def extra_variable_names(extra: List[Any], taken: set,
+                         target_model: Optional[Any] = None) -> Dict[str, Any]:
+    """Keys for the variables ``extra`` of a policy that lie outside its model.
+
+    Args:
+        extra: The variables, in order.
+        taken: Keys already used (the model's).
+        target_model: A mixin's target model (or None): its variables are keyed
+            ``target_model.<key>``.
+
+    Returns:
+        ``{key: variable}``: the target model's key or else the TF name, suffixed
+        ``_<n>`` where a key is already taken.
+    """
     owners: Dict[int, str] = {}
-    target = getattr(policy, "target_model", None)
+    target = target_model
     if target is not None and hasattr(target, "variables"):
         owners = {id(v): f"target_model.{k}" for k, v in named_variables(target).items()}
     out: Dict[str, Any] = {}
@@ -158,5 +146,5 @@ def check_optimizer_state(values: Sequence[Any], variables: List[Any]) -> List[T
     return pairs
 
 
-__all__ = ["unique_keys", "named_variables", "extra_variable_names", "check_weights", "optimizer_variables",
+__all__ = ["named_variables", "extra_variable_names", "check_weights", "optimizer_variables",
            "build_optimizer", "check_optimizer_state"]

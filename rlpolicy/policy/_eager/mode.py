@@ -68,3 +68,6 @@ def make_methods_eager(cls: type) -> type:
         if isinstance(attr, types.FunctionType) and not getattr(attr, _MARK, False):
             setattr(cls, name, runs_eagerly(attr))
     return cls
+
+
+__all__ = ["runs_eagerly", "make_methods_eager"]
