@@ -301,9 +301,10 @@ def _check_direct_linear() -> bool:
 # The shortcut applies them to the linear layer's fresh output, which nothing else
 # sees, so tanh/sigmoid/relu run in place there (the same values, one allocation
 # less per layer; their backward only needs the result). SiLU's backward needs its
-# input, so it stays out of place.
-_FUNCTIONAL_ACTIVATIONS = {nn.Tanh: torch.tanh_, nn.Sigmoid: torch.sigmoid_,
-                           nn.ReLU: torch.relu_, nn.SiLU: torch.nn.functional.silu}
+# input, so it stays out of place. (Empty without torch: the module still imports.)
+_FUNCTIONAL_ACTIVATIONS = {} if torch is None else {
+    nn.Tanh: torch.tanh_, nn.Sigmoid: torch.sigmoid_, nn.ReLU: torch.relu_,
+    nn.SiLU: torch.nn.functional.silu}
 
 
 def _linear_plan(seq: Any) -> Optional[tuple]:
