@@ -108,7 +108,11 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
                                         "back (torch.jit.load / onnxruntime / tf.saved_model.load).")
     export.add_argument("checkpoint", help="checkpoint (or --out folder) of `rlpolicy train`")
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="export format")
-    export.add_argument("--out", default=None, help="output folder (None: CHECKPOINT/export_FORMAT)")
+    export.add_argument("--out", default=None, help="output folder (None: CHECKPOINT/export_FORMAT, "
+                                                    "with --pipeline CHECKPOINT/export_FORMAT_pipeline)")
+    export.add_argument("--pipeline", action="store_true",
+                        help="export the whole action pipeline (preprocessing, model, action "
+                             "selection, unsquashing; docs/export_pipeline.md), not only the model")
     return parser, {"train": train, "evaluate": evaluate, "export": export}
 
 
@@ -493,12 +497,35 @@ def export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if missing:
         parser.error(f"argument --format: {args.format} needs {', '.join(missing)}, not installed: "
                      f"pip install 'rlpolicy[{args.format}]'")
-    out = args.out or os.path.join(checkpoint_dir, f"export_{args.format}")
+    suffix = "_pipeline" if args.pipeline else ""
+    out = args.out or os.path.join(checkpoint_dir, f"export_{args.format}{suffix}")
     policy = _load(parser, checkpoint_dir, record)
+    if args.pipeline:
+        return _export_pipeline(parser, policy, record.framework, args.format, out)
     try:
         return _export(policy, record.framework, args.format, out, lambda: gym.make(record.env))
     except ValueError as e:  # an --out folder holding something else
         parser.error(f"argument --out: {e}")
+
+
+def _export_pipeline(parser: argparse.ArgumentParser, policy: Any, framework: str, fmt: str,
+                     out: str) -> int:
+    """``rlpolicy export --pipeline``: returns 0, or 1 (one error line) if the
+    pipeline did not reproduce the policy; what cannot be exported is an
+    argument error."""
+    from rlpolicy.cli.export_check import export_pipeline_and_verify
+
+    try:
+        report = export_pipeline_and_verify(policy, framework, fmt, out)
+    except ValueError as e:  # no pipeline export for this policy, or --out holds something else
+        parser.error(f"argument --pipeline: {e}")
+    except RuntimeError as e:
+        print(f"rlpolicy: error: {fmt} pipeline export failed: {e}", file=sys.stderr, flush=True)
+        return 1
+    print(f"exported {report.format} to {report.path}; verified: loaded back with "
+          f"{report.loader}, max |actions - compute_actions| = {report.max_abs_diff:.2g} on "
+          f"{report.num_observations} observations", flush=True)
+    return 0
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -126,6 +126,44 @@ def export_and_verify(policy: Any, framework: str, fmt: str, out_dir: str,
     return ExportReport(fmt, os.path.join(os.path.abspath(out_dir), rel), loader, len(obs), diff)
 
 
+def export_pipeline_and_verify(policy: Any, framework: str, fmt: str, out_dir: str) -> ExportReport:
+    """Exports ``policy``'s whole action pipeline as ``fmt`` into ``out_dir``
+    (``export_model(..., pipeline=True)``, which loads the artifact in its
+    consumer and checks it against ``compute_actions(explore=False)``; see
+    docs/export_pipeline.md); a previous export there is replaced.
+
+    Raises:
+        ValueError: For a format the framework cannot export, a policy whose
+            ``export_model`` has no pipeline export, or an ``out_dir`` holding
+            files of something else.
+        RuntimeError: If the pipeline does not reproduce the policy.
+    """
+    import inspect
+
+    _check_format(fmt, framework)
+    if "pipeline" not in inspect.signature(policy.export_model).parameters:
+        raise ValueError(f"{type(policy).__name__} ({framework}) has no pipeline export")
+    tmp = _prepare_target(out_dir)
+    try:
+        if fmt == "onnx":
+            policy.export_model(tmp, onnx=ONNX_OPSET, pipeline=True)
+        else:
+            policy.export_model(tmp, pipeline=True)
+        with open(os.path.join(tmp, "pipeline.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        with open(os.path.join(tmp, _MARKER), "w", encoding="utf-8") as f:
+            json.dump({"format": fmt, "framework": framework, "file": meta["artifact"],
+                       "pipeline": True}, f)
+        _replace_dir(tmp, out_dir)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp)
+    verified = meta["verified"]
+    return ExportReport(f"{fmt} pipeline", os.path.join(os.path.abspath(out_dir), meta["artifact"]),
+                        verified["consumer"], sum(verified["batch_sizes"]) * verified["steps"],
+                        float(verified["max_abs_diff"]))
+
+
 def _export_and_load(policy: Any, framework: str, fmt: str, tmp: str,
                      obs: np.ndarray) -> Tuple[str, str, np.ndarray]:
     """Exports into ``tmp``; returns (file relative to tmp, loader name, loaded model's output)."""

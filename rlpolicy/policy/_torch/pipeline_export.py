@@ -21,6 +21,7 @@ class, spaces, config, a ``compute_actions`` callable), never the policy.
 """
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import tempfile
@@ -66,7 +67,8 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
         initial_state: The model's initial state (one array per tensor).
         onnx: An ONNX opset; None exports TorchScript.
         exploration: The exploration's name (recorded in the metadata).
-        device: The model's device.
+        device: The model's device (a model on a GPU is exported from a CPU
+            copy: the artifact runs on the CPU).
         batch_sizes: Batch sizes the artifact is checked at.
         steps: Steps per batch size (RNN state carried over).
 
@@ -80,6 +82,10 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
             ``compute_actions(explore=False)``; nothing is written.
     """
     fmt = "onnx" if onnx else "torchscript"
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        # A serving artifact for the CPU: traced from a CPU copy (a trace on a
+        # GPU would bake the device into the graph's constants).
+        model, device = copy.deepcopy(model).to("cpu"), "cpu"
     raw_space, obs_plan = _observation_plan(observation_space, config)
     _check_model_inputs(model)
     normalize = bool(config.get("normalize_actions", True))
@@ -340,7 +346,7 @@ def _observation_plan(space: gym.Space, config: Dict[str, Any]
                       ) -> Tuple[gym.Space, List[_LeafPlan]]:
     """The raw observation space the artifact takes and how each leaf is
     turned into the model's input."""
-    from rlpolicy.models.preprocessors import ATARI_RAM_OBS_SHAPE
+    from rlpolicy.models.preprocessors import get_preprocessor
 
     original: Any = getattr(space, "original_space", None)
     prepped = original is not None and not config.get("_disable_preprocessor_api", False) and (
@@ -363,8 +369,8 @@ def _observation_plan(space: gym.Space, config: Dict[str, Any]
             starts = np.asarray(getattr(leaf, "start", np.zeros_like(nvec))).ravel()
             plan.append(("one_hot", ([int(n) for n in nvec], [int(s) for s in starts])))
         elif isinstance(leaf, gym.spaces.Box):
-            # (a nested part of the RAM's shape is scaled, as its preprocessor does)
-            ram = tuple(leaf.shape) == ATARI_RAM_OBS_SHAPE
+            # (a nested part of the Atari RAM's shape is scaled, as its preprocessor does)
+            ram = get_preprocessor(leaf).__name__ == "AtariRamPreprocessor"
             plan.append(("ram" if ram else "float", None))
         else:
             raise ValueError(f"observation{''.join(f'[{k!r}]' for k in path)}: {leaf} cannot "
@@ -436,7 +442,9 @@ def _onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.nd
 
 def _torchscript_runner(path: str, contract: pc.PipelineContract
                         ) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
-    loaded = torch.jit.load(path, map_location="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch>=2.9 flags jit.load
+        loaded = torch.jit.load(path, map_location="cpu")
     in_names = [s.name for s in contract.inputs]
     out_names = [s.name for s in contract.outputs]
 
