@@ -47,8 +47,6 @@ PRIVATE_SET_ALLOWED: Dict[Tuple[str, str], str] = {
         "the API-stability decorators tag the function or class they decorate",
     ("rlpolicy/policy/policy_template.py", "_fn._policy_template_wrapper"):
         "a marker attribute on a module-level function (no class's state)",
-    ("rlpolicy/policy/tf_policy_template.py", "_fn._tf_policy_template_wrapper"):
-        "a marker attribute on a module-level function (no class's state)",
 }
 
 

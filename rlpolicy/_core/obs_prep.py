@@ -16,18 +16,20 @@ exactly as given. Nothing here imports torch or tensorflow.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np
 
+from rlpolicy._core.preprocessors import OneHotPreprocessor, get_preprocessor, stack_rows
 from rlpolicy.utils.spaces.repeated import Repeated
 
 _NESTED = (gym.spaces.Dict, gym.spaces.Tuple, Repeated)
 # A policy a RolloutWorker built on a Discrete/MultiDiscrete env works on the one-hot
 # Box (RLlib 1.11's preprocessor), with the raw space as ``original_space``.
 _ONE_HOT = (gym.spaces.Discrete, gym.spaces.MultiDiscrete)
-_ATTR = "_obs_preprocessor"
+_PREPROCESSORS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 def prepare_observation_space(space: gym.Space, config: Optional[dict]) -> gym.Space:
@@ -46,8 +48,6 @@ def prepare_observation_space(space: gym.Space, config: Optional[dict]) -> gym.S
     if (not isinstance(space, _NESTED) or hasattr(space, "original_space")
             or config.get("_disable_preprocessor_api", False)):
         return space
-    from rlpolicy.models.preprocessors import get_preprocessor
-
     return get_preprocessor(space)(space, config.get("model") or None).observation_space
 
 
@@ -56,22 +56,25 @@ def observation_preprocessor(policy: Any) -> Any:
     one-hot encoder of a policy on a worker's one-hot Box for a Discrete /
     MultiDiscrete env), or None.
 
-    Built once per policy from ``policy.observation_space.original_space``.
+    Built once per policy from ``policy.observation_space.original_space`` (kept
+    here, weakly keyed by the policy; an unhashable holder gets a new one per call).
     """
-    prep = policy.__dict__.get(_ATTR, False)
+    try:
+        prep = _PREPROCESSORS.get(policy, False)
+    except TypeError:  # unhashable or not weak-referenceable
+        prep = False
     if prep is False:
         space = getattr(policy, "observation_space", None)
         original = getattr(space, "original_space", None)
         prep = None
         if isinstance(original, _NESTED):
-            from rlpolicy.models.preprocessors import get_preprocessor
-
             prep = get_preprocessor(original)(original, (policy.config or {}).get("model"))
         elif isinstance(original, _ONE_HOT) and isinstance(space, gym.spaces.Box):
-            from rlpolicy.models.preprocessors import OneHotPreprocessor
-
             prep = OneHotPreprocessor(original, None)
-        policy.__dict__[_ATTR] = prep
+        try:
+            _PREPROCESSORS[policy] = prep
+        except TypeError:
+            pass
     return prep
 
 
@@ -213,34 +216,6 @@ def _flattened_columns(policy: Any, batch: Any, columns: tuple) -> dict:
     return changed
 
 
-def stack_rows(rows: list, space: gym.Space, path: str = "observation") -> Any:
-    """Stacks single raw observations into the space's structure with batched leaves.
-
-    Repeated (variable-length) observations are not stacked: their batched
-    form is the list of the raw lists.
-
-    Raises:
-        ValueError: A row lacks a Dict key or has the wrong Tuple length.
-    """
-    if isinstance(space, gym.spaces.Dict):
-        for i, r in enumerate(rows):
-            if not isinstance(r, dict) or set(r) != set(space.spaces):
-                got = sorted(map(str, r)) if isinstance(r, dict) else type(r).__name__
-                raise ValueError(f"{path} {i}: keys {got} do not match the Dict observation "
-                                 f"space keys {list(space.spaces)}")
-        return {k: stack_rows([r[k] for r in rows], sub, f"{path}[{k!r}]")
-                for k, sub in space.spaces.items()}
-    if isinstance(space, gym.spaces.Tuple):
-        n = len(space.spaces)
-        for i, r in enumerate(rows):
-            if not isinstance(r, (tuple, list)) or len(r) != n:
-                raise ValueError(f"{path} {i}: expected {n} items for {space}, got {r!r}")
-        return tuple(stack_rows([r[j] for r in rows], sub, f"{path}[{j}]")
-                     for j, sub in enumerate(space.spaces))
-    if isinstance(space, Repeated):
-        return list(rows)
-    try:
-        return np.stack([np.asarray(r) for r in rows])
-    except ValueError as err:
-        raise ValueError(f"{path}: rows of different shapes for {space}: "
-                         f"{[np.shape(r) for r in rows]}") from err
+__all__ = ["prepare_observation_space", "observation_preprocessor", "flatten_obs_batch",
+           "flatten_single_obs", "flatten_single_list_obs", "flatten_input_dict",
+           "flatten_batch_in_place", "stack_rows"]

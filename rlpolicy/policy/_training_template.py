@@ -32,7 +32,7 @@ from __future__ import annotations
 from abc import ABCMeta, abstractmethod
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from rlpolicy._core import input_checks, obs_prep
+from rlpolicy._core import obs_prep
 from rlpolicy._core.action_flow import resolve_explore_timestep
 from rlpolicy._core.locking import with_lock
 from rlpolicy._core.tower_buffers import TowerBuffers, device_minibatch_size
@@ -97,9 +97,9 @@ class TrainingTemplate(metaclass=ABCMeta):
         is handed to :meth:`compute_actions_from_input_dict`.
         """
         obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
-        input_checks.check_obs(self, obs_batch, "compute_actions")  # type: ignore[arg-type]
-        input_checks.check_state_batches(self, state_batches, "compute_actions")  # type: ignore[arg-type]
-        input_checks.check_prev_inputs(self, [  # type: ignore[arg-type]
+        self._check_obs(obs_batch, "compute_actions")  # type: ignore[attr-defined]
+        self._check_state_batches(state_batches, "compute_actions")  # type: ignore[attr-defined]
+        self._check_prev_inputs([  # type: ignore[attr-defined]
             c for c, v in ((SampleBatch.PREV_ACTIONS, prev_action_batch),
                            (SampleBatch.PREV_REWARDS, prev_reward_batch)) if v is not None],
             "compute_actions")
@@ -132,8 +132,8 @@ class TrainingTemplate(metaclass=ABCMeta):
             ``(actions, state_outs, extra_fetches)`` as numpy structures.
         """
         input_dict = obs_prep.flatten_input_dict(self, input_dict)
-        input_checks.check_acting_input_dict(
-            self, input_dict, "compute_actions_from_input_dict")  # type: ignore[arg-type]
+        self._check_acting_input_dict(  # type: ignore[attr-defined]
+            input_dict, "compute_actions_from_input_dict")
         explore, timestep = resolve_explore_timestep(
             self.config["explore"], self.global_timestep, explore, timestep)  # type: ignore[attr-defined]
         return self._compute_actions_step(input_dict, state_in_columns(input_dict), explore,
@@ -181,7 +181,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         """
         self._check_can_learn(what)
         batch = obs_prep.flatten_input_dict(self, as_sample_batch(batch))
-        input_checks.check_train_batch(self, batch, what)  # type: ignore[arg-type]
+        self._check_train_batch(batch, what)  # type: ignore[attr-defined]
         batch.set_training(True)
         return batch
 
@@ -266,7 +266,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         return state
 
     @with_lock
-    def set_state(self, state: Mapping[str, Any]) -> None:
+    def set_state(self, state: Any) -> None:
         """Restores a :meth:`get_state` snapshot.
 
         Everything is checked before anything changes: the state's keys, the

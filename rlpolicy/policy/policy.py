@@ -7,12 +7,14 @@ requirements, dummy-batch loss initialisation, pruning) and ``checkpoint``
 """
 from __future__ import annotations
 
+import copy
 import logging
 from abc import ABCMeta, abstractmethod
 from collections import namedtuple
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union
 
 import gymnasium as gym
+import numpy as np
 
 from rlpolicy._core import action_flow, checkpoint, input_checks, loss_init
 from rlpolicy._core.obs_prep import flatten_single_list_obs, prepare_observation_space
@@ -90,15 +92,7 @@ def complete_policy_config(policy: "Policy", config: Optional[dict],
     Returns:
         The new, complete config dict.
     """
-    if config is not None and config is policy.__dict__.get("_precompleted_config"):
-        return config
-    if defaults is None:
-        defaults = _class_default_config(policy)
-    full = _completed_config(config, defaults, type(policy).__name__)
-    policy.__dict__["_precompleted_config"] = full
-    # What the constructor was given, for checkpoints (see export_checkpoint).
-    policy.__dict__.setdefault("_given_config", _copy_given_config(config))
-    return full
+    return Policy._complete_config(policy, config, defaults)
 
 
 def _same_config(a: dict, b: dict) -> bool:
@@ -186,6 +180,23 @@ class Policy(metaclass=ABCMeta):
                 self.view_requirements.setdefault(k, v)
         self._model_init_state_automatically_added = False
 
+    def _complete_config(self, config: Optional[dict], defaults: Optional[dict] = None) -> dict:
+        """``complete_policy_config(self, config, defaults)``: completes ``config`` once.
+
+        The result is remembered (until ``Policy.__init__`` keeps it), so a
+        later call with that very dict returns it unchanged; what the
+        constructor was given is kept for checkpoints (see ``export_checkpoint``).
+        """
+        done = self.__dict__.get("_precompleted_config")
+        if config is not None and config is done:
+            return done
+        if defaults is None:
+            defaults = _class_default_config(self)
+        full = _completed_config(config, defaults, type(self).__name__)
+        self.__dict__["_precompleted_config"] = full
+        self.__dict__.setdefault("_given_config", _copy_given_config(config))
+        return full
+
     def _make_callbacks(self) -> "DefaultCallbacks":
         """``config["callbacks"]()`` (RLlib 1.11 only calls it), else a DefaultCallbacks.
 
@@ -268,16 +279,16 @@ class Policy(metaclass=ABCMeta):
         if input_dict is None:
             # A recurrent model without its state or previous action/reward: one
             # error naming the argument (RLlib 1.11 fails deep inside the model).
-            if input_checks.is_recurrent(self):  # (other policies check in compute_actions*)
-                input_checks.check_state_batches(self, state, "compute_single_action", single=True)
-            input_checks.check_prev_inputs(
-                self, [c for c, v in (("prev_actions", prev_action), ("prev_rewards", prev_reward))
-                       if v is not None], "compute_single_action")
+            if self._takes_state_inputs():  # (other policies check in compute_actions*)
+                self._check_state_batches(state, "compute_single_action", single=True)
+            self._check_prev_inputs(
+                [c for c, v in (("prev_actions", prev_action), ("prev_rewards", prev_reward))
+                 if v is not None], "compute_single_action")
             # (a Repeated list's items would be batched as rows: see obs_prep)
             obs = flatten_single_list_obs(self, obs)
-            input_dict = action_flow.build_single_input_dict(
+            input_dict = action_flow.build_single_input_dict(  # type: ignore[assignment]
                 obs, state, prev_action=prev_action, prev_reward=prev_reward, info=info)
-        batched = action_flow.batch_input_dict(input_dict)
+        batched = action_flow.batch_input_dict(input_dict)  # type: ignore[arg-type]
         out = self.compute_actions_from_input_dict(
             input_dict=SampleBatch(batched), episodes=[episode] if episode is not None else None,
             explore=explore, timestep=timestep)
@@ -312,7 +323,7 @@ class Policy(metaclass=ABCMeta):
             input_dict[SampleBatch.OBS], state_batches,
             prev_action_batch=input_dict.get(SampleBatch.PREV_ACTIONS),
             prev_reward_batch=input_dict.get(SampleBatch.PREV_REWARDS),
-            info_batch=input_dict.get(SampleBatch.INFOS),
+            info_batch=input_dict.get(SampleBatch.INFOS),  # type: ignore[arg-type]
             explore=explore, timestep=timestep, episodes=episodes, **kwargs)
 
     @abstractmethod
@@ -506,8 +517,9 @@ class Policy(metaclass=ABCMeta):
     @DeveloperAPI
     def set_state(self, state: Union[Dict[str, TensorType], List[TensorType]]) -> None:
         """Restores the state returned by :meth:`get_state`."""
-        self.set_weights(state["weights"])
-        self.global_timestep = state["global_timestep"]
+        values: Dict[str, Any] = state  # type: ignore[assignment]  # (a dict, as get_state's)
+        self.set_weights(values["weights"])
+        self.global_timestep = values["global_timestep"]
 
     @DeveloperAPI
     def on_global_var_update(self, global_vars: Dict[str, TensorType]) -> None:
@@ -557,7 +569,8 @@ class Policy(metaclass=ABCMeta):
         checkpoint.write_checkpoint(
             export_dir, policy_class=path or f"{cls.__module__}:{cls.__qualname__}",
             observation_space=self.observation_space, action_space=self.action_space,
-            config=self.config, state=self.get_state() if policy_state is None else policy_state,
+            config=self.config,
+            state=self.get_state() if policy_state is None else policy_state,  # type: ignore[arg-type]
             filename_prefix=filename_prefix, class_recipe=None if path else recipe,
             given_config=None if given is None or _same_config(given, self.config) else given)
 
@@ -607,11 +620,96 @@ class Policy(metaclass=ABCMeta):
         """The tf Session of a TFPolicy; None for every other policy."""
         return None
 
+    # ------------------------------------------------------------------ input checks
+    # The policy gathers what its callers' input is compared against and hands it to
+    # the data checks of ``_core.input_checks``; errors name ``where`` (the entry point).
+
+    def _check_obs(self, obs: Any, where: str, column: str = "obs") -> None:
+        """Rejects non-numeric (and, with ``config["_check_finite_obs"]``, NaN/inf) observations."""
+        input_checks.check_obs_values(
+            obs, where, observation_space=self.observation_space,
+            check_finite=bool(self.config.get("_check_finite_obs", False)), column=column)
+
+    def _has_custom_action_fns(self) -> bool:
+        """Whether acting runs a custom ``action_sampler_fn``/``action_distribution_fn``
+        (which may take state inputs the model does not declare)."""
+        hooks = getattr(self, "_hooks", None)
+        return any(getattr(obj, name, None) is not None for obj in (self, hooks)
+                   for name in ("action_sampler_fn", "action_distribution_fn"))
+
+    def _model_view_requirements(self) -> Dict[str, Any]:
+        return getattr(getattr(self, "model", None), "view_requirements", None) or {}
+
+    def _takes_state_inputs(self) -> bool:
+        """Whether the policy keeps RNN state (or its model reads ``state_in_i`` views)."""
+        try:
+            return self.num_state_tensors() > 0 or \
+                input_checks.num_state_views(self._model_view_requirements()) > 0
+        except Exception:  # a hand-built policy without a model
+            return False
+
+    def _initial_state_shapes(self) -> List[tuple]:
+        """The shapes of ``get_initial_state()``, looked up once (the layout does not change)."""
+        shapes = self.__dict__.get("_state_shapes")
+        if shapes is None:
+            try:
+                shapes = [tuple(np.shape(s)) for s in self.get_initial_state()]
+            except Exception:
+                shapes = []
+            self._state_shapes = shapes
+        return shapes
+
+    def _check_state_batches(self, state_batches: Optional[Any], where: str,
+                             single: bool = False) -> None:
+        """Rejects RNN state inputs whose number or shapes do not fit the model's."""
+        states = list(state_batches or [])
+        if self._has_custom_action_fns():
+            return
+        expected = 0
+        if states or self._takes_state_inputs():
+            expected = max(self.num_state_tensors(),
+                           input_checks.num_state_views(self._model_view_requirements()))
+        shapes = self._initial_state_shapes() if states and not isinstance(states[0], str) else None
+        input_checks.check_state_inputs(states, where, expected=expected, initial_shapes=shapes,
+                                        single=single)
+
+    def _check_prev_inputs(self, present: Any, where: str) -> None:
+        """Rejects a call without the previous action/reward the model reads."""
+        if self._has_custom_action_fns():
+            return
+        input_checks.check_prev_columns(present, where, model_views=self._model_view_requirements(),
+                                        model_config=(self.config or {}).get("model") or {})
+
+    def _check_acting_input_dict(self, input_dict: Any, where: str) -> None:
+        """The observation, state and previous-input checks for an input dict."""
+        if "obs" in input_dict:
+            self._check_obs(input_dict["obs"], where)
+        self._check_state_batches(
+            [input_dict[k] for k in input_checks.state_in_keys(input_dict.keys())], where)
+        self._check_prev_inputs(input_dict.keys(), where)
+
+    def _loss_columns_read(self) -> Optional[List[str]]:
+        """The train-batch columns the loss read during loss initialization (None: unknown)."""
+        cols = getattr(self, "_loss_columns", None)
+        loss_inputs = getattr(self, "_loss_input_dict", None)
+        if cols is None and loss_inputs:
+            cols = [k for k in loss_inputs if k != SampleBatch.SEQ_LENS]
+        return sorted(cols) if cols is not None else None
+
+    def _check_train_batch(self, batch: Any, where: str) -> None:
+        """Rejects a train batch that lacks a loss column or has bad observations."""
+        if not hasattr(batch, "keys"):
+            return
+        input_checks.check_loss_columns(batch.keys(), self._loss_columns_read(), where)
+        if "obs" in batch.keys():
+            self._check_obs(batch["obs"], where)
+
     # ------------------------------------------------------------------ internals
     def _create_exploration(self) -> Any:
         """Builds (once) the Exploration object from ``config["exploration_config"]``."""
-        if getattr(self, "exploration", None) is not None:
-            return self.exploration
+        existing = getattr(self, "exploration", None)
+        if existing is not None:
+            return existing
         from rlpolicy._core.exploration_factory import create_exploration
 
         return create_exploration(
@@ -622,18 +720,157 @@ class Policy(metaclass=ABCMeta):
             framework=getattr(self, "framework", self.config["framework"]))
 
     def _get_default_view_requirements(self) -> Dict[str, Any]:
-        return loss_init.default_view_requirements(self.observation_space, self.action_space)
+        from rlpolicy.policy.view_requirement import ViewRequirement
+
+        return loss_init.default_view_requirements(self.observation_space, self.action_space,
+                                                   ViewRequirement)
 
     def _get_dummy_batch_from_view_requirements(self, batch_size: int = 1) -> SampleBatch:
-        return loss_init.dummy_batch_from_view_requirements(self.view_requirements, batch_size, self.config)
+        return SampleBatch(loss_init.dummy_columns(self.view_requirements, batch_size, self.config))
 
     def _update_model_view_requirements_from_init_state(self) -> None:
-        loss_init.update_view_requirements_from_init_state(self)
+        """Adds ``state_in_i``/``state_out_i`` requirements from the initial RNN state.
+
+        The model's (or, without a model, the policy's) ``get_initial_state()``
+        gives one entry per state tensor; they go into the model's and the
+        policy's view requirements, existing user-provided entries are kept.
+        """
+        from rlpolicy.policy.view_requirement import ViewRequirement
+
+        self._model_init_state_automatically_added = True
+        model = getattr(self, "model", None)
+        obj = model or self
+        if model is not None and not hasattr(model, "view_requirements"):
+            model.view_requirements = {"obs": ViewRequirement(space=self.observation_space)}
+        init_state = self._initial_state_for_view_requirements(obj, model)
+        targets = [obj.view_requirements]
+        if hasattr(self, "view_requirements") and self.view_requirements is not obj.view_requirements:
+            targets.append(self.view_requirements)
+        max_seq_len = (self.config.get("model") or {}).get("max_seq_len", 1)
+        entries = loss_init.state_view_requirements(init_state, max_seq_len, ViewRequirement)
+        for vrs in targets:
+            for key, vr in entries.items():
+                vrs.setdefault(key, vr if vrs is targets[0] else copy.copy(vr))
+
+    def _initial_state_for_view_requirements(self, obj: Any, model: Any) -> list:
+        """``obj.get_initial_state()``; an object without one gets it set (a Keras
+        model: zeros of its ``state_in_*`` spaces; else none, and a policy whose
+        requirements hold ``state_in_0`` reports ``is_recurrent()``)."""
+        if callable(getattr(obj, "get_initial_state", None)):
+            return list(obj.get_initial_state())
+        vrs = obj.view_requirements
+        if loss_init.is_keras_model(model) and "state_in_0" not in vrs:
+            obj.get_initial_state = lambda: [np.zeros_like(vr.space.sample())
+                                             for k, vr in model.view_requirements.items()
+                                             if k.startswith("state_in_")]
+        else:
+            obj.get_initial_state = lambda: []
+            if "state_in_0" in vrs:
+                self.is_recurrent = lambda: True  # type: ignore[method-assign]
+        return []
 
     def _initialize_loss_from_dummy_batch(self, auto_remove_unneeded_view_reqs: bool = True,
                                           stats_fn: Optional[Callable] = None) -> None:
         """Runs acting, postprocessing and loss once on dummy data; prunes view requirements."""
-        loss_init.initialize_loss_from_dummy_batch(self, auto_remove_unneeded_view_reqs, stats_fn)
+        self._run_dummy_loss_init(auto_remove_unneeded_view_reqs, stats_fn)
+
+    def _run_dummy_loss_init(self, auto_remove_unneeded_view_reqs: bool = True,
+                             stats_fn: Optional[Callable] = None) -> "loss_init.AccessRecord":
+        """RLlib 1.11's dummy-batch loss initialisation (see ``_core.loss_init``).
+
+        Acts on a batch of zeros built from the view requirements, postprocesses
+        a fresh one, runs the loss (and ``stats_fn``) on it, records which
+        columns each step read, then prunes the view requirements. The batch
+        size is ``max(4 * batch_divisibility_req, 32)``.
+
+        Returns:
+            The access record of the run.
+        """
+        self._no_tracing = True  # eager tracing would hide column accesses
+        try:
+            batch_size = max(getattr(self, "batch_divisibility_req", 1) * 4, 32)
+            state_outs, compute_keys = self._probe_compute_actions(batch_size)
+            post_record, train_batch, has_loss = self._probe_postprocess_and_loss(
+                batch_size, state_outs, stats_fn)
+        finally:
+            self._no_tracing = False
+        accessed, added, deleted = post_record
+        record = loss_init.AccessRecord(
+            compute_accessed=compute_keys, postprocess_accessed=accessed,
+            postprocess_added=added, postprocess_deleted=deleted,
+            train_accessed=set(train_batch.accessed_keys))
+        if has_loss:  # what learn_on_batch checks a train batch against
+            self._loss_columns = sorted(k for k in record.train_accessed
+                                        if k != SampleBatch.SEQ_LENS)
+        if auto_remove_unneeded_view_reqs:
+            from rlpolicy.policy.view_requirement import ViewRequirement
+
+            model = getattr(self, "model", None)
+            # A policy without a model (a plain Policy subclass) protects what its
+            # action computation read, as a model's own view requirements would be.
+            protected = (set(getattr(model, "view_requirements", {}) or {}) if model is not None
+                         else set(compute_keys))
+            loss_init.prune_view_requirements(
+                self.view_requirements, record, protected=protected, has_loss=has_loss,
+                keep_all=self.config.get("output") is not None, new_requirement=ViewRequirement)
+        return record
+
+    def _as_loss_batch(self, batch: SampleBatch) -> SampleBatch:
+        fn = getattr(self, "_lazy_tensor_dict", None)
+        return fn(batch) if callable(fn) else batch
+
+    def _probe_compute_actions(self, batch_size: int) -> tuple:
+        """Dummy run step 1: act on a dummy batch; mark which columns acting needs."""
+        from rlpolicy.policy.view_requirement import ViewRequirement
+
+        vrs = self.view_requirements
+        dummy = self._get_dummy_batch_from_view_requirements(batch_size)
+        self._as_loss_batch(dummy)
+        _, state_outs, extra_outs = self.compute_actions_from_input_dict(dummy, explore=False)
+        for key, vr in vrs.items():
+            if key not in dummy.accessed_keys:
+                vr.used_for_compute_actions = False
+        for key, value in (extra_outs or {}).items():
+            if key in vrs:
+                continue
+            shape = getattr(value, "shape", None)
+            space = (loss_init.new_box(-1.0, 1.0, tuple(shape[1:]), loss_init.numpy_dtype(value.dtype))
+                     if shape is not None else None)
+            vrs[key] = ViewRequirement(space=space, used_for_compute_actions=False)
+        for key in dummy.accessed_keys:
+            if key not in vrs:
+                vrs[key] = ViewRequirement(space=loss_init.new_box(float("-inf"), float("inf"), ()))
+            vrs[key].used_for_compute_actions = True
+        return state_outs, set(dummy.accessed_keys)
+
+    def _probe_postprocess_and_loss(self, batch_size: int, state_outs: list,
+                                    stats_fn: Optional[Callable]) -> tuple:
+        """Dummy run step 2: postprocess a fresh dummy batch, then run loss and stats on it."""
+        dummy = self._get_dummy_batch_from_view_requirements(batch_size)
+        dummy.set_get_interceptor(None)
+        self._dummy_batch = dummy
+        exploration = getattr(self, "exploration", None)
+        if exploration is not None:
+            exploration.postprocess_trajectory(self, dummy)
+        post = self.postprocess_trajectory(dummy)
+        seq_lens = loss_init.cut_states_to_sequences(post, batch_size) if state_outs else None
+        post_record = (set(dummy.accessed_keys), set(dummy.added_keys), set(dummy.deleted_keys))
+        train_batch = self._as_loss_batch(post)
+        # The train batch is usually the very object postprocessing returned, so
+        # its access log restarts here: what the loss reads is told apart from
+        # what only postprocessing read. (RLlib 1.11's torch path shares one log,
+        # which makes its "postprocessing only" tagging a no-op there.)
+        train_batch.accessed_keys = set()
+        train_batch.set_training(True)
+        if seq_lens is not None:
+            train_batch[SampleBatch.SEQ_LENS] = seq_lens
+        train_batch.count = dummy.count
+        loss_fn = loss_init.resolve_loss(type(self), getattr(self, "_loss", None))
+        if loss_fn is not None:
+            loss_fn(self, getattr(self, "model", None), self.dist_class, train_batch)
+        if stats_fn is not None:
+            stats_fn(self, train_batch)
+        return post_record, train_batch, loss_fn is not None
 
 
 def load_policy_from_checkpoint(checkpoint_dir: str, config_overrides: Optional[dict] = None) -> Policy:

@@ -5,18 +5,24 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlpolicy._core.loss_init import (
-    AccessRecord,
-    default_view_requirements,
-    dummy_batch_from_view_requirements,
-    initialize_loss_from_dummy_batch,
-    new_box,
-    prune_view_requirements,
-    update_view_requirements_from_init_state,
-)
+from rlpolicy._core import loss_init
+from rlpolicy._core.loss_init import AccessRecord, dummy_columns, new_box, prune_view_requirements
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.policy.view_requirement import ViewRequirement
+
+
+def default_view_requirements(obs_space, action_space):
+    return loss_init.default_view_requirements(obs_space, action_space, ViewRequirement)
+
+
+def update_view_requirements_from_init_state(holder):
+    # The Policy method, run on a duck-typed holder of the attributes it reads.
+    Policy._update_model_view_requirements_from_init_state(holder)
+
+
+def initialize_loss_from_dummy_batch(policy, *args, **kwargs):
+    return policy._run_dummy_loss_init(*args, **kwargs)
 
 OBS = gym.spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
 ACT = gym.spaces.Discrete(4)
@@ -55,7 +61,7 @@ def test_default_view_requirements_spaces():
 
 # ------------------------------------------------------------------ dummy batches
 def _col(vr, n=5, config=None):
-    return dummy_batch_from_view_requirements({"x": vr}, n, config or {})["x"]
+    return dummy_columns({"x": vr}, n, config or {})["x"]
 
 
 DICT_SPACE = gym.spaces.Dict({"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(0, 1, (2, 3))})
@@ -169,6 +175,8 @@ class _FakeModel:
 
 
 class _Holder:
+    _initial_state_for_view_requirements = Policy._initial_state_for_view_requirements
+
     def __init__(self, model, max_seq_len=7):
         self.model = model
         self.observation_space = OBS
