@@ -11,11 +11,9 @@ Nothing here imports torch or tensorflow.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Sequence
+from typing import Any, Callable, List, Mapping, Sequence
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from rlpolicy.policy.sample_batch import SampleBatch
-
+SEQ_LENS = "seq_lens"
 NUM_BUFFERS_KEY = "num_multi_gpu_tower_stacks"
 NOT_LOADED_MSG = ("Must call Policy.load_batch_into_buffer() before "
                   "Policy.learn_on_loaded_batch()!")
@@ -38,22 +36,8 @@ def device_minibatch_size(config: Mapping, num_devices: int) -> int:
     return int(size) // num_devices
 
 
-def as_sample_batch(batch: Any) -> "SampleBatch":
-    """``batch`` itself if it is a SampleBatch, else ``SampleBatch(batch)``.
-
-    RLlib takes a plain dict passed to the learning methods as a SampleBatch.
-    """
-    from rlpolicy.policy.sample_batch import SampleBatch
-
-    if isinstance(batch, SampleBatch):
-        return batch
-    if not isinstance(batch, Mapping):
-        raise TypeError(f"expected a SampleBatch or a dict of columns, got {type(batch).__name__}")
-    return SampleBatch(dict(batch))
-
-
-def split_batch_for_devices(batch: "SampleBatch", num_devices: int,
-                            pad: Callable[["SampleBatch"], None]) -> List["SampleBatch"]:
+def split_batch_for_devices(batch: Any, num_devices: int,
+                            pad: Callable[[Any], None]) -> List[Any]:
     """Cuts ``batch`` into one time-slice per device and pads each slice.
 
     Without ``seq_lens`` the rows beyond an equal share are dropped first, so
@@ -62,14 +46,18 @@ def split_batch_for_devices(batch: "SampleBatch", num_devices: int,
     boundaries. ``pad`` (e.g. zero-padding to ``max_seq_len``) runs on every
     slice in place (RLlib 1.11). The slices are not moved to any device.
 
-    A plain dict is taken as a SampleBatch.
-    """
-    from rlpolicy.policy.sample_batch import SampleBatch
+    Args:
+        batch: A SampleBatch (anything with its ``timeslices`` and slicing).
 
+    Raises:
+        TypeError: If ``batch`` cannot be cut into time slices (e.g. a plain dict).
+        ValueError: If ``num_devices`` < 1.
+    """
     _check_num_devices(num_devices)
-    batch = as_sample_batch(batch)
+    if not callable(getattr(batch, "timeslices", None)):
+        raise TypeError(f"split_batch_for_devices needs a SampleBatch, got {type(batch).__name__}")
     n = len(batch)
-    if SampleBatch.SEQ_LENS not in batch and n % num_devices:
+    if SEQ_LENS not in batch and n % num_devices:
         batch = batch[:n - n % num_devices]
     slices = batch.timeslices(num_slices=num_devices)
     for s in slices:
@@ -171,5 +159,5 @@ def _check_num_devices(num_devices: int) -> None:
         raise ValueError(f"num_devices={num_devices!r} is invalid; need an int >= 1")
 
 
-__all__: Sequence[str] = ("as_sample_batch", "device_minibatch_size", "split_batch_for_devices", "TowerBuffers",
+__all__: Sequence[str] = ("device_minibatch_size", "split_batch_for_devices", "TowerBuffers",
                           "minibatch_slice", "NOT_LOADED_MSG")

@@ -5,11 +5,11 @@ import pytest
 from rlpolicy._core.tower_buffers import (
     NOT_LOADED_MSG,
     TowerBuffers,
-    as_sample_batch,
     device_minibatch_size,
     minibatch_slice,
     split_batch_for_devices,
 )
+from rlpolicy.policy._training_template import as_sample_batch
 from rlpolicy.policy.sample_batch import SampleBatch
 
 # ---------------------------------------------------------------- device_minibatch_size
@@ -50,11 +50,10 @@ def _rows(n):
             SampleBatch.REWARDS: np.arange(n, dtype=np.float32)}
 
 
-@pytest.mark.parametrize("as_dict", [False, True])
-def test_split_drops_excess_rows_and_pads_each_slice(as_dict):
+def test_split_drops_excess_rows_and_pads_each_slice():
     padded = []
     data = _rows(9)
-    slices = split_batch_for_devices(data if as_dict else SampleBatch(data), 2, padded.append)
+    slices = split_batch_for_devices(SampleBatch(data), 2, padded.append)
     assert [s[SampleBatch.REWARDS].tolist() for s in slices] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [id(p) for p in padded] == [id(s) for s in slices]  # pad ran once per slice
     assert all(isinstance(s, SampleBatch) for s in slices)
@@ -98,6 +97,11 @@ def test_as_sample_batch():
     assert isinstance(converted, SampleBatch) and len(converted) == 3
     with pytest.raises(TypeError, match="expected a SampleBatch or a dict of columns, got list"):
         as_sample_batch([1, 2, 3])
+
+
+def test_split_needs_a_sample_batch():
+    with pytest.raises(TypeError, match="split_batch_for_devices needs a SampleBatch, got dict"):
+        split_batch_for_devices(_rows(4), 2, lambda b: None)
 
 
 # ---------------------------------------------------------------- TowerBuffers
