@@ -12,7 +12,7 @@ must live in one process. Graph-mode code builds its ops inside its own
 ``tf1.Graph`` (where eager is off by construction). A process that TF1 code
 switched with ``tf1.disable_v2_behavior()`` (or ``disable_eager_execution()``)
 works too: eager policies then run their methods in TF's eager-mode context
-(``rlpolicy._core.tf_eager_mode``).
+(``rlpolicy.policy._eager.mode``).
 """
 from __future__ import annotations
 
