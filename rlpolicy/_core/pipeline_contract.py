@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -374,9 +375,9 @@ class PipelineContract:
 def install_artifact(export_dir: str, artifact_tmp: str, contract: PipelineContract) -> None:
     """Moves a verified artifact (file or directory) into ``export_dir`` under
     ``contract.artifact`` and writes ``pipeline.json`` beside it (each written
-    under a temporary name first, then renamed into place)."""
-    import shutil
-
+    under a temporary name first, then renamed into place). A pipeline artifact
+    of another format already there is removed: the directory holds one
+    pipeline export, the one ``pipeline.json`` describes."""
     os.makedirs(export_dir, exist_ok=True)
     final = os.path.join(export_dir, contract.artifact)
     fd, meta_tmp = tempfile.mkstemp(dir=export_dir, prefix=".tmp-", suffix=METADATA_FILE)
@@ -387,6 +388,12 @@ def install_artifact(export_dir: str, artifact_tmp: str, contract: PipelineContr
             shutil.rmtree(final)
         os.replace(artifact_tmp, final)
         os.replace(meta_tmp, os.path.join(export_dir, METADATA_FILE))
+        for name in ARTIFACT_FILES.values():
+            other = os.path.join(export_dir, name)
+            if name != contract.artifact and os.path.isdir(other):
+                shutil.rmtree(other)
+            elif name != contract.artifact and os.path.exists(other):
+                os.remove(other)
     finally:
         if os.path.exists(meta_tmp):
             os.remove(meta_tmp)

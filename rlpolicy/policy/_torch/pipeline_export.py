@@ -48,6 +48,7 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
                     compute_actions: Callable[..., Tuple[Any, List[Any], Dict[str, Any]]],
                     initial_state: Sequence[Any], onnx: Optional[int] = None,
                     exploration: str = "", device: Any = "cpu",
+                    dist_inputs_fn: Optional[Callable[..., Tuple[Any, Any, List[Any]]]] = None,
                     batch_sizes: Sequence[int] = pc.VERIFY_BATCH_SIZES,
                     steps: int = 2) -> pc.PipelineContract:
     """Exports, verifies and installs the action pipeline into ``export_dir``.
@@ -69,6 +70,10 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
         exploration: The exploration's name (recorded in the metadata).
         device: The model's device (a model on a GPU is exported from a CPU
             copy: the artifact runs on the CPU).
+        dist_inputs_fn: ``(model, input_dict, state_batches, seq_lens) ->
+            (dist_inputs, dist_class, state_outs)`` replacing the model call
+            (a policy's ``action_distribution_fn``, explore off); None calls
+            the model and uses ``dist_class``.
         batch_sizes: Batch sizes the artifact is checked at.
         steps: Steps per batch size (RNN state carried over).
 
@@ -108,7 +113,8 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
 
     # The noise layout and the output dtypes/shapes come from one eager run.
     det_names = pc.leaf_names("actions", len(act_leaves), nested_act)
-    module = ActionPipeline(model, dist_class, obs_plan, len(init), act_leaves, normalize, clip)
+    module = ActionPipeline(model, dist_class, obs_plan, len(init), act_leaves, normalize, clip,
+                            dist_inputs_fn)
     example = _example_inputs(inputs, init, pc.TRACE_BATCH_SIZE, device, noise_dim=0)
     noise_plan = module.plan_noise(example[:-1])
     noise = []
@@ -195,10 +201,11 @@ class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[m
 
     def __init__(self, model: Any, dist_class: Any, obs_plan: List[_LeafPlan], num_states: int,
                  act_leaves: List[Tuple[Tuple[Any, ...], gym.Space]], normalize: bool,
-                 clip: bool):
+                 clip: bool, dist_inputs_fn: Optional[Callable[..., Any]] = None):
         super().__init__()
         self.model = model
         self.dist_class = dist_class
+        self.dist_inputs_fn = dist_inputs_fn
         self.obs_plan = obs_plan
         self.num_states = num_states
         self.num_actions = len(act_leaves)
@@ -239,8 +246,13 @@ class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[m
         obs = self._obs(args[:k])
         states = list(args[k:k + self.num_states])
         seq_lens = args[k + self.num_states] if self.num_states else None
-        dist_inputs, state_out = self.model({"obs": obs}, states, seq_lens)
-        dist = self.dist_class(dist_inputs, self.model)
+        if self.dist_inputs_fn is not None:
+            dist_inputs, dist_class, state_out = self.dist_inputs_fn(
+                self.model, {"obs": obs}, states, seq_lens)
+        else:
+            dist_inputs, state_out = self.model({"obs": obs}, states, seq_lens)
+            dist_class = self.dist_class
+        dist = dist_class(dist_inputs, self.model)
         return dist_inputs, dist, list(state_out) if self.num_states else []
 
     def _leaf_dists(self, dist: Any) -> List[Any]:
