@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import sys
 import zlib
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tree  # dm-tree
@@ -92,7 +92,7 @@ def first_length(key: str, value: Any) -> Optional[int]:
     return None
 
 
-def common_row_count(items: Iterator[Tuple[str, Any]], zero_padded: bool, expected_rows: Optional[int],
+def common_row_count(items: Iterable[Tuple[str, Any]], zero_padded: bool, expected_rows: Optional[int],
                      ref_key: Optional[str]) -> Tuple[Optional[int], Optional[str]]:
     """The row count shared by all per-row columns (and the column it was first seen in).
 
@@ -256,7 +256,7 @@ def timeslice_bounds(n: int, size: Optional[int], num_slices: Optional[int]) -> 
     return [(a, min(a + size, n)) for a in range(0, n, size)]
 
 
-def iter_state_keys(keys: Iterator[str], prefix: str = "state_in_") -> List[str]:
+def iter_state_keys(keys: Iterable[Any], prefix: str = "state_in_") -> List[str]:
     return [k for k in keys if isinstance(k, str) and k.startswith(prefix)]
 
 
