@@ -22,18 +22,14 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core import input_checks, obs_prep
+from rlpolicy._core import obs_prep
 from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.config import read_checked
 from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
 from rlpolicy._core.framework_check import require_framework
+from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
-from rlpolicy._core.tower_buffers import (
-    TowerBuffers,
-    as_sample_batch,
-    device_minibatch_size,
-    split_batch_for_devices,
-)
+from rlpolicy._core.tower_buffers import split_batch_for_devices
 from rlpolicy.policy._torch import export as torch_export
 from rlpolicy.policy._torch.convert import (
     NoGrad,
@@ -46,6 +42,7 @@ from rlpolicy.policy._torch.convert import (
     weights_snapshot,
 )
 from rlpolicy.policy._torch.optimizers import (
+    check_optimizer_states,
     default_adam,
     load_optimizer_states,
     optimizer_param_groups,
@@ -59,6 +56,7 @@ from rlpolicy.policy._torch.towers import (
     make_towers,
     run_tower_step,
 )
+from rlpolicy.policy._training_template import TrainingTemplate, as_sample_batch
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -82,10 +80,6 @@ from rlpolicy.utils.typing import (
 torch, nn = try_import_torch()
 
 logger = logging.getLogger(__name__)
-
-# The flags of ``SampleBatch({"obs": ..., "is_training": False})``.
-_ACTING_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False,
-                 "_max_seq_len": None}
 
 
 class DirectStepOptimizer:
@@ -112,20 +106,18 @@ class DirectStepOptimizer:
 _directStepOptimizerSingleton = DirectStepOptimizer()
 
 
-def with_lock(func: Callable) -> Callable:
-    """Runs the decorated method while holding the policy's (re-entrant) model lock."""
-
-    @functools.wraps(func)
-    def wrapper(self, *args, **kwargs):
-        with self._lock:
-            return func(self, *args, **kwargs)
-
-    return wrapper
+# ``torch_policy.with_lock`` is RLlib 1.11's name for the policy-lock decorator; it is
+# the one lock idiom of all policies (``rlpolicy._core.locking.with_lock``), imported above.
 
 
 @DeveloperAPI
-class TorchPolicy(Policy):
+class TorchPolicy(TrainingTemplate, Policy):
     """A ``Policy`` whose model and loss are written in PyTorch.
+
+    The public acting, learning, buffer and state methods are the
+    ``TrainingTemplate``'s (``rlpolicy.policy._training_template``); this class
+    supplies their torch steps (``_compute_actions_step``, ``_learn_step``,
+    ``_device_slices``, ``_learn_on_device_batches``, the optimizer state).
 
     Attributes:
         model: The main model (tower 0), living on ``self.device``.
@@ -190,7 +182,7 @@ class TorchPolicy(Policy):
             observation_space, action_space, self.config, model, action_distribution_class)
         self._device_plan = self._plan_devices(self.config)
         self._place_model_towers(model)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # (with_lock would make it on first use)
         self._state_inputs = self.model.get_initial_state()
         self._is_recurrent = len(self._state_inputs) > 0
         self._update_model_view_requirements_from_init_state()
@@ -202,8 +194,7 @@ class TorchPolicy(Policy):
         self.multi_gpu_param_groups: List[Set[int]] = optimizer_param_groups(
             self.model, self._optimizers)
         # config["num_multi_gpu_tower_stacks"] was validated by Policy.__init__.
-        self._tower_buffers = TowerBuffers(
-            self.config.get("num_multi_gpu_tower_stacks", 1), len(self.devices))
+        self._init_tower_buffers(len(self.devices))
         self.dist_class = action_distribution_class
         self.action_sampler_fn = action_sampler_fn
         self.action_distribution_fn = action_distribution_fn
@@ -263,77 +254,36 @@ class TorchPolicy(Policy):
 
     # ------------------------------------------------------------------ action computation
 
-    @override(Policy)
-    def compute_actions_from_input_dict(
-            self, input_dict: Dict[str, TensorType], explore: bool = None,
-            timestep: Optional[int] = None, **kwargs
-    ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
-        input_dict = obs_prep.flatten_input_dict(self, input_dict)
-        input_checks.check_acting_input_dict(self, input_dict, "compute_actions_from_input_dict")
+    def _compute_actions_step(self, input_dict: Any, state_batches: List[Any],
+                              explore: Any, timestep: Any, episodes: Optional[List[Any]]
+                              ) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
+        """The torch step of ``compute_actions``/``compute_actions_from_input_dict``
+        (``TrainingTemplate``; it holds the lock and resolved explore/timestep).
+
+        The input dict becomes a SampleBatch handing out tensors on
+        ``self.device`` (its ``is_training`` flag as the caller set it), its
+        ``state_in_<i>`` columns the state tensors; ``seq_lens`` is all ones.
+        """
         with NoGrad():
             input_dict = self._lazy_tensor_dict(input_dict)
-            input_dict.set_training(True)
-            state_batches = [input_dict[k] for k in input_dict.keys() if k[:8] == "state_in"]
-            seq_lens = torch.ones(len(state_batches[0]), dtype=torch.int32,
-                                  device=state_batches[0].device) if state_batches else None
+            if state_batches:
+                state_batches = [input_dict[f"state_in_{i}"] for i in range(len(state_batches))]
+                n = len(state_batches[0])
+            else:
+                obs = input_dict[SampleBatch.CUR_OBS]
+                n = obs.shape[0] if type(obs) is torch.Tensor and obs.dim() > 0 else len(obs)
+            seq_lens = torch.ones(n, dtype=torch.int32, device=self.device)
             return self._compute_action_helper(input_dict, state_batches, seq_lens,
                                                explore, timestep)
 
-    @override(Policy)
-    def compute_actions(
-            self,
-            obs_batch: Union[List[TensorStructType], TensorStructType],
-            state_batches: Optional[List[TensorType]] = None,
-            prev_action_batch: Union[List[TensorStructType], TensorStructType] = None,
-            prev_reward_batch: Union[List[TensorStructType], TensorStructType] = None,
-            info_batch: Optional[Dict[str, list]] = None,
-            episodes: Optional[List[Any]] = None,
-            explore: Optional[bool] = None,
-            timestep: Optional[int] = None,
-            **kwargs
-    ) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
-        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
-        input_checks.check_obs(self, obs_batch, "compute_actions")
-        input_checks.check_state_batches(self, state_batches, "compute_actions")
-        input_checks.check_prev_inputs(
-            self, [c for c, v in (("prev_actions", prev_action_batch), ("prev_rewards", prev_reward_batch))
-                   if v is not None], "compute_actions")
-        with NoGrad():
-            seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
-            input_dict = self._acting_batch(obs_batch, prev_action_batch, prev_reward_batch)
-            state_batches = [convert_to_torch_tensor(s, self.device)
-                             for s in (state_batches or [])]
-            return self._compute_action_helper(input_dict, state_batches, seq_lens,
-                                               explore, timestep)
-
-    def _acting_batch(self, obs_batch: Any, prev_action_batch: Any,
-                      prev_reward_batch: Any) -> SampleBatch:
-        """``compute_actions``' input dict: the observations (and previous
-        actions and rewards, if given) in a SampleBatch that hands out tensors
-        on ``self.device``. A numpy observation batch skips the constructor's
-        checks (one column: nothing to check)."""
-        if type(obs_batch) is np.ndarray and obs_batch.ndim > 0:
-            batch = SampleBatch._trusted({SampleBatch.CUR_OBS: obs_batch}, len(obs_batch),
-                                         _ACTING_FLAGS)
-        else:
-            batch = SampleBatch({SampleBatch.CUR_OBS: obs_batch, "is_training": False})
-        if prev_action_batch is not None:
-            batch[SampleBatch.PREV_ACTIONS] = np.asarray(prev_action_batch)
-        if prev_reward_batch is not None:
-            batch[SampleBatch.PREV_REWARDS] = np.asarray(prev_reward_batch)
-        return self._lazy_tensor_dict(batch)
-
-    @with_lock
     def _compute_action_helper(self, input_dict: SampleBatch, state_batches: List[TensorType],
-                               seq_lens: Any, explore: Optional[bool], timestep: Optional[int]):
-        """Forward pass, sampling and exploration shared by both compute paths
-        (the caller has autograd off).
+                               seq_lens: Any, explore: bool, timestep: int):
+        """Forward pass, sampling and exploration (RLlib 1.11's name; the caller
+        holds the lock, has autograd off and has resolved explore/timestep).
 
         Returns:
             ``(actions, state_outs, extra_fetches)`` as numpy structures.
         """
-        explore = explore if explore is not None else self.config["explore"]
-        timestep = timestep if timestep is not None else self.global_timestep
         self._is_recurrent = bool(state_batches)
         model = self.model
         if model is not None and model.training:
@@ -386,18 +336,13 @@ class TorchPolicy(Policy):
             self._checked_dist_class = dist_class
         return inputs, dist_class, state_out
 
-    @with_lock
-    @override(Policy)
-    def compute_log_likelihoods(
-            self,
-            actions: Union[List[TensorType], TensorType],
-            obs_batch: Union[List[TensorType], TensorType],
-            state_batches: Optional[List[TensorType]] = None,
-            prev_action_batch: Optional[Union[List[TensorType], TensorType]] = None,
-            prev_reward_batch: Optional[Union[List[TensorType], TensorType]] = None,
-            actions_normalized: bool = True,
-    ) -> TensorType:
-        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
+    def _log_likelihoods_step(self, actions: Any, obs_batch: Any,
+                              state_batches: Optional[List[TensorType]],
+                              prev_action_batch: Any, prev_reward_batch: Any,
+                              actions_normalized: bool) -> TensorType:
+        """The torch step of ``compute_log_likelihoods`` (``TrainingTemplate``;
+        it holds the lock and flattened ``obs_batch``): the log-probabilities,
+        as a torch tensor, of ``actions`` under the distribution for the inputs."""
         if self.action_sampler_fn and self.action_distribution_fn is None:
             raise ValueError("Cannot compute log-prob/likelihood w/o an "
                              "`action_distribution_fn` and a provided `action_sampler_fn`!")
@@ -425,25 +370,19 @@ class TorchPolicy(Policy):
 
     # ------------------------------------------------------------------ learning
 
-    @with_lock
-    @override(Policy)
-    def learn_on_batch(self, postprocessed_batch: SampleBatch) -> Dict[str, TensorType]:
-        """One SGD step on ``postprocessed_batch`` (a dict is taken as a SampleBatch).
+    def _learn_step(self, batch: SampleBatch) -> Dict[str, TensorType]:
+        """The torch step of ``learn_on_batch`` (``TrainingTemplate``; the batch is
+        checked and flattened, the model in training mode): ``compute_gradients``
+        then one optimizer step on those gradients. With several towers the batch is split
+        across them as in ``load_batch_into_buffer`` (see ``compute_gradients``).
 
-        With several towers the batch is split across them as in
-        ``load_batch_into_buffer`` (see ``compute_gradients``).
+        Returns:
+            The extra fetches with the learner stats and the model's metrics.
         """
-        postprocessed_batch = obs_prep.flatten_input_dict(self, as_sample_batch(postprocessed_batch))
-        input_checks.check_train_batch(self, postprocessed_batch, "learn_on_batch")
-        if self.model is not None and not self.model.training:
-            set_training(self.model, True)
-        learn_stats: Dict[str, Any] = {}
-        self._run_learn_callback(postprocessed_batch, learn_stats)
-        _, fetches = self.compute_gradients(postprocessed_batch)
+        _, fetches = self.compute_gradients(batch)
         self.apply_gradients(_directStepOptimizerSingleton)
         if self.model is not None:
             fetches["model"] = self.model.metrics()
-        fetches["custom_metrics"] = learn_stats
         return fetches
 
     @with_lock
@@ -464,7 +403,7 @@ class TorchPolicy(Policy):
             ``(grads, fetches)``: one gradient (or None) per model parameter,
             and the extra fetches with the learner stats.
         """
-        self._check_can_learn()
+        self._check_can_learn("compute_gradients")
         batch = obs_prep.flatten_input_dict(self, as_sample_batch(postprocessed_batch))
         batch.set_training(True)
         if len(self.devices) == 1:
@@ -500,10 +439,19 @@ class TorchPolicy(Policy):
         for opt in self._optimizers:
             opt.step()
 
-    def _check_can_learn(self) -> None:
+    @override(TrainingTemplate)
+    def _check_can_learn(self, what: str) -> None:
         if self._loss is None:
-            raise ValueError(f"{type(self).__name__} has no loss: pass `loss` to "
-                             "TorchPolicy.__init__ or override `loss()`")
+            raise ValueError(f"{type(self).__name__} has no loss ({what} needs one): pass "
+                             "`loss` to TorchPolicy.__init__ or override `loss()`")
+
+    @override(TrainingTemplate)
+    def _train_batch(self, batch: Any, what: str) -> SampleBatch:
+        # As RLlib 1.11: the model is in training mode before the learn callback runs.
+        batch = super()._train_batch(batch, what)
+        if self.model is not None and not self.model.training:
+            set_training(self.model, True)
+        return batch
 
     def _pad(self, batch: SampleBatch) -> None:
         pad_batch_to_sequences_of_same_size(
@@ -518,7 +466,7 @@ class TorchPolicy(Policy):
 
     def _tower_grads(self, model: Any, batch: SampleBatch) -> TowerGrads:
         """Single-device gradients, post-processed after each backward pass."""
-        params = getattr(self, "_step_params", None) if model is self.model else None
+        params = self._step_params if model is self.model else None
         return compute_tower_grads(self._tower_losses, model, batch, self._optimizers,
                                    self.multi_gpu_param_groups, self.extra_grad_process, params)
 
@@ -538,42 +486,40 @@ class TorchPolicy(Policy):
     def _single_cpu(self) -> bool:
         return len(self.devices) == 1 and self.devices[0].type == "cpu"
 
-    @override(Policy)
-    def load_batch_into_buffer(self, batch: SampleBatch, buffer_index: int = 0) -> int:
-        self._tower_buffers.check_index(buffer_index)
-        batch = obs_prep.flatten_input_dict(self, as_sample_batch(batch))
-        batch.set_training(True)
+    def _device_slices(self, batch: SampleBatch) -> List[SampleBatch]:
+        """The torch step of ``load_batch_into_buffer`` (``TrainingTemplate``): the
+        prepared batch padded and handing out tensors, one slice per tower
+        (equal shares, the rest dropped), each on its tower's device."""
         if self._single_cpu:
             self._pad(batch)
             self._lazy_tensor_dict(batch)
             self._buffer_params = parameter_list(self.model)
-            return self._tower_buffers.store(buffer_index, [batch])
+            return [batch]
         slices = split_batch_for_devices(batch, len(self.devices), self._pad)
-        return self._tower_buffers.store(buffer_index, self._place_on_devices(slices))
+        return self._place_on_devices(slices)
 
-    @override(Policy)
-    def get_num_samples_loaded_into_buffer(self, buffer_index: int = 0) -> int:
-        return self._tower_buffers.num_loaded(buffer_index)
+    def _learn_on_device_batches(self, batches: List[SampleBatch],
+                                 buffer_index: int) -> Dict[str, TensorType]:
+        """The torch step of ``learn_on_loaded_batch`` (``TrainingTemplate``; it
+        holds the lock): one SGD step on one minibatch per tower.
 
-    @with_lock
-    @override(Policy)
-    def learn_on_loaded_batch(self, offset: int = 0, buffer_index: int = 0):
-        device_batches = self._tower_buffers.minibatches(
-            buffer_index, offset, device_minibatch_size(self.config, len(self.devices)))
+        One CPU device: ``learn_on_batch`` on the minibatch (RLlib 1.11's
+        shortcut), reusing the parameter list gathered at loading. Several
+        towers: their averaged gradients, one optimizer step, and per-tower
+        ``extra_grad_info`` as ``tower_<i>`` learner stats.
+        """
         if self._single_cpu:
-            if not self.model.training:
-                set_training(self.model, True)
             # The parameter list is gathered once per loaded buffer, not per minibatch.
-            self._step_params = getattr(self, "_buffer_params", None)
+            self._step_params = self._buffer_params
             try:
-                return self.learn_on_batch(device_batches[0])
+                return self.learn_on_batch(batches[0])
             finally:
                 self._step_params = None
-        self._check_can_learn()
-        self._multi_tower_grads(device_batches)
+        self._check_can_learn("learn_on_loaded_batch")
+        self._multi_tower_grads(batches)
         self.apply_gradients(_directStepOptimizerSingleton)
         fetches = {f"tower_{i}": {LEARNER_STATS_KEY: self.extra_grad_info(b)}
-                   for i, b in enumerate(device_batches)}
+                   for i, b in enumerate(batches)}
         fetches.update(self.extra_compute_grad_fetches())
         return fetches
 
@@ -612,26 +558,22 @@ class TorchPolicy(Policy):
         return [s.detach().cpu().numpy() if torch.is_tensor(s) else np.asarray(s)
                 for s in self.model.get_initial_state()]
 
-    @with_lock
-    @override(Policy)
-    def get_state(self) -> Union[Dict[str, TensorType], List[TensorType]]:
-        state = super().get_state()
-        state["_optimizer_variables"] = optimizer_states(self._optimizers)
-        if getattr(self, "exploration", None) is not None:
-            state["_exploration_state"] = self.exploration.get_state()
-        return state
+    def _optimizer_state(self) -> List[Dict[str, Any]]:
+        """The torch step of ``get_state``: numpy copies of each optimizer's state dict."""
+        return optimizer_states(self._optimizers)
 
-    @with_lock
-    @override(Policy)
-    def set_state(self, state: dict) -> None:
-        # Weights first: set_weights checks every key and shape before copying,
-        # so a state with bad weights is rejected before anything changes.
-        super().set_state(state)
-        optimizer_vars = state.get("_optimizer_variables", None)
-        if optimizer_vars:
-            load_optimizer_states(self._optimizers, optimizer_vars, self.device)
-        if getattr(self, "exploration", None) is not None and "_exploration_state" in state:
-            self.exploration.set_state(state=state["_exploration_state"])
+    def _check_optimizer_state(self, values: Any) -> Any:
+        """The torch step of ``set_state``: checks ``state["_optimizer_variables"]``
+        against the optimizers (count, groups, parameters per group); None or
+        empty: nothing to assign."""
+        if not values:
+            return None
+        check_optimizer_states(self._optimizers, values)
+        return values
+
+    def _set_optimizer_state(self, checked: Any) -> None:
+        """Loads the checked optimizer states (onto ``self.device``)."""
+        load_optimizer_states(self._optimizers, checked, self.device)
 
     # ------------------------------------------------------------------ overridable hooks
 

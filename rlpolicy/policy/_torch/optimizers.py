@@ -109,12 +109,47 @@ def _snapshot(o: Any) -> Dict[str, Any]:
     return {"state": state, "param_groups": groups}
 
 
+def check_optimizer_states(optimizers: Sequence[Any], states: Any) -> None:
+    """Checks that ``states`` (``optimizer_states`` output) fits ``optimizers``,
+    changing nothing: one state dict per optimizer, each with as many param
+    groups as that optimizer, each group with as many parameters.
+
+    Raises:
+        ValueError: Naming the optimizer (and group) that does not fit.
+    """
+    where = "state['_optimizer_variables']"
+    if not isinstance(states, (list, tuple)):
+        raise ValueError(f"{where} must be a list of optimizer state dicts, got "
+                         f"{type(states).__name__}")
+    if len(states) != len(optimizers):
+        raise ValueError(f"{where} holds {len(states)} optimizer states "
+                         f"but this policy has {len(optimizers)} optimizers")
+    for i, (o, s) in enumerate(zip(optimizers, states)):
+        groups = s.get("param_groups") if isinstance(s, dict) else None
+        if not isinstance(groups, list) or not isinstance(s.get("state"), dict):
+            raise ValueError(f"{where}[{i}] must be a dict with 'state' (a dict) and "
+                             f"'param_groups' (a list), got {_describe(s)}")
+        if len(groups) != len(o.param_groups):
+            raise ValueError(f"{where}[{i}] has {len(groups)} param groups, optimizer {i} "
+                             f"has {len(o.param_groups)}")
+        for k, (g, sg) in enumerate(zip(o.param_groups, groups)):
+            n = len(sg.get("params", ())) if isinstance(sg, dict) else None
+            if n != len(g["params"]):
+                raise ValueError(f"{where}[{i}]['param_groups'][{k}] holds {n} parameters, "
+                                 f"optimizer {i}'s group {k} has {len(g['params'])}")
+
+
+def _describe(s: Any) -> str:
+    return f"keys {sorted(map(str, s))}" if isinstance(s, dict) else type(s).__name__
+
+
 def load_optimizer_states(optimizers: Sequence[Any], states: Sequence[Dict[str, Any]],
                           device: Any) -> None:
     """Loads ``optimizer_states`` output back into ``optimizers``.
 
     Raises:
-        ValueError: If the number of states differs from the number of optimizers.
+        ValueError: If the number of states differs from the number of optimizers
+            (``check_optimizer_states`` checks more, before anything changes).
     """
     if len(states) != len(optimizers):
         raise ValueError(f"state['_optimizer_variables'] holds {len(states)} optimizer states "
