@@ -293,6 +293,10 @@ class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[m
         sampled = []
         for leaf, d, (start, size, kind, _) in zip(self._leaf_dists(dist), det, self.noise_plan):
             sampled.append(_sample(leaf, d, noise[:, start:start + size], kind))
+        if not any(size for _, size, _, _ in self.noise_plan):
+            # Nothing samples: the one noise column is still an input of the
+            # graph (an ONNX export drops unused inputs), contributing 0.
+            dist_inputs = dist_inputs + 0.0 * noise[:, :1]
         det = [self._to_env(i, a) for i, a in enumerate(det)]
         sampled = [self._to_env(i, a) for i, a in enumerate(sampled)]
         return (*det, *sampled, dist_inputs, *state_out)
