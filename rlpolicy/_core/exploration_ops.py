@@ -10,7 +10,8 @@ No deep-learning framework is imported at module level.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import weakref
+from typing import Any, Dict, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -211,15 +212,21 @@ def per_worker_constant(owner: str, num_workers: Optional[int], worker_index: Op
     return ConstantSchedule(value, framework=framework)
 
 
+# Per graph, by variable name: the (placeholder, assign op) pair that writes a value into
+# that variable (built once, so restoring state adds no ops to the graph after the first time).
+_GRAPH_LOADERS: "weakref.WeakKeyDictionary[Any, Dict[str, Any]]" = weakref.WeakKeyDictionary()
+
+
 def _graph_loader(var: Any, graph: Any) -> Any:
     """(placeholder, assign op) writing into graph variable ``var``, built once per variable."""
-    loader = getattr(var, "_rlpolicy_loader", None)
+    loaders = _GRAPH_LOADERS.setdefault(graph, {})
+    loader = loaders.get(var.name)
     if loader is None:
         tf1, _, _ = try_import_tf(error=True)
         with graph.as_default():
             placeholder = tf1.placeholder(var.dtype.base_dtype, var.shape)
             loader = (placeholder, tf1.assign(var, placeholder))
-        var._rlpolicy_loader = loader
+        loaders[var.name] = loader
     return loader
 
 
