@@ -30,7 +30,7 @@ import warnings
 from numbers import Real
 from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from rlpolicy._core.defaults import COMMON_CONFIG, MODEL_DEFAULTS, TRAINER_ONLY_KEYS
+from rlpolicy._core.defaults import ALGORITHM_KEYS, COMMON_CONFIG, MODEL_DEFAULTS, TRAINER_ONLY_KEYS
 
 FRAMEWORKS = ("torch", "tf", "tf2", "tfe", "jax")
 BATCH_MODES = ("truncate_episodes", "complete_episodes")
@@ -276,7 +276,7 @@ def validate_config(config: Mapping[str, Any], *, strict: bool = False) -> None:
 
 def _check_minibatch(partial: Mapping[str, Any]) -> None:
     sgd, train = partial.get("sgd_minibatch_size"), partial.get("train_batch_size")
-    if _is_int(sgd) and _is_int(train) and sgd > train:
+    if _is_int(sgd) and _is_int(train) and int(sgd) > int(train):  # type: ignore[arg-type]
         raise ValueError(f"config['sgd_minibatch_size']={sgd!r} is invalid; allowed: an int <= "
                          f"train_batch_size ({train})")
 
@@ -352,17 +352,9 @@ def _base_known_keys(strict: bool = False) -> frozenset:
     default configs."""
     known = _BASE_KNOWN.get(strict)
     if known is None:
-        import importlib
-
         keys = set(COMMON_CONFIG) | set(_ALL_CHECKS) | TRAINER_ONLY_KEYS
         if not strict:
-            keys |= HELPER_KEYS
-            for module in ("rlpolicy.agents.pg.pg", "rlpolicy.agents.ppo.ppo",
-                           "rlpolicy.agents.dqn.dqn"):
-                try:
-                    keys |= set(importlib.import_module(module).DEFAULT_CONFIG)
-                except (ImportError, AttributeError):  # (a partial install)
-                    continue
+            keys |= HELPER_KEYS | ALGORITHM_KEYS
         known = _BASE_KNOWN[strict] = frozenset(keys)
     return known
 
@@ -396,7 +388,7 @@ def unknown_keys(partial: Optional[Mapping[str, Any]],
         a model key given at the top level gets ``"model.<key>"``.
     """
     base, own = _base_known_keys(strict), defaults or {}
-    out = []
+    out: List[Tuple[str, Optional[str]]] = []
     for key in _as_dict(partial, "config"):
         if isinstance(key, str) and (key.startswith("_") or key in base or key in own):
             continue

@@ -168,3 +168,19 @@ TRAINER_ONLY_KEYS: frozenset = frozenset({
     "shuffle_buffer_size", "output_config", "output_compress_columns", "output_max_file_size",
     "logger_config", "monitor",
 })
+
+#: The keys of rlpolicy's algorithms' default configs (``agents.pg.pg``,
+#: ``agents.ppo.ppo``, ``agents.dqn.dqn``) beyond ``COMMON_CONFIG``'s and the keys
+#: rlpolicy validates or its mixins read: known to every policy, so an algorithm's
+#: config handed to another policy raises no unknown-key warning. Kept as data here
+#: (the floor imports no algorithm); tests/core/test_config.py checks it against
+#: the algorithms' DEFAULT_CONFIGs.
+ALGORITHM_KEYS: frozenset = frozenset({
+    "adam_epsilon", "before_learn_on_batch", "buffer_size", "clip_param", "double_q",
+    "dueling", "final_prioritized_replay_beta", "hiddens", "learning_starts", "n_step",
+    "noisy", "num_atoms", "prioritized_replay", "prioritized_replay_alpha",
+    "prioritized_replay_beta", "prioritized_replay_beta_annealing_timesteps",
+    "prioritized_replay_eps", "replay_buffer_config", "replay_sequence_length", "sigma0",
+    "store_buffer_in_checkpoints", "target_network_update_freq", "training_intensity",
+    "v_max", "v_min", "vf_clip_param", "vf_loss_coeff", "worker_side_prioritization",
+})

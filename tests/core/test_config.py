@@ -268,3 +268,18 @@ def test_check_config_value_wording_matches_validate_config():
     with pytest.raises(ValueError, match=r"config\['num_multi_gpu_tower_stacks'\]=0 is invalid; "
                                          r"allowed: an int >= 1"):
         check_config_value("num_multi_gpu_tower_stacks", 0)
+
+
+def test_algorithm_keys_match_the_algorithms_default_configs():
+    # _core lists the algorithms' keys as data (it imports no algorithm); this keeps the
+    # list equal to what the algorithms' DEFAULT_CONFIGs add to the base keys.
+    from rlpolicy._core.defaults import ALGORITHM_KEYS, TRAINER_ONLY_KEYS
+    from rlpolicy.agents.dqn.dqn import DEFAULT_CONFIG as DQN
+    from rlpolicy.agents.pg.pg import DEFAULT_CONFIG as PG
+    from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG as PPO
+
+    base = (set(COMMON_CONFIG) | set(config_mod._ALL_CHECKS) | TRAINER_ONLY_KEYS
+            | config_mod.HELPER_KEYS)
+    assert ALGORITHM_KEYS == (set(PG) | set(PPO) | set(DQN)) - base
+    assert "clip_param" in config_mod.known_keys() and "n_step" in config_mod.known_keys()
+    assert "clip_param" not in config_mod.known_keys(strict=True)
