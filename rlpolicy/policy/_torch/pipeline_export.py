@@ -97,11 +97,42 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
     clip = bool(config.get("clip_actions", False))
     pc.check_action_mapping(action_space, normalize)
     act_leaves = pc.action_leaves(action_space)
-    nested_act = not (len(act_leaves) == 1 and not act_leaves[0][0])
     init = [np.asarray(_to_numpy(s), np.float32) for s in initial_state]
+    module = ActionPipeline(model, dist_class, obs_plan, len(init), act_leaves, normalize, clip,
+                            dist_inputs_fn)
+    was_training = model.training
+    model.eval()  # (dropout etc. off, as compute_actions has it)
+    try:
+        contract, example = _contract(module, raw_space, act_leaves, init, device)
+        contract.format, contract.artifact, contract.opset = fmt, pc.ARTIFACT_FILES[fmt], onnx
+        contract.observation_space, contract.action_space = repr(raw_space), repr(action_space)
+        contract.normalize_actions, contract.clip_actions = normalize, clip
+        contract.dist_class, contract.exploration = _class_name(dist_class), exploration
+        leaf_spaces = [s for _, s in act_leaves]
+
+        def reference(obs: Any, state: List[np.ndarray]) -> Tuple[List[Any], List[Any], Any]:
+            actions, state_out, extra = compute_actions(obs, state_batches=state or None,
+                                                        explore=False)
+            flat = pc.env_actions(tree.flatten(actions), leaf_spaces, normalize, clip)
+            return flat, [np.asarray(s) for s in state_out], extra["action_dist_inputs"]
+
+        _write_verified(export_dir, module, example, contract, reference,
+                        lambda k, seed: pc.sample_observations(raw_space, k, seed),
+                        batch_sizes, steps)
+    finally:
+        model.train(was_training)
+    return contract
+
+
+def _contract(module: "ActionPipeline", raw_space: gym.Space,
+              act_leaves: List[Tuple[Tuple[Any, ...], gym.Space]], init: List[np.ndarray],
+              device: Any) -> Tuple[pc.PipelineContract, List[Any]]:
+    """The contract's interface (inputs, outputs, noise layout; the caller
+    fills in the rest) and the example inputs to trace with. The noise layout
+    and the outputs' dtypes and shapes come from eager runs of ``module``."""
     obs_leaves = pc.observation_leaves(raw_space)
     nested_obs = not (len(obs_leaves) == 1 and not obs_leaves[0][0])
-
+    nested_act = not (len(act_leaves) == 1 and not act_leaves[0][0])
     inputs = [pc.TensorSpec(name, pc.obs_input_dtype(s), [None, *map(int, s.shape or ())], "obs",
                             list(path), repr(s))
               for name, (path, s) in zip(pc.leaf_names("obs", len(obs_leaves), nested_obs),
@@ -111,16 +142,12 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
     if init:
         inputs.append(pc.TensorSpec("seq_lens", "int32", [None], "seq_lens"))
 
-    # The noise layout and the output dtypes/shapes come from one eager run.
     det_names = pc.leaf_names("actions", len(act_leaves), nested_act)
-    module = ActionPipeline(model, dist_class, obs_plan, len(init), act_leaves, normalize, clip,
-                            dist_inputs_fn)
     example = _example_inputs(inputs, init, pc.TRACE_BATCH_SIZE, device, noise_dim=0)
-    noise_plan = module.plan_noise(example[:-1])
-    noise = []
-    for name, (start, size, kind, dist_name) in zip(det_names, noise_plan):
-        if size:
-            noise.append(pc.NoiseSlice(start, size, kind, name, dist_name))
+    noise = [pc.NoiseSlice(start, size, kind, name, dist_name)
+             for name, (start, size, kind, dist_name) in zip(det_names,
+                                                              module.plan_noise(example[:-1]))
+             if size]
     noise_dim = max(1, sum(s.size for s in noise))
     inputs.append(pc.TensorSpec(pc.NOISE_INPUT, "float32", [None, noise_dim], "noise"))
     example = _example_inputs(inputs, init, pc.TRACE_BATCH_SIZE, device, noise_dim)
@@ -138,56 +165,50 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
                                  [None, *outs[2 * n].shape[1:]], "dist_inputs"))
     outputs += [pc.TensorSpec(f"state_out_{i}", _dtype_name(t), [None, *t.shape[1:]], "state")
                 for i, t in enumerate(outs[2 * n + 1:])]
-
     contract = pc.PipelineContract(
-        format=fmt, artifact=pc.ARTIFACT_FILES[fmt], framework="torch", opset=onnx or None,
-        inputs=inputs, outputs=outputs, noise=noise, noise_dim=noise_dim,
-        observation_space=repr(raw_space), action_space=repr(action_space),
-        normalize_actions=normalize, clip_actions=clip, initial_state=[s.tolist() for s in init],
-        dist_class=_class_name(dist_class),
-        exploration=exploration)
+        format="", artifact="", framework="torch", opset=None, inputs=inputs, outputs=outputs,
+        noise=noise, noise_dim=noise_dim, observation_space="", action_space="",
+        normalize_actions=False, clip_actions=False,
+        initial_state=[s.tolist() for s in init], dist_class="")
+    return contract, example
 
+
+def _write_verified(export_dir: str, module: "ActionPipeline", example: List[Any],
+                    contract: pc.PipelineContract, reference: Callable[..., Any],
+                    sample_obs: Callable[[int, int], Any], batch_sizes: Sequence[int],
+                    steps: int) -> None:
+    """Traces ``module`` into a temporary file in ``export_dir``, loads it in its
+    consumer, verifies it and installs it; on any failure nothing is left (a
+    directory made for it is removed again)."""
+    created = not os.path.isdir(export_dir)
     os.makedirs(export_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=export_dir, prefix=".tmp-", suffix=contract.artifact)
     os.close(fd)
+    installed = False
     try:
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                warnings.filterwarnings("ignore", message=".*batch_size.*")
-                warnings.filterwarnings("ignore", message="Constant folding")
-                if onnx:
-                    _export_onnx(module, example, contract, tmp, onnx)
-                else:
-                    traced = torch.jit.trace(module, tuple(example), strict=False,
-                                             check_trace=False)
-                    traced.save(tmp)
-        finally:
-            model.train(was_training)
-        run = _onnx_runner(tmp) if onnx else _torchscript_runner(tmp, contract)
-        leaf_spaces = [s for _, s in act_leaves]
-
-        def reference(obs: Any, state: List[np.ndarray]) -> Tuple[List[Any], List[Any], Any]:
-            actions, state_out, extra = compute_actions(obs, state_batches=state or None,
-                                                        explore=False)
-            flat = pc.env_actions(tree.flatten(actions), leaf_spaces, normalize, clip)
-            return flat, [np.asarray(s) for s in state_out], extra["action_dist_inputs"]
-
-        contract.verified = pc.verify_pipeline(
-            contract, run, reference, lambda k, seed: pc.sample_observations(raw_space, k, seed),
-            batch_sizes=batch_sizes, steps=steps)
-        contract.verified["consumer"] = "onnxruntime.InferenceSession" if onnx \
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*batch_size.*")
+            warnings.filterwarnings("ignore", message="Constant folding")
+            if contract.opset:
+                _export_onnx(module, example, contract, tmp, contract.opset)
+            else:
+                torch.jit.trace(module, tuple(example), strict=False, check_trace=False).save(tmp)
+        run = _onnx_runner(tmp) if contract.opset else _torchscript_runner(tmp, contract)
+        contract.verified = pc.verify_pipeline(contract, run, reference, sample_obs,
+                                               batch_sizes=batch_sizes, steps=steps)
+        contract.verified["consumer"] = "onnxruntime.InferenceSession" if contract.opset \
             else "torch.jit.load"
         pc.install_artifact(export_dir, tmp, contract)
+        installed = True
     finally:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp)
         elif os.path.exists(tmp):
             os.remove(tmp)
-    return contract
+        if created and not installed and not os.listdir(export_dir):
+            os.rmdir(export_dir)
 
 
 class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[misc]
@@ -278,13 +299,8 @@ class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[m
 
     def run_eager(self, args: Sequence[Any]) -> List[Any]:
         """``forward`` without tracing (for the output dtypes and shapes)."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                return list(self.forward(*args))
-        finally:
-            self.model.train(was_training)
+        with torch.no_grad():
+            return list(self.forward(*args))
 
     def forward(self, *args: Any) -> Tuple[Any, ...]:
         noise = args[-1]
