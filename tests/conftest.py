@@ -2,6 +2,7 @@
 
 Test ids read like ``test_x[torch-fake-gpu-x2]``; select with ``-k "torch and cpu"``.
 """
+import importlib.util
 import os
 import re
 
@@ -99,7 +100,32 @@ def _uses_tf(item) -> bool:
     return _module_uses_tf(item.path)
 
 
+def _framework_installed(fw: str) -> bool:
+    """Whether the package behind a framework name (torch, tf, tf2) can be imported."""
+    return importlib.util.find_spec("torch" if fw == "torch" else "tensorflow") is not None
+
+
+def _missing_framework(item):
+    """The framework a test is parametrized on (a ``framework`` or ``fw`` parameter of
+    torch / tf / tf2) when that framework is not installed, else None."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    for key in ("framework", "fw"):
+        fw = callspec.params.get(key)
+        if isinstance(fw, str) and fw in FRAMEWORKS and not _framework_installed(fw):
+            return fw
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
+    # An install without torch or TensorFlow (the CI's variant jobs) skips the
+    # framework sweep's cases for the missing one, as the `framework` fixture does.
+    for item in items:
+        fw = _missing_framework(item)
+        if fw is not None:
+            pkg = "torch" if fw == "torch" else "tensorflow"
+            item.add_marker(pytest.mark.skip(reason=f"framework={fw!r} needs {pkg}, not installed"))
     if TF_V1_MODE and os.environ.get("RLPOLICY_TF_V1_ALL") != "1":
         kept = [item for item in items if _uses_tf(item)]
         dropped = [item for item in items if not _uses_tf(item)]

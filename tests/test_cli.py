@@ -1,6 +1,7 @@
 """The ``rlpolicy`` command line: version, help, argument errors (exit code 2, one error
 line naming the problem) and the env-specific default of ``--stop-reward``."""
 import csv
+import importlib.util
 import json
 import os
 import re
@@ -14,6 +15,9 @@ import pytest
 
 from rlpolicy.cli import commands as cli
 from rlpolicy.cli.algorithms import training_defaults
+
+# `train`'s default is --framework torch: checks made after that one need torch installed.
+NEEDS_TORCH = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,11 +66,13 @@ def test_help_shows_defaults(capsys):
     (["--env", "Pendulum-v1"], r"argument --stop-reward: env 'Pendulum-v1' has no reward_threshold"),
     (["--algo", "a2c"], r"argument --algo: invalid choice: 'a2c'"),
     (["--num-workers", "-1"], r"argument --num-workers: must be >= 0, got -1"),
-    (["--algo", "dqn", "--num-workers", "2"], r"argument --num-workers: DQN trains in one process"),
+    # These options are checked after the default --framework torch is.
+    pytest.param(["--algo", "dqn", "--num-workers", "2"], r"argument --num-workers: DQN trains in one process",
+                 marks=NEEDS_TORCH),
     (["--algo", "dqn", "--config", '{"lambda": 0.9}'], r"unknown config key 'lambda' for --algo dqn"),
-    (["--export", "savedmodel", "--out", "x"], r"argument --export: 'savedmodel' cannot be exported "
-                                              r"from a --framework torch policy; choose from torchscript, onnx"),
-    (["--export", "onnx"], r"argument --export: needs --out"),
+    pytest.param(["--export", "savedmodel", "--out", "x"], r"argument --export: 'savedmodel' cannot be exported "
+                 r"from a --framework torch policy; choose from torchscript, onnx", marks=NEEDS_TORCH),
+    pytest.param(["--export", "onnx"], r"argument --export: needs --out", marks=NEEDS_TORCH),
     (["--export", "pickle"], r"argument --export: invalid choice: 'pickle'"),
     (["--checkpoint-every", "x"], r"argument --checkpoint-every: expected int, got 'x'"),
     (["--stop-timesteps", "0"], r"argument --stop-timesteps/--max-timesteps: must be >= 1, got 0"),
@@ -80,6 +86,7 @@ def test_argument_errors_exit_2_with_one_line(argv, match, capsys):
     assert re.search(match, last), last
 
 
+@NEEDS_TORCH
 def test_num_workers_without_worker_set_is_an_argument_error(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_worker_set_available", lambda: False)
     code, _, err = run_main(["train", "--num-workers", "2"], capsys)

@@ -57,10 +57,21 @@ def python_blocks(page: Path):
             for m in FENCE.finditer(text)]
 
 
+# A framework named as a string ("torch", "tf", "tf2": framework=..., build_policy_class's
+# argument) or in a name (PGTorchPolicy, DynamicTFPolicy, torch_policy, ppo_tf_policy) needs
+# its package as much as an import does.
+FRAMEWORK_STRINGS = {
+    "torch": re.compile(r"[\"']torch[\"']|\w*Torch\w*|\btorch_\w+|\w+_torch\b"),
+    "tensorflow": re.compile(r"[\"']tf2?[\"']|\w*TF\w*|\btf_\w+|\w+_tf\b"),
+}
+
+
 def _needs(blocks):
+    """The optional packages a page's blocks import or name as a framework."""
     imported = set()
     for _, src, _ in blocks:
         imported |= set(re.findall(r"^\s*(?:import|from)\s+(\w+)", src, re.M))
+        imported |= {m for m, pattern in FRAMEWORK_STRINGS.items() if pattern.search(src)}
     return [m for m in OPTIONAL if m in imported]
 
 

@@ -28,7 +28,8 @@ def _repo_files(folder: str, suffix: str = ""):
 @pytest.fixture(scope="module")
 def sdist_names(tmp_path_factory):
     """The file names inside the sdist, relative to its top folder."""
-    pytest.importorskip("setuptools")
+    # pyproject.toml's SPDX `license = "..."` needs setuptools >= 77 (its build-system pin).
+    pytest.importorskip("setuptools", minversion="77")
     tmp = tmp_path_factory.mktemp("sdist")
     src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=_SKIP)

@@ -127,6 +127,7 @@ def test_zero_dim_box_actions_are_scalars(framework):
 
 
 def test_dqn_rejects_shifted_discrete_with_advice():
+    pytest.importorskip("torch")
     from rlpolicy.agents.dqn import DQNTorchPolicy
     with pytest.raises(UnsupportedSpaceException, match=r"start=3.*use Discrete\(2\) and add 3"):
         DQNTorchPolicy(OBS, Discrete(2, start=3), {})

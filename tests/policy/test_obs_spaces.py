@@ -213,6 +213,7 @@ def test_bad_nested_obs_named_and_state_unchanged(policies, framework):
 
 
 def test_image_part_goes_through_complex_input_net():
+    pytest.importorskip("torch")
     space = Dict({"img": Box(0.0, 1.0, (10, 10, 3)), "d": Discrete(4)})
     policy = _make("torch", space, config={"model": {"conv_filters": [[4, [3, 3], 2]],
                                                       "post_fcnet_hiddens": [8]}})
@@ -225,6 +226,7 @@ def test_image_part_goes_through_complex_input_net():
 
 
 def test_disable_preprocessor_api_keeps_raw_space():
+    pytest.importorskip("torch")
     policy = _make("torch", Dict({"a": Box(-1.0, 1.0, (3,)), "c": Discrete(5)}),
                    config={"_disable_preprocessor_api": True})
     assert isinstance(policy.observation_space, Dict)
@@ -302,6 +304,7 @@ def test_rollout_worker_preprocessing_agrees_with_the_policy(framework):
 
 
 def test_checkpoint_keeps_the_nested_space_and_its_key_order(tmp_path):
+    pytest.importorskip("torch")
     import collections
 
     from rlpolicy.policy.policy import Policy
