@@ -92,8 +92,8 @@ class DynamicTFPolicy(TFPolicy):
                  action_sampler_fn: Optional[Callable[..., Tuple[TensorType, TensorType]]] = None,
                  action_distribution_fn: Optional[Callable[..., Tuple[TensorType, type,
                                                                       List[TensorType]]]] = None,
-                 existing_inputs: Optional[Dict[str, "tf1.placeholder"]] = None,
-                 existing_model: Optional[ModelV2] = None,
+                 existing_inputs: Optional[Dict[str, TensorType]] = None,
+                 existing_model: Optional[Union[ModelV2, List[Any]]] = None,
                  get_batch_divisibility_req: Optional[Callable[[Policy], int]] = None,
                  obs_include_prev_action_reward: Any = DEPRECATED_VALUE):
         """Builds the graph-mode policy.
@@ -145,7 +145,7 @@ class DynamicTFPolicy(TFPolicy):
         self._seq_lens = None
         self._is_tower = existing_inputs is not None
         if not hasattr(self, "_extra_action_fetches"):
-            self._extra_action_fetches = {}
+            self._extra_action_fetches: Dict[str, TensorType] = {}
         sess = _session_for(config)
         self._sess, self.graph = sess, sess.graph
         with sess.graph.as_default(), sess.as_default():
@@ -185,7 +185,8 @@ class DynamicTFPolicy(TFPolicy):
                      action_distribution_fn: Optional[Callable],
                      existing_model: Any) -> Optional[Type]:
         """Sets ``self.model``; returns the catalog's distribution class (or None)."""
-        dist_class = logit_dim = None
+        dist_class: Optional[Type] = None
+        logit_dim: Any = None
         if action_sampler_fn or action_distribution_fn:
             if not make_model:
                 raise ValueError("`make_model` is required if `action_sampler_fn` OR "
@@ -232,6 +233,7 @@ class DynamicTFPolicy(TFPolicy):
     def _make_input_dict(self, existing_inputs: Optional[Dict[str, Any]]) -> Tuple[Any, Any]:
         """Creates ``_input_dict`` / ``_dummy_batch``; returns the (explore, timestep) inputs."""
         if self._is_tower:
+            assert existing_inputs is not None  # a tower is made from its inputs
             timestep, explore = existing_inputs["timestep"], False
             extra = dict(existing_inputs)
         else:
@@ -323,6 +325,9 @@ class DynamicTFPolicy(TFPolicy):
                 self._extra_action_fetches.update(extra)
             else:
                 dist_inputs, self._state_out = out
+        if dist_class is None:
+            raise ValueError("action_distribution_fn returned no action distribution class "
+                             "(its result must be (dist_inputs, dist_class, state_out))")
         action_dist = dist_class(dist_inputs, self.model)
         sampled_action, logp = self.exploration.get_exploration_action(
             action_distribution=action_dist, timestep=timestep, explore=explore)
@@ -560,17 +565,18 @@ class DynamicTFPolicy(TFPolicy):
     def _new_tower(self, input_dict: Dict[str, Any]) -> "DynamicTFPolicy":
         models = [self.model, ("target_q_model", getattr(self, "target_q_model", None)),
                   ("target_model", getattr(self, "target_model", None))]
-        if type(self).__init__ is DynamicTFPolicy.__init__:
-            hooks = dict(self._dynamic_hooks)
-            return type(self)(self.observation_space, self.action_space, self.config,
-                              hooks.pop("loss_fn"), existing_inputs=input_dict,
-                              existing_model=models, **hooks)
+        cls: Any = type(self)
+        if cls.__init__ is DynamicTFPolicy.__init__:
+            hooks: Dict[str, Any] = dict(self._dynamic_hooks)
+            return cls(self.observation_space, self.action_space, self.config,
+                       hooks.pop("loss_fn"), existing_inputs=input_dict,
+                       existing_model=models, **hooks)
         # A build_tf_policy class: its __init__ passes its own hooks on.
-        return type(self)(self.observation_space, self.action_space, self.config,
-                          existing_inputs=input_dict, existing_model=models)
+        return cls(self.observation_space, self.action_space, self.config,
+                   existing_inputs=input_dict, existing_model=models)
 
 
-def _session_for(config: dict) -> "tf1.Session":
+def _session_for(config: dict) -> Any:
     """The active default session if it runs the current (graph-mode) default graph,
     else a new session on a new graph (each policy owns its graph)."""
     sess = tf1.get_default_session()

@@ -65,6 +65,8 @@ class _ScalarVar:
     the mixin keeps it) creates the variable and sets ``attr`` to it.
     """
 
+    var: Any  # the tf variable (a plain float while pending)
+
     def __init__(self, policy: Any, name: str, value: float, attr: Optional[str] = None):
         self.name, self.attr = name, attr
         self.session = _session_of(policy)
@@ -133,7 +135,7 @@ def create_pending_variables(policy: Any) -> None:
 
 def _set_optimizer_lr(optimizer: Any, value: float) -> None:
     """Sets the learning rate of an eager (Keras) optimizer, variable or not."""
-    lr = getattr(optimizer, "learning_rate", None)
+    lr: Any = getattr(optimizer, "learning_rate", None)
     if lr is None:
         lr = getattr(optimizer, "lr", None)
     if hasattr(lr, "assign"):
@@ -170,7 +172,7 @@ class LearningRateSchedule:
 
     @override(Policy)
     def on_global_var_update(self, global_vars: Dict[str, TensorType]) -> None:
-        super().on_global_var_update(global_vars)
+        super().on_global_var_update(global_vars)  # type: ignore[misc]  # the policy base, after the mixin in the MRO
         if self._lr_schedule is None:
             return
         value = self._lr_schedule.value(global_vars["timestep"])
@@ -209,7 +211,7 @@ class EntropyCoeffSchedule:
 
     @override(Policy)
     def on_global_var_update(self, global_vars: Dict[str, TensorType]) -> None:
-        super().on_global_var_update(global_vars)
+        super().on_global_var_update(global_vars)  # type: ignore[misc]  # the policy base, after the mixin in the MRO
         if self._entropy_coeff_schedule is not None:
             self._entropy_coeff_var.set(self._entropy_coeff_schedule.value(global_vars["timestep"]))
 
@@ -222,6 +224,8 @@ class KLCoeffMixin:
 
     The coefficient is part of the policy state (``"current_kl_coeff"``).
     """
+
+    config: TrainerConfigDict  # the host policy's
 
     @DeveloperAPI
     def __init__(self, config: TrainerConfigDict):
@@ -245,7 +249,7 @@ class KLCoeffMixin:
 
     @override(Policy)
     def get_state(self) -> Dict[str, Any]:
-        state = super().get_state()
+        state = super().get_state()  # type: ignore[misc]  # the policy base, after the mixin in the MRO
         state["current_kl_coeff"] = self.kl_coeff_val
         return state
 
@@ -263,7 +267,7 @@ class KLCoeffMixin:
         if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
                 or not np.isfinite(value):
             raise TypeError(f"set_state: current_kl_coeff must be a finite number, got {value!r}")
-        super().set_state(state)
+        super().set_state(state)  # type: ignore[misc]  # the policy base, after the mixin in the MRO
         self._set_kl_coeff(float(value))
 
 
@@ -276,6 +280,8 @@ class ValueNetworkMixin:
     Accepts RLlib's TF signature ``(obs_space, action_space, config)`` and the
     torch one ``(config)``.
     """
+
+    model: Any  # the host policy's ModelV2
 
     @DeveloperAPI
     def __init__(self, *args: Any, config: Optional[TrainerConfigDict] = None):
@@ -331,6 +337,8 @@ class TargetNetworkMixin:
     variables, so weights and checkpoints carry the target network.
     """
 
+    config: TrainerConfigDict  # the host policy's
+
     @DeveloperAPI
     def __init__(self, *args: Any, **kwargs: Any):
         self.update_target(tau=1.0)
@@ -361,7 +369,7 @@ class TargetNetworkMixin:
 
     def variables(self) -> List[TensorType]:
         """The policy's variables plus the target model's."""
-        own = list(super().variables())
+        own = list(super().variables())  # type: ignore[misc]  # the policy base, after the mixin in the MRO
         known = {id(v) for v in own}
         target = getattr(self, "target_model", None)
         extra = [v for v in (target.variables() if target is not None else []) if id(v) not in known]

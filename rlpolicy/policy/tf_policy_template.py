@@ -151,7 +151,7 @@ def _with_updates(cls: type, **overrides: Any) -> type:
     return record_derivation(new, cls, "with_updates", overrides)  # for checkpoints
 
 
-def _as_eager(cls: type) -> type:
+def _as_eager(cls: Any) -> type:
     """Builds the eager (``framework="tf2"``) policy class from this class' arguments."""
     from rlpolicy.policy.eager_tf_policy import build_eager_tf_policy
 
