@@ -155,6 +155,20 @@ def test_action_distribution_fn_with_new_and_old_signatures():
         assert extra["action_dist_inputs"].shape == (3, 2)
 
 
+def test_action_distribution_fn_without_a_class_is_refused():
+    def make_model(policy, obs_space, action_space, cfg):
+        return ModelCatalog.get_model_v2(obs_space, action_space, 2, cfg["model"], framework="tf")
+
+    def no_class(policy, model, input_dict, *, state_batches=None, seq_lens=None,
+                 explore=None, timestep=None, is_training=None):
+        logits, state = model(input_dict)
+        return logits, None, state
+
+    with pytest.raises(ValueError, match="returned no action distribution class"):
+        DynamicTFPolicy(OBS, ACT, config(), pg_loss, action_distribution_fn=no_class,
+                        make_model=make_model)
+
+
 def test_deprecated_obs_include_prev_action_reward_and_divisibility_req():
     with pytest.warns(DeprecationWarning, match="obs_include_prev_action_reward"):
         pol = DynamicTFPolicy(OBS, ACT, config(), pg_loss, obs_include_prev_action_reward=True,
