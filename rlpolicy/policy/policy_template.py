@@ -348,7 +348,7 @@ for _name, _fn in _WRAPPERS.items():
     # by reference; the marker identifies wrappers even in by-value copies
     # (cloudpickle of a class built inside a function).
     _fn.__name__ = _name
-    _fn._policy_template_wrapper = _name
+    _fn._policy_template_wrapper = _name  # type: ignore[attr-defined]
 del _name, _fn
 
 

@@ -6,7 +6,7 @@ TorchPolicy)`` or ``build_policy_class(..., mixins=[...])``) and call their
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from rlpolicy._core.config import check_config_value
 from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
@@ -20,9 +20,14 @@ from rlpolicy.utils.typing import TensorType, TrainerConfigDict
 
 torch, nn = try_import_torch()
 
+if TYPE_CHECKING:  # (the mixins run on a TorchPolicy; type-checked as one)
+    _MixinBase = TorchPolicy
+else:
+    _MixinBase = object
+
 
 @DeveloperAPI
-class LearningRateSchedule:
+class LearningRateSchedule(_MixinBase):
     """Adds a piecewise-linear learning-rate schedule (``cur_lr``).
 
     On every ``on_global_var_update`` the rate is looked up at the global
@@ -52,7 +57,7 @@ class LearningRateSchedule:
 
 
 @DeveloperAPI
-class EntropyCoeffSchedule:
+class EntropyCoeffSchedule(_MixinBase):
     """Adds an entropy-coefficient schedule (``entropy_coeff``).
 
     ``entropy_coeff_schedule`` is either ``[[timestep, value], ...]`` endpoints
@@ -76,7 +81,7 @@ class EntropyCoeffSchedule:
 
 
 @DeveloperAPI
-class KLCoeffMixin:
+class KLCoeffMixin(_MixinBase):
     """Adds the adaptive KL coefficient of PPO (``kl_coeff``, ``update_kl``).
 
     The coefficient is part of the policy state (``"current_kl_coeff"``).
@@ -101,13 +106,13 @@ class KLCoeffMixin:
         return state
 
     @override(Policy)
-    def set_state(self, state: Dict[str, Any]) -> None:
+    def set_state(self, state: Any) -> None:
         self.kl_coeff = state.get("current_kl_coeff", self.config["kl_coeff"])
         super().set_state(state)
 
 
 @DeveloperAPI
-class ValueNetworkMixin:
+class ValueNetworkMixin(_MixinBase):
     """Adds ``self._value(**input_dict) -> float``: a fresh forward pass giving
     the value estimate of a single observation (used for GAE bootstrapping).
 
@@ -135,7 +140,7 @@ def _zero_value(*args: Any, **kwargs: Any) -> float:
 
 
 @DeveloperAPI
-class TargetNetworkMixin:
+class TargetNetworkMixin(_MixinBase):
     """Adds ``update_target(tau)``: (soft-)copies the main model into the
     target model(s) of every tower (``self.target_models``).
 
@@ -151,11 +156,12 @@ class TargetNetworkMixin:
         """target = tau * model + (1 - tau) * target; tau defaults to
         ``config["tau"]`` (1.0 if unset)."""
         tau = tau or self.config.get("tau", 1.0)
-        if not getattr(self, "target_models", None):
+        target_models = getattr(self, "target_models", None)
+        if not target_models:
             raise ValueError(f"{type(self).__name__}.update_target(): the policy has no "
                              "target_models; set self.target_model before TorchPolicy.__init__")
         model_state = self.model.state_dict()
-        targets = list(dict.fromkeys(self.target_models.values()))
+        targets = list(dict.fromkeys(target_models.values()))
         target_state = targets[0].state_dict()
         new_state = {k: tau * model_state[k] + (1 - tau) * v for k, v in target_state.items()}
         for target in targets:

@@ -142,7 +142,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         model: Optional[Any] = None,
         loss: Optional[Callable[..., Union[TensorType, List[TensorType]]]] = None,
         action_distribution_class: Optional[Type] = None,
-        action_sampler_fn: Optional[Callable[..., Tuple[TensorType, TensorType]]] = None,
+        action_sampler_fn: Optional[Callable[..., tuple]] = None,
         action_distribution_fn: Optional[Callable[..., Tuple[TensorType, Type, List[TensorType]]]] = None,
         max_seq_len: int = 20,
         get_batch_divisibility_req: Optional[Callable[[Policy], int]] = None,
@@ -189,7 +189,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         self.view_requirements.update(self.model.view_requirements)
         self.exploration = self._create_exploration()
         self.unwrapped_model = model  # RLlib: for DistributedDataParallel wrappers.
-        self._loss = resolve_loss(type(self), loss)
+        self._loss: Any = resolve_loss(type(self), loss)  # (None: cannot learn)
         self._optimizers = force_list(self.optimizer())
         self.multi_gpu_param_groups: List[Set[int]] = optimizer_param_groups(
             self.model, self._optimizers)
@@ -387,7 +387,8 @@ class TorchPolicy(TrainingTemplate, Policy):
 
     @with_lock
     @override(Policy)
-    def compute_gradients(self, postprocessed_batch: SampleBatch) -> ModelGradients:
+    def compute_gradients(self, postprocessed_batch: SampleBatch
+                          ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
         """Computes the gradients of the loss(es) on ``postprocessed_batch``.
 
         One device: the batch is padded (in place) and the gradients computed
@@ -422,8 +423,8 @@ class TorchPolicy(TrainingTemplate, Policy):
         return all_grads, dict(fetches, **{LEARNER_STATS_KEY: grad_info})
 
     @override(Policy)
-    def apply_gradients(self, gradients: ModelGradients) -> None:
-        if gradients == _directStepOptimizerSingleton:
+    def apply_gradients(self, gradients: Union[ModelGradients, DirectStepOptimizer]) -> None:
+        if isinstance(gradients, DirectStepOptimizer):
             for opt in self._optimizers:
                 opt.step()
             return
@@ -578,7 +579,7 @@ class TorchPolicy(TrainingTemplate, Policy):
     # ------------------------------------------------------------------ overridable hooks
 
     @DeveloperAPI
-    def extra_grad_process(self, optimizer: "torch.optim.Optimizer",
+    def extra_grad_process(self, optimizer: Any,
                            loss: TensorType) -> Dict[str, TensorType]:
         """Post-processes the gradients of ``optimizer``'s parameters before its step.
 
@@ -624,7 +625,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         return {}
 
     @DeveloperAPI
-    def optimizer(self) -> Union[List["torch.optim.Optimizer"], "torch.optim.Optimizer"]:
+    def optimizer(self) -> Any:
         """The optimizer(s): by default Adam over the model at ``config["lr"]``
         (torch's fused kernel where available, see ``default_adam``), passed
         through the exploration's ``get_exploration_optimizer``."""
@@ -659,7 +660,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         fn = self._interceptors.get(device)
         if fn is None:
             fn = self._interceptors[device] = functools.partial(tensor_interceptor, device=device)
-            fn.idempotent = True  # (a tensor it produced comes back unchanged)
+            fn.idempotent = True  # type: ignore[attr-defined]  # (its tensors come back unchanged)
         postprocessed_batch.set_get_interceptor(fn)
         return postprocessed_batch
 
@@ -709,7 +710,7 @@ def _check_dist_class(dist_class: Any) -> None:
 # them from here); resolved on first access, see rlpolicy/utils/_lazy.py.
 from rlpolicy.utils._lazy import lazy_module_attrs  # noqa: E402
 
-_RLLIB_1_11_NAMES = {
+_RLLIB_1_11_NAMES: Dict[str, Any] = {
     "LearningRateSchedule": "rlpolicy.policy.torch_mixins:LearningRateSchedule",
     "EntropyCoeffSchedule": "rlpolicy.policy.torch_mixins:EntropyCoeffSchedule",
     "ModelCatalog": "rlpolicy.models.catalog:ModelCatalog",

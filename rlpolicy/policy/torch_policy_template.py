@@ -6,7 +6,7 @@ that warns on every call; so does rlpolicy.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Type
+from typing import Any, Dict, Type
 
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy.policy import Policy
@@ -47,7 +47,7 @@ build_torch_policy.__signature__ = _SIGNATURE
 
 
 # 1.11 imports these here too; resolved on first access (see utils/_lazy.py).
-_LAZY = {
+_LAZY: Dict[str, Any] = {
     "TorchPolicy": "rlpolicy.policy.torch_policy:TorchPolicy",
     "TorchDistributionWrapper": "rlpolicy.models.torch.torch_action_dist:TorchDistributionWrapper",
 }

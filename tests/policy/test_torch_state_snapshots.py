@@ -138,3 +138,38 @@ def test_buffered_minibatches_learn_like_learn_on_batch():
         b.learn_on_batch(SampleBatch({k: v[offset:offset + 8] for k, v in batch.items()}))
     for k, v in b.get_weights().items():
         np.testing.assert_allclose(a.get_weights()[k], v, rtol=1e-6, atol=1e-7, err_msg=k)
+
+
+def _bad_optimizer_states(state):
+    """Optimizer states that do not fit the policy's single Adam, each with the
+    words the error should name."""
+    opt = state["_optimizer_variables"][0]
+    one_param_short = copy.deepcopy(opt)
+    one_param_short["param_groups"][0]["params"] = one_param_short["param_groups"][0]["params"][:-1]
+    two_groups = copy.deepcopy(opt)
+    two_groups["param_groups"] = two_groups["param_groups"] * 2
+    return [
+        ([opt, opt], "2 optimizer states"),
+        ([one_param_short], r"\['param_groups'\]\[0\] holds"),
+        ([two_groups], "2 param groups"),
+        ([{"param_groups": []}], "'state'"),
+        ({"state": {}}, "must be a list"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_set_state_rejects_bad_optimizer_state_before_changing_anything(case):
+    source = trained(2)
+    policy = trained(3)
+    before = policy.get_state()
+    bad, words = _bad_optimizer_states(source.get_state())[case]
+    with pytest.raises(ValueError, match=words):
+        policy.set_state({**source.get_state(), "_optimizer_variables": bad})
+    after = policy.get_state()
+    # Neither the weights, the timestep nor the optimizer moved to the source's.
+    for k, v in before["weights"].items():
+        np.testing.assert_array_equal(after["weights"][k], v)
+    assert after["global_timestep"] == before["global_timestep"]
+    for i, s in before["_optimizer_variables"][0]["state"].items():
+        for name, v in s.items():
+            np.testing.assert_array_equal(after["_optimizer_variables"][0]["state"][i][name], v)

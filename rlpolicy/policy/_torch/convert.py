@@ -8,7 +8,7 @@ converters for anything else). Only imported by torch modules.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Dict
 
 import numpy as np
 
@@ -37,9 +37,8 @@ class NoGrad:
         self._prev = _is_grad_enabled()
         _set_grad_enabled(False)
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         _set_grad_enabled(self._prev)
-        return False
 
 
 def parameter_list(model: Any) -> list:
@@ -312,7 +311,7 @@ def _plain_state_tensors(model: Any) -> Any:
     if torch.__future__.get_swap_module_params_on_conversion():
         return None
     targets = {}
-    plain_types = {}
+    plain_types: Dict[type, bool] = {}
     stack = [("", model)]
     pop, push = stack.pop, stack.extend
     while stack:
@@ -340,7 +339,7 @@ def _plain_state_tensors(model: Any) -> Any:
     return targets
 
 
-def _default_state_methods(cls: type) -> bool:
+def _default_state_methods(cls: Any) -> bool:
     """Whether ``cls`` saves and loads its state with nn.Module's own methods."""
     module_cls = torch.nn.Module
     return (cls._load_from_state_dict is module_cls._load_from_state_dict

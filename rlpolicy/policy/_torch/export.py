@@ -75,7 +75,10 @@ def _to_numpy(x: Any) -> Any:
     return x
 
 
-class TracedModelWrapper(nn.Module):
+_Module: Any = nn.Module  # (a placeholder class without torch, see try_import_torch)
+
+
+class TracedModelWrapper(_Module):
     """Calls a ModelV2 through ``__call__`` with RLlib's (input_dict, state, seq_lens)."""
 
     def __init__(self, model: Any):
@@ -87,7 +90,7 @@ class TracedModelWrapper(nn.Module):
         return out, list(state_outs)
 
 
-class FlatModelWrapper(nn.Module):
+class FlatModelWrapper(_Module):
     """Calls a ModelV2 with positional tensors: columns, then states, then seq_lens."""
 
     def __init__(self, model: Any, input_keys: Sequence[str], num_states: int):
