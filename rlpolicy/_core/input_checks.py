@@ -197,32 +197,3 @@ def check_loss_columns(present: Iterable[Any], needed: Optional[Sequence[str]], 
         raise ValueError(f"{where}: the train batch lacks column(s) {missing} that the loss "
                          f"reads; it has {sorted(str(k) for k in present)}")
 
-
-# ---------------------------------------------------------------------------
-# The earlier entry points taking the policy (issue 17 transition): each hands
-# over to the policy's own ``_check_*`` method, which gathers the data.
-# ---------------------------------------------------------------------------
-def check_obs(policy: Any, obs: Any, where: str, column: str = OBS) -> None:
-    """``policy._check_obs(obs, where, column)``."""
-    policy._check_obs(obs, where, column)
-
-
-def check_state_batches(policy: Any, state_batches: Optional[Iterable[Any]], where: str,
-                        single: bool = False) -> None:
-    """``policy._check_state_batches(state_batches, where, single)``."""
-    policy._check_state_batches(state_batches, where, single)
-
-
-def check_prev_inputs(policy: Any, present: Iterable[str], where: str) -> None:
-    """``policy._check_prev_inputs(present, where)``."""
-    policy._check_prev_inputs(present, where)
-
-
-def check_acting_input_dict(policy: Any, input_dict: Any, where: str) -> None:
-    """``policy._check_acting_input_dict(input_dict, where)``."""
-    policy._check_acting_input_dict(input_dict, where)
-
-
-def check_train_batch(policy: Any, batch: Any, where: str) -> None:
-    """``policy._check_train_batch(batch, where)``."""
-    policy._check_train_batch(batch, where)

@@ -32,6 +32,8 @@ from __future__ import annotations
 from abc import ABCMeta, abstractmethod
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+import numpy as np
+
 from rlpolicy._core import obs_prep
 from rlpolicy._core.action_flow import resolve_explore_timestep
 from rlpolicy._core.locking import with_lock
@@ -64,6 +66,24 @@ def state_in_columns(input_dict: Any) -> List[Any]:
     return [input_dict[k] for k in keys]
 
 
+# The flags of an acting batch that compute_actions builds.
+_ACTING_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False,
+                 "_max_seq_len": None}
+
+
+def _acting_batch(columns: Dict[str, Any]) -> SampleBatch:
+    """``SampleBatch(columns, _is_training=False)``; built without the constructor's
+    per-column checks when every column but ``infos`` is a batched numpy array
+    with the observations' row count (the common case)."""
+    obs = columns[SampleBatch.OBS]
+    if type(obs) is np.ndarray and obs.ndim > 0:
+        n = len(obs)
+        if all(k == SampleBatch.INFOS or (type(v) is np.ndarray and v.ndim > 0 and len(v) == n)
+               for k, v in columns.items()):
+            return SampleBatch._trusted(columns, n, _ACTING_FLAGS)
+    return SampleBatch(columns, _is_training=False)
+
+
 class TrainingTemplate(metaclass=ABCMeta):
     """Mixin written once for the torch, graph-TF and eager policies (see the module doc).
 
@@ -91,10 +111,13 @@ class TrainingTemplate(metaclass=ABCMeta):
                         **kwargs: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
         """Computes actions for a batch of observations.
 
-        Raw nested observations are flattened, the inputs checked (errors name
-        ``compute_actions``), and one input dict (``obs``, ``state_in_<i>``,
+        Raw nested observations are flattened and the inputs checked (errors
+        name ``compute_actions``); one input dict (``obs``, ``state_in_<i>``,
         ``prev_actions``, ``prev_rewards``, ``infos``; ``is_training`` False)
-        is handed to :meth:`compute_actions_from_input_dict`.
+        then takes the same path as :meth:`compute_actions_from_input_dict`'s
+        (``_compute_actions_checked``), without checking it a second time. As in
+        RLlib 1.11's torch and graph-TF policies, an override of
+        ``compute_actions_from_input_dict`` does not change this method.
         """
         obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         self._check_obs(obs_batch, "compute_actions")  # type: ignore[attr-defined]
@@ -112,11 +135,8 @@ class TrainingTemplate(metaclass=ABCMeta):
             columns[SampleBatch.PREV_REWARDS] = prev_reward_batch
         if info_batch is not None:
             columns[SampleBatch.INFOS] = info_batch
-        input_dict = SampleBatch(columns, _is_training=False)
-        return self.compute_actions_from_input_dict(input_dict, explore=explore, timestep=timestep,
-                                                    episodes=episodes, **kwargs)
+        return self._compute_actions_checked(_acting_batch(columns), explore, timestep, episodes)
 
-    @with_lock
     def compute_actions_from_input_dict(self, input_dict: Any, explore: Optional[bool] = None,
                                         timestep: Optional[int] = None,
                                         episodes: Optional[List[Any]] = None,
@@ -124,9 +144,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         """Computes actions from an input dict (a SampleBatch or a dict of columns).
 
         Raw nested ``obs`` are flattened and the columns checked (errors name
-        ``compute_actions_from_input_dict``); ``explore``/``timestep`` of None
-        become ``config["explore"]`` and ``global_timestep``. The framework's
-        ``_compute_actions_step`` then runs under the policy lock.
+        ``compute_actions_from_input_dict``); then ``_compute_actions_checked``.
 
         Returns:
             ``(actions, state_outs, extra_fetches)`` as numpy structures.
@@ -134,6 +152,15 @@ class TrainingTemplate(metaclass=ABCMeta):
         input_dict = obs_prep.flatten_input_dict(self, input_dict)
         self._check_acting_input_dict(  # type: ignore[attr-defined]
             input_dict, "compute_actions_from_input_dict")
+        return self._compute_actions_checked(input_dict, explore, timestep, episodes)
+
+    @with_lock
+    def _compute_actions_checked(self, input_dict: Any, explore: Optional[bool],
+                                 timestep: Optional[int], episodes: Optional[List[Any]]
+                                 ) -> Tuple[Any, List[Any], Dict[str, Any]]:
+        """The one acting path after the checks, under the policy lock: ``explore`` /
+        ``timestep`` of None become ``config["explore"]`` / ``global_timestep``,
+        then the framework's ``_compute_actions_step``."""
         explore, timestep = resolve_explore_timestep(
             self.config["explore"], self.global_timestep, explore, timestep)  # type: ignore[attr-defined]
         return self._compute_actions_step(input_dict, state_in_columns(input_dict), explore,

@@ -46,6 +46,14 @@ class NumpyTemplatePolicy(TrainingTemplate, Policy):
         self.can_learn = True
         self._init_tower_buffers(num_devices)
 
+    num_states = 0
+
+    def num_state_tensors(self):
+        return self.num_states
+
+    def get_initial_state(self):
+        return [np.zeros(1, np.float32) for _ in range(self.num_states)]
+
     # --- framework steps
     def _check_can_learn(self, what):
         self.events.append(("check_can_learn", what))
@@ -53,6 +61,7 @@ class NumpyTemplatePolicy(TrainingTemplate, Policy):
             raise ValueError(f"{what}: no loss")
 
     def _compute_actions_step(self, input_dict, state_batches, explore, timestep, episodes):
+        self.last_input = input_dict
         self.events.append(("act", explore, timestep, [np.asarray(s).tolist() for s in state_batches],
                             _lock_held_elsewhere(self)))
         obs = np.asarray(input_dict[SampleBatch.OBS], np.float32)
@@ -202,11 +211,27 @@ def test_compute_actions_goes_through_the_input_dict_path():
     # explore/timestep None: config["explore"] and global_timestep (then advanced by 2 rows).
     assert policy.events[-1] == ("act", False, 5, [], True)
     assert policy.global_timestep == 7
+    assert isinstance(policy.last_input, SampleBatch) and len(policy.last_input) == 2
+    assert policy.last_input.is_training is False
     policy.compute_actions(obs, explore=True, timestep=100)
     assert policy.events[-1][1:3] == (True, 100)
+    # A list of rows (not an array) goes through SampleBatch's full constructor: same batch.
+    policy.compute_actions([[1.0, 0.0, 0.0]], state_batches=None, info_batch=[{}])
+    assert len(policy.last_input) == 1 and list(policy.last_input["infos"]) == [{}]
     with pytest.raises(ValueError, match="compute_actions: column 'obs' has dtype <U1"):
         policy.compute_actions(np.array([["a", "b", "c"]]))
-    assert policy.global_timestep == 9
+    assert policy.global_timestep == 10  # 5 + 2 + 2 + 1 rows; the rejected call added none
+
+
+def test_input_dict_path_checks_and_resolves_the_same_way():
+    policy = NumpyTemplatePolicy(explore=True)
+    policy.num_states = 2
+    policy.global_timestep = 3
+    policy.compute_actions_from_input_dict({"obs": np.zeros((2, 3), np.float32),
+                                            "state_in_1": np.ones((2, 1)), "state_in_0": np.zeros((2, 1))})
+    assert policy.events[-1][:4] == ("act", True, 3, [[[0.0], [0.0]], [[1.0], [1.0]]])
+    with pytest.raises(ValueError, match="compute_actions_from_input_dict: column 'obs' has dtype"):
+        policy.compute_actions_from_input_dict({"obs": np.array([["x", "y", "z"]])})
 
 
 def test_state_in_columns_in_index_order():
