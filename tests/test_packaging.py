@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_SKIP = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.egg-info", "*.pyc", ".hypothesis",
+_SKIP = shutil.ignore_patterns(".venv", ".venv-*", ".git", "__pycache__", "*.egg-info", "*.pyc", ".hypothesis",
                                ".pytest_cache", "out", "runs", "build", "dist")
 
 

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the virtual environment of one install variant and prints its path:
+#
+#   bash scripts/setup_variant.sh notorch   # ./.venv-notorch: Python 3.10, TensorFlow, no torch
+#   bash scripts/setup_variant.sh notf      # ./.venv-notf:    Python 3.12, torch, no TensorFlow
+#   bash scripts/setup_variant.sh bare      # ./.venv-bare:    Python 3.11, no framework at all
+#
+# Each variant is rlpolicy installed (editable) with the extras below, plus the `dev` extra
+# (pytest, ...), and no package of the other framework(s). The Python comes from
+# $PYTHON_<VARIANT> (e.g. PYTHON_NOTF=/usr/bin/python3.12), else from pyenv's newest
+# 3.x.y of the wanted minor version, else from python3.X on PATH.
+# A variant is rebuilt only when its stamp (Python version, extras, pyproject.toml and the
+# constraints) changed; otherwise this takes well under a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+variant=${1:?usage: setup_variant.sh notorch|notf|bare}
+case "$variant" in
+    notorch) minor=3.10; extras="tf,ray,onnx,checkpoint,cli,dev"; forbidden="torch" ;;
+    notf)    minor=3.12; extras="torch,ray,onnx,checkpoint,cli,dev"; forbidden="tensorflow tensorflow-cpu tf-keras" ;;
+    bare)    minor=3.11; extras="dev"; forbidden="torch tensorflow tensorflow-cpu tf-keras ray onnxruntime" ;;
+    *) echo "setup_variant.sh: unknown variant '$variant' (notorch, notf or bare)" >&2; exit 2 ;;
+esac
+
+find_python() {
+    local var="PYTHON_${variant^^}"
+    if [ -n "${!var:-}" ]; then echo "${!var}"; return; fi
+    local root="${PYENV_ROOT:-$HOME/.pyenv}/versions" best=""
+    if [ -d "$root" ]; then
+        best=$(ls "$root" | grep -E "^${minor//./\\.}\.[0-9]+$" | sort -t. -k3 -n | tail -1 || true)
+    fi
+    if [ -n "$best" ] && [ -x "$root/$best/bin/python3" ]; then echo "$root/$best/bin/python3"; return; fi
+    if command -v "python$minor" >/dev/null 2>&1; then command -v "python$minor"; return; fi
+    echo "setup_variant.sh: no Python $minor found for variant '$variant' (set $var)" >&2
+    exit 2
+}
+
+py=$(find_python)
+venv=".venv-$variant"
+# The CPU torch wheel on disk is a cp311 build; on Python 3.12 (notf) pip takes torch of
+# the pinned version from the index: on Linux the CUDA build, ~2.6 GB with its nvidia-*
+# packages (about 20 s to download here, a minute or two to install); it runs on CPUs too.
+constraints=constraints/cpu.txt
+want="$("$py" -c 'import sys; print(sys.version)') | $extras | $(cat pyproject.toml constraints/*.txt | sha1sum | cut -d' ' -f1)"
+stamp="$venv/.rlpolicy-variant"
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "$venv"
+    exit 0
+fi
+rm -rf "$venv"
+"$py" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip >&2
+"$venv/bin/python" -m pip install -q -c "$constraints" -e ".[$extras]" >&2
+# The variant's point is what is NOT installed: fail loudly if a dependency pulled it in.
+for pkg in $forbidden; do
+    if "$venv/bin/python" -m pip show -q "$pkg" >/dev/null 2>&1; then
+        echo "setup_variant.sh: variant '$variant' must not have $pkg, but an extra pulled it in" >&2
+        exit 1
+    fi
+done
+echo "$want" > "$stamp"
+echo "$venv"
