@@ -14,8 +14,8 @@ steps=("$@")
 failed=()
 for step in "${steps[@]}"; do
     case "$step" in
-        check)  cmd=("$bin/ruff" check .) ;;
-        format) cmd=("$bin/ruff" format --check .) ;;
+        check)  cmd=("$bin/ruff" check --output-format concise .) ;;
+        format) cmd=("$bin/ruff" format --check --output-format concise .) ;;
         types)  cmd=("$bin/mypy") ;;
         *) echo "lint.sh: unknown step '$step' (check, format, types)" >&2; exit 2 ;;
     esac
