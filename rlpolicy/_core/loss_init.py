@@ -91,7 +91,8 @@ def new_box(low: float, high: float, shape: tuple, dtype: Any = np.float32) -> g
 _Box, _Discrete = gym.spaces.Box, gym.spaces.Discrete
 
 
-def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict) -> Any:
+def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict,
+                  flat_obs_space: Callable[[gym.Space], gym.Space]) -> Any:
     space = view_req.space
     cls = type(space)
     if ((cls is _Box or (cls is _Discrete and not space.start)) and batch_size > 0
@@ -108,8 +109,7 @@ def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict) -
         # Observations are flattened by the preprocessor (one-hot discrete parts); RLlib
         # 1.11 counts 1 per Discrete here and breaks every model on such spaces.
         if data_col == "obs":  # the policy's own flat space (as the tf placeholders)
-            from rlpolicy._core.obs_prep import prepare_observation_space
-            flat = prepare_observation_space(space, config)
+            flat = flat_obs_space(space)
             return np.zeros((batch_size, *(flat.shape or ())), np.float32)
         # Actions: each leaf's own dummy (inside its space, e.g. Discrete(n, start=s) -> s).
         from rlpolicy.utils.spaces.space_utils import flatten_action_batch
@@ -125,7 +125,8 @@ def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict) -
 
 
 def dummy_columns(view_requirements: Mapping[str, Any], batch_size: int,
-                  config: Mapping[str, Any]) -> Dict[str, Any]:
+                  config: Mapping[str, Any], *,
+                  flat_obs_space: Callable[[gym.Space], gym.Space]) -> Dict[str, Any]:
     """A batch of zeros with one column per view requirement (a plain dict).
 
     Args:
@@ -134,8 +135,10 @@ def dummy_columns(view_requirements: Mapping[str, Any], batch_size: int,
         config: Policy config (reads ``_disable_preprocessor_api`` and
             ``_disable_action_flattening``: Dict/Tuple obs/actions are given
             as flat float columns unless these are set).
+        flat_obs_space: The flat (preprocessed) Box of a raw Dict/Tuple observation
+            space, as the policy's own observation space is built.
     """
-    return {col: _dummy_column(col, vr, batch_size, dict(config))
+    return {col: _dummy_column(col, vr, batch_size, dict(config), flat_obs_space)
             for col, vr in view_requirements.items()}
 
 

@@ -51,7 +51,7 @@ def sample_observations(env_creator: Callable[[], Any], num: int = 16, seed: int
     """``num`` observations from short random-action walks (real states, unlike
     samples of CartPole's unbounded observation space); with ``policy``, as the
     policy (and its export) takes them: Dict/Tuple observations flattened."""
-    from rlpolicy._core.obs_prep import flatten_single_obs
+    from rlpolicy.policy._obs_prep import flatten_single_obs
 
     env = env_creator()
     env.action_space.seed(seed)

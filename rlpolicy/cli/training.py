@@ -224,8 +224,8 @@ def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: i
     policy's ``global_timestep`` is left unchanged.
     """
     envs = [env_creator() for _ in range(num_episodes)]
-    from rlpolicy._core.obs_prep import flatten_single_obs
     from rlpolicy.evaluation.sampler import env_action_fn
+    from rlpolicy.policy._obs_prep import flatten_single_obs
 
     # Dict/Tuple observations are flattened as the samplers do it (one preprocessor).
     prep = functools.partial(flatten_single_obs, policy)

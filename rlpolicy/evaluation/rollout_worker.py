@@ -301,7 +301,7 @@ class RolloutWorker:
 
     def _process_obs(self, policy_id: PolicyID, policy: Any, raw_obs: Any) -> Any:
         """Raw env observation -> what ``policy`` gets: preprocessed, then filtered."""
-        from rlpolicy._core.obs_prep import flatten_single_obs
+        from rlpolicy.policy._obs_prep import flatten_single_obs
 
         prep = self.preprocessors.get(policy_id)
         obs = prep.transform(raw_obs) if prep is not None else flatten_single_obs(policy, raw_obs)

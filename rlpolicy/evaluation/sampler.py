@@ -23,7 +23,6 @@ from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 import tree
 
-from rlpolicy._core.obs_prep import flatten_single_obs
 from rlpolicy.env.multi_agent_env import ALL_AGENTS, MultiAgentEnv
 from rlpolicy.evaluation.agent_trajectory import (
     AgentTrajectory,
@@ -34,6 +33,7 @@ from rlpolicy.evaluation.agent_trajectory import (
     unroll_id_counter,
 )
 from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
+from rlpolicy.policy._obs_prep import flatten_single_obs
 from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
 
 logger = logging.getLogger(__name__)

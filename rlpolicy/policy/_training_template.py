@@ -34,10 +34,10 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from rlpolicy._core import obs_prep
 from rlpolicy._core.action_flow import resolve_explore_timestep
 from rlpolicy._core.locking import with_lock
 from rlpolicy._core.tower_buffers import TowerBuffers, device_minibatch_size
+from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy.sample_batch import SampleBatch
 
 STATE_KEYS = ("weights", "global_timestep")

@@ -39,9 +39,9 @@ import tree
 
 from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.loss_init import AccessRecord, new_box, prune_view_requirements
-from rlpolicy._core.obs_prep import prepare_observation_space
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.policy._obs_prep import prepare_observation_space
 from rlpolicy.policy._tf.graph import is_keras_model, placeholders_needed_by
 from rlpolicy.policy._tf.variables import initialize_uninitialized
 from rlpolicy.policy.policy import Policy, complete_policy_config

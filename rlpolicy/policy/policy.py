@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core import action_flow, checkpoint, input_checks, loss_init
-from rlpolicy._core.obs_prep import flatten_single_list_obs, prepare_observation_space
+from rlpolicy.policy._obs_prep import flatten_single_list_obs, prepare_observation_space
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import (
     DeveloperAPI,
@@ -158,7 +158,7 @@ class Policy(metaclass=ABCMeta):
         """
         _check_space(observation_space, "observation_space")
         _check_space(action_space, "action_space")
-        # Raw Dict/Tuple spaces become their flat preprocessed Box (see _core.obs_prep).
+        # Raw Dict/Tuple spaces become their flat preprocessed Box (see policy._obs_prep).
         self.observation_space: gym.Space = prepare_observation_space(observation_space, config)
         self.action_space: gym.Space = action_space
         # Base struct of the action space, e.g. Dict({"a": Discrete(2)}) -> {"a": Discrete(2)}.
@@ -726,7 +726,10 @@ class Policy(metaclass=ABCMeta):
                                                    ViewRequirement)
 
     def _get_dummy_batch_from_view_requirements(self, batch_size: int = 1) -> SampleBatch:
-        return SampleBatch(loss_init.dummy_columns(self.view_requirements, batch_size, self.config))
+        config = self.config
+        return SampleBatch(loss_init.dummy_columns(
+            self.view_requirements, batch_size, config,
+            flat_obs_space=lambda space: prepare_observation_space(space, config)))
 
     def _update_model_view_requirements_from_init_state(self) -> None:
         """Adds ``state_in_i``/``state_out_i`` requirements from the initial RNN state.

@@ -156,7 +156,7 @@ def _with_updates(cls: type, **overrides: Any) -> type:
 def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
                  config: TrainerConfigDict) -> None:
     from rlpolicy._core.framework_check import require_framework
-    from rlpolicy._core.obs_prep import prepare_observation_space
+    from rlpolicy.policy._obs_prep import prepare_observation_space
     from rlpolicy.policy.policy import complete_policy_config
     from rlpolicy.policy.torch_policy import TorchPolicy
 
@@ -279,7 +279,7 @@ def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episod
         elif impl is not None and started:
             parent = impl
             break
-    from rlpolicy._core.obs_prep import flatten_batch_in_place
+    from rlpolicy.policy._obs_prep import flatten_batch_in_place
     sample_batch = flatten_batch_in_place(self, sample_batch)  # raw Dict/Tuple obs -> flat
     with _no_grad_context(self):
         sample_batch = parent(self, sample_batch, other_agent_batches, episode)

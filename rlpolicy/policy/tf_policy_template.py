@@ -178,7 +178,7 @@ def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Spa
                  config: TrainerConfigDict, existing_model: Optional[Any] = None,
                  existing_inputs: Optional[Dict[str, Any]] = None) -> None:
     from rlpolicy._core.framework_check import require_framework
-    from rlpolicy._core.obs_prep import prepare_observation_space
+    from rlpolicy.policy._obs_prep import prepare_observation_space
     from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy
 
     hooks: TFPolicyHooks = type(self)._hooks
@@ -235,7 +235,7 @@ def _parent(policy: Any, method: str) -> Callable:
 
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
-    from rlpolicy._core.obs_prep import flatten_batch_in_place
+    from rlpolicy.policy._obs_prep import flatten_batch_in_place
     sample_batch = flatten_batch_in_place(self, sample_batch)
     sample_batch = _parent(self, "postprocess_trajectory")(self, sample_batch, other_agent_batches, episode)
     if type(self)._hooks.postprocess_fn is not None:

@@ -22,7 +22,6 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core import obs_prep
 from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.config import read_checked
 from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
@@ -30,6 +29,7 @@ from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.tower_buffers import split_batch_for_devices
+from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._torch import export as torch_export
 from rlpolicy.policy._torch.convert import (
     NoGrad,

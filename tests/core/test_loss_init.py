@@ -7,6 +7,7 @@ import pytest
 
 from rlpolicy._core import loss_init
 from rlpolicy._core.loss_init import AccessRecord, dummy_columns, new_box, prune_view_requirements
+from rlpolicy.policy._obs_prep import prepare_observation_space
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.policy.view_requirement import ViewRequirement
@@ -61,7 +62,9 @@ def test_default_view_requirements_spaces():
 
 # ------------------------------------------------------------------ dummy batches
 def _col(vr, n=5, config=None):
-    return dummy_columns({"x": vr}, n, config or {})["x"]
+    config = config or {}
+    return dummy_columns({"x": vr}, n, config,
+                         flat_obs_space=lambda s: prepare_observation_space(s, config))["x"]
 
 
 DICT_SPACE = gym.spaces.Dict({"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(0, 1, (2, 3))})

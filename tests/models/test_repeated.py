@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from gymnasium.spaces import Box, Dict, Discrete, Tuple
 
-from rlpolicy._core.obs_prep import stack_rows
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import restore_original_dimensions
 from rlpolicy.models.preprocessors import RepeatedValuesPreprocessor, get_preprocessor
 from rlpolicy.models.repeated_values import RepeatedValues
+from rlpolicy.policy._obs_prep import stack_rows
 from rlpolicy.utils.spaces.repeated import Repeated
 
 ATOL = 1e-6

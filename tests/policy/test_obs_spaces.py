@@ -71,7 +71,7 @@ def test_batch_transform_matches_reference_and_rows(space):
     space.seed(3)
     rows = [space.sample() for _ in range(6)]
     prep = get_preprocessor(space)(space)
-    from rlpolicy._core.obs_prep import stack_rows
+    from rlpolicy.policy._obs_prep import stack_rows
     batch = prep.transform_batch(stack_rows(rows, space))
     assert batch.shape == (6, prep.size) and batch.dtype == np.float32
     for i, row in enumerate(rows):
@@ -145,7 +145,7 @@ def test_raw_nested_obs_act_like_flat_reference(policies, framework, name):
     np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(fetch_list["action_dist_inputs"], fetch["action_dist_inputs"],
                                atol=ATOL)
-    from rlpolicy._core.obs_prep import stack_rows
+    from rlpolicy.policy._obs_prep import stack_rows
     got, _, _ = policy.compute_actions(stack_rows(rows, space), explore=False)
     np.testing.assert_array_equal(got, want)
     for i in (0, 6):
@@ -176,7 +176,7 @@ def test_learn_on_raw_nested_batch_equals_flat_batch(framework):
     b.set_weights(a.get_weights())
     rows = _samples(space, 8, seed=1)
     flat = np.stack([np_flatten(r, space) for r in rows]).astype(np.float32)
-    from rlpolicy._core.obs_prep import stack_rows
+    from rlpolicy.policy._obs_prep import stack_rows
     raw_batch = _train_batch(a, rows, space)
     raw_batch["obs"] = raw_batch["new_obs"] = stack_rows(rows, space)
     flat_batch = SampleBatch({**{k: raw_batch[k] for k in raw_batch.keys()}, "obs": flat,
@@ -344,7 +344,7 @@ def test_discrete_obs_start_offsets_match_zero_based_space(framework):
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_postprocess_raw_nested_batch_equals_flat(policies, framework):
-    from rlpolicy._core.obs_prep import stack_rows
+    from rlpolicy.policy._obs_prep import stack_rows
 
     policy = policies(framework, "nested")
     rows = _samples(NESTED_SPACE, 5, seed=9)

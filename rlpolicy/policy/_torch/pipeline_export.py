@@ -5,7 +5,7 @@ artifact goes from raw observations to env actions:
 
 1. observation preprocessing: Dict/Tuple observations flattened and
    concatenated in the preprocessor's order, Discrete/MultiDiscrete parts
-   one-hot encoded (as ``rlpolicy._core.obs_prep`` does on the numpy side);
+   one-hot encoded (as ``rlpolicy.policy._obs_prep`` does on the numpy side);
 2. the model, with RNN state in/out;
 3. deterministic action selection (the distribution's
    ``deterministic_sample``, what ``compute_actions(explore=False)`` returns)

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core.preprocessors import OneHotPreprocessor, get_preprocessor, stack_rows
+from rlpolicy.models.preprocessors import OneHotPreprocessor, get_preprocessor, stack_rows
 from rlpolicy.utils.spaces.repeated import Repeated
 
 _NESTED = (gym.spaces.Dict, gym.spaces.Tuple, Repeated)
