@@ -12,7 +12,10 @@ Systems, per framework (each group's first system is its baseline):
   with placeholders, ``tf1.train.AdamOptimizer`` and numpy feeds.
 * ``tf2``: ``PPOTFPolicy.as_eager()`` with ``eager_tracing=True`` and ``False`` vs
   hand-written ``tf.function`` steps (tf_keras Adam, the eager policy's optimizer);
-  then ``eager_tracing=False`` vs the same steps run eagerly ("plain eager").
+  then ``eager_tracing=False`` vs the same steps run eagerly ("plain eager"), once as
+  it runs (its Keras models replayed by ``models/tf/functional_replay.py``) and once
+  with every Keras model called through Keras ("Keras calls": the replay switched off
+  with ``replay_disabled()``), side by side.
 * with ``--rllib``: RLlib's own ``PPOTF1Policy`` / traced ``PPOTF2Policy`` (ray.rllib
   old API stack) in the first group of each framework.
 
@@ -322,6 +325,32 @@ class PolicySystem:
             self.policy.learn_on_loaded_batch((i * MINIBATCH) % (per - MINIBATCH), buffer_index=0)
 
 
+class KerasCallSystem(PolicySystem):
+    """A policy whose eager model calls go through Keras (the functional replay off).
+
+    The "before" of ``models/tf/functional_replay.py``: the same policy code with
+    every Keras model called through ``Model.__call__``.
+    """
+
+    def __init__(self, policy: Any):
+        from rlpolicy.models.tf.functional_replay import replay_disabled
+
+        super().__init__(policy)
+        self.replay_disabled = replay_disabled
+
+    def compute_actions(self, obs: np.ndarray) -> Any:
+        with self.replay_disabled():
+            return super().compute_actions(obs)
+
+    def learn(self, batch: Dict[str, np.ndarray]) -> Any:
+        with self.replay_disabled():
+            return super().learn(batch)
+
+    def sgd(self, batch: Dict[str, np.ndarray]) -> None:
+        with self.replay_disabled():
+            super().sgd(batch)
+
+
 # ----------------------------------------------------------------- measuring
 
 def make_batch(n: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
@@ -386,6 +415,7 @@ def compare(case: str, fns: Dict[str, Callable[[], Any]], inner: int, repeats: i
     return rows
 
 
+KERAS_CALL = "rlpolicy tf2 untraced, Keras calls"
 GOALS = {"compute_actions batch=1": ("time", 1.5), "compute_actions batch=256": ("throughput", 0.9),
          "learn_on_batch 4000": ("throughput", 0.95),
          f"load {TRAIN_N} + {SGD_STEPS} SGD of {MINIBATCH}": ("throughput", 0.95)}
@@ -396,13 +426,16 @@ def build_systems(framework: str, threads: int, with_rllib: bool) -> List[Dict[s
 
     tf: plain tf1 vs rlpolicy (and RLlib). tf2: plain ``tf.function`` vs
     rlpolicy traced and untraced (and RLlib traced); then plain eager TF vs
-    rlpolicy untraced (the same execution model).
+    rlpolicy untraced (the same execution model), with and without the
+    functional replay of its Keras models (before/after in one run).
     """
     policies: Dict[str, Any] = {}
     for tracing in ([True, False] if framework == "tf2" else [False]):
         label = f"rlpolicy {framework}" + ("" if framework == "tf" else
                                            (" traced" if tracing else " untraced"))
         policies[label] = make_rlpolicy(framework, tracing, threads)
+    if framework == "tf2":  # the untraced policy without the functional replay ("before")
+        policies[KERAS_CALL] = make_rlpolicy(framework, False, threads)
     weights = layer_weights(next(iter(policies.values())).get_state()["weights"])
     for pol in list(policies.values())[1:]:
         set_layer_weights(pol, weights)
@@ -413,12 +446,14 @@ def build_systems(framework: str, threads: int, with_rllib: bool) -> List[Dict[s
             policies[f"ray.rllib {framework}" + (" traced" if framework == "tf2" else "")] = pol
         except Exception as e:  # noqa: BLE001  (a peer that cannot run is reported, not fatal)
             print(f"  ray.rllib {framework}: skipped ({type(e).__name__}: {str(e)[:300]})")
-    wrapped = {n: PolicySystem(p) for n, p in policies.items()}
+    wrapped = {n: (KerasCallSystem if n == KERAS_CALL else PolicySystem)(p)
+               for n, p in policies.items()}
     if framework == "tf":
         groups = [{"plain tf1 session": PlainTF1(weights, session_args(threads)), **wrapped}]
     else:
         untraced = {n: s for n, s in wrapped.items() if "untraced" in n}
-        groups = [{"plain tf.function": PlainTF2(weights), **wrapped},
+        groups = [{"plain tf.function": PlainTF2(weights),
+                   **{n: s for n, s in wrapped.items() if n != KERAS_CALL}},
                   {"plain eager": PlainTF2(weights, compiled=False), **untraced}]
     for group in groups:
         check_same_outputs(group)

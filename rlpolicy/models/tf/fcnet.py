@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Tuple
 import gymnasium as gym
 import numpy as np
 
+from rlpolicy.models.tf.functional_replay import KerasReplay
 from rlpolicy.models.tf.misc import check_input_shape, normc_initializer
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.models.utils import get_activation_fn
@@ -91,6 +92,8 @@ class FullyConnectedNetwork(TFModelV2):
                                 separate=not vf_share_layers)
         self.base_model = keras.Model(inputs, [logits_out if logits_out is not None else last_layer, value_out])
         self._value_out: Optional[TensorType] = None
+        # Eager calls of base_model skip Keras' per-layer call machinery (exactly).
+        self._base_replay = KerasReplay()
 
     def _build_policy_trunk(self, keras, inputs, hiddens, activation, num_outputs, no_final_linear):
         """Hidden layers ``fc_i`` and the ``fc_out`` layer; returns (last hidden, logits)."""
@@ -137,7 +140,7 @@ class FullyConnectedNetwork(TFModelV2):
         """
         obs_flat = input_dict["obs_flat"]
         check_input_shape(obs_flat, [self._obs_size], self, what="flat observation")
-        model_out, self._value_out = self.base_model(obs_flat)
+        model_out, self._value_out = self._base_replay(self.base_model, obs_flat)
         return model_out, state
 
     @override(TFModelV2)

@@ -18,6 +18,7 @@ import numpy as np
 import tree
 from gymnasium.spaces import Discrete, MultiDiscrete
 
+from rlpolicy.models.tf.functional_replay import KerasReplay
 from rlpolicy.models.tf.misc import one_hot_encode
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.policy.rnn_sequencing import add_time_dimension
@@ -129,6 +130,8 @@ class LSTMWrapper(RecurrentNetwork):
         lstm_in_size += 1 if self.use_prev_reward else 0
         self.num_outputs = num_outputs
         self._rnn_model = _build_lstm_model(lstm_in_size, self.cell_size, num_outputs)
+        # Eager calls of _rnn_model skip Keras' per-layer call machinery (exactly).
+        self._rnn_replay = KerasReplay()
         if logger.isEnabledFor(logging.INFO):
             self._rnn_model.summary()
         self._value_out = None
@@ -202,7 +205,7 @@ class LSTMWrapper(RecurrentNetwork):
                 f"LSTMWrapper({self.name!r}): expected 2 state tensors [h, c] of shape [B, {self.cell_size}], "
                 f"got {len(state)}; start from get_initial_state()"
             )
-        model_out, self._value_out, h, c = self._rnn_model([inputs, seq_lens] + list(state))
+        model_out, self._value_out, h, c = self._rnn_replay(self._rnn_model, [inputs, seq_lens] + list(state))
         return model_out, [h, c]
 
     @override(RecurrentNetwork)

@@ -58,7 +58,11 @@ class Categorical(TFActionDistribution):
         """
         if not temperature > 0.0:
             raise ValueError(f"Categorical: temperature must be > 0.0, got {temperature}")
-        super().__init__(inputs / temperature, model)
+        if not (temperature == 1.0 and isinstance(inputs, tf.Tensor) and inputs.dtype.is_floating):
+            # (x / 1.0 == x exactly for float tensors: that division is skipped, one
+            # eager op less per call.)
+            inputs = inputs / temperature
+        super().__init__(inputs, model)
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:

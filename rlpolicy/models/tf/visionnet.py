@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import gymnasium as gym
 
+from rlpolicy.models.tf.functional_replay import KerasReplay
 from rlpolicy.models.tf.misc import check_input_shape, normc_initializer
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.models.utils import default_filter_config, get_activation_fn
@@ -87,6 +88,8 @@ class VisionNetwork(TFModelV2):
 
         self.base_model = keras.Model(inputs, [logits_out, value_out])
         self._value_out: Optional[TensorType] = None
+        # Eager calls of base_model skip Keras' per-layer call machinery (exactly).
+        self._base_replay = KerasReplay()
 
     def _no_final_linear_head(self, keras, last_layer, last_filter, activation, post_hiddens, post_act, num_outputs):
         """Last conv ``conv_out`` has the activation and emits the outputs directly."""
@@ -160,7 +163,7 @@ class VisionNetwork(TFModelV2):
         """
         obs = input_dict["obs"]
         check_input_shape(obs, self.obs_space.shape, self, what="image observation")
-        model_out, self._value_out = self.base_model(tf.cast(obs, tf.float32))
+        model_out, self._value_out = self._base_replay(self.base_model, tf.cast(obs, tf.float32))
         if self.last_layer_is_flattened:
             return model_out, state
         return tf.squeeze(model_out, axis=[1, 2]), state
