@@ -77,6 +77,8 @@ class DynamicTFPolicy(TFPolicy):
         view_requirements: Pruned by the dummy-batch loss initialisation.
         _is_tower: True for the per-device copies made by ``copy()``.
         _input_dict: SampleBatch of the placeholders (one per training column).
+        _dummy_batch: The numpy batch (``DUMMY_BATCH_SIZE`` rows) the loss
+            initialisation runs through postprocessing.
         _extra_action_fetches: Extra action outputs (e.g. from
             ``build_tf_policy``'s ``extra_action_out_fn``).
     """
