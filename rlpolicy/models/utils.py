@@ -4,11 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from rlpolicy.utils.annotations import DeveloperAPI
-from rlpolicy.utils.framework import try_import_tf, try_import_torch
-
-_TF_FRAMEWORKS = ("tf", "tf2", "tfe")
-_TORCH_ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "swish": "SiLU",
-                      "silu": "SiLU", "softmax": "Softmax", "sigmoid": "Sigmoid"}
+from rlpolicy.utils.framework import TF_FRAMEWORKS, lookup_activation_fn, try_import_torch
 
 
 @DeveloperAPI
@@ -28,28 +24,7 @@ def get_activation_fn(name: Optional[Union[Callable, str]] = None, framework: st
     Raises:
         ValueError: unknown activation name or framework.
     """
-    if callable(name):
-        return name
-    lower = name.lower() if isinstance(name, str) else name
-    if lower in ("linear", None):
-        return None
-    if framework == "torch":
-        _, nn = try_import_torch()
-        fn = getattr(nn, name, None)
-        if isinstance(fn, type):
-            return fn
-        if lower in _TORCH_ACTIVATIONS:
-            return getattr(nn, _TORCH_ACTIVATIONS[lower])
-    elif framework in _TF_FRAMEWORKS:
-        _, tf, _ = try_import_tf()
-        fn = getattr(tf.nn, "silu" if lower == "swish" else lower, None)
-        if fn is not None:
-            return fn
-    else:
-        raise ValueError(f"get_activation_fn: unsupported framework {framework!r}; "
-                         "use one of torch, tf, tf2, tfe")
-    raise ValueError(f"unknown activation {name!r} for framework={framework!r}; "
-                     "use relu, tanh, elu, swish, silu or linear")
+    return lookup_activation_fn(name, framework)
 
 
 _FILTERS = {
@@ -136,7 +111,7 @@ def get_initializer(name: Optional[Union[str, Callable]], framework: str = "tf")
     if framework == "torch":
         _, nn = try_import_torch()
         return nn.init.xavier_normal_ if normal else nn.init.xavier_uniform_
-    if framework in _TF_FRAMEWORKS:
+    if framework in TF_FRAMEWORKS:
         from rlpolicy.utils.framework import get_keras
         keras = get_keras()
         return keras.initializers.GlorotNormal if normal else keras.initializers.GlorotUniform

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple, Union
 
 from rlpolicy.utils.deprecation import Deprecated
 from rlpolicy.utils.typing import TensorShape, TensorType  # noqa: F401  (1.11 imports them here)
@@ -184,10 +184,41 @@ class NNStub:
         self.Module = ModuleStub
 
 
+TF_FRAMEWORKS = ("tf", "tf2", "tfe")
+_TORCH_ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "swish": "SiLU",
+                      "silu": "SiLU", "softmax": "Softmax", "sigmoid": "Sigmoid"}
+
+
+def lookup_activation_fn(name: Optional[Union[Callable, str]] = None, framework: str = "tf"
+                         ) -> Optional[Callable]:
+    """The activation for ``name`` (see ``rlpolicy.models.utils.get_activation_fn``, which
+    calls this; it lives here so that this module's deprecated alias needs no models import)."""
+    if callable(name):
+        return name
+    lower = name.lower() if isinstance(name, str) else name
+    if lower in ("linear", None):
+        return None
+    if framework == "torch":
+        _, nn = try_import_torch()
+        fn = getattr(nn, name, None)  # type: ignore[arg-type]
+        if isinstance(fn, type):
+            return fn
+        if lower in _TORCH_ACTIVATIONS:
+            return getattr(nn, _TORCH_ACTIVATIONS[lower])
+    elif framework in TF_FRAMEWORKS:
+        _, tf, _ = try_import_tf()
+        fn = getattr(tf.nn, "silu" if lower == "swish" else lower, None)  # type: ignore[arg-type]
+        if fn is not None:
+            return fn
+    else:
+        raise ValueError(f"get_activation_fn: unsupported framework {framework!r}; "
+                         "use one of torch, tf, tf2, tfe")
+    raise ValueError(f"unknown activation {name!r} for framework={framework!r}; "
+                     "use relu, tanh, elu, swish, silu or linear")
+
+
 @Deprecated(old="rlpolicy.utils.framework.get_activation_fn", new="rlpolicy.models.utils.get_activation_fn",
             error=False)
 def get_activation_fn(name: Optional[str] = None, framework: str = "tf"):
     """Deprecated home of ``rlpolicy.models.utils.get_activation_fn`` (as in RLlib 1.11)."""
-    from rlpolicy.models.utils import get_activation_fn as _get_activation_fn
-
-    return _get_activation_fn(name, framework)
+    return lookup_activation_fn(name, framework)
