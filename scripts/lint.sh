@@ -11,13 +11,18 @@ cd "$(dirname "$0")/.."
 bin=${RLPOLICY_LINT_BIN:-.venv/bin}
 steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(check format types)
+for step in "${steps[@]}"; do
+    case "$step" in
+        check|format|types) ;;
+        *) echo "lint.sh: unknown step '$step' (check, format, types)" >&2; exit 2 ;;
+    esac
+done
 failed=()
 for step in "${steps[@]}"; do
     case "$step" in
         check)  cmd=("$bin/ruff" check --output-format concise .) ;;
         format) cmd=("$bin/ruff" format --check --output-format concise .) ;;
         types)  cmd=("$bin/mypy") ;;
-        *) echo "lint.sh: unknown step '$step' (check, format, types)" >&2; exit 2 ;;
     esac
     echo "== $step: ${cmd[*]}"
     if "${cmd[@]}"; then

@@ -1,0 +1,73 @@
+"""The CI's own files agree with each other: .ci/run's jobs, the GitHub matrix, the
+pre-commit hooks, and the scripts' refusal of names they do not know."""
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CI_RUN = ROOT / ".ci" / "run"
+WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
+PRE_COMMIT = ROOT / ".pre-commit-config.yaml"
+
+
+def _ci_jobs():
+    match = re.search(r"^all_jobs=\(([^)]*)\)", CI_RUN.read_text(encoding="utf-8"), re.M)
+    assert match, ".ci/run has no all_jobs=(...) line"
+    return match.group(1).split()
+
+
+def _bash(*args):
+    return subprocess.run(["bash", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.skipif(not CI_RUN.exists(), reason="no .ci/ (e.g. an unpacked sdist)")
+def test_every_ci_job_has_a_function_and_a_header_entry():
+    text = CI_RUN.read_text(encoding="utf-8")
+    header = text.split("\nset -", 1)[0]
+    jobs = _ci_jobs()
+    assert jobs[:3] == ["lint", "types", "py311"]
+    for job in jobs:
+        assert re.search(rf"^job_{re.escape(job)}\(\)", text, re.M), job
+        assert re.search(rf"^#   {re.escape(job)}\b", header, re.M), f"{job} is not described in the header"
+
+
+@pytest.mark.skipif(not WORKFLOW.exists(), reason="no .github/ (e.g. an unpacked sdist)")
+def test_github_matrix_runs_the_same_jobs_as_ci_run():
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    matrix = workflow["jobs"]["ci"]["strategy"]["matrix"]["include"]
+    assert [entry["job"] for entry in matrix] == _ci_jobs()
+    pythons = {entry["job"]: entry["python"] for entry in matrix}
+    assert pythons["py310-notorch"] == "3.10" and pythons["py312-notf"] == "3.12"
+
+
+@pytest.mark.skipif(not PRE_COMMIT.exists(), reason="no .pre-commit-config.yaml (e.g. an unpacked sdist)")
+def test_pre_commit_hooks_are_local_and_use_the_venv_tools():
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load(PRE_COMMIT.read_text(encoding="utf-8"))
+    assert [repo["repo"] for repo in config["repos"]] == ["local"]  # nothing to fetch
+    hooks = {hook["id"]: hook for hook in config["repos"][0]["hooks"]}
+    assert set(hooks) == {"ruff-check", "ruff-format", "mypy"}
+    for hook in hooks.values():
+        assert hook["language"] == "system"
+        assert hook["entry"].startswith(".venv/bin/")
+    assert "--check" in hooks["ruff-format"]["entry"]  # checks, never rewrites files
+
+
+@pytest.mark.skipif(not CI_RUN.exists(), reason="no .ci/ (e.g. an unpacked sdist)")
+def test_ci_run_refuses_an_unknown_job_before_installing_anything():
+    proc = _bash(str(CI_RUN), "lint", "nope")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == f".ci/run: unknown job 'nope' (jobs: {' '.join(_ci_jobs())})"
+
+
+@pytest.mark.parametrize("script, arg, message", [
+    ("scripts/setup_variant.sh", "nope", "setup_variant.sh: unknown variant 'nope' (notorch, notf or bare)"),
+    ("scripts/lint.sh", "nope", "lint.sh: unknown step 'nope' (check, format, types)"),
+])
+def test_scripts_refuse_unknown_names(script, arg, message):
+    proc = _bash(script, arg)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == message
