@@ -214,15 +214,3 @@ def postprocess_single_action(action: Any, action_space_struct: Any, *, unsquash
     if clip:
         return clip_action(action, action_space_struct)
     return action
-
-
-def resolve_explore_timestep(default_explore: Any, global_timestep: Any, explore: Optional[bool],
-                             timestep: Optional[int]) -> Tuple[Any, Any]:
-    """The ``(explore, timestep)`` one action computation runs with.
-
-    None means the policy's own value: ``config["explore"]`` (passed as
-    ``default_explore``) and the policy's ``global_timestep``; given values
-    are returned unchanged (a TF tensor stays a tensor).
-    """
-    return (default_explore if explore is None else explore,
-            global_timestep if timestep is None else timestep)

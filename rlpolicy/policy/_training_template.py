@@ -34,7 +34,6 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from rlpolicy._core.action_flow import resolve_explore_timestep
 from rlpolicy._core.locking import with_lock
 from rlpolicy._core.tower_buffers import TowerBuffers, device_minibatch_size
 from rlpolicy.policy import _obs_prep as obs_prep
@@ -161,8 +160,10 @@ class TrainingTemplate(metaclass=ABCMeta):
         """The one acting path after the checks, under the policy lock: ``explore`` /
         ``timestep`` of None become ``config["explore"]`` / ``global_timestep``,
         then the framework's ``_compute_actions_step``."""
-        explore, timestep = resolve_explore_timestep(
-            self.config["explore"], self.global_timestep, explore, timestep)  # type: ignore[attr-defined]
+        if explore is None:
+            explore = self.config["explore"]  # type: ignore[attr-defined]
+        if timestep is None:
+            timestep = self.global_timestep  # type: ignore[attr-defined]
         return self._compute_actions_step(input_dict, state_in_columns(input_dict), explore,
                                           timestep, episodes)
 
