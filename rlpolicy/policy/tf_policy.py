@@ -26,11 +26,11 @@ import gymnasium as gym
 import numpy as np
 import tree
 
-from rlpolicy._core import obs_prep
 from rlpolicy._core.config import read_checked
 from rlpolicy._core.locking import with_lock
 from rlpolicy._core.tower_buffers import split_batch_for_devices
 from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._tf import export as tf_export
 from rlpolicy.policy._tf.grads import clip_by_global_norm, flatten_grad_groups
 from rlpolicy.policy._tf.graph import build_after, is_keras_model, plan_tf_devices
@@ -70,8 +70,12 @@ class _RecordField:
         return getattr(getattr(obj, self.record), self.name)
 
     def __set__(self, obj: Any, value: Any) -> None:
-        obj.__dict__[self.record] = dataclasses.replace(getattr(obj, self.record),
-                                                        **{self.name: value})
+        # Before the policy has its own record, start from a fresh empty one (never
+        # from the class default, whose empty lists would be shared).
+        current = obj.__dict__.get(self.record)
+        if current is None:
+            current = type(getattr(type(obj), self.record))()
+        obj.__dict__[self.record] = dataclasses.replace(current, **{self.name: value})
 
 
 def _acting_field(name: str) -> _RecordField:
@@ -101,6 +105,7 @@ class TFPolicy(TrainingTemplate, Policy):
         multi_gpu_tower_stacks: With several devices, the tower stack used
             by ``learn_on_loaded_batch`` (one entry per buffer, sharing one
             graph); empty otherwise.
+        loss_graph: The loss graph record (read-only; an rlpolicy addition).
     """
 
     # The graph's tensors: empty records until __init__ (DynamicTFPolicy assigns
@@ -553,7 +558,6 @@ class TFPolicy(TrainingTemplate, Policy):
             self._pad_for_loss(train_batch, shuffle)
         train_batch.set_training(True)
         return self._loss_graph.feed(train_batch)
-
 
     # ------------------------------------------------------------------ multi-tower buffers
 

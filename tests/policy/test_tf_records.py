@@ -156,3 +156,17 @@ def test_assigning_an_rllib_attribute_replaces_the_policys_record():
     _, _, extra = policy.compute_actions(np.zeros((2, 3), np.float32))
     assert "action_logp" not in extra and "action_prob" not in extra
     assert extra["action_dist_inputs"].shape == (2, 2)
+
+
+def test_assigning_before_init_starts_a_record_of_its_own():
+    # DynamicTFPolicy assigns _state_inputs / _seq_lens before TFPolicy.__init__ runs.
+    from rlpolicy.policy.tf_policy import TFPolicy
+
+    a, b = TFPolicy.__new__(TFPolicy), TFPolicy.__new__(TFPolicy)
+    a._seq_lens = "seq"
+    a._state_inputs.append("h")  # the list of a's own record, not the class default's
+    assert a._state_inputs == ["h"] and a._seq_lens == "seq"
+    assert b._state_inputs == [] and b._seq_lens is None and TFPolicy._acting.state_inputs == []
+    a._apply_op = "op"
+    a._optimizers.append("opt")
+    assert b._optimizers == [] and TFPolicy._loss_graph.optimizers == []
