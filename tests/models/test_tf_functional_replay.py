@@ -115,6 +115,8 @@ FC_CASES = {
     "no-final-linear": (BOX4, gym.spaces.Discrete(3), cfg(fcnet_hiddens=[8, 6], no_final_linear=True)),
     "free-log-std": (BOX4, gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
                      cfg(fcnet_hiddens=[8], free_log_std=True, fcnet_activation="relu")),
+    # (an activation Dense's fast path has no op for: the function itself is called)
+    "elu": (BOX4, gym.spaces.Discrete(3), cfg(fcnet_hiddens=[8], fcnet_activation="elu")),
 }
 VISION_CASES = {
     "separate-vf": cfg(conv_filters=SMALL_FILTERS, vf_share_layers=False),

@@ -311,6 +311,62 @@ def _replay_call_method(layer: Any, node: Any, what: str) -> Callable[[List[Any]
     return lambda values: layer.call(*pack(values)[0])
 
 
+def _replay_dense(layer: Any, node: Any, what: str) -> Callable[[List[Any]], Any]:
+    """``Dense``: on a rank-2 tensor of its dtype, the ops ``Dense.call`` runs, minus its wrappers.
+
+    ``Dense.call`` on such an input runs ``MatMul``, ``BiasAdd`` and the
+    activation; called here through the generated op functions (the same ops,
+    so the same values and gradients) with the variables read as
+    ``tf.matmul`` reads them. Any other input, variable type or activation
+    goes through ``Dense.call`` itself.
+    """
+    _single_input(node, what)
+    mat_mul, bias_add = _raw_ops()[:2]
+    raw_activations = _raw_activations()
+
+    def call(values: List[Any]) -> Any:
+        x, kernel = values[0], layer.kernel
+        if (type(kernel) is not _RESOURCE_VARIABLE or x.dtype != kernel.dtype
+                or x.shape.rank != 2 or not isinstance(x, tf.Tensor)):
+            return layer.call(x)
+        y = mat_mul(x, kernel.value())
+        if layer.use_bias:
+            y = bias_add(y, layer.bias.value())
+        activation = layer.activation
+        if activation is None:
+            return y
+        raw = raw_activations.get(activation, _UNKNOWN)
+        if raw is _UNKNOWN:
+            return activation(y)
+        return y if raw is None else raw(y)
+
+    return call
+
+
+_UNKNOWN = object()
+
+
+def _raw_ops() -> Tuple[Any, ...]:
+    from tensorflow.python.ops import gen_math_ops, gen_nn_ops
+
+    return gen_math_ops.mat_mul, gen_nn_ops.bias_add, gen_math_ops.tanh, gen_nn_ops.relu, \
+        gen_math_ops.sigmoid
+
+
+def _raw_activations() -> Dict[Any, Any]:
+    """Activation functions -> the one generated op each runs on a dense tensor (None: identity)."""
+    _, _, tanh, relu, sigmoid = _raw_ops()
+    keras = get_keras()
+    table: Dict[Any, Any] = {keras.activations.linear: None}
+    for fn in (tf.nn.tanh, tf.math.tanh, tf.tanh, keras.activations.tanh):
+        table[fn] = tanh
+    for fn in (tf.nn.relu,):
+        table[fn] = relu
+    for fn in (tf.nn.sigmoid, tf.math.sigmoid, tf.sigmoid):
+        table[fn] = sigmoid
+    return table
+
+
 def _replay_lambda(layer: Any, node: Any, what: str) -> Callable[[List[Any]], Any]:
     """``Lambda``: its function with its ``arguments`` (what ``Lambda.call`` computes)."""
     _single_input(node, what)
@@ -385,7 +441,8 @@ def _replayers() -> Dict[type, Callable[[Any, Any, str], Callable[[List[Any]], A
     keras = get_keras()
     layers = keras.layers
     table: Dict[type, Callable[[Any, Any, str], Callable[[List[Any]], Any]]] = {}
-    for name in ("Dense", "Conv1D", "Conv2D", "Flatten", "Reshape", "Activation",
+    table[layers.Dense] = _replay_dense
+    for name in ("Conv1D", "Conv2D", "Flatten", "Reshape", "Activation",
                  "Concatenate", "Add", "Subtract", "Multiply"):
         table[getattr(layers, name)] = _replay_call_method
     table[layers.Lambda] = _replay_lambda
@@ -401,6 +458,8 @@ def _replayers() -> Dict[type, Callable[[Any, Any, str], Callable[[List[Any]], A
 
 
 _REPLAYERS = _replayers() if tf is not None else {}
+if tf is not None:
+    from tensorflow.python.ops.resource_variable_ops import ResourceVariable as _RESOURCE_VARIABLE
 
 
 def replayed_layer_classes() -> Sequence[type]:
