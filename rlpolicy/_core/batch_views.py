@@ -31,8 +31,9 @@ def single_step_input_dict(batch: Any, view_requirements: Dict[str, Any],
             else:
                 out[view_col] = tree.map_structure(lambda v: v[-1:], batch[data_col])
         else:
-            stop = index + 1 if index != -1 else None
-            out[view_col] = tree.map_structure(lambda v: v[index:stop], batch[data_col])
+            row = int(index)  # type: ignore[arg-type]  # (not "last" here)
+            stop = row + 1 if row != -1 else None
+            out[view_col] = tree.map_structure(lambda v, a=row, b=stop: v[a:b], batch[data_col])
     return out
 
 

@@ -69,7 +69,7 @@ def space_to_json(space: gym.Space) -> Dict[str, Any]:
         out = {"type": "Box", "low": _bound_to_json(space.low), "high": _bound_to_json(space.high),
                "shape": list(space.shape), "dtype": np.dtype(space.dtype).name}
         if getattr(space, "original_space", None) is not None:  # a preprocessed Dict/Tuple
-            out["original_space"] = space_to_json(space.original_space)
+            out["original_space"] = space_to_json(getattr(space, "original_space"))  # noqa: B009
         return out
     if isinstance(space, s.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start),
@@ -106,7 +106,7 @@ def space_from_json(data: Any) -> gym.Space:
             high = np.broadcast_to(np.asarray(data["high"], dtype=dtype), shape).copy()
             box = s.Box(low=low, high=high, shape=shape, dtype=dtype)
             if "original_space" in data:
-                box.original_space = space_from_json(data["original_space"])
+                setattr(box, "original_space", space_from_json(data["original_space"]))  # noqa: B010
             return box
         if kind == "Discrete":
             return s.Discrete(int(data["n"]), start=int(data["start"]), dtype=np.dtype(data["dtype"]))
@@ -292,7 +292,7 @@ def _fsync_dir(path: str) -> None:
 
 def _npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
     return buf.getvalue()
 
 

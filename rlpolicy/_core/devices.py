@@ -113,8 +113,8 @@ def plan_devices(config: Mapping, visible_gpus: Union[int, Sequence[Any]] = 0, *
         raise ValueError(f"ray_mode={ray_mode!r} is unknown; use one of {_RAY_MODES}")
     num_gpus = _gpu_count_for_worker(config, ray_mode)
     fake = bool(config.get("_fake_gpus", False))
-    gpu_ids = list(range(visible_gpus)) if isinstance(visible_gpus, numbers.Integral) \
-        else list(visible_gpus)
+    gpu_ids = list(range(int(visible_gpus))) if isinstance(visible_gpus, numbers.Integral) \
+        else list(visible_gpus)  # type: ignore[arg-type]
     if fake or num_gpus == 0 or not gpu_ids:
         num_towers = int(math.ceil(num_gpus)) or 1
         return DevicePlan(devices=("cpu",) * num_towers, fake=fake, num_gpus=num_gpus)

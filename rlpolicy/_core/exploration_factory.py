@@ -109,6 +109,7 @@ def resolve_type(type_spec: Any, module_name: str, base: type, what: str) -> typ
         ValueError: Naming ``what``, the bad value and the known class names.
     """
     known = known_type_names(module_name, base)
+    cls: Optional[type]
     if isinstance(type_spec, type):
         cls = type_spec
     elif isinstance(type_spec, str):

@@ -88,7 +88,7 @@ def updated_kwargs(cls: type, overrides: Dict[str, Any],
     Raises:
         TypeError: For a keyword the factory does not take.
     """
-    kwargs = cls._hooks.as_kwargs()
+    kwargs = getattr(cls, "_hooks").as_kwargs()  # noqa: B009  (factories' classes carry it)
     allowed = set(kwargs) | set(extra_allowed)
     unknown = sorted(set(overrides) - allowed)
     if unknown:

@@ -18,7 +18,8 @@ def make_lr_schedule(lr_schedule: Optional[Endpoints]) -> Optional[PiecewiseSche
     (the last value is kept after the last endpoint); None without endpoints."""
     if lr_schedule is None:
         return None
-    return PiecewiseSchedule(lr_schedule, outside_value=lr_schedule[-1][-1], framework=None)
+    return PiecewiseSchedule(lr_schedule, outside_value=lr_schedule[-1][-1],  # type: ignore[arg-type]
+                             framework=None)
 
 
 def make_entropy_coeff_schedule(entropy_coeff: float,
@@ -36,7 +37,8 @@ def make_entropy_coeff_schedule(entropy_coeff: float,
         endpoints = entropy_coeff_schedule
     else:
         endpoints = [[0, entropy_coeff], [entropy_coeff_schedule, 0.0]]
-    return PiecewiseSchedule(endpoints, outside_value=endpoints[-1][-1], framework=None)
+    return PiecewiseSchedule(endpoints, outside_value=endpoints[-1][-1],  # type: ignore[arg-type]
+                             framework=None)
 
 
 def adapted_kl_coeff(kl_coeff: float, sampled_kl: float, kl_target: float) -> float:

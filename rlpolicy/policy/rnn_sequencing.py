@@ -286,12 +286,12 @@ def add_time_dimension(
 
         torch, _ = try_import_torch()
         x = torch.as_tensor(padded_inputs)
-        t = int(max_seq_len) if max_seq_len is not None else x.shape[0] // len(seq_lens)
+        t = int(max_seq_len) if max_seq_len is not None else x.shape[0] // len(seq_lens)  # type: ignore[arg-type]
         out = x.reshape((x.shape[0] // t, t) + tuple(x.shape[1:]))
         return out.transpose(0, 1) if time_major else out
     if framework == "np":
         x = np.asarray(padded_inputs)
-        t = int(max_seq_len) if max_seq_len is not None else x.shape[0] // len(seq_lens)
+        t = int(max_seq_len) if max_seq_len is not None else x.shape[0] // len(seq_lens)  # type: ignore[arg-type]
         out = x.reshape((x.shape[0] // t, t) + x.shape[1:])
         return np.swapaxes(out, 0, 1) if time_major else out
     raise ValueError(f"add_time_dimension: unknown framework {framework!r}; use 'tf', 'tf2', 'tfe', 'torch' or 'np'")
