@@ -37,7 +37,3 @@ def with_lock(method: F) -> F:
             return method(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
-
-
-# The name the graph-TF policy used before the three frameworks shared one idiom.
-locked = with_lock

@@ -261,4 +261,11 @@ def test_with_lock_makes_one_reentrant_lock_lazily():
     lock = b.outer()  # re-entrant: inner takes the lock outer holds
     assert isinstance(lock, type(threading.RLock()))
     assert b.outer() is lock
-    assert locking.locked is locking.with_lock
+
+
+
+def test_torch_policy_with_lock_is_the_same_decorator():
+    pytest.importorskip("torch")
+    from rlpolicy.policy import torch_policy  # (its RLlib 1.11 name)
+
+    assert torch_policy.with_lock is locking.with_lock
