@@ -121,6 +121,11 @@ def _callbacks(v: Any) -> Optional[str]:
     return "None or a class (e.g. a DefaultCallbacks subclass) or factory to call for the callbacks object"
 
 
+def _compile_acting(v: Any) -> Optional[str]:
+    # (False/None: eager; "jit": rlpolicy.policy._torch.compiled_acting)
+    return None if v is None or v is False or v == "jit" else "False, None or 'jit'"
+
+
 # Keys the policy layer reads, checked when a policy is built.
 _TOP_LEVEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "framework": _choice(FRAMEWORKS),
@@ -143,6 +148,7 @@ _TOP_LEVEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "clip_actions": _bool,
     "eager_tracing": _bool,
     "eager_max_retraces": _optional(_int_ge(0)),
+    "torch_compile_acting": _compile_acting,
     "_tf_policy_handles_more_than_one_loss": _bool,
     "_check_finite_obs": _bool,
     "seed": _optional(_int_ge(0)),

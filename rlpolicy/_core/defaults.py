@@ -82,6 +82,9 @@ COMMON_CONFIG: dict = {
     "framework": "tf",
     "eager_tracing": False,
     "eager_max_retraces": 20,
+    # rlpolicy addition: "jit" runs TorchPolicy's acting step (model, distribution,
+    # action choice) as torch.jit.trace graphs; False keeps the eager path.
+    "torch_compile_acting": False,
     # rlpolicy addition: with True, compute_actions/learn_on_batch raise a
     # ValueError on NaN/inf observations; False passes them through (RLlib).
     "_check_finite_obs": False,

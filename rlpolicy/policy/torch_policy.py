@@ -30,6 +30,7 @@ from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.tower_buffers import split_batch_for_devices
 from rlpolicy.policy import _obs_prep as obs_prep
+from rlpolicy.policy._torch import compiled_acting
 from rlpolicy.policy._torch import export as torch_export
 from rlpolicy.policy._torch.convert import (
     NoGrad,
@@ -207,6 +208,8 @@ class TorchPolicy(TrainingTemplate, Policy):
         self._buffer_params: Optional[List[Any]] = None  # list(model.parameters()) at loading
         self._step_params: Optional[List[Any]] = None
         self._checked_dist_class: Any = None
+        # config["torch_compile_acting"]: the acting graphs, made on first use (or False).
+        self._compiled_acting: Any = None
 
     # ------------------------------------------------------------------ construction steps
 
@@ -288,6 +291,9 @@ class TorchPolicy(TrainingTemplate, Policy):
         model = self.model
         if model is not None and model.training:
             set_training(model, False)
+        graphs = self._compiled_acting
+        if graphs is None:  # (first call: config["torch_compile_acting"] decides)
+            graphs = self._compiled_acting = self._make_compiled_acting()
         if self.action_sampler_fn:
             action_dist = dist_inputs = None
             outs = self.action_sampler_fn(self, model, input_dict, state_batches,
@@ -299,11 +305,21 @@ class TorchPolicy(TrainingTemplate, Policy):
         else:
             exploration = self.exploration
             exploration.before_compute_actions(explore=explore, timestep=timestep)
-            dist_inputs, dist_class, state_out = self._compute_dist_inputs(
-                input_dict, state_batches, seq_lens, explore, timestep)
-            action_dist = dist_class(dist_inputs, model)
-            actions, logp = exploration.get_exploration_action(
-                action_distribution=action_dist, timestep=timestep, explore=explore)
+            compiled = None if graphs is False else self._run_compiled_acting(
+                graphs, input_dict, state_batches, seq_lens, explore, timestep)
+            if compiled is not None:
+                # The graph chose the action; the exploration keeps its bookkeeping.
+                actions, logp, dist_inputs, state_out = compiled
+                action_dist = None
+                actions, logp = exploration.get_exploration_action(
+                    action_distribution=compiled_acting.GraphSample(actions, logp),
+                    timestep=timestep, explore=explore)
+            else:
+                dist_inputs, dist_class, state_out = self._compute_dist_inputs(
+                    input_dict, state_batches, seq_lens, explore, timestep)
+                action_dist = dist_class(dist_inputs, model)
+                actions, logp = exploration.get_exploration_action(
+                    action_distribution=action_dist, timestep=timestep, explore=explore)
         input_dict[SampleBatch.ACTIONS] = actions
         extra_fetches = self.extra_action_out(input_dict, state_batches, model, action_dist)
         if dist_inputs is not None:
@@ -316,6 +332,41 @@ class TorchPolicy(TrainingTemplate, Policy):
         self.global_timestep += (obs.shape[0] if type(obs) is torch.Tensor and obs.dim() > 0
                                  else len(obs))
         return action_outputs_to_numpy(actions, state_out, extra_fetches)
+
+    def _run_compiled_acting(self, graphs: Any, input_dict: Any, state_batches: List[Any],
+                             seq_lens: Any, explore: Any, timestep: Any
+                             ) -> Optional[Tuple[Any, ...]]:
+        """``(actions, logp, dist_inputs, state_outs)`` from the compiled acting
+        graphs (``config["torch_compile_acting"]``, see
+        ``rlpolicy.policy._torch.compiled_acting``), or None for the eager path:
+        exploration's random phase, or inputs the graphs cannot take."""
+        explore = bool(explore)
+        if explore and int(timestep) < self.exploration.random_timesteps:
+            return None  # (StochasticSampling's uniform random actions: eager)
+        columns = {k: input_dict[k] for k in self.model.view_requirements
+                   if k in input_dict and k != SampleBatch.INFOS
+                   and not k.startswith("state_in_") and k != SampleBatch.SEQ_LENS}
+        return graphs.run(columns, state_batches, seq_lens, explore)
+
+    def _make_compiled_acting(self) -> Any:
+        """The policy's ``CompiledActing``, or False: the option off, or a policy
+        it does not fit (logged once)."""
+        mode = read_checked(self.config, "torch_compile_acting")
+        if not mode:
+            return False
+        reason = compiled_acting.unsupported_reason(
+            model=self.model, exploration=self.exploration,
+            action_sampler_fn=self.action_sampler_fn,
+            action_distribution_fn=self.action_distribution_fn,
+            extra_action_out_overridden=(
+                type(self).extra_action_out is not TorchPolicy.extra_action_out))
+        if reason is not None:
+            logger.warning("%s: torch_compile_acting=%r is not used (%s); compute_actions "
+                           "stays on the eager path.", type(self).__name__, mode, reason)
+            return False
+        _check_dist_class(self.dist_class)
+        return compiled_acting.CompiledActing(self.model, self.dist_class, self.devices,
+                                              name=type(self).__name__)
 
     def _compute_dist_inputs(self, input_dict: Any, state_batches: List[Any], seq_lens: Any,
                              explore: Optional[bool], timestep: Optional[int],

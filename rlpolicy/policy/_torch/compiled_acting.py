@@ -1,0 +1,267 @@
+"""The compiled acting path of ``TorchPolicy`` (``config["torch_compile_acting"]``).
+
+An rlpolicy extension (RLlib 1.11 has no such option). With
+``torch_compile_acting="jit"`` the forward pass of ``compute_actions`` -- the
+model call (``ModelV2.__call__``: obs restoring, ``forward``), the action
+distribution and its deterministic or sampled action with the sample's
+log-likelihood -- runs as one ``torch.jit.trace`` graph instead of op by op
+through Python. It gives the same actions, log-likelihoods, distribution
+inputs and state-outs as the eager path, for the same seed too: the graph
+calls the same ops in the same order, so it draws the same random numbers
+from torch's generators (tracing itself runs under ``torch.random.fork_rng``
+and leaves them untouched).
+
+A trace is specialised to its inputs' shapes and dtypes (the batch size
+included), so :class:`CompiledActing` keeps one graph per (``explore``, input
+columns, shapes, dtypes) in a small LRU cache; a new batch size costs one trace.
+The graphs share the model's parameters, so weight updates made in place
+(``set_weights``, optimizer steps, ``load_state_dict``) reach them;
+:meth:`CompiledActing.clear` drops them all, for anything else.
+
+What cannot be traced faithfully goes back to the eager path, logged once per
+policy: an exception while tracing, or Python control flow on tensor values
+in code outside torch and rlpolicy (a custom model's ``if x.sum() > 0:``,
+reported by torch as a ``TracerWarning``; torch's and rlpolicy's own such
+conversions are shape checks, safe in a graph kept per shape). Which policies qualify at all is
+:func:`unsupported_reason`'s decision.
+
+Why not ``torch.compile``: measured with ``benchmarks/bench_compiled_acting.py``
+on CPU, ``torch.compile`` (inductor) of the same graph was slower than eager
+at batch 1 and at batch 256, after a compile of minutes on a shared 2-core
+machine; so only the ``"jit"`` mode is offered.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import tree
+
+from rlpolicy.utils.framework import try_import_torch
+
+torch, nn = try_import_torch()
+
+logger = logging.getLogger(__name__)
+
+#: The values ``config["torch_compile_acting"]`` takes (False/None: the eager path).
+MODES = (False, None, "jit")
+
+#: Compiled graphs kept per policy (least recently used dropped first).
+MAX_GRAPHS = 8
+
+
+def unsupported_reason(*, model: Any, exploration: Any, action_sampler_fn: Any,
+                       action_distribution_fn: Any, extra_action_out_overridden: bool
+                       ) -> Optional[str]:
+    """Why a policy with these parts cannot use the compiled acting path, or None.
+
+    The graph replaces the model call, the distribution and
+    ``StochasticSampling``'s action choice; it leaves nothing behind on the
+    model (its ``last_output()``, the features ``value_function()`` reads), so
+    an ``extra_action_out`` of the policy's own, which may read them, keeps the
+    eager path, as do custom samplers, distribution functions and other
+    exploration classes (their Python logic runs per call).
+    """
+    from rlpolicy.utils.exploration.stochastic_sampling import StochasticSampling
+
+    if action_sampler_fn is not None:
+        return "the policy has an action_sampler_fn"
+    if action_distribution_fn is not None:
+        return "the policy has an action_distribution_fn"
+    if extra_action_out_overridden:
+        return "the policy overrides extra_action_out (it may read the model's last forward pass)"
+    if type(exploration) is not StochasticSampling:
+        return (f"its exploration is {type(exploration).__name__}, not StochasticSampling")
+    if not isinstance(model, nn.Module):
+        return f"the model ({type(model).__name__}) is not a torch.nn.Module"
+    return None
+
+
+class GraphSample:
+    """The action distribution as the exploration sees it on the compiled path:
+    the action (and its log-likelihood) the graph already computed."""
+
+    __slots__ = ("actions", "logp")
+
+    def __init__(self, actions: Any, logp: Any):
+        self.actions = actions
+        self.logp = logp
+
+    def sample(self) -> Any:
+        """The graph's sampled action."""
+        return self.actions
+
+    def sampled_action_logp(self) -> Any:
+        """The graph's log-likelihood of its sampled action."""
+        return self.logp
+
+    def deterministic_sample(self) -> Any:
+        """The graph's deterministic action."""
+        return self.actions
+
+
+class _ActingGraph(nn.Module if nn is not None else object):  # type: ignore[misc]
+    """What one trace records: model call, distribution, action (and logp).
+
+    ``forward(*inputs)`` takes the input columns (``keys``), the state tensors
+    and ``seq_lens`` and returns one flat tuple: the action leaves, the logp
+    (explore only), the distribution inputs and the state-outs. The action
+    structure and the number of state-outs are kept from the tracing run.
+    """
+
+    def __init__(self, model: Any, dist_class: Any, explore: bool, keys: Sequence[str],
+                 num_states: int):
+        super().__init__()
+        self.model = model
+        self.__dict__["_layout"] = (dist_class, bool(explore), tuple(keys), num_states)
+        self.__dict__["structure"] = None  # (action structure, number of state-outs)
+
+    def forward(self, *inputs: Any) -> Tuple[Any, ...]:
+        from rlpolicy.policy.sample_batch import SampleBatch
+
+        dist_class, explore, keys, num_states = self.__dict__["_layout"]
+        columns = SampleBatch(dict(zip(keys, inputs[:len(keys)])), _is_training=False)
+        states = list(inputs[len(keys):len(keys) + num_states])
+        dist_inputs, state_out = self.model(columns, states, inputs[-1])
+        dist = dist_class(dist_inputs, self.model)
+        if explore:
+            actions = dist.sample()
+            logp: Tuple[Any, ...] = (dist.sampled_action_logp(),)
+        else:
+            actions, logp = dist.deterministic_sample(), ()
+        state_out = list(state_out)
+        self.__dict__["structure"] = (actions, len(state_out))
+        return tuple(tree.flatten(actions)) + logp + (dist_inputs,) + tuple(state_out)
+
+
+class TraceRejected(Exception):
+    """The trace would not reproduce the eager computation (the message says why)."""
+
+
+def _is_trusted_source(filename: str) -> bool:
+    """Whether ``filename`` is torch's or rlpolicy's own code, where a tensor
+    turned into a Python bool while tracing is a shape check (``x.shape[1:] ==
+    expected``, torch's RNN argument checks): fine in a graph kept per shape."""
+    import rlpolicy
+
+    path = os.path.realpath(filename)
+    roots = (os.path.dirname(str(m.__file__)) for m in (torch, rlpolicy))
+    return any(path.startswith(os.path.realpath(r) + os.sep) for r in roots)
+
+
+def _trace(graph: _ActingGraph, inputs: Tuple[Any, ...], devices: List[Any]) -> Any:
+    """``torch.jit.trace`` of ``graph`` on ``inputs``, leaving torch's random
+    generators as they were.
+
+    Raises:
+        TraceRejected: Python control flow on tensor values in code other than
+            torch's or rlpolicy's (a custom model's) was recorded as a constant.
+    """
+    cuda = [d for d in devices if getattr(d, "type", None) == "cuda"]
+    with warnings.catch_warnings(record=True) as caught, \
+            torch.random.fork_rng(devices=cuda, enabled=True):
+        warnings.simplefilter("always", torch.jit.TracerWarning)
+        traced = torch.jit.trace(graph, inputs, check_trace=False)
+    for w in caught:
+        if issubclass(w.category, DeprecationWarning) and "torch.jit.trace" in str(w.message):
+            continue  # (torch 2.x's notice; the traced graphs run as before)
+        if not issubclass(w.category, torch.jit.TracerWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        text = str(w.message)
+        if "Python boolean" in text and not _is_trusted_source(w.filename):
+            raise TraceRejected(f"a tensor decides Python control flow at "
+                                f"{w.filename}:{w.lineno}")
+    return traced
+
+
+class CompiledActing:
+    """One policy's compiled acting graphs, by explore flag and input signature.
+
+    Args:
+        model: The model (``self.model`` of the policy, an ``nn.Module``).
+        dist_class: The action distribution class.
+        devices: The policy's devices (their random generators are kept
+            unchanged while tracing).
+        name: How log lines name the policy.
+    """
+
+    def __init__(self, model: Any, dist_class: Any, devices: List[Any], name: str = "policy"):
+        self.model = model
+        self.dist_class = dist_class
+        self.devices = list(devices)
+        self.name = name
+        self.graphs: "collections.OrderedDict[Any, Tuple[Any, Any, int]]" = \
+            collections.OrderedDict()
+        self.disabled: Optional[str] = None  # why tracing was given up (eager from then on)
+        self.num_traces = 0
+
+    def clear(self) -> None:
+        """Drops every compiled graph (the next calls trace anew)."""
+        self.graphs.clear()
+
+    def run(self, columns: Dict[str, Any], states: List[Any], seq_lens: Any, explore: bool
+            ) -> Optional[Tuple[Any, Any, Any, List[Any]]]:
+        """The graph's ``(actions, logp, dist_inputs, state_outs)`` for these inputs.
+
+        Args:
+            columns: The model input columns (name -> tensor), e.g. ``obs``.
+            states: The state-in tensors.
+            seq_lens: The int32 sequence lengths.
+            explore: Sample (True; logp is the sample's) or take the
+                deterministic action (False; logp is None).
+
+        Returns:
+            None where this signature cannot be compiled (the caller then
+            takes the eager path); after a failed trace always None.
+        """
+        if self.disabled is not None:
+            return None
+        keys = tuple(sorted(columns))
+        inputs = tuple(columns[k] for k in keys) + tuple(states) + (seq_lens,)
+        if not all(type(t) is torch.Tensor for t in inputs):
+            return None  # (a non-tensor column: this call stays eager)
+        signature = (bool(explore), keys, len(states),
+                     tuple((t.shape, t.dtype, t.device) for t in inputs))
+        entry = self.graphs.get(signature)
+        if entry is None:
+            entry = self._compile(signature, keys, len(states), inputs, explore)
+            if entry is None:
+                return None
+        else:
+            self.graphs.move_to_end(signature)
+        traced, structure, num_state_outs = entry
+        flat = traced(*inputs)
+        num_leaves = len(tree.flatten(structure))
+        actions = tree.unflatten_as(structure, list(flat[:num_leaves]))
+        logp = flat[num_leaves] if explore else None
+        rest = flat[num_leaves + (1 if explore else 0):]
+        return actions, logp, rest[0], list(rest[1:1 + num_state_outs])
+
+    def _compile(self, signature: Any, keys: Tuple[str, ...], num_states: int,
+                 inputs: Tuple[Any, ...], explore: bool) -> Optional[Tuple[Any, Any, int]]:
+        graph = _ActingGraph(self.model, self.dist_class, explore, keys, num_states)
+        try:
+            traced = _trace(graph, inputs, self.devices)
+        except Exception as e:  # anything the tracer cannot record: stay eager
+            self.disabled = f"{type(e).__name__}: {e}"
+            logger.warning("%s: torch_compile_acting='jit' cannot trace the acting step "
+                           "(%s); compute_actions stays on the eager path.",
+                           self.name, self.disabled)
+            return None
+        actions, num_state_outs = graph.__dict__["structure"]
+        entry = (traced, tree.map_structure(lambda _: None, actions), num_state_outs)
+        self.graphs[signature] = entry
+        self.num_traces += 1
+        if len(self.graphs) > MAX_GRAPHS:
+            self.graphs.popitem(last=False)
+        logger.debug("%s: traced the acting step for %s (graph %d).", self.name,
+                     signature, self.num_traces)
+        return entry
+
+
+__all__ = ["CompiledActing", "GraphSample", "MODES", "MAX_GRAPHS", "TraceRejected",
+           "unsupported_reason"]
