@@ -35,7 +35,6 @@ import gymnasium as gym
 import numpy as np
 import tree
 
-from rlpolicy._core import obs_prep
 from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.config import read_checked
 from rlpolicy._core.devices import detect_ray_context, plan_devices
@@ -45,6 +44,7 @@ from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.tf_hooks import TFPolicyHooks, resolve_deprecated_args
 from rlpolicy._core.tower_buffers import split_batch_for_devices
+from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._eager import acting, learning, tracing
 from rlpolicy.policy._eager import variables as variables_lib
 from rlpolicy.policy._eager.mode import make_methods_eager
@@ -144,19 +144,20 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         from rlpolicy.models.catalog import ModelCatalog
 
         hooks, cfg = self._hooks, self.config
-        dist_class = logit_dim = None
+        dist_class: Optional[type] = None
         if hooks.action_sampler_fn is not None or hooks.action_distribution_fn is not None:
             if hooks.make_model is None:
                 raise ValueError(f"{type(self).__name__}: `make_model` is required if "
                                  "`action_sampler_fn` OR `action_distribution_fn` is given")
+            model = hooks.make_model(self, self.observation_space, self.action_space, cfg)
         else:
             dist_class, logit_dim = ModelCatalog.get_action_dist(
                 self.action_space, cfg["model"], framework=self.framework)
-        if hooks.make_model is not None:
-            model = hooks.make_model(self, self.observation_space, self.action_space, cfg)
-        else:
-            model = ModelCatalog.get_model_v2(self.observation_space, self.action_space, logit_dim,
-                                              cfg["model"], framework=self.framework)
+            if hooks.make_model is not None:
+                model = hooks.make_model(self, self.observation_space, self.action_space, cfg)
+            else:
+                model = ModelCatalog.get_model_v2(self.observation_space, self.action_space,
+                                                  logit_dim, cfg["model"], framework=self.framework)
         acting.check_model(type(self).__name__, model)
         return model, dist_class
 
@@ -253,7 +254,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             else:
                 dist_inputs, state_out, extra_fetches = self._dist_inputs(
                     input_dict, state_batches, seq_lens, explore, timestep)
-                action_dist = self.dist_class(dist_inputs, self.model)
+                action_dist = self.dist_class(dist_inputs, self.model)  # type: ignore[misc]
                 actions, logp = self.exploration.get_exploration_action(
                     action_distribution=action_dist, timestep=timestep, explore=explore)
         extra_fetches.update(acting.action_extras(logp, dist_inputs))
@@ -356,18 +357,23 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             lambda g: None if g is None else tf.convert_to_tensor(g), gradients)
         self._run("apply_gradients", self._apply_gradients_helper, grads)
 
-    def _prepare_train_batch(self, batch: SampleBatch) -> SampleBatch:
-        if not isinstance(batch, SampleBatch):
-            batch = SampleBatch(batch)
-        batch = obs_prep.flatten_input_dict(self, batch)
+    def _prepare_train_batch(self, batch: Union[SampleBatch, Dict[str, Any]]) -> SampleBatch:
+        """``batch`` as a flat SampleBatch, prepared by :meth:`_prepare_in_place`."""
+        sb = batch if isinstance(batch, SampleBatch) else SampleBatch(batch)
+        sb = obs_prep.flatten_input_dict(self, sb)
+        self._prepare_in_place(sb)
+        return sb
+
+    def _prepare_in_place(self, batch: SampleBatch) -> None:
+        """Pads ``batch`` to whole sequences (and the divisibility requirement),
+        makes it hand out tensors and marks it (and the policy) as training."""
         pad_batch_to_sequences_of_same_size(
             batch, max_seq_len=self._max_seq_len, shuffle=False,
             batch_divisibility_req=self.batch_divisibility_req,
             view_requirements=self.view_requirements)
         self._is_training = True
-        batch = self._lazy_tensor_dict(batch)
+        self._lazy_tensor_dict(batch)
         batch.set_training(True)
-        return batch
 
     def _learn_on_batch_helper(self, samples: Any) -> Dict[str, Any]:
         """One learn step on a (tensor) batch: gradients, stats, optimizer step."""
@@ -471,7 +477,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         batch (one device), or one such slice per tower."""
         if len(self.devices) == 1:
             return [self._prepare_train_batch(batch)]
-        return split_batch_for_devices(batch, len(self.devices), self._prepare_train_batch)
+        return split_batch_for_devices(batch, len(self.devices), self._prepare_in_place)
 
     def _learn_on_device_batches(self, batches: List[Any], buffer_index: int) -> Dict[str, Any]:
         """Template step of ``learn_on_loaded_batch``: one device runs
@@ -523,7 +529,8 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         named = self._named_variables()
         if as_dict:
             return {k: np.array(v.numpy(), copy=True) for k, v in named.items()}
-        return [np.array(v.numpy(), copy=True) for v in named.values()]
+        # (RLlib 1.11's eager format, a list; ModelWeights is typed as a dict.)
+        return [np.array(v.numpy(), copy=True) for v in named.values()]  # type: ignore[return-value]
 
     @override(Policy)
     @with_lock  # no forward pass sees half-assigned weights
@@ -540,7 +547,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
     def _optimizer_variables(self) -> List[Any]:
         return [v for opt in self._optimizers for v in variables_lib.optimizer_variables(opt)]
 
-    def _state_weights(self) -> Dict[str, np.ndarray]:
+    def _state_weights(self) -> ModelWeights:
         """Template step: ``get_state`` keeps keyed weights (not the list
         ``get_weights()`` gives), which stay valid across processes."""
         return self.get_weights(as_dict=True)
@@ -659,7 +666,7 @@ if tf is not None:
 
 # ---------------------------------------------------------------- module-level helpers
 
-def _eager_config(policy: Policy, config: Optional[dict]) -> dict:
+def _eager_config(policy: EagerTFPolicy, config: Optional[dict]) -> dict:
     """The completed config (a new dict; the caller's is left alone), with the
     ``get_default_config`` defaults under it and framework ``"tf2"``/``"tfe"``."""
     hooks = policy._hooks
@@ -727,7 +734,7 @@ def build_eager_tf_policy(
     return _make_eager_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
 
 
-def _make_eager_class(hooks: TFPolicyHooks, module: str) -> type:
+def _make_eager_class(hooks: TFPolicyHooks, module: str) -> Type[EagerTFPolicy]:
     check_factory_args("build_eager_tf_policy", hooks.name, hooks.mixins)
     cls_name = hooks.name + "_eager"
     namespace = {"__module__": module, "__qualname__": cls_name, "_hooks": hooks,
@@ -742,7 +749,7 @@ def _built_class_init(self, observation_space: gym.spaces.Space, action_space: g
     EagerTFPolicy.__init__(self, observation_space, action_space, config)
 
 
-def _with_updates(cls: type, **overrides: Any) -> type:
+def _with_updates(cls: Type[EagerTFPolicy], **overrides: Any) -> Type[EagerTFPolicy]:
     """Builds a new eager policy class from this one's arguments, with ``overrides`` replaced.
 
     Raises:

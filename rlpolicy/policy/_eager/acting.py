@@ -58,7 +58,7 @@ def as_tensor_batch(samples: Any, training: bool) -> SampleBatch:
     count = None if first is None else tree.flatten(first)[0].shape[0]
     flags = {"_time_major": None, "_max_seq_len": None, "_is_training": training,
              "_zero_padded": training and SEQ_LENS in samples}
-    return SampleBatch._trusted(dict(samples), count, flags)
+    return SampleBatch._trusted(dict(samples), count, flags)  # type: ignore[arg-type]
 
 
 def model_forward(model: Any, input_dict: Any, state_batches: List[Any],

@@ -62,7 +62,7 @@ def serving_specs(model: Any, dummy_batch: Any) -> Dict[str, Any]:
     for key in keys:
         specs[key] = _spec(key, dict.__getitem__(dummy_batch, key))
     init_state = list(model.get_initial_state()) if hasattr(model, "get_initial_state") else []
-    states = [np.asarray(s)[None] for s in init_state] or _memory_view_states(vrs)
+    states: List[np.ndarray] = [np.asarray(s)[None] for s in init_state] or _memory_view_states(vrs)
     for i, s in enumerate(states):
         specs[f"state_in_{i}"] = _spec(f"state_in_{i}", s)
     if states:
@@ -73,7 +73,7 @@ def serving_specs(model: Any, dummy_batch: Any) -> Dict[str, Any]:
 def _memory_view_states(vrs: Dict[str, Any]) -> List[np.ndarray]:
     """Zero [1, window, ...] states of ``state_in_i`` views over a shift range (attention
     nets: no initial state, the memory is a window of past ``state_out_i``)."""
-    states = []
+    states: List[np.ndarray] = []
     while f"state_in_{len(states)}" in vrs:
         vr = vrs[f"state_in_{len(states)}"]
         if getattr(vr, "shift_from", None) is None or getattr(vr.space, "shape", None) is None:

@@ -184,7 +184,7 @@ def signature_key(x: Any) -> Optional[Tuple[Any, ...]]:
     return _key(x, _eager_tensor_type())
 
 
-def _key(x: Any, eager: type) -> Optional[Tuple[Any, ...]]:
+def _key(x: Any, eager: Any) -> Optional[Tuple[Any, ...]]:
     if isinstance(x, eager):
         return (x.dtype, tuple(x.shape.as_list()))  # ints whatever the tensorshape mode
     if isinstance(x, dict):
@@ -195,8 +195,8 @@ def _key(x: Any, eager: type) -> Optional[Tuple[Any, ...]]:
         items = tuple((k, type(k), _key(x[k], eager)) for k in keys)
         return None if any(v is None for _, _, v in items) else (dict, items)
     if isinstance(x, (list, tuple)):
-        items = tuple(_key(v, eager) for v in x)
-        return None if any(v is None for v in items) else (type(x), items)
+        elems = tuple(_key(v, eager) for v in x)
+        return None if any(v is None for v in elems) else (type(x), elems)
     if x is None or isinstance(x, (bool, int, float, str)):
         return (type(x), x)
     return None  # variables, arrays, other objects: leave them to tf.function
@@ -267,7 +267,7 @@ def make_traced(fn: Callable, name: str, counter: TraceCounter, max_cached: int 
         return out
 
     call.__name__ = name
-    call.traced_function = traced
+    call.traced_function = traced  # type: ignore[attr-defined]
     return call
 
 
