@@ -35,7 +35,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from rlpolicy._core.locking import with_lock
-from rlpolicy._core.tower_buffers import TowerBuffers, device_minibatch_size
+from rlpolicy._core.tower_buffers import (
+    EXACT_KEY,
+    TowerBuffers,
+    device_minibatch_size,
+    exact_chunk_count,
+)
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy.sample_batch import SampleBatch
 
@@ -93,12 +98,26 @@ class TrainingTemplate(metaclass=ABCMeta):
     """
 
     _tower_buffers: TowerBuffers
+    # K fixed chunks per minibatch with config["_deterministic_towers"]; 0 when off.
+    _exact_chunks: int = 0
 
-    def _init_tower_buffers(self, num_devices: int) -> None:
+    def _init_tower_buffers(self, num_devices: int, exact_supported: bool = False) -> None:
         """Creates ``self._tower_buffers``: ``config["num_multi_gpu_tower_stacks"]``
-        buffers of ``num_devices`` batches each."""
+        buffers of ``num_devices`` batches each, and reads
+        ``config["_deterministic_towers"]`` into ``self._exact_chunks``.
+
+        Raises:
+            ValueError: If ``_deterministic_towers`` is invalid for ``num_devices``,
+                or set while the framework class does not support it
+                (``exact_supported`` False).
+        """
         self._tower_buffers = TowerBuffers(
             self.config.get("num_multi_gpu_tower_stacks", 1), num_devices)  # type: ignore[attr-defined]
+        self._exact_chunks = exact_chunk_count(self.config, num_devices)  # type: ignore[attr-defined]
+        if self._exact_chunks and not exact_supported:
+            raise ValueError(f"config['{EXACT_KEY}'] is not supported by "
+                             f"{type(self).__name__}; use a torch or graph-mode TF policy, "
+                             "or leave it False")
 
     # ------------------------------------------------------------------ acting
 
@@ -119,11 +138,10 @@ class TrainingTemplate(metaclass=ABCMeta):
         ``compute_actions_from_input_dict`` does not change this method.
         """
         obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
-        self._check_obs(obs_batch, "compute_actions")  # type: ignore[attr-defined]
-        self._check_state_batches(state_batches, "compute_actions")  # type: ignore[attr-defined]
-        self._check_prev_inputs([  # type: ignore[attr-defined]
-            c for c, v in ((SampleBatch.PREV_ACTIONS, prev_action_batch),
-                           (SampleBatch.PREV_REWARDS, prev_reward_batch)) if v is not None],
+        self._check_acting_inputs(  # type: ignore[attr-defined]
+            obs_batch, state_batches,
+            [c for c, v in ((SampleBatch.PREV_ACTIONS, prev_action_batch),
+                            (SampleBatch.PREV_REWARDS, prev_reward_batch)) if v is not None],
             "compute_actions")
         columns: Dict[str, Any] = {SampleBatch.OBS: obs_batch}
         for i, s in enumerate(state_batches or []):

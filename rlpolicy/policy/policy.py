@@ -662,31 +662,47 @@ class Policy(metaclass=ABCMeta):
     def _check_state_batches(self, state_batches: Optional[Any], where: str,
                              single: bool = False) -> None:
         """Rejects RNN state inputs whose number or shapes do not fit the model's."""
-        states = list(state_batches or [])
-        if self._has_custom_action_fns():
-            return
+        if not self._has_custom_action_fns():
+            self._check_states(list(state_batches or []), where, single,
+                               self._model_view_requirements())
+
+    def _check_states(self, states: List[Any], where: str, single: bool,
+                      views: Dict[str, Any]) -> None:
         expected = 0
         if states or self._takes_state_inputs():
-            expected = max(self.num_state_tensors(),
-                           input_checks.num_state_views(self._model_view_requirements()))
+            expected = max(self.num_state_tensors(), input_checks.num_state_views(views))
         shapes = self._initial_state_shapes() if states and not isinstance(states[0], str) else None
         input_checks.check_state_inputs(states, where, expected=expected, initial_shapes=shapes,
                                         single=single)
 
     def _check_prev_inputs(self, present: Any, where: str) -> None:
         """Rejects a call without the previous action/reward the model reads."""
+        if not self._has_custom_action_fns():
+            input_checks.check_prev_columns(
+                present, where, model_views=self._model_view_requirements(),
+                model_config=(self.config or {}).get("model") or {})
+
+    def _check_acting_inputs(self, obs: Any, states: Optional[Any], present: Any,
+                             where: str) -> None:
+        """The acting checks in one pass: observations, RNN states (their number and
+        shapes), and the previous action/reward the model reads (``present``: the
+        column names given)."""
+        self._check_obs(obs, where)
         if self._has_custom_action_fns():
             return
-        input_checks.check_prev_columns(present, where, model_views=self._model_view_requirements(),
+        views = self._model_view_requirements()
+        self._check_states(list(states or []), where, False, views)
+        input_checks.check_prev_columns(present, where, model_views=views,
                                         model_config=(self.config or {}).get("model") or {})
 
     def _check_acting_input_dict(self, input_dict: Any, where: str) -> None:
         """The observation, state and previous-input checks for an input dict."""
+        states = [input_dict[k] for k in input_checks.state_in_keys(input_dict.keys())]
         if "obs" in input_dict:
-            self._check_obs(input_dict["obs"], where)
-        self._check_state_batches(
-            [input_dict[k] for k in input_checks.state_in_keys(input_dict.keys())], where)
-        self._check_prev_inputs(input_dict.keys(), where)
+            self._check_acting_inputs(input_dict["obs"], states, input_dict.keys(), where)
+        else:
+            self._check_state_batches(states, where)
+            self._check_prev_inputs(input_dict.keys(), where)
 
     def _loss_columns_read(self) -> Optional[List[str]]:
         """The train-batch columns the loss read during loss initialization (None: unknown)."""
