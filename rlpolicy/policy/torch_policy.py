@@ -343,9 +343,11 @@ class TorchPolicy(TrainingTemplate, Policy):
         explore = bool(explore)
         if explore and int(timestep) < self.exploration.random_timesteps:
             return None  # (StochasticSampling's uniform random actions: eager)
-        columns = {k: input_dict[k] for k in self.model.view_requirements
-                   if k in input_dict and k != SampleBatch.INFOS
-                   and not k.startswith("state_in_") and k != SampleBatch.SEQ_LENS}
+        # The model's input columns that the batch has (its state-ins are `state_batches`).
+        wanted = self.model.view_requirements
+        columns = {k: input_dict[k] for k in input_dict.keys()
+                   if k in wanted and k != SampleBatch.INFOS and k != SampleBatch.SEQ_LENS
+                   and not k.startswith("state_in_")}
         return graphs.run(columns, state_batches, seq_lens, explore)
 
     def _make_compiled_acting(self) -> Any:

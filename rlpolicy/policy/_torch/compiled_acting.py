@@ -194,7 +194,7 @@ class CompiledActing:
         self.dist_class = dist_class
         self.devices = list(devices)
         self.name = name
-        self.graphs: "collections.OrderedDict[Any, Tuple[Any, Any, int]]" = \
+        self.graphs: "collections.OrderedDict[Any, Tuple[Any, Any, int, int]]" = \
             collections.OrderedDict()
         self.disabled: Optional[str] = None  # why tracing was given up (eager from then on)
         self.num_traces = 0
@@ -220,12 +220,14 @@ class CompiledActing:
         """
         if self.disabled is not None:
             return None
-        keys = tuple(sorted(columns))
+        keys = tuple(sorted(columns)) if len(columns) > 1 else tuple(columns)
         inputs = tuple(columns[k] for k in keys) + tuple(states) + (seq_lens,)
-        if not all(type(t) is torch.Tensor for t in inputs):
-            return None  # (a non-tensor column: this call stays eager)
-        signature = (bool(explore), keys, len(states),
-                     tuple((t.shape, t.dtype, t.device) for t in inputs))
+        layout = []
+        for t in inputs:
+            if type(t) is not torch.Tensor:
+                return None  # (a non-tensor column: this call stays eager)
+            layout.append((t.shape, t.dtype, t.device))
+        signature = (explore, keys, len(states), tuple(layout))
         entry = self.graphs.get(signature)
         if entry is None:
             entry = self._compile(signature, keys, len(states), inputs, explore)
@@ -233,16 +235,16 @@ class CompiledActing:
                 return None
         else:
             self.graphs.move_to_end(signature)
-        traced, structure, num_state_outs = entry
-        flat = traced(*inputs)
-        num_leaves = len(tree.flatten(structure))
-        actions = tree.unflatten_as(structure, list(flat[:num_leaves]))
+        call, structure, num_leaves, num_state_outs = entry
+        flat = call(*inputs)
+        actions = flat[0] if structure is None else tree.unflatten_as(
+            structure, list(flat[:num_leaves]))
         logp = flat[num_leaves] if explore else None
         rest = flat[num_leaves + (1 if explore else 0):]
         return actions, logp, rest[0], list(rest[1:1 + num_state_outs])
 
     def _compile(self, signature: Any, keys: Tuple[str, ...], num_states: int,
-                 inputs: Tuple[Any, ...], explore: bool) -> Optional[Tuple[Any, Any, int]]:
+                 inputs: Tuple[Any, ...], explore: bool) -> Optional[Tuple[Any, Any, int, int]]:
         graph = _ActingGraph(self.model, self.dist_class, explore, keys, num_states)
         try:
             traced = _trace(graph, inputs, self.devices)
@@ -253,7 +255,10 @@ class CompiledActing:
                            self.name, self.disabled)
             return None
         actions, num_state_outs = graph.__dict__["structure"]
-        entry = (traced, tree.map_structure(lambda _: None, actions), num_state_outs)
+        # (the script method itself: the same call without nn.Module's hook dispatch)
+        structure = None if type(actions) is torch.Tensor else \
+            tree.map_structure(lambda _: None, actions)
+        entry = (traced.forward, structure, len(tree.flatten(actions)), num_state_outs)
         self.graphs[signature] = entry
         self.num_traces += 1
         if len(self.graphs) > MAX_GRAPHS:
