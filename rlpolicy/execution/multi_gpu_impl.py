@@ -14,15 +14,23 @@ Data handling is framework-neutral and lives in the policy
 there, and each ``optimize`` call feeds every tower its minibatch. The stack
 reads the policy's loss graph through its public ``loss_graph`` record (loss
 inputs, optimizers; each tower copy's gradients), not its private attributes.
+
+With ``config["_deterministic_towers"]`` the stack is built for one device
+too and ``optimize_exact`` replaces ``optimize``: each tower fetches the raw
+gradient of every fixed chunk it holds (one run per chunk slot, all towers
+in that run), the chunk gradients are summed on the host in chunk order,
+weighted by their sample shares, then clipped and applied by one apply op
+fed with the sums. The result does not depend on the number of devices.
 """
 from __future__ import annotations
 
 import logging
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
+import numpy as np
 import tree
 
-from rlpolicy._core.tower_buffers import device_minibatch_size
+from rlpolicy._core.tower_buffers import EXACT_KEY, device_minibatch_size, exact_chunk_count
 from rlpolicy.policy._tf.grads import average_tower_grads, clip_by_global_norm
 from rlpolicy.policy._tf.graph import build_after
 from rlpolicy.utils.framework import try_import_tf
@@ -85,10 +93,13 @@ class TFMultiGPUTowerStack:
         tower_inputs = loss_graph.tower_inputs()
         self._input_names = [name for name, _ in tower_inputs]
         self.loss_inputs = [template for _, template in tower_inputs]
+        self.exact = bool(exact_chunk_count(policy.config, len(self.devices)))
         with policy.graph.as_default():
             shared_ops = set(tf1.get_collection(tf1.GraphKeys.UPDATE_OPS))
             self._towers = [self._setup_device(i, d) for i, d in enumerate(self.devices)]
             self._train_op = self._build_train_op(shared_ops)
+            if self.exact:
+                self._build_exact_apply()
 
     def _setup_device(self, tower_i: int, device: str) -> Tower:
         """Input placeholders shaped like the policy's, and a policy copy reading them."""
@@ -117,6 +128,88 @@ class TFMultiGPUTowerStack:
             logger.debug("Tower update ops run with each step: %s", self._update_ops)
         return build_after(self._update_ops, lambda: self.policy.build_apply_op(
             optimizer=self.optimizers if multi else self.optimizers[0], grads_and_vars=avg))
+
+    def _build_exact_apply(self) -> None:
+        """The deterministic mode's apply op: placeholders for the reduced gradients
+        (one per gradient of tower 0), clipped by global norm and applied once.
+
+        Raises:
+            ValueError: If the towers have update ops (e.g. batch norm), which the
+                fed apply op cannot run, or their gradients are not over the same
+                variables in the same order.
+        """
+        if self._update_ops:
+            raise ValueError(f"config['{EXACT_KEY}'] does not support models with update ops "
+                             f"(e.g. batch norm): {[op.name for op in self._update_ops]}")
+        multi = self.policy.config["_tf_policy_handles_more_than_one_loss"]
+        groups = [t.loss_graph.loss_graph.grads_and_vars for t in self._towers]
+        if not multi:
+            groups = [[g] for g in groups]
+        first = [[v for _, v in grp] for grp in groups[0]]
+        for i, tower_groups in enumerate(groups[1:], start=1):
+            if [[v for _, v in grp] for grp in tower_groups] != first:
+                raise ValueError(f"config['{EXACT_KEY}']: tower {i}'s gradients are not over "
+                                 "tower 0's variables in the same order")
+        self._exact_grads = [[g for grp in tower_groups for g, _ in grp]
+                             for tower_groups in groups]
+        with tf1.name_scope("exact_reduced_grads"):
+            self._exact_inputs = [
+                [tf1.placeholder(tf.convert_to_tensor(g).dtype, v.shape) for g, v in grp]
+                for grp in groups[0]]
+        clipped = [clip_by_global_norm(list(zip(ph, vs)), self.grad_norm_clipping)
+                   for ph, vs in zip(self._exact_inputs, first)]
+        self._exact_apply_op = self.policy.build_apply_op(
+            optimizer=self.optimizers if multi else self.optimizers[0],
+            grads_and_vars=clipped if multi else clipped[0])
+
+    def optimize_exact(self, sess: Any, device_chunks: Sequence[Sequence[Any]]
+                       ) -> Dict[str, Any]:
+        """One deterministic SGD step: tower ``i`` computes the gradient of each chunk
+        in ``device_chunks[i]`` (``rlpolicy._core.tower_buffers.ExactChunk``); the
+        sums ``sum_c num_samples_c / total_samples * grad_c``, added in chunk-index order in
+        float32, are clipped and applied once.
+
+        Returns:
+            ``{"tower_<i>": fetches of tower i's first chunk}``.
+
+        Raises:
+            ValueError: If the stack is not in the deterministic mode, or not
+                one equally long chunk list per device is given.
+        """
+        if not self.exact:
+            raise ValueError(f"optimize_exact needs config['{EXACT_KEY}'] set when the "
+                             "stack is built")
+        if len(device_chunks) != len(self._towers) or \
+                len({len(c) for c in device_chunks}) != 1:
+            raise ValueError(f"optimize_exact got chunk lists of lengths "
+                             f"{[len(c) for c in device_chunks]} for {len(self._towers)} "
+                             "towers; pass the same number of chunks for every device")
+        done = []
+        fetches: Dict[str, Any] = {}
+        for j in range(len(device_chunks[0])):
+            builder = TFRunBuilder(sess, "learn_on_loaded_batch")
+            run: List[Any] = []
+            for i, (tower, chunks) in enumerate(zip(self._towers, device_chunks)):
+                graph = tower.loss_graph
+                builder.add_feed_dict(graph.extra_compute_grad_feed_dict())
+                builder.add_feed_dict(graph._get_loss_inputs_dict(chunks[j].batch,
+                                                                  shuffle=False))
+                run.append([self._exact_grads[i], graph._get_grad_and_stats_fetches()])
+            out = builder.get(builder.add_fetches([run])[0])
+            for i, (grads, stats) in enumerate(out):
+                done.append((device_chunks[i][j], grads))
+                fetches.setdefault(f"tower_{i}", stats)
+        done.sort(key=lambda pair: pair[0].position)
+        sums = []
+        for k in range(len(done[0][1])):
+            acc = np.asarray(done[0][1][k]) * np.float32(done[0][0].weight)
+            for chunk, grads in done[1:]:
+                acc += np.asarray(grads[k]) * np.float32(chunk.weight)
+            sums.append(acc)
+        flat_inputs = [ph for grp in self._exact_inputs for ph in grp]
+        sess.run(self._exact_apply_op, feed_dict={
+            **self.policy.extra_compute_grad_feed_dict(), **dict(zip(flat_inputs, sums))})
+        return fetches
 
     def optimize(self, sess: Any, device_batches: Sequence[Any]) -> Dict[str, Any]:
         """Runs one SGD step: tower ``i`` trains on ``device_batches[i]``.

@@ -336,8 +336,9 @@ class DynamicTFPolicy(TFPolicy):
         return sampled_action, logp, dist_inputs, dist_class
 
     def _build_tower_stacks(self) -> None:
-        """One tower per device when there are several (sharing one graph for all buffers)."""
-        if len(self.devices) < 2 or not self.loss_initialized():
+        """One tower per device when there are several, or always with
+        ``config["_deterministic_towers"]`` (sharing one graph for all buffers)."""
+        if (len(self.devices) < 2 and not self._exact_chunks) or not self.loss_initialized():
             return
         from rlpolicy.execution.multi_gpu_impl import TFMultiGPUTowerStack
 

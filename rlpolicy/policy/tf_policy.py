@@ -28,7 +28,11 @@ import tree
 
 from rlpolicy._core.config import read_checked
 from rlpolicy._core.locking import with_lock
-from rlpolicy._core.tower_buffers import split_batch_for_devices
+from rlpolicy._core.tower_buffers import (
+    minibatch_rows,
+    plan_exact_chunks,
+    split_batch_for_devices,
+)
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._tf import export as tf_export
@@ -228,7 +232,7 @@ class TFPolicy(TrainingTemplate, Policy):
             self._variables: Optional[TFVariables] = None  # the model's, built on first use
             self._optimizer_variables: Optional[TFVariables] = None  # the optimizers' state
             self._saver = None
-            self._init_tower_buffers(len(self.devices))
+            self._init_tower_buffers(len(self.devices), exact_supported=True)
             self.multi_gpu_tower_stacks: List[Any] = []
             losses = force_list(loss)
             if losses:
@@ -570,6 +574,14 @@ class TFPolicy(TrainingTemplate, Policy):
     # load_batch_into_buffer / learn_on_loaded_batch: TrainingTemplate, then these steps.
 
     def _device_slices(self, batch: SampleBatch) -> List[Any]:
+        if self._exact_chunks:
+            # config["_deterministic_towers"]: the fixed chunk plan, each chunk padded alone.
+            if not self.multi_gpu_tower_stacks:
+                raise ValueError(f"{type(self).__name__}: config['_deterministic_towers'] needs "
+                                 "a tower stack; implement copy() (DynamicTFPolicy does)")
+            slices = plan_exact_chunks(batch, minibatch_rows(self.config), self._exact_chunks,
+                                       len(self.devices))
+            return [s.map_batches(self._padded) for s in slices]
         if self._single_device:
             # RLlib 1.11: one device keeps the batch as is; learn_on_batch pads each slice.
             return [batch]
@@ -579,9 +591,17 @@ class TFPolicy(TrainingTemplate, Policy):
         return split_batch_for_devices(batch, len(self.devices), self._pad_for_loss)
 
     def _learn_on_device_batches(self, batches: List[Any], buffer_index: int) -> Dict[str, Any]:
+        if self._exact_chunks:
+            return self.multi_gpu_tower_stacks[buffer_index].optimize_exact(
+                self.get_session(), batches)
         if self._single_device:
             return self.learn_on_batch(batches[0])
         return self.multi_gpu_tower_stacks[buffer_index].optimize(self.get_session(), batches)
+
+    def _padded(self, batch: SampleBatch) -> SampleBatch:
+        """``batch`` zero-padded in place (``_pad_for_loss``) and returned."""
+        self._pad_for_loss(batch)
+        return batch
 
     def _pad_for_loss(self, batch: SampleBatch, shuffle: bool = False) -> None:
         """Zero-pads ``batch`` in place (RNN sequences, batch divisibility)."""

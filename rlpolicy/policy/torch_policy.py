@@ -28,7 +28,11 @@ from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
-from rlpolicy._core.tower_buffers import split_batch_for_devices
+from rlpolicy._core.tower_buffers import (
+    minibatch_rows,
+    plan_exact_chunks,
+    split_batch_for_devices,
+)
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._torch import compiled_acting
 from rlpolicy.policy._torch import export as torch_export
@@ -55,6 +59,7 @@ from rlpolicy.policy._torch.towers import (
     compute_tower_grads,
     gather_tower_stats,
     make_towers,
+    run_exact_tower_step,
     run_tower_step,
 )
 from rlpolicy.policy._training_template import TrainingTemplate, as_sample_batch
@@ -195,7 +200,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         self.multi_gpu_param_groups: List[Set[int]] = optimizer_param_groups(
             self.model, self._optimizers)
         # config["num_multi_gpu_tower_stacks"] was validated by Policy.__init__.
-        self._init_tower_buffers(len(self.devices))
+        self._init_tower_buffers(len(self.devices), exact_supported=True)
         self.dist_class = action_distribution_class
         self.action_sampler_fn = action_sampler_fn
         self.action_distribution_fn = action_distribution_fn
@@ -540,10 +545,19 @@ class TorchPolicy(TrainingTemplate, Policy):
     def _single_cpu(self) -> bool:
         return len(self.devices) == 1 and self.devices[0].type == "cpu"
 
-    def _device_slices(self, batch: SampleBatch) -> List[SampleBatch]:
+    def _device_slices(self, batch: SampleBatch) -> List[Any]:
         """The torch step of ``load_batch_into_buffer`` (``TrainingTemplate``): the
         prepared batch padded and handing out tensors, one slice per tower
-        (equal shares, the rest dropped), each on its tower's device."""
+        (equal shares, the rest dropped), each on its tower's device.
+
+        With ``config["_deterministic_towers"]``: the fixed chunk plan
+        (``plan_exact_chunks``), every chunk padded on its own and placed on
+        its tower's device."""
+        if self._exact_chunks:
+            plan = plan_exact_chunks(batch, minibatch_rows(self.config), self._exact_chunks,
+                                     len(self.devices))
+            return [share.map_batches(functools.partial(self._pad_and_place, device=d))
+                    for share, d in zip(plan, self.devices)]
         if self._single_cpu:
             self._pad(batch)
             self._lazy_tensor_dict(batch)
@@ -552,7 +566,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         slices = split_batch_for_devices(batch, len(self.devices), self._pad)
         return self._place_on_devices(slices)
 
-    def _learn_on_device_batches(self, batches: List[SampleBatch],
+    def _learn_on_device_batches(self, batches: List[Any],
                                  buffer_index: int) -> Dict[str, TensorType]:
         """The torch step of ``learn_on_loaded_batch`` (``TrainingTemplate``; it
         holds the lock): one SGD step on one minibatch per tower.
@@ -561,7 +575,23 @@ class TorchPolicy(TrainingTemplate, Policy):
         shortcut), reusing the parameter list gathered at loading. Several
         towers: their averaged gradients, one optimizer step, and per-tower
         ``extra_grad_info`` as ``tower_<i>`` learner stats.
+
+        With ``config["_deterministic_towers"]`` (``batches`` are each tower's
+        chunks), on any number of towers, one CPU included: the chunk
+        gradients reduced in chunk order (``run_exact_tower_step``), one
+        optimizer step; ``tower_<i>`` holds ``extra_grad_info`` of tower i's
+        first chunk.
         """
+        if self._exact_chunks:
+            self._check_can_learn("learn_on_loaded_batch")
+            run_exact_tower_step(self._tower_runner, self._tower_losses, self.model_gpu_towers,
+                                 batches, self._optimizers, self.multi_gpu_param_groups,
+                                 self.extra_grad_process, self.device)
+            self.apply_gradients(_directStepOptimizerSingleton)
+            fetches = {f"tower_{i}": {LEARNER_STATS_KEY: self.extra_grad_info(chunks[0].batch)}
+                       for i, chunks in enumerate(batches)}
+            fetches.update(self.extra_compute_grad_fetches())
+            return fetches
         if self._single_cpu:
             # The parameter list is gathered once per loaded buffer, not per minibatch.
             self._step_params = self._buffer_params
@@ -576,6 +606,11 @@ class TorchPolicy(TrainingTemplate, Policy):
                    for i, b in enumerate(batches)}
         fetches.update(self.extra_compute_grad_fetches())
         return fetches
+
+    def _pad_and_place(self, batch: SampleBatch, device: Any) -> SampleBatch:
+        """``batch`` padded (in place) and moved onto ``device``."""
+        self._pad(batch)
+        return batch.to_device(device)
 
     @DeveloperAPI
     def get_tower_stats(self, stats_name: str) -> List[TensorStructType]:
@@ -721,10 +756,21 @@ class TorchPolicy(TrainingTemplate, Policy):
 
     @with_lock
     @override(Policy)
-    def export_model(self, export_dir: str, onnx: Optional[int] = None) -> None:
+    def export_model(self, export_dir: str, onnx: Optional[int] = None,
+                     pipeline: bool = False) -> None:
         """Exports the model for serving: TorchScript ``model.pt``, or with
         ``onnx`` (an opset version) ``model.onnx``, traced on the dummy batch's
-        model inputs (see ``rlpolicy.policy._torch.export``)."""
+        model inputs (see ``rlpolicy.policy._torch.export``).
+
+        With ``pipeline=True``, the whole action pipeline instead (observation
+        preprocessing, the model, deterministic and noise-sampled actions,
+        unsquashing to the action space): ``pipeline.pt`` / ``pipeline.onnx``
+        and ``pipeline.json``, checked against ``compute_actions(explore=False)``
+        before they are written (``rlpolicy.policy._torch.pipeline_export``,
+        docs/export_pipeline.md)."""
+        if pipeline:
+            self._export_pipeline(export_dir, onnx)
+            return
         dummy = getattr(self, "_dummy_batch", None)
         if dummy is None:
             dummy = self._get_dummy_batch_from_view_requirements(1)
@@ -739,6 +785,33 @@ class TorchPolicy(TrainingTemplate, Policy):
             torch_export.export_torchscript(self.model, inputs, state_ins, seq_lens,
                                             os.path.join(export_dir, "model.pt"),
                                             device=self.device)
+
+    def _export_pipeline(self, export_dir: str, onnx: Optional[int]) -> None:
+        """``export_model(..., pipeline=True)``; the checks' ``compute_actions``
+        calls leave ``global_timestep`` as it was."""
+        from rlpolicy.policy._torch.pipeline_export import export_pipeline
+
+        if self.action_sampler_fn:
+            raise ValueError(f"{type(self).__name__} computes actions with an action_sampler_fn; "
+                             "its action pipeline cannot be exported (pipeline=True)")
+        dist_fn = None
+        if self.action_distribution_fn:
+            call = resolve_action_distribution_fn(self.action_distribution_fn)
+
+            def dist_fn(model: Any, input_dict: Any, state_batches: Any, seq_lens: Any) -> Any:
+                return call(self, model, input_dict, state_batches=state_batches,
+                            seq_lens=seq_lens, explore=False, timestep=None, is_training=False)
+        timestep = self.global_timestep
+        try:
+            export_pipeline(export_dir, model=self.model, dist_class=self.dist_class,
+                            observation_space=self.observation_space,
+                            action_space=self.action_space, config=self.config,
+                            compute_actions=self.compute_actions,
+                            initial_state=self.get_initial_state(), onnx=onnx,
+                            exploration=type(self.exploration).__name__, device=self.device,
+                            dist_inputs_fn=dist_fn)
+        finally:
+            self.global_timestep = timestep
 
     @override(Policy)
     def import_model_from_h5(self, import_file: str) -> None:

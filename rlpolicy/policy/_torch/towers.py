@@ -14,6 +14,11 @@ the loaded-buffer bookkeeping are framework-neutral and live in
    clipping) runs once per optimizer on the averaged gradients, so a step
    on N towers equals a step on one device even with ``grad_clip``.
 
+With ``config["_deterministic_towers"]`` the step is ``run_exact_tower_step``
+instead: every tower computes one gradient per fixed chunk it holds, and the
+chunk gradients are summed in chunk order, each weighted by its sample share
+(``weighted_sum_grads``), so the result does not depend on the tower count.
+
 torch is imported lazily, inside the functions, so importing this module
 never needs torch.
 """
@@ -241,6 +246,112 @@ def run_tower_step(
     for opt, loss in zip(optimizers, losses):
         info.update(grad_process(opt, loss))
     # Post-processing may replace (not just scale) a .grad: read them back.
+    grads = [None if g is None else p.grad for p, g in zip(params, grads)]
+    return TowerGrads(grads, info, losses)
+
+
+def weighted_sum_grads(chunk_grads: Sequence[Tuple[Sequence[Any], float]],
+                       device: Any) -> List[Any]:
+    """``sum_c weight_c * grads_c`` per parameter, added in the order given, on ``device``.
+
+    The order of the additions is that of ``chunk_grads`` alone, so the same
+    chunk gradients always give the same bits. A parameter that has no
+    gradient in any chunk stays None; a chunk without one adds nothing.
+
+    Args:
+        chunk_grads: ``(grads, weight)`` per chunk; ``grads`` has one entry
+            (tensor or None) per model parameter.
+        device: Where the sums are made (tower 0's device).
+    """
+    import torch
+
+    if not chunk_grads:
+        return []
+    device = torch.device(device)
+    out: List[Any] = []
+    with torch.no_grad():
+        for i in range(len(chunk_grads[0][0])):
+            acc = None
+            for grads, weight in chunk_grads:
+                g = grads[i]
+                if g is None:
+                    continue
+                g = g.to(device)
+                if acc is None:
+                    acc = g * weight
+                else:
+                    acc.add_(g, alpha=weight)
+            out.append(acc)
+    return out
+
+
+def run_exact_tower_step(
+    runner: "TowerRunner",
+    loss_fn: Callable[[Any, Any], List[Any]],
+    towers: Sequence[Any],
+    device_chunks: Sequence[Sequence[Any]],
+    optimizers: Sequence[Any],
+    param_groups: Sequence[Set[int]],
+    grad_process: GradProcess,
+    device: Any,
+) -> TowerGrads:
+    """One deterministic multi-tower gradient computation; leaves the grads in tower 0.
+
+    Syncs the towers to tower 0; tower ``i`` computes the raw gradients of
+    each chunk in ``device_chunks[i]`` (``rlpolicy._core.tower_buffers.ExactChunk``:
+    its own forward and backward pass, so a chunk's gradient does not depend
+    on the rows it shares a tower with); the towers run in parallel. The chunk
+    gradients are then summed in chunk-index order, chunk ``c`` weighted by
+    ``num_samples_c / total_samples`` (its share of the minibatch's samples), installed as
+    tower 0's ``.grad``, and ``grad_process`` runs once per optimizer on them
+    with the equally weighted loss sum. For a loss that is a mean over the
+    chunk's samples this is the gradient of the mean over the whole
+    minibatch, with the same bits on 1 tower as on K. No optimizer steps.
+
+    Args:
+        runner: Runs one callable per tower.
+        loss_fn: ``(model, batch) -> list of loss tensors`` (one per optimizer).
+        towers: The tower models; tower 0 is the main model.
+        device_chunks: Per tower, its chunks (batches on that tower's device).
+        optimizers: The policy's optimizers (over tower 0's parameters).
+        param_groups: Per optimizer, the parameter indices it updates.
+        grad_process: ``(optimizer, loss) -> info dict``.
+        device: Tower 0's device (where the sums are made).
+
+    Returns:
+        ``TowerGrads`` of the reduced (and post-processed) gradients, the
+        merged info and the weighted loss per optimizer.
+    """
+    import torch
+
+    main = towers[0]
+    used = list(towers[:len(device_chunks)])
+    for tower in used:
+        if not tower.training:
+            tower.train()
+    sync_tower_weights(main, used)
+
+    def tower_work(model: Any, chunks: Sequence[Any]) -> List[Tuple[Any, TowerGrads]]:
+        return [(c, compute_tower_grads(loss_fn, model, c.batch, optimizers, param_groups))
+                for c in chunks]
+
+    outs = runner.run(tower_work, list(zip(used, device_chunks)))
+    done = sorted((pair for out in outs for pair in out), key=lambda pair: pair[0].position)
+    grads = weighted_sum_grads([(g.grads, c.weight) for c, g in done], device)
+    params = list(main.parameters())
+    for p, g in zip(params, grads):
+        p.grad = g
+    with torch.no_grad():
+        losses = []
+        for k in range(len(optimizers)):
+            total = None
+            for c, g in done:
+                term = g.losses[k].detach().to(device) * c.weight
+                total = term if total is None else total + term
+            losses.append(total)
+    info: Dict[str, Any] = {"allreduce_latency": 0.0}
+    for opt, loss in zip(optimizers, losses):
+        info.update(grad_process(opt, loss))
     grads = [None if g is None else p.grad for p, g in zip(params, grads)]
     return TowerGrads(grads, info, losses)
 
