@@ -331,9 +331,14 @@ class TrainingTemplate(metaclass=ABCMeta):
         if missing:
             raise ValueError(f"set_state: the state lacks key(s) {missing}; it has "
                              f"{sorted(map(str, state))}")
+        try:
+            timestep = int(state["global_timestep"])  # (kept a Python int, as it is counted)
+        except (TypeError, ValueError):
+            raise ValueError(f"set_state: state['global_timestep']={state['global_timestep']!r} "
+                             "is not an integer") from None
         checked = self._check_optimizer_state(state.get("_optimizer_variables"))
         self.set_weights(state["weights"])  # type: ignore[attr-defined]
-        self.global_timestep = state["global_timestep"]
+        self.global_timestep = timestep
         if checked is not None:
             self._set_optimizer_state(checked)
         if getattr(self, "exploration", None) is not None and "_exploration_state" in state:

@@ -199,6 +199,11 @@ def test_get_state_round_trip_and_set_state_checks_everything_first():
     np.testing.assert_array_equal(fresh.velocity, np.zeros(3))
     with pytest.raises(ValueError, match=r"lacks key\(s\) \['global_timestep'\]"):
         fresh.set_state({"weights": state["weights"]})
+    with pytest.raises(ValueError, match=r"state\['global_timestep'\]='soon' is not an integer"):
+        fresh.set_state(dict(state, global_timestep="soon"))
+    np.testing.assert_array_equal(fresh.w, np.zeros(3))
+    fresh.set_state(dict(state, global_timestep=np.int64(11)))
+    assert type(fresh.global_timestep) is int and fresh.global_timestep == 11
 
 
 def test_compute_actions_goes_through_the_input_dict_path():
