@@ -45,3 +45,45 @@ def test_benchmark_script_runs(script):
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert expected in done.stdout, done.stdout[-3000:]
+
+
+def _cuda_visible():
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def test_gpu_check_skips_cleanly_without_cuda(tmp_path):
+    if _cuda_visible():
+        pytest.skip("CUDA is visible: gpu_check.sh would run the full check (minutes)")
+    env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1")
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(tmp_path / "out")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gpu_check: SKIPPED, no CUDA device" in done.stdout
+    assert not (tmp_path / "out").exists()  # nothing written when skipped
+
+
+def test_gpu_check_checkpoint_round_trip_on_cpu(tmp_path):
+    """The checkpoint half of gpu_check.py with the CPU as the writing device: the restored
+    policy acts the same and its next Adam steps land on the weights the writer reached."""
+    pytest.importorskip("torch")
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    gpu_check.checkpoint_write(str(tmp_path), "cpu")
+    gpu_check.checkpoint_load(str(tmp_path))
+    expected = np.load(tmp_path / "expected.npz")
+    # a corrupted expectation is caught: the check compares, it does not just run
+    bad = {k: expected[k] for k in expected.files}
+    first = next(k for k in bad if k.startswith("after/"))
+    bad[first] = bad[first] + 1.0
+    np.savez(tmp_path / "expected.npz", **bad)
+    with pytest.raises(AssertionError):
+        gpu_check.checkpoint_load(str(tmp_path))
