@@ -297,7 +297,10 @@ class TorchPolicy(TrainingTemplate, Policy):
         if model is not None and model.training:
             set_training(model, False)
         graphs = self._compiled_acting
-        if graphs is None:  # (first call: config["torch_compile_acting"] decides)
+        if graphs is None or (graphs is not False and (
+                graphs.model is not model or graphs.dist_class is not self.dist_class)):
+            # First call (config["torch_compile_acting"] decides), or a new model or
+            # distribution class since the graphs were made.
             graphs = self._compiled_acting = self._make_compiled_acting()
         if self.action_sampler_fn:
             action_dist = dist_inputs = None

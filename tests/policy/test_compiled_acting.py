@@ -203,6 +203,14 @@ def test_graphs_see_new_weights():
     logits = (h @ new["head.weight"].T + new["head.bias"]) * np.exp(new["log_temp"])
     np.testing.assert_allclose(after[2]["action_dist_inputs"], logits, atol=ATOL)
     assert _traces(compiled) == 1  # (the same graph, new parameter values)
+    # Another model object in its place: new graphs for it, not the old model's.
+    compiled.model = compiled.model_gpu_towers[0] = _make(
+        gym.spaces.Discrete(5), {}, TwoHeadModel, compiled=False).model
+    eager.model = eager.model_gpu_towers[0] = _make(
+        gym.spaces.Discrete(5), {}, TwoHeadModel, compiled=False).model
+    _assert_same(eager.compute_actions(obs, explore=False),
+                 compiled.compute_actions(obs, explore=False))
+    assert compiled._compiled_acting.model is compiled.model
     # An optimizer step changes the parameters in place: the graph follows too.
     with torch.no_grad():
         for p in compiled.model.parameters():

@@ -26,9 +26,10 @@ conversions are shape checks, safe in a graph kept per shape). Which policies qu
 :func:`unsupported_reason`'s decision.
 
 Why not ``torch.compile``: measured with ``benchmarks/bench_compiled_acting.py``
-on CPU, ``torch.compile`` (inductor) of the same graph was slower than eager
-at batch 1 and at batch 256, after a compile of minutes on a shared 2-core
-machine; so only the ``"jit"`` mode is offered.
+on CPU, ``torch.compile`` (inductor) of the same graph was 1.5x to 1.7x
+slower than the graph run eagerly, at batch 1 and at batch 256, after 3 to
+25 s (up to minutes) of compiling per graph on a shared 2-core machine; so
+only the ``"jit"`` mode is offered.
 """
 from __future__ import annotations
 
@@ -198,6 +199,7 @@ class CompiledActing:
             collections.OrderedDict()
         self.disabled: Optional[str] = None  # why tracing was given up (eager from then on)
         self.num_traces = 0
+        self.evicted = False  # (whether the cache has dropped a graph yet; logged once)
 
     def clear(self) -> None:
         """Drops every compiled graph (the next calls trace anew)."""
@@ -263,6 +265,11 @@ class CompiledActing:
         self.num_traces += 1
         if len(self.graphs) > MAX_GRAPHS:
             self.graphs.popitem(last=False)
+            if not self.evicted:
+                self.evicted = True
+                logger.info("%s: more than %d acting signatures (batch sizes, explore "
+                            "flags); the least recently used graph is dropped and will be "
+                            "traced again when it comes back.", self.name, MAX_GRAPHS)
         logger.debug("%s: traced the acting step for %s (graph %d).", self.name,
                      signature, self.num_traces)
         return entry
