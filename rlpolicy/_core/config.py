@@ -126,6 +126,12 @@ def _compile_acting(v: Any) -> Optional[str]:
     return None if v is None or v is False or v == "jit" else "False, None or 'jit'"
 
 
+def _deterministic_towers(v: Any) -> Optional[str]:
+    # (the tower count must also divide K: checked with the devices, tower_buffers)
+    ok = v is None or isinstance(v, bool) or (isinstance(v, int) and v >= 0)
+    return None if ok else "False, True or the number of chunks per minibatch (an int >= 1)"
+
+
 # Keys the policy layer reads, checked when a policy is built.
 _TOP_LEVEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "framework": _choice(FRAMEWORKS),
@@ -140,6 +146,7 @@ _TOP_LEVEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "train_batch_size": _int_ge(1),
     "sgd_minibatch_size": _optional(_int_ge(1)),
     "num_multi_gpu_tower_stacks": _int_ge(1),
+    "_deterministic_towers": _deterministic_towers,
     "grad_clip": _grad_clip,
     "explore": _bool,
     "exploration_config": _exploration_config,

@@ -123,6 +123,9 @@ COMMON_CONFIG: dict = {
     "custom_resources_per_worker": {},
     "worker_index": 0,
     "num_multi_gpu_tower_stacks": 1,
+    # rlpolicy addition: True (4) or K fixed chunks per minibatch make buffered SGD
+    # bitwise-reproducible across tower counts (docs/devices.md); False: RLlib's mode.
+    "_deterministic_towers": False,
     # Multi-agent.
     "multiagent": {
         "policies": {},

@@ -271,6 +271,8 @@ def test_torch_bad_flag_is_rejected_at_construction():
     cls = _torch_policy_class()
     with pytest.raises(ValueError, match=r"_deterministic_towers'\]=3.*4 towers"):
         _make_torch(cls, _config(4, 3, False))
+    with pytest.raises(ValueError, match="_deterministic_towers"):
+        _make_torch(cls, _config(1, "yes", False))
 
 
 # ---- graph TF
