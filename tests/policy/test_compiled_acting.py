@@ -297,3 +297,42 @@ def test_default_is_eager():
     policy.compute_actions(np.zeros((1, 6), np.float32))
     assert policy.config["torch_compile_acting"] is False
     assert policy._compiled_acting is False
+
+
+DICT_OBS = gym.spaces.Dict({"a": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+                            "b": gym.spaces.Discrete(4)})
+NESTED = {
+    "dict-obs-tuple-action": (DICT_OBS, gym.spaces.Tuple(
+        [gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)])),
+    "box-obs-dict-action": (OBS, gym.spaces.Dict(
+        {"x": gym.spaces.Discrete(2), "y": gym.spaces.MultiDiscrete([2, 3])})),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NESTED))
+def test_nested_observations_and_actions(case):
+    import tree
+
+    obs_space, act_space = NESTED[case]
+    policies = []
+    for mode in (False, "jit"):
+        torch.manual_seed(0)
+        policies.append(TorchPolicy(obs_space, act_space, {
+            "model": {"fcnet_hiddens": [16]}, "torch_compile_acting": mode}))
+    eager, compiled = policies
+    compiled.set_weights(eager.get_weights())
+    obs_space.seed(0)
+    obs = [obs_space.sample() for _ in range(4)]  # raw nested observations
+    for explore in (False, True):
+        torch.manual_seed(5)
+        expected = eager.compute_actions(obs, explore=explore)
+        torch.manual_seed(5)
+        got = compiled.compute_actions(obs, explore=explore)
+        tree.assert_same_structure(expected[0], got[0])
+        assert type(got[0]) is type(expected[0])
+        for a, b in zip(tree.flatten(expected[0]), tree.flatten(got[0])):
+            np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                                       atol=ATOL)
+        for k in expected[2]:
+            np.testing.assert_allclose(expected[2][k], got[2][k], atol=ATOL, err_msg=k)
+    assert _traces(compiled) == 2
