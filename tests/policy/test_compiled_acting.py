@@ -336,3 +336,31 @@ def test_nested_observations_and_actions(case):
         for k in expected[2]:
             np.testing.assert_allclose(expected[2][k], got[2][k], atol=ATOL, err_msg=k)
     assert _traces(compiled) == 2
+
+
+class TrainingFlagModel(TwoHeadModel):
+    """Reads the batch's is_training flag (a Python bool, not a tensor)."""
+
+    def forward(self, input_dict, state, seq_lens):
+        logits, _ = super().forward(input_dict, state, seq_lens)
+        return (logits * 3.0 if input_dict["is_training"] else logits), state
+
+
+def test_graphs_keep_the_batch_is_training_flag():
+    from rlpolicy.policy.sample_batch import SampleBatch
+
+    act = gym.spaces.Discrete(3)
+    eager = _make(act, {}, TrainingFlagModel, compiled=False)
+    compiled = _make(act, {}, TrainingFlagModel)
+    compiled.set_weights(eager.get_weights())
+    obs = np.random.default_rng(12).uniform(-1, 1, (4, 6)).astype(np.float32)
+    out = {}
+    for flag in (False, True, False):
+        expected = eager.compute_actions_from_input_dict(
+            SampleBatch({"obs": obs}, _is_training=flag), explore=False)
+        got = compiled.compute_actions_from_input_dict(
+            SampleBatch({"obs": obs}, _is_training=flag), explore=False)
+        _assert_same(expected, got)
+        out[flag] = got[2]["action_dist_inputs"]
+    np.testing.assert_allclose(out[True], 3.0 * out[False], atol=ATOL)
+    assert _traces(compiled) == 2

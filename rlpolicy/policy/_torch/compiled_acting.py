@@ -114,17 +114,18 @@ class _ActingGraph(nn.Module if nn is not None else object):  # type: ignore[mis
     """
 
     def __init__(self, model: Any, dist_class: Any, explore: bool, keys: Sequence[str],
-                 num_states: int):
+                 num_states: int, is_training: bool = False):
         super().__init__()
         self.model = model
-        self.__dict__["_layout"] = (dist_class, bool(explore), tuple(keys), num_states)
+        self.__dict__["_layout"] = (dist_class, bool(explore), tuple(keys), num_states,
+                                    bool(is_training))
         self.__dict__["structure"] = None  # (action structure, number of state-outs)
 
     def forward(self, *inputs: Any) -> Tuple[Any, ...]:
         from rlpolicy.policy.sample_batch import SampleBatch
 
-        dist_class, explore, keys, num_states = self.__dict__["_layout"]
-        columns = SampleBatch(dict(zip(keys, inputs[:len(keys)])), _is_training=False)
+        dist_class, explore, keys, num_states, is_training = self.__dict__["_layout"]
+        columns = SampleBatch(dict(zip(keys, inputs[:len(keys)])), _is_training=is_training)
         states = list(inputs[len(keys):len(keys) + num_states])
         dist_inputs, state_out = self.model(columns, states, inputs[-1])
         dist = dist_class(dist_inputs, self.model)
@@ -205,8 +206,8 @@ class CompiledActing:
         """Drops every compiled graph (the next calls trace anew)."""
         self.graphs.clear()
 
-    def run(self, columns: Dict[str, Any], states: List[Any], seq_lens: Any, explore: bool
-            ) -> Optional[Tuple[Any, Any, Any, List[Any]]]:
+    def run(self, columns: Dict[str, Any], states: List[Any], seq_lens: Any, explore: bool,
+            is_training: bool = False) -> Optional[Tuple[Any, Any, Any, List[Any]]]:
         """The graph's ``(actions, logp, dist_inputs, state_outs)`` for these inputs.
 
         Args:
@@ -215,6 +216,8 @@ class CompiledActing:
             seq_lens: The int32 sequence lengths.
             explore: Sample (True; logp is the sample's) or take the
                 deterministic action (False; logp is None).
+            is_training: The input batch's ``is_training`` flag, as the model
+                sees it.
 
         Returns:
             None where this signature cannot be compiled (the caller then
@@ -229,10 +232,10 @@ class CompiledActing:
             if type(t) is not torch.Tensor:
                 return None  # (a non-tensor column: this call stays eager)
             layout.append((t.shape, t.dtype, t.device))
-        signature = (explore, keys, len(states), tuple(layout))
+        signature = (explore, is_training, keys, len(states), tuple(layout))
         entry = self.graphs.get(signature)
         if entry is None:
-            entry = self._compile(signature, keys, len(states), inputs, explore)
+            entry = self._compile(signature, keys, len(states), inputs, explore, is_training)
             if entry is None:
                 return None
         else:
@@ -246,8 +249,9 @@ class CompiledActing:
         return actions, logp, rest[0], list(rest[1:1 + num_state_outs])
 
     def _compile(self, signature: Any, keys: Tuple[str, ...], num_states: int,
-                 inputs: Tuple[Any, ...], explore: bool) -> Optional[Tuple[Any, Any, int, int]]:
-        graph = _ActingGraph(self.model, self.dist_class, explore, keys, num_states)
+                 inputs: Tuple[Any, ...], explore: bool, is_training: bool
+                 ) -> Optional[Tuple[Any, Any, int, int]]:
+        graph = _ActingGraph(self.model, self.dist_class, explore, keys, num_states, is_training)
         try:
             traced = _trace(graph, inputs, self.devices)
         except Exception as e:  # anything the tracer cannot record: stay eager
