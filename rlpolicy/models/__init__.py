@@ -17,7 +17,11 @@ _LAZY = {
     "get_preprocessor": "rlpolicy.models.preprocessors",
 }
 
-__all__ = list(_LAZY)
+# numpy-only: imported eagerly, so that ``rlpolicy.models.convert_weights`` is the
+# function (not its module of the same name, which the policies import).
+from rlpolicy.models.convert_weights import convert_weights  # noqa: E402
+
+__all__ = list(_LAZY) + ["convert_weights"]
 
 
 def __getattr__(name: str) -> Any:

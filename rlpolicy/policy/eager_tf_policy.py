@@ -44,6 +44,7 @@ from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.tf_hooks import TFPolicyHooks, resolve_deprecated_args
 from rlpolicy._core.tower_buffers import split_batch_for_devices
+from rlpolicy.models.convert_weights import adapt_weights, weights_layout
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._eager import acting, learning, tracing
 from rlpolicy.policy._eager import variables as variables_lib
@@ -537,11 +538,20 @@ class EagerTFPolicy(TrainingTemplate, Policy):
     def set_weights(self, weights: ModelWeights) -> None:
         """Sets the weights from a ``get_weights`` dict (or a list in ``variables()`` order).
 
+        A catalog model's TF graph or torch ``get_weights()`` dict is taken too:
+        it is mapped onto this model's variables by their TF names (the graph
+        keys) and converted to TF's layout (``rlpolicy.models.convert_weights``).
+
         Raises:
             ValueError: Naming missing/unknown keys or a shape mismatch; then
                 no variable has been changed.
         """
-        for var, value in variables_lib.check_weights(weights, self._named_variables()):
+        named = self._named_variables()
+        if isinstance(weights, dict) and weights and set(weights) != set(named) \
+                and weights_layout(weights) != "tf2":
+            weights = adapt_weights(weights, {k: v.numpy() for k, v in named.items()}, "tf2",
+                                    {k: v.name.split(":")[0] for k, v in named.items()})
+        for var, value in variables_lib.check_weights(weights, named):
             var.assign(value)
 
     def _optimizer_variables(self) -> List[Any]:

@@ -33,6 +33,7 @@ from rlpolicy._core.tower_buffers import (
     plan_exact_chunks,
     split_batch_for_devices,
 )
+from rlpolicy.models.convert_weights import adapt_weights, weights_layout
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._tf import export as tf_export
@@ -634,12 +635,19 @@ class TFPolicy(TrainingTemplate, Policy):
     def set_weights(self, weights: Dict[str, np.ndarray]) -> None:
         """Assigns a ``get_weights`` dict (or a list, one value per variable).
 
+        A catalog model's torch ``get_weights()`` or eager TF
+        ``get_weights(as_dict=True)`` dict is taken too: it is converted to
+        this model's keys and layout first (``rlpolicy.models.convert_weights``).
+
         Raises:
             ValueError: If a dict misses or adds keys (RLlib 1.11 silently
                 assigns the matching subset), or a value has the wrong shape;
                 nothing is assigned then.
         """
         holder = self._weights_holder()
+        if isinstance(weights, dict) and weights and set(weights) != set(holder.keys()) \
+                and weights_layout(weights) != "tf":
+            weights = adapt_weights(weights, holder.get_weights(), "tf")
         holder.check_complete(weights)
         holder.set_weights(weights)
 

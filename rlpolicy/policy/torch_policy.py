@@ -33,6 +33,7 @@ from rlpolicy._core.tower_buffers import (
     plan_exact_chunks,
     split_batch_for_devices,
 )
+from rlpolicy.models.convert_weights import adapt_weights, weights_layout
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._torch import compiled_acting
 from rlpolicy.policy._torch import export as torch_export
@@ -636,6 +637,16 @@ class TorchPolicy(TrainingTemplate, Policy):
     @with_lock  # no forward pass sees half-replaced weights
     @override(Policy)
     def set_weights(self, weights: ModelWeights) -> None:
+        """Loads a ``get_weights`` dict (strict: the same keys and shapes).
+
+        A catalog model's TF graph ``get_weights()`` or eager
+        ``get_weights(as_dict=True)`` dict is taken too: it is converted to
+        this model's keys and layout first (``rlpolicy.models.convert_weights``).
+        """
+        if isinstance(weights, dict) and weights and weights_layout(weights) != "torch":
+            own = self.get_weights()
+            if set(weights) != set(own):
+                weights = adapt_weights(weights, own, "torch")
         load_state_dict_fast(self.model, weights, self.device)
 
     @override(Policy)
