@@ -1,6 +1,6 @@
 """The cost of ``config["_deterministic_towers"]`` (exact towers) against the default.
 
-For torch and graph-mode TF, a REINFORCE policy (a 2x256 tanh net, or an LSTM
+For torch, graph-mode TF and eager TF (``--frameworks torch,tf,tf2``), a REINFORCE policy (a 2x256 tanh net, or an LSTM
 with ``--lstm``) loads one train batch into the tower buffer and runs one epoch
 of minibatch SGD (``learn_on_loaded_batch``) on 1, 2 and 4 fake-GPU (CPU)
 towers, in the default mode and with ``_deterministic_towers`` (K = 4 chunks
@@ -8,7 +8,7 @@ per minibatch). Reported: the median time of one epoch over the repeats (the
 load excluded), and exact / default (lower is better).
 
     .venv/bin/python benchmarks/bench_deterministic_towers.py [--repeats 5] [--quick]
-        [--frameworks torch,tf] [--lstm]
+        [--frameworks torch,tf,tf2] [--lstm]
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="smaller batches, 2 repeats")
-    parser.add_argument("--frameworks", default="torch,tf")
+    parser.add_argument("--frameworks", default="torch,tf,tf2")
     parser.add_argument("--lstm", action="store_true", help="an LSTM (20-step sequences)")
     args = parser.parse_args()
     repeats = 2 if args.quick else args.repeats
@@ -114,6 +114,8 @@ def main() -> None:
     print(f"{'framework':<9} {'towers':>6} {'default s':>10} {'exact s':>9} {'exact/default':>14}")
     for fw in args.frameworks.split(","):
         cls = _torch_cls() if fw == "torch" else _tf_cls()
+        if fw == "tf2":
+            cls = cls.as_eager()
         for k in (1, 2, 4):
             times = {}
             for exact in (False, 4):

@@ -43,7 +43,11 @@ from rlpolicy._core.hooks import check_factory_args, updated_kwargs
 from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.tf_hooks import TFPolicyHooks, resolve_deprecated_args
-from rlpolicy._core.tower_buffers import split_batch_for_devices
+from rlpolicy._core.tower_buffers import (
+    minibatch_rows,
+    plan_exact_chunks,
+    split_batch_for_devices,
+)
 from rlpolicy.models.convert_weights import adapt_weights, weights_layout
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._eager import acting, learning, tracing
@@ -138,7 +142,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         plan = plan_devices(self.config, len(tf.config.list_physical_devices("GPU")),
                             ray_mode=ray_mode, ray_gpu_ids=ray_gpu_ids)
         self.devices = list(plan.devices)
-        self._init_tower_buffers(len(self.devices))
+        self._init_tower_buffers(len(self.devices), exact_supported=True)
 
     def _build_model_and_dist(self) -> Tuple[Any, Optional[type]]:
         """``make_model`` or the catalog's default model; the catalog's dist class."""
@@ -473,9 +477,15 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
     # ------------------------------------------------------------------ buffers / towers
 
-    def _device_slices(self, batch: SampleBatch) -> List[SampleBatch]:
+    def _device_slices(self, batch: SampleBatch) -> List[Any]:
         """Template step of ``load_batch_into_buffer``: the padded, tensor-backed
-        batch (one device), or one such slice per tower."""
+        batch (one device), or one such slice per tower; with
+        ``config["_deterministic_towers"]`` the fixed chunk plan, every chunk
+        prepared on its own."""
+        if self._exact_chunks:
+            plan = plan_exact_chunks(batch, minibatch_rows(self.config), self._exact_chunks,
+                                     len(self.devices))
+            return [share.map_batches(self._prepare_train_batch) for share in plan]
         if len(self.devices) == 1:
             return [self._prepare_train_batch(batch)]
         return split_batch_for_devices(batch, len(self.devices), self._prepare_in_place)
@@ -484,7 +494,14 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         """Template step of ``learn_on_loaded_batch``: one device runs
         ``learn_on_batch`` on its minibatch (RLlib 1.11's shortcut); several
         towers average their gradients (clipped after the mean) into one update
-        and report ``{"tower_<i>": stats}``."""
+        and report ``{"tower_<i>": stats}``.
+
+        With ``config["_deterministic_towers"]`` (``batches`` are each tower's
+        chunks): every chunk's raw gradients, summed in chunk order, chunk c
+        weighted by its sample share, then clipped and applied once;
+        ``tower_<i>`` holds the stats of tower i's first chunk."""
+        if self._exact_chunks:
+            return self._learn_on_exact_chunks(batches)
         if len(batches) == 1:
             return self.learn_on_batch(batches[0])
         outs = [self._run("compute_gradients", self._compute_gradients_helper,
@@ -493,6 +510,37 @@ class EagerTFPolicy(TrainingTemplate, Policy):
                                          self.config.get("grad_clip"), self._multi_loss())
         self._run("apply_gradients", self._apply_gradients_helper, grads)
         return {f"tower_{i}": tracing.to_numpy(stats) for i, (_, stats) in enumerate(outs)}
+
+    def _learn_on_exact_chunks(self, device_chunks: List[Any]) -> Dict[str, Any]:
+        """The deterministic step of ``_learn_on_device_batches`` (see there)."""
+        done = []
+        stats: Dict[str, Any] = {}
+        for i, chunks in enumerate(device_chunks):
+            for chunk in chunks:
+                grads, chunk_stats = self._run("compute_gradients", self._compute_gradients_helper,
+                                               chunk.batch, False)
+                done.append((chunk, grads))
+                stats.setdefault(f"tower_{i}", tracing.to_numpy(chunk_stats))
+        done.sort(key=lambda pair: pair[0].position)
+
+        def weighted_sum(position_grads: List[Any]) -> Any:
+            acc = None
+            for (chunk, _), g in zip(done, position_grads):
+                if g is None:
+                    continue
+                g = tf.convert_to_tensor(g)
+                term = g * tf.cast(chunk.weight, g.dtype)
+                acc = term if acc is None else acc + term
+            return acc
+
+        multi = self._multi_loss()
+        groups = [g if multi else [g] for _, g in done]
+        summed = [[weighted_sum([grp[k][j] for grp in groups]) for j in range(len(groups[0][k]))]
+                  for k in range(len(groups[0]))]
+        grads = learning.clip_grad_lists(summed if multi else summed[0],
+                                         self.config.get("grad_clip"), multi)
+        self._run("apply_gradients", self._apply_gradients_helper, grads)
+        return stats
 
     # ------------------------------------------------------------------ weights and state
 

@@ -4,7 +4,7 @@ on the number of (fake-GPU) towers.
 Invariants checked:
 - the chunk plan (``plan_exact_chunks``) against hand-worked layouts, the same
   chunks whatever the device count;
-- torch and graph TF, FC and LSTM (padded sequences of unequal length): 1, 2
+- torch, graph TF and eager TF (tf2), FC and LSTM (padded sequences of unequal length): 1, 2
   and 4 towers give bitwise-equal weights after several buffered SGD steps;
 - the exact mode computes the mean-loss step: it matches single-device
   ``learn_on_batch`` on the same minibatches (an independent code path) to
@@ -156,7 +156,13 @@ def _buffered_sgd(policy, cols, epochs: int) -> dict:
     for _ in range(epochs):
         for offset in range(0, rows, step):
             policy.learn_on_loaded_batch(offset=offset)
-    return policy.get_weights()
+    return _weights(policy)
+
+
+def _weights(policy) -> dict:
+    """``get_weights()`` as a dict (eager TF returns a list, one array per variable)."""
+    w = policy.get_weights()
+    return w if isinstance(w, dict) else {str(i): a for i, a in enumerate(w)}
 
 
 def _assert_bitwise(a: dict, b: dict, what: str):
@@ -178,7 +184,7 @@ def _reference_steps(policy, cols, epochs: int) -> dict:
     for _ in range(epochs):
         for start in range(0, N, MINIBATCH):
             policy.learn_on_batch(batch[start:start + MINIBATCH])  # snaps to sequence starts
-    return policy.get_weights()
+    return _weights(policy)
 
 
 # ---- torch
@@ -301,26 +307,30 @@ def _tf_policy_class():
     return PGTFPolicy.with_updates(name="MaskedPGTFPolicy", loss_fn=masked_mean_loss)
 
 
-def _make_tf(cls, cfg, weights=None):
+def _make_tf(cls, cfg, weights=None, framework="tf"):
     import gymnasium as gym
 
+    if framework == "tf2":
+        cls = cls.as_eager()
     policy = cls(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3),
-                 dict(cfg, framework="tf"))
+                 dict(cfg, framework=framework))
     if weights is not None:
-        policy.set_weights(weights)
+        policy.set_weights(weights if isinstance(policy.get_weights(), dict)
+                           else list(weights.values()))
     return policy
 
 
 @pytest.mark.parametrize("lstm", [False, True], ids=["fc", "lstm"])
-def test_tf_graph_towers_bitwise_equal(lstm):
+@pytest.mark.parametrize("framework", ["tf", "tf2"])
+def test_tf_towers_bitwise_equal(framework, lstm):
     cls = _tf_policy_class()
     cols = _train_batch(lstm)
-    one = _make_tf(cls, _config(1, True, lstm))
-    start = one.get_weights()
+    one = _make_tf(cls, _config(1, True, lstm), framework=framework)
+    start = _weights(one)
     epochs = 1 if lstm else 2
     results = {1: _buffered_sgd(one, cols, epochs=epochs)}
     for k in (2, 4):
-        policy = _make_tf(cls, _config(k, True, lstm), start)
+        policy = _make_tf(cls, _config(k, True, lstm), start, framework)
         assert len(policy.devices) == k
         results[k] = _buffered_sgd(policy, cols, epochs=epochs)
     moved = max(np.abs(results[1][n] - start[n]).max() for n in start)
@@ -328,16 +338,17 @@ def test_tf_graph_towers_bitwise_equal(lstm):
     _assert_bitwise(results[1], results[2], "2 towers")
     _assert_bitwise(results[1], results[4], "4 towers")
     if not lstm:  # (graph building is slow: the LSTM reference runs in torch only)
-        reference = _make_tf(cls, _config(1, False, lstm), start)
+        reference = _make_tf(cls, _config(1, False, lstm), start, framework)
         _assert_close(results[1], _reference_steps(reference, cols, epochs=epochs), atol=5e-5)
 
 
-def test_tf2_rejects_the_flag():
-    pytest.importorskip("tensorflow")
-    import gymnasium as gym
+def test_a_framework_class_without_the_mode_rejects_the_flag():
+    import types
 
-    from rlpolicy.agents.pg import PGTFPolicy
+    from rlpolicy.policy._training_template import TrainingTemplate
 
-    with pytest.raises(ValueError, match="_deterministic_towers'.*not supported by"):
-        PGTFPolicy.as_eager()(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3),
-                              dict(_config(1, True, False), framework="tf2"))
+    holder = types.SimpleNamespace(config={"_deterministic_towers": True})
+    with pytest.raises(ValueError, match="_deterministic_towers'] is not supported by"):
+        TrainingTemplate._init_tower_buffers(holder, 2)
+    TrainingTemplate._init_tower_buffers(holder, 2, exact_supported=True)
+    assert holder._exact_chunks == 4
