@@ -76,7 +76,7 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
         help="episodes of each greedy evaluation (0: stop on the training mean alone)")
     add("--eval-every", type=_number(int, 0), default=None,
         help="also evaluate every N iterations (0: only when the training mean reaches the target; "
-             "None: 0 for pg/ppo, 5 for dqn)")
+             "None: 1 for ppo (0 on Pendulum-v1), 0 for pg, 5 for dqn)")
     add("--export", action="append", default=[], choices=EXPORT_FORMATS,
         help="export the final policy into OUT/export_FORMAT and verify it (repeatable)")
     add("--num-threads", type=_number(int, 1), default=None,

@@ -604,6 +604,8 @@ def env_action_fn(policy: Any, normalize_actions: Optional[bool] = None,
             action = clip_action(action, struct)
         if isinstance(action, np.ndarray):
             return _scalar_if_0d(action)
+        if isinstance(action, (np.generic, int, float)):  # a row of a primitive batch: as it is
+            return action
         return tree.map_structure(_scalar_if_0d, action)
 
     return to_env
