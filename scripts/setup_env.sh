@@ -8,7 +8,8 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 stamp=.venv/.rlpolicy-installed
-want="$(cat pyproject.toml constraints/*.txt | sha1sum | cut -d' ' -f1)"
+# What the install depends on (not pyproject's tool settings): scripts/deps_stamp.py.
+want="$("$PY" scripts/deps_stamp.py)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     exit 0
 fi

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the virtual environment of one install variant and prints its path:
 #
-#   bash scripts/setup_variant.sh notorch   # ./.venv-notorch: Python 3.10, TensorFlow, no torch
-#   bash scripts/setup_variant.sh notf      # ./.venv-notf:    Python 3.12, torch, no TensorFlow
-#   bash scripts/setup_variant.sh bare      # ./.venv-bare:    Python 3.11, no framework at all
+#   bash scripts/setup_variant.sh notorch   # venv-notorch: Python 3.10, TensorFlow, no torch
+#   bash scripts/setup_variant.sh notf      # venv-notf:    Python 3.12, torch, no TensorFlow
+#   bash scripts/setup_variant.sh bare      # venv-bare:    Python 3.11, no framework at all
 #
 # Each variant is rlpolicy installed (editable) with the extras below, plus the `dev` extra
 # (pytest, ...), and no package of the other framework(s). The Python comes from
 # $PYTHON_<VARIANT> (e.g. PYTHON_NOTF=/usr/bin/python3.12), else from pyenv's newest
 # 3.x.y of the wanted minor version, else from python3.X on PATH.
-# A variant is rebuilt only when its stamp (Python version, extras, pyproject.toml and the
-# constraints) changed; otherwise this takes well under a second.
+# The venvs live OUTSIDE the checkout, in $RLPOLICY_VENV_CACHE (default
+# ~/.cache/rlpolicy-ci), so that CI's clean checkouts reuse them: a variant is rebuilt only
+# when its stamp (Python version, extras, pyproject.toml and the constraints) changed;
+# otherwise only rlpolicy itself is re-installed (editable, --no-deps, pointing at this
+# checkout), which takes a few seconds. A fresh machine builds them from scratch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,14 +39,18 @@ find_python() {
 }
 
 py=$(find_python)
-venv=".venv-$variant"
+cache=${RLPOLICY_VENV_CACHE:-$HOME/.cache/rlpolicy-ci}
+mkdir -p "$cache"
+venv="$cache/venv-$variant"
 # The CPU torch wheel on disk is a cp311 build; on Python 3.12 (notf) pip takes torch of
 # the pinned version from the index: on Linux the CUDA build, ~2.6 GB with its nvidia-*
 # packages (about 20 s to download here, a minute or two to install); it runs on CPUs too.
 constraints=constraints/cpu.txt
-want="$("$py" -c 'import sys; print(sys.version)') | $extras | $(cat pyproject.toml constraints/*.txt | sha1sum | cut -d' ' -f1)"
+want="$("$py" -c 'import sys; print(sys.version)') | $extras | $(python3 scripts/deps_stamp.py)"
 stamp="$venv/.rlpolicy-variant"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    # Same dependencies: point the editable install at this checkout (CI's clone moves).
+    "$venv/bin/python" -m pip install -q --no-deps -e . >&2
     echo "$venv"
     exit 0
 fi
