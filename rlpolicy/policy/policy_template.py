@@ -237,6 +237,14 @@ def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable],
     raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
 
 
+def resolve_hook(policy: Any, method: str, hook: str) -> Callable:
+    """What ``policy.<method>()`` of a built class runs: the ``hook`` function
+    where a built class in its MRO sets it, else the implementation it falls
+    through to (a mixin's or the base class's); see ``_next_impl``."""
+    fn, impl = _next_impl(policy, method, hook)
+    return fn if fn is not None else impl  # type: ignore[return-value]
+
+
 _torch_convert: Any = None  # rlpolicy.policy._torch.convert, imported on first use (needs torch)
 
 

@@ -370,8 +370,8 @@ class TorchPolicy(TrainingTemplate, Policy):
             model=self.model, exploration=self.exploration,
             action_sampler_fn=self.action_sampler_fn,
             action_distribution_fn=self.action_distribution_fn,
-            extra_action_out_overridden=(
-                type(self).extra_action_out is not TorchPolicy.extra_action_out))
+            extra_action_out_overridden=self._extra_action_out_impl()
+            is not TorchPolicy.extra_action_out)
         if reason is not None:
             logger.warning("%s: torch_compile_acting=%r is not used (%s); compute_actions "
                            "stays on the eager path.", type(self).__name__, mode, reason)
@@ -379,6 +379,16 @@ class TorchPolicy(TrainingTemplate, Policy):
         _check_dist_class(self.dist_class)
         return compiled_acting.CompiledActing(self.model, self.dist_class, self.devices,
                                               name=type(self).__name__)
+
+    def _extra_action_out_impl(self) -> Callable:
+        """The ``extra_action_out`` that runs: for a ``build_policy_class`` class
+        its ``extra_action_out_fn``, or what its wrapper falls through to."""
+        impl = type(self).extra_action_out
+        if getattr(impl, "_policy_template_wrapper", None) == "extra_action_out":
+            from rlpolicy.policy.policy_template import resolve_hook
+
+            return resolve_hook(self, "extra_action_out", "extra_action_out_fn")
+        return impl
 
     def _compute_dist_inputs(self, input_dict: Any, state_batches: List[Any], seq_lens: Any,
                              explore: Optional[bool], timestep: Optional[int],

@@ -364,3 +364,32 @@ def test_graphs_keep_the_batch_is_training_flag():
         out[flag] = got[2]["action_dist_inputs"]
     np.testing.assert_allclose(out[True], 3.0 * out[False], atol=ATOL)
     assert _traces(compiled) == 2
+
+
+def test_built_policy_classes_pg_compiles_ppo_stays_eager(caplog):
+    from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy
+    from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
+
+    obs = np.random.default_rng(13).uniform(-1, 1, (3, 6)).astype(np.float32)
+    config = {"model": {"fcnet_hiddens": [8]}}
+    for cls in (PGTorchPolicy, PPOTorchPolicy):
+        torch.manual_seed(0)
+        eager = cls(OBS, gym.spaces.Discrete(3), dict(config))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger=LOG):
+            torch.manual_seed(0)  # (building runs compute_actions on a dummy batch)
+            compiled = cls(OBS, gym.spaces.Discrete(3),
+                           dict(config, torch_compile_acting="jit"))
+            for explore in (False, True):
+                torch.manual_seed(2)
+                expected = eager.compute_actions(obs, explore=explore)
+                torch.manual_seed(2)
+                _assert_same(expected, compiled.compute_actions(obs, explore=explore))
+        messages = [r.getMessage() for r in caplog.records
+                    if "torch_compile_acting" in r.getMessage()]
+        if cls is PGTorchPolicy:  # (no extra_action_out_fn: the base's empty one)
+            assert not messages and _traces(compiled) >= 2  # (+ the loss-init dummy batch)
+        else:  # PPO's extra_action_out_fn reads model.value_function()
+            assert "vf_preds" in expected[2]
+            assert len(messages) == 1 and "extra_action_out" in messages[0]
+            assert compiled._compiled_acting is False
