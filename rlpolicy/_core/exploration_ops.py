@@ -106,6 +106,73 @@ def tf_advance_timestep(var: Any, timestep: Any) -> Any:
     return tf.identity(updated)
 
 
+def eager_flag(value: Any) -> Optional[bool]:
+    """``value`` as a Python bool when it can be read on the host now, else None.
+
+    While TF executes eagerly a Python/numpy bool or a scalar eager tensor is
+    known: an exploration can then take its branch in Python and compute only
+    that branch's ops. Inside a ``tf.function`` or a tf1 graph (where a state
+    update must stay wired into the returned ops) this is None, and the caller
+    builds its ``tf.cond``.
+    """
+    _, tf, _ = try_import_tf(error=True)
+    if not tf.executing_eagerly():
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if value is None:
+        return None
+    try:
+        return bool(value)  # an eager scalar: one host read
+    except (TypeError, ValueError):
+        return None
+
+
+def eager_advance_timestep(var: Any, timestep: Any, read: bool) -> Optional[int]:
+    """Eager form of :func:`tf_advance_timestep`: one assign op, no read-back.
+
+    Stores ``timestep`` (or one more than last time, when None) in ``var``.
+    Returns the new timestep as a Python int when ``read`` (or when it is
+    known without reading the variable), else None.
+    """
+    _, tf, _ = try_import_tf(error=True)
+    if timestep is None:
+        var.assign_add(_ONE_INT64.get(), read_value=False)
+        return int(var.numpy()) if read else None
+    if isinstance(timestep, (int, np.integer)):
+        var.assign(np.int64(timestep), read_value=False)
+        return int(timestep)
+    if timestep.dtype != tf.int64:
+        timestep = tf.cast(timestep, tf.int64)
+    var.assign(timestep, read_value=False)
+    return int(timestep) if read else None
+
+
+class _EagerConstant:
+    """An eager int64 scalar 1, made on first use (no TF import at module level)."""
+
+    def __init__(self) -> None:
+        self._value: Any = None
+
+    def get(self) -> Any:
+        if self._value is None:
+            _, tf, _ = try_import_tf(error=True)
+            with tf.init_scope():
+                self._value = tf.constant(1, dtype=tf.int64)
+        return self._value
+
+
+_ONE_INT64 = _EagerConstant()
+
+
+def eager_zero_logps(actions: Any) -> Any:
+    """Eager form of :func:`tf_zero_logps`: the batch size is known, so the
+    zeros are one host-made constant (no Shape/StridedSlice/Fill ops)."""
+    _, tf, _ = try_import_tf(error=True)
+    leaf = tree.flatten(actions)[0]
+    return tf.constant(np.zeros(tuple(leaf.shape)[:1], dtype=np.float32))
+
+
 def torch_next_timestep(last: Any, timestep: Any) -> int:
     """The current timestep on the Python side: ``timestep`` or ``last + 1``."""
     if timestep is None:

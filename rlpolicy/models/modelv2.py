@@ -174,9 +174,12 @@ class ModelV2:
             with self.context():
                 res = self.forward(restored, state or [], seq_lens)
         _copy_key_tracking(input_dict, restored)
-        if not (self.framework == "torch" and type(res) is tuple and len(res) == 2
-                and type(res[1]) is list and len(getattr(res[0], "shape", ())) == 2
-                and res[0].shape[1] == self.num_outputs):  # (the common case, inline)
+        # (the common case of _check_forward_result, inline: a ([B, num_outputs], list)
+        # pair; a torch.Size/tuple or a TensorShape of known rank 2)
+        shape = getattr(res[0], "shape", None) if type(res) is tuple and len(res) == 2 else None
+        if not (shape is not None and type(res[1]) is list
+                and (len(shape) if isinstance(shape, tuple) else getattr(shape, "rank", None)) == 2
+                and shape[1] == self.num_outputs):
             res = _check_forward_result(res, self.num_outputs, self.name)
         outputs, state_out = res
         self.__dict__["_last_output"] = outputs  # (bypasses nn.Module.__setattr__)

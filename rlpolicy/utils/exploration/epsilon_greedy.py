@@ -77,9 +77,17 @@ class EpsilonGreedy(Exploration):
     def _get_tf_exploration_action_op(self, action_distribution: Any, explore: Any,
                                       timestep: Any):
         _, tf, _ = try_import_tf(error=True)
-        ts = ops.tf_advance_timestep(self.last_timestep, timestep)
-        epsilon = tf.cast(self.epsilon_schedule(ts), tf.float32)
         q_values = action_distribution.inputs
+        explore_now = ops.eager_flag(explore)
+        if explore_now is False:  # eager, not exploring: the greedy branch only
+            ops.eager_advance_timestep(self.last_timestep, timestep, read=False)
+            exploit_action = tf.argmax(q_values, axis=1)
+            return exploit_action, ops.eager_zero_logps(exploit_action)
+        if explore_now:
+            ts = ops.eager_advance_timestep(self.last_timestep, timestep, read=True)
+        else:
+            ts = ops.tf_advance_timestep(self.last_timestep, timestep)
+        epsilon = tf.cast(self.epsilon_schedule(ts), tf.float32)
         exploit_action = tf.argmax(q_values, axis=1)
 
         # Uniform over the valid actions only: masked ones get log-weight float32.min.
@@ -89,6 +97,9 @@ class EpsilonGreedy(Exploration):
         random_actions = tf.squeeze(tf.random.categorical(log_weights, 1), axis=1)
         chose_random = tf.random.uniform(tf.shape(exploit_action), dtype=tf.float32) < epsilon
 
+        if explore_now:
+            action = tf.where(chose_random, random_actions, exploit_action)
+            return action, ops.eager_zero_logps(action)
         action = tf.cond(
             ops.tf_bool(explore),
             true_fn=lambda: tf.where(chose_random, random_actions, exploit_action),

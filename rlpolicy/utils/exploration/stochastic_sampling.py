@@ -65,6 +65,9 @@ class StochasticSampling(Exploration):
 
     def _get_tf_exploration_action_op(self, action_dist: Any, timestep: Any, explore: Any):
         _, tf, _ = try_import_tf(error=True)
+        explore_now = ops.eager_flag(explore)
+        if explore_now is not None:
+            return self._get_eager_exploration_action(action_dist, timestep, explore_now)
         ts = ops.tf_advance_timestep(self.last_timestep, timestep)
         explore_t = ops.tf_bool(explore)
         in_random_phase = ts < self.random_timesteps
@@ -85,6 +88,23 @@ class StochasticSampling(Exploration):
         logp = tf.cond(tf.logical_and(explore_t, tf.logical_not(in_random_phase)),
                        true_fn=lambda: sample_logp, false_fn=lambda: zeros)
         return action, logp
+
+    def _get_eager_exploration_action(self, action_dist: Any, timestep: Any, explore: bool):
+        """Eager TF with a known ``explore``: the taken branch of the tf.cond path only
+        (same actions and logps; no deterministic sample or zero logps when sampling)."""
+        _, tf, _ = try_import_tf(error=True)
+        # (timesteps count up from 0: without random_timesteps no read is needed)
+        ts = ops.eager_advance_timestep(self.last_timestep, timestep,
+                                        read=explore and self.random_timesteps > 0)
+        if not explore:
+            action = action_dist.deterministic_sample()
+            return action, ops.eager_zero_logps(action)
+        sample = action_dist.sample()
+        if ts is None or ts >= self.random_timesteps:
+            return sample, action_dist.sampled_action_logp()
+        drawn, _ = self.random_exploration.get_tf_exploration_action_op(action_dist, True)
+        action = tree.map_structure(lambda r, s: tf.cast(r, s.dtype), drawn, sample)
+        return action, ops.eager_zero_logps(action)
 
     def _get_torch_exploration_action(self, action_dist: Any, timestep: Any, explore: Any):
         # (ops.torch_next_timestep, inline: this runs once per action step)
