@@ -303,6 +303,7 @@ class TorchPolicy(TrainingTemplate, Policy):
             # First call (config["torch_compile_acting"] decides), or a new model or
             # distribution class since the graphs were made.
             graphs = self._compiled_acting = self._make_compiled_acting()
+        graph_fetches: Optional[Dict[str, Any]] = None
         if self.action_sampler_fn:
             action_dist = dist_inputs = None
             outs = self.action_sampler_fn(self, model, input_dict, state_batches,
@@ -318,7 +319,9 @@ class TorchPolicy(TrainingTemplate, Policy):
                 graphs, input_dict, state_batches, seq_lens, explore, timestep)
             if compiled is not None:
                 # The graph chose the action; the exploration keeps its bookkeeping.
-                actions, logp, dist_inputs, state_out = compiled
+                actions, logp, dist_inputs, state_out, value = compiled
+                if value is not None:  # (the value fetch the hook would have made)
+                    graph_fetches = {graphs.value_column: value}
                 action_dist = None
                 actions, logp = exploration.get_exploration_action(
                     action_distribution=compiled_acting.GraphSample(actions, logp),
@@ -330,7 +333,10 @@ class TorchPolicy(TrainingTemplate, Policy):
                 actions, logp = exploration.get_exploration_action(
                     action_distribution=action_dist, timestep=timestep, explore=explore)
         input_dict[SampleBatch.ACTIONS] = actions
-        extra_fetches = self.extra_action_out(input_dict, state_batches, model, action_dist)
+        if graph_fetches is None:
+            extra_fetches = self.extra_action_out(input_dict, state_batches, model, action_dist)
+        else:
+            extra_fetches = graph_fetches
         if dist_inputs is not None:
             extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = dist_inputs
         if logp is not None:
@@ -366,19 +372,22 @@ class TorchPolicy(TrainingTemplate, Policy):
         mode = read_checked(self.config, "torch_compile_acting")
         if not mode:
             return False
+        hook = self._extra_action_out_impl()
+        value_column = getattr(hook, compiled_acting.VALUE_FETCH_ATTR, None)
         reason = compiled_acting.unsupported_reason(
             model=self.model, exploration=self.exploration,
             action_sampler_fn=self.action_sampler_fn,
             action_distribution_fn=self.action_distribution_fn,
-            extra_action_out_overridden=self._extra_action_out_impl()
-            is not TorchPolicy.extra_action_out)
+            extra_action_out_overridden=(hook is not TorchPolicy.extra_action_out
+                                         and value_column is None))
         if reason is not None:
             logger.warning("%s: torch_compile_acting=%r is not used (%s); compute_actions "
                            "stays on the eager path.", type(self).__name__, mode, reason)
             return False
         _check_dist_class(self.dist_class)
         return compiled_acting.CompiledActing(self.model, self.dist_class, self.devices,
-                                              name=type(self).__name__)
+                                              name=type(self).__name__,
+                                              value_column=value_column)
 
     def _extra_action_out_impl(self) -> Callable:
         """The ``extra_action_out`` that runs: for a ``build_policy_class`` class

@@ -366,13 +366,18 @@ def test_graphs_keep_the_batch_is_training_flag():
     assert _traces(compiled) == 2
 
 
-def test_built_policy_classes_pg_compiles_ppo_stays_eager(caplog):
+@pytest.mark.parametrize("vf_share_layers", [False, True])
+def test_built_policy_classes_pg_and_ppo_compile(vf_share_layers, caplog):
     from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy
     from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
 
+    def q_fetches(policy, input_dict, state_batches, model, action_dist):
+        return {"last": model.last_output()}  # (reads the model: stays eager)
+
+    PGWithFetch = PGTorchPolicy.with_updates(name="PGWithFetch", extra_action_out_fn=q_fetches)
     obs = np.random.default_rng(13).uniform(-1, 1, (3, 6)).astype(np.float32)
-    config = {"model": {"fcnet_hiddens": [8]}}
-    for cls in (PGTorchPolicy, PPOTorchPolicy):
+    config = {"model": {"fcnet_hiddens": [8], "vf_share_layers": vf_share_layers}}
+    for cls in (PGTorchPolicy, PPOTorchPolicy, PGWithFetch):
         torch.manual_seed(0)
         eager = cls(OBS, gym.spaces.Discrete(3), dict(config))
         caplog.clear()
@@ -387,9 +392,16 @@ def test_built_policy_classes_pg_compiles_ppo_stays_eager(caplog):
                 _assert_same(expected, compiled.compute_actions(obs, explore=explore))
         messages = [r.getMessage() for r in caplog.records
                     if "torch_compile_acting" in r.getMessage()]
-        if cls is PGTorchPolicy:  # (no extra_action_out_fn: the base's empty one)
-            assert not messages and _traces(compiled) >= 2  # (+ the loss-init dummy batch)
-        else:  # PPO's extra_action_out_fn reads model.value_function()
-            assert "vf_preds" in expected[2]
+        if cls is PGWithFetch:
             assert len(messages) == 1 and "extra_action_out" in messages[0]
             assert compiled._compiled_acting is False
+            continue
+        # PG has no extra_action_out_fn; PPO's vf_preds_fetches is marked as the
+        # plain value fetch, which the graph computes itself.
+        assert not messages and _traces(compiled) >= 2  # (+ the loss-init dummy batch)
+        if cls is PPOTorchPolicy:
+            assert expected[2]["vf_preds"].shape == (3,)
+            with torch.no_grad():  # the value by the model's own eager forward pass
+                eager.model({"obs": torch.from_numpy(obs)}, [], None)
+                vf = eager.model.value_function().numpy()
+            np.testing.assert_allclose(expected[2]["vf_preds"], vf, atol=ATOL)

@@ -53,6 +53,12 @@ MODES = (False, None, "jit")
 #: Compiled graphs kept per policy (least recently used dropped first).
 MAX_GRAPHS = 8
 
+#: An ``extra_action_out`` (or ``extra_action_out_fn``) that returns exactly
+#: ``{column: model.value_function()}`` and reads nothing else may say so with
+#: this attribute set to ``column`` (PPO's ``vf_preds_fetches`` does): the
+#: graph then computes the value too, and the hook itself is not called.
+VALUE_FETCH_ATTR = "compiled_acting_value_fetch"
+
 
 def unsupported_reason(*, model: Any, exploration: Any, action_sampler_fn: Any,
                        action_distribution_fn: Any, extra_action_out_overridden: bool
@@ -63,8 +69,9 @@ def unsupported_reason(*, model: Any, exploration: Any, action_sampler_fn: Any,
     ``StochasticSampling``'s action choice; it leaves nothing behind on the
     model (its ``last_output()``, the features ``value_function()`` reads), so
     an ``extra_action_out`` of the policy's own, which may read them, keeps the
-    eager path, as do custom samplers, distribution functions and other
-    exploration classes (their Python logic runs per call).
+    eager path (unless it is marked with :data:`VALUE_FETCH_ATTR`; the caller
+    passes False then), as do custom samplers, distribution functions and
+    other exploration classes (their Python logic runs per call).
     """
     from rlpolicy.utils.exploration.stochastic_sampling import StochasticSampling
 
@@ -109,22 +116,24 @@ class _ActingGraph(nn.Module if nn is not None else object):  # type: ignore[mis
 
     ``forward(*inputs)`` takes the input columns (``keys``), the state tensors
     and ``seq_lens`` and returns one flat tuple: the action leaves, the logp
-    (explore only), the distribution inputs and the state-outs. The action
-    structure and the number of state-outs are kept from the tracing run.
+    (explore only), the distribution inputs, the state-outs and (with
+    ``with_value``) ``model.value_function()``. The action structure and the
+    number of state-outs are kept from the tracing run.
     """
 
     def __init__(self, model: Any, dist_class: Any, explore: bool, keys: Sequence[str],
-                 num_states: int, is_training: bool = False):
+                 num_states: int, is_training: bool = False, with_value: bool = False):
         super().__init__()
         self.model = model
         self.__dict__["_layout"] = (dist_class, bool(explore), tuple(keys), num_states,
-                                    bool(is_training))
+                                    bool(is_training), bool(with_value))
         self.__dict__["structure"] = None  # (action structure, number of state-outs)
 
     def forward(self, *inputs: Any) -> Tuple[Any, ...]:
         from rlpolicy.policy.sample_batch import SampleBatch
 
-        dist_class, explore, keys, num_states, is_training = self.__dict__["_layout"]
+        dist_class, explore, keys, num_states, is_training, with_value = \
+            self.__dict__["_layout"]
         columns = SampleBatch(dict(zip(keys, inputs[:len(keys)])), _is_training=is_training)
         states = list(inputs[len(keys):len(keys) + num_states])
         dist_inputs, state_out = self.model(columns, states, inputs[-1])
@@ -136,7 +145,8 @@ class _ActingGraph(nn.Module if nn is not None else object):  # type: ignore[mis
             actions, logp = dist.deterministic_sample(), ()
         state_out = list(state_out)
         self.__dict__["structure"] = (actions, len(state_out))
-        return tuple(tree.flatten(actions)) + logp + (dist_inputs,) + tuple(state_out)
+        value = (self.model.value_function(),) if with_value else ()
+        return tuple(tree.flatten(actions)) + logp + (dist_inputs,) + tuple(state_out) + value
 
 
 class TraceRejected(Exception):
@@ -189,11 +199,15 @@ class CompiledActing:
         devices: The policy's devices (their random generators are kept
             unchanged while tracing).
         name: How log lines name the policy.
+        value_column: With a column name, the graphs also compute
+            ``model.value_function()`` (see :data:`VALUE_FETCH_ATTR`).
     """
 
-    def __init__(self, model: Any, dist_class: Any, devices: List[Any], name: str = "policy"):
+    def __init__(self, model: Any, dist_class: Any, devices: List[Any], name: str = "policy",
+                 value_column: Optional[str] = None):
         self.model = model
         self.dist_class = dist_class
+        self.value_column = value_column
         self.devices = list(devices)
         self.name = name
         self.graphs: "collections.OrderedDict[Any, Tuple[Any, Any, int, int]]" = \
@@ -207,8 +221,10 @@ class CompiledActing:
         self.graphs.clear()
 
     def run(self, columns: Dict[str, Any], states: List[Any], seq_lens: Any, explore: bool,
-            is_training: bool = False) -> Optional[Tuple[Any, Any, Any, List[Any]]]:
-        """The graph's ``(actions, logp, dist_inputs, state_outs)`` for these inputs.
+            is_training: bool = False) -> Optional[Tuple[Any, Any, Any, List[Any], Any]]:
+        """The graph's ``(actions, logp, dist_inputs, state_outs, value)`` for these
+        inputs (``value``: ``model.value_function()`` with a ``value_column``,
+        else None).
 
         Args:
             columns: The model input columns (name -> tensor), e.g. ``obs``.
@@ -246,12 +262,14 @@ class CompiledActing:
             structure, list(flat[:num_leaves]))
         logp = flat[num_leaves] if explore else None
         rest = flat[num_leaves + (1 if explore else 0):]
-        return actions, logp, rest[0], list(rest[1:1 + num_state_outs])
+        value = rest[1 + num_state_outs] if self.value_column is not None else None
+        return actions, logp, rest[0], list(rest[1:1 + num_state_outs]), value
 
     def _compile(self, signature: Any, keys: Tuple[str, ...], num_states: int,
                  inputs: Tuple[Any, ...], explore: bool, is_training: bool
                  ) -> Optional[Tuple[Any, Any, int, int]]:
-        graph = _ActingGraph(self.model, self.dist_class, explore, keys, num_states, is_training)
+        graph = _ActingGraph(self.model, self.dist_class, explore, keys, num_states, is_training,
+                             with_value=self.value_column is not None)
         try:
             traced = _trace(graph, inputs, self.devices)
         except Exception as e:  # anything the tracer cannot record: stay eager
@@ -280,4 +298,4 @@ class CompiledActing:
 
 
 __all__ = ["CompiledActing", "GraphSample", "MODES", "MAX_GRAPHS", "TraceRejected",
-           "unsupported_reason"]
+           "VALUE_FETCH_ATTR", "unsupported_reason"]
