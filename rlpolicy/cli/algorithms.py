@@ -133,7 +133,10 @@ LOOP_KEYS = ("num_envs", "eval_every")
 # a greedy evaluation every iteration, i.e. every 2000 steps, on the same training run).
 # So PPO evaluates every iteration ("eval_every": 1): an evaluation of a weak policy ends
 # with its short episodes, and the full 20 x 500 steps are played only near the end.
-# benchmarks/bench_training.py: see the README's table for the measured steps and seconds.
+# benchmarks/bench_training.py, torch seeds 0-4: 12k/18k/6k/14k/4k steps (median 12k; by the
+# training-mean trigger 104k/66k/72k on seeds 0-2, 60k-104k over 0-4, median 72k), 4.4 s of
+# CPU time for the median seed (evaluations included); tf seeds 0-2: 16k/10k/26k; SB3's PPO
+# with RL Zoo's CartPole settings, same rule and cadence: 24k/24k/14k/20k/14k.
 _PPO_CPU = {"lr": 2e-3, "train_batch_size": 2000, "sgd_minibatch_size": 256, "num_sgd_iter": 8,
             "lambda": 0.95, "vf_clip_param": 1e4, "vf_loss_coeff": 0.5, "entropy_coeff": 0.0,
             "rollout_fragment_length": 400,
