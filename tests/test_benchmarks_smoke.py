@@ -20,6 +20,8 @@ SMALL = {
     "bench_tf_policy.py": (["--quick", "--repeats", "1"], "compute_actions batch=1", ("tensorflow",)),
     "bench_sampling.py": (["--workers", "0", "--rounds", "1", "--envs", "2", "--fragment", "10"],
                           "steps/s", ("torch",)),
+    "bench_deterministic_towers.py": (["--quick", "--repeats", "1", "--frameworks", "torch"],
+                                      "exact/default", ("torch",)),
     "bench_training.py": (["--frameworks", "torch", "--seeds", "0", "--max-steps", "1500",
                            "--max-seconds", "10"], "README promise", ("torch",)),
 }
