@@ -424,3 +424,39 @@ def test_metadata_and_a_second_export_replacing_the_first(tmp_path):
     policy.export_model(str(tmp_path), onnx=13, pipeline=True)
     assert sorted(os.listdir(tmp_path)) == ["pipeline.json", "pipeline.onnx"]
     assert PipelineContract.read(str(tmp_path)).format == "onnx"
+
+
+def _cli(argv, capsys):
+    from rlpolicy.cli import commands
+
+    try:
+        code = commands.main(argv)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("framework", ["tf", "tf2"])
+def test_cli_export_pipeline(framework, tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    run = tmp_path / "run"
+    code, out, err = _cli(["train", "--algo", "pg", "--env", "CartPole-v1", "--framework",
+                           framework, "--stop-timesteps", "100", "--stop-reward", "1e9",
+                           "--eval-episodes", "1", "--out", str(run), "--progress-bar", "off",
+                           "--config", json.dumps({"train_batch_size": 100,
+                                                   "model": {"fcnet_hiddens": [8]}})], capsys)
+    assert code == 1, err  # the step budget ends the run
+    consumer = "tf.saved_model.load" if tf.executing_eagerly() or framework == "tf2" \
+        else "tf.compat.v1.saved_model.load (Session)"
+    for fmt, artifact, loader in (("savedmodel", "pipeline_savedmodel", consumer),
+                                  ("onnx", "pipeline.onnx", "onnxruntime.InferenceSession")):
+        code, out, err = _cli(["export", str(run), "--format", fmt, "--pipeline"], capsys)
+        assert code == 0, err
+        folder = run / f"export_{fmt}_pipeline"
+        assert f"exported {fmt} pipeline to {folder / artifact}; verified: loaded back with " \
+               f"{loader}, max |actions - compute_actions| = " in out
+        contract, run_artifact = _load(str(folder))
+        obs = np.array([[0.01, -0.02, 0.03, 0.0], [0.1, 0.5, -0.1, -0.4]], np.float32)
+        actions = run_artifact(contract.feeds(obs))["actions"]
+        assert actions.dtype == np.int64 and set(actions.tolist()) <= {0, 1}
