@@ -1,7 +1,8 @@
 """TorchPolicy.compute_actions: eager against config["torch_compile_acting"]="jit".
 
-Two policies with the same weights (2x256 tanh FC net with a Discrete(4) head,
-and a 64-cell LSTM on top of a 64-unit layer), numpy in / numpy out, at batch 1
+Two policies with the same weights (a 2x256 tanh FC net with a Discrete(4)
+head; PPOTorchPolicy with that net and its separate value net, ``vf_preds``
+fetched; a 64-cell LSTM on top of a 64-unit layer), numpy in / numpy out, at batch 1
 and batch 256, explore False and True. The calls run interleaved (eager, jit,
 jit, eager, ...) in one process; reported are the median microseconds per call
 (CPU time of the calling thread, torch at one thread, so that other load on the
@@ -18,26 +19,33 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple, Type
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
 from rlpolicy.policy.torch_policy import TorchPolicy
 
 OBS = gym.spaces.Box(-1.0, 1.0, (8,), np.float32)
 ACT = gym.spaces.Discrete(4)
-MODELS = {
-    "fc 2x256": {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"},
-    "lstm 64": {"fcnet_hiddens": [64], "use_lstm": True, "lstm_cell_size": 64},
+FC = {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"}
+MODELS: Dict[str, Tuple[Type, Dict]] = {
+    "fc 2x256": (TorchPolicy, FC),
+    # PPO's own policy class: separate 2x256 policy and value nets, vf_preds fetched.
+    "ppo 2x256": (PPOTorchPolicy, FC),
+    "lstm 64": (TorchPolicy, {"fcnet_hiddens": [64], "use_lstm": True, "lstm_cell_size": 64}),
+    # The FC net with graphs at every batch size: on CPU the policy leaves feed-forward
+    # batches above compiled_acting.CPU_FEEDFORWARD_MAX_BATCH to the eager path.
+    "fc forced": (TorchPolicy, FC),
 }
 
 
-def _policies(model_config: Dict) -> List[TorchPolicy]:
+def _policies(cls: Type, model_config: Dict) -> List[TorchPolicy]:
     torch.manual_seed(0)
-    eager = TorchPolicy(OBS, ACT, {"model": dict(model_config)})
-    jit = TorchPolicy(OBS, ACT, {"model": dict(model_config), "torch_compile_acting": "jit"})
+    eager = cls(OBS, ACT, {"model": dict(model_config)})
+    jit = cls(OBS, ACT, {"model": dict(model_config), "torch_compile_acting": "jit"})
     jit.set_weights(eager.get_weights())
     return [eager, jit]
 
@@ -69,8 +77,11 @@ def _interleaved(fns: List[Callable[[], object]], calls: int, repeats: int) -> L
 def bench_policies(repeats: int, quick: bool) -> None:
     print(f"{'model':10} {'batch':>5} {'explore':>7} {'eager us':>10} {'jit us':>10} {'jit/eager':>9}")
     rng = np.random.default_rng(0)
-    for name, model_config in MODELS.items():
-        eager, jit = _policies(model_config)
+    for name, (cls, model_config) in MODELS.items():
+        eager, jit = _policies(cls, model_config)
+        if name == "fc forced":
+            jit.compute_actions(np.zeros((1, 8), np.float32))  # (makes the graph cache)
+            jit._compiled_acting.feedforward_max_batch = None
         for batch in (1, 256):
             obs = rng.uniform(-1, 1, (batch, 8)).astype(np.float32)
             states = [np.repeat(s[None], batch, 0) for s in eager.get_initial_state()]
@@ -91,7 +102,7 @@ def bench_torch_compile(repeats: int, quick: bool) -> None:
 
     print(f"\n{'graph':10} {'batch':>5} {'explore':>7} {'eager us':>10} {'compile us':>10} "
           f"{'ratio':>9}  (compile time s)")
-    eager_policy, _ = _policies(MODELS["fc 2x256"])
+    eager_policy, _ = _policies(*MODELS["fc 2x256"])
     rng = np.random.default_rng(0)
     for batch in (1, 256):
         obs = torch.from_numpy(rng.uniform(-1, 1, (batch, 8)).astype(np.float32))

@@ -385,9 +385,12 @@ class TorchPolicy(TrainingTemplate, Policy):
                            "stays on the eager path.", type(self).__name__, mode, reason)
             return False
         _check_dist_class(self.dist_class)
+        # (on CPU, large feed-forward batches stay eager: the graphs measured no faster)
+        limit = compiled_acting.CPU_FEEDFORWARD_MAX_BATCH if self.device.type == "cpu" else None
         return compiled_acting.CompiledActing(self.model, self.dist_class, self.devices,
                                               name=type(self).__name__,
-                                              value_column=value_column)
+                                              value_column=value_column,
+                                              feedforward_max_batch=limit)
 
     def _extra_action_out_impl(self) -> Callable:
         """The ``extra_action_out`` that runs: for a ``build_policy_class`` class

@@ -143,7 +143,8 @@ def test_compiled_matches_eager_over_steps(case, explore):
 
 def test_explore_samples_follow_the_seed_and_differ_from_deterministic():
     eager, compiled = _pair("fc-discrete")
-    obs = np.random.default_rng(2).uniform(-1, 1, (256, 6)).astype(np.float32)
+    n = compiled_acting.CPU_FEEDFORWARD_MAX_BATCH  # (the largest the graphs take on CPU)
+    obs = np.random.default_rng(2).uniform(-1, 1, (n, 6)).astype(np.float32)
     # Flat logits near zero: sampled actions spread over the 4 actions.
     torch.manual_seed(3)
     sampled = compiled.compute_actions(obs, explore=True)
@@ -152,6 +153,7 @@ def test_explore_samples_follow_the_seed_and_differ_from_deterministic():
     _assert_same(eager.compute_actions(obs, explore=True), sampled)
     assert len(np.unique(sampled[0])) > 1
     assert not np.array_equal(sampled[0], greedy[0])
+    assert _traces(compiled) == 2
     # Greedy = argmax of the distribution inputs; deterministic logp is 0 (prob 1).
     np.testing.assert_array_equal(greedy[0], greedy[2]["action_dist_inputs"].argmax(-1))
     np.testing.assert_allclose(greedy[2]["action_logp"], 0.0)
@@ -159,7 +161,7 @@ def test_explore_samples_follow_the_seed_and_differ_from_deterministic():
     logits = sampled[2]["action_dist_inputs"].astype(np.float64)
     log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     np.testing.assert_allclose(sampled[2]["action_logp"],
-                               log_softmax[np.arange(256), sampled[0]], atol=ATOL)
+                               log_softmax[np.arange(len(obs)), sampled[0]], atol=ATOL)
 
 
 def test_from_input_dict_matches_eager():
@@ -405,3 +407,16 @@ def test_built_policy_classes_pg_and_ppo_compile(vf_share_layers, caplog):
                 eager.model({"obs": torch.from_numpy(obs)}, [], None)
                 vf = eager.model.value_function().numpy()
             np.testing.assert_allclose(expected[2]["vf_preds"], vf, atol=ATOL)
+
+
+def test_large_feedforward_batches_stay_eager_on_cpu_recurrent_ones_compile():
+    limit = compiled_acting.CPU_FEEDFORWARD_MAX_BATCH
+    rng = np.random.default_rng(14)
+    for case, expect_traces in (("fc-discrete", 1), ("lstm-discrete", 2)):
+        eager, compiled = _pair(case)
+        for n in (limit, limit + 1):
+            obs, states, _ = _inputs(eager, rng, n)
+            _assert_same(eager.compute_actions(obs, states, explore=False),
+                         compiled.compute_actions(obs, states, explore=False))
+        # Feed-forward: only the batch at the limit traced; recurrent: both.
+        assert _traces(compiled) == expect_traces, case

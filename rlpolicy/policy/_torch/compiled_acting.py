@@ -4,16 +4,18 @@ An rlpolicy extension (RLlib 1.11 has no such option). With
 ``torch_compile_acting="jit"`` the forward pass of ``compute_actions`` -- the
 model call (``ModelV2.__call__``: obs restoring, ``forward``), the action
 distribution and its deterministic or sampled action with the sample's
-log-likelihood -- runs as one ``torch.jit.trace`` graph instead of op by op
-through Python. It gives the same actions, log-likelihoods, distribution
-inputs and state-outs as the eager path, for the same seed too: the graph
+log-likelihood, and PPO's value estimate (see :data:`VALUE_FETCH_ATTR`) --
+runs as one ``torch.jit.trace`` graph instead of op by op through Python. It
+gives the same actions, log-likelihoods, distribution inputs, state-outs and
+values as the eager path, for the same seed too: the graph
 calls the same ops in the same order, so it draws the same random numbers
 from torch's generators (tracing itself runs under ``torch.random.fork_rng``
 and leaves them untouched).
 
 A trace is specialised to its inputs' shapes and dtypes (the batch size
-included), so :class:`CompiledActing` keeps one graph per (``explore``, input
-columns, shapes, dtypes) in a small LRU cache; a new batch size costs one trace.
+included), so :class:`CompiledActing` keeps one graph per (``explore``, the
+batch's ``is_training`` flag, input columns, shapes, dtypes) in a small LRU
+cache; a new batch size costs one trace.
 The graphs share the model's parameters, so weight updates made in place
 (``set_weights``, optimizer steps, ``load_state_dict``) reach them;
 :meth:`CompiledActing.clear` drops them all, for anything else.
@@ -22,14 +24,16 @@ What cannot be traced faithfully goes back to the eager path, logged once per
 policy: an exception while tracing, or Python control flow on tensor values
 in code outside torch and rlpolicy (a custom model's ``if x.sum() > 0:``,
 reported by torch as a ``TracerWarning``; torch's and rlpolicy's own such
-conversions are shape checks, safe in a graph kept per shape). Which policies qualify at all is
-:func:`unsupported_reason`'s decision.
+conversions are shape checks, safe in a graph kept per shape). Which
+policies qualify at all is :func:`unsupported_reason`'s decision.
 
 Why not ``torch.compile``: measured with ``benchmarks/bench_compiled_acting.py``
 on CPU, ``torch.compile`` (inductor) of the same graph was 1.5x to 1.7x
 slower than the graph run eagerly, at batch 1 and at batch 256, after 3 to
 25 s (up to minutes) of compiling per graph on a shared 2-core machine; so
-only the ``"jit"`` mode is offered.
+only the ``"jit"`` mode is offered. (torch 2.x marks ``torch.jit.trace``
+deprecated in favour of ``torch.compile``/``torch.export``; the traced graphs
+run as before, and that notice is not passed on.)
 """
 from __future__ import annotations
 
@@ -47,11 +51,15 @@ torch, nn = try_import_torch()
 
 logger = logging.getLogger(__name__)
 
-#: The values ``config["torch_compile_acting"]`` takes (False/None: the eager path).
-MODES = (False, None, "jit")
-
 #: Compiled graphs kept per policy (least recently used dropped first).
 MAX_GRAPHS = 8
+
+#: On CPU, feed-forward (non-recurrent) batches larger than this stay eager:
+#: there the matrix products dominate and the graph measured no faster (FC
+#: 2x256 at batch 256: 0.98x to 1.13x the eager time), while recurrent models
+#: gain at every batch size and feed-forward ones at small batches
+#: (``benchmarks/bench_compiled_acting.py``, figures in docs/compiled_acting.md).
+CPU_FEEDFORWARD_MAX_BATCH = 16
 
 #: An ``extra_action_out`` (or ``extra_action_out_fn``) that returns exactly
 #: ``{column: model.value_function()}`` and reads nothing else may say so with
@@ -201,13 +209,17 @@ class CompiledActing:
         name: How log lines name the policy.
         value_column: With a column name, the graphs also compute
             ``model.value_function()`` (see :data:`VALUE_FETCH_ATTR`).
+        feedforward_max_batch: Calls without state inputs and with more rows
+            than this take the eager path (None: no limit); see
+            :data:`CPU_FEEDFORWARD_MAX_BATCH`.
     """
 
     def __init__(self, model: Any, dist_class: Any, devices: List[Any], name: str = "policy",
-                 value_column: Optional[str] = None):
+                 value_column: Optional[str] = None, feedforward_max_batch: Optional[int] = None):
         self.model = model
         self.dist_class = dist_class
         self.value_column = value_column
+        self.feedforward_max_batch = feedforward_max_batch
         self.devices = list(devices)
         self.name = name
         self.graphs: "collections.OrderedDict[Any, Tuple[Any, Any, int, int]]" = \
@@ -236,11 +248,15 @@ class CompiledActing:
                 sees it.
 
         Returns:
-            None where this signature cannot be compiled (the caller then
+            None where this signature cannot be compiled or the batch is
+            left to the eager path (``feedforward_max_batch``; the caller then
             takes the eager path); after a failed trace always None.
         """
         if self.disabled is not None:
             return None
+        limit = self.feedforward_max_batch
+        if limit is not None and not states and seq_lens.shape[0] > limit:
+            return None  # (a large feed-forward batch: the eager path is as fast)
         keys = tuple(sorted(columns)) if len(columns) > 1 else tuple(columns)
         inputs = tuple(columns[k] for k in keys) + tuple(states) + (seq_lens,)
         layout = []
@@ -297,5 +313,5 @@ class CompiledActing:
         return entry
 
 
-__all__ = ["CompiledActing", "GraphSample", "MODES", "MAX_GRAPHS", "TraceRejected",
+__all__ = ["CPU_FEEDFORWARD_MAX_BATCH", "CompiledActing", "GraphSample", "MAX_GRAPHS", "TraceRejected",
            "VALUE_FETCH_ATTR", "unsupported_reason"]
