@@ -14,6 +14,7 @@ from typing import Any, Sequence, Tuple
 
 import gymnasium as gym
 
+from rlpolicy.models.tf.functional_replay import KerasReplay
 from rlpolicy.models.tf.layers.noisy_layer import NoisyLayer
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.utils.annotations import DeveloperAPI
@@ -54,6 +55,10 @@ class DistributionalQTFModel(TFModelV2):
         scores = self._head(keras, "A", model_out, n_scores,
                             skip_output=not q_hiddens and not use_noisy)
         self.q_value_head = keras.Model(model_out, scores)
+        # Eager calls of the heads replay their layers (models/tf/functional_replay.py)
+        # where that is exact; noisy or LayerNorm heads go through Keras.
+        self._q_head_replay = KerasReplay()
+        self._value_head_replay = KerasReplay()
         if dueling:
             self.state_value_head = keras.Model(model_out, self._head(keras, "V", model_out, num_atoms))
 
@@ -78,7 +83,7 @@ class DistributionalQTFModel(TFModelV2):
         probs_or_logits)`` with one atom, ``(scores, z, support_logits,
         logits, probs_or_logits)`` with several."""
         with self.context():  # graph/eager Keras flavour of this model
-            action_scores = self.q_value_head(model_out)
+            action_scores = self._q_head_replay(self.q_value_head, model_out)
         if self.num_atoms == 1:
             ones = tf.expand_dims(tf.ones_like(action_scores), -1)
             return action_scores, ones, ones
@@ -99,7 +104,7 @@ class DistributionalQTFModel(TFModelV2):
             raise ValueError(f"{type(self).__name__}.get_state_value: the model has no value "
                              "head; build it with dueling=True")
         with self.context():
-            return self.state_value_head(model_out)
+            return self._value_head_replay(self.state_value_head, model_out)
 
 
 __all__ = ["DistributionalQTFModel"]
