@@ -217,28 +217,26 @@ def export_eager_pipeline(export_dir: str, *, model: Any, dist_class: Any,
     names = list(probe.output_names)
     in_specs.append(tf.TensorSpec([None, noise_dim], tf.float32, name=pc.NOISE_INPUT))
 
-    def flat(*args: Any) -> List[Any]:
+    def flat(*args: Any) -> Dict[str, Any]:
         body = _pipeline_body(tf, plan, list(args[:-1]), forward, model)
-        return body.finish(args[-1])
+        return dict(zip(names, body.finish(args[-1])))
 
+    # (One trace serves the metadata, the SavedModel signature and tf2onnx.)
     fn = tf.function(flat, input_signature=in_specs, autograph=False)
     example = plan.zeros(tf, pc.TRACE_BATCH_SIZE) + [tf.zeros([pc.TRACE_BATCH_SIZE, noise_dim])]
     eager_out = fn(*example)
-    contract = plan.contract(probe, [(t.dtype.as_numpy_dtype, t.shape.as_list())
-                                     for t in eager_out],
+    contract = plan.contract(probe, [(eager_out[k].dtype.as_numpy_dtype, eager_out[k].shape.as_list())
+                                     for k in names],
                              dist_class, exploration, onnx, "tf2")
 
     def write(tmp: str) -> None:
         if onnx:
-            _function_to_onnx(fn, in_specs, names, tmp, onnx)
+            _function_to_onnx(fn, in_specs, tmp, onnx)
             return
         module = tf.Module()
         module.model_variables = list(model.variables())
-        module.flat = fn
-        signature = tf.function(lambda **kw: dict(zip(names, fn(*[kw[s.name] for s in in_specs]))),
-                                input_signature=None, autograph=False)
-        concrete = signature.get_concrete_function(**{s.name: s for s in in_specs})
-        tf.saved_model.save(module, tmp, signatures={_SIGNATURE: concrete})
+        module.serve = fn
+        tf.saved_model.save(module, tmp, signatures={_SIGNATURE: fn.get_concrete_function()})
 
     _write_verified(export_dir, contract, write, _reference(compute_actions, plan),
                     batch_sizes, steps)
@@ -657,17 +655,20 @@ def _graph_to_onnx(graph: Any, inputs: Dict[str, Any], outputs: Dict[str, Any], 
     _save_onnx(model, path)
 
 
-def _function_to_onnx(fn: Any, specs: List[Any], names: List[str], path: str,
-                      opset: int) -> None:
-    """Converts the eager pipeline's ``tf.function`` with tf2onnx (contract names)."""
+def _function_to_onnx(fn: Any, specs: List[Any], path: str, opset: int) -> None:
+    """Converts the eager pipeline's ``tf.function`` (returning ``{name: tensor}``)
+    with tf2onnx; its ONNX inputs and outputs carry the contract's names."""
     from rlpolicy.policy._tf.export import import_tf2onnx
 
     tf2onnx = import_tf2onnx()
     _, tf = _tf()
-    concrete = fn.get_concrete_function(*specs)
-    outs = [t.name for t in concrete.outputs if t.dtype != tf.resource]
+    concrete = fn.get_concrete_function()
+    # (the graph outputs follow tf.nest's flattening of the returned dict: sorted keys)
+    names = tf.nest.flatten({k: k for k in concrete.structured_outputs})
+    outs = dict(zip(names, [t.name for t in concrete.outputs if t.dtype != tf.resource]))
     model, _ = tf2onnx.convert.from_function(fn, input_signature=specs, opset=int(opset))
-    _rename_onnx_io(model, {f"{s.name}:0": s.name for s in specs}, dict(zip(outs, names)))
+    _rename_onnx_io(model, {f"{s.name}:0": s.name for s in specs},
+                    {outs[k]: k for k in concrete.structured_outputs})  # (contract order)
     _save_onnx(model, path)
 
 
@@ -696,6 +697,14 @@ def _rename_onnx_io(model: Any, inputs: Dict[str, str], outputs: Dict[str, str])
     missing = [n for n in outputs.values() if n not in {v.name for v in graph.output}]
     if missing:
         raise RuntimeError(f"tf2onnx's model has no outputs for {missing}")
+    # In the contract's order (the order ``outputs`` lists them).
+    rank = {name: i for i, name in enumerate(outputs.values())}
+    ordered = sorted(graph.output, key=lambda v: rank.get(v.name, len(rank)))
+    copies = [type(v)() for v in ordered]
+    for copy, value in zip(copies, ordered):
+        copy.CopyFrom(value)
+    del graph.output[:]
+    graph.output.extend(copies)
 
 
 def _save_onnx(model: Any, path: str) -> None:
