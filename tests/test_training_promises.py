@@ -54,3 +54,15 @@ def test_variant_overrides_merge_into_the_defaults_and_bad_ones_are_refused():
     for bad in ("kl0", "={}", 'x=[1]', "x={nope"):
         with pytest.raises(argparse.ArgumentTypeError, match="--variant"):
             bench._variant(bad)
+
+
+def test_main_job_defaults_evaluate_every_iteration_and_solve_early():
+    """PPO torch with the shipped CartPole-v1 defaults (the main job): a greedy evaluation after
+    every 2000-step iteration, so a seed that solves early stops early (seed 4: at 4k steps,
+    while its training mean is still far below 475; a few seconds)."""
+    pytest.importorskip("torch")
+    bench = _bench()
+    r = bench.run_rlpolicy("ppo", "torch", 4, max_steps=20_000, max_seconds=300)
+    assert r["solved"] and r["eval_mean"] >= 475, r
+    assert r["steps"] <= 20_000 and r["steps"] % 2000 == 0
+    assert r["evaluations"] == r["steps"] // 2000  # one per iteration, none after solving
