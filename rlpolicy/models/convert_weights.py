@@ -217,6 +217,27 @@ def canonical_weights(weights: Mapping[str, Any], layout: Optional[str] = None,
     return out
 
 
+def _check_flatten_order(canonical: Mapping[str, np.ndarray]) -> None:
+    """An LSTM over a conv net reads the flattened last conv output: torch flattens
+    it channels-first (NCHW), TF channels-last (NHWC). They agree only for a 1x1
+    output, the only case converted (the spatial size is not in the weights).
+
+    Raises:
+        ValueError: The LSTM's input is wider than the last conv layer's channels.
+    """
+    convs = sorted((int(m.group(1)), v) for k, v in canonical.items()
+                   if (m := re.fullmatch(r"conv(\d+)/kernel", k)))
+    lstm_kernel = canonical.get(f"{_LSTM}/kernel")
+    if not convs or lstm_kernel is None:
+        return
+    channels, width = convs[-1][1].shape[-1], lstm_kernel.shape[0]
+    if width != channels:
+        raise ValueError(f"convert_weights: {_LSTM}/kernel reads {width} flattened conv features from "
+                         f"{channels} channels (a conv output larger than 1x1, or prev-action/reward "
+                         "inputs); torch flattens NCHW and TF NHWC, and the rows cannot be reordered "
+                         "without the spatial size: not converted")
+
+
 def _unused_inner_value_head(name: str, canonical: Mapping[str, Any]) -> bool:
     """The wrapped model's own value head inside a TF LSTMWrapper: never used (the
     wrapper's ``values`` layer gives the value), and torch's wrapper has none."""
@@ -257,6 +278,8 @@ def adapt_weights(weights: Mapping[str, Any], target: Mapping[str, Any], target_
         names = {str(k): v for k, v in (target_names or {}).items()} or {
             str(k): _eager_canonical(str(k)) for k in target}
     canonical = canonical_weights(weights, src_layout, list(names.values()))
+    if src_layout == "torch":
+        _check_flatten_order(canonical)
     by_name = {name: key for key, name in names.items()}
     unknown = [n for n in canonical if n not in by_name]
     if unknown:
@@ -281,6 +304,7 @@ def _adapt_to_torch(weights: Mapping[str, Any], src_layout: str, target: Mapping
         canonical_src = None
     else:
         canonical_src = canonical_weights(weights, src_layout)
+        _check_flatten_order(canonical_src)
     if canonical_src is None:
         return {str(k): np.asarray(v) for k, v in weights.items()}
     names = torch_to_canonical_names([str(k) for k in target], list(canonical_src))
@@ -345,6 +369,9 @@ def convert_weights(src: Any, dst: Any, *, assign: bool = True) -> Dict[str, np.
         ValueError: Naming the first key without a counterpart or whose shape
             differs; nothing is assigned then.
     """
+    if isinstance(src, (list, tuple)):
+        raise ValueError("convert_weights: a list of weights has no keys to convert by; pass the policy "
+                         "or its get_weights(as_dict=True) dict")
     weights = src if isinstance(src, Mapping) else _policy_weights(src)
     layout = _policy_layout(dst)
     target = _policy_weights(dst)

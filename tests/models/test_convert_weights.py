@@ -34,6 +34,8 @@ CASES = {
     "conv-separate-vf": (IMG, DISCRETE, {"conv_filters": CONV, "vf_share_layers": False}),
     "lstm": (VEC, DISCRETE, {"fcnet_hiddens": [6], "use_lstm": True, "lstm_cell_size": 5,
                              "max_seq_len": 4}),
+    "conv-lstm": (IMG, DISCRETE, {"conv_filters": CONV, "use_lstm": True, "lstm_cell_size": 5,
+                                  "max_seq_len": 4}),
 }
 MOVES = [("torch", "tf"), ("torch", "tf2"), ("tf", "torch"), ("tf2", "torch"), ("tf", "tf2"), ("tf2", "tf")]
 
@@ -176,3 +178,24 @@ def test_a_missing_layer_is_named():
     dst = PPOTFPolicy(obs_space, act_space, {"framework": "tf", "model": dict(model, fcnet_hiddens=[6])})
     with pytest.raises(ValueError, match="fc_2/kernel"):
         convert_weights(src, dst)
+
+
+@pytest.mark.parametrize("src_fw,dst_fw", [("torch", "tf"), ("tf", "torch")])
+def test_lstm_over_a_conv_output_larger_than_1x1_is_refused(src_fw, dst_fw):
+    """torch flattens the 2x2x8 conv output channels-first, TF channels-last: the LSTM's
+    input rows cannot be matched up from the weights alone."""
+    model = {"conv_filters": [[4, [3, 3], 2], [8, [3, 3], 2]], "use_lstm": True, "lstm_cell_size": 5,
+             "vf_share_layers": True}
+    pols = {fw: (PPOTorchPolicy if fw == "torch" else PPOTFPolicy)(
+        IMG, DISCRETE, {"framework": fw, "model": dict(model)}) for fw in (src_fw, dst_fw)}
+    before = _own_weights(pols[dst_fw])
+    with pytest.raises(ValueError, match=r"lstm/lstm_cell/kernel reads 32 flattened conv features from 8"):
+        convert_weights(pols[src_fw], pols[dst_fw])
+    for k, v in _own_weights(pols[dst_fw]).items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+def test_a_weights_list_is_refused():
+    dst = _policy("tf", "fc")
+    with pytest.raises(ValueError, match="list of weights has no keys"):
+        convert_weights(list(_policy("torch", "fc").get_weights().values()), dst)
