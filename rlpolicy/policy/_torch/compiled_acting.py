@@ -56,7 +56,7 @@ MAX_GRAPHS = 8
 
 #: On CPU, feed-forward (non-recurrent) batches larger than this stay eager:
 #: there the matrix products dominate and the graph measured no faster (FC
-#: 2x256 at batch 256: 0.98x to 1.13x the eager time), while recurrent models
+#: 2x256 at batch 256: 0.98x to 1.16x the eager time), while recurrent models
 #: gain at every batch size and feed-forward ones at small batches
 #: (``benchmarks/bench_compiled_acting.py``, figures in docs/compiled_acting.md).
 CPU_FEEDFORWARD_MAX_BATCH = 16
