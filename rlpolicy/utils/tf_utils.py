@@ -256,13 +256,27 @@ def minimize_and_clip(optimizer: LocalOptimizer, objective: TensorType, var_list
         raise ValueError(f"minimize_and_clip: clip_val must be > 0 or None, got {clip_val!r}")
     if tf.executing_eagerly():
         grads = optimizer.tape.gradient(objective, var_list)
-        grads_and_vars = list(zip(list(grads), var_list))
-    elif hasattr(optimizer, "compute_gradients"):
+        return [(_eager_clip_by_norm(g, clip_val) if clip_val is not None else g, v)
+                for g, v in zip(list(grads), var_list) if g is not None]
+    if hasattr(optimizer, "compute_gradients"):
         grads_and_vars = optimizer.compute_gradients(objective, var_list=var_list)
     else:
         grads_and_vars = list(zip(tf.gradients(objective, var_list), var_list))
     return [(tf.clip_by_norm(g, clip_val) if clip_val is not None else g, v)
             for (g, v) in grads_and_vars if g is not None]
+
+
+def _eager_clip_by_norm(grad: TensorType, clip_val: float) -> TensorType:
+    """``tf.clip_by_norm(grad, clip_val)`` in the same arithmetic with half its ops.
+
+    ``grad * clip / max(norm, clip)``, as clip_by_norm computes it; its guard
+    for a zero norm (which keeps second derivatives finite) is not needed for
+    gradients that are only applied. Eagerly every op costs Python dispatch.
+    """
+    if not isinstance(grad, tf.Tensor):  # IndexedSlices and the like: TF's own
+        return tf.clip_by_norm(grad, clip_val)
+    l2norm = tf.sqrt(tf.reduce_sum(grad * grad, keepdims=True))
+    return grad * clip_val / tf.maximum(l2norm, clip_val)
 
 
 def one_hot(x: TensorType, space: gym.Space) -> TensorType:

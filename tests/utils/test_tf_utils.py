@@ -155,3 +155,24 @@ def test_eager_minimize_and_clip_uses_tape(tf_modules):
     opt.tape = tape
     gv = tfu.minimize_and_clip(opt, loss, [w], clip_val=5.0)
     np.testing.assert_allclose(gv[0][0].numpy(), [3.0, 4.0], rtol=1e-6, atol=1e-6)
+
+
+def test_eager_minimize_and_clip_zero_small_and_unused_gradients(tf_modules):
+    """Eagerly: a zero gradient stays zero (no NaN), one under the limit is kept as it
+    is, a variable the loss does not use is dropped (numbers worked by hand)."""
+    _, tf = tf_modules
+    w, z, small, unused = (tf.Variable([3.0, 4.0]), tf.Variable([1.0, 2.0]),
+                           tf.Variable([0.3, 0.4]), tf.Variable([1.0]))
+
+    class Opt:
+        pass
+
+    opt = Opt()
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(w * w) + 0.0 * tf.reduce_sum(z) + tf.reduce_sum(small * small)
+    opt.tape = tape
+    gv = tfu.minimize_and_clip(opt, loss, [w, z, small, unused], clip_val=5.0)
+    assert [v for _, v in gv] == [w, z, small]
+    np.testing.assert_allclose(gv[0][0].numpy(), [3.0, 4.0], atol=1e-6)  # [6, 8] -> norm 5
+    np.testing.assert_array_equal(gv[1][0].numpy(), [0.0, 0.0])
+    np.testing.assert_allclose(gv[2][0].numpy(), [0.6, 0.8], atol=1e-6)  # norm 1 < 5
