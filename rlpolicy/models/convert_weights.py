@@ -177,7 +177,8 @@ def _to_torch_layout(value: np.ndarray, kind: str) -> np.ndarray:
 
 @PublicAPI
 def canonical_weights(weights: Mapping[str, Any], layout: Optional[str] = None,
-                      canonical_keys: Sequence[str] = ()) -> Dict[str, np.ndarray]:
+                      canonical_keys: Sequence[str] = (),
+                      names: Optional[Mapping[str, str]] = None) -> Dict[str, np.ndarray]:
     """A weights dict as ``{TF variable name: TF-layout array}``.
 
     Args:
@@ -186,6 +187,8 @@ def canonical_weights(weights: Mapping[str, Any], layout: Optional[str] = None,
         layout: Its layout (one of ``LAYOUTS``); default: :func:`weights_layout`.
         canonical_keys: The destination's TF names, where known (see
             :func:`torch_to_canonical_names`).
+        names: For eager weights, ``{key: TF variable name}`` (the variables' own
+            names without ``:0``); keys not in it are read off their attribute path.
 
     Raises:
         ValueError: An unknown layout, a torch key outside the catalog models, or
@@ -199,15 +202,15 @@ def canonical_weights(weights: Mapping[str, Any], layout: Optional[str] = None,
     if layout == "tf2":
         out: Dict[str, np.ndarray] = {}
         for key, value in weights.items():
-            name = _eager_canonical(str(key))
+            name = (names or {}).get(str(key)) or _eager_canonical(str(key))
             if name in out:
                 raise ValueError(f"convert_weights: eager keys map twice onto TF variable {name!r} "
                                  f"(second: {key!r}); not a single catalog model")
             out[name] = np.asarray(value)
         return out
-    names = torch_to_canonical_names([str(k) for k in weights], canonical_keys)
+    torch_names = torch_to_canonical_names([str(k) for k in weights], canonical_keys)
     out = {}
-    for key, (name, kind) in names.items():
+    for key, (name, kind) in torch_names.items():
         value = _to_tf_layout(np.asarray(weights[key]), kind)
         if kind == "bias_hh":
             continue
@@ -247,7 +250,8 @@ def _unused_inner_value_head(name: str, canonical: Mapping[str, Any]) -> bool:
 @PublicAPI
 def adapt_weights(weights: Mapping[str, Any], target: Mapping[str, Any], target_layout: str,
                   target_names: Optional[Mapping[str, str]] = None,
-                  source_layout: Optional[str] = None) -> Dict[str, np.ndarray]:
+                  source_layout: Optional[str] = None,
+                  source_names: Optional[Mapping[str, str]] = None) -> Dict[str, np.ndarray]:
     """Converts ``weights`` (any layout) to a model's own keys and layout.
 
     Args:
@@ -259,6 +263,8 @@ def adapt_weights(weights: Mapping[str, Any], target: Mapping[str, Any], target_
         target_names: For a ``"tf2"`` target, ``{key: TF variable name}`` (the
             variables' own names without ``:0``); default: read off the keys.
         source_layout: The layout of ``weights``; default: :func:`weights_layout`.
+        source_names: For eager ``weights``, ``{key: TF variable name}`` (as
+            ``target_names``).
 
     Returns:
         ``{target key: array}`` with every key of ``target``, cast to its dtype.
@@ -271,13 +277,13 @@ def adapt_weights(weights: Mapping[str, Any], target: Mapping[str, Any], target_
         raise ValueError(f"convert_weights: unknown layout {target_layout!r}; expected one of {LAYOUTS}")
     src_layout = source_layout or weights_layout(weights)
     if target_layout == "torch":
-        return _adapt_to_torch(weights, src_layout, target)
+        return _adapt_to_torch(weights, src_layout, target, source_names)
     if target_layout == "tf":
         names = {str(k): str(k) for k in target}
     else:
         names = {str(k): v for k, v in (target_names or {}).items()} or {
             str(k): _eager_canonical(str(k)) for k in target}
-    canonical = canonical_weights(weights, src_layout, list(names.values()))
+    canonical = canonical_weights(weights, src_layout, list(names.values()), source_names)
     if src_layout == "torch":
         _check_flatten_order(canonical)
     by_name = {name: key for key, name in names.items()}
@@ -298,12 +304,12 @@ def adapt_weights(weights: Mapping[str, Any], target: Mapping[str, Any], target_
     return out
 
 
-def _adapt_to_torch(weights: Mapping[str, Any], src_layout: str, target: Mapping[str, Any]
-                    ) -> Dict[str, np.ndarray]:
+def _adapt_to_torch(weights: Mapping[str, Any], src_layout: str, target: Mapping[str, Any],
+                    source_names: Optional[Mapping[str, str]] = None) -> Dict[str, np.ndarray]:
     if src_layout == "torch":
         canonical_src = None
     else:
-        canonical_src = canonical_weights(weights, src_layout)
+        canonical_src = canonical_weights(weights, src_layout, (), source_names)
         _check_flatten_order(canonical_src)
     if canonical_src is None:
         return {str(k): np.asarray(v) for k, v in weights.items()}
@@ -350,6 +356,19 @@ def _policy_weights(policy: Any) -> Dict[str, Any]:
     return dict(policy.get_weights())
 
 
+def _eager_names(policy: Any) -> Optional[Dict[str, str]]:
+    """An eager policy's ``{weights key: TF variable name}`` from its model's
+    ``variables(as_dict=True)`` (the keys ``get_weights(as_dict=True)`` uses)."""
+    variables = getattr(policy.model, "variables", None)
+    try:
+        named = variables(as_dict=True) if callable(variables) else None
+    except TypeError:  # a model whose variables() takes no as_dict
+        return None
+    if not isinstance(named, dict):
+        return None
+    return {str(k): str(v.name).split(":")[0] for k, v in named.items()}
+
+
 @PublicAPI
 def convert_weights(src: Any, dst: Any, *, assign: bool = True) -> Dict[str, np.ndarray]:
     """Moves a catalog model's weights into another framework's policy.
@@ -375,8 +394,10 @@ def convert_weights(src: Any, dst: Any, *, assign: bool = True) -> Dict[str, np.
     weights = src if isinstance(src, Mapping) else _policy_weights(src)
     layout = _policy_layout(dst)
     target = _policy_weights(dst)
-    converted = adapt_weights(weights, target, layout, None,
-                              None if isinstance(src, Mapping) else _policy_layout(src))
+    from_policy = not isinstance(src, Mapping)
+    converted = adapt_weights(weights, target, layout, _eager_names(dst) if layout == "tf2" else None,
+                              _policy_layout(src) if from_policy else None,
+                              _eager_names(src) if from_policy and _policy_layout(src) == "tf2" else None)
     if assign:
         dst.set_weights(converted)
     return converted
