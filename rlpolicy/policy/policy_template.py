@@ -136,6 +136,7 @@ def _make_policy_class(hooks: PolicyHooks, module: str) -> type:
     namespace: Dict[str, Any] = {
         "__module__": module, "__qualname__": hooks.name, "__doc__": f"{hooks.name}: built by build_policy_class.",
         "_hooks": hooks, "__init__": _policy_init, "with_updates": classmethod(_with_updates),
+        "_extra_action_out_impl": _extra_action_out_impl,
         **_WRAPPERS,
     }
     return type(hooks.name, (*hooks.mixins, TorchPolicy), namespace)
@@ -235,6 +236,15 @@ def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable],
         elif started:
             return None, impl
     raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
+
+
+def _extra_action_out_impl(self: Any) -> Callable:
+    """TorchPolicy's compiled acting asks which ``extra_action_out`` runs: this
+    class's ``extra_action_out_fn``, or what its wrapper falls through to."""
+    impl = type(self).extra_action_out
+    if _is_wrapper(impl, "extra_action_out"):
+        return resolve_hook(self, "extra_action_out", "extra_action_out_fn")
+    return impl
 
 
 def resolve_hook(policy: Any, method: str, hook: str) -> Callable:

@@ -393,14 +393,10 @@ class TorchPolicy(TrainingTemplate, Policy):
                                               feedforward_max_batch=limit)
 
     def _extra_action_out_impl(self) -> Callable:
-        """The ``extra_action_out`` that runs: for a ``build_policy_class`` class
-        its ``extra_action_out_fn``, or what its wrapper falls through to."""
-        impl = type(self).extra_action_out
-        if getattr(impl, "_policy_template_wrapper", None) == "extra_action_out":
-            from rlpolicy.policy.policy_template import resolve_hook
-
-            return resolve_hook(self, "extra_action_out", "extra_action_out_fn")
-        return impl
+        """The ``extra_action_out`` that runs (a ``build_policy_class`` class
+        overrides this with its ``extra_action_out_fn`` or what its wrapper
+        falls through to)."""
+        return type(self).extra_action_out
 
     def _compute_dist_inputs(self, input_dict: Any, state_batches: List[Any], seq_lens: Any,
                              explore: Optional[bool], timestep: Optional[int],
