@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import weakref
 from typing import Any, Dict, List, Tuple, Union
 
 import gymnasium as gym
@@ -187,12 +188,27 @@ def select_keras_classes(model: TFModelV2, use_v2: bool) -> None:
     except ImportError:  # another tf_keras layout: nothing to fix.
         return
     keras = get_keras()
-    layers = {}
-    for obj in _keras_layers_in(model.__dict__, keras.layers.Layer, set()):
-        for layer in obj._flatten_layers(include_self=True, recursive=True):
-            layers.setdefault(type(layer), layer)
-    for cls, layer in layers.items():
-        is_model = isinstance(layer, training.Model)
+    # The layer classes are found once per set of the model's layer-holding attributes
+    # (the walk is most of this function's cost; it runs before every model call).
+    signature = tuple(id(v) for v in model.__dict__.values()
+                      if isinstance(v, (keras.layers.Layer, list, dict, tuple, TFModelV2)))
+    try:
+        cached = _LAYER_CLASSES.get(model)
+    except TypeError:  # (a model that cannot be weakly referenced: no cache)
+        cached = None
+    if cached is not None and cached[0] == signature:
+        classes = cached[1]
+    else:
+        layers: Dict[type, Any] = {}
+        for obj in _keras_layers_in(model.__dict__, keras.layers.Layer, set()):
+            for layer in obj._flatten_layers(include_self=True, recursive=True):
+                layers.setdefault(type(layer), layer)
+        classes = tuple((cls, isinstance(layer, training.Model)) for cls, layer in layers.items())
+        try:
+            _LAYER_CLASSES[model] = (signature, classes)
+        except TypeError:
+            pass
+    for cls, is_model in classes:
         v1_layer = issubclass(cls, base_layer_v1.Layer)
         ok = (not v1_layer) if use_v2 else v1_layer and (not is_model or issubclass(cls, training_v1.Model))
         if not ok:
@@ -200,6 +216,11 @@ def select_keras_classes(model: TFModelV2, use_v2: bool) -> None:
             swap_class(cls, base_layer.Layer, base_layer_v1.Layer, use_v2)
             if is_model:
                 swap_class(cls, training.Model, training_v1.Model, use_v2)
+
+
+# Per model: (signature of its layer-holding attributes, ((layer class, is a Model), ...)).
+_LAYER_CLASSES: "weakref.WeakKeyDictionary[Any, Tuple[Tuple[int, ...], Tuple[Tuple[type, bool], ...]]]" = \
+    weakref.WeakKeyDictionary()
 
 
 def _keras_layers_in(struct: Any, layer_cls: type, seen: set) -> List[Any]:
