@@ -243,7 +243,8 @@ def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: i
                 np.stack([obs[i] for i in idx]), state_batches=[s[idx] for s in state] or None,
                 explore=False)
             for j, i in enumerate(idx):
-                action = tree.map_structure(lambda a, j=j: a[j], actions)
+                action = actions[j] if isinstance(actions, np.ndarray) else tree.map_structure(
+                    lambda a, j=j: a[j], actions)
                 next_obs, reward, terminated, truncated, _ = envs[i].step(to_env(action))
                 obs[i] = prep(next_obs)
                 returns[i] += reward
