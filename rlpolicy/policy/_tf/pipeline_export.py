@@ -167,8 +167,7 @@ def export_graph_pipeline(export_dir: str, *, session: Any, tensors: GraphActing
                     sess, [_SERVE_TAG], signature_def_map=build_signature_def_map(in_map, out_map))
                 builder.save()
 
-    _write_verified(export_dir, contract, write, _reference(compute_actions, plan),
-                    batch_sizes, steps)
+    _write_verified(export_dir, contract, write, plan, compute_actions, batch_sizes, steps)
     return contract
 
 
@@ -238,8 +237,7 @@ def export_eager_pipeline(export_dir: str, *, model: Any, dist_class: Any,
         module.serve = fn
         tf.saved_model.save(module, tmp, signatures={_SIGNATURE: fn.get_concrete_function()})
 
-    _write_verified(export_dir, contract, write, _reference(compute_actions, plan),
-                    batch_sizes, steps)
+    _write_verified(export_dir, contract, write, plan, compute_actions, batch_sizes, steps)
     return contract
 
 
@@ -541,6 +539,8 @@ def _to_env(tf: Any, a: Any, space: gym.Space, plan: _Plan) -> Any:
 
 # ---------------------------------------------------------------------- writing
 def _reference(compute_actions: Callable[..., Any], plan: _Plan) -> Callable[..., Any]:
+    """``(raw obs, states) -> (flat env actions, state outs, dist inputs)`` of the
+    policy's ``compute_actions(explore=False)``, its actions mapped to the env."""
     leaf_spaces = [s for _, s in plan.act_leaves]
 
     def reference(obs: Any, state: List[np.ndarray]) -> Tuple[List[Any], List[Any], Any]:
@@ -549,16 +549,18 @@ def _reference(compute_actions: Callable[..., Any], plan: _Plan) -> Callable[...
         flat = pc.env_actions(tree.flatten(actions), leaf_spaces, plan.normalize, plan.clip)
         return flat, [np.asarray(s) for s in state_out], extra["action_dist_inputs"]
 
-    reference.plan = plan  # type: ignore[attr-defined]
     return reference
 
 
 def _write_verified(export_dir: str, contract: pc.PipelineContract,
-                    write: Callable[[str], None], reference: Any,
-                    batch_sizes: Sequence[int], steps: int) -> None:
-    """Writes the artifact under a temporary name in ``export_dir``, loads it in
-    its consumer, verifies and installs it; on failure nothing is left."""
-    plan: _Plan = reference.plan
+                    write: Callable[[str], None], plan: _Plan,
+                    compute_actions: Callable[..., Any], batch_sizes: Sequence[int],
+                    steps: int) -> None:
+    """Writes the artifact (``write(path)``) under a temporary name in
+    ``export_dir``, loads it in its consumer, verifies it against
+    ``compute_actions`` and installs it; on failure nothing is left (a
+    directory made for it is removed again)."""
+    reference = _reference(compute_actions, plan)
     created = not os.path.isdir(export_dir)
     os.makedirs(export_dir, exist_ok=True)
     tmp_dir = tempfile.mkdtemp(dir=export_dir, prefix=".tmp-pipeline-")
