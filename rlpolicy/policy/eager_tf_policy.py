@@ -675,10 +675,20 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
     @override(Policy)
     @with_lock
-    def export_model(self, export_dir: str, onnx: Optional[int] = None) -> None:
+    def export_model(self, export_dir: str, onnx: Optional[int] = None,
+                     pipeline: bool = False) -> None:
         """Exports the model: a SavedModel with a ``serving_default`` signature,
-        or with ``onnx`` (an opset version) ``model.onnx``; see ``policy._eager.export``."""
+        or with ``onnx`` (an opset version) ``model.onnx``; see ``policy._eager.export``.
+
+        With ``pipeline=True``, the whole action pipeline instead (raw
+        observations to env actions, deterministic and noise-sampled), checked
+        against ``compute_actions(explore=False)`` before it is written
+        (``rlpolicy.policy._tf.pipeline_export``, docs/export_pipeline.md)."""
         from rlpolicy.policy._eager import export as eager_export
+
+        if pipeline:
+            self._export_pipeline(export_dir, onnx)
+            return
 
         dummy = getattr(self, "_dummy_batch", None)
         if dummy is None:
@@ -688,6 +698,32 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             eager_export.export_onnx(self.model, specs, export_dir, onnx)
         else:
             eager_export.export_saved_model(self.model, specs, export_dir)
+
+    def _export_pipeline(self, export_dir: str, onnx: Optional[int]) -> None:
+        """``export_model(..., pipeline=True)``; leaves ``global_timestep`` as it was."""
+        from rlpolicy.policy._tf.pipeline_export import export_eager_pipeline
+
+        hooks = self._hooks
+        if hooks.action_sampler_fn is not None:
+            raise ValueError(f"{type(self).__name__} computes actions with an action_sampler_fn; "
+                             "its action pipeline cannot be exported (pipeline=True)")
+        dist_fn = None
+        if hooks.action_distribution_fn is not None:
+            call = resolve_action_distribution_fn(hooks.action_distribution_fn)
+
+            def dist_fn(model: Any, input_dict: Any, state_batches: Any, seq_lens: Any) -> Any:
+                return call(self, model, input_dict, state_batches=state_batches,
+                            seq_lens=seq_lens, explore=False, timestep=None, is_training=False)
+        timestep = self.global_timestep
+        try:
+            export_eager_pipeline(
+                export_dir, model=self.model, dist_class=self.dist_class,
+                observation_space=self.observation_space, action_space=self.action_space,
+                config=self.config, compute_actions=self.compute_actions,
+                initial_state=self.get_initial_state(), onnx=onnx,
+                exploration=type(self.exploration).__name__, dist_inputs_fn=dist_fn)
+        finally:
+            self.global_timestep = timestep
 
     @override(Policy)
     def export_checkpoint(self, export_dir: str, filename_prefix: str = "model",

@@ -710,7 +710,8 @@ class TFPolicy(TrainingTemplate, Policy):
         super().export_checkpoint(export_dir, filename_prefix, policy_state=policy_state)
 
     @override(Policy)
-    def export_model(self, export_dir: str, onnx: Optional[int] = None) -> None:
+    def export_model(self, export_dir: str, onnx: Optional[int] = None,
+                     pipeline: bool = False) -> None:
         """Exports the action graph for serving: a SavedModel (signature
         "serving_default"), or with ``onnx`` (an opset) ``saved_model.onnx``.
 
@@ -718,10 +719,35 @@ class TFPolicy(TrainingTemplate, Policy):
         inputs and outputs like the signature's graph tensors, e.g.
         ``"obs:0"``, ``"state_in_0:0"`` and ``"seq_lens:0"``.
 
+        With ``pipeline=True``, the whole action pipeline instead (raw
+        observations to env actions, deterministic and noise-sampled):
+        ``pipeline_savedmodel/`` or ``pipeline.onnx`` plus ``pipeline.json``,
+        checked against ``compute_actions(explore=False)`` before they are
+        written (``rlpolicy.policy._tf.pipeline_export``, docs/export_pipeline.md).
+
         Raises:
             FileExistsError: If the SavedModel directory is not empty.
             RuntimeError: With ``onnx`` if tf2onnx is not installed.
         """
+        if pipeline:
+            from rlpolicy.policy._tf import pipeline_export
+
+            tensors = pipeline_export.GraphActingTensors(
+                self._obs_input, self._dist_inputs, list(self._state_inputs or []),
+                list(self._state_outputs or []), self._seq_lens,
+                {self._is_exploring: False, self._is_training: False, self._timestep: 0})
+            timestep = self.global_timestep
+            try:
+                pipeline_export.export_graph_pipeline(
+                    export_dir, session=self.get_session(), tensors=tensors,
+                    dist_class=self.dist_class, model=self.model,
+                    observation_space=self.observation_space, action_space=self.action_space,
+                    config=self.config, compute_actions=self.compute_actions,
+                    initial_state=self.get_initial_state(), onnx=onnx,
+                    exploration=type(self.exploration).__name__)
+            finally:
+                self.global_timestep = timestep
+            return
         with self.graph.as_default():
             signature_def_map = self._build_signature_def()
         if onnx:
