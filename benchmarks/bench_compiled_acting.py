@@ -14,6 +14,7 @@ compile takes minutes on a small CPU machine).
 
     .venv/bin/python benchmarks/bench_compiled_acting.py [--repeats 7] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,11 +88,15 @@ def bench_policies(repeats: int, quick: bool) -> None:
             states = [np.repeat(s[None], batch, 0) for s in eager.get_initial_state()]
             calls = (50 if batch == 1 else 10) if quick else (300 if batch == 1 else 40)
             for explore in (False, True):
-                fns = [lambda p=p, e=explore, o=obs, s=states: p.compute_actions(o, s, explore=e)
-                       for p in (eager, jit)]
+                fns = [
+                    lambda p=p, e=explore, o=obs, s=states: p.compute_actions(o, s, explore=e)
+                    for p in (eager, jit)
+                ]
                 t_eager, t_jit = _interleaved(fns, calls, repeats)
-                print(f"{name:10} {batch:5d} {str(explore):>7} {t_eager:10.1f} {t_jit:10.1f} "
-                      f"{t_jit / t_eager:9.2f}")
+                print(
+                    f"{name:10} {batch:5d} {str(explore):>7} {t_eager:10.1f} {t_jit:10.1f} "
+                    f"{t_jit / t_eager:9.2f}"
+                )
         graphs = jit._compiled_acting
         assert graphs and graphs.disabled is None and graphs.num_traces >= 1, "jit path unused"
 
@@ -100,8 +105,10 @@ def bench_torch_compile(repeats: int, quick: bool) -> None:
     """The acting graph alone: eager module call vs torch.compile of it."""
     from rlpolicy.policy._torch.compiled_acting import _ActingGraph
 
-    print(f"\n{'graph':10} {'batch':>5} {'explore':>7} {'eager us':>10} {'compile us':>10} "
-          f"{'ratio':>9}  (compile time s)")
+    print(
+        f"\n{'graph':10} {'batch':>5} {'explore':>7} {'eager us':>10} {'compile us':>10} "
+        f"{'ratio':>9}  (compile time s)"
+    )
     eager_policy, _ = _policies(*MODELS["fc 2x256"])
     rng = np.random.default_rng(0)
     for batch in (1, 256):
@@ -115,19 +122,29 @@ def bench_torch_compile(repeats: int, quick: bool) -> None:
                 compiled(obs, seq_lens)
                 compile_s = time.perf_counter() - t
                 calls = (50 if batch == 1 else 10) if quick else (300 if batch == 1 else 40)
-                t_eager, t_comp = _interleaved([lambda g=graph, o=obs, n=seq_lens: g(o, n),
-                                                lambda c=compiled, o=obs, n=seq_lens: c(o, n)],
-                                               calls, repeats)
-            print(f"{'fc 2x256':10} {batch:5d} {str(explore):>7} {t_eager:10.1f} {t_comp:10.1f} "
-                  f"{t_comp / t_eager:9.2f}  ({compile_s:.1f})")
+                t_eager, t_comp = _interleaved(
+                    [
+                        lambda g=graph, o=obs, n=seq_lens: g(o, n),
+                        lambda c=compiled, o=obs, n=seq_lens: c(o, n),
+                    ],
+                    calls,
+                    repeats,
+                )
+            print(
+                f"{'fc 2x256':10} {batch:5d} {str(explore):>7} {t_eager:10.1f} {t_comp:10.1f} "
+                f"{t_comp / t_eager:9.2f}  ({compile_s:.1f})"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="fewer calls per repeat")
-    parser.add_argument("--torch-compile", action="store_true",
-                        help="also time torch.compile of the acting graph (slow to compile)")
+    parser.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="also time torch.compile of the acting graph (slow to compile)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     parser.add_argument("--wall", action="store_true", help="wall-clock instead of thread CPU time")
     args = parser.parse_args()
@@ -136,8 +153,7 @@ def main() -> None:
         _CLOCK = time.perf_counter  # (thread CPU time misses torch's worker threads)
     torch.set_num_threads(args.threads)
     clock = "wall" if _CLOCK is time.perf_counter else "thread CPU"
-    print(f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats}, "
-          f"{clock} time")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), median of {args.repeats}, {clock} time")
     bench_policies(args.repeats, args.quick)
     if args.torch_compile:
         bench_torch_compile(args.repeats, args.quick)

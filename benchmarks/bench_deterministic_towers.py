@@ -11,6 +11,7 @@ and exact / default (lower is better).
     .venv/bin/python benchmarks/bench_deterministic_towers.py [--repeats 5] [--quick]
         [--frameworks torch,tf,tf2] [--lstm]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,9 +71,11 @@ def _tf_cls():
 
 
 def _batch(n: int, lstm: bool, rng: np.random.Generator) -> Dict[str, np.ndarray]:
-    cols = {"obs": rng.uniform(-1, 1, (n, OBS_DIM)).astype(np.float32),
-            "actions": rng.integers(0, NUM_ACTIONS, n),
-            "advantages": rng.normal(size=n).astype(np.float32)}
+    cols = {
+        "obs": rng.uniform(-1, 1, (n, OBS_DIM)).astype(np.float32),
+        "actions": rng.integers(0, NUM_ACTIONS, n),
+        "advantages": rng.normal(size=n).astype(np.float32),
+    }
     if lstm:
         lens: List[int] = []
         while sum(lens) < n:
@@ -106,12 +109,17 @@ def main() -> None:
     n, minibatch = (1024, 128) if args.quick else (4096, 512)
     rng = np.random.default_rng(0)
     cols = _batch(n, args.lstm, rng)
-    model = ({"use_lstm": True, "lstm_cell_size": 64, "max_seq_len": 20, "fcnet_hiddens": [64]}
-             if args.lstm else {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"})
+    model = (
+        {"use_lstm": True, "lstm_cell_size": 64, "max_seq_len": 20, "fcnet_hiddens": [64]}
+        if args.lstm
+        else {"fcnet_hiddens": [256, 256], "fcnet_activation": "tanh"}
+    )
     obs_space = gym.spaces.Box(-1, 1, (OBS_DIM,))
     act_space = gym.spaces.Discrete(NUM_ACTIONS)
-    print(f"train batch {n}, minibatch {minibatch}, {'LSTM' if args.lstm else 'FC 2x256'}, "
-          f"median of {repeats} epochs ({n // minibatch} SGD steps each)")
+    print(
+        f"train batch {n}, minibatch {minibatch}, {'LSTM' if args.lstm else 'FC 2x256'}, "
+        f"median of {repeats} epochs ({n // minibatch} SGD steps each)"
+    )
     print(f"{'framework':<9} {'towers':>6} {'default s':>10} {'exact s':>9} {'exact/default':>14}")
     for fw in args.frameworks.split(","):
         cls = _torch_cls() if fw == "torch" else _tf_cls()
@@ -120,10 +128,18 @@ def main() -> None:
         for k in (1, 2, 4):
             policies = {}
             for exact in (False, 4):
-                cfg = {"framework": fw, "num_gpus": k, "_fake_gpus": True, "seed": 0,
-                       "train_batch_size": n, "sgd_minibatch_size": minibatch, "lr": 1e-3,
-                       "model": model, "_deterministic_towers": exact,
-                       "eager_tracing": fw == "tf2"}
+                cfg = {
+                    "framework": fw,
+                    "num_gpus": k,
+                    "_fake_gpus": True,
+                    "seed": 0,
+                    "train_batch_size": n,
+                    "sgd_minibatch_size": minibatch,
+                    "lr": 1e-3,
+                    "model": model,
+                    "_deterministic_towers": exact,
+                    "eager_tracing": fw == "tf2",
+                }
                 policies[exact] = cls(obs_space, act_space, cfg)
                 _epoch_time(policies[exact], cols, minibatch)  # warm-up (and tracing)
             # Interleaved (default, exact, default, ...) so that load drift hits both.
@@ -132,8 +148,7 @@ def main() -> None:
                 for exact, policy in policies.items():
                     runs[exact].append(_epoch_time(policy, cols, minibatch))
             times = {exact: statistics.median(r) for exact, r in runs.items()}
-            print(f"{fw:<9} {k:>6} {times[False]:>10.3f} {times[4]:>9.3f} "
-                  f"{times[4] / times[False]:>14.2f}")
+            print(f"{fw:<9} {k:>6} {times[False]:>10.3f} {times[4]:>9.3f} {times[4] / times[False]:>14.2f}")
 
 
 if __name__ == "__main__":

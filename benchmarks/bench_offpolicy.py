@@ -12,6 +12,7 @@ at 1 across batches.
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_offpolicy.py [--repeats 5]
         [--systems torch,traced,untraced] [--batch 32]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,26 +34,36 @@ def make_batches(n: int, count: int) -> List[Any]:
     from rlpolicy.policy.sample_batch import SampleBatch
 
     rng = np.random.default_rng(0)
-    return [SampleBatch({
-        "obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
-        "new_obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
-        "actions": rng.integers(0, 2, n), "rewards": rng.standard_normal(n).astype(np.float32),
-        "dones": np.zeros(n, bool), "terminateds": np.zeros(n, bool),
-        "weights": np.ones(n, np.float32)}) for _ in range(count)]
+    return [
+        SampleBatch(
+            {
+                "obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
+                "new_obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
+                "actions": rng.integers(0, 2, n),
+                "rewards": rng.standard_normal(n).astype(np.float32),
+                "dones": np.zeros(n, bool),
+                "terminateds": np.zeros(n, bool),
+                "weights": np.ones(n, np.float32),
+            }
+        )
+        for _ in range(count)
+    ]
 
 
 def make_policy(system: str, batch: int) -> Any:
     spaces = (gym.spaces.Box(-1.0, 1.0, (4,), np.float32), gym.spaces.Discrete(2))
-    cfg: Dict[str, Any] = {"model": {"fcnet_hiddens": [256, 256]}, "hiddens": [256],
-                           "train_batch_size": batch}
+    cfg: Dict[str, Any] = {
+        "model": {"fcnet_hiddens": [256, 256]},
+        "hiddens": [256],
+        "train_batch_size": batch,
+    }
     if system == "torch":
         from rlpolicy.agents.dqn.dqn_torch_policy import DQNTorchPolicy
 
         return DQNTorchPolicy(*spaces, {**cfg, "framework": "torch"})
     from rlpolicy.agents.dqn.dqn_tf_policy import DQNTFPolicy
 
-    return DQNTFPolicy.as_eager()(*spaces, {**cfg, "framework": "tf2",
-                                            "eager_tracing": system == "traced"})
+    return DQNTFPolicy.as_eager()(*spaces, {**cfg, "framework": "tf2", "eager_tracing": system == "traced"})
 
 
 def time_learn(policy: Any, batches: List[Any], repeats: int, calls: int = 30) -> float:
@@ -86,8 +97,11 @@ def main() -> None:
         policy = make_policy(system, args.batch)
         results[system] = time_learn(policy, batches, args.repeats)
         counts = getattr(policy, "trace_counts", None)
-        print(f"{system:9s} {results[system]:8.3f} ms/learn_on_batch"
-              + (f"  trace counts {counts}" if counts else ""), flush=True)
+        print(
+            f"{system:9s} {results[system]:8.3f} ms/learn_on_batch"
+            + (f"  trace counts {counts}" if counts else ""),
+            flush=True,
+        )
     print(f"\n| DQN learn_on_batch, batch {args.batch} | CPU ms | vs torch | goal |")
     print("|---|---:|---:|---|")
     for system, ms in results.items():

@@ -21,6 +21,7 @@ load lowers it (the result line says how busy the machine was).
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_sampling.py [--workers 0,1,2]
         [--rounds 5] [--envs 8] [--fragment 250]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,11 +42,17 @@ def measure(num_workers: int, args: argparse.Namespace) -> Dict[str, float]:
     from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
     from rlpolicy.evaluation.worker_set import WorkerSet
 
-    config = {"framework": "torch", "model": {"fcnet_hiddens": [64, 64]}, "seed": 0,
-              "num_envs_per_worker": args.envs, "rollout_fragment_length": args.fragment,
-              "num_cpus_per_worker": 1}
-    ws = WorkerSet(env_creator=make_env, policy_class=PPOTorchPolicy, trainer_config=config,
-                   num_workers=num_workers)
+    config = {
+        "framework": "torch",
+        "model": {"fcnet_hiddens": [64, 64]},
+        "seed": 0,
+        "num_envs_per_worker": args.envs,
+        "rollout_fragment_length": args.fragment,
+        "num_cpus_per_worker": 1,
+    }
+    ws = WorkerSet(
+        env_creator=make_env, policy_class=PPOTorchPolicy, trainer_config=config, num_workers=num_workers
+    )
     steps = max(1, num_workers) * args.envs * args.fragment
     try:
         ws.sample(steps)  # warm-up: actors start, imports, first inference
@@ -60,8 +67,14 @@ def measure(num_workers: int, args: argparse.Namespace) -> Dict[str, float]:
     finally:
         ws.stop()
     median = statistics.median(times)
-    return {"workers": num_workers, "steps": steps, "seconds": median, "steps_per_s": steps / median,
-            "cpu": busiest, "steps_per_cpu_s": steps / busiest}
+    return {
+        "workers": num_workers,
+        "steps": steps,
+        "seconds": median,
+        "steps_per_s": steps / median,
+        "cpu": busiest,
+        "steps_per_cpu_s": steps / busiest,
+    }
 
 
 def _sampler_cpu(ws) -> List[float]:
@@ -86,16 +99,22 @@ def main() -> None:
     rows = [measure(n, args) for n in counts]
     load_after = os.getloadavg()[0]
     base = next((r for r in rows if r["workers"] == 1), None)
-    print(f"{'workers':>7} {'steps/call':>10} {'s/call':>8} {'steps/s':>9} {'vs 1 worker':>11} "
-          f"{'CPU s/call':>10} {'CPU-bound vs 1':>14}")
+    print(
+        f"{'workers':>7} {'steps/call':>10} {'s/call':>8} {'steps/s':>9} {'vs 1 worker':>11} "
+        f"{'CPU s/call':>10} {'CPU-bound vs 1':>14}"
+    )
     for r in rows:
         ratio = f"{r['steps_per_s'] / base['steps_per_s']:.2f}x" if base else "-"
         ideal = f"{r['steps_per_cpu_s'] / base['steps_per_cpu_s']:.2f}x" if base else "-"
-        print(f"{r['workers']:>7} {r['steps']:>10} {r['seconds']:>8.3f} {r['steps_per_s']:>9.0f} {ratio:>11} "
-              f"{r['cpu']:>10.3f} {ideal:>14}")
-    print(f"cores: {os.cpu_count()}, load average before/after: {load_before:.2f}/{load_after:.2f}. "
-          "'CPU s/call' is the busiest sampling process's CPU time per call; 'CPU-bound vs 1' is the "
-          "speed-up if every worker had a free core (what the wall-clock ratio reaches on an idle machine).")
+        print(
+            f"{r['workers']:>7} {r['steps']:>10} {r['seconds']:>8.3f} {r['steps_per_s']:>9.0f} {ratio:>11} "
+            f"{r['cpu']:>10.3f} {ideal:>14}"
+        )
+    print(
+        f"cores: {os.cpu_count()}, load average before/after: {load_before:.2f}/{load_after:.2f}. "
+        "'CPU s/call' is the busiest sampling process's CPU time per call; 'CPU-bound vs 1' is the "
+        "speed-up if every worker had a free core (what the wall-clock ratio reaches on an idle machine)."
+    )
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ TensorFlow is imported first, so RLlib keeps TF2 behaviour on; its tf1 policy is
 inside its own Graph and Session, as RLlib's rollout worker does. RLlib's eager
 policies have no ``load_batch_into_buffer``: that case is skipped for them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,6 +77,7 @@ Weights = Dict[str, Tuple[np.ndarray, np.ndarray]]
 
 # ----------------------------------------------------------------- the shared math
 
+
 def mlp(x: Any, layers: List[Tuple[Any, Any]]) -> Any:
     """tanh hidden layers, linear output (as the catalog's FC net)."""
     for i, (kernel, bias) in enumerate(layers):
@@ -92,8 +94,7 @@ def forward(ws: Dict[str, Tuple[Any, Any]], obs: Any) -> Tuple[Any, Any]:
 
 
 def logp_of(logits: Any, actions: Any) -> Any:
-    return -tf.nn.sparse_softmax_cross_entropy_with_logits(logits=logits,
-                                                           labels=tf.cast(actions, tf.int32))
+    return -tf.nn.sparse_softmax_cross_entropy_with_logits(logits=logits, labels=tf.cast(actions, tf.int32))
 
 
 def act_outputs(ws: Dict[str, Tuple[Any, Any]], obs: Any) -> Tuple[Any, ...]:
@@ -124,10 +125,14 @@ def ppo_loss(ws: Dict[str, Tuple[Any, Any]], b: Dict[str, Any]) -> Tuple[Any, Di
         return loss, {}
     _, y_var = tf.nn.moments(b["value_targets"], axes=[0])
     _, d_var = tf.nn.moments(b["value_targets"] - value, axes=[0])
-    return loss, {"total_loss": loss, "policy_loss": tf.reduce_mean(-surrogate),
-                  "vf_loss": tf.reduce_mean(vf_err), "kl": tf.reduce_mean(kl),
-                  "entropy": tf.reduce_mean(entropy),
-                  "vf_explained_var": tf.maximum(-1.0, 1 - d_var / y_var)}
+    return loss, {
+        "total_loss": loss,
+        "policy_loss": tf.reduce_mean(-surrogate),
+        "vf_loss": tf.reduce_mean(vf_err),
+        "kl": tf.reduce_mean(kl),
+        "entropy": tf.reduce_mean(entropy),
+        "vf_explained_var": tf.maximum(-1.0, 1 - d_var / y_var),
+    }
 
 
 def to_numpy(out: Any) -> Any:
@@ -141,6 +146,7 @@ def act_dict(out: Tuple[np.ndarray, ...]) -> Tuple[np.ndarray, Dict[str, np.ndar
 
 # ----------------------------------------------------------------- plain baselines
 
+
 class PlainTF1:
     """tf1 Graph + Session, placeholders, numpy feeds, tf1.train.AdamOptimizer."""
 
@@ -150,11 +156,17 @@ class PlainTF1:
             ws = {n: (tf1.Variable(k), tf1.Variable(b)) for n, (k, b) in weights.items()}
             self.obs = tf1.placeholder(tf.float32, [None, OBS_DIM], name="obs")
             self.act_fetches = act_outputs(ws, self.obs)
-            self.ph = {k: tf1.placeholder(dt, shape, name=k) for k, dt, shape in [
-                ("obs", tf.float32, [None, OBS_DIM]), ("actions", tf.int64, [None]),
-                ("action_dist_inputs", tf.float32, [None, NUM_ACTIONS]),
-                ("action_logp", tf.float32, [None]), ("advantages", tf.float32, [None]),
-                ("value_targets", tf.float32, [None])]}
+            self.ph = {
+                k: tf1.placeholder(dt, shape, name=k)
+                for k, dt, shape in [
+                    ("obs", tf.float32, [None, OBS_DIM]),
+                    ("actions", tf.int64, [None]),
+                    ("action_dist_inputs", tf.float32, [None, NUM_ACTIONS]),
+                    ("action_logp", tf.float32, [None]),
+                    ("advantages", tf.float32, [None]),
+                    ("value_targets", tf.float32, [None]),
+                ]
+            }
             self.loss, self.stats = ppo_loss(ws, self.ph)
             self.train_op = tf1.train.AdamOptimizer(LR).minimize(self.loss)
             self.sess = tf1.Session(graph=self.graph, config=tf1.ConfigProto(**session_args))
@@ -165,14 +177,15 @@ class PlainTF1:
         return act_dict(self.sess.run(self.act_fetches, {self.obs: obs}))
 
     def learn(self, batch: Dict[str, np.ndarray]) -> Any:
-        return self.sess.run([self.train_op, self.loss, self.stats],
-                             {self.ph[k]: batch[k] for k in LOSS_KEYS})[1:]
+        return self.sess.run(
+            [self.train_op, self.loss, self.stats], {self.ph[k]: batch[k] for k in LOSS_KEYS}
+        )[1:]
 
     def sgd(self, batch: Dict[str, np.ndarray]) -> None:
         self.buffer = dict(batch)
         for i in range(SGD_STEPS):
             o = (i * MINIBATCH) % (TRAIN_N - MINIBATCH)
-            self.learn({k: v[o:o + MINIBATCH] for k, v in self.buffer.items()})
+            self.learn({k: v[o : o + MINIBATCH] for k, v in self.buffer.items()})
 
 
 class PlainTF2:
@@ -199,7 +212,7 @@ class PlainTF2:
         return loss, stats
 
     def _train_slice_step(self, buffer: Dict[str, Any], offset: Any) -> Any:
-        return self._train_step({k: v[offset:offset + MINIBATCH] for k, v in buffer.items()})
+        return self._train_step({k: v[offset : offset + MINIBATCH] for k, v in buffer.items()})
 
     def compute_actions(self, obs: np.ndarray) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
         return act_dict(tuple(t.numpy() for t in self._act(tf.constant(obs))))
@@ -211,7 +224,7 @@ class PlainTF2:
         if not self.compiled:  # eagerly, numpy slices + tf.constant beat slicing tensors
             for i in range(SGD_STEPS):
                 o = (i * MINIBATCH) % (TRAIN_N - MINIBATCH)
-                self.learn({k: batch[k][o:o + MINIBATCH] for k in LOSS_KEYS})
+                self.learn({k: batch[k][o : o + MINIBATCH] for k in LOSS_KEYS})
             return
         # The loaded batch becomes tensors once; each step slices it inside the graph.
         self.buffer = {k: tf.constant(batch[k]) for k in LOSS_KEYS}
@@ -221,6 +234,7 @@ class PlainTF2:
 
 
 # ----------------------------------------------------------------- policies
+
 
 def layer_weights(weights: Dict[str, np.ndarray]) -> Weights:
     """``{layer: (kernel, bias)}`` from a get_weights dict (any key spelling)."""
@@ -251,17 +265,29 @@ def spaces() -> Tuple[gym.Space, gym.Space]:
 
 
 def policy_config(framework: str, tracing: bool, threads: int) -> Dict[str, Any]:
-    return {"framework": framework, "eager_tracing": tracing, "lr": LR, "clip_param": CLIP,
-            "vf_clip_param": VF_CLIP, "kl_coeff": KL_COEFF, "vf_loss_coeff": VF_COEFF,
-            "entropy_coeff": ENT_COEFF, "sgd_minibatch_size": MINIBATCH, "train_batch_size": TRAIN_N,
-            "tf_session_args": session_args(threads),
-            "model": {"fcnet_hiddens": [HIDDEN, HIDDEN], "fcnet_activation": "tanh",
-                      "vf_share_layers": False}}
+    return {
+        "framework": framework,
+        "eager_tracing": tracing,
+        "lr": LR,
+        "clip_param": CLIP,
+        "vf_clip_param": VF_CLIP,
+        "kl_coeff": KL_COEFF,
+        "vf_loss_coeff": VF_COEFF,
+        "entropy_coeff": ENT_COEFF,
+        "sgd_minibatch_size": MINIBATCH,
+        "train_batch_size": TRAIN_N,
+        "tf_session_args": session_args(threads),
+        "model": {"fcnet_hiddens": [HIDDEN, HIDDEN], "fcnet_activation": "tanh", "vf_share_layers": False},
+    }
 
 
 def session_args(threads: int) -> Dict[str, Any]:
-    return {"intra_op_parallelism_threads": threads, "inter_op_parallelism_threads": threads,
-            "device_count": {"CPU": 1}, "allow_soft_placement": True}
+    return {
+        "intra_op_parallelism_threads": threads,
+        "inter_op_parallelism_threads": threads,
+        "device_count": {"CPU": 1},
+        "allow_soft_placement": True,
+    }
 
 
 def make_rlpolicy(framework: str, tracing: bool, threads: int) -> Any:
@@ -276,9 +302,11 @@ def make_rllib(framework: str, tracing: bool, threads: int) -> Any:
     from ray.rllib.algorithms.ppo import PPOConfig
     from ray.rllib.algorithms.ppo.ppo_tf_policy import PPOTF1Policy, PPOTF2Policy
 
-    cfg = (PPOConfig().api_stack(enable_rl_module_and_learner=False,
-                                 enable_env_runner_and_connector_v2=False)
-           .framework(framework, eager_tracing=tracing)).to_dict()
+    cfg = (
+        PPOConfig()
+        .api_stack(enable_rl_module_and_learner=False, enable_env_runner_and_connector_v2=False)
+        .framework(framework, eager_tracing=tracing)
+    ).to_dict()
     ours = policy_config(framework, tracing, threads)
     cfg.update({k: v for k, v in ours.items() if k != "model"})
     cfg["minibatch_size"] = MINIBATCH
@@ -309,8 +337,7 @@ class PolicySystem:
             from ray.rllib.policy.sample_batch import SampleBatch as RaySampleBatch
 
             self.sample_batch = RaySampleBatch
-            self.extra = {"rewards": np.zeros(TRAIN_N, np.float32),
-                          "terminateds": np.zeros(TRAIN_N, bool)}
+            self.extra = {"rewards": np.zeros(TRAIN_N, np.float32), "terminateds": np.zeros(TRAIN_N, bool)}
 
     def compute_actions(self, obs: np.ndarray) -> Any:
         return self.policy.compute_actions(obs)
@@ -319,8 +346,7 @@ class PolicySystem:
         return self.policy.learn_on_batch(self.sample_batch({**batch, **self.extra}))
 
     def sgd(self, batch: Dict[str, np.ndarray]) -> None:
-        per = self.policy.load_batch_into_buffer(self.sample_batch({**batch, **self.extra}),
-                                                 buffer_index=0)
+        per = self.policy.load_batch_into_buffer(self.sample_batch({**batch, **self.extra}), buffer_index=0)
         for i in range(SGD_STEPS):
             self.policy.learn_on_loaded_batch((i * MINIBATCH) % (per - MINIBATCH), buffer_index=0)
 
@@ -353,14 +379,19 @@ class KerasCallSystem(PolicySystem):
 
 # ----------------------------------------------------------------- measuring
 
+
 def make_batch(n: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
     logits = rng.normal(size=(n, NUM_ACTIONS)).astype(np.float32)
     actions = rng.integers(0, NUM_ACTIONS, n)
     logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True)))[np.arange(n), actions]
-    return {"obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32), "actions": actions,
-            "action_dist_inputs": logits, "action_logp": logp.astype(np.float32),
-            "advantages": rng.normal(size=n).astype(np.float32),
-            "value_targets": rng.normal(size=n).astype(np.float32)}
+    return {
+        "obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
+        "actions": actions,
+        "action_dist_inputs": logits,
+        "action_logp": logp.astype(np.float32),
+        "advantages": rng.normal(size=n).astype(np.float32),
+        "value_targets": rng.normal(size=n).astype(np.float32),
+    }
 
 
 def timed(fn: Callable[[], Any], inner: int) -> Tuple[float, float]:
@@ -371,8 +402,9 @@ def timed(fn: Callable[[], Any], inner: int) -> Tuple[float, float]:
     return (time.perf_counter() - wall) / inner, (time.process_time() - cpu) / inner
 
 
-def compare(case: str, fns: Dict[str, Callable[[], Any]], inner: int, repeats: int,
-            kind: str) -> List[Dict[str, Any]]:
+def compare(
+    case: str, fns: Dict[str, Callable[[], Any]], inner: int, repeats: int, kind: str
+) -> List[Dict[str, Any]]:
     """Times every system of ``fns`` (the first is the plain baseline) in rotating order.
 
     Returns one row per non-baseline system: median wall times and the
@@ -392,7 +424,7 @@ def compare(case: str, fns: Dict[str, Callable[[], Any]], inner: int, repeats: i
     names = list(fns)
     times: Dict[str, List[Tuple[float, float]]] = {n: [] for n in names}
     for r in range(repeats):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         if r % 2:
             order.reverse()
         for n in order:
@@ -400,25 +432,35 @@ def compare(case: str, fns: Dict[str, Callable[[], Any]], inner: int, repeats: i
     base = names[0]
     rows = []
     for n in names[1:]:
-        row = {"case": case, "system": n, "baseline": base, "kind": kind,
-               "plain_ms": statistics.median(w for w, _ in times[base]) * 1e3,
-               "ms": statistics.median(w for w, _ in times[n]) * 1e3}
+        row = {
+            "case": case,
+            "system": n,
+            "baseline": base,
+            "kind": kind,
+            "plain_ms": statistics.median(w for w, _ in times[base]) * 1e3,
+            "ms": statistics.median(w for w, _ in times[n]) * 1e3,
+        }
         for clock, i in (("wall", 0), ("cpu", 1)):
-            ratios = [(t[i] / p[i] if kind == "time" else p[i] / t[i])
-                      for t, p in zip(times[n], times[base])]
+            ratios = [(t[i] / p[i] if kind == "time" else p[i] / t[i]) for t, p in zip(times[n], times[base])]
             row[clock] = statistics.median(ratios)
             row[clock + "_range"] = (min(ratios), max(ratios))
         rows.append(row)
-        print(f"  {case:30s} {n:22s} vs {base:18s}: plain {row['plain_ms']:8.3f} ms  "
-              f"system {row['ms']:8.3f} ms  {kind} ratio cpu {row['cpu']:5.2f} ({row['cpu_range'][0]:.2f}-{row['cpu_range'][1]:.2f})"
-              f"  wall {row['wall']:5.2f}", flush=True)
+        print(
+            f"  {case:30s} {n:22s} vs {base:18s}: plain {row['plain_ms']:8.3f} ms  "
+            f"system {row['ms']:8.3f} ms  {kind} ratio cpu {row['cpu']:5.2f} ({row['cpu_range'][0]:.2f}-{row['cpu_range'][1]:.2f})"
+            f"  wall {row['wall']:5.2f}",
+            flush=True,
+        )
     return rows
 
 
 KERAS_CALL = "rlpolicy tf2 untraced, Keras calls"
-GOALS = {"compute_actions batch=1": ("time", 1.5), "compute_actions batch=256": ("throughput", 0.9),
-         "learn_on_batch 4000": ("throughput", 0.95),
-         f"load {TRAIN_N} + {SGD_STEPS} SGD of {MINIBATCH}": ("throughput", 0.95)}
+GOALS = {
+    "compute_actions batch=1": ("time", 1.5),
+    "compute_actions batch=256": ("throughput", 0.9),
+    "learn_on_batch 4000": ("throughput", 0.95),
+    f"load {TRAIN_N} + {SGD_STEPS} SGD of {MINIBATCH}": ("throughput", 0.95),
+}
 
 
 def build_systems(framework: str, threads: int, with_rllib: bool) -> List[Dict[str, Any]]:
@@ -430,9 +472,10 @@ def build_systems(framework: str, threads: int, with_rllib: bool) -> List[Dict[s
     functional replay of its Keras models (before/after in one run).
     """
     policies: Dict[str, Any] = {}
-    for tracing in ([True, False] if framework == "tf2" else [False]):
-        label = f"rlpolicy {framework}" + ("" if framework == "tf" else
-                                           (" traced" if tracing else " untraced"))
+    for tracing in [True, False] if framework == "tf2" else [False]:
+        label = f"rlpolicy {framework}" + (
+            "" if framework == "tf" else (" traced" if tracing else " untraced")
+        )
         policies[label] = make_rlpolicy(framework, tracing, threads)
     if framework == "tf2":  # the untraced policy without the functional replay ("before")
         policies[KERAS_CALL] = make_rlpolicy(framework, False, threads)
@@ -446,15 +489,15 @@ def build_systems(framework: str, threads: int, with_rllib: bool) -> List[Dict[s
             policies[f"ray.rllib {framework}" + (" traced" if framework == "tf2" else "")] = pol
         except Exception as e:  # noqa: BLE001  (a peer that cannot run is reported, not fatal)
             print(f"  ray.rllib {framework}: skipped ({type(e).__name__}: {str(e)[:300]})")
-    wrapped = {n: (KerasCallSystem if n == KERAS_CALL else PolicySystem)(p)
-               for n, p in policies.items()}
+    wrapped = {n: (KerasCallSystem if n == KERAS_CALL else PolicySystem)(p) for n, p in policies.items()}
     if framework == "tf":
         groups = [{"plain tf1 session": PlainTF1(weights, session_args(threads)), **wrapped}]
     else:
         untraced = {n: s for n, s in wrapped.items() if "untraced" in n}
-        groups = [{"plain tf.function": PlainTF2(weights),
-                   **{n: s for n, s in wrapped.items() if n != KERAS_CALL}},
-                  {"plain eager": PlainTF2(weights, compiled=False), **untraced}]
+        groups = [
+            {"plain tf.function": PlainTF2(weights), **{n: s for n, s in wrapped.items() if n != KERAS_CALL}},
+            {"plain eager": PlainTF2(weights, compiled=False), **untraced},
+        ]
     for group in groups:
         check_same_outputs(group)
     return groups
@@ -469,23 +512,42 @@ def check_same_outputs(systems: Dict[str, Any]) -> None:
         extra = system.compute_actions(obs)[-1]
         for key in ("action_dist_inputs", "vf_preds"):
             if not np.allclose(extra[key], ref[key], rtol=1e-4, atol=1e-5):
-                raise RuntimeError(f"{name} computes other {key} than {base_name}: not the same "
-                                   "network/weights")
+                raise RuntimeError(
+                    f"{name} computes other {key} than {base_name}: not the same network/weights"
+                )
 
 
-def cases(systems: Dict[str, Any], rng: np.random.Generator, quick: bool
-          ) -> List[Tuple[str, Dict[str, Callable[[], Any]], int, str]]:
+def cases(
+    systems: Dict[str, Any], rng: np.random.Generator, quick: bool
+) -> List[Tuple[str, Dict[str, Callable[[], Any]], int, str]]:
     out = []
     for bs, inner, kind in [(1, 200, "time"), (256, 50, "throughput")]:
         obs = rng.normal(size=(bs, OBS_DIM)).astype(np.float32)
-        out.append((f"compute_actions batch={bs}",
-                    {n: (lambda s=s, obs=obs: s.compute_actions(obs)) for n, s in systems.items()},
-                    inner // (4 if quick else 1), kind))
+        out.append(
+            (
+                f"compute_actions batch={bs}",
+                {n: (lambda s=s, obs=obs: s.compute_actions(obs)) for n, s in systems.items()},
+                inner // (4 if quick else 1),
+                kind,
+            )
+        )
     data = make_batch(TRAIN_N, rng)
-    out.append(("learn_on_batch 4000", {n: (lambda s=s: s.learn(data)) for n, s in systems.items()},
-                1 if quick else 3, "throughput"))
-    out.append((f"load {TRAIN_N} + {SGD_STEPS} SGD of {MINIBATCH}",
-                {n: (lambda s=s: s.sgd(data)) for n, s in systems.items()}, 1, "throughput"))
+    out.append(
+        (
+            "learn_on_batch 4000",
+            {n: (lambda s=s: s.learn(data)) for n, s in systems.items()},
+            1 if quick else 3,
+            "throughput",
+        )
+    )
+    out.append(
+        (
+            f"load {TRAIN_N} + {SGD_STEPS} SGD of {MINIBATCH}",
+            {n: (lambda s=s: s.sgd(data)) for n, s in systems.items()},
+            1,
+            "throughput",
+        )
+    )
     return out
 
 
@@ -508,8 +570,14 @@ def profile_matching(spec: str, case: str, fns: Dict[str, Callable[[], Any]], in
             profile(fn, inner * 5)
 
 
-def run(frameworks: List[str], repeats: int, quick: bool, threads: int, with_rllib: bool,
-        profile_spec: Optional[str] = None) -> List[Dict[str, Any]]:
+def run(
+    frameworks: List[str],
+    repeats: int,
+    quick: bool,
+    threads: int,
+    with_rllib: bool,
+    profile_spec: Optional[str] = None,
+) -> List[Dict[str, Any]]:
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     rows: List[Dict[str, Any]] = []
@@ -527,17 +595,21 @@ def run(frameworks: List[str], repeats: int, quick: bool, threads: int, with_rll
 
 
 def print_table(rows: List[Dict[str, Any]]) -> None:
-    print("\n| case | system | baseline | plain ms | system ms | ratio, CPU time (min-max) | ratio, wall "
-          "| goal |")
+    print(
+        "\n| case | system | baseline | plain ms | system ms | ratio, CPU time (min-max) | ratio, wall "
+        "| goal |"
+    )
     print("|---|---|---|---:|---:|---|---:|---|")
     for r in rows:
         kind, goal = GOALS[r["case"]]
         ok = r["cpu"] <= goal if kind == "time" else r["cpu"] >= goal
         sign = "<=" if kind == "time" else ">="
         lo, hi = r["cpu_range"]
-        print(f"| {r['case']} | {r['system']} | {r['baseline']} | {r['plain_ms']:.3f} | {r['ms']:.3f} | "
-              f"{r['cpu']:.2f} ({lo:.2f}-{hi:.2f}) | {r['wall']:.2f} | "
-              f"{kind} {sign} {goal} {'ok' if ok else 'MISS'} |")
+        print(
+            f"| {r['case']} | {r['system']} | {r['baseline']} | {r['plain_ms']:.3f} | {r['ms']:.3f} | "
+            f"{r['cpu']:.2f} ({lo:.2f}-{hi:.2f}) | {r['wall']:.2f} | "
+            f"{kind} {sign} {goal} {'ok' if ok else 'MISS'} |"
+        )
 
 
 if __name__ == "__main__":
@@ -547,10 +619,16 @@ if __name__ == "__main__":
     ap.add_argument("--frameworks", default="tf,tf2")
     ap.add_argument("--threads", type=int, default=1, help="TF intra/inter-op threads (all systems)")
     ap.add_argument("--rllib", action="store_true", help="also measure ray.rllib's PPO TF policies")
-    ap.add_argument("--plain-stats", action="store_true",
-                    help="plain learn steps also compute and return PPO's learner stats")
-    ap.add_argument("--profile", default=None,
-                    help="SYSTEM:CASE substrings, e.g. 'traced:batch=1': cProfile instead of timing")
+    ap.add_argument(
+        "--plain-stats",
+        action="store_true",
+        help="plain learn steps also compute and return PPO's learner stats",
+    )
+    ap.add_argument(
+        "--profile",
+        default=None,
+        help="SYSTEM:CASE substrings, e.g. 'traced:batch=1': cProfile instead of timing",
+    )
     args = ap.parse_args()
     PLAIN_STATS = args.plain_stats
     run(args.frameworks.split(","), args.repeats, args.quick, args.threads, args.rllib, args.profile)

@@ -11,6 +11,7 @@ the throughput ratio rlpolicy / plain (= plain time / rlpolicy time; higher is b
 
     .venv/bin/python benchmarks/bench_torch_policy.py [--repeats 7] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,9 @@ CLIP, VF_CLIP, KL_COEFF, VF_COEFF, LR = 0.3, 10.0, 0.2, 1.0, 5e-5
 
 
 def mlp(out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(OBS_DIM, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh(),
-                         nn.Linear(HIDDEN, out))
+    return nn.Sequential(
+        nn.Linear(OBS_DIM, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, out)
+    )
 
 
 class PlainPPO:
@@ -55,8 +57,12 @@ class PlainPPO:
         a = torch.multinomial(logp_all.exp(), 1)
         logp = logp_all.gather(-1, a).squeeze(-1)
         v = self.vf(x).squeeze(-1)
-        return a.squeeze(-1).numpy(), {"action_logp": logp.numpy(), "action_prob": logp.exp().numpy(),
-                                       "action_dist_inputs": logits.numpy(), "vf_preds": v.numpy()}
+        return a.squeeze(-1).numpy(), {
+            "action_logp": logp.numpy(),
+            "action_prob": logp.exp().numpy(),
+            "action_dist_inputs": logits.numpy(),
+            "vf_preds": v.numpy(),
+        }
 
     @staticmethod
     def loss(pi: nn.Module, vf: nn.Module, b: Dict[str, torch.Tensor]) -> torch.Tensor:
@@ -80,14 +86,15 @@ class PlainPPO:
     def load(self, batch: Dict[str, np.ndarray]) -> int:
         n = len(self.towers)
         per = len(batch["obs"]) // n
-        self.buffers = [{k: torch.from_numpy(v[i * per:(i + 1) * per]) for k, v in batch.items()}
-                        for i in range(n)]
+        self.buffers = [
+            {k: torch.from_numpy(v[i * per : (i + 1) * per]) for k, v in batch.items()} for i in range(n)
+        ]
         return per
 
     def learn_loaded(self, offset: int, minibatch: int) -> None:
         per = minibatch // len(self.towers)
         if len(self.towers) == 1:
-            self.learn({k: v[offset:offset + per].numpy() for k, v in self.buffers[0].items()})
+            self.learn({k: v[offset : offset + per].numpy() for k, v in self.buffers[0].items()})
             return
         pi_state, vf_state = self.pi.state_dict(), self.vf.state_dict()
         for pi, vf in self.towers[1:]:
@@ -96,7 +103,7 @@ class PlainPPO:
         grads = []
         for (pi, vf), buf in zip(self.towers, self.buffers):
             params = list(pi.parameters()) + list(vf.parameters())
-            loss = self.loss(pi, vf, {k: v[offset:offset + per] for k, v in buf.items()})
+            loss = self.loss(pi, vf, {k: v[offset : offset + per] for k, v in buf.items()})
             grads.append(torch.autograd.grad(loss, params))
         for p, *gs in zip(self.params, *grads):
             p.grad = torch.mean(torch.stack(gs), dim=0)
@@ -104,12 +111,21 @@ class PlainPPO:
 
 
 def make_policy(**extra) -> PPOTorchPolicy:
-    cfg = {"framework": "torch", "lr": LR, "clip_param": CLIP, "vf_clip_param": VF_CLIP,
-           "kl_coeff": KL_COEFF, "vf_loss_coeff": VF_COEFF, "sgd_minibatch_size": 128,
-           "train_batch_size": 4000, "model": {"fcnet_hiddens": [HIDDEN, HIDDEN],
-                                               "fcnet_activation": "tanh", "vf_share_layers": False}}
+    cfg = {
+        "framework": "torch",
+        "lr": LR,
+        "clip_param": CLIP,
+        "vf_clip_param": VF_CLIP,
+        "kl_coeff": KL_COEFF,
+        "vf_loss_coeff": VF_COEFF,
+        "sgd_minibatch_size": 128,
+        "train_batch_size": 4000,
+        "model": {"fcnet_hiddens": [HIDDEN, HIDDEN], "fcnet_activation": "tanh", "vf_share_layers": False},
+    }
     cfg.update(extra)
-    return PPOTorchPolicy(gym.spaces.Box(-1, 1, (OBS_DIM,), np.float32), gym.spaces.Discrete(NUM_ACTIONS), cfg)
+    return PPOTorchPolicy(
+        gym.spaces.Box(-1, 1, (OBS_DIM,), np.float32), gym.spaces.Discrete(NUM_ACTIONS), cfg
+    )
 
 
 def same_weights(plain: PlainPPO, pol: PPOTorchPolicy) -> PlainPPO:
@@ -119,9 +135,14 @@ def same_weights(plain: PlainPPO, pol: PPOTorchPolicy) -> PlainPPO:
     two sides must not differ in their (random) initial weights.
     """
     m = pol.model
-    pairs = [(m._hidden_layers[0]._model[0], plain.pi[0]), (m._hidden_layers[1]._model[0], plain.pi[2]),
-             (m._logits._model[0], plain.pi[4]), (m._value_branch_separate[0]._model[0], plain.vf[0]),
-             (m._value_branch_separate[1]._model[0], plain.vf[2]), (m._value_branch._model[0], plain.vf[4])]
+    pairs = [
+        (m._hidden_layers[0]._model[0], plain.pi[0]),
+        (m._hidden_layers[1]._model[0], plain.pi[2]),
+        (m._logits._model[0], plain.pi[4]),
+        (m._value_branch_separate[0]._model[0], plain.vf[0]),
+        (m._value_branch_separate[1]._model[0], plain.vf[2]),
+        (m._value_branch._model[0], plain.vf[4]),
+    ]
     with torch.no_grad():
         for src, dst in pairs:
             dst.weight.copy_(src.weight)
@@ -133,10 +154,14 @@ def make_batch(n: int, rng: np.random.Generator) -> Dict[str, np.ndarray]:
     logits = rng.normal(size=(n, NUM_ACTIONS)).astype(np.float32)
     actions = rng.integers(0, NUM_ACTIONS, n)
     logp = (logits - np.log(np.exp(logits).sum(-1, keepdims=True)))[np.arange(n), actions]
-    return {"obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32), "actions": actions,
-            "action_dist_inputs": logits, "action_logp": logp.astype(np.float32),
-            "advantages": rng.normal(size=n).astype(np.float32),
-            "value_targets": rng.normal(size=n).astype(np.float32)}
+    return {
+        "obs": rng.normal(size=(n, OBS_DIM)).astype(np.float32),
+        "actions": actions,
+        "action_dist_inputs": logits,
+        "action_logp": logp.astype(np.float32),
+        "advantages": rng.normal(size=n).astype(np.float32),
+        "value_targets": rng.normal(size=n).astype(np.float32),
+    }
 
 
 def timed(fn: Callable[[], None], inner: int) -> float:
@@ -146,8 +171,9 @@ def timed(fn: Callable[[], None], inner: int) -> float:
     return (time.perf_counter() - start) / inner
 
 
-def compare(name: str, plain: Callable[[], None], ours: Callable[[], None], *, inner: int,
-            repeats: int, kind: str) -> Dict[str, float]:
+def compare(
+    name: str, plain: Callable[[], None], ours: Callable[[], None], *, inner: int, repeats: int, kind: str
+) -> Dict[str, float]:
     plain(), ours()  # warm-up
     tp, to = [], []
     for r in range(repeats):
@@ -164,8 +190,7 @@ def compare(name: str, plain: Callable[[], None], ours: Callable[[], None], *, i
     # time: ours_time / plain_time (lower is better); throughput: plain_time / ours_time,
     # i.e. ours_throughput / plain_throughput (higher is better).
     label = "time ratio (ours/plain)" if kind == "time" else "throughput ratio (ours/plain)"
-    print(f"{name:42s} plain {p * 1e3:9.3f} ms  rlpolicy {o * 1e3:9.3f} ms  {label} {ratio:5.2f}",
-          flush=True)
+    print(f"{name:42s} plain {p * 1e3:9.3f} ms  rlpolicy {o * 1e3:9.3f} ms  {label} {ratio:5.2f}", flush=True)
     return {"case": name, "plain_ms": p * 1e3, "ours_ms": o * 1e3, "ratio": ratio, "kind": kind}
 
 
@@ -177,17 +202,35 @@ def run(repeats: int, quick: bool) -> List[Dict[str, float]]:
     plain = same_weights(PlainPPO(), pol)
     for bs, inner, kind in [(1, 200, "time"), (256, 40, "throughput"), (4096, 5, "throughput")]:
         obs = rng.normal(size=(bs, OBS_DIM)).astype(np.float32)
-        results.append(compare(f"compute_actions batch={bs}", lambda obs=obs: plain.compute_actions(obs),
-                               lambda obs=obs: pol.compute_actions(obs), inner=inner // (4 if quick else 1) or 1,
-                               repeats=repeats, kind=kind))
+        results.append(
+            compare(
+                f"compute_actions batch={bs}",
+                lambda obs=obs: plain.compute_actions(obs),
+                lambda obs=obs: pol.compute_actions(obs),
+                inner=inner // (4 if quick else 1) or 1,
+                repeats=repeats,
+                kind=kind,
+            )
+        )
     data = make_batch(4000, rng)
     sb = SampleBatch(dict(data))
-    results.append(compare("learn_on_batch 4000", lambda: plain.learn(data), lambda: pol.learn_on_batch(sb),
-                           inner=1 if quick else 2, repeats=repeats, kind="throughput"))
+    results.append(
+        compare(
+            "learn_on_batch 4000",
+            lambda: plain.learn(data),
+            lambda: pol.learn_on_batch(sb),
+            inner=1 if quick else 2,
+            repeats=repeats,
+            kind="throughput",
+        )
+    )
     # The last row: plain torch with the same fused Adam kernel as rlpolicy's
     # default optimizer (what remains is the policy layer's own overhead).
-    for towers, extra, fused in [(1, {}, False), (2, {"num_gpus": 2, "_fake_gpus": True}, False),
-                                 (1, {}, True)]:
+    for towers, extra, fused in [
+        (1, {}, False),
+        (2, {"num_gpus": 2, "_fake_gpus": True}, False),
+        (1, {}, True),
+    ]:
         pol2 = make_policy(**extra)
         p2 = same_weights(PlainPPO(num_towers=towers, fused_adam=fused), pol2)
 
@@ -202,10 +245,12 @@ def run(repeats: int, quick: bool) -> List[Dict[str, float]]:
                 pol2.learn_on_loaded_batch((i * (128 // towers)) % max(1, per - 128 // towers), 0)
 
         label = f"load 4000 + 30 SGD steps of 128 ({towers} dev{', plain fused Adam' if fused else ''})"
-        results.append(compare(label, plain_sgd, ours_sgd,
-                               inner=1, repeats=repeats, kind="throughput"))
-    results.append(compare("construction", lambda: PlainPPO(), lambda: make_policy(), inner=1,
-                           repeats=repeats, kind="time"))
+        results.append(compare(label, plain_sgd, ours_sgd, inner=1, repeats=repeats, kind="throughput"))
+    results.append(
+        compare(
+            "construction", lambda: PlainPPO(), lambda: make_policy(), inner=1, repeats=repeats, kind="time"
+        )
+    )
 
     def snapshot(d: dict) -> dict:
         return {n: (t.detach().numpy().copy() if torch.is_tensor(t) else t) for n, t in d.items()}
@@ -214,17 +259,36 @@ def run(repeats: int, quick: bool) -> List[Dict[str, float]]:
         # A snapshot (numpy copies) of weights and optimizer state, as get_state returns;
         # state_dict() already hands out fresh param_group dicts.
         opt = plain.opt.state_dict()
-        s = {"pi": snapshot(plain.pi.state_dict()), "vf": snapshot(plain.vf.state_dict()),
-             "opt": {"state": {i: snapshot(st) for i, st in opt["state"].items()},
-                     "param_groups": opt["param_groups"]}}
+        s = {
+            "pi": snapshot(plain.pi.state_dict()),
+            "vf": snapshot(plain.vf.state_dict()),
+            "opt": {
+                "state": {i: snapshot(st) for i, st in opt["state"].items()},
+                "param_groups": opt["param_groups"],
+            },
+        }
         plain.pi.load_state_dict({n: torch.from_numpy(a) for n, a in s["pi"].items()})
         plain.vf.load_state_dict({n: torch.from_numpy(a) for n, a in s["vf"].items()})
-        plain.opt.load_state_dict({"state": {i: {n: torch.from_numpy(a) if isinstance(a, np.ndarray) else a
-                                                 for n, a in st.items()} for i, st in s["opt"]["state"].items()},
-                                   "param_groups": s["opt"]["param_groups"]})
+        plain.opt.load_state_dict(
+            {
+                "state": {
+                    i: {n: torch.from_numpy(a) if isinstance(a, np.ndarray) else a for n, a in st.items()}
+                    for i, st in s["opt"]["state"].items()
+                },
+                "param_groups": s["opt"]["param_groups"],
+            }
+        )
 
-    results.append(compare("get_state + set_state", plain_state, lambda: pol.set_state(pol.get_state()),
-                           inner=10, repeats=repeats, kind="time"))
+    results.append(
+        compare(
+            "get_state + set_state",
+            plain_state,
+            lambda: pol.set_state(pol.get_state()),
+            inner=10,
+            repeats=repeats,
+            kind="time",
+        )
+    )
     return results
 
 

@@ -25,6 +25,7 @@ thread per run (torch and TF).
         [--frameworks torch,tf,tf2] [--seeds 0,1,2] [--max-steps N] [--sb3 off|zoo|default] \
         [--variant 'kl0={"kl_coeff": 0.0}']
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,8 +88,14 @@ def _merged(config: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[str, Any]
     return out
 
 
-def run_rlpolicy(algo: str, framework: str, seed: int, max_steps: int, max_seconds: float,
-                 overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def run_rlpolicy(
+    algo: str,
+    framework: str,
+    seed: int,
+    max_steps: int,
+    max_seconds: float,
+    overrides: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
     """One `rlpolicy train` run with the shipped defaults (plus ``overrides``; its
     ``num_envs``/``eval_every`` set the loop); how it ended."""
     overrides = dict(overrides or {})
@@ -99,16 +106,34 @@ def run_rlpolicy(algo: str, framework: str, seed: int, max_steps: int, max_secon
     if framework in ("tf2", "tfe"):
         config.setdefault("eager_tracing", True)  # as `rlpolicy train` does
     trainer = get_algorithm(algo).make_trainer(
-        make_env, config, num_envs=loop["num_envs"], num_workers=0, seed=seed)
+        make_env, config, num_envs=loop["num_envs"], num_workers=0, seed=seed
+    )
     cpu0 = time.process_time()
-    summary = run_training(trainer, make_env, RunOptions(
-        stop_reward=TARGET, stop_timesteps=max_steps, max_seconds=max_seconds,
-        eval_episodes=EVAL_EPISODES, eval_seed=EVAL_SEED,
-        eval_every=loop["eval_every"], progress_bar=False), log=lambda s: None)
+    summary = run_training(
+        trainer,
+        make_env,
+        RunOptions(
+            stop_reward=TARGET,
+            stop_timesteps=max_steps,
+            max_seconds=max_seconds,
+            eval_episodes=EVAL_EPISODES,
+            eval_seed=EVAL_SEED,
+            eval_every=loop["eval_every"],
+            progress_bar=False,
+        ),
+        log=lambda s: None,
+    )
     best = max((e["eval_mean"] for e in summary.evaluations), default=None)
-    return {"solved": summary.solved, "steps": summary.timesteps, "train_s": summary.wall_s,
-            "cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - start, "eval_mean": summary.eval_mean, "best_eval": best,
-            "evaluations": len(summary.evaluations)}
+    return {
+        "solved": summary.solved,
+        "steps": summary.timesteps,
+        "train_s": summary.wall_s,
+        "cpu_s": time.process_time() - cpu0,
+        "wall_s": time.perf_counter() - start,
+        "eval_mean": summary.eval_mean,
+        "best_eval": best,
+        "evaluations": len(summary.evaluations),
+    }
 
 
 class _SB3AsPolicy:
@@ -134,12 +159,22 @@ def _sb3_hyperparameters(which: str) -> Dict[str, Any]:
     def linear(start: float) -> Callable[[float], float]:
         return lambda progress_remaining: progress_remaining * start
 
-    return {"n_envs": 8, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98,
-            "n_epochs": 20, "ent_coef": 0.0, "learning_rate": linear(1e-3), "clip_range": linear(0.2)}
+    return {
+        "n_envs": 8,
+        "n_steps": 32,
+        "batch_size": 256,
+        "gae_lambda": 0.8,
+        "gamma": 0.98,
+        "n_epochs": 20,
+        "ent_coef": 0.0,
+        "learning_rate": linear(1e-3),
+        "clip_range": linear(0.2),
+    }
 
 
-def run_sb3(seed: int, max_steps: int, max_seconds: float, which: str,
-            eval_every_steps: int = 0) -> Optional[Dict[str, Any]]:
+def run_sb3(
+    seed: int, max_steps: int, max_seconds: float, which: str, eval_every_steps: int = 0
+) -> Optional[Dict[str, Any]]:
     """SB3's PPO until the same stop rule holds (also evaluated every ``eval_every_steps``
     env steps, when > 0); None if SB3 is not installed."""
     try:
@@ -185,16 +220,24 @@ def run_sb3(seed: int, max_steps: int, max_seconds: float, which: str,
     learn_start, cpu0 = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=max_steps, callback=check)
     end = time.perf_counter()
-    return {"solved": check.solved, "steps": model.num_timesteps, "train_s": end - learn_start,
-            "cpu_s": time.process_time() - cpu0,
-            "wall_s": end - start, "eval_mean": check.eval_mean, "best_eval": check.eval_mean,
-            "evaluations": check.evaluations}
+    return {
+        "solved": check.solved,
+        "steps": model.num_timesteps,
+        "train_s": end - learn_start,
+        "cpu_s": time.process_time() - cpu0,
+        "wall_s": end - start,
+        "eval_mean": check.eval_mean,
+        "best_eval": check.eval_mean,
+        "evaluations": check.evaluations,
+    }
 
 
 def _fmt_run(r: Dict[str, Any]) -> str:
     if r["solved"]:
-        return (f"solved after {r['steps']} steps, {r['train_s']:.1f}s training ({r['cpu_s']:.1f}s CPU; "
-                f"{r['wall_s']:.1f}s with construction), {r['evaluations']} evaluations")
+        return (
+            f"solved after {r['steps']} steps, {r['train_s']:.1f}s training ({r['cpu_s']:.1f}s CPU; "
+            f"{r['wall_s']:.1f}s with construction), {r['evaluations']} evaluations"
+        )
     best = f", best evaluation {r['best_eval']:.1f}" if r.get("best_eval") is not None else ""
     last = f", last evaluation {r['eval_mean']:.1f}" if r.get("eval_mean") is not None else ""
     return f"NOT solved in {r['steps']} steps, {r['train_s']:.1f}s training{last}{best}"
@@ -205,15 +248,18 @@ def summarize(results: List[Dict[str, Any]], promise: Optional[int]) -> Dict[str
     and whether every run solved within the promised step budget."""
     solved = [r for r in results if r["solved"]]
     return {
-        "solved": len(solved), "runs": len(results),
+        "solved": len(solved),
+        "runs": len(results),
         "median_steps": statistics.median(r["steps"] for r in solved) if solved else None,
         "median_s": statistics.median(r["train_s"] for r in solved) if solved else None,
         "median_total_s": statistics.median(r["wall_s"] for r in solved) if solved else None,
-        "median_cpu_s": statistics.median(r["cpu_s"] for r in solved) if solved and "cpu_s" in solved[0]
+        "median_cpu_s": statistics.median(r["cpu_s"] for r in solved)
+        if solved and "cpu_s" in solved[0]
         else None,
         "max_steps": max(r["steps"] for r in solved) if solved else None,
-        "kept": None if promise is None else (
-            len(solved) == len(results) and all(r["steps"] <= promise for r in solved)),
+        "kept": None
+        if promise is None
+        else (len(solved) == len(results) and all(r["steps"] <= promise for r in solved)),
     }
 
 
@@ -224,10 +270,12 @@ def table_row(name: str, s: Dict[str, Any], promise: Optional[int]) -> str:
 
     promised = "-" if promise is None else f"<= {promise // 1000}k steps"
     kept = "-" if s["kept"] is None else ("yes" if s["kept"] else "NO")
-    return (f"{name:<24} {s['solved']:>2}/{s['runs']:<2}  {num(s['median_steps'], '>9.0f')}  "
-            f"{num(s['median_s'], '>8.1f')}  {num(s.get('median_cpu_s'), '>8.1f')}  "
-            f"{num(s.get('median_total_s'), '>8.1f')}  "
-            f"{num(s['max_steps'], '>9.0f')}  {promised:<16} {kept}")
+    return (
+        f"{name:<24} {s['solved']:>2}/{s['runs']:<2}  {num(s['median_steps'], '>9.0f')}  "
+        f"{num(s['median_s'], '>8.1f')}  {num(s.get('median_cpu_s'), '>8.1f')}  "
+        f"{num(s.get('median_total_s'), '>8.1f')}  "
+        f"{num(s['max_steps'], '>9.0f')}  {promised:<16} {kept}"
+    )
 
 
 def _variant(text: str) -> Tuple[str, Dict[str, Any]]:
@@ -246,14 +294,25 @@ def main() -> None:
     parser.add_argument("--algos", default="pg,ppo,dqn", help="comma-separated algorithms")
     parser.add_argument("--frameworks", default="torch,tf,tf2", help="comma-separated frameworks")
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
-    parser.add_argument("--max-steps", type=int, default=None,
-                        help="step budget per run (default: the row's promised budget)")
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="step budget per run (default: the row's promised budget)"
+    )
     parser.add_argument("--max-seconds", type=float, default=math.inf, help="time budget per run")
-    parser.add_argument("--variant", type=_variant, action="append", default=[], metavar="NAME=JSON",
-                        help="also rows with these config overrides (repeatable)")
+    parser.add_argument(
+        "--variant",
+        type=_variant,
+        action="append",
+        default=[],
+        metavar="NAME=JSON",
+        help="also rows with these config overrides (repeatable)",
+    )
     parser.add_argument("--no-defaults", action="store_true", help="only the --variant rows")
-    parser.add_argument("--sb3", choices=("off", "zoo", "default"), default="off",
-                        help="also run SB3's PPO (RL Zoo's or SB3's default hyperparameters)")
+    parser.add_argument(
+        "--sb3",
+        choices=("off", "zoo", "default"),
+        default="off",
+        help="also run SB3's PPO (RL Zoo's or SB3's default hyperparameters)",
+    )
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     combos = [(a, f) for a in args.algos.split(",") for f in args.frameworks.split(",")]
@@ -264,8 +323,11 @@ def main() -> None:
         parser.error("--no-defaults without --variant or --sb3: nothing to run")
     ppo = config_defaults("ppo", ENV_ID)
     sb3_every = ppo["train_batch_size"] * loop_default("ppo", ENV_ID, "eval_every", 0)
-    print(f"steps to solve {ENV_ID} (greedy evaluation mean >= {TARGET:g} over {EVAL_EPISODES} "
-          f"episodes), seeds {args.seeds}", flush=True)
+    print(
+        f"steps to solve {ENV_ID} (greedy evaluation mean >= {TARGET:g} over {EVAL_EPISODES} "
+        f"episodes), seeds {args.seeds}",
+        flush=True,
+    )
     runs: Dict[Tuple[str, str, str], List[Dict[str, Any]]] = {}
     sb3: List[Optional[Dict[str, Any]]] = []
     for seed in seeds:  # seed by seed, every row: configurations side by side in time
@@ -289,14 +351,19 @@ def main() -> None:
         rows.append((f"{algo} {fw}{' ' + name if name else ''}", summarize(results, judged), promise))
     if sb3 and None not in sb3:
         rows.append((f"sb3-ppo ({args.sb3})", summarize([r for r in sb3 if r is not None], None), None))
-    print(f"\n{'row':<24} solved  {'median st':>9}  {'train s':>8}  {'CPU s':>8}  {'total s':>8}  {'max steps':>9}  "
-          f"{'README promise':<16} kept")
+    print(
+        f"\n{'row':<24} solved  {'median st':>9}  {'train s':>8}  {'CPU s':>8}  {'total s':>8}  {'max steps':>9}  "
+        f"{'README promise':<16} kept"
+    )
     for name, summary, promise in rows:
         print(table_row(name, summary, promise))
-    print("(median steps and seconds over the seeds that solved; train s: the training loop with its "
-          "evaluations, CPU s: its process CPU time (what an idle core would take), total s: with the "
-          "policy's construction; kept: every seed solved within the "
-          "promised steps)", flush=True)
+    print(
+        "(median steps and seconds over the seeds that solved; train s: the training loop with its "
+        "evaluations, CPU s: its process CPU time (what an idle core would take), total s: with the "
+        "policy's construction; kept: every seed solved within the "
+        "promised steps)",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ Subcommands:
 
 Each check prints ``OK <what>`` or raises (non-zero exit).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,12 @@ def _ppo_policy(device: str, seed: int = 0) -> Any:
     from rlpolicy.cli.algorithms import config_defaults, get_algorithm
 
     torch.manual_seed(seed)
-    config = dict(config_defaults("ppo", "CartPole-v1"), framework="torch", seed=seed,
-                  num_gpus=0 if device == "cpu" else 1)
+    config = dict(
+        config_defaults("ppo", "CartPole-v1"),
+        framework="torch",
+        seed=seed,
+        num_gpus=0 if device == "cpu" else 1,
+    )
     env = gym.make("CartPole-v1")
     try:
         return get_algorithm("ppo").policy_class("torch")(env.observation_space, env.action_space, config)
@@ -65,8 +70,11 @@ def _ppo_batch(policy: Any, n: int, seed: int) -> Any:
     rng = np.random.default_rng(seed)
     obs = rng.uniform(-1.0, 1.0, (n, 4)).astype(np.float32)
     actions, _, extra = policy.compute_actions(obs, explore=True)
-    cols: Dict[str, Any] = {SampleBatch.OBS: obs, SampleBatch.ACTIONS: np.asarray(actions),
-                            **{k: np.asarray(v) for k, v in extra.items()}}
+    cols: Dict[str, Any] = {
+        SampleBatch.OBS: obs,
+        SampleBatch.ACTIONS: np.asarray(actions),
+        **{k: np.asarray(v) for k, v in extra.items()},
+    }
     cols[Postprocessing.ADVANTAGES] = rng.normal(size=n).astype(np.float32)
     cols[Postprocessing.VALUE_TARGETS] = rng.normal(size=n).astype(np.float32)
     return SampleBatch(cols)
@@ -80,8 +88,9 @@ def _assert_close(what: str, a: Any, b: Any, atol: float = ATOL, rtol: float = R
     return float(np.max(np.abs(a - b))) if a.size else 0.0
 
 
-def _weights_close(what: str, a: Dict[str, np.ndarray], b: Dict[str, np.ndarray],
-                   atol: float = ATOL) -> float:
+def _weights_close(
+    what: str, a: Dict[str, np.ndarray], b: Dict[str, np.ndarray], atol: float = ATOL
+) -> float:
     if a.keys() != b.keys():
         raise AssertionError(f"{what}: weight names differ: {sorted(set(a) ^ set(b))}")
     return max(_assert_close(f"{what}: {k}", a[k], b[k], atol=atol) for k in a)
@@ -114,16 +123,20 @@ def check_towers(device: str) -> None:
     np.testing.assert_array_equal(a_cpu, a_gpu, err_msg="greedy actions")
     d_vf = _assert_close("vf_preds", x_cpu["vf_preds"], x_gpu["vf_preds"])
     d_logits = _assert_close("action_dist_inputs", x_cpu["action_dist_inputs"], x_gpu["action_dist_inputs"])
-    print(f"OK towers: greedy actions equal, |vf| diff {d_vf:.2e}, |logits| diff {d_logits:.2e} "
-          f"({device} vs cpu, 64 observations)")
+    print(
+        f"OK towers: greedy actions equal, |vf| diff {d_vf:.2e}, |logits| diff {d_logits:.2e} "
+        f"({device} vs cpu, 64 observations)"
+    )
     batch = _ppo_batch(cpu, 1024, seed=3)
     mb = int(cpu.config["sgd_minibatch_size"])
     l_cpu = _learn_minibatches(cpu, batch, epochs=2, minibatch=mb)
     l_gpu = _learn_minibatches(gpu, batch, epochs=2, minibatch=mb)
     d_loss = _assert_close("total_loss per minibatch", l_cpu, l_gpu, atol=1e-3)
     d_w = _weights_close("weights after SGD", cpu.get_weights(), gpu.get_weights())
-    print(f"OK towers: {len(l_cpu)} SGD minibatch steps of {mb}: losses within {d_loss:.2e}, "
-          f"weights within {d_w:.2e} ({device} vs cpu)")
+    print(
+        f"OK towers: {len(l_cpu)} SGD minibatch steps of {mb}: losses within {d_loss:.2e}, "
+        f"weights within {d_w:.2e} ({device} vs cpu)"
+    )
 
 
 def checkpoint_write(directory: str, device: str) -> None:
@@ -137,10 +150,14 @@ def checkpoint_write(directory: str, device: str) -> None:
     actions, _, extra = policy.compute_actions(obs, explore=False)
     after = _ppo_batch(policy, 512, seed=6)
     _learn_minibatches(policy, after, epochs=1, minibatch=int(policy.config["sgd_minibatch_size"]))
-    np.savez(os.path.join(directory, "expected.npz"), obs=obs, actions=np.asarray(actions),
-             vf_preds=np.asarray(extra["vf_preds"]),
-             **{f"after/{k}": v for k, v in policy.get_weights().items()},
-             **{f"batch/{k}": np.asarray(after[k]) for k in after.keys()})
+    np.savez(
+        os.path.join(directory, "expected.npz"),
+        obs=obs,
+        actions=np.asarray(actions),
+        vf_preds=np.asarray(extra["vf_preds"]),
+        **{f"after/{k}": v for k, v in policy.get_weights().items()},
+        **{f"batch/{k}": np.asarray(after[k]) for k in after.keys()},
+    )
     print(f"OK checkpoint: written on {policy.device} into {directory}/policy")
 
 
@@ -158,13 +175,16 @@ def checkpoint_load(directory: str) -> None:
     actions, _, extra = restored.compute_actions(expected["obs"], explore=False)
     np.testing.assert_array_equal(actions, expected["actions"], err_msg="greedy actions after restore")
     d_vf = _assert_close("vf_preds after restore", extra["vf_preds"], expected["vf_preds"])
-    batch = SampleBatch({k[len("batch/"):]: expected[k] for k in expected.files if k.startswith("batch/")})
+    batch = SampleBatch({k[len("batch/") :]: expected[k] for k in expected.files if k.startswith("batch/")})
     _learn_minibatches(restored, batch, epochs=1, minibatch=int(restored.config["sgd_minibatch_size"]))
-    after = {k[len("after/"):]: expected[k] for k in expected.files if k.startswith("after/")}
-    d_w = _weights_close("weights after the next SGD steps (Adam state restored)", after,
-                         restored.get_weights())
-    print(f"OK checkpoint: loaded on the CPU (CUDA visible: {torch.cuda.is_available()}), greedy "
-          f"actions equal, |vf| diff {d_vf:.2e}; next SGD steps agree within {d_w:.2e}")
+    after = {k[len("after/") :]: expected[k] for k in expected.files if k.startswith("after/")}
+    d_w = _weights_close(
+        "weights after the next SGD steps (Adam state restored)", after, restored.get_weights()
+    )
+    print(
+        f"OK checkpoint: loaded on the CPU (CUDA visible: {torch.cuda.is_available()}), greedy "
+        f"actions equal, |vf| diff {d_vf:.2e}; next SGD steps agree within {d_w:.2e}"
+    )
 
 
 def run_bench(argv: List[str]) -> None:

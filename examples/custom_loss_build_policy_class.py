@@ -7,6 +7,7 @@ computes ``-mean(logp(a) * (A - mean(A)))`` and ``stats_fn`` reports it.
 Run:  python examples/custom_loss_build_policy_class.py [--iters N]
 (``RLPOLICY_EXAMPLE_QUICK=1`` runs a short version, as the test suite does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,9 @@ class ThreeArmedBandit(gym.Env):
 
 def add_advantages(policy, sample_batch, other_agent_batches=None, episode=None):
     """postprocess_fn: discounted returns as advantages (no critic)."""
-    return compute_advantages(sample_batch, last_r=0.0, gamma=policy.config["gamma"],
-                              use_gae=False, use_critic=False)
+    return compute_advantages(
+        sample_batch, last_r=0.0, gamma=policy.config["gamma"], use_gae=False, use_critic=False
+    )
 
 
 def pg_loss(policy, model, dist_class, train_batch):
@@ -62,8 +64,13 @@ def pg_stats(policy, train_batch):
 
 
 BanditPGPolicy = build_policy_class(
-    "BanditPGPolicy", "torch", loss_fn=pg_loss, postprocess_fn=add_advantages,
-    stats_fn=pg_stats, get_default_config=lambda: {"gamma": 1.0, "lr": 0.02})
+    "BanditPGPolicy",
+    "torch",
+    loss_fn=pg_loss,
+    postprocess_fn=add_advantages,
+    stats_fn=pg_stats,
+    get_default_config=lambda: {"gamma": 1.0, "lr": 0.02},
+)
 
 
 def collect(policy, env, num_episodes):
@@ -73,11 +80,15 @@ def collect(policy, env, num_episodes):
         obs, _ = env.reset()
         action, _, _ = policy.compute_single_action(obs)
         _, reward, terminated, truncated, _ = env.step(action)
-        episode = SampleBatch({
-            SampleBatch.OBS: obs[None], SampleBatch.ACTIONS: np.array([action]),
-            SampleBatch.REWARDS: np.array([reward], np.float32),
-            SampleBatch.TERMINATEDS: np.array([terminated]),
-            SampleBatch.TRUNCATEDS: np.array([truncated])})  # "dones" is derived
+        episode = SampleBatch(
+            {
+                SampleBatch.OBS: obs[None],
+                SampleBatch.ACTIONS: np.array([action]),
+                SampleBatch.REWARDS: np.array([reward], np.float32),
+                SampleBatch.TERMINATEDS: np.array([terminated]),
+                SampleBatch.TRUNCATEDS: np.array([truncated]),
+            }
+        )  # "dones" is derived
         batches.append(policy.postprocess_trajectory(episode))
     return concat_samples(batches)
 
@@ -100,14 +111,15 @@ def main():
     torch.manual_seed(0)
     env = ThreeArmedBandit()
     env.reset(seed=0)
-    policy = BanditPGPolicy(env.observation_space, env.action_space,
-                            {"model": {"fcnet_hiddens": [16]}})
+    policy = BanditPGPolicy(env.observation_space, env.action_space, {"model": {"fcnet_hiddens": [16]}})
     print(f"initial p(best arm)={best_arm_prob(policy):.3f}")
     for i in range(args.iters):
         batch = collect(policy, env, args.episodes)
         stats = policy.learn_on_batch(batch)["learner_stats"]
-        print(f"iter {i}: mean_reward={batch[SampleBatch.REWARDS].mean():.3f} "
-              f"pg_loss={float(stats['pg_loss']):.4f}")
+        print(
+            f"iter {i}: mean_reward={batch[SampleBatch.REWARDS].mean():.3f} "
+            f"pg_loss={float(stats['pg_loss']):.4f}"
+        )
     print(f"final p(best arm)={best_arm_prob(policy):.3f}")
 
 

@@ -11,6 +11,7 @@ Run:  python examples/dqn_cartpole.py [--steps N]
 (``RLPOLICY_EXAMPLE_QUICK=1`` runs a short version, as the test suite does;
 ``rlpolicy train --algo dqn`` trains to a mean return of 475).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +26,18 @@ from rlpolicy.agents.dqn.dqn import SimpleDQNTrainer
 from rlpolicy.cli.training import evaluate_policy
 
 CONFIG = {
-    "model": {"fcnet_hiddens": [64]}, "hiddens": [64], "lr": 1e-3, "n_step": 3,
-    "learning_starts": 500, "target_network_update_freq": 250,
-    "exploration_config": {"type": "EpsilonGreedy", "initial_epsilon": 1.0,
-                           "final_epsilon": 0.02, "epsilon_timesteps": 1500},
+    "model": {"fcnet_hiddens": [64]},
+    "hiddens": [64],
+    "lr": 1e-3,
+    "n_step": 3,
+    "learning_starts": 500,
+    "target_network_update_freq": 250,
+    "exploration_config": {
+        "type": "EpsilonGreedy",
+        "initial_epsilon": 1.0,
+        "final_epsilon": 0.02,
+        "epsilon_timesteps": 1500,
+    },
 }
 
 
@@ -56,10 +65,12 @@ def main():
             next_eval += args.eval_every
             greedy = np.mean(evaluate_policy(trainer.policy, make_env, 10, seed=100))
             eps = trainer.policy.exploration.get_state()["cur_epsilon"]
-            print(f"steps={trainer.steps_sampled} trained={trainer.steps_trained} "
-                  f"target_syncs={trainer.num_target_updates} epsilon={float(eps):.3f} "
-                  f"mean_q={trainer.learner_stats.get('mean_q', float('nan')):.2f} "
-                  f"greedy mean return={greedy:.1f}")
+            print(
+                f"steps={trainer.steps_sampled} trained={trainer.steps_trained} "
+                f"target_syncs={trainer.num_target_updates} epsilon={float(eps):.3f} "
+                f"mean_q={trainer.learner_stats.get('mean_q', float('nan')):.2f} "
+                f"greedy mean return={greedy:.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ are dicts keyed by agent id; the episode ends when both are done). A
 Run:  python examples/multi_agent_two_policies.py [--iters N]
 (``RLPOLICY_EXAMPLE_QUICK=1`` runs a short version, as the test suite does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,11 +39,17 @@ def main():
 
     worker = RolloutWorker(
         env_creator=lambda env_context: TwoCartPoles({"num_agents": 2}),
-        policy_spec={"learner": PolicySpec(PGTorchPolicy, config={"lr": 1e-2}),
-                     "frozen": PolicySpec(PGTorchPolicy)},
-        policy_mapping_fn=policy_mapping_fn, policies_to_train=["learner"],
+        policy_spec={
+            "learner": PolicySpec(PGTorchPolicy, config={"lr": 1e-2}),
+            "frozen": PolicySpec(PGTorchPolicy),
+        },
+        policy_mapping_fn=policy_mapping_fn,
+        policies_to_train=["learner"],
         policy_config={"framework": "torch", "model": {"fcnet_hiddens": [32]}},
-        num_envs=4, rollout_fragment_length=250, seed=0)
+        num_envs=4,
+        rollout_fragment_length=250,
+        seed=0,
+    )
     frozen_before = worker.get_policy("frozen").get_weights()
     for i in range(args.iters):
         batch = worker.sample()
@@ -52,9 +59,11 @@ def main():
             for (_agent_id, pid), reward in m.agent_rewards.items():
                 per_policy[pid].append(reward)
         counts = {pid: b.count for pid, b in sorted(batch.policy_batches.items())}
-        print(f"iter {i}: env_steps={batch.env_steps()} agent_steps={counts} "
-              f"learner_return={np.mean(per_policy['learner'] or [np.nan]):.1f} "
-              f"frozen_return={np.mean(per_policy['frozen'] or [np.nan]):.1f}")
+        print(
+            f"iter {i}: env_steps={batch.env_steps()} agent_steps={counts} "
+            f"learner_return={np.mean(per_policy['learner'] or [np.nan]):.1f} "
+            f"frozen_return={np.mean(per_policy['frozen'] or [np.nan]):.1f}"
+        )
     frozen_after = worker.get_policy("frozen").get_weights()
     unchanged = all(np.array_equal(frozen_before[k], frozen_after[k]) for k in frozen_before)
     print(f"frozen policy weights unchanged: {unchanged}")

@@ -14,6 +14,7 @@ tower step equals a single-device ``learn_on_batch`` on the same rows.
 Run:  python examples/multi_tower_sgd.py [--epochs N]
 (``RLPOLICY_EXAMPLE_QUICK=1`` runs a short version, as the test suite does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,7 @@ from rlpolicy.policy.torch_policy import TorchPolicy
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACTION_SPACE = gym.spaces.Discrete(2)
-CONFIG = {"lr": 0.01, "train_batch_size": 256, "sgd_minibatch_size": 64,
-          "model": {"fcnet_hiddens": [32]}}
+CONFIG = {"lr": 0.01, "train_batch_size": 256, "sgd_minibatch_size": 64, "model": {"fcnet_hiddens": [32]}}
 
 
 class WeightedNLLPolicy(TorchPolicy):
@@ -58,8 +58,7 @@ def make_batch(n, seed=0):
     obs = rng.uniform(-1, 1, (n, 4)).astype(np.float32)
     actions = rng.integers(0, 2, n)
     rewards = np.where(actions == (obs[:, 0] > 0), 1.0, 0.0).astype(np.float32)
-    return SampleBatch({SampleBatch.OBS: obs, SampleBatch.ACTIONS: actions,
-                        SampleBatch.REWARDS: rewards})
+    return SampleBatch({SampleBatch.OBS: obs, SampleBatch.ACTIONS: actions, SampleBatch.REWARDS: rewards})
 
 
 def accuracy(policy, batch):
@@ -69,8 +68,10 @@ def accuracy(policy, batch):
 
 def train(policy, batch, epochs):
     per_device = policy.load_batch_into_buffer(batch, buffer_index=0)
-    print(f"towers={len(policy.model_gpu_towers)} devices={[str(d) for d in policy.devices]} "
-          f"loaded_per_device={per_device}")
+    print(
+        f"towers={len(policy.model_gpu_towers)} devices={[str(d) for d in policy.devices]} "
+        f"loaded_per_device={per_device}"
+    )
     step = policy.config["sgd_minibatch_size"] // len(policy.devices)
     for epoch in range(epochs):
         losses = []
@@ -78,8 +79,10 @@ def train(policy, batch, epochs):
             fetches = policy.learn_on_loaded_batch(offset=offset, buffer_index=0)
             losses.append(np.mean([float(t.detach()) for t in policy.get_tower_stats("loss")]))
             assert set(fetches) >= {"tower_0", "tower_1"}
-        print(f"epoch {epoch}: steps={len(losses)} mean_loss={np.mean(losses):.4f} "
-              f"accuracy={accuracy(policy, batch):.3f}")
+        print(
+            f"epoch {epoch}: steps={len(losses)} mean_loss={np.mean(losses):.4f} "
+            f"accuracy={accuracy(policy, batch):.3f}"
+        )
 
 
 def check_equivalence():
@@ -90,10 +93,9 @@ def check_equivalence():
     towers.learn_on_loaded_batch(offset=0)
     half = CONFIG["sgd_minibatch_size"] // 2
     # Tower i trained on rows [0, half) of slice i, i.e. of batch[i*per_device:].
-    same_rows = concat_samples([batch[0:half], batch[per_device:per_device + half]])
+    same_rows = concat_samples([batch[0:half], batch[per_device : per_device + half]])
     single.learn_on_batch(same_rows)
-    diff = max(np.abs(towers.get_weights()[k] - single.get_weights()[k]).max()
-               for k in single.get_weights())
+    diff = max(np.abs(towers.get_weights()[k] - single.get_weights()[k]).max() for k in single.get_weights())
     print(f"max |w_towers - w_single| after one step: {diff:.2e}")
     return diff
 

@@ -12,6 +12,7 @@ are compared with the policy's own ``compute_actions(..., explore=False)``.
 
 Run:  python examples/onnx_serving.py [--batch N]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,7 @@ def build_and_export(export_dir):
 
     torch.manual_seed(0)
     env = gym.make("CartPole-v1")
-    policy = TorchPolicy(env.observation_space, env.action_space,
-                         {"model": {"fcnet_hiddens": [32, 32]}})
+    policy = TorchPolicy(env.observation_space, env.action_space, {"model": {"fcnet_hiddens": [32, 32]}})
     policy.export_model(export_dir, onnx=11)
     print("exported:", sorted(os.listdir(export_dir)))
     return policy, env
@@ -43,8 +43,9 @@ class OnnxPolicyServer:
     def __init__(self, export_dir):
         import onnxruntime as ort
 
-        self.session = ort.InferenceSession(os.path.join(export_dir, "model.onnx"),
-                                            providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(
+            os.path.join(export_dir, "model.onnx"), providers=["CPUExecutionProvider"]
+        )
         self.inputs = {i.name: i for i in self.session.get_inputs()}
 
     def logits(self, obs):
@@ -70,8 +71,7 @@ def main():
     with tempfile.TemporaryDirectory() as export_dir:
         policy, env = build_and_export(export_dir)
         server = OnnxPolicyServer(export_dir)
-        print("onnx inputs:", list(server.inputs), "outputs:",
-              [o.name for o in server.session.get_outputs()])
+        print("onnx inputs:", list(server.inputs), "outputs:", [o.name for o in server.session.get_outputs()])
         obs = np.stack([env.observation_space.sample() for _ in range(args.batch)])
         onnx_logits = server.logits(obs)
         actions, _, extra = policy.compute_actions(obs, explore=False)

@@ -13,6 +13,7 @@ and its own copy of the policy. Every iteration:
 Run:  python examples/ray_workers_sampling.py [--iters N]
 (``RLPOLICY_EXAMPLE_QUICK=1`` runs a short version, as the test suite does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,21 +38,33 @@ def main():
     parser.add_argument("--steps", type=int, default=1500, help="env steps per iteration")
     args = parser.parse_args()
 
-    config = {"framework": "torch", "lr": 4e-3, "num_envs_per_worker": 4, "rollout_fragment_length": 100,
-              "model": {"fcnet_hiddens": [32]}, "seed": 0, "num_cpus_per_worker": 0.5}
-    workers = WorkerSet(env_creator=make_env, policy_class=PGTorchPolicy, trainer_config=config,
-                        num_workers=2)
+    config = {
+        "framework": "torch",
+        "lr": 4e-3,
+        "num_envs_per_worker": 4,
+        "rollout_fragment_length": 100,
+        "model": {"fcnet_hiddens": [32]},
+        "seed": 0,
+        "num_cpus_per_worker": 0.5,
+    }
+    workers = WorkerSet(
+        env_creator=make_env, policy_class=PGTorchPolicy, trainer_config=config, num_workers=2
+    )
     try:
         policy = workers.local_worker().policy
-        print(f"remote workers: {len(workers.remote_workers())}, fragment per worker: "
-              f"{config['num_envs_per_worker'] * config['rollout_fragment_length']} steps")
+        print(
+            f"remote workers: {len(workers.remote_workers())}, fragment per worker: "
+            f"{config['num_envs_per_worker'] * config['rollout_fragment_length']} steps"
+        )
         for i in range(args.iters):
             batch = workers.sample(args.steps)
             stats = policy.learn_on_batch(batch)["learner_stats"]
             workers.sync_weights(global_vars={"timestep": workers.num_env_steps_sampled})
             m = workers.metrics()
-            print(f"iter {i}: batch={batch.count} total={workers.num_env_steps_sampled} "
-                  f"mean_return={m['episode_reward_mean']:.1f} policy_loss={float(stats['policy_loss']):.3f}")
+            print(
+                f"iter {i}: batch={batch.count} total={workers.num_env_steps_sampled} "
+                f"mean_return={m['episode_reward_mean']:.1f} policy_loss={float(stats['policy_loss']):.3f}"
+            )
         steps = workers.foreach_worker(lambda w: w.total_env_steps)
         print(f"env steps per worker (local first): {steps}")
         local = policy.get_weights()

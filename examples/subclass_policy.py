@@ -10,6 +10,7 @@ No deep-learning framework is involved. The subclass implements
 Run:  python examples/subclass_policy.py [--iters N]
 (``RLPOLICY_EXAMPLE_QUICK=1`` runs a short version, as the test suite does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,18 @@ class LinearSoftmaxPolicy(Policy):
         self.W = np.zeros((observation_space.shape[0], action_space.n))
         self.b = np.zeros(action_space.n)
 
-    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
-                        prev_reward_batch=None, info_batch=None, episodes=None,
-                        explore=None, timestep=None, **kwargs):
+    def compute_actions(
+        self,
+        obs_batch,
+        state_batches=None,
+        prev_action_batch=None,
+        prev_reward_batch=None,
+        info_batch=None,
+        episodes=None,
+        explore=None,
+        timestep=None,
+        **kwargs,
+    ):
         logits = np.asarray(obs_batch) @ self.W + self.b
         probs = softmax(logits)
         explore = self.config["explore"] if explore is None else explore
@@ -107,8 +117,9 @@ def main():
 
     env = gym.make("CartPole-v1")
     env.reset(seed=0)
-    policy = LinearSoftmaxPolicy(env.observation_space, env.action_space,
-                                 {"lr": 2.0, "gamma": 0.99, "seed": 0})
+    policy = LinearSoftmaxPolicy(
+        env.observation_space, env.action_space, {"lr": 2.0, "gamma": 0.99, "seed": 0}
+    )
     for i in range(args.iters):
         batch, returns = run_episodes(policy, env, args.episodes)
         policy.learn_on_batch(batch)
@@ -117,8 +128,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         policy.export_checkpoint(tmp)  # JSON + .npz, no pickle
         restored = Policy.from_checkpoint(tmp)  # imports LinearSoftmaxPolicy
-    same = all(np.array_equal(policy.get_weights()[k], restored.get_weights()[k])
-               for k in ("W", "b"))
+    same = all(np.array_equal(policy.get_weights()[k], restored.get_weights()[k]) for k in ("W", "b"))
     print(f"restored {type(restored).__name__} from checkpoint; weights equal: {same}")
 
 

@@ -11,6 +11,7 @@ on dummy data and prunes the view requirements to the columns it reads.
 Run:  python examples/subclass_torch_policy.py [--iters N]
 (``RLPOLICY_EXAMPLE_QUICK=1`` runs a short version, as the test suite does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,13 +30,18 @@ class ReinforceTorchPolicy(TorchPolicy):
     """REINFORCE with normalized returns, written as a TorchPolicy subclass."""
 
     def __init__(self, observation_space, action_space, config):
-        super().__init__(observation_space, action_space, config,
-                         max_seq_len=config.get("model", {}).get("max_seq_len", 20))
+        super().__init__(
+            observation_space,
+            action_space,
+            config,
+            max_seq_len=config.get("model", {}).get("max_seq_len", 20),
+        )
         self._initialize_loss_from_dummy_batch()
 
     def postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
-        return compute_advantages(sample_batch, last_r=0.0, gamma=self.config["gamma"],
-                                  use_gae=False, use_critic=False)
+        return compute_advantages(
+            sample_batch, last_r=0.0, gamma=self.config["gamma"], use_gae=False, use_critic=False
+        )
 
     def loss(self, model, dist_class, train_batch):
         logits, _ = model(train_batch)
@@ -48,8 +54,7 @@ class ReinforceTorchPolicy(TorchPolicy):
         return loss
 
     def extra_grad_info(self, train_batch):
-        return {k: torch.stack(self.get_tower_stats(k)).mean().item()
-                for k in ("policy_loss", "entropy")}
+        return {k: torch.stack(self.get_tower_stats(k)).mean().item() for k in ("policy_loss", "entropy")}
 
 
 def run_episodes(policy, env, num_episodes):
@@ -81,16 +86,19 @@ def main():
     torch.manual_seed(0)
     env = gym.make("CartPole-v1")
     env.reset(seed=0)
-    policy = ReinforceTorchPolicy(env.observation_space, env.action_space, {
-        "lr": 0.01, "gamma": 0.99, "model": {"fcnet_hiddens": [32]}})
+    policy = ReinforceTorchPolicy(
+        env.observation_space, env.action_space, {"lr": 0.01, "gamma": 0.99, "model": {"fcnet_hiddens": [32]}}
+    )
     print(f"view requirements after loss init: {sorted(policy.view_requirements)}")
     env_steps = 0
     for i in range(args.iters):
         batch, returns = run_episodes(policy, env, args.episodes)
         env_steps += len(batch)
         stats = policy.learn_on_batch(batch)["learner_stats"]
-        print(f"iter {i}: mean_return={np.mean(returns):.1f} "
-              f"policy_loss={stats['policy_loss']:.4f} entropy={stats['entropy']:.4f}")
+        print(
+            f"iter {i}: mean_return={np.mean(returns):.1f} "
+            f"policy_loss={stats['policy_loss']:.4f} entropy={stats['entropy']:.4f}"
+        )
     print(f"total env steps={env_steps}")
 
 

@@ -11,6 +11,7 @@ samples CartPole with it; ``learn_on_batch`` runs one session call per step.
 Run:  python examples/tf_graph_policy.py [--iters N]
 (``RLPOLICY_EXAMPLE_QUICK=1`` runs a short version, as the test suite does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ tf1, tf, _ = try_import_tf()
 
 def add_returns(policy, sample_batch, other_agent_batches=None, episode=None):
     """postprocess_fn: discounted returns-to-go as the advantages (no critic)."""
-    return compute_advantages(sample_batch, last_r=0.0, gamma=policy.config["gamma"],
-                              use_gae=False, use_critic=False)
+    return compute_advantages(
+        sample_batch, last_r=0.0, gamma=policy.config["gamma"], use_gae=False, use_critic=False
+    )
 
 
 def reinforce_loss(policy, model, dist_class, train_batch):
@@ -57,9 +59,13 @@ def adam(policy, config):
 
 
 ReinforceTFPolicy = build_tf_policy(
-    name="ReinforceTFPolicy", loss_fn=reinforce_loss, postprocess_fn=add_returns,
-    stats_fn=reinforce_stats, optimizer_fn=adam,
-    get_default_config=lambda: {"gamma": 0.99, "lr": 0.01, "entropy_coeff": 0.01})
+    name="ReinforceTFPolicy",
+    loss_fn=reinforce_loss,
+    postprocess_fn=add_returns,
+    stats_fn=reinforce_stats,
+    optimizer_fn=adam,
+    get_default_config=lambda: {"gamma": 0.99, "lr": 0.01, "entropy_coeff": 0.01},
+)
 
 
 def main():
@@ -72,18 +78,24 @@ def main():
     tf.random.set_seed(0)
     np.random.seed(0)
     env = gym.make("CartPole-v1")
-    policy = ReinforceTFPolicy(env.observation_space, env.action_space,
-                               {"framework": "tf", "model": {"fcnet_hiddens": [32]}})
-    print(f"policy {type(policy).__name__}: own graph {policy.get_session().graph is policy.graph}, "
-          f"eager outside it {tf.executing_eagerly()}")
-    worker = RolloutWorker(lambda: gym.make("CartPole-v1"), policy, num_envs=4,
-                           rollout_fragment_length=args.steps // 4, seed=0)
+    policy = ReinforceTFPolicy(
+        env.observation_space, env.action_space, {"framework": "tf", "model": {"fcnet_hiddens": [32]}}
+    )
+    print(
+        f"policy {type(policy).__name__}: own graph {policy.get_session().graph is policy.graph}, "
+        f"eager outside it {tf.executing_eagerly()}"
+    )
+    worker = RolloutWorker(
+        lambda: gym.make("CartPole-v1"), policy, num_envs=4, rollout_fragment_length=args.steps // 4, seed=0
+    )
     for i in range(args.iters):
         batch = worker.sample()
         stats = policy.learn_on_batch(batch)["learner_stats"]
         returns = [m.episode_reward for m in worker.get_metrics()] or [float("nan")]
-        print(f"iter {i}: steps={batch.count} mean_return={np.mean(returns):.1f} "
-              f"entropy={float(stats['entropy']):.3f} pg_loss={float(stats['pg_loss']):.4f}")
+        print(
+            f"iter {i}: steps={batch.count} mean_return={np.mean(returns):.1f} "
+            f"entropy={float(stats['entropy']):.3f} pg_loss={float(stats['pg_loss']):.4f}"
+        )
     print(f"total env steps={worker.total_env_steps}")
 
 

@@ -4,6 +4,7 @@ Port RLlib 1.x code by replacing the import root ``ray.rllib`` with ``rlpolicy``
 Importing this package needs neither torch nor tensorflow: the main names below are
 resolved lazily, on first access.
 """
+
 from __future__ import annotations
 
 import importlib

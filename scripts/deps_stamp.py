@@ -2,6 +2,7 @@
 [project] dependencies, optional-dependencies and requires-python, plus the constraints
 files. Tool settings elsewhere in pyproject.toml (ruff, mypy, pytest) do not change it, so
 editing them does not rebuild the venvs. On Python 3.10 (no tomllib) the whole pyproject.toml counts."""
+
 import hashlib
 import json
 import pathlib

@@ -2,6 +2,7 @@
 
 Test ids read like ``test_x[torch-fake-gpu-x2]``; select with ``-k "torch and cpu"``.
 """
+
 import importlib.util
 import os
 import re
@@ -16,8 +17,12 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 # own try_import_tf) leave it: "1" / "behavior" calls tf.compat.v1.disable_v2_behavior(),
 # "tensorshape" only disable_v2_tensorshape(), "eager" only disable_eager_execution().
 # Done here, before any test module imports TF.
-TF_V1_MODES = {"1": "disable_v2_behavior", "behavior": "disable_v2_behavior",
-               "tensorshape": "disable_v2_tensorshape", "eager": "disable_eager_execution"}
+TF_V1_MODES = {
+    "1": "disable_v2_behavior",
+    "behavior": "disable_v2_behavior",
+    "tensorshape": "disable_v2_tensorshape",
+    "eager": "disable_eager_execution",
+}
 TF_V1_MODE = os.environ.get("RLPOLICY_TF_V1", "").strip().lower()
 if TF_V1_MODE in ("", "0", "false"):
     TF_V1_MODE = ""
@@ -48,13 +53,20 @@ def _cuda_count() -> int:
 TF_TOKENS = {"tf", "tf1", "tf2", "tfe", "eager", "keras", "traced", "tensorflow"}
 # A test module uses TF if its source imports/mentions TF (tensorflow, try_import_tf, Keras,
 # rlpolicy's tf modules, "tf"/"tf2" framework strings, tf1./tf. calls).
-_TF_SOURCE = re.compile(r"\btensorflow\b|try_import_tf|\bkeras\b|\w_tf\b|\btf_\w|\btf2?\b[\"'.]"
-                        r"|[\"']tf2?[\"']|\btf1\.")
+_TF_SOURCE = re.compile(
+    r"\btensorflow\b|try_import_tf|\bkeras\b|\w_tf\b|\btf_\w|\btf2?\b[\"'.]"
+    r"|[\"']tf2?[\"']|\btf1\."
+)
 _module_uses_tf_cache: dict = {}
 # Modules whose every test runs its code in a fresh interpreter (scripts, blocked imports,
 # stderr checks): that interpreter is not in TF1 mode, so the TF1-mode pass skips them.
-FRESH_PROCESS_MODULES = {"test_examples", "test_benchmarks_smoke", "test_native_stderr",
-                         "test_import_without_frameworks", "test_missing_framework_errors"}
+FRESH_PROCESS_MODULES = {
+    "test_examples",
+    "test_benchmarks_smoke",
+    "test_native_stderr",
+    "test_import_without_frameworks",
+    "test_missing_framework_errors",
+}
 
 
 def _tokens(text: str) -> set:
@@ -150,9 +162,11 @@ EAGER_IDS = {"tf2", "tfe", "eager", "traced"}
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "tf_eager_code: the test's own code runs TF eagerly (with RLPOLICY_TF_V1 it "
+        "markers",
+        "tf_eager_code: the test's own code runs TF eagerly (with RLPOLICY_TF_V1 it "
         "runs in TF's eager-mode context; tf2/eager/traced parametrizations and tests named "
-        "or in a module named *eager* are taken as such without the marker)")
+        "or in a module named *eager* are taken as such without the marker)",
+    )
 
 
 def _is_eager_test(item) -> bool:

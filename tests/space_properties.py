@@ -9,6 +9,7 @@ triage a failing pair::
 Every check raises ``AssertionError`` (a property is violated) or lets the
 policy's own exception through (a crash), with the property's name in front.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional
@@ -23,8 +24,13 @@ from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
 
 BATCH_SIZES = (1, 7)
 TRAIN_ROWS = 8
-CONFIG = {"model": {"fcnet_hiddens": [8]}, "train_batch_size": TRAIN_ROWS,
-          "sgd_minibatch_size": TRAIN_ROWS, "num_sgd_iter": 1, "seed": 0}
+CONFIG = {
+    "model": {"fcnet_hiddens": [8]},
+    "train_batch_size": TRAIN_ROWS,
+    "sgd_minibatch_size": TRAIN_ROWS,
+    "num_sgd_iter": 1,
+    "seed": 0,
+}
 
 
 class PropertyFailure(AssertionError):
@@ -42,9 +48,11 @@ def seed_globals(framework: str, seed: int = 0) -> None:
     np.random.seed(seed)
     if framework == "torch":
         import torch
+
         torch.manual_seed(seed)
     elif framework == "tf2":
         from rlpolicy.utils.framework import try_import_tf
+
         _, tf, _ = try_import_tf()
         tf.random.set_seed(seed)
 
@@ -55,8 +63,10 @@ def build_policy(framework: str, obs_space: gym.Space, action_space: gym.Space) 
     seed_globals(framework)
     if framework == "torch":
         from rlpolicy.agents.ppo import PPOTorchPolicy
+
         return PPOTorchPolicy(obs_space, action_space, dict(CONFIG))
     from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy
+
     cls = PPOTFPolicy if framework == "tf" else PPOTFPolicy.as_eager()
     return cls(obs_space, action_space, {**CONFIG, "framework": framework})
 
@@ -72,13 +82,14 @@ def stack(obs_list: List[Any]) -> Any:
     return tree.map_structure(lambda *xs: np.stack([np.asarray(x) for x in xs]), *obs_list)
 
 
-def assert_structure(value: Any, space: gym.Space, batch: Optional[int] = None,
-                     path: str = "action") -> None:
+def assert_structure(value: Any, space: gym.Space, batch: Optional[int] = None, path: str = "action") -> None:
     """``value`` nests like ``space`` (Dict keys, Tuple length) and every leaf
     has shape ``[batch, *leaf.shape]`` (or ``leaf.shape`` when ``batch`` is None)."""
     if isinstance(space, gym.spaces.Dict):
         assert isinstance(value, dict), f"{path}: expected a dict for {space}, got {type(value).__name__}"
-        assert sorted(value) == sorted(space.spaces), f"{path}: keys {sorted(value)} != {sorted(space.spaces)}"
+        assert sorted(value) == sorted(space.spaces), (
+            f"{path}: keys {sorted(value)} != {sorted(space.spaces)}"
+        )
         for key, sub in space.spaces.items():
             assert_structure(value[key], sub, batch, f"{path}[{key!r}]")
         return
@@ -139,14 +150,18 @@ def check_in_space(policy: Any, obs_space: gym.Space, action_space: gym.Space) -
         for explore in (True, False):
             action, _, _ = policy.compute_single_action(obs, explore=explore, **{kw: True})
             cast = as_space_dtypes(action, action_space)
-            assert action_space.contains(cast), f"{kw}=True, explore={explore}: {cast!r} not in {action_space}"
+            assert action_space.contains(cast), (
+                f"{kw}=True, explore={explore}: {cast!r} not in {action_space}"
+            )
 
 
 def check_log_likelihoods(policy: Any, obs_space: gym.Space, acted: Dict[str, Any]) -> None:
     """Property 4: finite log-likelihoods of shape [B] for the policy's own actions."""
     for b in BATCH_SIZES:
         actions, _ = acted[(b, "stacked", True)]
-        logp = np.asarray(policy.compute_log_likelihoods(actions=actions, obs_batch=stack(samples(obs_space, b))))
+        logp = np.asarray(
+            policy.compute_log_likelihoods(actions=actions, obs_batch=stack(samples(obs_space, b)))
+        )
         assert logp.shape == (b,), f"B={b}: logp shape {logp.shape}"
         assert np.all(np.isfinite(logp)), f"B={b}: logp {logp}"
 
@@ -157,12 +172,17 @@ def train_batch(policy: Any, obs_space: gym.Space) -> SampleBatch:
     actions, _, extra = policy.compute_actions(obs, explore=True)
     rng = np.random.default_rng(0)
     n = TRAIN_ROWS
-    return SampleBatch({
-        SampleBatch.OBS: obs, SampleBatch.ACTIONS: actions,
-        SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
-        SampleBatch.DONES: np.zeros(n, bool),
-        "advantages": rng.normal(size=n).astype(np.float32),
-        "value_targets": rng.normal(size=n).astype(np.float32), **extra})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: obs,
+            SampleBatch.ACTIONS: actions,
+            SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
+            SampleBatch.DONES: np.zeros(n, bool),
+            "advantages": rng.normal(size=n).astype(np.float32),
+            "value_targets": rng.normal(size=n).astype(np.float32),
+            **extra,
+        }
+    )
 
 
 def check_postprocess(policy: Any, obs_space: gym.Space) -> None:
@@ -172,11 +192,19 @@ def check_postprocess(policy: Any, obs_space: gym.Space) -> None:
     obs, next_obs = stack(raw[:-1]), stack(raw[1:])
     actions, _, extra = policy.compute_actions(obs, explore=True)
     n = TRAIN_ROWS
-    batch = SampleBatch({
-        SampleBatch.OBS: obs, SampleBatch.NEXT_OBS: next_obs, SampleBatch.ACTIONS: actions,
-        SampleBatch.REWARDS: np.linspace(-1.0, 1.0, n).astype(np.float32),
-        SampleBatch.DONES: np.zeros(n, bool), SampleBatch.EPS_ID: np.zeros(n, np.int64),
-        SampleBatch.AGENT_INDEX: np.zeros(n, np.int64), SampleBatch.T: np.arange(n), **extra})
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: obs,
+            SampleBatch.NEXT_OBS: next_obs,
+            SampleBatch.ACTIONS: actions,
+            SampleBatch.REWARDS: np.linspace(-1.0, 1.0, n).astype(np.float32),
+            SampleBatch.DONES: np.zeros(n, bool),
+            SampleBatch.EPS_ID: np.zeros(n, np.int64),
+            SampleBatch.AGENT_INDEX: np.zeros(n, np.int64),
+            SampleBatch.T: np.arange(n),
+            **extra,
+        }
+    )
     out = policy.postprocess_trajectory(batch)
     for col in ("advantages", "value_targets"):
         values = np.asarray(out[col])

@@ -12,6 +12,7 @@ While a kind of space is known to fail, ``RLPOLICY_SPACE_EXCLUDE`` (a
 comma-separated list of :data:`EXCLUDABLE` names) narrows the draw for a
 local run; unset (the default, and what CI uses) every kind is drawn.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,7 @@ from hypothesis import strategies as st
 MAX_DEPTH = 2
 # start != 0 for Discrete/MultiDiscrete; rank-0 / rank-2+ / rank-3 Boxes; 2-D MultiDiscrete;
 # MultiBinary; Dict/Tuple containers.
-EXCLUDABLE = ("start", "box_rank0", "box_multidim", "box_image", "multidiscrete_2d", "multibinary",
-              "nested")
+EXCLUDABLE = ("start", "box_rank0", "box_multidim", "box_image", "multidiscrete_2d", "multibinary", "nested")
 
 
 def excluded() -> FrozenSet[str]:
@@ -41,9 +41,15 @@ def excluded() -> FrozenSet[str]:
 def shapes(draw: Any, max_rank: int = 3, max_dim: int = 3) -> Tuple[int, ...]:
     """A small shape: rank 0..max_rank, every dim 1..max_dim."""
     out = excluded()
-    ranks = [r for r in range(max_rank + 1) if not ((r == 0 and "box_rank0" in out)
-                                                     or (r >= 2 and "box_multidim" in out)
-                                                     or (r == 3 and "box_image" in out))]
+    ranks = [
+        r
+        for r in range(max_rank + 1)
+        if not (
+            (r == 0 and "box_rank0" in out)
+            or (r >= 2 and "box_multidim" in out)
+            or (r == 3 and "box_image" in out)
+        )
+    ]
     rank = draw(st.sampled_from(ranks))
     return tuple(draw(st.lists(st.integers(1, max_dim), min_size=rank, max_size=rank)))
 
@@ -98,8 +104,9 @@ def discrete_spaces(draw: Any) -> gym.spaces.Discrete:
 def multi_discrete_spaces(draw: Any) -> gym.spaces.MultiDiscrete:
     """MultiDiscrete with a 1-D (len 1..3) or 2-D (2x2 / 2x3 ...) nvec, sometimes with start."""
     two_d = st.tuples(st.integers(1, 2), st.integers(1, 3))
-    shape = draw(st.one_of(st.tuples(st.integers(1, 3)),
-                           *([] if "multidiscrete_2d" in excluded() else [two_d])))
+    shape = draw(
+        st.one_of(st.tuples(st.integers(1, 3)), *([] if "multidiscrete_2d" in excluded() else [two_d]))
+    )
     size = int(np.prod(shape))
     nvec = np.asarray(draw(st.lists(st.integers(1, 4), min_size=size, max_size=size))).reshape(shape)
     if "start" not in excluded() and draw(st.booleans()):
@@ -128,8 +135,14 @@ def _container(draw: Any, child: st.SearchStrategy) -> gym.Space:
     children: List[gym.Space] = draw(st.lists(child, min_size=1, max_size=3))
     if draw(st.booleans()):
         return gym.spaces.Tuple(children)
-    keys = draw(st.lists(st.sampled_from(["a", "b", "c", "pos", "z_last"]), min_size=len(children),
-                         max_size=len(children), unique=True))
+    keys = draw(
+        st.lists(
+            st.sampled_from(["a", "b", "c", "pos", "z_last"]),
+            min_size=len(children),
+            max_size=len(children),
+            unique=True,
+        )
+    )
     return gym.spaces.Dict(dict(zip(keys, children)))
 
 

@@ -8,6 +8,7 @@ against numpy formulas computed from the model's distribution inputs
 (Gaussian log-density summed over all action dims, per-bit / per-slot
 log-softmax), never from the distribution code under test.
 """
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -23,12 +24,14 @@ OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 BOX = gym.spaces.Box(-2.0, 2.0, (3, 2), np.float32)
 BITS = gym.spaces.MultiBinary((2, 3))
 MD2 = gym.spaces.MultiDiscrete(np.array([[2, 3], [4, 2]]))
-NESTED = gym.spaces.Dict({
-    "box": gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32),
-    "bits": gym.spaces.MultiBinary(3),
-    "md": gym.spaces.MultiDiscrete(np.array([[2, 3], [3, 2]])),
-    "d": gym.spaces.Discrete(3),
-})
+NESTED = gym.spaces.Dict(
+    {
+        "box": gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32),
+        "bits": gym.spaces.MultiBinary(3),
+        "md": gym.spaces.MultiDiscrete(np.array([[2, 3], [3, 2]])),
+        "d": gym.spaces.Discrete(3),
+    }
+)
 SPACES = {"box": BOX, "bits": BITS, "md2": MD2, "nested": NESTED}
 CONFIG = {"model": {"fcnet_hiddens": [8]}, "seed": 0, "lr": 1e-2}
 LOG_SQRT_2PI = 0.5 * np.log(2.0 * np.pi)
@@ -69,8 +72,11 @@ def _slots(space: gym.Space, inputs):
     """Per-slot log-probabilities [(B, n_i)] of a categorical leaf, row-major slot order."""
     if isinstance(space, gym.spaces.Discrete):
         return [_log_softmax(inputs)]
-    lens = [2] * int(np.prod(space.shape)) if isinstance(space, gym.spaces.MultiBinary) \
+    lens = (
+        [2] * int(np.prod(space.shape))
+        if isinstance(space, gym.spaces.MultiBinary)
         else list(np.ravel(space.nvec))
+    )
     return [_log_softmax(part) for part in np.split(inputs, np.cumsum(lens)[:-1], axis=1)]
 
 
@@ -91,7 +97,7 @@ def ref_deterministic_leaf(space: gym.Space, inputs):
     """The explore=False action of one leaf: reshaped mean / per-slot argmax."""
     b = len(inputs)
     if isinstance(space, gym.spaces.Box):
-        return inputs[:, :int(np.prod(space.shape))].reshape((b,) + space.shape)
+        return inputs[:, : int(np.prod(space.shape))].reshape((b,) + space.shape)
     picks = np.stack([lp.argmax(1) for lp in _slots(space, np.asarray(inputs, np.float64))], 1)
     return picks[:, 0] if isinstance(space, gym.spaces.Discrete) else picks.reshape((b,) + space.shape)
 
@@ -112,8 +118,9 @@ def flat_train_actions(space: gym.Space, actions):
     if not isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
         return actions
     b = len(tree.flatten(actions)[0])
-    return np.concatenate([np.reshape(_get(actions, p), (b, -1)).astype(np.float32)
-                           for _, p in _leaves(space)], axis=1)
+    return np.concatenate(
+        [np.reshape(_get(actions, p), (b, -1)).astype(np.float32) for _, p in _leaves(space)], axis=1
+    )
 
 
 def sample_actions(space: gym.Space, n: int, seed: int = 0):
@@ -137,17 +144,18 @@ def check_batch_actions(space: gym.Space, actions, batch: int) -> None:
 def rows_in_space(space: gym.Space, actions, batch: int):
     """Whether each row (unsquashed / clipped where the leaf is a Box) is inside ``space``."""
     rows = [tree.map_structure(lambda a, i=i: np.asarray(a)[i], actions) for i in range(batch)]
-    return [space.contains(unsquash_action(r, space)) and space.contains(clip_action(r, space))
-            for r in rows]
+    return [space.contains(unsquash_action(r, space)) and space.contains(clip_action(r, space)) for r in rows]
 
 
 # ------------------------------------------------------------------------ policies
 def _policy_class(algo: str, framework: str):
     if algo == "ppo":
         from rlpolicy.agents.ppo import PPOTFPolicy, PPOTorchPolicy
+
         torch_cls, tf_cls = PPOTorchPolicy, PPOTFPolicy
     else:
         from rlpolicy.agents.pg import PGTFPolicy, PGTorchPolicy
+
         torch_cls, tf_cls = PGTorchPolicy, PGTFPolicy
     if framework == "torch":
         return torch_cls
@@ -231,15 +239,20 @@ def test_unsquash_and_clip_multi_dim_box_batches():
     expected = np.clip(low + (batch + 1.0) * (high - low) / 2.0, low, high)
     np.testing.assert_allclose(unsquash_action(batch, space), expected, rtol=1e-6, atol=1e-6)
     big = batch * 5
-    np.testing.assert_allclose(clip_action(big, space), np.minimum(np.maximum(big, low), high),
-                               rtol=0, atol=0)
+    np.testing.assert_allclose(
+        clip_action(big, space), np.minimum(np.maximum(big, low), high), rtol=0, atol=0
+    )
     assert all(space.contains(r) for r in unsquash_action(batch, space))
 
 
 def test_flatten_action_batch_layout_by_hand():
     from rlpolicy.utils.spaces.space_utils import flatten_action_batch
-    actions = {"b": np.arange(8).reshape(2, 2, 2), "a": np.array([5, 6]),
-               "c": (np.array([[1, 0, 1], [0, 1, 1]], np.int8),)}
+
+    actions = {
+        "b": np.arange(8).reshape(2, 2, 2),
+        "a": np.array([5, 6]),
+        "c": (np.array([[1, 0, 1], [0, 1, 1]], np.int8),),
+    }
     expected = [[5, 0, 1, 2, 3, 1, 0, 1], [6, 4, 5, 6, 7, 0, 1, 1]]  # sorted keys, row-major
     out = flatten_action_batch(actions, np.float32)
     assert out.dtype == np.float32
@@ -249,6 +262,7 @@ def test_flatten_action_batch_layout_by_hand():
 @pytest.mark.parametrize("space", [BOX, BITS, NESTED], ids=["box", "bits", "nested"])
 def test_dqn_keeps_rejecting_non_discrete_actions(space, framework):
     from rlpolicy.agents.dqn import DQNTFPolicy, DQNTorchPolicy
+
     cls = DQNTorchPolicy if framework == "torch" else DQNTFPolicy
     if framework == "tf2":
         cls = cls.as_eager()
@@ -276,8 +290,9 @@ def test_deterministic_actions_and_log_likelihoods_match_numpy(policies, framewo
     actions, _, info = policy.compute_actions(obs, explore=False)
     inputs = np.asarray(info[SampleBatch.ACTION_DIST_INPUTS], np.float64)
     for leaf, path, x in split_inputs(space, inputs):
-        np.testing.assert_allclose(np.asarray(_get(actions, path), np.float64),
-                                   ref_deterministic_leaf(leaf, x), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(_get(actions, path), np.float64), ref_deterministic_leaf(leaf, x), rtol=1e-5, atol=1e-6
+        )
     given = sample_actions(space, 7)
     logp = to_numpy(policy.compute_log_likelihoods(given, obs))
     assert logp.shape == (7,)
@@ -294,20 +309,22 @@ def test_box_log_likelihood_normalizes_actions_when_asked(policies, framework):
     np.testing.assert_allclose(logp, ref_logp_leaf(BOX, inputs, normalized), rtol=1e-5, atol=1e-4)
 
 
-def _train_batch(policy, space: gym.Space, n: int = 8, seed: int = 7,
-                 flatten: bool = True) -> SampleBatch:
+def _train_batch(policy, space: gym.Space, n: int = 8, seed: int = 7, flatten: bool = True) -> SampleBatch:
     """Acted data plus the columns PPO/PG read (Dict/Tuple actions flattened unless told)."""
     obs = _obs(n, seed)
     actions, _, info = policy.compute_actions(obs, explore=True)
     r = np.random.default_rng(seed)
-    return SampleBatch({
-        SampleBatch.OBS: obs,
-        SampleBatch.ACTIONS: flat_train_actions(space, actions) if flatten else actions,
-        SampleBatch.ACTION_DIST_INPUTS: np.asarray(info[SampleBatch.ACTION_DIST_INPUTS]),
-        SampleBatch.ACTION_LOGP: np.asarray(info[SampleBatch.ACTION_LOGP], np.float32),
-        SampleBatch.VF_PREDS: np.asarray(info.get(SampleBatch.VF_PREDS, np.zeros(n)), np.float32),
-        "advantages": r.normal(size=n).astype(np.float32),
-        "value_targets": r.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: obs,
+            SampleBatch.ACTIONS: flat_train_actions(space, actions) if flatten else actions,
+            SampleBatch.ACTION_DIST_INPUTS: np.asarray(info[SampleBatch.ACTION_DIST_INPUTS]),
+            SampleBatch.ACTION_LOGP: np.asarray(info[SampleBatch.ACTION_LOGP], np.float32),
+            SampleBatch.VF_PREDS: np.asarray(info.get(SampleBatch.VF_PREDS, np.zeros(n)), np.float32),
+            "advantages": r.normal(size=n).astype(np.float32),
+            "value_targets": r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def _check_learns(policy, batch: SampleBatch) -> None:
@@ -359,6 +376,7 @@ class _CheckingEnv(gym.Env):
 
 def test_rollout_worker_samples_and_learns(policies, framework):
     from rlpolicy.evaluation.rollout_worker import RolloutWorker
+
     envs = []
 
     def make_env(config=None):
@@ -366,8 +384,7 @@ def test_rollout_worker_samples_and_learns(policies, framework):
         return envs[-1]
 
     # The policy-instance call form reuses the module's policy (no new TF graph).
-    worker = RolloutWorker(make_env, policies("ppo", framework, "nested"),
-                           rollout_fragment_length=8)
+    worker = RolloutWorker(make_env, policies("ppo", framework, "nested"), rollout_fragment_length=8)
     batch = worker.sample()
     assert [e.bad for e in envs] == [[]]  # every action the env got is inside the space
     # RLlib 1.11 stores struct actions flattened: the leaves (dm-tree order) side by side.
@@ -375,23 +392,38 @@ def test_rollout_worker_samples_and_learns(policies, framework):
     widths = [int(np.prod(leaf.shape)) or 1 for leaf, _ in _leaves(NESTED)]
     assert flat.shape == (len(batch), sum(widths)) and flat.dtype == np.float32
     parts = np.split(flat, np.cumsum(widths)[:-1], axis=1)
-    rows = [{path[0]: part[i].reshape(leaf.shape).astype(leaf.dtype)
-             for (leaf, path), part in zip(_leaves(NESTED), parts)} for i in range(len(batch))]
-    assert all(NESTED["d"].contains(r["d"].item()) and NESTED["md"].contains(r["md"])
-               and NESTED["bits"].contains(r["bits"]) for r in rows)
+    rows = [
+        {
+            path[0]: part[i].reshape(leaf.shape).astype(leaf.dtype)
+            for (leaf, path), part in zip(_leaves(NESTED), parts)
+        }
+        for i in range(len(batch))
+    ]
+    assert all(
+        NESTED["d"].contains(r["d"].item())
+        and NESTED["md"].contains(r["md"])
+        and NESTED["bits"].contains(r["bits"])
+        for r in rows
+    )
     _check_learns(worker.get_policy(), batch)
 
 
 def test_tuple_action_space_torch_round_trip():
     pytest.importorskip("torch")
     from rlpolicy.agents.ppo import PPOTorchPolicy
+
     space = gym.spaces.Tuple([BOX, BITS, MD2])
     policy = PPOTorchPolicy(OBS_SPACE, space, dict(CONFIG, framework="torch"))
     obs = _obs(4, seed=9)
     actions, _, info = policy.compute_actions(obs, explore=True)
     check_batch_actions(space, actions, 4)
     inputs = np.asarray(info[SampleBatch.ACTION_DIST_INPUTS], np.float64)
-    np.testing.assert_allclose(to_numpy(policy.compute_log_likelihoods(actions, obs)),
-                               ref_logp(space, inputs, actions), rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(info[SampleBatch.ACTION_LOGP], ref_logp(space, inputs, actions),
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        to_numpy(policy.compute_log_likelihoods(actions, obs)),
+        ref_logp(space, inputs, actions),
+        rtol=1e-5,
+        atol=1e-4,
+    )
+    np.testing.assert_allclose(
+        info[SampleBatch.ACTION_LOGP], ref_logp(space, inputs, actions), rtol=1e-5, atol=1e-4
+    )

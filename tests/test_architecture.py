@@ -18,6 +18,7 @@ with a literal name are collected. The rules:
 
 Each test lists every violation it finds, one per line.
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,23 +31,37 @@ PACKAGE = ROOT / "rlpolicy"
 
 # (file relative to the repository root, assignment target as written) -> why it is allowed.
 PRIVATE_SET_ALLOWED: Dict[Tuple[str, str], str] = {
-    ("rlpolicy/policy/sample_batch.py", "out._is_training"):
-        "SampleBatch's own fast constructor filling the new instance of its class",
-    ("rlpolicy/policy/sample_batch.py", "out._slice_map"):
-        "SampleBatch's own fast constructor filling the new instance of its class",
+    (
+        "rlpolicy/policy/sample_batch.py",
+        "out._is_training",
+    ): "SampleBatch's own fast constructor filling the new instance of its class",
+    (
+        "rlpolicy/policy/sample_batch.py",
+        "out._slice_map",
+    ): "SampleBatch's own fast constructor filling the new instance of its class",
     ("rlpolicy/utils/filter.py", "other._n"): "RunningStat.copy fills the copy of its own class",
     ("rlpolicy/utils/filter.py", "other._M"): "RunningStat.copy fills the copy of its own class",
     ("rlpolicy/utils/filter.py", "other._S"): "RunningStat.copy fills the copy of its own class",
-    ("rlpolicy/evaluation/sample_batch_builder.py", "SampleBatchBuilder._next_unroll_id"):
-        "the class's own counter, advanced in its own method through the class name",
-    ("rlpolicy/policy/torch_policy.py", "DirectStepOptimizer._instance"):
-        "the singleton's own __new__ storing its instance on its class",
-    ("rlpolicy/models/torch/dist_helpers.py", "obj.__dict__['_lazy_dist']"):
-        "a descriptor caching its value in the instance it describes (the descriptor protocol)",
-    ("rlpolicy/utils/annotations.py", "obj._rlpolicy_api"):
-        "the API-stability decorators tag the function or class they decorate",
-    ("rlpolicy/policy/policy_template.py", "_fn._policy_template_wrapper"):
-        "a marker attribute on a module-level function (no class's state)",
+    (
+        "rlpolicy/evaluation/sample_batch_builder.py",
+        "SampleBatchBuilder._next_unroll_id",
+    ): "the class's own counter, advanced in its own method through the class name",
+    (
+        "rlpolicy/policy/torch_policy.py",
+        "DirectStepOptimizer._instance",
+    ): "the singleton's own __new__ storing its instance on its class",
+    (
+        "rlpolicy/models/torch/dist_helpers.py",
+        "obj.__dict__['_lazy_dist']",
+    ): "a descriptor caching its value in the instance it describes (the descriptor protocol)",
+    (
+        "rlpolicy/utils/annotations.py",
+        "obj._rlpolicy_api",
+    ): "the API-stability decorators tag the function or class they decorate",
+    (
+        "rlpolicy/policy/policy_template.py",
+        "_fn._policy_template_wrapper",
+    ): "a marker attribute on a module-level function (no class's state)",
 }
 
 
@@ -86,8 +101,9 @@ def _resolve(name: str) -> Optional[str]:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _package_of(module: str, path: Path) -> str:
@@ -114,14 +130,18 @@ def imports_of(module: str) -> List[Import]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 prefix = ".".join(base + ([node.module] if node.module else []))
             else:
                 prefix = node.module or ""
             for alias in node.names:
                 # `from pkg import submodule` imports the submodule; `from mod import name` the module.
-                add(f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in MODULES else prefix,
-                    node, tc, kind)
+                add(
+                    f"{prefix}.{alias.name}" if f"{prefix}.{alias.name}" in MODULES else prefix,
+                    node,
+                    tc,
+                    kind,
+                )
         elif isinstance(node, ast.Call) and _is_import_module_call(node):
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
@@ -132,8 +152,7 @@ def imports_of(module: str) -> List[Import]:
             for child in node.orelse:
                 visit(child, tc, in_def)
             return
-        nested = in_def or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
-                                             ast.Lambda))
+        nested = in_def or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
         for child in ast.iter_child_nodes(node):
             visit(child, tc, nested)
 
@@ -177,8 +196,10 @@ def core_floor_violations() -> List[str]:
 
 def test_core_imports_only_utils():
     violations = core_floor_violations()
-    assert not violations, ("rlpolicy/_core/ may import only rlpolicy.utils (and _core); "
-                            "pass data in instead, or move the code up:\n  " + "\n  ".join(violations))
+    assert not violations, (
+        "rlpolicy/_core/ may import only rlpolicy.utils (and _core); "
+        "pass data in instead, or move the code up:\n  " + "\n  ".join(violations)
+    )
 
 
 # ---------------------------------------------------------------------- rule 2
@@ -281,8 +302,10 @@ def cycle_violations() -> List[str]:
 
 def test_no_import_cycles():
     violations = cycle_violations()
-    assert not violations, ("import cycles (function-level imports included; one cycle per "
-                            "strongly connected group):\n  " + "\n  ".join(violations))
+    assert not violations, (
+        "import cycles (function-level imports included; one cycle per "
+        "strongly connected group):\n  " + "\n  ".join(violations)
+    )
 
 
 # ---------------------------------------------------------------------- rule 3
@@ -305,11 +328,19 @@ def _private_sets(tree: ast.AST) -> Iterator[Tuple[int, str]]:
             targets = [node.target]
         elif isinstance(node, ast.Delete):
             targets = list(node.targets)
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in ("setattr", "delattr") and len(node.args) >= 2:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("setattr", "delattr")
+            and len(node.args) >= 2
+        ):
             obj, name = node.args[0], node.args[1]
-            if isinstance(name, ast.Constant) and isinstance(name.value, str) \
-                    and _private(name.value) and not _owner_ok(obj):
+            if (
+                isinstance(name, ast.Constant)
+                and isinstance(name.value, str)
+                and _private(name.value)
+                and not _owner_ok(obj)
+            ):
                 yield node.lineno, f"{node.func.id}({ast.unparse(obj)}, {name.value!r})"
             continue
         flat: List[ast.expr] = []
@@ -318,8 +349,12 @@ def _private_sets(tree: ast.AST) -> Iterator[Tuple[int, str]]:
         for t in flat:
             if isinstance(t, ast.Attribute) and _private(t.attr) and not _owner_ok(t.value):
                 yield t.lineno, ast.unparse(t)
-            elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) \
-                    and t.value.attr == "__dict__" and not _owner_ok(t.value.value):
+            elif (
+                isinstance(t, ast.Subscript)
+                and isinstance(t.value, ast.Attribute)
+                and t.value.attr == "__dict__"
+                and not _owner_ok(t.value.value)
+            ):
                 key = t.slice
                 if isinstance(key, ast.Constant) and isinstance(key.value, str) and _private(key.value):
                     yield t.lineno, ast.unparse(t)
@@ -337,14 +372,19 @@ def private_set_violations() -> List[str]:
 
 def test_no_private_attributes_set_from_outside():
     violations = private_set_violations()
-    assert not violations, ("private attributes set on an object other than self/cls (make it "
-                            "the class's own method, or pass data):\n  " + "\n  ".join(violations))
+    assert not violations, (
+        "private attributes set on an object other than self/cls (make it "
+        "the class's own method, or pass data):\n  " + "\n  ".join(violations)
+    )
 
 
 def test_allow_list_entries_still_exist():
     # An allow-list entry for code that is gone would hide the next real violation.
-    present = {(_rel(m), t) for m, p in MODULES.items()
-               for _, t in _private_sets(ast.parse(p.read_text(encoding="utf-8")))}
+    present = {
+        (_rel(m), t)
+        for m, p in MODULES.items()
+        for _, t in _private_sets(ast.parse(p.read_text(encoding="utf-8")))
+    }
     stale = [f"{f}: {t}" for f, t in PRIVATE_SET_ALLOWED if (f, t) not in present]
     assert not stale, "stale PRIVATE_SET_ALLOWED entries:\n  " + "\n  ".join(stale)
 
@@ -353,8 +393,13 @@ def test_allow_list_entries_still_exist():
 
 
 def cli_import_violations() -> List[str]:
-    return [_where(m, i) for m, imps in IMPORTS.items() if not m.startswith("rlpolicy.cli")
-            for i in imps if i.target.startswith("rlpolicy.cli")]
+    return [
+        _where(m, i)
+        for m, imps in IMPORTS.items()
+        if not m.startswith("rlpolicy.cli")
+        for i in imps
+        if i.target.startswith("rlpolicy.cli")
+    ]
 
 
 def test_nothing_imports_the_cli():
@@ -391,14 +436,16 @@ def test_import_collection_sees_lazy_string_and_type_checking_imports(tmp_path):
         "from ..models import catalog\n"
     )
     got = _parse_imports(tmp_path, src)
-    assert got == sorted([
-        ("rlpolicy.utils", "module", False),
-        ("rlpolicy.policy.policy", "module", True),
-        ("rlpolicy.policy.sample_batch", "function", False),
-        ("rlpolicy.agents.dqn.dqn", "string", False),
-        ("rlpolicy._core.locking", "module", False),
-        ("rlpolicy.models.catalog", "module", False),
-    ])
+    assert got == sorted(
+        [
+            ("rlpolicy.utils", "module", False),
+            ("rlpolicy.policy.policy", "module", True),
+            ("rlpolicy.policy.sample_batch", "function", False),
+            ("rlpolicy.agents.dqn.dqn", "string", False),
+            ("rlpolicy._core.locking", "module", False),
+            ("rlpolicy.models.catalog", "module", False),
+        ]
+    )
 
 
 def test_cycle_finder_reports_a_concrete_cycle():
@@ -408,15 +455,21 @@ def test_cycle_finder_reports_a_concrete_cycle():
 
 
 def test_private_set_finder():
-    src = ("def f(policy, self):\n"
-           "    policy._x = 1\n"
-           "    self._y = 2\n"
-           "    policy.model._z += 1\n"
-           "    policy.__dict__['_w'] = 3\n"
-           "    setattr(policy, '_v', 4)\n"
-           "    policy.public = 5\n"
-           "    fn.__doc__ = 'dunder is fine'\n"
-           "    a._p, self._q = 1, 2\n")
+    src = (
+        "def f(policy, self):\n"
+        "    policy._x = 1\n"
+        "    self._y = 2\n"
+        "    policy.model._z += 1\n"
+        "    policy.__dict__['_w'] = 3\n"
+        "    setattr(policy, '_v', 4)\n"
+        "    policy.public = 5\n"
+        "    fn.__doc__ = 'dunder is fine'\n"
+        "    a._p, self._q = 1, 2\n"
+    )
     assert sorted(_private_sets(ast.parse(src))) == [
-        (2, "policy._x"), (4, "policy.model._z"), (5, "policy.__dict__['_w']"),
-        (6, "setattr(policy, '_v')"), (9, "a._p")]
+        (2, "policy._x"),
+        (4, "policy.model._z"),
+        (5, "policy.__dict__['_w']"),
+        (6, "setattr(policy, '_v')"),
+        (9, "a._p"),
+    ]

@@ -4,6 +4,7 @@ The README gives the full commands (minutes each); here every script named in a
 README ```bash block runs once with few repeats, so a newcomer's paste does
 not die on an import, an argument or a changed API. No time is asserted.
 """
+
 import os
 import re
 import subprocess
@@ -18,12 +19,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = {
     "bench_torch_policy.py": (["--quick", "--repeats", "1"], "get_state + set_state", ("torch",)),
     "bench_tf_policy.py": (["--quick", "--repeats", "1"], "compute_actions batch=1", ("tensorflow",)),
-    "bench_sampling.py": (["--workers", "0", "--rounds", "1", "--envs", "2", "--fragment", "10"],
-                          "steps/s", ("torch",)),
-    "bench_deterministic_towers.py": (["--quick", "--repeats", "1", "--frameworks", "torch"],
-                                      "exact/default", ("torch",)),
-    "bench_training.py": (["--frameworks", "torch", "--seeds", "0", "--max-steps", "1500",
-                           "--max-seconds", "10"], "README promise", ("torch",)),
+    "bench_sampling.py": (
+        ["--workers", "0", "--rounds", "1", "--envs", "2", "--fragment", "10"],
+        "steps/s",
+        ("torch",),
+    ),
+    "bench_deterministic_towers.py": (
+        ["--quick", "--repeats", "1", "--frameworks", "torch"],
+        "exact/default",
+        ("torch",),
+    ),
+    "bench_training.py": (
+        ["--frameworks", "torch", "--seeds", "0", "--max-steps", "1500", "--max-seconds", "10"],
+        "README promise",
+        ("torch",),
+    ),
 }
 
 
@@ -43,8 +53,14 @@ def test_benchmark_script_runs(script):
     for module in needs:
         pytest.importorskip(module)
     env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert expected in done.stdout, done.stdout[-3000:]
 
@@ -61,8 +77,14 @@ def test_gpu_check_skips_cleanly_without_cuda(tmp_path):
     if _cuda_visible():
         pytest.skip("CUDA is visible: gpu_check.sh would run the full check (minutes)")
     env = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1")
-    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(tmp_path / "out")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), str(tmp_path / "out")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "gpu_check: SKIPPED, no CUDA device" in done.stdout
     assert not (tmp_path / "out").exists()  # nothing written when skipped

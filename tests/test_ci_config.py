@@ -1,5 +1,6 @@
 """The CI's own files agree with each other: .ci/run's jobs, the GitHub matrix, the
 pre-commit hooks, and the scripts' refusal of names they do not know."""
+
 import re
 import subprocess
 from pathlib import Path
@@ -63,10 +64,17 @@ def test_ci_run_refuses_an_unknown_job_before_installing_anything():
     assert proc.stderr.strip() == f".ci/run: unknown job 'nope' (jobs: {' '.join(_ci_jobs())})"
 
 
-@pytest.mark.parametrize("script, arg, message", [
-    ("scripts/setup_variant.sh", "nope", "setup_variant.sh: unknown variant 'nope' (notorch, notf or bare)"),
-    ("scripts/lint.sh", "nope", "lint.sh: unknown step 'nope' (check, format, types)"),
-])
+@pytest.mark.parametrize(
+    "script, arg, message",
+    [
+        (
+            "scripts/setup_variant.sh",
+            "nope",
+            "setup_variant.sh: unknown variant 'nope' (notorch, notf or bare)",
+        ),
+        ("scripts/lint.sh", "nope", "lint.sh: unknown step 'nope' (check, format, types)"),
+    ],
+)
 def test_scripts_refuse_unknown_names(script, arg, message):
     proc = _bash(script, arg)
     assert proc.returncode == 2

@@ -6,6 +6,7 @@ and missing optional packages reported before training starts.
 The subprocess tests drive the real command (``python -m rlpolicy.cli``); missing packages
 are simulated with a meta-path finder that blocks their import in that process.
 """
+
 import builtins
 import csv
 import json
@@ -28,8 +29,14 @@ from rlpolicy.utils.metrics.iteration import IterationResult
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
-TINY_PG = json.dumps({"train_batch_size": 200, "rollout_fragment_length": 200,
-                      "batch_mode": "truncate_episodes", "model": {"fcnet_hiddens": [8]}})
+TINY_PG = json.dumps(
+    {
+        "train_batch_size": 200,
+        "rollout_fragment_length": 200,
+        "batch_mode": "truncate_episodes",
+        "model": {"fcnet_hiddens": [8]},
+    }
+)
 
 
 def _blocked_main(blocked, argv):
@@ -51,8 +58,11 @@ def _blocked_main(blocked, argv):
 
 
 def _run(code_or_argv, timeout=180):
-    cmd = [sys.executable, "-c", code_or_argv] if isinstance(code_or_argv, str) else \
-        [sys.executable, "-m", "rlpolicy.cli", *code_or_argv]
+    cmd = (
+        [sys.executable, "-c", code_or_argv]
+        if isinstance(code_or_argv, str)
+        else [sys.executable, "-m", "rlpolicy.cli", *code_or_argv]
+    )
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=ENV)
 
 
@@ -62,17 +72,37 @@ def _last_line(text):
 
 # ------------------------------------------------------------------ Ctrl-C, twice
 
+
 def test_two_real_sigints_keep_the_checkpoint_and_exit_130(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "run"
     # Pendulum episodes last 200 steps, so a final evaluation of 300 of them takes seconds.
-    cmd = [sys.executable, "-m", "rlpolicy.cli", "train", "--algo", "pg", "--env", "Pendulum-v1",
-           "--stop-reward", "0", "--num-envs", "2", "--config", TINY_PG, "--eval-episodes", "300",
-           "--progress-bar", "off", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env=ENV)
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlpolicy.cli",
+        "train",
+        "--algo",
+        "pg",
+        "--env",
+        "Pendulum-v1",
+        "--stop-reward",
+        "0",
+        "--num-envs",
+        "2",
+        "--config",
+        TINY_PG,
+        "--eval-episodes",
+        "300",
+        "--progress-bar",
+        "off",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
     lines = []
     try:
+
         def wait_for(pattern):
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
@@ -113,9 +143,26 @@ def test_two_real_sigints_keep_the_checkpoint_and_exit_130(tmp_path):
 
 # ------------------------------------------------------------------ an existing --out
 
+
 def _pg(out, *extra):
-    return ["train", "--algo", "pg", "--num-envs", "2", "--config", TINY_PG, "--eval-episodes", "2",
-            "--stop-reward", "1e9", "--progress-bar", "off", "--out", str(out), *extra]
+    return [
+        "train",
+        "--algo",
+        "pg",
+        "--num-envs",
+        "2",
+        "--config",
+        TINY_PG,
+        "--eval-episodes",
+        "2",
+        "--stop-reward",
+        "1e9",
+        "--progress-bar",
+        "off",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def _main(argv, capsys):
@@ -180,7 +227,8 @@ def test_the_real_command_refuses_an_existing_run_in_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert _last_line(proc.stderr) == (
         f"rlpolicy train: error: argument --out: '{tmp_path}' already holds a run (progress.csv, "
-        "checkpoint_000003/); pass --overwrite to replace it or --resume to continue it")
+        "checkpoint_000003/); pass --overwrite to replace it or --resume to continue it"
+    )
     assert (tmp_path / "checkpoint_000003").is_dir()
 
 
@@ -223,6 +271,7 @@ def test_resume_restores_weights_optimizer_and_counters(tmp_path, monkeypatch, c
 
 # ------------------------------------------------------------------ run_training: best, bar, rows
 
+
 class _FakePolicy:
     def __init__(self):
         self.version = 0
@@ -243,7 +292,9 @@ class _ScriptedTrainer:
     def train(self):
         self.i += 1
         self.policy.version = self.i
-        return IterationResult(self.i, 1000 * self.i, self.means[self.i - 1], 10 * self.i, dict(self.stats), 0.0)
+        return IterationResult(
+            self.i, 1000 * self.i, self.means[self.i - 1], 10 * self.i, dict(self.stats), 0.0
+        )
 
 
 @pytest.fixture
@@ -264,20 +315,31 @@ def _version(directory):
 
 def test_checkpoint_best_keeps_the_best_evaluation_and_the_last_stays_in_out(tmp_path, scripted_evals):
     scripted_evals.extend([100.0, 300.0, 200.0, 150.0])  # evaluations at iterations 1, 2, 3, final 4
-    summary = run_training(_ScriptedTrainer([10, 20, 30, 40]), None,
-                           _opts(tmp_path, stop_reward=475, stop_timesteps=4000, eval_every=1, eval_episodes=2),
-                           log=lambda s: None)
+    summary = run_training(
+        _ScriptedTrainer([10, 20, 30, 40]),
+        None,
+        _opts(tmp_path, stop_reward=475, stop_timesteps=4000, eval_every=1, eval_episodes=2),
+        log=lambda s: None,
+    )
     assert summary.reason == "timesteps" and summary.best_dir == str(tmp_path / "checkpoint_best")
     assert _version(tmp_path / "checkpoint_best") == 2  # the policy that scored 300
     best = run_outputs.read_run_record(str(tmp_path / "checkpoint_best"))
-    assert (best.iteration, best.eval_reward_mean, best.extra) == (2, 300.0, {"best_by": "eval_reward_mean", "score": 300.0})
+    assert (best.iteration, best.eval_reward_mean, best.extra) == (
+        2,
+        300.0,
+        {"best_by": "eval_reward_mean", "score": 300.0},
+    )
     assert _version(tmp_path) == 4 and run_outputs.read_run_record(str(tmp_path)).iteration == 4
     assert not [p for p in tmp_path.iterdir() if p.name.startswith((".tmp-", ".old-"))]  # no leftovers
 
 
 def test_checkpoint_best_by_the_training_mean_without_evaluations(tmp_path, scripted_evals):
-    run_training(_ScriptedTrainer([10, 50, 30]), None,
-                 _opts(tmp_path, stop_reward=475, stop_timesteps=3000, eval_episodes=0), log=lambda s: None)
+    run_training(
+        _ScriptedTrainer([10, 50, 30]),
+        None,
+        _opts(tmp_path, stop_reward=475, stop_timesteps=3000, eval_episodes=0),
+        log=lambda s: None,
+    )
     best = run_outputs.read_run_record(str(tmp_path / "checkpoint_best"))
     assert _version(tmp_path / "checkpoint_best") == 2
     assert best.extra == {"best_by": "episode_reward_mean", "score": 50.0}
@@ -285,12 +347,20 @@ def test_checkpoint_best_by_the_training_mean_without_evaluations(tmp_path, scri
 
 def test_final_evaluation_of_an_unsolved_run_is_in_the_last_row(tmp_path, scripted_evals):
     scripted_evals.extend([12.5])
-    run_training(_ScriptedTrainer([10, 0.1 + 0.2]), None,
-                 _opts(tmp_path, stop_reward=475, stop_timesteps=2000, eval_episodes=2), log=lambda s: None)
+    run_training(
+        _ScriptedTrainer([10, 0.1 + 0.2]),
+        None,
+        _opts(tmp_path, stop_reward=475, stop_timesteps=2000, eval_episodes=2),
+        log=lambda s: None,
+    )
     text = (tmp_path / "progress.csv").read_text()
     rows = list(csv.DictReader(text.splitlines()))
     assert tuple(rows[0]) == PROGRESS_COLUMNS and len(rows) == 2
-    assert (rows[0]["eval_reward_mean"], rows[1]["eval_reward_mean"], rows[1]["eval_reward_std"]) == ("", "12.5", "0")
+    assert (rows[0]["eval_reward_mean"], rows[1]["eval_reward_mean"], rows[1]["eval_reward_std"]) == (
+        "",
+        "12.5",
+        "0",
+    )
     assert rows[1]["episode_reward_mean"] == "0.3"  # 0.30000000000000004 written with 6 digits
     stats = json.loads(rows[1]["learner_stats"])
     assert stats == {"total_loss": 0.166667}  # allreduce_latency dropped, 6 significant digits
@@ -318,8 +388,11 @@ def test_lines_go_through_the_bar_after_ray_replaced_print(tmp_path, scripted_ev
         return original_write(s, *a, **kw)
 
     monkeypatch.setattr(tqdm.tqdm, "write", classmethod(spy))
-    run_training(_ScriptedTrainer([100, 200, 300]), None,
-                 RunOptions(stop_reward=475, stop_timesteps=3000, eval_episodes=0, progress_bar=True))
+    run_training(
+        _ScriptedTrainer([100, 200, 300]),
+        None,
+        RunOptions(stop_reward=475, stop_timesteps=3000, eval_episodes=0, progress_bar=True),
+    )
     out, err = capsys.readouterr()
     assert len([w for w in writes if w.startswith("iter ")]) == 3  # every line through the bar
     assert not [c for c in calls if c and str(c[0]).startswith("iter ")]
@@ -330,18 +403,30 @@ def test_lines_go_through_the_bar_after_ray_replaced_print(tmp_path, scripted_ev
 
 TINY = {
     "pg": {"train_batch_size": 64, "rollout_fragment_length": 64, "model": {"fcnet_hiddens": [8]}},
-    "ppo": {"train_batch_size": 64, "rollout_fragment_length": 64, "sgd_minibatch_size": 32, "num_sgd_iter": 1,
-            "model": {"fcnet_hiddens": [8]}},
-    "dqn": {"timesteps_per_iteration": 64, "learning_starts": 16, "hiddens": [8],
-            "model": {"fcnet_hiddens": [8]}},
+    "ppo": {
+        "train_batch_size": 64,
+        "rollout_fragment_length": 64,
+        "sgd_minibatch_size": 32,
+        "num_sgd_iter": 1,
+        "model": {"fcnet_hiddens": [8]},
+    },
+    "dqn": {
+        "timesteps_per_iteration": 64,
+        "learning_starts": 16,
+        "hiddens": [8],
+        "model": {"fcnet_hiddens": [8]},
+    },
 }
 
 
 def _significant_digits(cell):
     """Digits of a number as written, without sign, exponent and leading zeros."""
     mantissa = re.fullmatch(r"-?([\d.]+)(e[+-]\d+)?", cell).group(1)
-    return len(mantissa.replace(".", "").lstrip("0").rstrip("0") or "0") if "." in mantissa \
+    return (
+        len(mantissa.replace(".", "").lstrip("0").rstrip("0") or "0")
+        if "." in mantissa
         else len(mantissa.lstrip("0") or "0")
+    )
 
 
 @pytest.mark.parametrize("framework", ["torch", "tf", "tf2"])
@@ -349,10 +434,29 @@ def test_progress_columns_are_the_same_for_every_algorithm_and_framework(framewo
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")
     for algo in ("pg", "ppo", "dqn"):
         out = tmp_path / algo
-        code = commands.main(["train", "--algo", algo, "--framework", framework, "--num-envs", "2",
-                              "--config", json.dumps(TINY[algo]), "--stop-timesteps", "64",
-                              "--stop-reward", "1e9", "--eval-episodes", "1", "--progress-bar", "off",
-                              "--out", str(out)])
+        code = commands.main(
+            [
+                "train",
+                "--algo",
+                algo,
+                "--framework",
+                framework,
+                "--num-envs",
+                "2",
+                "--config",
+                json.dumps(TINY[algo]),
+                "--stop-timesteps",
+                "64",
+                "--stop-reward",
+                "1e9",
+                "--eval-episodes",
+                "1",
+                "--progress-bar",
+                "off",
+                "--out",
+                str(out),
+            ]
+        )
         assert code == 1, capsys.readouterr()
         with open(out / "progress.csv", newline="") as f:
             header, *rows = list(csv.reader(f))
@@ -366,6 +470,7 @@ def test_progress_columns_are_the_same_for_every_algorithm_and_framework(framewo
 
 # ------------------------------------------------------------------ optional packages, before training
 
+
 def test_num_workers_without_ray_is_one_line_rc_2():
     pytest.importorskip("torch")  # the Ray check comes after the default --framework torch's
     proc = _run(_blocked_main(["ray"], ["train", "--num-workers", "2"]))
@@ -373,15 +478,18 @@ def test_num_workers_without_ray_is_one_line_rc_2():
     assert "Traceback" not in proc.stderr
     assert _last_line(proc.stderr) == (
         "rlpolicy train: error: argument --num-workers: 2 Ray workers need Ray, which is not "
-        "installed: pip install 'rlpolicy[ray]' (or use --num-workers 0)")
+        "installed: pip install 'rlpolicy[ray]' (or use --num-workers 0)"
+    )
 
 
 def test_export_onnx_without_onnxruntime_fails_before_training(tmp_path):
     pytest.importorskip("torch")
     proc = _run(_blocked_main(["onnxruntime"], ["train", "--export", "onnx", "--out", str(tmp_path / "r")]))
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr  # nothing trained
-    assert _last_line(proc.stderr) == ("rlpolicy train: error: argument --export: onnx needs onnxruntime, "
-                                       "not installed: pip install 'rlpolicy[onnx]'")
+    assert _last_line(proc.stderr) == (
+        "rlpolicy train: error: argument --export: onnx needs onnxruntime, "
+        "not installed: pip install 'rlpolicy[onnx]'"
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -391,23 +499,30 @@ def test_without_matplotlib_the_run_says_so_first_and_never_names_the_plot(tmp_p
     proc = _run(_blocked_main(["matplotlib"], _pg(out, "--stop-timesteps", "200")))
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0] == ("note: learning_curve.png will not be written: matplotlib is not installed "
-                        "(pip install 'rlpolicy[cli]')")
+    assert lines[0] == (
+        "note: learning_curve.png will not be written: matplotlib is not installed "
+        "(pip install 'rlpolicy[cli]')"
+    )
     assert lines[-1] == f"checkpoint written to {out} (progress.csv, checkpoint_best/)"
     assert not (out / "learning_curve.png").exists() and (out / "progress.csv").is_file()
     # `rlpolicy export` checks the same way, before loading anything.
     proc = _run(_blocked_main(["onnxruntime", "onnx"], ["export", str(out), "--format", "onnx"]))
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
-    assert _last_line(proc.stderr) == ("rlpolicy export: error: argument --format: onnx needs onnx, "
-                                       "onnxruntime, not installed: pip install 'rlpolicy[onnx]'")
+    assert _last_line(proc.stderr) == (
+        "rlpolicy export: error: argument --format: onnx needs onnx, "
+        "onnxruntime, not installed: pip install 'rlpolicy[onnx]'"
+    )
     assert not (out / "export_onnx").exists()
 
 
 def test_the_documented_columns_are_the_written_ones():
     page = (ROOT / "docs" / "cli.md").read_text()
     section = page.split("## `progress.csv`", 1)[1].split("\n## ", 1)[0]
-    documented = [name for row in re.findall(r"^\| (`[^|]+`) \|", section, re.M)
-                  for name in re.findall(r"`([a-z_]+)`", row)]
+    documented = [
+        name
+        for row in re.findall(r"^\| (`[^|]+`) \|", section, re.M)
+        for name in re.findall(r"`([a-z_]+)`", row)
+    ]
     assert tuple(documented) == PROGRESS_COLUMNS
 
 
@@ -443,8 +558,9 @@ def test_a_ctrl_c_during_a_progress_row_write_keeps_one_row_per_iteration(tmp_pa
     monkeypatch.setattr(run_outputs.ProgressLog, "add", add_then_signal)
     trainer = _ScriptedTrainer([10, 20, 30])
     trainer.policy = _FakePolicy()
-    summary = train_run.run_training(trainer, None, _opts(tmp_path, stop_reward=475, eval_episodes=0,
-                                                          plot=False), log=lambda s: None)
+    summary = train_run.run_training(
+        trainer, None, _opts(tmp_path, stop_reward=475, eval_episodes=0, plot=False), log=lambda s: None
+    )
     assert summary.reason == "interrupted" and summary.iterations == 1
     rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
     assert [row["iteration"] for row in rows] == ["1"]

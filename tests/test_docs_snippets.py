@@ -9,6 +9,7 @@ and directory, after it. All pages run in one fresh interpreter (importing
 torch once); a block that raises fails its page's test, with the page and
 line in the traceback.
 """
+
 import json
 import os
 import re
@@ -53,8 +54,10 @@ def python_blocks(page: Path):
     """[(line of the block's first code line (0-based), source, continues the
     previous block)] of a Markdown page."""
     text = page.read_text(encoding="utf-8")
-    return [(text.count("\n", 0, m.start(1)), m.group(1), bool(CONTINUATION.match(m.group(1))))
-            for m in FENCE.finditer(text)]
+    return [
+        (text.count("\n", 0, m.start(1)), m.group(1), bool(CONTINUATION.match(m.group(1))))
+        for m in FENCE.finditer(text)
+    ]
 
 
 # A framework named as a string ("torch", "tf", "tf2": framework=..., build_policy_class's
@@ -83,11 +86,21 @@ def page_results(tmp_path_factory):
     """{page path: None if all its blocks ran, else the traceback}."""
     tmp = tmp_path_factory.mktemp("docs_snippets")
     payload = json.dumps({str(p): python_blocks(p) for p in PAGES_WITH_CODE})
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     out_file = tmp / "results.json"
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(out_file)], input=payload, cwd=tmp,
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(out_file)],
+        input=payload,
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0 and out_file.exists(), proc.stderr[-4000:]
     return json.loads(out_file.read_text())
 
@@ -118,13 +131,23 @@ def test_python_blocks_run(page, page_results):
 
 
 def test_runner_gives_each_unmarked_block_a_fresh_namespace_and_directory(tmp_path):
-    pages = {"fresh.md": [[0, "x = 1\nopen('f', 'w').close()\n", False], [3, "x\n", False]],
-             "files.md": [[0, "open('f', 'w').close()\n", False], [2, "open('f')\n", False]],
-             "continued.md": [[0, "x = 1\nopen('f', 'w').close()\n", False],
-                              [3, "# (continued)\nassert x == 1\nopen('f')\n", True]]}
+    pages = {
+        "fresh.md": [[0, "x = 1\nopen('f', 'w').close()\n", False], [3, "x\n", False]],
+        "files.md": [[0, "open('f', 'w').close()\n", False], [2, "open('f')\n", False]],
+        "continued.md": [
+            [0, "x = 1\nopen('f', 'w').close()\n", False],
+            [3, "# (continued)\nassert x == 1\nopen('f')\n", True],
+        ],
+    }
     out_file = tmp_path / "results.json"
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(out_file)], input=json.dumps(pages),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(out_file)],
+        input=json.dumps(pages),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(out_file.read_text())
     assert "NameError: name 'x' is not defined" in results["fresh.md"]

@@ -7,6 +7,7 @@ The torch weights are copied into both TF models (torch Linear weights are
 numpy, and the SGD step against ``w - lr * grad`` with a numpy gradient of
 the logits layer.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -27,12 +28,20 @@ tf1, tf, _ = try_import_tf()
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACT = gym.spaces.Discrete(3)
 LR = 0.5
-CONFIG = {"lr": LR, "seed": 0, "model": {"fcnet_hiddens": [6], "fcnet_activation": "tanh",
-                                         "vf_share_layers": True}}
+CONFIG = {
+    "lr": LR,
+    "seed": 0,
+    "model": {"fcnet_hiddens": [6], "fcnet_activation": "tanh", "vf_share_layers": True},
+}
 # torch fcnet parameter -> TF variable (vf_share_layers=True, one hidden layer).
-TORCH_TO_TF = {"_hidden_layers.0._model.0.weight": "fc_1/kernel", "_hidden_layers.0._model.0.bias": "fc_1/bias",
-               "_logits._model.0.weight": "fc_out/kernel", "_logits._model.0.bias": "fc_out/bias",
-               "_value_branch._model.0.weight": "value_out/kernel", "_value_branch._model.0.bias": "value_out/bias"}
+TORCH_TO_TF = {
+    "_hidden_layers.0._model.0.weight": "fc_1/kernel",
+    "_hidden_layers.0._model.0.bias": "fc_1/bias",
+    "_logits._model.0.weight": "fc_out/kernel",
+    "_logits._model.0.bias": "fc_out/bias",
+    "_value_branch._model.0.weight": "value_out/kernel",
+    "_value_branch._model.0.bias": "value_out/bias",
+}
 
 
 def _sgd(policy, config):
@@ -91,15 +100,20 @@ def policies():
 
 def _batch(n=10, seed=1):
     r = np.random.default_rng(seed)
-    return SampleBatch({SampleBatch.OBS: r.uniform(-1, 1, (n, 4)).astype(np.float32),
-                        SampleBatch.ACTIONS: r.integers(0, 3, n),
-                        SampleBatch.REWARDS: np.zeros(n, np.float32),
-                        "advantages": r.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (n, 4)).astype(np.float32),
+            SampleBatch.ACTIONS: r.integers(0, 3, n),
+            SampleBatch.REWARDS: np.zeros(n, np.float32),
+            "advantages": r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def _numpy_logits(w, obs):
-    hidden = np.tanh(obs.astype(np.float64) @ w["_hidden_layers.0._model.0.weight"].T
-                     + w["_hidden_layers.0._model.0.bias"])
+    hidden = np.tanh(
+        obs.astype(np.float64) @ w["_hidden_layers.0._model.0.weight"].T + w["_hidden_layers.0._model.0.bias"]
+    )
     return hidden, hidden @ w["_logits._model.0.weight"].T + w["_logits._model.0.bias"]
 
 
@@ -111,16 +125,22 @@ def test_same_weights_same_actions_logits_and_log_likelihoods(policies):
     for fw, pol in pols.items():
         a, _, extra = pol.compute_actions(obs, explore=False)
         actions[fw] = np.asarray(a)
-        np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], logits, rtol=1e-5, atol=1e-5,
-                                   err_msg=fw)
+        np.testing.assert_allclose(
+            extra[SampleBatch.ACTION_DIST_INPUTS], logits, rtol=1e-5, atol=1e-5, err_msg=fw
+        )
     np.testing.assert_array_equal(actions["torch"], np.argmax(logits, -1))
     np.testing.assert_array_equal(actions["tf"], actions["torch"])
     np.testing.assert_array_equal(actions["tf2"], actions["torch"])
     some_actions = np.array([0, 1, 2, 2, 1, 0, 0, 1, 2, 1])
     expected = _log_softmax(logits)[np.arange(len(obs)), some_actions]
     for fw, pol in pols.items():
-        np.testing.assert_allclose(np.asarray(pol.compute_log_likelihoods(some_actions, obs)), expected,
-                                   rtol=1e-5, atol=1e-5, err_msg=fw)
+        np.testing.assert_allclose(
+            np.asarray(pol.compute_log_likelihoods(some_actions, obs)),
+            expected,
+            rtol=1e-5,
+            atol=1e-5,
+            err_msg=fw,
+        )
 
 
 def test_one_sgd_step_gives_the_same_loss_and_weights(policies):
@@ -135,18 +155,22 @@ def test_one_sgd_step_gives_the_same_loss_and_weights(policies):
     expected_w_out = state["_logits._model.0.weight"] - LR * (d_logits.T @ hidden)
     expected_b_out = state["_logits._model.0.bias"] - LR * d_logits.sum(0)
 
-    losses = {fw: float(pol.learn_on_batch(batch.copy())[LEARNER_STATS_KEY]["policy_loss"])
-              for fw, pol in pols.items()}
+    losses = {
+        fw: float(pol.learn_on_batch(batch.copy())[LEARNER_STATS_KEY]["policy_loss"])
+        for fw, pol in pols.items()
+    }
     for fw, loss in losses.items():
         assert loss == pytest.approx(expected_loss, rel=1e-5, abs=1e-6), fw
     t_after = {k: v.detach().numpy() for k, v in pols["torch"].model.state_dict().items()}
     np.testing.assert_allclose(t_after["_logits._model.0.weight"], expected_w_out, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(t_after["_logits._model.0.bias"], expected_b_out, rtol=1e-5, atol=1e-6)
-    assert not np.allclose(t_after["_hidden_layers.0._model.0.weight"],
-                           state["_hidden_layers.0._model.0.weight"])  # the step reached the hidden layer
+    assert not np.allclose(
+        t_after["_hidden_layers.0._model.0.weight"], state["_hidden_layers.0._model.0.weight"]
+    )  # the step reached the hidden layer
     for fw in ("tf", "tf2"):
         tf_after = _tf_values(pols[fw])
         for t_name, value in t_after.items():
             got = tf_after[TORCH_TO_TF[t_name]]
-            np.testing.assert_allclose(got.T if got.ndim == 2 else got, value, rtol=1e-5, atol=1e-5,
-                                       err_msg=f"{fw}: {t_name}")
+            np.testing.assert_allclose(
+                got.T if got.ndim == 2 else got, value, rtol=1e-5, atol=1e-5, err_msg=f"{fw}: {t_name}"
+            )

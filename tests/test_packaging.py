@@ -4,6 +4,7 @@ The sdist is built from a copy of the working tree (so the build's egg-info neve
 touches the checkout) with setuptools' PEP 517 backend, the one ``pip`` and
 ``python -m build`` call.
 """
+
 import os
 import shutil
 import subprocess
@@ -15,14 +16,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-_SKIP = shutil.ignore_patterns(".venv", ".venv-*", ".git", "__pycache__", "*.egg-info", "*.pyc", ".hypothesis",
-                               ".pytest_cache", "out", "runs", "build", "dist")
+_SKIP = shutil.ignore_patterns(
+    ".venv",
+    ".venv-*",
+    ".git",
+    "__pycache__",
+    "*.egg-info",
+    "*.pyc",
+    ".hypothesis",
+    ".pytest_cache",
+    "out",
+    "runs",
+    "build",
+    "dist",
+)
 
 
 def _repo_files(folder: str, suffix: str = ""):
     base = ROOT / folder
-    return {p.relative_to(ROOT).as_posix() for p in base.rglob(f"*{suffix}")
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        p.relative_to(ROOT).as_posix()
+        for p in base.rglob(f"*{suffix}")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +54,21 @@ def sdist_names(tmp_path_factory):
         from setuptools import build_meta
         print(build_meta.build_sdist(sys.argv[1]))
     """)
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp / "dist")], cwd=src,
-                          capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp / "dist")],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     archive = tmp / "dist" / proc.stdout.strip().splitlines()[-1]
     with tarfile.open(archive) as tar:
         names = [m.name for m in tar.getmembers() if m.isfile()]
     top = names[0].split("/")[0]
     assert all(n.startswith(top + "/") for n in names)
-    return {n[len(top) + 1:] for n in names}
+    return {n[len(top) + 1 :] for n in names}
 
 
 def test_license_is_the_apache_2_text_the_metadata_names():
@@ -62,7 +83,9 @@ def test_sdist_holds_every_test_file(sdist_names):
     repo_tests = _repo_files("tests", ".py")
     assert len(repo_tests) > 50  # the suite, not a handful
     missing = sorted(repo_tests - sdist_names)
-    assert not missing, f"{len(missing)} of {len(repo_tests)} test files missing from the sdist: {missing[:10]}"
+    assert not missing, (
+        f"{len(missing)} of {len(repo_tests)} test files missing from the sdist: {missing[:10]}"
+    )
 
 
 @pytest.mark.parametrize("folder", ["docs", "benchmarks", "scripts", "constraints", "examples"])

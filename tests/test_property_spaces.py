@@ -21,6 +21,7 @@ CI runs a few derandomized examples per framework; the ``slow`` variant
 (see ``space_strategies.py``) narrows the spaces drawn for a local run, and
 ``RLPOLICY_HYPOTHESIS_SHRINK=1`` also shrinks failing TF pairs.
 """
+
 from __future__ import annotations
 
 import os
@@ -59,7 +60,10 @@ def _pinned_pairs() -> list:
     return [
         # Discrete/MultiDiscrete actions with start != 0 (samples were 0-based).
         (box2, gym.spaces.Discrete(2, start=1)),
-        (gym.spaces.Discrete(3, start=-2), gym.spaces.MultiDiscrete([[2, 3], [1, 2]], start=[[1, -1], [0, 2]])),
+        (
+            gym.spaces.Discrete(3, start=-2),
+            gym.spaces.MultiDiscrete([[2, 3], [1, 2]], start=[[1, -1], [0, 2]]),
+        ),
         # A rank-0 Box action came back [B, 1].
         (box2, gym.spaces.Dict({"a": gym.spaces.Box(-2.0, 4.0, (), np.float32)})),
         # Raw Dict observations in postprocess_trajectory's value bootstrap.
@@ -72,10 +76,18 @@ def _pinned_pairs() -> list:
 def _run(framework: str, max_examples: int) -> None:
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")
 
-    @settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
-              phases=_phases(framework),
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
-                                     HealthCheck.data_too_large])
+    @settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=_phases(framework),
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.data_too_large,
+        ],
+    )
     @given(pair=space_pairs())
     def check(pair):
         _check_pair(framework, *pair)
@@ -117,17 +129,35 @@ def test_strategies_draw_every_kind_of_space():
     # RLPOLICY_SPACE_EXCLUDE narrows the draw); action Boxes stay finite.
     seen = {"obs": set(), "act": set()}
 
-    @settings(max_examples=300, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=300,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(pair=space_pairs())
     def collect(pair):
         seen["obs"] |= _kinds(pair[0])
         seen["act"] |= _kinds(pair[1])
 
     collect()
-    everything = {"Box-rank0", "Box-rank1", "Box-rank2", "Box-rank3", "Box-asymmetric", "Discrete",
-                  "Discrete-start", "MultiDiscrete-1d", "MultiDiscrete-2d", "MultiDiscrete-start",
-                  "MultiBinary", "Dict@0", "Tuple@0", "Dict@1", "Tuple@1"}
+    everything = {
+        "Box-rank0",
+        "Box-rank1",
+        "Box-rank2",
+        "Box-rank3",
+        "Box-asymmetric",
+        "Discrete",
+        "Discrete-start",
+        "MultiDiscrete-1d",
+        "MultiDiscrete-2d",
+        "MultiDiscrete-start",
+        "MultiBinary",
+        "Dict@0",
+        "Tuple@0",
+        "Dict@1",
+        "Tuple@1",
+    }
     if not excluded():
         assert everything | {"Box-inf"} <= seen["obs"], sorted(everything | {"Box-inf"} - seen["obs"])
         assert everything <= seen["act"], sorted(everything - seen["act"])
@@ -149,9 +179,18 @@ class _FixedActionPolicy:
         from rlpolicy.policy.policy import Policy
 
         class Fixed(Policy):
-            def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
-                                prev_reward_batch=None, info_batch=None, episodes=None,
-                                explore=None, timestep=None, **kwargs):
+            def compute_actions(
+                self,
+                obs_batch,
+                state_batches=None,
+                prev_action_batch=None,
+                prev_reward_batch=None,
+                info_batch=None,
+                episodes=None,
+                explore=None,
+                timestep=None,
+                **kwargs,
+            ):
                 n = len(obs_batch)
                 return tree.map_structure(lambda a: np.stack([np.asarray(a)] * n), raw), [], {}
 
@@ -165,26 +204,36 @@ def test_single_action_unsquash_and_clip_box_by_hand():
     space = gym.spaces.Box(-2.0, 4.0, (3,), np.float32)
     policy = _FixedActionPolicy.make(space, np.array([0.5, 7.0, -1.0], np.float32))
     # unsquash: -2 + (a + 1) * 6 / 2, then clipped into [-2, 4].
-    np.testing.assert_allclose(policy.compute_single_action(OBS, unsquash_actions=True)[0],
-                               [2.5, 4.0, -2.0], rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(policy.compute_single_action(OBS, clip_actions=True)[0],
-                               [0.5, 4.0, -1.0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        policy.compute_single_action(OBS, unsquash_actions=True)[0], [2.5, 4.0, -2.0], rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        policy.compute_single_action(OBS, clip_actions=True)[0], [0.5, 4.0, -1.0], rtol=1e-6, atol=1e-6
+    )
     # RLlib Trainer's singular spellings do the same.
-    np.testing.assert_allclose(policy.compute_single_action(OBS, unsquash_action=True)[0],
-                               [2.5, 4.0, -2.0], rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(policy.compute_single_action(OBS, clip_action=True)[0],
-                               [0.5, 4.0, -1.0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        policy.compute_single_action(OBS, unsquash_action=True)[0], [2.5, 4.0, -2.0], rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        policy.compute_single_action(OBS, clip_action=True)[0], [0.5, 4.0, -1.0], rtol=1e-6, atol=1e-6
+    )
     # Off by default; unsquash wins over clip (0.5 -> 2.5, not 0.5).
     np.testing.assert_allclose(policy.compute_single_action(OBS)[0], [0.5, 7.0, -1.0], atol=1e-6)
     np.testing.assert_allclose(
         policy.compute_single_action(OBS, clip_actions=True, unsquash_actions=True)[0],
-        [2.5, 4.0, -2.0], rtol=1e-6, atol=1e-6)
+        [2.5, 4.0, -2.0],
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def test_single_action_unsquash_and_clip_nested_by_hand():
-    space = gym.spaces.Dict({"move": gym.spaces.Box(np.array([0.0, -10.0], np.float32),
-                                                    np.array([1.0, 10.0], np.float32)),
-                             "pick": gym.spaces.Tuple([gym.spaces.Discrete(3)])})
+    space = gym.spaces.Dict(
+        {
+            "move": gym.spaces.Box(np.array([0.0, -10.0], np.float32), np.array([1.0, 10.0], np.float32)),
+            "pick": gym.spaces.Tuple([gym.spaces.Discrete(3)]),
+        }
+    )
     raw = {"move": np.array([-0.5, 1.5], np.float32), "pick": (np.int64(2),)}
     policy = _FixedActionPolicy.make(space, raw)
     action = policy.compute_single_action(OBS, unsquash_actions=True)[0]

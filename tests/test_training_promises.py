@@ -1,5 +1,6 @@
 """The README's table of what `rlpolicy train` reaches on CartPole-v1 and the budgets that
 benchmarks/bench_training.py checks are the same promises, row for row."""
+
 import importlib.util
 import pathlib
 import re
@@ -31,11 +32,19 @@ def test_readme_table_and_benchmark_promise_the_same():
 
 def test_summary_keeps_a_promise_only_when_every_seed_solves_within_it():
     bench = _bench()
-    runs = [{"solved": True, "steps": 1000, "train_s": 2.0, "wall_s": 3.0},
-            {"solved": True, "steps": 3000, "train_s": 4.0, "wall_s": 4.5},
-            {"solved": True, "steps": 2000, "train_s": 9.0, "wall_s": 12.0}]
+    runs = [
+        {"solved": True, "steps": 1000, "train_s": 2.0, "wall_s": 3.0},
+        {"solved": True, "steps": 3000, "train_s": 4.0, "wall_s": 4.5},
+        {"solved": True, "steps": 2000, "train_s": 9.0, "wall_s": 12.0},
+    ]
     s = bench.summarize(runs, promise=3000)
-    assert (s["solved"], s["median_steps"], s["median_s"], s["max_steps"], s["kept"]) == (3, 2000, 4.0, 3000, True)
+    assert (s["solved"], s["median_steps"], s["median_s"], s["max_steps"], s["kept"]) == (
+        3,
+        2000,
+        4.0,
+        3000,
+        True,
+    )
     assert s["median_total_s"] == 4.5  # with construction; median_s is the training loop's
     assert bench.summarize(runs, promise=2500)["kept"] is False  # one seed needed more steps
     runs[0] = {"solved": False, "steps": 9000, "train_s": 1.0, "wall_s": 1.5}
@@ -51,7 +60,7 @@ def test_variant_overrides_merge_into_the_defaults_and_bad_ones_are_refused():
     assert (name, over) == ("kl0", {"kl_coeff": 0.0, "model": {"fcnet_hiddens": [32]}})
     merged = bench._merged({"lr": 1.0, "model": {"fcnet_hiddens": [64], "vf_share_layers": False}}, over)
     assert merged == {"lr": 1.0, "kl_coeff": 0.0, "model": {"fcnet_hiddens": [32], "vf_share_layers": False}}
-    for bad in ("kl0", "={}", 'x=[1]', "x={nope"):
+    for bad in ("kl0", "={}", "x=[1]", "x={nope"):
         with pytest.raises(argparse.ArgumentTypeError, match="--variant"):
             bench._variant(bad)
 

@@ -19,6 +19,7 @@ a :class:`DistFnCall` that calls it the right way in every framework, and a
 Framework-neutral: the caller passes its tensors; nothing here imports a
 framework or touches the policy beyond passing it through.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -30,8 +31,15 @@ OBS, PREV_ACTIONS, PREV_REWARDS = "obs", "prev_actions", "prev_rewards"
 #: Keywords of the newer signature (besides ``input_dict``), as RLlib 1.11 passes them.
 NEW_STYLE_KEYWORDS = ("state_batches", "seq_lens", "explore", "timestep", "is_training")
 #: Keywords of the older signature (besides the positional ``obs_batch``).
-OLD_STYLE_KEYWORDS = ("state_batches", "seq_lens", "prev_action_batch", "prev_reward_batch",
-                      "explore", "timestep", "is_training")
+OLD_STYLE_KEYWORDS = (
+    "state_batches",
+    "seq_lens",
+    "prev_action_batch",
+    "prev_reward_batch",
+    "explore",
+    "timestep",
+    "is_training",
+)
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -54,9 +62,18 @@ class DistFnCall(NamedTuple):
     accepted: Optional[FrozenSet[str]]
     named: FrozenSet[str] = frozenset()
 
-    def __call__(self, policy: Any, model: Any, input_dict: Any, *, state_batches: Any = None,
-                 seq_lens: Any = None, explore: Any = None, timestep: Any = None,
-                 is_training: Any = False) -> Tuple[Any, Any, Any]:
+    def __call__(
+        self,
+        policy: Any,
+        model: Any,
+        input_dict: Any,
+        *,
+        state_batches: Any = None,
+        seq_lens: Any = None,
+        explore: Any = None,
+        timestep: Any = None,
+        is_training: Any = False,
+    ) -> Tuple[Any, Any, Any]:
         """Calls ``fn``; returns what it returns (``(dist_inputs, dist_class, state_outs)``).
 
         Args:
@@ -71,8 +88,12 @@ class DistFnCall(NamedTuple):
                 as keywords, each only if ``fn`` takes it. ``timestep`` is
                 not passed when it is None.
         """
-        values: Dict[str, Any] = {"state_batches": state_batches, "seq_lens": seq_lens,
-                                  "explore": explore, "is_training": is_training}
+        values: Dict[str, Any] = {
+            "state_batches": state_batches,
+            "seq_lens": seq_lens,
+            "explore": explore,
+            "is_training": is_training,
+        }
         if timestep is not None:
             values["timestep"] = timestep
         if self.old_style:
@@ -111,8 +132,11 @@ def _classify(fn: Callable) -> DistFnCall:
     names = {p.name for p in params if p.kind is not p.VAR_POSITIONAL and p.kind is not p.VAR_KEYWORD}
     var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
     var_pos = any(p.kind is p.VAR_POSITIONAL for p in params)
-    accepted = None if var_kw else frozenset(
-        p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    accepted = (
+        None
+        if var_kw
+        else frozenset(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    )
     positional = [p for p in params if p.kind in _POSITIONAL]
     named = frozenset(names)
     if "input_dict" in names and (len(positional) < 3 or positional[2].name == "input_dict"):
@@ -121,10 +145,12 @@ def _classify(fn: Callable) -> DistFnCall:
         return DistFnCall(fn, True, accepted, named)
     if var_kw:
         return DistFnCall(fn, False, accepted, named)
-    raise TypeError(f"action_distribution_fn {_fn_name(fn)}{inspect.signature(fn)} takes "
-                    "neither `input_dict` (fn(policy, model, input_dict, *, state_batches, "
-                    "seq_lens, explore, timestep, is_training)) nor a third positional argument "
-                    "(the older fn(policy, model, obs_batch, *, ...))")
+    raise TypeError(
+        f"action_distribution_fn {_fn_name(fn)}{inspect.signature(fn)} takes "
+        "neither `input_dict` (fn(policy, model, input_dict, *, state_batches, "
+        "seq_lens, explore, timestep, is_training)) nor a third positional argument "
+        "(the older fn(policy, model, obs_batch, *, ...))"
+    )
 
 
 _CACHE: "weakref.WeakKeyDictionary[Any, DistFnCall]" = weakref.WeakKeyDictionary()
@@ -155,5 +181,4 @@ def resolve_action_distribution_fn(fn: Callable) -> DistFnCall:
     return found
 
 
-__all__ = ["DistFnCall", "NEW_STYLE_KEYWORDS", "OLD_STYLE_KEYWORDS",
-           "resolve_action_distribution_fn"]
+__all__ = ["DistFnCall", "NEW_STYLE_KEYWORDS", "OLD_STYLE_KEYWORDS", "resolve_action_distribution_fn"]

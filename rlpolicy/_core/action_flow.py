@@ -6,6 +6,7 @@ their first row. Nested (Dict/Tuple) structures are walked with dm-tree, so an
 action of a ``Dict`` space comes back as a dict, of a ``Tuple`` space as a
 tuple. Nothing here imports torch or tensorflow.
 """
+
 from __future__ import annotations
 
 from numbers import Number
@@ -18,8 +19,10 @@ from rlpolicy.utils.spaces.space_utils import clip_action, unsquash_action
 
 SEQ_LENS = "seq_lens"
 # compute_single_action's opt-in post-processing keywords: (ours, RLlib Trainer's spelling).
-_FLAG_SPELLINGS = {"unsquash": ("unsquash_actions", "unsquash_action"),
-                   "clip": ("clip_actions", "clip_action")}
+_FLAG_SPELLINGS = {
+    "unsquash": ("unsquash_actions", "unsquash_action"),
+    "clip": ("clip_actions", "clip_action"),
+}
 
 
 class SingleActionOutput(NamedTuple):
@@ -30,9 +33,14 @@ class SingleActionOutput(NamedTuple):
     info: Dict[str, Any]
 
 
-def build_single_input_dict(obs: Any, state: Optional[List[Any]] = None, *,
-                            prev_action: Any = None, prev_reward: Any = None,
-                            info: Optional[dict] = None) -> Dict[str, Any]:
+def build_single_input_dict(
+    obs: Any,
+    state: Optional[List[Any]] = None,
+    *,
+    prev_action: Any = None,
+    prev_reward: Any = None,
+    info: Optional[dict] = None,
+) -> Dict[str, Any]:
     """Collects single (unbatched) inputs under SampleBatch's column names.
 
     Args:
@@ -127,7 +135,8 @@ def first_row(batched: Any, what: str = "action") -> Any:
         if rows != 1:
             raise ValueError(
                 f"compute_single_action: the policy returned a batched {what} with {rows} rows "
-                f"(leaf shape {getattr(leaf, 'shape', None)}); expected exactly 1 row for a single input")
+                f"(leaf shape {getattr(leaf, 'shape', None)}); expected exactly 1 row for a single input"
+            )
     return tree.unflatten_as(batched, [leaf[0] for leaf in leaves])
 
 
@@ -160,7 +169,8 @@ def unbatch_single_output(out: Any) -> SingleActionOutput:
     if len(out) != 3:
         raise ValueError(
             f"compute_actions_from_input_dict returned a tuple of {len(out)} items; "
-            "expected (actions, state_outs, info)")
+            "expected (actions, state_outs, info)"
+        )
     actions, state_out, info = out
     action = first_row(actions, "action")
     states = [first_row(s, f"state_out_{i}") for i, s in enumerate(state_out or [])]
@@ -187,14 +197,14 @@ def pop_single_action_flags(kwargs: Dict[str, Any]) -> Tuple[bool, bool]:
     for plural, singular in _FLAG_SPELLINGS.values():
         a, b = kwargs.pop(plural, None), kwargs.pop(singular, None)
         if a is not None and b is not None and bool(a) != bool(b):
-            raise ValueError(f"compute_single_action: {plural}={a!r} and {singular}={b!r} disagree; "
-                             "pass only one of them")
+            raise ValueError(
+                f"compute_single_action: {plural}={a!r} and {singular}={b!r} disagree; pass only one of them"
+            )
         flags.append(bool(a if a is not None else b))
     return flags[0], flags[1]
 
 
-def postprocess_single_action(action: Any, action_space_struct: Any, *, unsquash: bool,
-                              clip: bool) -> Any:
+def postprocess_single_action(action: Any, action_space_struct: Any, *, unsquash: bool, clip: bool) -> Any:
     """Unsquashes (from [-1, 1] onto the bounds) or clips the Box parts of one action.
 
     Unsquashing wins over clipping (it clips too); with neither flag the

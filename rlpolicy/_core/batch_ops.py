@@ -3,6 +3,7 @@
 Nothing here imports torch or tensorflow: a value can only be a torch/tf tensor if that
 framework has already been imported by someone, so we look the modules up in `sys.modules`.
 """
+
 from __future__ import annotations
 
 import io
@@ -92,8 +93,9 @@ def first_length(key: str, value: Any) -> Optional[int]:
     return None
 
 
-def common_row_count(items: Iterable[Tuple[str, Any]], zero_padded: bool, expected_rows: Optional[int],
-                     ref_key: Optional[str]) -> Tuple[Optional[int], Optional[str]]:
+def common_row_count(
+    items: Iterable[Tuple[str, Any]], zero_padded: bool, expected_rows: Optional[int], ref_key: Optional[str]
+) -> Tuple[Optional[int], Optional[str]]:
     """The row count shared by all per-row columns (and the column it was first seen in).
 
     `seq_lens` and `state_in_*` / `state_out_*` (per sequence) are not per-row columns, nor
@@ -117,7 +119,9 @@ def common_row_count(items: Iterable[Tuple[str, Any]], zero_padded: bool, expect
             if expected_rows is None:
                 expected_rows, ref_key = n, path
             elif n != expected_rows:
-                raise ValueError(f"SampleBatch column {path!r} has {n} rows but {ref_key!r} has {expected_rows}; all columns must have the same length")
+                raise ValueError(
+                    f"SampleBatch column {path!r} has {n} rows but {ref_key!r} has {expected_rows}; all columns must have the same length"
+                )
     return expected_rows, ref_key
 
 
@@ -201,7 +205,9 @@ def pack(value: np.ndarray) -> bytes:
     """Compresses one numpy array (no pickle; object arrays are refused)."""
     array = np.asarray(value)
     if array.dtype == object:
-        raise ValueError(f"cannot compress an array of dtype object (shape {array.shape}); only numeric/bool/str arrays can be compressed")
+        raise ValueError(
+            f"cannot compress an array of dtype object (shape {array.shape}); only numeric/bool/str arrays can be compressed"
+        )
     buf = io.BytesIO()
     np.save(buf, array, allow_pickle=False)
     return _PACK_MAGIC + zlib.compress(buf.getvalue())
@@ -212,7 +218,7 @@ def is_packed(value: Any) -> bool:
 
 
 def unpack(value: bytes) -> np.ndarray:
-    raw = zlib.decompress(value[len(_PACK_MAGIC):])
+    raw = zlib.decompress(value[len(_PACK_MAGIC) :])
     return np.load(io.BytesIO(raw), allow_pickle=False)
 
 
@@ -242,9 +248,13 @@ def timeslice_bounds(n: int, size: Optional[int], num_slices: Optional[int]) -> 
     """
     if size is None:
         if not isinstance(num_slices, int) or num_slices < 1:
-            raise ValueError(f"SampleBatch.timeslices(num_slices={num_slices!r}): num_slices must be an int >= 1")
+            raise ValueError(
+                f"SampleBatch.timeslices(num_slices={num_slices!r}): num_slices must be an int >= 1"
+            )
         if n < num_slices:
-            raise ValueError(f"SampleBatch.timeslices(num_slices={num_slices}): batch has only {n} rows, fewer than the number of slices")
+            raise ValueError(
+                f"SampleBatch.timeslices(num_slices={num_slices}): batch has only {n} rows, fewer than the number of slices"
+            )
         bounds, start = [], 0
         for i in range(num_slices):
             stop = start + (n - start) // (num_slices - i)
@@ -270,8 +280,9 @@ def slice_with_left_pad(leaf: Any, start: int, end: int) -> Any:
     return np.concatenate([zeros, arr[:end]])
 
 
-def sub_seq_lens(seq_lens: np.ndarray, start: int, end: int, state_start: Optional[int],
-                 state_end: Optional[int]) -> tuple:
+def sub_seq_lens(
+    seq_lens: np.ndarray, start: int, end: int, state_start: Optional[int], state_end: Optional[int]
+) -> tuple:
     """seq_lens and sequence index range [s0, s1) for the rows [start, end)."""
     length = end - start
     if state_start is not None:
@@ -328,8 +339,9 @@ def pad_leaf(leaf: Any, dest: np.ndarray, total: int) -> Any:
 
 def pack_leaf(leaf: Any, bulk: bool) -> Any:
     """Compresses one leaf: as one blob (`bulk`) or row by row (an object array of blobs)."""
-    if is_packed(leaf) or (isinstance(leaf, np.ndarray) and leaf.dtype == object
-                           and len(leaf) and is_packed(leaf[0])):
+    if is_packed(leaf) or (
+        isinstance(leaf, np.ndarray) and leaf.dtype == object and len(leaf) and is_packed(leaf[0])
+    ):
         return leaf  # already compressed
     if bulk:
         return pack(np.asarray(leaf))

@@ -1,4 +1,5 @@
 """Building single-timestep model input dicts out of a trajectory batch."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Union
@@ -10,8 +11,9 @@ import tree  # dm-tree
 _LAST_STEP_SOURCES = {"obs": "new_obs", "prev_actions": "actions", "prev_rewards": "rewards"}
 
 
-def single_step_input_dict(batch: Any, view_requirements: Dict[str, Any],
-                           index: Union[str, int] = "last") -> Dict[str, Any]:
+def single_step_input_dict(
+    batch: Any, view_requirements: Dict[str, Any], index: Union[str, int] = "last"
+) -> Dict[str, Any]:
     """Column -> one-row data for every view requirement used for compute_actions.
 
     Args:
@@ -60,4 +62,4 @@ def _last_window(batch: Any, view_col: str, data_col: str, req: Any) -> np.ndarr
     tail = frames[-missing_at_end:]
     from_ = req.shift_from + obs_shift
     to_ = req.shift_to + obs_shift + 1
-    return np.array([np.concatenate([window, tail])[from_:(to_ if to_ != 0 else None)]])
+    return np.array([np.concatenate([window, tail])[from_ : (to_ if to_ != 0 else None)]])

@@ -15,6 +15,7 @@ commit point. A save that fails at any step leaves the previous checkpoint
 readable and unchanged. The JSON records the arrays' SHA-256, so a truncated
 or swapped array file is reported instead of silently loaded.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -66,17 +67,30 @@ def space_to_json(space: gym.Space) -> Dict[str, Any]:
     """
     s = gym.spaces
     if isinstance(space, s.Box):
-        out = {"type": "Box", "low": _bound_to_json(space.low), "high": _bound_to_json(space.high),
-               "shape": list(space.shape), "dtype": np.dtype(space.dtype).name}
+        out = {
+            "type": "Box",
+            "low": _bound_to_json(space.low),
+            "high": _bound_to_json(space.high),
+            "shape": list(space.shape),
+            "dtype": np.dtype(space.dtype).name,
+        }
         if getattr(space, "original_space", None) is not None:  # a preprocessed Dict/Tuple
             out["original_space"] = space_to_json(getattr(space, "original_space"))  # noqa: B009
         return out
     if isinstance(space, s.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start),
-                "dtype": np.dtype(space.dtype).name}
+        return {
+            "type": "Discrete",
+            "n": int(space.n),
+            "start": int(space.start),
+            "dtype": np.dtype(space.dtype).name,
+        }
     if isinstance(space, s.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(),
-                "dtype": np.dtype(space.dtype).name}
+        return {
+            "type": "MultiDiscrete",
+            "nvec": space.nvec.tolist(),
+            "start": space.start.tolist(),
+            "dtype": np.dtype(space.dtype).name,
+        }
     if isinstance(space, s.MultiBinary):
         n = space.n if isinstance(space.n, (int, np.integer)) else list(space.n)
         return {"type": "MultiBinary", "n": n if isinstance(n, list) else int(n)}
@@ -85,10 +99,11 @@ def space_to_json(space: gym.Space) -> Dict[str, Any]:
     if isinstance(space, s.Tuple):
         return {"type": "Tuple", "spaces": [space_to_json(v) for v in space.spaces]}
     if isinstance(space, Repeated):
-        return {"type": "Repeated", "child_space": space_to_json(space.child_space),
-                "max_len": space.max_len}
-    raise TypeError(f"cannot save space {space!r} ({type(space).__name__}) in a checkpoint; "
-                    f"supported: {_SUPPORTED_SPACES}")
+        return {"type": "Repeated", "child_space": space_to_json(space.child_space), "max_len": space.max_len}
+    raise TypeError(
+        f"cannot save space {space!r} ({type(space).__name__}) in a checkpoint; "
+        f"supported: {_SUPPORTED_SPACES}"
+    )
 
 
 def space_from_json(data: Any) -> gym.Space:
@@ -163,8 +178,9 @@ class _Encoder:
 
     def _add_array(self, arr: np.ndarray, where: str, **extra: Any) -> Dict[str, Any]:
         if arr.dtype.hasobject:
-            raise TypeError(f"cannot save {where}: arrays of dtype object need pickle; "
-                            "store numeric arrays instead")
+            raise TypeError(
+                f"cannot save {where}: arrays of dtype object need pickle; store numeric arrays instead"
+            )
         key = f"a{len(self.arrays)}"
         self.arrays[key] = arr
         return {_ARRAY_REF: key, **extra}
@@ -196,8 +212,9 @@ class _Encoder:
                 if enc is not _DROP:
                     out[k] = enc
             return out
-        items = [[self.encode(k, f"{where}<key>"), self.encode(v, f"{where}[{k!r}]")]
-                 for k, v in value.items()]
+        items = [
+            [self.encode(k, f"{where}<key>"), self.encode(v, f"{where}[{k!r}]")] for k, v in value.items()
+        ]
         return {"__dict__": [kv for kv in items if all(x is not _DROP for x in kv)]}
 
     def _encode_other(self, value: Any, where: str) -> Any:
@@ -206,12 +223,18 @@ class _Encoder:
             if path is not None:
                 return {"__import__": path}
             if not self.quiet:
-                logger.warning("checkpoint: config value %s=%r cannot be stored without pickle; "
-                               "it is left out (the loader falls back to the default)", where, value)
+                logger.warning(
+                    "checkpoint: config value %s=%r cannot be stored without pickle; "
+                    "it is left out (the loader falls back to the default)",
+                    where,
+                    value,
+                )
             self.dropped.append(where)
             return _DROP
-        raise TypeError(f"cannot save {where}={value!r} ({type(value).__name__}) without pickle; "
-                        "supported: dict, list, tuple, str, int, float, bool, None, numpy arrays, torch tensors")
+        raise TypeError(
+            f"cannot save {where}={value!r} ({type(value).__name__}) without pickle; "
+            "supported: dict, list, tuple, str, int, float, bool, None, numpy arrays, torch tensors"
+        )
 
 
 _DROP = object()
@@ -225,15 +248,18 @@ def _decode(value: Any, arrays: Any, where: str) -> Any:
     if _ARRAY_REF in value:
         key = value[_ARRAY_REF]
         if key not in arrays:
-            raise CheckpointError(f"checkpoint is corrupt: {where} refers to array {key!r}, "
-                                  "which is missing from the array file")
+            raise CheckpointError(
+                f"checkpoint is corrupt: {where} refers to array {key!r}, "
+                "which is missing from the array file"
+            )
         arr = arrays[key]
         return arr[()] if value.get("scalar") else arr
     if "__tuple__" in value:
         return tuple(_decode(v, arrays, f"{where}[{i}]") for i, v in enumerate(value["__tuple__"]))
     if "__dict__" in value:
-        return {_decode(k, arrays, where): _decode(v, arrays, f"{where}[{k!r}]")
-                for k, v in value["__dict__"]}
+        return {
+            _decode(k, arrays, where): _decode(v, arrays, f"{where}[{k!r}]") for k, v in value["__dict__"]
+        }
     if "__import__" in value:
         return _resolve_config_object(value["__import__"], where)
     return {k: _decode(v, arrays, f"{where}.{k}") for k, v in value.items()}
@@ -246,11 +272,14 @@ def _resolve_config_object(path: str, where: str) -> Any:
     try:
         obj = resolve_import_path(path)
     except (ImportError, AttributeError) as e:
-        raise CheckpointError(f"checkpoint value {where} names {path!r}, which cannot be "
-                              f"imported here: {e}") from e
+        raise CheckpointError(
+            f"checkpoint value {where} names {path!r}, which cannot be imported here: {e}"
+        ) from e
     if not isinstance(obj, (type, types.FunctionType)):
-        raise CheckpointError(f"checkpoint value {where} names {path!r}, which is a "
-                              f"{type(obj).__name__}; only classes and Python functions are restored")
+        raise CheckpointError(
+            f"checkpoint value {where} names {path!r}, which is a "
+            f"{type(obj).__name__}; only classes and Python functions are restored"
+        )
     return obj
 
 
@@ -305,10 +334,18 @@ def _previous_arrays_file(export_dir: str) -> Optional[str]:
     return name if isinstance(name, str) else None
 
 
-def write_checkpoint(export_dir: str, *, policy_class: str, observation_space: gym.Space,
-                     action_space: gym.Space, config: dict, state: dict,
-                     filename_prefix: str = "model", class_recipe: Optional[dict] = None,
-                     given_config: Optional[dict] = None) -> str:
+def write_checkpoint(
+    export_dir: str,
+    *,
+    policy_class: str,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    config: dict,
+    state: dict,
+    filename_prefix: str = "model",
+    class_recipe: Optional[dict] = None,
+    given_config: Optional[dict] = None,
+) -> str:
     """Writes a policy checkpoint atomically into ``export_dir``.
 
     Args:
@@ -330,12 +367,18 @@ def write_checkpoint(export_dir: str, *, policy_class: str, observation_space: g
         The path of the metadata JSON file.
     """
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", filename_prefix or ""):
-        raise ValueError(f"filename_prefix={filename_prefix!r} must be a plain file name "
-                         "(letters, digits, '_', '-', '.')")
+        raise ValueError(
+            f"filename_prefix={filename_prefix!r} must be a plain file name (letters, digits, '_', '-', '.')"
+        )
     encoder = _Encoder()
-    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "policy_class": policy_class,
-            "observation_space": space_to_json(observation_space),
-            "action_space": space_to_json(action_space), "state": encoder.encode(state, "state")}
+    meta = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "policy_class": policy_class,
+        "observation_space": space_to_json(observation_space),
+        "action_space": space_to_json(action_space),
+        "state": encoder.encode(state, "state"),
+    }
     cfg_encoder = _Encoder(allow_imports=True)
     cfg_encoder.arrays = encoder.arrays
     meta["config"] = cfg_encoder.encode(dict(config), "config")
@@ -391,8 +434,10 @@ def _load_meta(checkpoint_dir: str) -> dict:
         raise FileNotFoundError(f"policy checkpoint directory {checkpoint_dir!r} does not exist")
     meta_path = os.path.join(checkpoint_dir, METADATA_FILE)
     if not os.path.isfile(meta_path):
-        raise CheckpointError(f"{checkpoint_dir!r} is not an rlpolicy policy checkpoint: "
-                              f"{METADATA_FILE} is missing (found {sorted(os.listdir(checkpoint_dir))})")
+        raise CheckpointError(
+            f"{checkpoint_dir!r} is not an rlpolicy policy checkpoint: "
+            f"{METADATA_FILE} is missing (found {sorted(os.listdir(checkpoint_dir))})"
+        )
     try:
         with open(meta_path, encoding="utf-8") as f:
             meta = json.load(f)
@@ -400,12 +445,15 @@ def _load_meta(checkpoint_dir: str) -> dict:
         raise CheckpointError(f"policy checkpoint {meta_path!r} is corrupt: not valid JSON ({e})") from e
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
-        raise CheckpointError(f"{meta_path!r} is not an rlpolicy policy checkpoint "
-                              f"(format {found!r}, expected {FORMAT_NAME!r})")
+        raise CheckpointError(
+            f"{meta_path!r} is not an rlpolicy policy checkpoint (format {found!r}, expected {FORMAT_NAME!r})"
+        )
     version = meta.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
-        raise CheckpointError(f"policy checkpoint {meta_path!r} has format_version {version!r}; "
-                              f"this rlpolicy reads versions 1..{FORMAT_VERSION}")
+        raise CheckpointError(
+            f"policy checkpoint {meta_path!r} has format_version {version!r}; "
+            f"this rlpolicy reads versions 1..{FORMAT_VERSION}"
+        )
     return meta
 
 
@@ -418,16 +466,21 @@ def _load_arrays(checkpoint_dir: str, meta: dict) -> Dict[str, np.ndarray]:
         with open(path, "rb") as f:
             payload = f.read()
     except OSError as e:
-        raise CheckpointError(f"policy checkpoint in {checkpoint_dir!r} is incomplete: "
-                              f"array file {name!r} cannot be read ({e})") from e
+        raise CheckpointError(
+            f"policy checkpoint in {checkpoint_dir!r} is incomplete: array file {name!r} cannot be read ({e})"
+        ) from e
     if hashlib.sha256(payload).hexdigest() != meta.get("arrays_sha256"):
-        raise CheckpointError(f"policy checkpoint array file {path!r} is corrupt: "
-                              "its SHA-256 does not match the one recorded in the metadata")
+        raise CheckpointError(
+            f"policy checkpoint array file {path!r} is corrupt: "
+            "its SHA-256 does not match the one recorded in the metadata"
+        )
     try:
         with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
     except ValueError as e:  # includes "Object arrays cannot be loaded when allow_pickle=False"
-        raise CheckpointError(f"policy checkpoint array file {path!r} cannot be read without pickle: {e}") from e
+        raise CheckpointError(
+            f"policy checkpoint array file {path!r} cannot be read without pickle: {e}"
+        ) from e
     except Exception as e:  # zipfile.BadZipFile, OSError, EOFError
         raise CheckpointError(f"policy checkpoint array file {path!r} is corrupt: {e}") from e
 
@@ -452,8 +505,10 @@ def read_checkpoint(checkpoint_dir: str) -> CheckpointContents:
             state=_decode(meta["state"], arrays, "state"),
             dropped_config_keys=list(meta.get("dropped_config_keys", [])),
             class_recipe=meta.get("policy_class_recipe"),
-            given_config=(_decode(meta["given_config"], arrays, "given_config")
-                          if "given_config" in meta else None))
+            given_config=(
+                _decode(meta["given_config"], arrays, "given_config") if "given_config" in meta else None
+            ),
+        )
     except KeyError as e:
         raise CheckpointError(f"policy checkpoint in {checkpoint_dir!r} is corrupt: missing entry {e}") from e
 
@@ -465,7 +520,8 @@ def resolve_policy_class(path: str, base: type) -> type:
     except (ImportError, AttributeError) as e:
         raise CheckpointError(
             f"cannot import the checkpoint's policy class {path!r} ({e}); call "
-            "YourPolicyClass.from_checkpoint(dir) on the class instead") from e
+            "YourPolicyClass.from_checkpoint(dir) on the class instead"
+        ) from e
     if not isinstance(cls, type) or not issubclass(cls, base):
         raise CheckpointError(f"checkpoint policy class {path!r} is not a {base.__name__} subclass")
     return cls
@@ -529,8 +585,11 @@ def _derivation(cls: type) -> Optional[tuple]:
     if found is not None:
         return found
     # An eager class' .with_tracing() subclass: "<Base>_traced" over one base.
-    if (cls.__dict__.get("_force_tracing") is True and len(cls.__bases__) == 1
-            and cls.__name__ == cls.__bases__[0].__name__ + "_traced"):
+    if (
+        cls.__dict__.get("_force_tracing") is True
+        and len(cls.__bases__) == 1
+        and cls.__name__ == cls.__bases__[0].__name__ + "_traced"
+    ):
         return cls.__bases__[0], "with_tracing", {}
     return None
 
@@ -585,8 +644,10 @@ def _call_factory(recipe: dict, base: type) -> type:
     except (ImportError, AttributeError) as e:
         raise CheckpointError(f"cannot import the checkpoint's policy factory {path!r} ({e})") from e
     if not getattr(factory, _FACTORY_MARK, False) or not isinstance(kwargs, dict):
-        raise CheckpointError(f"checkpoint names {path!r} as its policy factory, which is not one "
-                              "(build_policy_class, build_tf_policy)")
+        raise CheckpointError(
+            f"checkpoint names {path!r} as its policy factory, which is not one "
+            "(build_policy_class, build_tf_policy)"
+        )
     cls = factory(**_decode(kwargs, {}, f"policy factory {path}"))
     if not isinstance(cls, type) or not issubclass(cls, base):
         raise CheckpointError(f"{path}() did not return a {base.__name__} subclass")
@@ -609,14 +670,18 @@ def rebuild_class(recipe: Any, base: type) -> type:
         return _call_factory(recipe, base)
     method, kwargs = recipe.get("call"), recipe.get("kwargs", {})
     if method not in _DERIVE_METHODS or not isinstance(kwargs, dict) or "of" not in recipe:
-        raise CheckpointError(f"invalid policy class recipe {recipe!r} in checkpoint; a derived "
-                              f"class is 'of' a class and 'call's one of {_DERIVE_METHODS}")
+        raise CheckpointError(
+            f"invalid policy class recipe {recipe!r} in checkpoint; a derived "
+            f"class is 'of' a class and 'call's one of {_DERIVE_METHODS}"
+        )
     parent = rebuild_class(recipe["of"], base)
     kwargs = _decode(kwargs, {}, f"policy class {parent.__name__}.{method}")
     maker = getattr(parent, method, None)
     if maker is None:
-        raise CheckpointError(f"checkpoint policy class {parent.__name__} has no {method}(); "
-                              "it cannot rebuild the recorded class")
+        raise CheckpointError(
+            f"checkpoint policy class {parent.__name__} has no {method}(); "
+            "it cannot rebuild the recorded class"
+        )
     cls = maker(**kwargs)
     if not isinstance(cls, type) or not issubclass(cls, base):
         raise CheckpointError(f"{parent.__name__}.{method}() did not return a {base.__name__} subclass")

@@ -20,6 +20,7 @@ key starting with ``_``. Known ``model`` keys are ``MODEL_DEFAULTS``' and the
 policy's default model dict's; custom model options belong in
 ``custom_model_config``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -51,6 +52,7 @@ def _is_int(v: Any) -> bool:
 # --------------------------------------------------------------- single-value checks
 # Each check returns None if the value is fine, else a description of what is allowed.
 
+
 def _bool(v: Any) -> Optional[str]:
     return None if isinstance(v, bool) else "True or False"
 
@@ -62,6 +64,7 @@ def _number_ge0(v: Any) -> Optional[str]:
 def _int_ge(low: int) -> Callable[[Any], Optional[str]]:
     def check(v: Any) -> Optional[str]:
         return None if _is_int(v) and v >= low else f"an int >= {low}"
+
     return check
 
 
@@ -71,12 +74,14 @@ def _optional(check: Callable[[Any], Optional[str]]) -> Callable[[Any], Optional
             return None
         problem = check(v)
         return None if problem is None else f"None or {problem}"
+
     return wrapped
 
 
 def _choice(options: Tuple[str, ...]) -> Callable[[Any], Optional[str]]:
     def check(v: Any) -> Optional[str]:
         return None if v in options else "one of " + ", ".join(repr(o) for o in options)
+
     return check
 
 
@@ -97,9 +102,13 @@ def _entropy_schedule(v: Any) -> Optional[str]:
 
 
 def _schedule(v: Any) -> Optional[str]:
-    ok = v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(
-        isinstance(p, (list, tuple)) and len(p) == 2 and _is_number(p[0]) and _is_number(p[1])
-        for p in v))
+    ok = v is None or (
+        isinstance(v, (list, tuple))
+        and len(v) > 0
+        and all(
+            isinstance(p, (list, tuple)) and len(p) == 2 and _is_number(p[0]) and _is_number(p[1]) for p in v
+        )
+    )
     return None if ok else "None or a non-empty list of [timestep, value] pairs"
 
 
@@ -221,8 +230,10 @@ def _check_model(model: Mapping[str, Any], strict: bool = False) -> None:
                 continue  # warned about by warn_unknown_keys (RLlib 2.x adds model keys)
             close = _close_model_keys(key)
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise ValueError(f"config['model'] has unknown key {key!r}{hint} (put custom model "
-                             f"options into 'custom_model_config')")
+            raise ValueError(
+                f"config['model'] has unknown key {key!r}{hint} (put custom model "
+                f"options into 'custom_model_config')"
+            )
         check = _MODEL_CHECKS.get(key)
         problem = check(value) if check is not None else None
         if problem is not None:
@@ -280,7 +291,7 @@ def validate_config(config: Mapping[str, Any], *, strict: bool = False) -> None:
     """
     if not isinstance(config, Mapping):
         raise ValueError(f"config must be a dict, got {type(config).__name__}")
-    for key in (_ALL_CHECKS if strict else _TOP_LEVEL_CHECKS):
+    for key in _ALL_CHECKS if strict else _TOP_LEVEL_CHECKS:
         if key in config:
             check_config_value(key, config[key])
     if isinstance(config.get("model"), Mapping):
@@ -290,8 +301,9 @@ def validate_config(config: Mapping[str, Any], *, strict: bool = False) -> None:
 def _check_minibatch(partial: Mapping[str, Any]) -> None:
     sgd, train = partial.get("sgd_minibatch_size"), partial.get("train_batch_size")
     if _is_int(sgd) and _is_int(train) and int(sgd) > int(train):  # type: ignore[arg-type]
-        raise ValueError(f"config['sgd_minibatch_size']={sgd!r} is invalid; allowed: an int <= "
-                         f"train_batch_size ({train})")
+        raise ValueError(
+            f"config['sgd_minibatch_size']={sgd!r} is invalid; allowed: an int <= train_batch_size ({train})"
+        )
 
 
 def _as_dict(config: Optional[Mapping[str, Any]], what: str) -> Mapping[str, Any]:
@@ -302,8 +314,9 @@ def _as_dict(config: Optional[Mapping[str, Any]], what: str) -> Mapping[str, Any
     return config
 
 
-def complete_config(partial: Optional[Mapping[str, Any]],
-                    defaults: Optional[Mapping[str, Any]] = None) -> dict:
+def complete_config(
+    partial: Optional[Mapping[str, Any]], defaults: Optional[Mapping[str, Any]] = None
+) -> dict:
     """Returns a new, complete config: the defaults deep-updated with ``partial``.
 
     The defaults are ``COMMON_CONFIG`` (its ``model`` from ``MODEL_DEFAULTS``)
@@ -351,10 +364,20 @@ _WARNED_LOCK = threading.Lock()
 # Keys that rlpolicy's policy-layer helpers read from any policy's config: the
 # mixins (learning-rate / entropy schedules, KL coefficient, target-network
 # ``tau``) and GAE postprocessing (``compute_gae_for_sample_batch``).
-HELPER_KEYS: frozenset = frozenset({
-    "lr_schedule", "entropy_coeff", "entropy_coeff_schedule", "kl_coeff", "kl_target", "tau",
-    "use_gae", "use_critic", "lambda", "vtrace",
-})
+HELPER_KEYS: frozenset = frozenset(
+    {
+        "lr_schedule",
+        "entropy_coeff",
+        "entropy_coeff_schedule",
+        "kl_coeff",
+        "kl_target",
+        "tau",
+        "use_gae",
+        "use_critic",
+        "lambda",
+        "vtrace",
+    }
+)
 _BASE_KNOWN: Dict[bool, frozenset] = {}
 
 
@@ -384,9 +407,12 @@ def known_keys(defaults: Optional[Mapping[str, Any]] = None, *, strict: bool = F
     return set(_base_known_keys(strict)) | set(defaults or ())
 
 
-def unknown_keys(partial: Optional[Mapping[str, Any]],
-                 defaults: Optional[Mapping[str, Any]] = None, *,
-                 strict: bool = False) -> List[Tuple[str, Optional[str]]]:
+def unknown_keys(
+    partial: Optional[Mapping[str, Any]],
+    defaults: Optional[Mapping[str, Any]] = None,
+    *,
+    strict: bool = False,
+) -> List[Tuple[str, Optional[str]]]:
     """The unknown top-level keys of ``partial``, each with its closest known key (or None).
 
     Args:
@@ -408,8 +434,9 @@ def unknown_keys(partial: Optional[Mapping[str, Any]],
         if key in MODEL_DEFAULTS:
             out.append((key, f"model.{key}"))
             continue
-        close = difflib.get_close_matches(str(key), sorted(known_keys(defaults, strict=strict)),
-                                          n=1, cutoff=_CLOSE_ENOUGH)
+        close = difflib.get_close_matches(
+            str(key), sorted(known_keys(defaults, strict=strict)), n=1, cutoff=_CLOSE_ENOUGH
+        )
         out.append((key, close[0] if close else None))
     return out
 
@@ -420,8 +447,9 @@ def unknown_key_message(key: Any, close: Optional[str], where: str = "config") -
     return f"{where}: unknown config key {key!r}{hint}"
 
 
-def unknown_model_keys(partial: Optional[Mapping[str, Any]],
-                       defaults: Optional[Mapping[str, Any]] = None) -> List[Tuple[str, Optional[str]]]:
+def unknown_model_keys(
+    partial: Optional[Mapping[str, Any]], defaults: Optional[Mapping[str, Any]] = None
+) -> List[Tuple[str, Optional[str]]]:
     """The keys of ``partial["model"]`` that neither ``MODEL_DEFAULTS`` nor the
     policy's default ``model`` dict knows, each with its closest known key."""
     model = _as_dict(partial, "config").get("model")
@@ -438,8 +466,12 @@ def unknown_model_keys(partial: Optional[Mapping[str, Any]],
     return out
 
 
-def warn_unknown_keys(partial: Optional[Mapping[str, Any]],
-                      defaults: Optional[Mapping[str, Any]] = None, *, where: str = "config") -> None:
+def warn_unknown_keys(
+    partial: Optional[Mapping[str, Any]],
+    defaults: Optional[Mapping[str, Any]] = None,
+    *,
+    where: str = "config",
+) -> None:
     """Warns (``UnknownConfigKeyWarning``) about each unknown top-level key, once per process.
 
     Unknown keys are kept in the config (a custom policy may read them); the
@@ -455,22 +487,33 @@ def warn_unknown_keys(partial: Optional[Mapping[str, Any]],
             if key in _WARNED_KEYS:
                 continue
             _WARNED_KEYS.add(key)
-        warnings.warn(unknown_key_message(key, close, where) + " (the key is kept, but nothing "
-                      "in rlpolicy or the policy's default config knows it)",
-                      UnknownConfigKeyWarning, stacklevel=2)
+        warnings.warn(
+            unknown_key_message(key, close, where) + " (the key is kept, but nothing "
+            "in rlpolicy or the policy's default config knows it)",
+            UnknownConfigKeyWarning,
+            stacklevel=2,
+        )
     for key, close in unknown_model_keys(partial, defaults):
         with _WARNED_LOCK:
             if f"model.{key}" in _WARNED_KEYS:
                 continue
             _WARNED_KEYS.add(f"model.{key}")
         hint = f"; did you mean {close!r}?" if close else ""
-        warnings.warn(f"{where}: unknown key {key!r} in config['model']{hint} (the key is kept, "
-                      "but rlpolicy's models do not read it; custom model options belong in "
-                      "'custom_model_config')", UnknownConfigKeyWarning, stacklevel=2)
+        warnings.warn(
+            f"{where}: unknown key {key!r} in config['model']{hint} (the key is kept, "
+            "but rlpolicy's models do not read it; custom model options belong in "
+            "'custom_model_config')",
+            UnknownConfigKeyWarning,
+            stacklevel=2,
+        )
 
 
-def check_config(partial: Optional[Mapping[str, Any]], defaults: Optional[Mapping[str, Any]] = None,
-                 *, where: str = "config") -> dict:
+def check_config(
+    partial: Optional[Mapping[str, Any]],
+    defaults: Optional[Mapping[str, Any]] = None,
+    *,
+    where: str = "config",
+) -> dict:
     """Completes, checks and validates a policy config: the one place policies do it.
 
     Args:
@@ -514,8 +557,9 @@ def _copy_plain(value: Any, memo: Dict[int, Any]) -> Any:
         out: Any = {}
         memo[id(value)] = out
         for k, v in value.items():
-            out[k if type(k) in atoms else _copy_plain(k, memo)] = \
+            out[k if type(k) in atoms else _copy_plain(k, memo)] = (
                 v if type(v) in atoms else _copy_plain(v, memo)
+            )
     elif kind is list:
         out = []
         memo[id(value)] = out
@@ -546,8 +590,13 @@ def merge_configs(base: dict, new: Mapping[str, Any]) -> dict:
     """
     for key, value in new.items():
         old = base.get(key)
-        if (key == "exploration_config" and isinstance(old, dict) and isinstance(value, dict)
-                and "type" in value and value["type"] != old.get("type")):
+        if (
+            key == "exploration_config"
+            and isinstance(old, dict)
+            and isinstance(value, dict)
+            and "type" in value
+            and value["type"] != old.get("type")
+        ):
             base[key] = value
         elif isinstance(old, dict) and isinstance(value, dict):
             merge_configs(old, value)
@@ -556,6 +605,18 @@ def merge_configs(base: dict, new: Mapping[str, Any]) -> dict:
     return base
 
 
-__all__ = ["FRAMEWORKS", "UnknownConfigKeyWarning", "check_config", "check_config_value",
-           "complete_config", "known_keys", "merge_configs", "read_checked", "unknown_key_message",
-           "unknown_keys", "unknown_model_keys", "validate_config", "warn_unknown_keys"]
+__all__ = [
+    "FRAMEWORKS",
+    "UnknownConfigKeyWarning",
+    "check_config",
+    "check_config_value",
+    "complete_config",
+    "known_keys",
+    "merge_configs",
+    "read_checked",
+    "unknown_key_message",
+    "unknown_keys",
+    "unknown_model_keys",
+    "validate_config",
+    "warn_unknown_keys",
+]

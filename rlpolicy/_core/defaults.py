@@ -1,6 +1,7 @@
 """The default config dicts (RLlib 1.11's ``MODEL_DEFAULTS`` and the policy-relevant
 part of the trainer's ``COMMON_CONFIG``). Public names are re-exported from
 ``rlpolicy.models.catalog`` and ``rlpolicy.agents.trainer``."""
+
 from __future__ import annotations
 
 from rlpolicy.utils.deprecation import DEPRECATED_VALUE
@@ -158,22 +159,51 @@ COMMON_CONFIG: dict = {
 #: RLlib 1.11 trainer-level config keys that the policy layer never reads. They are
 #: known (a ported trainer config passes them without an unknown-key warning) but
 #: have no default here.
-TRAINER_ONLY_KEYS: frozenset = frozenset({
-    "observation_space", "action_space", "remote_env_batch_wait_ms", "env_task_fn",
-    "render_env", "record_env", "ignore_worker_failures", "recreate_failed_workers",
-    "log_sys_usage", "fake_sampler", "evaluation_duration", "evaluation_duration_unit",
-    "evaluation_parallel_to_training", "evaluation_num_workers", "evaluation_num_episodes",
-    "custom_eval_function", "always_attach_evaluation_results",
-    "keep_per_episode_custom_metrics", "sample_async", "sample_collector",
-    "metrics_episode_collection_timeout_s", "metrics_num_episodes_for_smoothing",
-    "metrics_smoothing_episodes", "collect_metrics_timeout", "min_time_s_per_reporting",
-    "min_train_timesteps_per_reporting", "min_sample_timesteps_per_reporting",
-    "timesteps_per_iteration", "extra_python_environs_for_driver",
-    "extra_python_environs_for_worker", "placement_strategy", "input_config",
-    "actions_in_input_normalized", "input_evaluation", "postprocess_inputs",
-    "shuffle_buffer_size", "output_config", "output_compress_columns", "output_max_file_size",
-    "logger_config", "monitor",
-})
+TRAINER_ONLY_KEYS: frozenset = frozenset(
+    {
+        "observation_space",
+        "action_space",
+        "remote_env_batch_wait_ms",
+        "env_task_fn",
+        "render_env",
+        "record_env",
+        "ignore_worker_failures",
+        "recreate_failed_workers",
+        "log_sys_usage",
+        "fake_sampler",
+        "evaluation_duration",
+        "evaluation_duration_unit",
+        "evaluation_parallel_to_training",
+        "evaluation_num_workers",
+        "evaluation_num_episodes",
+        "custom_eval_function",
+        "always_attach_evaluation_results",
+        "keep_per_episode_custom_metrics",
+        "sample_async",
+        "sample_collector",
+        "metrics_episode_collection_timeout_s",
+        "metrics_num_episodes_for_smoothing",
+        "metrics_smoothing_episodes",
+        "collect_metrics_timeout",
+        "min_time_s_per_reporting",
+        "min_train_timesteps_per_reporting",
+        "min_sample_timesteps_per_reporting",
+        "timesteps_per_iteration",
+        "extra_python_environs_for_driver",
+        "extra_python_environs_for_worker",
+        "placement_strategy",
+        "input_config",
+        "actions_in_input_normalized",
+        "input_evaluation",
+        "postprocess_inputs",
+        "shuffle_buffer_size",
+        "output_config",
+        "output_compress_columns",
+        "output_max_file_size",
+        "logger_config",
+        "monitor",
+    }
+)
 
 #: The keys of rlpolicy's algorithms' default configs (``agents.pg.pg``,
 #: ``agents.ppo.ppo``, ``agents.dqn.dqn``) beyond ``COMMON_CONFIG``'s and the keys
@@ -181,12 +211,35 @@ TRAINER_ONLY_KEYS: frozenset = frozenset({
 #: config handed to another policy raises no unknown-key warning. Kept as data here
 #: (the floor imports no algorithm); tests/core/test_config.py checks it against
 #: the algorithms' DEFAULT_CONFIGs.
-ALGORITHM_KEYS: frozenset = frozenset({
-    "adam_epsilon", "before_learn_on_batch", "buffer_size", "clip_param", "double_q",
-    "dueling", "final_prioritized_replay_beta", "hiddens", "learning_starts", "n_step",
-    "noisy", "num_atoms", "prioritized_replay", "prioritized_replay_alpha",
-    "prioritized_replay_beta", "prioritized_replay_beta_annealing_timesteps",
-    "prioritized_replay_eps", "replay_buffer_config", "replay_sequence_length", "sigma0",
-    "store_buffer_in_checkpoints", "target_network_update_freq", "training_intensity",
-    "v_max", "v_min", "vf_clip_param", "vf_loss_coeff", "worker_side_prioritization",
-})
+ALGORITHM_KEYS: frozenset = frozenset(
+    {
+        "adam_epsilon",
+        "before_learn_on_batch",
+        "buffer_size",
+        "clip_param",
+        "double_q",
+        "dueling",
+        "final_prioritized_replay_beta",
+        "hiddens",
+        "learning_starts",
+        "n_step",
+        "noisy",
+        "num_atoms",
+        "prioritized_replay",
+        "prioritized_replay_alpha",
+        "prioritized_replay_beta",
+        "prioritized_replay_beta_annealing_timesteps",
+        "prioritized_replay_eps",
+        "replay_buffer_config",
+        "replay_sequence_length",
+        "sigma0",
+        "store_buffer_in_checkpoints",
+        "target_network_update_freq",
+        "training_intensity",
+        "v_max",
+        "v_min",
+        "vf_clip_param",
+        "vf_loss_coeff",
+        "worker_side_prioritization",
+    }
+)

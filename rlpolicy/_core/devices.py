@@ -6,6 +6,7 @@ can be unit-tested without a GPU or a Ray cluster. ``detect_ray_context``
 reads the Ray context of the current process (without importing Ray when the
 process never did).
 """
+
 from __future__ import annotations
 
 import math
@@ -80,9 +81,13 @@ def _gpu_count_for_worker(config: Mapping, ray_mode: Optional[str]) -> float:
     return num_gpus if worker_index == 0 else num_gpus_per_worker
 
 
-def plan_devices(config: Mapping, visible_gpus: Union[int, Sequence[Any]] = 0, *,
-                 ray_mode: Optional[str] = None,
-                 ray_gpu_ids: Optional[Sequence[Any]] = None) -> DevicePlan:
+def plan_devices(
+    config: Mapping,
+    visible_gpus: Union[int, Sequence[Any]] = 0,
+    *,
+    ray_mode: Optional[str] = None,
+    ray_gpu_ids: Optional[Sequence[Any]] = None,
+) -> DevicePlan:
     """Chooses the devices for a policy's model towers, as RLlib 1.11 does.
 
     CPU towers (``ceil(num_gpus)`` of them, at least one) are used when GPUs
@@ -113,8 +118,10 @@ def plan_devices(config: Mapping, visible_gpus: Union[int, Sequence[Any]] = 0, *
         raise ValueError(f"ray_mode={ray_mode!r} is unknown; use one of {_RAY_MODES}")
     num_gpus = _gpu_count_for_worker(config, ray_mode)
     fake = bool(config.get("_fake_gpus", False))
-    gpu_ids = list(range(int(visible_gpus))) if isinstance(visible_gpus, numbers.Integral) \
-        else list(visible_gpus)  # type: ignore[arg-type]
+    if isinstance(visible_gpus, numbers.Integral):
+        gpu_ids = list(range(int(visible_gpus)))
+    else:
+        gpu_ids = list(visible_gpus)  # type: ignore[arg-type]
     if fake or num_gpus == 0 or not gpu_ids:
         num_towers = int(math.ceil(num_gpus)) or 1
         return DevicePlan(devices=("cpu",) * num_towers, fake=fake, num_gpus=num_gpus)
@@ -122,8 +129,8 @@ def plan_devices(config: Mapping, visible_gpus: Union[int, Sequence[Any]] = 0, *
         gpu_ids = list(ray_gpu_ids or [])
         if len(gpu_ids) < num_gpus:
             raise ValueError(
-                f"TorchPolicy was not able to find enough GPU IDs! Found {gpu_ids}, "
-                f"but num_gpus={num_gpus}.")
+                f"TorchPolicy was not able to find enough GPU IDs! Found {gpu_ids}, but num_gpus={num_gpus}."
+            )
     # One tower per id, as long as its index is below num_gpus (0.5 -> 1 tower).
     used = [gpu_id for i, gpu_id in enumerate(gpu_ids) if i < num_gpus]
     devices = tuple(f"cuda:{i}" for i in range(len(used)))
@@ -140,8 +147,7 @@ def detect_ray_context() -> Tuple[Optional[str], Optional[Sequence[Any]]]:
     ray = sys.modules.get("ray")
     if ray is None or not getattr(ray, "is_initialized", lambda: False)():
         return RAY_NONE, None
-    worker_mod = getattr(getattr(ray, "_private", None), "worker", None) \
-        or getattr(ray, "worker", None)
+    worker_mod = getattr(getattr(ray, "_private", None), "worker", None) or getattr(ray, "worker", None)
     mode = getattr(getattr(worker_mod, "global_worker", None), "mode", None)
     local_mode = getattr(worker_mod, "LOCAL_MODE", None)
     if local_mode is not None and mode == local_mode:

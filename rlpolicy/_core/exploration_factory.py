@@ -9,6 +9,7 @@ schedule configs accepted by the exploration classes are resolved the same way.
 
 No deep-learning framework is imported at module level.
 """
+
 from __future__ import annotations
 
 import copy
@@ -23,9 +24,16 @@ _EXPLORATION_MODULE = "rlpolicy.utils.exploration"
 _SCHEDULES_MODULE = "rlpolicy.utils.schedules"
 
 
-def create_exploration(config_exploration: Optional[dict], *, action_space: gym.Space,
-                       policy_config: dict, model: Any, num_workers: int, worker_index: int,
-                       framework: str) -> Any:
+def create_exploration(
+    config_exploration: Optional[dict],
+    *,
+    action_space: gym.Space,
+    policy_config: dict,
+    model: Any,
+    num_workers: int,
+    worker_index: int,
+    framework: str,
+) -> Any:
     """Instantiates the Exploration described by ``config_exploration``.
 
     Args:
@@ -54,23 +62,30 @@ def create_exploration(config_exploration: Optional[dict], *, action_space: gym.
     if not config_exploration:
         config_exploration = DEFAULT_EXPLORATION_CONFIG
     if not isinstance(config_exploration, dict):
-        raise ValueError(
-            f"exploration_config must be a dict with a 'type' key, got {config_exploration!r}")
+        raise ValueError(f"exploration_config must be a dict with a 'type' key, got {config_exploration!r}")
     kwargs = copy.deepcopy({k: v for k, v in config_exploration.items() if k != "type"})
     if "type" not in config_exploration:
         raise ValueError(
             f"exploration_config {config_exploration!r} has no 'type' key; "
-            f"known types: {known_type_names(_EXPLORATION_MODULE, Exploration)}")
-    cls = resolve_type(config_exploration["type"], _EXPLORATION_MODULE, Exploration,
-                       "exploration_config['type']")
-    ctor_kwargs = dict(action_space=action_space, policy_config=policy_config, model=model,
-                       num_workers=num_workers, worker_index=worker_index,
-                       framework=framework)
+            f"known types: {known_type_names(_EXPLORATION_MODULE, Exploration)}"
+        )
+    cls = resolve_type(
+        config_exploration["type"], _EXPLORATION_MODULE, Exploration, "exploration_config['type']"
+    )
+    ctor_kwargs = dict(
+        action_space=action_space,
+        policy_config=policy_config,
+        model=model,
+        num_workers=num_workers,
+        worker_index=worker_index,
+        framework=framework,
+    )
     clash = sorted(set(kwargs) & set(ctor_kwargs))
     if clash:
         raise ValueError(
             f"exploration_config for {cls.__name__} sets {clash}, which the policy passes "
-            "itself; remove these keys")
+            "itself; remove these keys"
+        )
     return _instantiate(cls, {**kwargs, **ctor_kwargs})
 
 
@@ -94,8 +109,8 @@ def create_schedule(schedule_config: Any, framework: str) -> Any:
         return schedule_config
     if not isinstance(schedule_config, dict) or "type" not in schedule_config:
         raise ValueError(
-            f"schedule config must be a Schedule object or a dict with a 'type' key, "
-            f"got {schedule_config!r}")
+            f"schedule config must be a Schedule object or a dict with a 'type' key, got {schedule_config!r}"
+        )
     cls = resolve_type(schedule_config["type"], _SCHEDULES_MODULE, Schedule, "schedule 'type'")
     kwargs = {k: v for k, v in schedule_config.items() if k != "type"}
     kwargs.setdefault("framework", framework)
@@ -117,10 +132,10 @@ def resolve_type(type_spec: Any, module_name: str, base: type, what: str) -> typ
         if cls is None:
             raise ValueError(
                 f"{what}={type_spec!r} is unknown; use a class, one of {known}, "
-                "or a 'module.path.ClassName' string")
+                "or a 'module.path.ClassName' string"
+            )
     else:
-        raise ValueError(
-            f"{what} must be a class or a string, got {type_spec!r}; known types: {known}")
+        raise ValueError(f"{what} must be a class or a string, got {type_spec!r}; known types: {known}")
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ValueError(f"{what}={type_spec!r} is not a subclass of {base.__name__}")
     return cls
@@ -129,8 +144,9 @@ def resolve_type(type_spec: Any, module_name: str, base: type, what: str) -> typ
 def known_type_names(module_name: str, base: type) -> List[str]:
     """Names of the ``base`` subclasses exported by ``module_name``."""
     module = importlib.import_module(module_name)
-    return sorted(name for name, obj in vars(module).items()
-                  if isinstance(obj, type) and issubclass(obj, base))
+    return sorted(
+        name for name, obj in vars(module).items() if isinstance(obj, type) and issubclass(obj, base)
+    )
 
 
 def _lookup(name: str, module_name: str) -> Optional[type]:

@@ -8,6 +8,7 @@ flag into a TF boolean, reading and loading state -- are written once here.
 
 No deep-learning framework is imported at module level.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -38,12 +39,12 @@ def is_tf_graph(framework: Optional[str]) -> bool:
     return framework == "tf"
 
 
-def check_framework(owner: str, framework: Optional[str],
-                    supported: Sequence[str] = SUPPORTED_FRAMEWORKS) -> None:
+def check_framework(
+    owner: str, framework: Optional[str], supported: Sequence[str] = SUPPORTED_FRAMEWORKS
+) -> None:
     """Raises ValueError naming ``owner`` if ``framework`` is not supported."""
     if framework not in supported:
-        raise ValueError(
-            f"{owner}: framework={framework!r} is not supported; use one of {list(supported)}")
+        raise ValueError(f"{owner}: framework={framework!r} is not supported; use one of {list(supported)}")
 
 
 def check_box_space(owner: str, action_space: gym.Space) -> None:
@@ -51,7 +52,8 @@ def check_box_space(owner: str, action_space: gym.Space) -> None:
     if not isinstance(action_space, gym.spaces.Box):
         raise ValueError(
             f"{owner} needs a Box action space, got {action_space}; "
-            "use EpsilonGreedy/StochasticSampling for discrete actions")
+            "use EpsilonGreedy/StochasticSampling for discrete actions"
+        )
 
 
 def check_discrete_space(owner: str, action_space: gym.Space) -> None:
@@ -59,8 +61,7 @@ def check_discrete_space(owner: str, action_space: gym.Space) -> None:
     leaves = tree.flatten(base_struct_from_space(action_space))
     ok = all(isinstance(s, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) for s in leaves)
     if not ok:
-        raise ValueError(
-            f"{owner} needs a Discrete (or nested discrete) action space, got {action_space}")
+        raise ValueError(f"{owner} needs a Discrete (or nested discrete) action space, got {action_space}")
 
 
 def base_struct_from_space(space: gym.Space) -> Any:
@@ -87,8 +88,7 @@ def new_state_var(value: Any, framework: str, name: str, dtype: Any = np.int64) 
     if not is_tf(framework):
         return value
     tf1, tf, _ = try_import_tf(error=True)
-    return tf1.Variable(np.asarray(value, dtype=dtype), name=name, trainable=False,
-                        dtype=tf.as_dtype(dtype))
+    return tf1.Variable(np.asarray(value, dtype=dtype), name=name, trainable=False, dtype=tf.as_dtype(dtype))
 
 
 def tf_advance_timestep(var: Any, timestep: Any) -> Any:
@@ -210,7 +210,8 @@ def load_tf_var(var: Any, value: Any, framework: str, sess: Any = None) -> None:
         if sess is None:
             raise ValueError(
                 "set_state() of a framework='tf' exploration needs the policy's tf Session: "
-                "pass sess=policy.get_session()")
+                "pass sess=policy.get_session()"
+            )
         placeholder, assign_op = _graph_loader(var, sess.graph)
         dtype = placeholder.dtype.as_numpy_dtype
         sess.run(assign_op, {placeholder: np.asarray(value, dtype=dtype)})
@@ -230,24 +231,23 @@ def scheduled_state(framework: str, last_timestep: Any, schedule: Any, key: str)
     return {key: to_numpy(value), "last_timestep": to_numpy(last_timestep)}
 
 
-def restore_timestep(owner: str, framework: str, last_timestep: Any, state: dict,
-                     sess: Any = None) -> Any:
+def restore_timestep(owner: str, framework: str, last_timestep: Any, state: dict, sess: Any = None) -> Any:
     """Loads ``state["last_timestep"]``; returns the new value of the timestep attribute.
 
     Raises:
         KeyError: Naming ``owner`` if the state lacks "last_timestep".
     """
     if "last_timestep" not in state:
-        raise KeyError(
-            f"{owner}.set_state: state has no 'last_timestep' key (got keys {sorted(state)})")
+        raise KeyError(f"{owner}.set_state: state has no 'last_timestep' key (got keys {sorted(state)})")
     if is_tf(framework):
         load_tf_var(last_timestep, state["last_timestep"], framework, sess)
         return last_timestep
     return int(state["last_timestep"])
 
 
-def per_worker_value(owner: str, num_workers: Optional[int], worker_index: Optional[int],
-                     index_offset: int, check_index: bool) -> Optional[float]:
+def per_worker_value(
+    owner: str, num_workers: Optional[int], worker_index: Optional[int], index_offset: int, check_index: bool
+) -> Optional[float]:
     """The Ape-X per-worker constant ``0.4 ** (1 + (i - offset) / (n - 1) * 7)``.
 
     None when ``num_workers`` is 0 (or None): the regular schedule applies.
@@ -260,16 +260,21 @@ def per_worker_value(owner: str, num_workers: Optional[int], worker_index: Optio
         return None
     worker_index = int(worker_index or 0)
     if check_index and worker_index > num_workers:
-        raise ValueError(
-            f"{owner}: worker_index={worker_index} is larger than num_workers={num_workers}")
+        raise ValueError(f"{owner}: worker_index={worker_index} is larger than num_workers={num_workers}")
     if worker_index == 0:
         return 0.0
     denominator = float(num_workers - 1) if num_workers > 1 else 1.0
     return 0.4 ** (1 + (worker_index - index_offset) / denominator * 7)
 
 
-def per_worker_constant(owner: str, num_workers: Optional[int], worker_index: Optional[int],
-                        framework: str, index_offset: int, check_index: bool = False) -> Any:
+def per_worker_constant(
+    owner: str,
+    num_workers: Optional[int],
+    worker_index: Optional[int],
+    framework: str,
+    index_offset: int,
+    check_index: bool = False,
+) -> Any:
     """A ConstantSchedule at ``per_worker_value(...)``, or None without remote workers."""
     value = per_worker_value(owner, num_workers, worker_index, index_offset, check_index)
     if value is None:
@@ -381,8 +386,7 @@ def _tf_shape(batch_size: Any, tail: Sequence[int]) -> Any:
 def _tf_random_leaf(space: gym.Space, batch_size: Any) -> Any:
     _, tf, _ = try_import_tf(error=True)
     if isinstance(space, gym.spaces.Discrete):
-        draw = tf.random.uniform(_tf_shape(batch_size, ()), minval=0, maxval=int(space.n),
-                                 dtype=tf.int64)
+        draw = tf.random.uniform(_tf_shape(batch_size, ()), minval=0, maxval=int(space.n), dtype=tf.int64)
         return tf.cast(draw + int(space.start), space.dtype)
     if isinstance(space, gym.spaces.MultiDiscrete):
         nvec = np.asarray(space.nvec, dtype=np.float64)
@@ -397,7 +401,8 @@ def _tf_random_leaf(space: gym.Space, batch_size: Any) -> Any:
         return tf.cast(bits, space.dtype)
     raise ValueError(
         f"Random exploration cannot sample action space component {space}; "
-        "supported: Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of these")
+        "supported: Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of these"
+    )
 
 
 def _tf_random_box(space: gym.spaces.Box, shape: Any) -> Any:
@@ -408,8 +413,9 @@ def _tf_random_box(space: gym.spaces.Box, shape: Any) -> Any:
     high = space.high.astype(np.float64) + (1.0 if is_int else 0.0)
     below, above = space.bounded_below, space.bounded_above
     both = below & above
-    uniform = (tf.random.uniform(shape, dtype=tf.float64) * np.where(both, high - low, 1.0)
-               + np.where(both, low, 0.0))
+    uniform = tf.random.uniform(shape, dtype=tf.float64) * np.where(both, high - low, 1.0) + np.where(
+        both, low, 0.0
+    )
     normal = tf.random.normal(shape, dtype=tf.float64)
     expo = -tf.math.log1p(-tf.random.uniform(shape, dtype=tf.float64))
     from_low = np.where(below, low, 0.0) + expo

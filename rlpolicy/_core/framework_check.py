@@ -4,6 +4,7 @@ rlpolicy imports without torch or tensorflow (their modules then hold ``None``
 placeholders), so without this check the first use of a missing framework
 ends in an unrelated ``AttributeError`` deep inside a model module.
 """
+
 from __future__ import annotations
 
 from rlpolicy.utils.framework import try_import_tf, try_import_torch
@@ -25,13 +26,17 @@ def require_framework(framework: str, user: str) -> None:
     """
     if framework == "torch":
         if try_import_torch()[0] is None:
-            raise ImportError(f"{user} needs PyTorch (framework='torch'), but torch is not "
-                              "installed; install it with `pip install rlpolicy[torch]`")
+            raise ImportError(
+                f"{user} needs PyTorch (framework='torch'), but torch is not "
+                "installed; install it with `pip install rlpolicy[torch]`"
+            )
     elif framework in _TF_FRAMEWORKS:
         if try_import_tf()[1] is None:
-            raise ImportError(f"{user} needs TensorFlow (framework={framework!r}), but "
-                              "tensorflow is not installed; install it with "
-                              "`pip install rlpolicy[tf]`")
+            raise ImportError(
+                f"{user} needs TensorFlow (framework={framework!r}), but "
+                "tensorflow is not installed; install it with "
+                "`pip install rlpolicy[tf]`"
+            )
 
 
 __all__ = ["require_framework"]

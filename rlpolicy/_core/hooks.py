@@ -4,6 +4,7 @@ One frozen dataclass holds every argument of the factory, so a built class
 carries its recipe (``cls._hooks``) and ``with_updates`` is simply
 ``build_policy_class(**{**hooks.as_kwargs(), **overrides})``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,6 +61,7 @@ class PolicyHooks:
 
 # ---------------------------------------------------------------- shared by the factories
 
+
 def check_factory_args(factory: str, name: Any, mixins: Tuple[Any, ...]) -> None:
     """Checks the arguments every policy factory shares.
 
@@ -73,8 +75,9 @@ def check_factory_args(factory: str, name: Any, mixins: Tuple[Any, ...]) -> None
             raise TypeError(f"{factory}({name!r}): mixins must be classes, got {m!r}")
 
 
-def updated_kwargs(cls: type, overrides: Dict[str, Any],
-                   extra_allowed: Tuple[str, ...] = ()) -> Dict[str, Any]:
+def updated_kwargs(
+    cls: type, overrides: Dict[str, Any], extra_allowed: Tuple[str, ...] = ()
+) -> Dict[str, Any]:
     """A built class' factory arguments (``cls._hooks``) with ``overrides`` applied.
 
     The shared core of every factory's ``with_updates``.
@@ -92,8 +95,9 @@ def updated_kwargs(cls: type, overrides: Dict[str, Any],
     allowed = set(kwargs) | set(extra_allowed)
     unknown = sorted(set(overrides) - allowed)
     if unknown:
-        raise TypeError(f"{cls.__name__}.with_updates: unknown argument(s) {unknown}; "
-                        f"allowed: {sorted(allowed)}")
+        raise TypeError(
+            f"{cls.__name__}.with_updates: unknown argument(s) {unknown}; allowed: {sorted(allowed)}"
+        )
     kwargs.update(overrides)
     kwargs["mixins"] = tuple(kwargs.get("mixins") or ())
     return kwargs

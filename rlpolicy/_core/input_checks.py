@@ -7,6 +7,7 @@ The policy gathers what a check compares against (its spaces, config, the
 model's view requirements, its loss columns) and passes it in: see the
 ``Policy._check_*`` methods. Nothing here imports torch or tensorflow.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, List, Mapping, Optional, Sequence
@@ -35,8 +36,9 @@ def _numpy_leaves(value: Any) -> List[np.ndarray]:
     return [x for x in tree.flatten(value) if isinstance(x, np.ndarray)]
 
 
-def check_obs_values(obs: Any, where: str, *, observation_space: Any, check_finite: bool = False,
-              column: str = OBS) -> None:
+def check_obs_values(
+    obs: Any, where: str, *, observation_space: Any, check_finite: bool = False, column: str = OBS
+) -> None:
     """Rejects non-numeric observations, and (with ``check_finite``) NaN/inf ones.
 
     Args:
@@ -52,13 +54,17 @@ def check_obs_values(obs: Any, where: str, *, observation_space: Any, check_fini
     """
     for leaf in _numpy_leaves(obs):
         if leaf.dtype.kind not in _NUMERIC_KINDS:
-            raise ValueError(f"{where}: column {column!r} has dtype {leaf.dtype}, but the "
-                             f"observation space {observation_space} needs numbers")
+            raise ValueError(
+                f"{where}: column {column!r} has dtype {leaf.dtype}, but the "
+                f"observation space {observation_space} needs numbers"
+            )
         if check_finite and leaf.dtype.kind == "f" and not np.all(np.isfinite(leaf)):
             bad = ~np.isfinite(leaf.reshape(len(leaf), -1)) if leaf.ndim else ~np.isfinite(leaf)
             rows = np.nonzero(bad.any(axis=-1))[0].tolist() if leaf.ndim else [0]
-            raise ValueError(f"{where}: column {column!r} has NaN/inf values in row(s) "
-                             f"{rows[:10]} (config _check_finite_obs=True)")
+            raise ValueError(
+                f"{where}: column {column!r} has NaN/inf values in row(s) "
+                f"{rows[:10]} (config _check_finite_obs=True)"
+            )
 
 
 def num_state_views(view_requirements: Optional[Mapping[str, Any]]) -> int:
@@ -75,9 +81,14 @@ def num_state_views(view_requirements: Optional[Mapping[str, Any]]) -> int:
     return count
 
 
-def check_state_inputs(states: Sequence[Any], where: str, *, expected: int,
-                        initial_shapes: Optional[Sequence[tuple]] = None,
-                        single: bool = False) -> None:
+def check_state_inputs(
+    states: Sequence[Any],
+    where: str,
+    *,
+    expected: int,
+    initial_shapes: Optional[Sequence[tuple]] = None,
+    single: bool = False,
+) -> None:
     """Rejects RNN state inputs that do not fit the model's.
 
     Args:
@@ -99,23 +110,29 @@ def check_state_inputs(states: Sequence[Any], where: str, *, expected: int,
     if not given and expected:
         # RLlib 1.11 passes no state here too and then fails inside the model
         # ("needs seq_lens", an IndexError); it never fills in the initial state.
-        fix = ("state=policy.get_initial_state()" if single else
-               "state_batches=[np.stack([s] * batch_size) for s in policy.get_initial_state()]")
-        raise ValueError(f"{where}: this policy's model is recurrent and takes {expected} state "
-                         f"input(s) (state_in_0..state_in_{expected - 1}), but none were given; "
-                         f"pass {fix} for an episode's first step, then the state outputs the "
-                         "previous call returned")
+        fix = (
+            "state=policy.get_initial_state()"
+            if single
+            else "state_batches=[np.stack([s] * batch_size) for s in policy.get_initial_state()]"
+        )
+        raise ValueError(
+            f"{where}: this policy's model is recurrent and takes {expected} state "
+            f"input(s) (state_in_0..state_in_{expected - 1}), but none were given; "
+            f"pass {fix} for an episode's first step, then the state outputs the "
+            "previous call returned"
+        )
     if given and given != expected:
-        raise ValueError(f"{where}: got {given} state batch(es), but this policy's model takes "
-                         f"{expected} (state_in_0..state_in_{expected - 1})" if expected else
-                         f"{where}: got {given} state batch(es), but this policy's model is not "
-                         "recurrent and takes 0")
+        raise ValueError(
+            f"{where}: got {given} state batch(es), but this policy's model takes "
+            f"{expected} (state_in_0..state_in_{expected - 1})"
+            if expected
+            else f"{where}: got {given} state batch(es), but this policy's model is not recurrent and takes 0"
+        )
     if given and not isinstance(states[0], str) and initial_shapes is not None:
         _check_state_shapes(list(states), initial_shapes, where, single)
 
 
-def _check_state_shapes(states: List[Any], shapes: Sequence[tuple], where: str,
-                        single: bool) -> None:
+def _check_state_shapes(states: List[Any], shapes: Sequence[tuple], where: str, single: bool) -> None:
     if len(shapes) != len(states):  # attention memory: no initial state to compare with
         return
     name = "state" if single else "state_batches"
@@ -130,9 +147,11 @@ def _check_state_shapes(states: List[Any], shapes: Sequence[tuple], where: str,
         got = shape if single else shape[1:]
         if got != tuple(want):
             what = f"{name}[{i}] has shape {shape}" + ("" if single else f" (rows x {got})")
-            raise ValueError(f"{where}: {what}, but the model's state {i} has shape {tuple(want)} "
-                             f"(policy.get_initial_state()[{i}].shape"
-                             f"{'' if single else ', with a batch axis in front'})")
+            raise ValueError(
+                f"{where}: {what}, but the model's state {i} has shape {tuple(want)} "
+                f"(policy.get_initial_state()[{i}].shape"
+                f"{'' if single else ', with a batch axis in front'})"
+            )
 
 
 def _prev_option(model_config: Mapping[str, Any], column: str) -> str:
@@ -144,9 +163,13 @@ def _prev_option(model_config: Mapping[str, Any], column: str) -> str:
     return f"the model's view_requirements[{column!r}]"
 
 
-def check_prev_columns(present: Iterable[str], where: str, *,
-                      model_views: Optional[Mapping[str, Any]],
-                      model_config: Optional[Mapping[str, Any]] = None) -> None:
+def check_prev_columns(
+    present: Iterable[str],
+    where: str,
+    *,
+    model_views: Optional[Mapping[str, Any]],
+    model_config: Optional[Mapping[str, Any]] = None,
+) -> None:
     """Rejects a call without the previous action/reward that the model reads.
 
     Args:
@@ -168,7 +191,8 @@ def check_prev_columns(present: Iterable[str], where: str, *,
                 f"({_prev_option(model_config or {}, column)}), "
                 f"but no {arg} was given; pass {arg}= (compute_single_action), {arg}_batch= "
                 f"(compute_actions) or a {column!r} input-dict column (zeros at an episode's "
-                "first step)")
+                "first step)"
+            )
 
 
 def state_in_keys(keys: Iterable[Any]) -> List[str]:
@@ -194,6 +218,7 @@ def check_loss_columns(present: Iterable[Any], needed: Optional[Sequence[str]], 
     present = set(present)
     missing = [c for c in needed if c not in present and _ALIASES.get(c) not in present]
     if missing:
-        raise ValueError(f"{where}: the train batch lacks column(s) {missing} that the loss "
-                         f"reads; it has {sorted(str(k) for k in present)}")
-
+        raise ValueError(
+            f"{where}: the train batch lacks column(s) {missing} that the loss "
+            f"reads; it has {sorted(str(k) for k in present)}"
+        )

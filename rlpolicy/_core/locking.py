@@ -7,6 +7,7 @@ first use (a graph policy's methods may run during construction, before any
 ``__init__`` line could have made it); a class may also create it itself.
 Nothing here imports torch or tensorflow.
 """
+
 from __future__ import annotations
 
 import functools

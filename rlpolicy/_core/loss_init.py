@@ -10,6 +10,7 @@ prunes its view requirements so samplers collect no dead data.
 The record and the pruning rule are kept apart (:class:`AccessRecord`,
 :func:`prune_view_requirements`) so the rule can be tested without a policy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,15 +24,15 @@ logger = logging.getLogger(__name__)
 
 # Columns the sampler needs to assemble episodes; never pruned (RLlib 1.11, plus
 # gymnasium's terminateds/truncateds, which RLlib 2.x keeps next to dones).
-ALWAYS_KEPT = ("eps_id", "agent_index", "unroll_id", "dones", "terminateds", "truncateds",
-               "rewards", "infos")
+ALWAYS_KEPT = ("eps_id", "agent_index", "unroll_id", "dones", "terminateds", "truncateds", "rewards", "infos")
 # Columns never tagged "postprocessing only" (RLlib 1.11 adds obs embeddings).
 NEVER_TAGGED = ALWAYS_KEPT + ("obs_embeds",)
 SEQ_LENS = "seq_lens"
 
 
-def default_view_requirements(observation_space: gym.Space, action_space: gym.Space,
-                              VR: Callable[..., Any]) -> Dict[str, Any]:
+def default_view_requirements(
+    observation_space: gym.Space, action_space: gym.Space, VR: Callable[..., Any]
+) -> Dict[str, Any]:
     """The view requirements every policy starts from (RLlib 1.11's defaults).
 
     ``VR`` makes one requirement (``ViewRequirement``'s signature). Columns
@@ -91,12 +92,21 @@ def new_box(low: float, high: float, shape: tuple, dtype: Any = np.float32) -> g
 _Box, _Discrete = gym.spaces.Box, gym.spaces.Discrete
 
 
-def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict,
-                  flat_obs_space: Callable[[gym.Space], gym.Space]) -> Any:
+def _dummy_column(
+    view_col: str,
+    view_req: Any,
+    batch_size: int,
+    config: dict,
+    flat_obs_space: Callable[[gym.Space], gym.Space],
+) -> Any:
     space = view_req.space
     cls = type(space)
-    if ((cls is _Box or (cls is _Discrete and not space.start)) and batch_size > 0
-            and type(view_req.shift) is int and view_req.shift_from is None):
+    if (
+        (cls is _Box or (cls is _Discrete and not space.start))
+        and batch_size > 0
+        and type(view_req.shift) is int
+        and view_req.shift_from is None
+    ):
         # The common column (what get_dummy_batch_for_space fills with 0.0), directly.
         return np.zeros((batch_size, *space.shape), space.dtype)
     from rlpolicy.utils.spaces.space_utils import get_dummy_batch_for_space
@@ -104,7 +114,8 @@ def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict,
     data_col = view_req.data_col or view_col
     flatten = isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)) and (
         (data_col == "obs" and not config.get("_disable_preprocessor_api", False))
-        or (data_col == "actions" and not config.get("_disable_action_flattening", False)))
+        or (data_col == "actions" and not config.get("_disable_action_flattening", False))
+    )
     if flatten:
         # Observations are flattened by the preprocessor (one-hot discrete parts); RLlib
         # 1.11 counts 1 per Discrete here and breaks every model on such spaces.
@@ -113,8 +124,8 @@ def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict,
             return np.zeros((batch_size, *(flat.shape or ())), np.float32)
         # Actions: each leaf's own dummy (inside its space, e.g. Discrete(n, start=s) -> s).
         from rlpolicy.utils.spaces.space_utils import flatten_action_batch
-        return flatten_action_batch(get_dummy_batch_for_space(space, batch_size=batch_size),
-                                    np.float32)
+
+        return flatten_action_batch(get_dummy_batch_for_space(space, batch_size=batch_size), np.float32)
     if view_req.shift_from is not None or isinstance(view_req.shift, (list, tuple, np.ndarray)):
         time_size = len(getattr(view_req, "shift_arr", view_req.shift))
         return get_dummy_batch_for_space(space, batch_size=batch_size, time_size=time_size)
@@ -124,9 +135,13 @@ def _dummy_column(view_col: str, view_req: Any, batch_size: int, config: dict,
     return [space for _ in range(batch_size)]
 
 
-def dummy_columns(view_requirements: Mapping[str, Any], batch_size: int,
-                  config: Mapping[str, Any], *,
-                  flat_obs_space: Callable[[gym.Space], gym.Space]) -> Dict[str, Any]:
+def dummy_columns(
+    view_requirements: Mapping[str, Any],
+    batch_size: int,
+    config: Mapping[str, Any],
+    *,
+    flat_obs_space: Callable[[gym.Space], gym.Space],
+) -> Dict[str, Any]:
     """A batch of zeros with one column per view requirement (a plain dict).
 
     Args:
@@ -138,8 +153,10 @@ def dummy_columns(view_requirements: Mapping[str, Any], batch_size: int,
         flat_obs_space: The flat (preprocessed) Box of a raw Dict/Tuple observation
             space, as the policy's own observation space is built.
     """
-    return {col: _dummy_column(col, vr, batch_size, dict(config), flat_obs_space)
-            for col, vr in view_requirements.items()}
+    return {
+        col: _dummy_column(col, vr, batch_size, dict(config), flat_obs_space)
+        for col, vr in view_requirements.items()
+    }
 
 
 @dataclass
@@ -158,9 +175,15 @@ class AccessRecord:
         return self.train_accessed | self.postprocess_accessed | self.postprocess_added
 
 
-def prune_view_requirements(view_requirements: Dict[str, Any], record: AccessRecord, *,
-                            protected: Set[str], has_loss: bool, keep_all: bool = False,
-                            new_requirement: Optional[Callable[..., Any]] = None) -> List[str]:
+def prune_view_requirements(
+    view_requirements: Dict[str, Any],
+    record: AccessRecord,
+    *,
+    protected: Set[str],
+    has_loss: bool,
+    keep_all: bool = False,
+    new_requirement: Optional[Callable[..., Any]] = None,
+) -> List[str]:
     """Applies RLlib 1.11's pruning rule to ``view_requirements`` in place.
 
     1. Columns read after acting but missing from the dict get a requirement
@@ -186,8 +209,12 @@ def prune_view_requirements(view_requirements: Dict[str, Any], record: AccessRec
             view_requirements[key] = ViewRequirement(used_for_compute_actions=False)
     if has_loss:
         for key in record.postprocess_accessed:
-            if (key not in record.train_accessed and key in view_requirements
-                    and key not in protected and key not in NEVER_TAGGED):
+            if (
+                key not in record.train_accessed
+                and key in view_requirements
+                and key not in protected
+                and key not in NEVER_TAGGED
+            ):
                 view_requirements[key].used_for_training = False
     removed: List[str] = []
     if not has_loss:  # RLlib 1.11 tags and removes only when the policy has a loss
@@ -196,9 +223,12 @@ def prune_view_requirements(view_requirements: Dict[str, Any], record: AccessRec
         if key in all_accessed or key in ALWAYS_KEPT or key in protected:
             continue
         if key in record.postprocess_deleted:
-            logger.warning("SampleBatch column %r was deleted by hand in postprocessing; rlpolicy "
-                           "removes unused columns itself, so drop the `del` from your "
-                           "postprocessing function", key)
+            logger.warning(
+                "SampleBatch column %r was deleted by hand in postprocessing; rlpolicy "
+                "removes unused columns itself, so drop the `del` from your "
+                "postprocessing function",
+                key,
+            )
         elif not keep_all:
             del view_requirements[key]
             removed.append(key)
@@ -208,8 +238,7 @@ def prune_view_requirements(view_requirements: Dict[str, Any], record: AccessRec
 def _requirement_class(view_requirements: Mapping[str, Any]) -> Callable[..., Any]:
     for vr in view_requirements.values():
         return type(vr)
-    raise ValueError("prune_view_requirements: pass new_requirement= for an empty "
-                     "view-requirements dict")
+    raise ValueError("prune_view_requirements: pass new_requirement= for an empty view-requirements dict")
 
 
 def numpy_dtype(dtype: Any) -> np.dtype:
@@ -249,15 +278,21 @@ def resolve_loss(policy_cls: type, loss: Optional[Callable] = None) -> Optional[
     return getattr(policy_cls, "loss", None)
 
 
-def state_view_requirements(init_state: List[Any], max_seq_len: int,
-                            VR: Callable[..., Any]) -> Dict[str, Any]:
+def state_view_requirements(
+    init_state: List[Any], max_seq_len: int, VR: Callable[..., Any]
+) -> Dict[str, Any]:
     """The ``state_in_i`` / ``state_out_i`` requirements for an initial RNN state
     (one entry per state tensor; ``VR`` makes one requirement)."""
     out: Dict[str, Any] = {}
     for i, state in enumerate(init_state):
         space = state_space(state)
-        out[f"state_in_{i}"] = VR(f"state_out_{i}", shift=-1, used_for_compute_actions=True,
-                                  batch_repeat_value=max_seq_len, space=space)
+        out[f"state_in_{i}"] = VR(
+            f"state_out_{i}",
+            shift=-1,
+            used_for_compute_actions=True,
+            batch_repeat_value=max_seq_len,
+            space=space,
+        )
         out[f"state_out_{i}"] = VR(space=space, used_for_training=True)
     return out
 
@@ -265,7 +300,8 @@ def state_view_requirements(init_state: List[Any], max_seq_len: int,
 def is_keras_model(model: Any) -> bool:
     """Whether ``model`` is a Keras model (checked by class name; no TF import)."""
     return model is not None and any(
-        c.__name__ == "Model" and "keras" in c.__module__ for c in type(model).__mro__)
+        c.__name__ == "Model" and "keras" in c.__module__ for c in type(model).__mro__
+    )
 
 
 def state_space(state: Any) -> Any:

@@ -4,6 +4,7 @@
 in where a value lives (a python float, a tf variable); which value it takes
 is decided here, once.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Union
@@ -18,13 +19,16 @@ def make_lr_schedule(lr_schedule: Optional[Endpoints]) -> Optional[PiecewiseSche
     (the last value is kept after the last endpoint); None without endpoints."""
     if lr_schedule is None:
         return None
-    return PiecewiseSchedule(lr_schedule, outside_value=lr_schedule[-1][-1],  # type: ignore[arg-type]
-                             framework=None)
+    return PiecewiseSchedule(
+        lr_schedule,  # type: ignore[arg-type]
+        outside_value=lr_schedule[-1][-1],
+        framework=None,
+    )
 
 
-def make_entropy_coeff_schedule(entropy_coeff: float,
-                                entropy_coeff_schedule: Optional[Union[int, Endpoints]]
-                                ) -> Optional[PiecewiseSchedule]:
+def make_entropy_coeff_schedule(
+    entropy_coeff: float, entropy_coeff_schedule: Optional[Union[int, Endpoints]]
+) -> Optional[PiecewiseSchedule]:
     """The entropy-coefficient schedule (RLlib 1.11).
 
     ``entropy_coeff_schedule`` is ``[[timestep, value], ...]`` endpoints, or
@@ -37,8 +41,11 @@ def make_entropy_coeff_schedule(entropy_coeff: float,
         endpoints = entropy_coeff_schedule
     else:
         endpoints = [[0, entropy_coeff], [entropy_coeff_schedule, 0.0]]
-    return PiecewiseSchedule(endpoints, outside_value=endpoints[-1][-1],  # type: ignore[arg-type]
-                             framework=None)
+    return PiecewiseSchedule(
+        endpoints,  # type: ignore[arg-type]
+        outside_value=endpoints[-1][-1],
+        framework=None,
+    )
 
 
 def adapted_kl_coeff(kl_coeff: float, sampled_kl: float, kl_target: float) -> float:

@@ -10,6 +10,7 @@ what it caught back to stderr, in order, with each repeated line written once.
 Nothing is dropped: the first copy of every line, and every line that was not
 repeated, reaches stderr.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,4 +64,4 @@ def dedupe_native_stderr() -> Iterator[None]:
             capture.seek(0)
             data = dedupe_lines(capture.read())
             while data:  # os.write may write less than asked
-                data = data[os.write(2, data):]
+                data = data[os.write(2, data) :]

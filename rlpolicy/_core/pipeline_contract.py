@@ -20,6 +20,7 @@ exporter shares:
 * :func:`env_actions`: the policy's actions mapped the way the samplers send
   them to the env (``normalize_actions`` / ``clip_actions``).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,7 @@ from rlpolicy.utils.spaces.repeated import Repeated
 #: The metadata file written beside the artifact.
 METADATA_FILE = "pipeline.json"
 #: The artifact's file name per format.
-ARTIFACT_FILES = {"torchscript": "pipeline.pt", "onnx": "pipeline.onnx",
-                  "savedmodel": "pipeline_savedmodel"}
+ARTIFACT_FILES = {"torchscript": "pipeline.pt", "onnx": "pipeline.onnx", "savedmodel": "pipeline_savedmodel"}
 #: Version of the contract below (bumped on incompatible changes).
 CONTRACT_VERSION = 1
 #: Name of the input carrying the sampled path's random draws.
@@ -117,8 +117,10 @@ def observation_leaves(space: gym.Space) -> List[Tuple[Tuple[Any, ...], gym.Spac
 
     def walk(s: gym.Space, path: Tuple[Any, ...]) -> None:
         if isinstance(s, Repeated):
-            raise ValueError(f"observation{_path_str(path)}: Repeated (variable-length) "
-                             "observations cannot be exported as a pipeline")
+            raise ValueError(
+                f"observation{_path_str(path)}: Repeated (variable-length) "
+                "observations cannot be exported as a pipeline"
+            )
         if isinstance(s, gym.spaces.Dict):
             for k, sub in s.spaces.items():
                 walk(sub, path + (k,))
@@ -169,11 +171,13 @@ def check_action_mapping(space_struct: Any, normalize_actions: bool) -> None:
             raise ValueError(
                 f"action{_path_str(path)}: normalize_actions=True unsquashes onto the bounds "
                 f"of {s}, which are not finite; set normalize_actions=False (and clip_actions "
-                "as wanted) to export this policy's pipeline")
+                "as wanted) to export this policy's pipeline"
+            )
 
 
-def env_actions(flat_actions: Sequence[Any], leaf_spaces: Sequence[gym.Space],
-                normalize_actions: bool, clip_actions: bool) -> List[np.ndarray]:
+def env_actions(
+    flat_actions: Sequence[Any], leaf_spaces: Sequence[gym.Space], normalize_actions: bool, clip_actions: bool
+) -> List[np.ndarray]:
     """The policy's (flat, batched) actions as the samplers send them to the env:
     float Box components unsquashed from [-1, 1] onto the bounds (and clipped)
     with ``normalize_actions``, else clipped with ``clip_actions``."""
@@ -269,12 +273,16 @@ class PipelineContract:
         noise = np.zeros((batch_size, self.noise_dim), np.float32)
         for s in self.noise:
             cols = slice(s.start, s.start + s.size)
-            noise[:, cols] = rng.random((batch_size, s.size)) if s.kind == "uniform" \
+            noise[:, cols] = (
+                rng.random((batch_size, s.size))
+                if s.kind == "uniform"
                 else rng.standard_normal((batch_size, s.size))
+            )
         return noise
 
-    def feeds(self, obs: Any, state: Optional[Sequence[Any]] = None,
-              noise: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
+    def feeds(
+        self, obs: Any, state: Optional[Sequence[Any]] = None, noise: Optional[np.ndarray] = None
+    ) -> Dict[str, np.ndarray]:
         """The input feed ``{name: array}`` for a raw observation batch.
 
         Args:
@@ -298,23 +306,28 @@ class PipelineContract:
                 try:
                     leaf = leaf[key]
                 except (KeyError, IndexError, TypeError) as err:
-                    raise ValueError(f"observation{_path_str(tuple(spec.path))}: missing from "
-                                     f"the observation batch ({type(obs).__name__})") from err
+                    raise ValueError(
+                        f"observation{_path_str(tuple(spec.path))}: missing from "
+                        f"the observation batch ({type(obs).__name__})"
+                    ) from err
             arr = np.asarray(leaf).astype(spec.dtype, copy=False)
             if arr.ndim != len(spec.shape) or list(arr.shape[1:]) != spec.shape[1:]:
-                raise ValueError(f"input {spec.name!r} (observation{_path_str(tuple(spec.path))}): "
-                                 f"shape {arr.shape} does not fit {spec.shape} (None: batch)")
+                raise ValueError(
+                    f"input {spec.name!r} (observation{_path_str(tuple(spec.path))}): "
+                    f"shape {arr.shape} does not fit {spec.shape} (None: batch)"
+                )
             if batch is None:
                 batch = arr.shape[0]
             elif arr.shape[0] != batch:
-                raise ValueError(f"input {spec.name!r}: batch size {arr.shape[0]}, the other "
-                                 f"observation leaves have {batch}")
+                raise ValueError(
+                    f"input {spec.name!r}: batch size {arr.shape[0]}, the other "
+                    f"observation leaves have {batch}"
+                )
             feed[spec.name] = arr
         assert batch is not None
         names = self.names("state")
         if state is None:
-            state = [np.repeat(np.asarray(s, np.float32)[None], batch, axis=0)
-                     for s in self.initial_state]
+            state = [np.repeat(np.asarray(s, np.float32)[None], batch, axis=0) for s in self.initial_state]
         if len(state) != len(names):
             raise ValueError(f"{len(state)} state batches given, the pipeline takes {len(names)}")
         for name, s in zip(names, state):
@@ -325,8 +338,7 @@ class PipelineContract:
             noise = np.zeros((batch, self.noise_dim), np.float32)
         noise = np.asarray(noise, np.float32)
         if noise.shape != (batch, self.noise_dim):
-            raise ValueError(f"input 'noise': shape {noise.shape}, expected "
-                             f"({batch}, {self.noise_dim})")
+            raise ValueError(f"input 'noise': shape {noise.shape}, expected ({batch}, {self.noise_dim})")
         feed[NOISE_INPUT] = noise
         return feed
 
@@ -357,8 +369,10 @@ class PipelineContract:
             ValueError: For another contract version.
         """
         if data.get("version") != CONTRACT_VERSION:
-            raise ValueError(f"{METADATA_FILE}: contract version {data.get('version')!r}, "
-                             f"this rlpolicy reads version {CONTRACT_VERSION}")
+            raise ValueError(
+                f"{METADATA_FILE}: contract version {data.get('version')!r}, "
+                f"this rlpolicy reads version {CONTRACT_VERSION}"
+            )
         data = dict(data)
         data["inputs"] = [TensorSpec(**s) for s in data["inputs"]]
         data["outputs"] = [TensorSpec(**s) for s in data["outputs"]]
@@ -399,12 +413,15 @@ def install_artifact(export_dir: str, artifact_tmp: str, contract: PipelineContr
             os.remove(meta_tmp)
 
 
-def verify_pipeline(contract: PipelineContract,
-                    run: Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]],
-                    reference: Callable[[Any, List[np.ndarray]], Tuple[List[np.ndarray], List[np.ndarray], np.ndarray]],
-                    sample_obs: Callable[[int, int], Any],
-                    batch_sizes: Sequence[int] = VERIFY_BATCH_SIZES, steps: int = 2,
-                    seed: int = 0) -> Dict[str, Any]:
+def verify_pipeline(
+    contract: PipelineContract,
+    run: Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]],
+    reference: Callable[[Any, List[np.ndarray]], Tuple[List[np.ndarray], List[np.ndarray], np.ndarray]],
+    sample_obs: Callable[[int, int], Any],
+    batch_sizes: Sequence[int] = VERIFY_BATCH_SIZES,
+    steps: int = 2,
+    seed: int = 0,
+) -> Dict[str, Any]:
     """Runs the loaded artifact against the policy and raises if they differ.
 
     Args:
@@ -439,8 +456,7 @@ def verify_pipeline(contract: PipelineContract,
             where = f"batch size {n}, step {step}"
             obs = sample_obs(n, seed + 1000 * n + step)
             feeds = contract.feeds(obs, state, contract.draw_noise(n, rng))
-            want_actions, want_states, want_dist = reference(
-                obs, [feeds[k] for k in contract.names("state")])
+            want_actions, want_states, want_dist = reference(obs, [feeds[k] for k in contract.names("state")])
             got = run(feeds)
             missing = [s.name for s in contract.outputs if s.name not in got]
             if missing:
@@ -449,14 +465,19 @@ def verify_pipeline(contract: PipelineContract,
                 max_diff = max(max_diff, _compare(name, got[name], want, specs[name], where))
             for name, want in zip(state_outs, want_states):
                 max_diff = max(max_diff, _compare(name, got[name], want, specs[name], where))
-            max_diff = max(max_diff, _compare(DIST_INPUTS_OUTPUT, got[DIST_INPUTS_OUTPUT],
-                                              want_dist, specs[DIST_INPUTS_OUTPUT], where))
+            max_diff = max(
+                max_diff,
+                _compare(
+                    DIST_INPUTS_OUTPUT, got[DIST_INPUTS_OUTPUT], want_dist, specs[DIST_INPUTS_OUTPUT], where
+                ),
+            )
             for name, det in zip(sampled, actions):
                 g = np.asarray(got[name])
                 if g.shape != np.shape(got[det]) or g.dtype != np.dtype(specs[name].dtype):
                     raise PipelineMismatchError(
                         f"{where}: {name!r} is {g.dtype}{list(g.shape)}, its deterministic "
-                        f"twin {det!r} {np.asarray(got[det]).dtype}{list(np.shape(got[det]))}")
+                        f"twin {det!r} {np.asarray(got[det]).dtype}{list(np.shape(got[det]))}"
+                    )
             state = [np.asarray(got[k]) for k in state_outs]
     return {"batch_sizes": list(batch_sizes), "steps": steps, "max_abs_diff": max_diff}
 
@@ -464,11 +485,13 @@ def verify_pipeline(contract: PipelineContract,
 def _compare(name: str, got: Any, want: Any, spec: TensorSpec, where: str) -> float:
     got, want = np.asarray(got), np.asarray(want)
     if got.dtype != np.dtype(spec.dtype):
-        raise PipelineMismatchError(f"{where}: output {name!r} has dtype {got.dtype}, the "
-                                    f"contract says {spec.dtype}")
+        raise PipelineMismatchError(
+            f"{where}: output {name!r} has dtype {got.dtype}, the contract says {spec.dtype}"
+        )
     if got.shape != want.shape:
-        raise PipelineMismatchError(f"{where}: output {name!r} has shape {got.shape}, "
-                                    f"compute_actions gives {want.shape}")
+        raise PipelineMismatchError(
+            f"{where}: output {name!r} has shape {got.shape}, compute_actions gives {want.shape}"
+        )
     if got.size == 0:
         return 0.0
     if got.dtype.kind in "iub":
@@ -476,14 +499,16 @@ def _compare(name: str, got: Any, want: Any, spec: TensorSpec, where: str) -> fl
         if bad.any():
             raise PipelineMismatchError(
                 f"{where}: output {name!r} differs from compute_actions(explore=False) in "
-                f"{int(bad.sum())} of {got.size} entries")
+                f"{int(bad.sum())} of {got.size} entries"
+            )
         return 0.0
     diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
     limit = _FLOAT_ATOL + _FLOAT_RTOL * np.abs(want.astype(np.float64))
     if not np.all(diff <= limit):
         raise PipelineMismatchError(
             f"{where}: output {name!r} differs from compute_actions(explore=False): "
-            f"max |difference| {float(np.max(diff)):.3g}")
+            f"max |difference| {float(np.max(diff)):.3g}"
+        )
     return float(np.max(diff))
 
 

@@ -7,6 +7,7 @@ recipe (``cls._hooks``): ``with_updates`` rebuilds from
 arguments to ``build_eager_tf_policy``. The effective hooks, after mapping
 the deprecated names onto their replacements, are properties.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -19,8 +20,10 @@ from rlpolicy.utils.deprecation import deprecation_warning
 Hook = Optional[Callable[..., Any]]
 
 # Deprecated factory arguments and the ones that replace them (RLlib 1.11).
-DEPRECATED_ARGS = (("extra_action_fetches_fn", "extra_action_out_fn"),
-                   ("gradients_fn", "compute_gradients_fn"))
+DEPRECATED_ARGS = (
+    ("extra_action_fetches_fn", "extra_action_out_fn"),
+    ("gradients_fn", "compute_gradients_fn"),
+)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ weighted by their sample counts. The result is then bitwise the same on 1, 2,
 
 Nothing here imports torch or tensorflow.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, List, Mapping, NamedTuple, Sequence
@@ -24,8 +25,7 @@ import numpy as np
 
 SEQ_LENS = "seq_lens"
 NUM_BUFFERS_KEY = "num_multi_gpu_tower_stacks"
-NOT_LOADED_MSG = ("Must call Policy.load_batch_into_buffer() before "
-                  "Policy.learn_on_loaded_batch()!")
+NOT_LOADED_MSG = "Must call Policy.load_batch_into_buffer() before Policy.learn_on_loaded_batch()!"
 
 
 EXACT_KEY = "_deterministic_towers"
@@ -42,8 +42,10 @@ def minibatch_rows(config: Mapping) -> int:
     """
     size = config.get("sgd_minibatch_size") or config.get("train_batch_size")
     if not size:
-        raise ValueError("config['sgd_minibatch_size'] and config['train_batch_size'] are both "
-                         "unset; set one of them to size the per-device minibatch")
+        raise ValueError(
+            "config['sgd_minibatch_size'] and config['train_batch_size'] are both "
+            "unset; set one of them to size the per-device minibatch"
+        )
     return int(size)
 
 
@@ -82,18 +84,21 @@ def exact_chunk_count(config: Mapping, num_devices: int) -> int:
         if k == 0:
             return 0
     else:
-        raise ValueError(f"config['{EXACT_KEY}']={value!r} is invalid; use False, True "
-                         f"({DEFAULT_EXACT_CHUNKS} chunks) or the number of chunks per "
-                         "minibatch (an int >= 1)")
+        raise ValueError(
+            f"config['{EXACT_KEY}']={value!r} is invalid; use False, True "
+            f"({DEFAULT_EXACT_CHUNKS} chunks) or the number of chunks per "
+            "minibatch (an int >= 1)"
+        )
     if k % num_devices:
-        raise ValueError(f"config['{EXACT_KEY}']={value!r} cuts each minibatch into {k} "
-                         f"chunks, which {num_devices} towers cannot share equally; use a "
-                         f"multiple of {num_devices}")
+        raise ValueError(
+            f"config['{EXACT_KEY}']={value!r} cuts each minibatch into {k} "
+            f"chunks, which {num_devices} towers cannot share equally; use a "
+            f"multiple of {num_devices}"
+        )
     return k
 
 
-def split_batch_for_devices(batch: Any, num_devices: int,
-                            pad: Callable[[Any], None]) -> List[Any]:
+def split_batch_for_devices(batch: Any, num_devices: int, pad: Callable[[Any], None]) -> List[Any]:
     """Cuts ``batch`` into one time-slice per device and pads each slice.
 
     Without ``seq_lens`` the rows beyond an equal share are dropped first, so
@@ -114,7 +119,7 @@ def split_batch_for_devices(batch: Any, num_devices: int,
         raise TypeError(f"split_batch_for_devices needs a SampleBatch, got {type(batch).__name__}")
     n = len(batch)
     if SEQ_LENS not in batch and n % num_devices:
-        batch = batch[:n - n % num_devices]
+        batch = batch[: n - n % num_devices]
     slices = batch.timeslices(num_slices=num_devices)
     for s in slices:
         pad(s)
@@ -131,8 +136,7 @@ class TowerBuffers:
 
     def __init__(self, num_buffers: int, num_devices: int):
         if not isinstance(num_buffers, int) or isinstance(num_buffers, bool) or num_buffers < 1:
-            raise ValueError(f"config['{NUM_BUFFERS_KEY}']={num_buffers!r} is invalid; "
-                             "use an int >= 1")
+            raise ValueError(f"config['{NUM_BUFFERS_KEY}']={num_buffers!r} is invalid; use an int >= 1")
         _check_num_devices(num_devices)
         self.num_buffers = num_buffers
         self.num_devices = num_devices
@@ -140,11 +144,15 @@ class TowerBuffers:
 
     def check_index(self, buffer_index: int) -> None:
         """Raises IndexError unless ``buffer_index`` names one of the buffers."""
-        if isinstance(buffer_index, bool) or not isinstance(buffer_index, int) \
-                or not 0 <= buffer_index < self.num_buffers:
+        if (
+            isinstance(buffer_index, bool)
+            or not isinstance(buffer_index, int)
+            or not 0 <= buffer_index < self.num_buffers
+        ):
             raise IndexError(
                 f"buffer_index={buffer_index!r} is out of range; this policy has "
-                f"{self.num_buffers} buffer(s) (config['{NUM_BUFFERS_KEY}'])")
+                f"{self.num_buffers} buffer(s) (config['{NUM_BUFFERS_KEY}'])"
+            )
 
     def store(self, buffer_index: int, per_device_batches: List[Any]) -> int:
         """Replaces buffer ``buffer_index``'s contents with one batch per device.
@@ -154,8 +162,10 @@ class TowerBuffers:
         """
         self.check_index(buffer_index)
         if len(per_device_batches) != self.num_devices:
-            raise ValueError(f"TowerBuffers.store got {len(per_device_batches)} batches for "
-                             f"{self.num_devices} devices; pass one batch per device")
+            raise ValueError(
+                f"TowerBuffers.store got {len(per_device_batches)} batches for "
+                f"{self.num_devices} devices; pass one batch per device"
+            )
         self._buffers[buffer_index] = list(per_device_batches)
         return len(per_device_batches[0])
 
@@ -207,9 +217,10 @@ def minibatch_slice(batch: Any, offset: int, size: int) -> Any:
     (RLlib 1.11); an ``offset`` outside the loaded rows is a ValueError."""
     n = len(batch)
     if not 0 <= offset < n:
-        raise ValueError(f"learn_on_loaded_batch: offset {offset} is outside the {n} samples "
-                         "loaded per device")
-    return batch[offset:min(offset + size, n)]
+        raise ValueError(
+            f"learn_on_loaded_batch: offset {offset} is outside the {n} samples loaded per device"
+        )
+    return batch[offset : min(offset + size, n)]
 
 
 class ExactChunk(NamedTuple):
@@ -257,8 +268,9 @@ class ChunkedSlice:
 
     def map_batches(self, fn: Callable[[Any], Any]) -> "ChunkedSlice":
         """A new slice whose chunk batches are ``fn(chunk.batch)`` (e.g. pad and place)."""
-        return ChunkedSlice([[c._replace(batch=fn(c.batch)) for c in mb]
-                             for mb in self.minibatches], self.rows_per_minibatch)
+        return ChunkedSlice(
+            [[c._replace(batch=fn(c.batch)) for c in mb] for mb in self.minibatches], self.rows_per_minibatch
+        )
 
     def minibatch_chunks(self, offset: int, size: int) -> List[ExactChunk]:
         """This device's chunks of the minibatch starting at per-device row ``offset``.
@@ -268,21 +280,27 @@ class ChunkedSlice:
                 multiple of the per-device minibatch size (chunks are never cut).
         """
         if size != self.rows_per_minibatch:
-            raise ValueError(f"learn_on_loaded_batch: the per-device minibatch size changed "
-                             f"from {self.rows_per_minibatch} to {size} rows since loading; "
-                             "load the batch again")
+            raise ValueError(
+                f"learn_on_loaded_batch: the per-device minibatch size changed "
+                f"from {self.rows_per_minibatch} to {size} rows since loading; "
+                "load the batch again"
+            )
         if not 0 <= offset < len(self):
-            raise ValueError(f"learn_on_loaded_batch: offset {offset} is outside the "
-                             f"{len(self)} samples loaded per device")
+            raise ValueError(
+                f"learn_on_loaded_batch: offset {offset} is outside the {len(self)} samples loaded per device"
+            )
         if offset % size:
-            raise ValueError(f"learn_on_loaded_batch: with config['{EXACT_KEY}'] the offset "
-                             f"must be a multiple of the per-device minibatch size {size}, "
-                             f"got {offset}")
+            raise ValueError(
+                f"learn_on_loaded_batch: with config['{EXACT_KEY}'] the offset "
+                f"must be a multiple of the per-device minibatch size {size}, "
+                f"got {offset}"
+            )
         return list(self.minibatches[offset // size])
 
 
-def plan_exact_chunks(batch: Any, minibatch_size: int, num_chunks: int,
-                      num_devices: int) -> List[ChunkedSlice]:
+def plan_exact_chunks(
+    batch: Any, minibatch_size: int, num_chunks: int, num_devices: int
+) -> List[ChunkedSlice]:
     """Cuts ``batch`` into minibatches of K fixed chunks and deals them to the devices.
 
     The plan depends on the batch, ``minibatch_size`` and K only, never on
@@ -310,8 +328,9 @@ def plan_exact_chunks(batch: Any, minibatch_size: int, num_chunks: int,
     """
     _check_num_devices(num_devices)
     if num_chunks < 1 or num_chunks % num_devices:
-        raise ValueError(f"plan_exact_chunks: {num_chunks} chunks cannot be shared equally "
-                         f"by {num_devices} devices")
+        raise ValueError(
+            f"plan_exact_chunks: {num_chunks} chunks cannot be shared equally by {num_devices} devices"
+        )
     if not hasattr(batch, "__getitem__") or not hasattr(batch, "__len__"):
         raise TypeError(f"plan_exact_chunks needs a SampleBatch, got {type(batch).__name__}")
     n = len(batch)
@@ -337,14 +356,15 @@ def plan_exact_chunks(batch: Any, minibatch_size: int, num_chunks: int,
             raise ValueError(
                 f"config['{EXACT_KEY}']: minibatch {m} holds {len(units)} {kind}, fewer "
                 f"than its {num_chunks} chunks; raise sgd_minibatch_size or lower the "
-                "chunk count")
+                "chunk count"
+            )
         groups = np.array_split(units, num_chunks)
         rows = [(int(bounds[g[0]]), int(bounds[g[-1] + 1])) for g in groups]
         counts = [b - a for a, b in rows]
         total = sum(counts)
         chunks = [ExactChunk(c, batch[a:b], counts[c], total) for c, (a, b) in enumerate(rows)]
         for d in range(num_devices):
-            shares[d].append(chunks[d * per_device:(d + 1) * per_device])
+            shares[d].append(chunks[d * per_device : (d + 1) * per_device])
     size = minibatch_size // num_devices
     return [ChunkedSlice(s, size) for s in shares]
 
@@ -354,7 +374,16 @@ def _check_num_devices(num_devices: int) -> None:
         raise ValueError(f"num_devices={num_devices!r} is invalid; need an int >= 1")
 
 
-__all__: Sequence[str] = ("device_minibatch_size", "split_batch_for_devices", "TowerBuffers",
-                          "minibatch_slice", "NOT_LOADED_MSG", "minibatch_rows",
-                          "exact_chunk_count", "ExactChunk", "ChunkedSlice",
-                          "plan_exact_chunks", "EXACT_KEY")
+__all__: Sequence[str] = (
+    "device_minibatch_size",
+    "split_batch_for_devices",
+    "TowerBuffers",
+    "minibatch_slice",
+    "NOT_LOADED_MSG",
+    "minibatch_rows",
+    "exact_chunk_count",
+    "ExactChunk",
+    "ChunkedSlice",
+    "plan_exact_chunks",
+    "EXACT_KEY",
+)

@@ -1,5 +1,6 @@
 """Trainer-side pieces rlpolicy keeps from RLlib 1.11's ``ray.rllib.agents``: the common
 config (``trainer``) and the callbacks. Names are loaded lazily to keep imports light."""
+
 from __future__ import annotations
 
 import importlib

@@ -5,6 +5,7 @@ class into the config under ``"callbacks"``. Every hook is keyword-only and
 takes ``**kwargs`` so new arguments can be added later without breaking
 user subclasses.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -16,12 +17,19 @@ from rlpolicy.utils.typing import AgentID, EnvType, PolicyID
 
 if TYPE_CHECKING:  # pragma: no cover
     from rlpolicy.evaluation.episode import Episode
+    from rlpolicy.evaluation.rollout_worker import RolloutWorker
     from rlpolicy.policy.policy import Policy
     from rlpolicy.policy.sample_batch import SampleBatch
 
 # Hooks that the legacy dict interface (pre-1.0 RLlib) can fill.
-_LEGACY_HOOKS = ("on_episode_start", "on_episode_step", "on_episode_end", "on_postprocess_traj",
-                 "on_sample_end", "on_train_result")
+_LEGACY_HOOKS = (
+    "on_episode_start",
+    "on_episode_step",
+    "on_episode_end",
+    "on_postprocess_traj",
+    "on_sample_end",
+    "on_train_result",
+)
 
 
 @PublicAPI
@@ -48,10 +56,12 @@ class DefaultCallbacks:
         if legacy_callbacks_dict:
             unknown = sorted(set(legacy_callbacks_dict) - set(_LEGACY_HOOKS))
             if unknown:
-                raise ValueError(f"legacy_callbacks_dict: unknown hook(s) {unknown}; "
-                                 f"allowed: {list(_LEGACY_HOOKS)}")
-            deprecation_warning("callbacks dict interface",
-                                "a class extending rlpolicy.agents.callbacks.DefaultCallbacks")
+                raise ValueError(
+                    f"legacy_callbacks_dict: unknown hook(s) {unknown}; allowed: {list(_LEGACY_HOOKS)}"
+                )
+            deprecation_warning(
+                "callbacks dict interface", "a class extending rlpolicy.agents.callbacks.DefaultCallbacks"
+            )
         self.legacy_callbacks = legacy_callbacks_dict or {}
 
     def _legacy(self, name: str, info: Dict[str, Any]) -> None:
@@ -59,8 +69,14 @@ class DefaultCallbacks:
         if fn:
             fn(info)
 
-    def on_sub_environment_created(self, *, worker: "RolloutWorker", sub_environment: EnvType,  # noqa: F821
-                                   env_context: Any, **kwargs) -> None:
+    def on_sub_environment_created(
+        self,
+        *,
+        worker: "RolloutWorker",
+        sub_environment: EnvType,
+        env_context: Any,
+        **kwargs,
+    ) -> None:
         """Runs after a sub-environment (e.g. one ``gymnasium.Env``) was created on a worker.
 
         Args:
@@ -78,9 +94,16 @@ class DefaultCallbacks:
             kwargs: Room for future arguments.
         """
 
-    def on_episode_start(self, *, worker: "RolloutWorker", base_env: Any,  # noqa: F821
-                         policies: Dict[PolicyID, "Policy"], episode: "Episode",
-                         env_index: Optional[int] = None, **kwargs) -> None:
+    def on_episode_start(
+        self,
+        *,
+        worker: "RolloutWorker",
+        base_env: Any,
+        policies: Dict[PolicyID, "Policy"],
+        episode: "Episode",
+        env_index: Optional[int] = None,
+        **kwargs,
+    ) -> None:
         """Runs on a rollout worker right before an episode starts.
 
         Args:
@@ -94,9 +117,16 @@ class DefaultCallbacks:
         """
         self._legacy("on_episode_start", {"env": base_env, "policy": policies, "episode": episode})
 
-    def on_episode_step(self, *, worker: "RolloutWorker", base_env: Any,  # noqa: F821
-                        policies: Optional[Dict[PolicyID, "Policy"]] = None, episode: "Episode",
-                        env_index: Optional[int] = None, **kwargs) -> None:
+    def on_episode_step(
+        self,
+        *,
+        worker: "RolloutWorker",
+        base_env: Any,
+        policies: Optional[Dict[PolicyID, "Policy"]] = None,
+        episode: "Episode",
+        env_index: Optional[int] = None,
+        **kwargs,
+    ) -> None:
         """Runs after each env step of an episode.
 
         Args:
@@ -109,9 +139,16 @@ class DefaultCallbacks:
         """
         self._legacy("on_episode_step", {"env": base_env, "episode": episode})
 
-    def on_episode_end(self, *, worker: "RolloutWorker", base_env: Any,  # noqa: F821
-                       policies: Dict[PolicyID, "Policy"], episode: "Episode",
-                       env_index: Optional[int] = None, **kwargs) -> None:
+    def on_episode_end(
+        self,
+        *,
+        worker: "RolloutWorker",
+        base_env: Any,
+        policies: Dict[PolicyID, "Policy"],
+        episode: "Episode",
+        env_index: Optional[int] = None,
+        **kwargs,
+    ) -> None:
         """Runs when an episode is done.
 
         Args:
@@ -124,11 +161,18 @@ class DefaultCallbacks:
         """
         self._legacy("on_episode_end", {"env": base_env, "policy": policies, "episode": episode})
 
-    def on_postprocess_trajectory(self, *, worker: "RolloutWorker", episode: "Episode",  # noqa: F821
-                                  agent_id: AgentID, policy_id: PolicyID,
-                                  policies: Dict[PolicyID, "Policy"],
-                                  postprocessed_batch: "SampleBatch",
-                                  original_batches: Dict[AgentID, Any], **kwargs) -> None:
+    def on_postprocess_trajectory(
+        self,
+        *,
+        worker: "RolloutWorker",
+        episode: "Episode",
+        agent_id: AgentID,
+        policy_id: PolicyID,
+        policies: Dict[PolicyID, "Policy"],
+        postprocessed_batch: "SampleBatch",
+        original_batches: Dict[AgentID, Any],
+        **kwargs,
+    ) -> None:
         """Runs right after a policy's ``postprocess_trajectory``.
 
         Args:
@@ -143,14 +187,24 @@ class DefaultCallbacks:
             kwargs: Room for future arguments.
         """
         if self.legacy_callbacks.get("on_postprocess_traj"):
-            self._legacy("on_postprocess_traj", {
-                "episode": episode, "agent_id": agent_id,
-                "pre_batch": original_batches[agent_id], "post_batch": postprocessed_batch,
-                "all_pre_batches": original_batches,
-            })
+            self._legacy(
+                "on_postprocess_traj",
+                {
+                    "episode": episode,
+                    "agent_id": agent_id,
+                    "pre_batch": original_batches[agent_id],
+                    "post_batch": postprocessed_batch,
+                    "all_pre_batches": original_batches,
+                },
+            )
 
-    def on_sample_end(self, *, worker: "RolloutWorker", samples: "SampleBatch",  # noqa: F821
-                      **kwargs) -> None:
+    def on_sample_end(
+        self,
+        *,
+        worker: "RolloutWorker",
+        samples: "SampleBatch",
+        **kwargs,
+    ) -> None:
         """Runs at the end of ``RolloutWorker.sample()``.
 
         Args:
@@ -160,8 +214,9 @@ class DefaultCallbacks:
         """
         self._legacy("on_sample_end", {"worker": worker, "samples": samples})
 
-    def on_learn_on_batch(self, *, policy: "Policy", train_batch: "SampleBatch", result: dict,
-                          **kwargs) -> None:
+    def on_learn_on_batch(
+        self, *, policy: "Policy", train_batch: "SampleBatch", result: dict, **kwargs
+    ) -> None:
         """Runs at the start of ``Policy.learn_on_batch()`` (before zero-padding).
 
         With ``framework="tf"`` the ``infos`` column is not in ``train_batch``.
@@ -184,9 +239,17 @@ class DefaultCallbacks:
         self._legacy("on_train_result", {"trainer": trainer, "result": result})
 
 
-_HOOKS = ("on_sub_environment_created", "on_trainer_init", "on_episode_start", "on_episode_step",
-          "on_episode_end", "on_postprocess_trajectory", "on_sample_end", "on_learn_on_batch",
-          "on_train_result")
+_HOOKS = (
+    "on_sub_environment_created",
+    "on_trainer_init",
+    "on_episode_start",
+    "on_episode_step",
+    "on_episode_end",
+    "on_postprocess_trajectory",
+    "on_sample_end",
+    "on_learn_on_batch",
+    "on_train_result",
+)
 
 
 def _make_forwarder(hook: str) -> Callable:
@@ -226,8 +289,10 @@ class MultiCallbacks(DefaultCallbacks):
         super().__init__()
         bad = [c for c in callback_class_list if not callable(c)]
         if bad:
-            raise TypeError(f"MultiCallbacks: callback_class_list entries must be DefaultCallbacks "
-                            f"subclasses, got {bad!r}")
+            raise TypeError(
+                f"MultiCallbacks: callback_class_list entries must be DefaultCallbacks "
+                f"subclasses, got {bad!r}"
+            )
         self._callback_class_list = list(callback_class_list)
         self._callback_list: List[DefaultCallbacks] = []
 
@@ -259,6 +324,7 @@ class _DuckCallbacks(DefaultCallbacks):
 
 
 for _hook in _HOOKS:
+
     def _call_if_present(self, _name=_hook, **kwargs) -> None:
         fn = getattr(self.wrapped, _name, None)
         if fn is not None:

@@ -3,6 +3,7 @@
 rlpolicy has no ``Trainer``; it keeps ``COMMON_CONFIG`` (the policy-relevant
 defaults) and ``with_common_config`` for algorithm configs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,13 +30,15 @@ def with_common_config(extra_config: PartialTrainerConfigDict) -> TrainerConfigD
         ValueError: If ``extra_config`` is not a dict.
     """
     if not isinstance(extra_config, Mapping):
-        raise ValueError(f"with_common_config: extra_config must be a dict, got "
-                         f"{type(extra_config).__name__}")
+        raise ValueError(
+            f"with_common_config: extra_config must be a dict, got {type(extra_config).__name__}"
+        )
     return merge_configs(copy.deepcopy(COMMON_CONFIG), copy.deepcopy(dict(extra_config)))
 
 
-def merge_trainer_configs(config1: TrainerConfigDict, config2: PartialTrainerConfigDict,
-                          _allow_unknown_configs: Any = None) -> TrainerConfigDict:
+def merge_trainer_configs(
+    config1: TrainerConfigDict, config2: PartialTrainerConfigDict, _allow_unknown_configs: Any = None
+) -> TrainerConfigDict:
     """Deep-merges ``config2`` into a copy of ``config1`` (RLlib's ``Trainer.merge_trainer_configs``).
 
     Unknown keys are always allowed (``_allow_unknown_configs`` is accepted

@@ -6,6 +6,7 @@ loops (:mod:`.training`), the run driver (:mod:`.train_run`), what a run writes
 (:mod:`.run_outputs`) and the export check (:mod:`.export_check`).
 ``python -m rlpolicy.cli`` runs :func:`main`, as the ``rlpolicy`` script does.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional

@@ -1,4 +1,5 @@
 """``python -m rlpolicy.cli``: the ``rlpolicy`` command."""
+
 import sys
 
 from rlpolicy.cli import main

@@ -10,6 +10,7 @@ trains on CPU with other settings than its ``DEFAULT_CONFIG``, rows in
 Classes and configs are named as ``"module:attribute"`` strings and imported on
 first use, so importing this module loads no framework.
 """
+
 from __future__ import annotations
 
 import copy
@@ -61,8 +62,10 @@ class Algorithm:
             ImportError: If the framework's package is missing.
         """
         if framework not in FRAMEWORKS:
-            raise ValueError(f"algorithm {self.name!r}: framework={framework!r} not available; "
-                             f"supported: {', '.join(map(repr, FRAMEWORKS))}")
+            raise ValueError(
+                f"algorithm {self.name!r}: framework={framework!r} not available; "
+                f"supported: {', '.join(map(repr, FRAMEWORKS))}"
+            )
         if framework == "torch":
             return _resolve(self.torch_policy)
         cls = _resolve(self.tf_policy)
@@ -72,8 +75,15 @@ class Algorithm:
         """The algorithm's ``DEFAULT_CONFIG`` (the module's own dict; not a copy)."""
         return _resolve(self.default_config)
 
-    def make_trainer(self, env_creator: Any, config: Dict[str, Any], *, num_envs: Optional[int],
-                     num_workers: int, seed: Optional[int]) -> Any:
+    def make_trainer(
+        self,
+        env_creator: Any,
+        config: Dict[str, Any],
+        *,
+        num_envs: Optional[int],
+        num_workers: int,
+        seed: Optional[int],
+    ) -> Any:
         """A training loop for this algorithm.
 
         Raises:
@@ -82,25 +92,42 @@ class Algorithm:
         cls = _resolve(self.trainer)
         if not self.uses_workers:
             if num_workers:
-                raise ValueError(f"{self.name.upper()} trains in one process; num_workers={num_workers} "
-                                 f"is not supported for {self.name!r} (use num_workers=0)")
+                raise ValueError(
+                    f"{self.name.upper()} trains in one process; num_workers={num_workers} "
+                    f"is not supported for {self.name!r} (use num_workers=0)"
+                )
             return cls(env_creator, config, seed=seed, num_envs=num_envs)
-        return cls(self, env_creator, config, num_envs=num_envs or 8, num_workers=num_workers,
-                   seed=seed)
+        return cls(self, env_creator, config, num_envs=num_envs or 8, num_workers=num_workers, seed=seed)
 
 
-ALGORITHMS: Dict[str, Algorithm] = {a.name: a for a in (
-    Algorithm("pg", "rlpolicy.agents.pg.pg_torch_policy:PGTorchPolicy",
-              "rlpolicy.agents.pg.pg_tf_policy:PGTFPolicy", "rlpolicy.agents.pg.pg:DEFAULT_CONFIG",
-              "rlpolicy.cli.training:SimpleTrainer"),
-    Algorithm("ppo", "rlpolicy.agents.ppo.ppo_torch_policy:PPOTorchPolicy",
-              "rlpolicy.agents.ppo.ppo_tf_policy:PPOTFPolicy", "rlpolicy.agents.ppo.ppo:DEFAULT_CONFIG",
-              "rlpolicy.cli.training:SimpleTrainer", minibatch_sgd=True),
-    Algorithm("dqn", "rlpolicy.agents.dqn.dqn_torch_policy:DQNTorchPolicy",
-              "rlpolicy.agents.dqn.dqn_tf_policy:DQNTFPolicy",
-              "rlpolicy.agents.dqn.dqn_config:DEFAULT_CONFIG",
-              "rlpolicy.agents.dqn.dqn:SimpleDQNTrainer", uses_workers=False),
-)}
+ALGORITHMS: Dict[str, Algorithm] = {
+    a.name: a
+    for a in (
+        Algorithm(
+            "pg",
+            "rlpolicy.agents.pg.pg_torch_policy:PGTorchPolicy",
+            "rlpolicy.agents.pg.pg_tf_policy:PGTFPolicy",
+            "rlpolicy.agents.pg.pg:DEFAULT_CONFIG",
+            "rlpolicy.cli.training:SimpleTrainer",
+        ),
+        Algorithm(
+            "ppo",
+            "rlpolicy.agents.ppo.ppo_torch_policy:PPOTorchPolicy",
+            "rlpolicy.agents.ppo.ppo_tf_policy:PPOTFPolicy",
+            "rlpolicy.agents.ppo.ppo:DEFAULT_CONFIG",
+            "rlpolicy.cli.training:SimpleTrainer",
+            minibatch_sgd=True,
+        ),
+        Algorithm(
+            "dqn",
+            "rlpolicy.agents.dqn.dqn_torch_policy:DQNTorchPolicy",
+            "rlpolicy.agents.dqn.dqn_tf_policy:DQNTFPolicy",
+            "rlpolicy.agents.dqn.dqn_config:DEFAULT_CONFIG",
+            "rlpolicy.agents.dqn.dqn:SimpleDQNTrainer",
+            uses_workers=False,
+        ),
+    )
+}
 
 
 def get_algorithm(name: str) -> Algorithm:
@@ -137,10 +164,18 @@ LOOP_KEYS = ("num_envs", "eval_every")
 # training-mean trigger 104k/66k/72k on seeds 0-2, 60k-104k over 0-4, median 72k), 4.4 s of
 # CPU time for the median seed (evaluations included); tf seeds 0-2: 16k/10k/26k; SB3's PPO
 # with RL Zoo's CartPole settings, same rule and cadence: 24k/24k/14k/20k/14k.
-_PPO_CPU = {"lr": 2e-3, "train_batch_size": 2000, "sgd_minibatch_size": 256, "num_sgd_iter": 8,
-            "lambda": 0.95, "vf_clip_param": 1e4, "vf_loss_coeff": 0.5, "entropy_coeff": 0.0,
-            "rollout_fragment_length": 400,
-            "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False}}
+_PPO_CPU = {
+    "lr": 2e-3,
+    "train_batch_size": 2000,
+    "sgd_minibatch_size": 256,
+    "num_sgd_iter": 8,
+    "lambda": 0.95,
+    "vf_clip_param": 1e4,
+    "vf_loss_coeff": 0.5,
+    "entropy_coeff": 0.0,
+    "rollout_fragment_length": 400,
+    "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False},
+}
 
 TRAINING_DEFAULTS: Dict[Tuple[str, Optional[str]], dict] = {
     ("ppo", None): {**_PPO_CPU, "num_envs": 8, "eval_every": 1},
@@ -150,17 +185,32 @@ TRAINING_DEFAULTS: Dict[Tuple[str, Optional[str]], dict] = {
     # batch with 6 epochs reached a training mean of -317 while the greedy policy stayed
     # near -550 (400k steps).
     ("ppo", "Pendulum-v1"): {
-        "gamma": 0.95, "lambda": 0.1, "lr": 3e-4, "train_batch_size": 2048, "sgd_minibatch_size": 64,
-        "num_sgd_iter": 10, "vf_clip_param": 10.0, "vf_loss_coeff": 1.0, "entropy_coeff": 0.0,
-        "rollout_fragment_length": 2048, "num_envs": 16, "eval_every": 0,
-        "model": {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu", "vf_share_layers": False}},
+        "gamma": 0.95,
+        "lambda": 0.1,
+        "lr": 3e-4,
+        "train_batch_size": 2048,
+        "sgd_minibatch_size": 64,
+        "num_sgd_iter": 10,
+        "vf_clip_param": 10.0,
+        "vf_loss_coeff": 1.0,
+        "entropy_coeff": 0.0,
+        "rollout_fragment_length": 2048,
+        "num_envs": 16,
+        "eval_every": 0,
+        "model": {"fcnet_hiddens": [64, 64], "fcnet_activation": "relu", "vf_share_layers": False},
+    },
     # PG's returns-to-go are not bootstrapped: with "truncate_episodes" every cut fragment
     # ends in a return of 0, the signal fades as episodes grow, and seeds 0 and 1 peaked near
     # 450 and collapsed (185-246 after 400k steps). Whole episodes solve seeds 0, 1, 2 after
     # 189k-287k (torch), 188k-364k (tf), 203k-334k (tf2) steps (benchmarks/bench_training.py).
-    ("pg", None): {"lr": 2e-3, "train_batch_size": 2000, "rollout_fragment_length": 400,
-                   "batch_mode": "complete_episodes",
-                   "model": {"fcnet_hiddens": [64, 64]}, "num_envs": 8},
+    ("pg", None): {
+        "lr": 2e-3,
+        "train_batch_size": 2000,
+        "rollout_fragment_length": 400,
+        "batch_mode": "complete_episodes",
+        "model": {"fcnet_hiddens": [64, 64]},
+        "num_envs": 8,
+    },
     # DQN's own defaults solve CartPole: torch seeds 0, 1, 2 after 55k, 10k, 50k steps
     # (benchmarks/bench_training.py). Its training mean lags behind (epsilon-greedy), so it
     # is also evaluated every 5000 steps; its greedy score swings between evaluations, and
@@ -174,8 +224,10 @@ def training_defaults(algo: str, env: str) -> dict:
     loop keys included."""
     from rlpolicy._core.config import merge_configs
 
-    return merge_configs(copy.deepcopy(TRAINING_DEFAULTS.get((algo, None), {})),
-                         copy.deepcopy(TRAINING_DEFAULTS.get((algo, env), {})))
+    return merge_configs(
+        copy.deepcopy(TRAINING_DEFAULTS.get((algo, None), {})),
+        copy.deepcopy(TRAINING_DEFAULTS.get((algo, env), {})),
+    )
 
 
 def config_defaults(algo: str, env: str = "CartPole-v1") -> dict:

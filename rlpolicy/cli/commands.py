@@ -11,6 +11,7 @@ config values, a missing checkpoint, a format the checkpoint's framework
 cannot export) end in one ``rlpolicy <command>: error: ...`` line and exit
 code 2, as argparse does for its own errors.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ EXPORT_FORMATS = ("torchscript", "onnx", "savedmodel")
 
 def _number(kind: Callable[[str], Any], low: float, strict: bool = False) -> Callable[[str], Any]:
     """An argparse ``type``: ``kind(text)`` that must be >= low (> low if strict)."""
+
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -35,6 +37,7 @@ def _number(kind: Callable[[str], Any], low: float, strict: bool = False) -> Cal
         if value < low or (strict and value == low):
             raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {low}, got {text}")
         return value
+
     return parse
 
 
@@ -43,76 +46,153 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     add("--algo", default="ppo", choices=tuple(ALGORITHMS), help="algorithm")
     add("--env", default="CartPole-v1", help="registered gymnasium env id")
     add("--framework", default="torch", choices=FRAMEWORKS, help="deep-learning framework")
-    add("--stop-reward", type=float, default=None,
+    add(
+        "--stop-reward",
+        type=float,
+        default=None,
         help="target mean return: reached when a greedy evaluation (--eval-episodes, explore "
-             "off) scores at least this; None: the env's reward_threshold (475 for CartPole-v1)")
-    add("--stop-timesteps", "--max-timesteps", dest="max_timesteps", type=_number(int, 1),
-        default=400_000, help="give up after this many env steps")
-    add("--max-seconds", type=_number(float, 0, strict=True), default=600.0,
-        help="give up after this many seconds")
-    add("--num-envs", type=_number(int, 1), default=None,
+        "off) scores at least this; None: the env's reward_threshold (475 for CartPole-v1)",
+    )
+    add(
+        "--stop-timesteps",
+        "--max-timesteps",
+        dest="max_timesteps",
+        type=_number(int, 1),
+        default=400_000,
+        help="give up after this many env steps",
+    )
+    add(
+        "--max-seconds",
+        type=_number(float, 0, strict=True),
+        default=600.0,
+        help="give up after this many seconds",
+    )
+    add(
+        "--num-envs",
+        type=_number(int, 1),
+        default=None,
         help="envs sampled in lock-step per worker (None: 8 for pg/ppo, 16 for PPO on Pendulum-v1, "
-             "1 for dqn)")
-    add("--num-workers", type=_number(int, 0), default=0,
-        help="Ray rollout workers sampling in parallel (0: sample in this process)")
+        "1 for dqn)",
+    )
+    add(
+        "--num-workers",
+        type=_number(int, 0),
+        default=0,
+        help="Ray rollout workers sampling in parallel (0: sample in this process)",
+    )
     add("--num-gpus", type=_number(float, 0), default=0, help="config['num_gpus']")
     add("--fake-gpus", action="store_true", help="towers on CPU (fake GPUs)")
     add("--seed", type=_number(int, 0), default=0, help="random seed")
     add("--config", default="{}", help="JSON dict merged into the algorithm config")
-    add("--out", "--checkpoint-dir", dest="out", default=None,
+    add(
+        "--out",
+        "--checkpoint-dir",
+        dest="out",
+        default=None,
         help="write progress.csv, learning_curve.png and checkpoints here (the last "
-             "checkpoint in the folder itself, the best in OUT/checkpoint_best; see docs/cli.md)")
+        "checkpoint in the folder itself, the best in OUT/checkpoint_best; see docs/cli.md)",
+    )
     existing = train.add_mutually_exclusive_group()
-    existing.add_argument("--overwrite", action="store_true",
-                          help="OUT holds an earlier run: delete its checkpoints, progress.csv and "
-                               "plot first")
-    existing.add_argument("--resume", action="store_true",
-                          help="OUT holds an earlier run: continue from its latest checkpoint "
-                               "(weights, optimizer state, step/iteration counters; progress.csv "
-                               "appended); --stop-timesteps counts the earlier steps too")
-    add("--checkpoint-every", type=_number(int, 0), default=0,
-        help="also checkpoint every N iterations into OUT/checkpoint_NNNNNN (0: only at the end)")
-    add("--eval-episodes", type=_number(int, 0), default=20,
-        help="episodes of each greedy evaluation (0: stop on the training mean alone)")
-    add("--eval-every", type=_number(int, 0), default=None,
+    existing.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="OUT holds an earlier run: delete its checkpoints, progress.csv and plot first",
+    )
+    existing.add_argument(
+        "--resume",
+        action="store_true",
+        help="OUT holds an earlier run: continue from its latest checkpoint "
+        "(weights, optimizer state, step/iteration counters; progress.csv "
+        "appended); --stop-timesteps counts the earlier steps too",
+    )
+    add(
+        "--checkpoint-every",
+        type=_number(int, 0),
+        default=0,
+        help="also checkpoint every N iterations into OUT/checkpoint_NNNNNN (0: only at the end)",
+    )
+    add(
+        "--eval-episodes",
+        type=_number(int, 0),
+        default=20,
+        help="episodes of each greedy evaluation (0: stop on the training mean alone)",
+    )
+    add(
+        "--eval-every",
+        type=_number(int, 0),
+        default=None,
         help="also evaluate every N iterations (0: only when the training mean reaches the target; "
-             "None: 1 for ppo (0 on Pendulum-v1), 0 for pg, 5 for dqn)")
-    add("--export", action="append", default=[], choices=EXPORT_FORMATS,
-        help="export the final policy into OUT/export_FORMAT and verify it (repeatable)")
-    add("--num-threads", type=_number(int, 1), default=None,
-        help="torch/TF intra-op threads (None: 1, best for these small networks)")
-    add("--progress-bar", choices=("auto", "on", "off"), default="auto",
-        help="tqdm progress bar on stderr (auto: when stderr is a terminal)")
+        "None: 1 for ppo (0 on Pendulum-v1), 0 for pg, 5 for dqn)",
+    )
+    add(
+        "--export",
+        action="append",
+        default=[],
+        choices=EXPORT_FORMATS,
+        help="export the final policy into OUT/export_FORMAT and verify it (repeatable)",
+    )
+    add(
+        "--num-threads",
+        type=_number(int, 1),
+        default=None,
+        help="torch/TF intra-op threads (None: 1, best for these small networks)",
+    )
+    add(
+        "--progress-bar",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="tqdm progress bar on stderr (auto: when stderr is a terminal)",
+    )
 
 
 def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
     """The ``rlpolicy`` parser and its sub-parsers by command name."""
     fmt = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(prog="rlpolicy", description=__doc__.splitlines()[0],
-                                     formatter_class=fmt)
+    parser = argparse.ArgumentParser(
+        prog="rlpolicy", description=__doc__.splitlines()[0], formatter_class=fmt
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train a reference policy", formatter_class=fmt,
-                           description="Train a reference policy until a greedy evaluation "
-                                       "reaches --stop-reward (checked whenever the mean return "
-                                       "of the last 100 training episodes reaches it).")
+    train = sub.add_parser(
+        "train",
+        help="train a reference policy",
+        formatter_class=fmt,
+        description="Train a reference policy until a greedy evaluation "
+        "reaches --stop-reward (checked whenever the mean return "
+        "of the last 100 training episodes reaches it).",
+    )
     _add_train_arguments(train)
-    evaluate = sub.add_parser("evaluate", help="evaluate a checkpoint (explore off)", formatter_class=fmt,
-                              description="Play episodes with a trained policy, explore off; "
-                                          "prints the mean and std of the returns.")
+    evaluate = sub.add_parser(
+        "evaluate",
+        help="evaluate a checkpoint (explore off)",
+        formatter_class=fmt,
+        description="Play episodes with a trained policy, explore off; "
+        "prints the mean and std of the returns.",
+    )
     evaluate.add_argument("checkpoint", help="checkpoint (or --out folder) of `rlpolicy train`")
     evaluate.add_argument("--episodes", type=_number(int, 1), default=20, help="episodes to play")
     evaluate.add_argument("--seed", type=_number(int, 0), default=10_000, help="seed of the first episode")
-    export = sub.add_parser("export", help="export a checkpoint for serving", formatter_class=fmt,
-                            description="Export a checkpoint's model and verify it by loading it "
-                                        "back (torch.jit.load / onnxruntime / tf.saved_model.load).")
+    export = sub.add_parser(
+        "export",
+        help="export a checkpoint for serving",
+        formatter_class=fmt,
+        description="Export a checkpoint's model and verify it by loading it "
+        "back (torch.jit.load / onnxruntime / tf.saved_model.load).",
+    )
     export.add_argument("checkpoint", help="checkpoint (or --out folder) of `rlpolicy train`")
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="export format")
-    export.add_argument("--out", default=None, help="output folder (None: CHECKPOINT/export_FORMAT, "
-                                                    "with --pipeline CHECKPOINT/export_FORMAT_pipeline)")
-    export.add_argument("--pipeline", action="store_true",
-                        help="export the whole action pipeline (preprocessing, model, action "
-                             "selection, unsquashing; docs/export_pipeline.md), not only the model")
+    export.add_argument(
+        "--out",
+        default=None,
+        help="output folder (None: CHECKPOINT/export_FORMAT, "
+        "with --pipeline CHECKPOINT/export_FORMAT_pipeline)",
+    )
+    export.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="export the whole action pipeline (preprocessing, model, action "
+        "selection, unsquashing; docs/export_pipeline.md), not only the model",
+    )
     return parser, {"train": train, "evaluate": evaluate, "export": export}
 
 
@@ -127,8 +207,7 @@ def _env_and_stop_reward(parser: argparse.ArgumentParser, args: argparse.Namespa
         parser.error(f"argument --env: {args.env!r}: {e}")
     stop = args.stop_reward if args.stop_reward is not None else spec.reward_threshold
     if stop is None:
-        parser.error(f"argument --stop-reward: env {args.env!r} has no reward_threshold; "
-                     "give --stop-reward")
+        parser.error(f"argument --stop-reward: env {args.env!r} has no reward_threshold; give --stop-reward")
     return spec, float(stop)
 
 
@@ -144,15 +223,22 @@ def _checked_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     except json.JSONDecodeError as e:
         parser.error(f"argument --config: not valid JSON ({e}): {args.config!r}")
     if not isinstance(user, dict):
-        parser.error(f"argument --config: must be a JSON object of config keys, got "
-                     f"{type(user).__name__} {args.config!r}")
+        parser.error(
+            f"argument --config: must be a JSON object of config keys, got "
+            f"{type(user).__name__} {args.config!r}"
+        )
     defaults = get_algorithm(args.algo).config()
     for key, close in unknown_keys(user, defaults, strict=True):
         hint = f"; did you mean {close!r}?" if close else ""
         parser.error(f"argument --config: unknown config key {key!r} for --algo {args.algo}{hint}")
     config = merge_configs(config_defaults(args.algo, args.env), user)
-    config.update(framework=args.framework, num_gpus=args.num_gpus, _fake_gpus=args.fake_gpus,
-                  seed=args.seed, num_workers=args.num_workers)
+    config.update(
+        framework=args.framework,
+        num_gpus=args.num_gpus,
+        _fake_gpus=args.fake_gpus,
+        seed=args.seed,
+        num_workers=args.num_workers,
+    )
     if args.framework in ("tf2", "tfe"):  # untraced eager steps are several times slower
         config.setdefault("eager_tracing", True)
     try:
@@ -162,9 +248,11 @@ def _checked_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     return config
 
 
-def _policy_class(parser: argparse.ArgumentParser, algo: str, framework: str,
-                  flag: str = "argument --framework") -> type:
+def _policy_class(
+    parser: argparse.ArgumentParser, algo: str, framework: str, flag: str = "argument --framework"
+) -> type:
     from rlpolicy._core.framework_check import require_framework
+
     try:
         cls = get_algorithm(algo).policy_class(framework)
         require_framework(framework, cls.__name__)
@@ -179,26 +267,36 @@ def _check_train(parser: argparse.ArgumentParser, args: argparse.Namespace) -> T
     config = _checked_config(parser, args)
     _policy_class(parser, args.algo, args.framework)
     if args.num_workers and not get_algorithm(args.algo).uses_workers:
-        parser.error(f"argument --num-workers: {args.algo.upper()} trains in one process; "
-                     f"--num-workers {args.num_workers} is not supported for --algo {args.algo} (use 0)")
+        parser.error(
+            f"argument --num-workers: {args.algo.upper()} trains in one process; "
+            f"--num-workers {args.num_workers} is not supported for --algo {args.algo} (use 0)"
+        )
     if args.num_workers and not _worker_set_available():
-        parser.error(f"argument --num-workers: {args.num_workers} Ray workers need "
-                     "rlpolicy.evaluation.worker_set.WorkerSet, which is not available in this "
-                     "build; use --num-workers 0")
+        parser.error(
+            f"argument --num-workers: {args.num_workers} Ray workers need "
+            "rlpolicy.evaluation.worker_set.WorkerSet, which is not available in this "
+            "build; use --num-workers 0"
+        )
     if args.num_workers and _missing_modules("ray"):
-        parser.error(f"argument --num-workers: {args.num_workers} Ray workers need Ray, which is "
-                     "not installed: pip install 'rlpolicy[ray]' (or use --num-workers 0)")
+        parser.error(
+            f"argument --num-workers: {args.num_workers} Ray workers need Ray, which is "
+            "not installed: pip install 'rlpolicy[ray]' (or use --num-workers 0)"
+        )
     from rlpolicy.cli.export_check import formats_for, required_modules
 
     for fmt in args.export:
         if fmt not in formats_for(args.framework):
-            parser.error(f"argument --export: {fmt!r} cannot be exported from a "
-                         f"--framework {args.framework} policy; choose from "
-                         f"{', '.join(formats_for(args.framework))}")
+            parser.error(
+                f"argument --export: {fmt!r} cannot be exported from a "
+                f"--framework {args.framework} policy; choose from "
+                f"{', '.join(formats_for(args.framework))}"
+            )
         missing = _missing_modules(*required_modules(args.framework, fmt))
         if missing:
-            parser.error(f"argument --export: {fmt} needs {', '.join(missing)}, not installed: "
-                         f"pip install 'rlpolicy[{fmt}]'")
+            parser.error(
+                f"argument --export: {fmt} needs {', '.join(missing)}, not installed: "
+                f"pip install 'rlpolicy[{fmt}]'"
+            )
     if args.export and not args.out:
         parser.error("argument --export: needs --out (the export goes to OUT/export_FORMAT)")
     if (args.overwrite or args.resume) and not args.out:
@@ -227,8 +325,10 @@ def _optional_notes(args: argparse.Namespace) -> List[str]:
     """One line per missing optional package that only changes what gets written."""
     notes = []
     if args.out and _missing_modules("matplotlib"):
-        notes.append("note: learning_curve.png will not be written: matplotlib is not installed "
-                     "(pip install 'rlpolicy[cli]')")
+        notes.append(
+            "note: learning_curve.png will not be written: matplotlib is not installed "
+            "(pip install 'rlpolicy[cli]')"
+        )
     if args.progress_bar == "on" or (args.progress_bar == "auto" and sys.stderr.isatty()):
         if _missing_modules("tqdm"):
             notes.append("note: no progress bar: tqdm is not installed (pip install 'rlpolicy[cli]')")
@@ -255,14 +355,18 @@ def _check_out_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         mine = (args.algo, args.framework, args.env)
         theirs = (record.algo, record.framework, record.env)
         if mine != theirs:
-            parser.error(f"argument --resume: {args.out!r} holds a run of --algo {theirs[0]} "
-                         f"--framework {theirs[1]} --env {theirs[2]}; resume it with those "
-                         f"(got --algo {mine[0]} --framework {mine[1]} --env {mine[2]})")
+            parser.error(
+                f"argument --resume: {args.out!r} holds a run of --algo {theirs[0]} "
+                f"--framework {theirs[1]} --env {theirs[2]}; resume it with those "
+                f"(got --algo {mine[0]} --framework {mine[1]} --env {mine[2]})"
+            )
         args.resume_from = (ckpt, record)
     elif earlier and not args.overwrite:
         shown = ", ".join(earlier[:4]) + (", ..." if len(earlier) > 4 else "")
-        parser.error(f"argument --out: {args.out!r} already holds a run ({shown}); pass "
-                     "--overwrite to replace it or --resume to continue it")
+        parser.error(
+            f"argument --out: {args.out!r} already holds a run ({shown}); pass "
+            "--overwrite to replace it or --resume to continue it"
+        )
 
 
 def _check_progress_columns(path: str) -> None:
@@ -337,31 +441,48 @@ def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = 
 
     for note in _optional_notes(args):
         print(note, flush=True)
-    trainer = make_trainer(args.algo, env_creator, config, num_envs=num_envs,
-                           num_workers=args.num_workers, seed=args.seed)
+    trainer = make_trainer(
+        args.algo, env_creator, config, num_envs=num_envs, num_workers=args.num_workers, seed=args.seed
+    )
     failed: List[str] = []
     summary = None
     try:
         record = _prepare_out(args, trainer)
         devices = [str(d) for d in getattr(trainer.policy, "devices", [])]
-        resumed = (f", resumed at step {record.timesteps_total} (iteration {record.iteration})"
-                   if args.resume else "")
-        print(f"training {type(trainer.policy).__name__} on {args.env} until mean return "
-              f">= {stop_reward:g} (devices: {devices}, envs: {num_envs}, workers: {args.num_workers}"
-              f"{resumed})", flush=True)
+        resumed = (
+            f", resumed at step {record.timesteps_total} (iteration {record.iteration})"
+            if args.resume
+            else ""
+        )
+        print(
+            f"training {type(trainer.policy).__name__} on {args.env} until mean return "
+            f">= {stop_reward:g} (devices: {devices}, envs: {num_envs}, workers: {args.num_workers}"
+            f"{resumed})",
+            flush=True,
+        )
         summary = run_training(trainer, env_creator, _run_options(args, stop_reward, record))
         _report_training(summary, stop_reward)
         if summary.checkpoint_dir:
-            written = ["progress.csv"] + (["learning_curve.png"] if summary.plot_path else []) + \
-                (["checkpoint_best/"] if summary.best_dir else [])
+            written = (
+                ["progress.csv"]
+                + (["learning_curve.png"] if summary.plot_path else [])
+                + (["checkpoint_best/"] if summary.best_dir else [])
+            )
             print(f"checkpoint written to {args.out} ({', '.join(written)})", flush=True)
         if summary.final_eval_skipped:
-            print(f"interrupted again: final evaluation skipped; the checkpoint is in {args.out}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"interrupted again: final evaluation skipped; the checkpoint is in {args.out}",
+                file=sys.stderr,
+                flush=True,
+            )
         elif summary.checkpoint_dir and summary.reason != "interrupted":
-            failed = [fmt for fmt in args.export
-                      if _export(trainer.policy, args.framework, fmt,
-                                 os.path.join(args.out, f"export_{fmt}"), env_creator)]
+            failed = [
+                fmt
+                for fmt in args.export
+                if _export(
+                    trainer.policy, args.framework, fmt, os.path.join(args.out, f"export_{fmt}"), env_creator
+                )
+            ]
     finally:
         getattr(trainer, "stop", lambda: None)()  # Ray workers
     if summary.reason == "interrupted":
@@ -396,22 +517,37 @@ def _run_options(args: argparse.Namespace, stop_reward: float, record: Any) -> A
     if eval_every is None:
         eval_every = loop_default(args.algo, args.env, "eval_every", 0)
     return RunOptions(
-        stop_reward=stop_reward, stop_timesteps=args.max_timesteps, max_seconds=args.max_seconds,
-        eval_episodes=args.eval_episodes, eval_every=eval_every,
-        checkpoint_every=args.checkpoint_every, out_dir=args.out,
+        stop_reward=stop_reward,
+        stop_timesteps=args.max_timesteps,
+        max_seconds=args.max_seconds,
+        eval_episodes=args.eval_episodes,
+        eval_every=eval_every,
+        checkpoint_every=args.checkpoint_every,
+        out_dir=args.out,
         progress_bar={"auto": None, "on": True, "off": False}[args.progress_bar],
-        record=record, resume=bool(args.resume))
+        record=record,
+        resume=bool(args.resume),
+    )
 
 
 def _report_training(summary: Any, stop_reward: float) -> None:
-    ev = (f", evaluation mean return {summary.eval_mean:.1f} +/- {summary.eval_std:.1f}"
-          if summary.eval_mean is not None else "")
+    ev = (
+        f", evaluation mean return {summary.eval_mean:.1f} +/- {summary.eval_std:.1f}"
+        if summary.eval_mean is not None
+        else ""
+    )
     if summary.solved:
-        print(f"reached mean return >= {stop_reward:g} after {summary.timesteps} steps "
-              f"({summary.iterations} iterations, {summary.wall_s:.1f}s){ev}", flush=True)
+        print(
+            f"reached mean return >= {stop_reward:g} after {summary.timesteps} steps "
+            f"({summary.iterations} iterations, {summary.wall_s:.1f}s){ev}",
+            flush=True,
+        )
     else:
-        print(f"stopped ({summary.reason}) at mean return {summary.train_mean:.1f} (< {stop_reward:g}) "
-              f"after {summary.timesteps} steps{ev}", flush=True)
+        print(
+            f"stopped ({summary.reason}) at mean return {summary.train_mean:.1f} (< {stop_reward:g}) "
+            f"after {summary.timesteps} steps{ev}",
+            flush=True,
+        )
 
 
 def _export(policy: Any, framework: str, fmt: str, out_dir: str, env_creator: Callable[[], Any]) -> int:
@@ -424,9 +560,11 @@ def _export(policy: Any, framework: str, fmt: str, out_dir: str, env_creator: Ca
     except RuntimeError as e:  # the export did not reproduce the policy, or the exporter failed
         print(f"rlpolicy: error: {fmt} export failed: {e}", file=sys.stderr, flush=True)
         return 1
-    print(f"exported {fmt} to {report.path}; verified: loaded back with {report.loader}, "
-          f"max |output - policy| = {report.max_abs_diff:.2g} on {report.num_observations} observations",
-          flush=True)
+    print(
+        f"exported {fmt} to {report.path}; verified: loaded back with {report.loader}, "
+        f"max |output - policy| = {report.max_abs_diff:.2g} on {report.num_observations} observations",
+        flush=True,
+    )
     return 0
 
 
@@ -471,10 +609,15 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     checkpoint_dir, record = _record(parser, args.checkpoint)
     policy = _load(parser, checkpoint_dir, record)
     returns = evaluate_policy(policy, lambda: gym.make(record.env), args.episodes, seed=args.seed)
-    print(f"evaluated {type(policy).__name__} ({record.algo}, {record.framework}) from "
-          f"{checkpoint_dir} on {record.env}: {args.episodes} episodes, explore off")
-    print(f"mean return {np.mean(returns):.2f} +/- {np.std(returns):.2f} "
-          f"(min {np.min(returns):.1f}, max {np.max(returns):.1f})", flush=True)
+    print(
+        f"evaluated {type(policy).__name__} ({record.algo}, {record.framework}) from "
+        f"{checkpoint_dir} on {record.env}: {args.episodes} episodes, explore off"
+    )
+    print(
+        f"mean return {np.mean(returns):.2f} +/- {np.std(returns):.2f} "
+        f"(min {np.min(returns):.1f}, max {np.max(returns):.1f})",
+        flush=True,
+    )
     return 0
 
 
@@ -491,12 +634,16 @@ def export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     checkpoint_dir, record = _record(parser, args.checkpoint)
     if args.format not in formats_for(record.framework):
         choices = ", ".join(formats_for(record.framework))
-        parser.error(f"argument --format: {args.format!r} cannot be exported from this "
-                     f"{record.framework!r} checkpoint; choose from {choices}")
+        parser.error(
+            f"argument --format: {args.format!r} cannot be exported from this "
+            f"{record.framework!r} checkpoint; choose from {choices}"
+        )
     missing = _missing_modules(*required_modules(record.framework, args.format))
     if missing:
-        parser.error(f"argument --format: {args.format} needs {', '.join(missing)}, not installed: "
-                     f"pip install 'rlpolicy[{args.format}]'")
+        parser.error(
+            f"argument --format: {args.format} needs {', '.join(missing)}, not installed: "
+            f"pip install 'rlpolicy[{args.format}]'"
+        )
     suffix = "_pipeline" if args.pipeline else ""
     out = args.out or os.path.join(checkpoint_dir, f"export_{args.format}{suffix}")
     policy = _load(parser, checkpoint_dir, record)
@@ -508,8 +655,7 @@ def export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"argument --out: {e}")
 
 
-def _export_pipeline(parser: argparse.ArgumentParser, policy: Any, framework: str, fmt: str,
-                     out: str) -> int:
+def _export_pipeline(parser: argparse.ArgumentParser, policy: Any, framework: str, fmt: str, out: str) -> int:
     """``rlpolicy export --pipeline``: returns 0, or 1 (one error line) if the
     pipeline did not reproduce the policy; what cannot be exported is an
     argument error."""
@@ -522,9 +668,12 @@ def _export_pipeline(parser: argparse.ArgumentParser, policy: Any, framework: st
     except RuntimeError as e:
         print(f"rlpolicy: error: {fmt} pipeline export failed: {e}", file=sys.stderr, flush=True)
         return 1
-    print(f"exported {report.format} to {report.path}; verified: loaded back with "
-          f"{report.loader}, max |actions - compute_actions| = {report.max_abs_diff:.2g} on "
-          f"{report.num_observations} observations", flush=True)
+    print(
+        f"exported {report.format} to {report.path}; verified: loaded back with "
+        f"{report.loader}, max |actions - compute_actions| = {report.max_abs_diff:.2g} on "
+        f"{report.num_observations} observations",
+        flush=True,
+    )
     return 0
 
 
@@ -537,5 +686,3 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     command = {"train": train, "evaluate": evaluate, "export": export}[args.command]
     return command(args, subparsers[args.command])
-
-

@@ -6,6 +6,7 @@ Formats: ``torchscript`` (torch policies; loaded with ``torch.jit.load``),
 artifact is run on real observations and its output compared with the
 policy's own model output on the same observations.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,8 @@ class ExportReport:
     """Where an export went and how it was verified."""
 
     format: str
-    path: str            # the exported file (or the SavedModel directory)
-    loader: str          # what loaded it back
+    path: str  # the exported file (or the SavedModel directory)
+    loader: str  # what loaded it back
     num_observations: int
     max_abs_diff: float  # |loaded output - policy model output|, max over all entries
 
@@ -46,8 +47,9 @@ def required_modules(framework: str, fmt: str) -> Tuple[str, ...]:
     return ("onnx", "onnxruntime") if framework == "torch" else ("tf2onnx", "onnxruntime")
 
 
-def sample_observations(env_creator: Callable[[], Any], num: int = 16, seed: int = 0,
-                        policy: Any = None) -> np.ndarray:
+def sample_observations(
+    env_creator: Callable[[], Any], num: int = 16, seed: int = 0, policy: Any = None
+) -> np.ndarray:
     """``num`` observations from short random-action walks (real states, unlike
     samples of CartPole's unbounded observation space); with ``policy``, as the
     policy (and its export) takes them: Dict/Tuple observations flattened."""
@@ -58,8 +60,7 @@ def sample_observations(env_creator: Callable[[], Any], num: int = 16, seed: int
     obs, _ = env.reset(seed=seed)
     out = []
     for i in range(num):
-        out.append(np.asarray(obs if policy is None else flatten_single_obs(policy, obs),
-                              dtype=np.float32))
+        out.append(np.asarray(obs if policy is None else flatten_single_obs(policy, obs), dtype=np.float32))
         obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
         if terminated or truncated:
             obs, _ = env.reset(seed=seed + i + 1)
@@ -71,18 +72,21 @@ def _check_format(fmt: str, framework: str) -> None:
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; known: {', '.join(EXPORT_FORMATS)}")
     if fmt not in formats_for(framework):
-        raise ValueError(f"format {fmt!r} needs a {'torch' if fmt == 'torchscript' else 'TensorFlow'} "
-                         f"policy, but this checkpoint's framework is {framework!r}; "
-                         f"choose one of: {', '.join(formats_for(framework))}")
+        raise ValueError(
+            f"format {fmt!r} needs a {'torch' if fmt == 'torchscript' else 'TensorFlow'} "
+            f"policy, but this checkpoint's framework is {framework!r}; "
+            f"choose one of: {', '.join(formats_for(framework))}"
+        )
 
 
 def _prepare_target(out_dir: str) -> str:
     """A fresh temporary directory beside ``out_dir`` (which must be ours or empty)."""
     out_dir = os.path.abspath(out_dir)
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and \
-            not os.path.isfile(os.path.join(out_dir, _MARKER)):
-        raise ValueError(f"export directory {out_dir!r} is not empty and was not written by "
-                         "rlpolicy export; remove it or choose another --out")
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, _MARKER)):
+        raise ValueError(
+            f"export directory {out_dir!r} is not empty and was not written by "
+            "rlpolicy export; remove it or choose another --out"
+        )
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-export-")
@@ -92,8 +96,7 @@ def _prepare_target(out_dir: str) -> str:
     return tmp
 
 
-def export_and_verify(policy: Any, framework: str, fmt: str, out_dir: str,
-                      obs: np.ndarray) -> ExportReport:
+def export_and_verify(policy: Any, framework: str, fmt: str, out_dir: str, obs: np.ndarray) -> ExportReport:
     """Exports ``policy``'s model as ``fmt`` into ``out_dir`` and verifies it.
 
     The export is written to a temporary directory, loaded back by its real
@@ -111,12 +114,16 @@ def export_and_verify(policy: Any, framework: str, fmt: str, out_dir: str,
         rel, loader, got = _export_and_load(policy, framework, fmt, tmp, obs)
         want = reference_output(policy, framework, obs)
         if got.shape != want.shape:
-            raise RuntimeError(f"the {fmt} export does not reproduce the policy: output shape "
-                               f"{got.shape}, the policy's {want.shape}")
+            raise RuntimeError(
+                f"the {fmt} export does not reproduce the policy: output shape "
+                f"{got.shape}, the policy's {want.shape}"
+            )
         diff = float(np.max(np.abs(np.asarray(got, np.float64) - want))) if want.size else 0.0
         if not diff <= 1e-4 * max(1.0, float(np.max(np.abs(want)))):
-            raise RuntimeError(f"the {fmt} export does not reproduce the policy: "
-                               f"max |difference| {diff:.3g} on {len(obs)} observations")
+            raise RuntimeError(
+                f"the {fmt} export does not reproduce the policy: "
+                f"max |difference| {diff:.3g} on {len(obs)} observations"
+            )
         with open(os.path.join(tmp, _MARKER), "w", encoding="utf-8") as f:
             json.dump({"format": fmt, "framework": framework, "file": rel}, f)
         _replace_dir(tmp, out_dir)
@@ -152,20 +159,24 @@ def export_pipeline_and_verify(policy: Any, framework: str, fmt: str, out_dir: s
         with open(os.path.join(tmp, "pipeline.json"), encoding="utf-8") as f:
             meta = json.load(f)
         with open(os.path.join(tmp, _MARKER), "w", encoding="utf-8") as f:
-            json.dump({"format": fmt, "framework": framework, "file": meta["artifact"],
-                       "pipeline": True}, f)
+            json.dump({"format": fmt, "framework": framework, "file": meta["artifact"], "pipeline": True}, f)
         _replace_dir(tmp, out_dir)
     finally:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp)
     verified = meta["verified"]
-    return ExportReport(f"{fmt} pipeline", os.path.join(os.path.abspath(out_dir), meta["artifact"]),
-                        verified["consumer"], sum(verified["batch_sizes"]) * verified["steps"],
-                        float(verified["max_abs_diff"]))
+    return ExportReport(
+        f"{fmt} pipeline",
+        os.path.join(os.path.abspath(out_dir), meta["artifact"]),
+        verified["consumer"],
+        sum(verified["batch_sizes"]) * verified["steps"],
+        float(verified["max_abs_diff"]),
+    )
 
 
-def _export_and_load(policy: Any, framework: str, fmt: str, tmp: str,
-                     obs: np.ndarray) -> Tuple[str, str, np.ndarray]:
+def _export_and_load(
+    policy: Any, framework: str, fmt: str, tmp: str, obs: np.ndarray
+) -> Tuple[str, str, np.ndarray]:
     """Exports into ``tmp``; returns (file relative to tmp, loader name, loaded model's output)."""
     if fmt == "savedmodel":
         # TF graph policies refuse to write into an existing directory.
@@ -232,8 +243,13 @@ def _run_torchscript(path: str, obs: np.ndarray) -> np.ndarray:
 
 
 def _onnx_feed(inputs: Any, obs: np.ndarray) -> Dict[str, np.ndarray]:
-    dtypes = {"tensor(float)": np.float32, "tensor(int32)": np.int32, "tensor(int64)": np.int64,
-              "tensor(bool)": np.bool_, "tensor(double)": np.float64}
+    dtypes = {
+        "tensor(float)": np.float32,
+        "tensor(int32)": np.int32,
+        "tensor(int64)": np.int64,
+        "tensor(bool)": np.bool_,
+        "tensor(double)": np.float64,
+    }
     feed = {}
     for inp in inputs:
         name, dtype = inp.name, dtypes.get(inp.type, np.float32)

@@ -15,6 +15,7 @@ A checkpoint directory is one holding both ``rlpolicy_checkpoint.json`` and
 checkpoints are written into a temporary folder beside their place and then
 renamed into it, so a folder checkpoint is either the old one or the new one.
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,9 +37,17 @@ BEST_DIR = "checkpoint_best"
 _PERIODIC = re.compile(r"checkpoint_(\d+)$")
 # THE columns of progress.csv, the same for every algorithm and framework (documented in
 # docs/cli.md). The algorithm's learner stats go into one JSON object, "learner_stats".
-PROGRESS_COLUMNS = ("iteration", "timesteps_total", "episodes_total", "episode_reward_mean",
-                    "time_total_s", "steps_per_s", "eval_reward_mean", "eval_reward_std",
-                    "learner_stats")
+PROGRESS_COLUMNS = (
+    "iteration",
+    "timesteps_total",
+    "episodes_total",
+    "episode_reward_mean",
+    "time_total_s",
+    "steps_per_s",
+    "eval_reward_mean",
+    "eval_reward_std",
+    "learner_stats",
+)
 # Learner stats left out of progress.csv: the towers' merge time, always 0 on one device.
 _DROPPED_STATS = ("allreduce_latency",)
 FLOAT_FORMAT = "%.6g"
@@ -135,11 +144,17 @@ def existing_run_outputs(out_dir: str) -> List[str]:
     """What an earlier ``rlpolicy train`` left in ``out_dir`` (names; empty if none)."""
     if not os.path.isdir(out_dir):
         return []
-    found = [name for name in (RUN_FILE, METADATA_FILE, PROGRESS_FILE)
-             if os.path.isfile(os.path.join(out_dir, name))]
-    found += sorted(name + "/" for name in os.listdir(out_dir)
-                    if (_PERIODIC.match(name) or name == BEST_DIR)
-                    and os.path.isfile(os.path.join(out_dir, name, RUN_FILE)))
+    found = [
+        name
+        for name in (RUN_FILE, METADATA_FILE, PROGRESS_FILE)
+        if os.path.isfile(os.path.join(out_dir, name))
+    ]
+    found += sorted(
+        name + "/"
+        for name in os.listdir(out_dir)
+        if (_PERIODIC.match(name) or name == BEST_DIR)
+        and os.path.isfile(os.path.join(out_dir, name, RUN_FILE))
+    )
     return found
 
 
@@ -179,8 +194,11 @@ def latest_checkpoint(out_dir: str) -> str:
         ValueError: If there is none.
     """
     candidates = [out_dir] if _is_checkpoint(out_dir) else []
-    candidates += [os.path.join(out_dir, name) for name in sorted(os.listdir(out_dir))
-                   if _PERIODIC.match(name) and _is_checkpoint(os.path.join(out_dir, name))]
+    candidates += [
+        os.path.join(out_dir, name)
+        for name in sorted(os.listdir(out_dir))
+        if _PERIODIC.match(name) and _is_checkpoint(os.path.join(out_dir, name))
+    ]
     if not candidates:
         raise ValueError(f"{out_dir!r} holds no checkpoint written by `rlpolicy train` to resume from")
     return max(candidates, key=lambda d: (read_run_record(d).timesteps_total, d == out_dir))
@@ -192,8 +210,11 @@ def periodic_checkpoint_dir(out_dir: str, iteration: int) -> str:
 
 def is_periodic_checkpoint(path: str) -> bool:
     """Whether ``path`` is a ``checkpoint_NNNNNN`` folder written by ``rlpolicy train``."""
-    return bool(_PERIODIC.match(os.path.basename(path))) and os.path.isdir(path) and \
-        os.path.isfile(os.path.join(path, RUN_FILE))
+    return (
+        bool(_PERIODIC.match(os.path.basename(path)))
+        and os.path.isdir(path)
+        and os.path.isfile(os.path.join(path, RUN_FILE))
+    )
 
 
 def _is_checkpoint(path: str) -> bool:
@@ -212,12 +233,17 @@ def resolve_checkpoint(path: str) -> str:
         raise FileNotFoundError(f"checkpoint {path!r} does not exist (or is not a directory)")
     if _is_checkpoint(path):
         return path
-    periodic = sorted((int(m.group(1)), name) for name in os.listdir(path)
-                      if (m := _PERIODIC.match(name)) and _is_checkpoint(os.path.join(path, name)))
+    periodic = sorted(
+        (int(m.group(1)), name)
+        for name in os.listdir(path)
+        if (m := _PERIODIC.match(name)) and _is_checkpoint(os.path.join(path, name))
+    )
     if periodic:
         return os.path.join(path, periodic[-1][1])
-    raise ValueError(f"{path!r} holds no checkpoint written by `rlpolicy train` (expected "
-                     f"{RUN_FILE} and {METADATA_FILE}, or checkpoint_NNNNNN/ folders with them)")
+    raise ValueError(
+        f"{path!r} holds no checkpoint written by `rlpolicy train` (expected "
+        f"{RUN_FILE} and {METADATA_FILE}, or checkpoint_NNNNNN/ folders with them)"
+    )
 
 
 def read_run_record(checkpoint_dir: str) -> RunRecord:
@@ -266,8 +292,10 @@ class ProgressLog:
                 reader = csv.reader(f)
                 header = next(reader, None)
             if header is not None and tuple(header) != PROGRESS_COLUMNS:
-                raise ValueError(f"{path!r} has other columns than rlpolicy train writes "
-                                 f"({', '.join(header)}); it cannot be continued")
+                raise ValueError(
+                    f"{path!r} has other columns than rlpolicy train writes "
+                    f"({', '.join(header)}); it cannot be continued"
+                )
             self.rows = read_progress(path)
         elif path and os.path.isfile(path):
             os.remove(path)
@@ -276,8 +304,9 @@ class ProgressLog:
         """Appends one row (keys of PROGRESS_COLUMNS; learner stats as a dict)."""
         unknown = set(row) - set(PROGRESS_COLUMNS)
         if unknown:
-            raise ValueError(f"progress row has unknown columns {sorted(unknown)}; "
-                             f"known: {', '.join(PROGRESS_COLUMNS)}")
+            raise ValueError(
+                f"progress row has unknown columns {sorted(unknown)}; known: {', '.join(PROGRESS_COLUMNS)}"
+            )
         self.rows.append(dict(row))
         if not self.path:
             return
@@ -296,8 +325,11 @@ def format_value(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dict):
-        parts = [f"{json.dumps(str(k))}: {_json_number(v)}" for k, v in sorted(value.items())
-                 if k not in _DROPPED_STATS]
+        parts = [
+            f"{json.dumps(str(k))}: {_json_number(v)}"
+            for k, v in sorted(value.items())
+            if k not in _DROPPED_STATS
+        ]
         return "{" + ", ".join(parts) + "}"
     if isinstance(value, (bool, int)) and not isinstance(value, float):
         return str(int(value))
@@ -326,13 +358,24 @@ def read_progress(path: str) -> List[Dict[str, Any]]:
     out = []
     with open(path, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
-            out.append({k: (json.loads(v) if k == "learner_stats" and v else
-                            float(v) if v not in ("", None) else None) for k, v in row.items()})
+            out.append(
+                {
+                    k: (
+                        json.loads(v)
+                        if k == "learner_stats" and v
+                        else float(v)
+                        if v not in ("", None)
+                        else None
+                    )
+                    for k, v in row.items()
+                }
+            )
     return out
 
 
-def plot_learning_curve(rows: List[Dict[str, Any]], path: str, *, title: str,
-                        target: Optional[float] = None) -> str:
+def plot_learning_curve(
+    rows: List[Dict[str, Any]], path: str, *, title: str, target: Optional[float] = None
+) -> str:
     """Writes a PNG of the training mean return (and evaluations) against env steps.
 
     Uses matplotlib's Agg backend (no display needed).
@@ -346,8 +389,11 @@ def plot_learning_curve(rows: List[Dict[str, Any]], path: str, *, title: str,
     try:
         steps = [r["timesteps_total"] for r in rows]
         ax.plot(steps, [r["episode_reward_mean"] for r in rows], label="training mean return (last 100)")
-        evals = [(r["timesteps_total"], r["eval_reward_mean"]) for r in rows
-                 if r.get("eval_reward_mean") is not None and not _isnan(r["eval_reward_mean"])]
+        evals = [
+            (r["timesteps_total"], r["eval_reward_mean"])
+            for r in rows
+            if r.get("eval_reward_mean") is not None and not _isnan(r["eval_reward_mean"])
+        ]
         if evals:
             ax.plot(*zip(*evals), "o", label="evaluation mean (explore off)")
         if target is not None:

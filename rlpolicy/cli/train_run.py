@@ -21,6 +21,7 @@ final evaluation runs. A second one during the final evaluation skips it
 (the checkpoint is already on disk). A Ctrl-C that arrives while a
 checkpoint is being written waits until the write is done.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -53,15 +54,15 @@ class RunOptions:
     stop_timesteps: int = 1_000_000
     max_seconds: float = math.inf
     eval_episodes: int = 20
-    eval_every: int = 0          # also evaluate every N iterations (0: only at the target)
+    eval_every: int = 0  # also evaluate every N iterations (0: only at the target)
     eval_seed: int = 10_000
-    checkpoint_every: int = 0    # 0: only the final checkpoint
+    checkpoint_every: int = 0  # 0: only the final checkpoint
     out_dir: Optional[str] = None
     progress_bar: Optional[bool] = None  # None: when stderr is a terminal
-    record: Optional[RunRecord] = None   # algo/framework/env written with each checkpoint
-    resume: bool = False         # append to OUT's progress.csv; counters come from `record`
-    keep_best: bool = True       # keep OUT/checkpoint_best
-    plot: bool = True            # write learning_curve.png (needs matplotlib)
+    record: Optional[RunRecord] = None  # algo/framework/env written with each checkpoint
+    resume: bool = False  # append to OUT's progress.csv; counters come from `record`
+    keep_best: bool = True  # keep OUT/checkpoint_best
+    plot: bool = True  # write learning_curve.png (needs matplotlib)
 
 
 @dataclass
@@ -69,7 +70,7 @@ class RunSummary:
     """How a run ended."""
 
     solved: bool
-    reason: str                  # "solved", "timesteps", "time" or "interrupted"
+    reason: str  # "solved", "timesteps", "time" or "interrupted"
     iterations: int
     timesteps: int
     wall_s: float
@@ -90,8 +91,9 @@ class _Display:
     with the real ``print``, whatever ``builtins.print`` has become since.
     """
 
-    def __init__(self, total: int, enabled: Optional[bool], log: Optional[Callable[[str], None]],
-                 initial: int = 0):
+    def __init__(
+        self, total: int, enabled: Optional[bool], log: Optional[Callable[[str], None]], initial: int = 0
+    ):
         self._log, self.bar = log, None
         if enabled is None:
             enabled = sys.stderr.isatty()
@@ -100,8 +102,15 @@ class _Display:
                 from tqdm import tqdm
             except ImportError:  # the bar is optional (rlpolicy[cli]); the lines are not
                 return
-            self.bar = tqdm(total=total, initial=min(initial, total), unit="step", unit_scale=True,
-                            dynamic_ncols=True, file=sys.stderr, leave=False)
+            self.bar = tqdm(
+                total=total,
+                initial=min(initial, total),
+                unit="step",
+                unit_scale=True,
+                dynamic_ncols=True,
+                file=sys.stderr,
+                leave=False,
+            )
 
     def line(self, text: str) -> None:
         if self._log is not None:
@@ -114,8 +123,9 @@ class _Display:
 
     def update(self, steps: int, result: IterationResult, rate: float) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(f"return {result.episode_reward_mean:.1f}, {rate:,.0f} steps/s",
-                                     refresh=False)
+            self.bar.set_postfix_str(
+                f"return {result.episode_reward_mean:.1f}, {rate:,.0f} steps/s", refresh=False
+            )
             self.bar.update(max(0, min(steps, self.bar.total) - self.bar.n))
             self.bar.refresh()  # one redraw per iteration (iterations take ~0.1 s or more)
 
@@ -154,18 +164,25 @@ def deferred_interrupts() -> Iterator[_Interrupts]:
 class _Run:
     """State of one :func:`run_training` call."""
 
-    def __init__(self, trainer: Any, env_creator: Callable[[], Any], opts: RunOptions,
-                 log: Optional[Callable[[str], None]]):
+    def __init__(
+        self,
+        trainer: Any,
+        env_creator: Callable[[], Any],
+        opts: RunOptions,
+        log: Optional[Callable[[str], None]],
+    ):
         self.trainer, self.env_creator, self.opts = trainer, env_creator, opts
         base = opts.record if opts.resume and opts.record else None
         self._time0 = base.time_total_s if base else 0.0
-        self.display = _Display(opts.stop_timesteps, opts.progress_bar, log,
-                                initial=base.timesteps_total if base else 0)
+        self.display = _Display(
+            opts.stop_timesteps, opts.progress_bar, log, initial=base.timesteps_total if base else 0
+        )
         out = opts.out_dir
         if out:
             os.makedirs(out, exist_ok=True)
-        self.progress = ProgressLog(os.path.join(out, run_outputs.PROGRESS_FILE) if out else None,
-                                    resume=opts.resume)
+        self.progress = ProgressLog(
+            os.path.join(out, run_outputs.PROGRESS_FILE) if out else None, resume=opts.resume
+        )
         self.start = time.perf_counter()
         self.last: Optional[IterationResult] = None
         self.last_eval: Optional[Dict[str, float]] = None
@@ -180,12 +197,17 @@ class _Run:
         return self._time0 + time.perf_counter() - self.start
 
     def evaluate(self) -> Dict[str, float]:
-        returns = evaluate_policy(self.trainer.policy, self.env_creator, self.opts.eval_episodes,
-                                  seed=self.opts.eval_seed)
+        returns = evaluate_policy(
+            self.trainer.policy, self.env_creator, self.opts.eval_episodes, seed=self.opts.eval_seed
+        )
         r = self.last
-        result = {"iteration": r.iteration if r else 0, "timesteps": r.timesteps_total if r else 0,
-                  "eval_mean": float(np.mean(returns)), "eval_std": float(np.std(returns)),
-                  "time_s": self.elapsed()}
+        result = {
+            "iteration": r.iteration if r else 0,
+            "timesteps": r.timesteps_total if r else 0,
+            "eval_mean": float(np.mean(returns)),
+            "eval_std": float(np.std(returns)),
+            "time_s": self.elapsed(),
+        }
         self.evaluations.append(result)
         self.last_eval = result
         return result
@@ -203,8 +225,10 @@ class _Run:
         at_target = r.episode_reward_mean >= opts.stop_reward
         if opts.eval_episodes > 0 and (at_target or (opts.eval_every and r.iteration % opts.eval_every == 0)):
             ev = self._evaluate_last()
-            self.display.line(f"  evaluation ({opts.eval_episodes} episodes, explore off): "
-                              f"mean return {ev['eval_mean']:.1f} +/- {ev['eval_std']:.1f}")
+            self.display.line(
+                f"  evaluation ({opts.eval_episodes} episodes, explore off): "
+                f"mean return {ev['eval_mean']:.1f} +/- {ev['eval_std']:.1f}"
+            )
         elif opts.eval_episodes <= 0:
             self._keep_best("episode_reward_mean", r.episode_reward_mean)
         if opts.checkpoint_every and opts.out_dir and r.iteration % opts.checkpoint_every == 0:
@@ -233,11 +257,17 @@ class _Run:
         return ev
 
     def _row(self, r: IterationResult, rate: float) -> Dict[str, Any]:
-        return {"iteration": r.iteration, "timesteps_total": r.timesteps_total,
-                "episodes_total": r.episodes_total, "episode_reward_mean": r.episode_reward_mean,
-                "time_total_s": self.elapsed(), "steps_per_s": rate,
-                "eval_reward_mean": None, "eval_reward_std": None,
-                "learner_stats": dict(r.learner_stats)}
+        return {
+            "iteration": r.iteration,
+            "timesteps_total": r.timesteps_total,
+            "episodes_total": r.episodes_total,
+            "episode_reward_mean": r.episode_reward_mean,
+            "time_total_s": self.elapsed(),
+            "steps_per_s": rate,
+            "eval_reward_mean": None,
+            "eval_reward_std": None,
+            "learner_stats": dict(r.learner_stats),
+        }
 
     def _flush_row(self) -> None:
         """Appends the pending row to progress.csv. A Ctrl-C during the write is held
@@ -254,7 +284,8 @@ class _Run:
     def _print_iteration(self, r: IterationResult, rate: float) -> None:
         self.display.line(
             f"iter {r.iteration:3d}  steps {r.timesteps_total:7d}  episodes {r.episodes_total:5d}  "
-            f"mean return {r.episode_reward_mean:7.1f}  {rate:6.0f} steps/s  time {self.elapsed():6.1f}s")
+            f"mean return {r.episode_reward_mean:7.1f}  {rate:6.0f} steps/s  time {self.elapsed():6.1f}s"
+        )
 
     def _keep_best(self, by: str, score: float) -> None:
         """Saves ``checkpoint_best`` if ``score`` beats the best so far (same measure)."""
@@ -264,8 +295,11 @@ class _Run:
         if self.best is not None and self.best[0] == by and score <= self.best[1]:
             return
         self.best = (by, float(score))
-        self.best_dir = self.save(os.path.join(opts.out_dir, run_outputs.BEST_DIR), folder=True,
-                                  extra={"best_by": by, "score": float(score)})
+        self.best_dir = self.save(
+            os.path.join(opts.out_dir, run_outputs.BEST_DIR),
+            folder=True,
+            extra={"best_by": by, "score": float(score)},
+        )
 
     def save(self, directory: str, folder: bool = False, extra: Optional[dict] = None) -> str:
         """Writes a checkpoint; a Ctrl-C during the write is held until it is done
@@ -273,12 +307,17 @@ class _Run:
         base = self.opts.record or RunRecord(algo="?", framework="?", env="?")
         r, ev = self.last, self.last_eval
         ev_now = ev if ev is not None and r is not None and ev["iteration"] == r.iteration else None
-        record = RunRecord(**{**base.__dict__, "iteration": r.iteration if r else 0,
-                              "timesteps_total": r.timesteps_total if r else 0,
-                              "episodes_total": r.episodes_total if r else 0,
-                              "time_total_s": round(self.elapsed(), 3),
-                              "eval_reward_mean": ev_now["eval_mean"] if ev_now else None,
-                              "extra": dict(extra or {})})
+        record = RunRecord(
+            **{
+                **base.__dict__,
+                "iteration": r.iteration if r else 0,
+                "timesteps_total": r.timesteps_total if r else 0,
+                "episodes_total": r.episodes_total if r else 0,
+                "time_total_s": round(self.elapsed(), 3),
+                "eval_reward_mean": ev_now["eval_mean"] if ev_now else None,
+                "extra": dict(extra or {}),
+            }
+        )
         write = run_outputs.save_folder_checkpoint if folder else run_outputs.save_checkpoint
         with deferred_interrupts() as held:
             path = write(self.trainer.policy, directory, record)
@@ -290,9 +329,13 @@ class _Run:
         opts, r = self.opts, self.last
         self.display.close()
         summary = RunSummary(
-            solved=reason == "solved", reason=reason, iterations=r.iteration if r else 0,
-            timesteps=r.timesteps_total if r else 0, wall_s=0.0,
-            train_mean=r.episode_reward_mean if r else float("nan"))
+            solved=reason == "solved",
+            reason=reason,
+            iterations=r.iteration if r else 0,
+            timesteps=r.timesteps_total if r else 0,
+            wall_s=0.0,
+            train_mean=r.episode_reward_mean if r else float("nan"),
+        )
         if opts.out_dir and r is not None:
             try:
                 summary.checkpoint_dir = self.save(opts.out_dir)  # first: nothing slow before it
@@ -300,13 +343,19 @@ class _Run:
                 summary.checkpoint_dir = os.path.abspath(opts.out_dir)
                 summary.final_eval_skipped = True
                 summary.reason = "interrupted"
-        if r is not None and opts.eval_episodes > 0 and not summary.final_eval_skipped and (
-                self.last_eval is None or self.last_eval["iteration"] != r.iteration):
+        if (
+            r is not None
+            and opts.eval_episodes > 0
+            and not summary.final_eval_skipped
+            and (self.last_eval is None or self.last_eval["iteration"] != r.iteration)
+        ):
             try:
                 self.display.line(f"final evaluation ({opts.eval_episodes} episodes, explore off) ...")
                 ev = self._evaluate_last()
-                self.display.line(f"final evaluation ({opts.eval_episodes} episodes, explore off): "
-                                  f"mean return {ev['eval_mean']:.1f} +/- {ev['eval_std']:.1f}")
+                self.display.line(
+                    f"final evaluation ({opts.eval_episodes} episodes, explore off): "
+                    f"mean return {ev['eval_mean']:.1f} +/- {ev['eval_std']:.1f}"
+                )
                 if summary.checkpoint_dir:
                     run_outputs.update_run_record(summary.checkpoint_dir, eval_reward_mean=ev["eval_mean"])
             except KeyboardInterrupt:
@@ -321,7 +370,8 @@ class _Run:
             summary.eval_mean, summary.eval_std = ev["eval_mean"], ev["eval_std"]
         summary.evaluations = list(self.evaluations)
         summary.best_dir = self.best_dir or (
-            os.path.join(opts.out_dir, run_outputs.BEST_DIR) if opts.out_dir and self.best else None)
+            os.path.join(opts.out_dir, run_outputs.BEST_DIR) if opts.out_dir and self.best else None
+        )
         if opts.out_dir and opts.plot and self.progress.rows and not summary.final_eval_skipped:
             summary.plot_path = self.plot()
         summary.wall_s = time.perf_counter() - self.start
@@ -335,12 +385,17 @@ class _Run:
         rec = self.opts.record
         title = f"{rec.algo.upper()} ({rec.framework}) on {rec.env}" if rec else "training"
         path = os.path.join(self.opts.out_dir, run_outputs.PLOT_FILE)
-        return run_outputs.plot_learning_curve(self.progress.rows, path, title=title,
-                                               target=self.opts.stop_reward)
+        return run_outputs.plot_learning_curve(
+            self.progress.rows, path, title=title, target=self.opts.stop_reward
+        )
 
 
-def run_training(trainer: Any, env_creator: Callable[[], Any], opts: RunOptions,
-                 log: Optional[Callable[[str], None]] = None) -> RunSummary:
+def run_training(
+    trainer: Any,
+    env_creator: Callable[[], Any],
+    opts: RunOptions,
+    log: Optional[Callable[[str], None]] = None,
+) -> RunSummary:
     """Trains until solved or out of budget; see the module docstring.
 
     Args:

@@ -9,6 +9,7 @@ adaptive KL coefficient update, as RLlib 1.11's PPO does (the registry entry's
 ``minibatch_sgd``). DQN's loop is ``rlpolicy.agents.dqn.dqn.SimpleDQNTrainer``;
 :func:`make_trainer` picks the registered one for an algorithm name.
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,13 +45,25 @@ def algo_default_config(algo: str) -> dict:
 class _LocalSampler:
     """Samples with one in-process ``RolloutWorker``."""
 
-    def __init__(self, env_creator: Callable[[], Any], policy: Any, num_envs: int,
-                 fragment: int, seed: Optional[int], batch_mode: str = "truncate_episodes"):
+    def __init__(
+        self,
+        env_creator: Callable[[], Any],
+        policy: Any,
+        num_envs: int,
+        fragment: int,
+        seed: Optional[int],
+        batch_mode: str = "truncate_episodes",
+    ):
         from rlpolicy.evaluation.rollout_worker import RolloutWorker
 
-        self.worker = RolloutWorker(env_creator, policy, num_envs=num_envs,
-                                    rollout_fragment_length=fragment, seed=seed,
-                                    batch_mode=batch_mode)
+        self.worker = RolloutWorker(
+            env_creator,
+            policy,
+            num_envs=num_envs,
+            rollout_fragment_length=fragment,
+            seed=seed,
+            batch_mode=batch_mode,
+        )
 
     def sample(self, num_steps: int) -> SampleBatch:
         batches, count = [], 0
@@ -71,17 +84,36 @@ class _RaySampler:
     """Samples with a ``WorkerSet``: ``num_workers`` Ray actors, each with its own
     copy of the policy (weights synced after every update) and ``num_envs`` envs."""
 
-    def __init__(self, env_creator: Callable[[], Any], policy_class: type, config: Dict[str, Any],
-                 num_workers: int, num_envs: int, fragment: int, seed: Optional[int]):
+    def __init__(
+        self,
+        env_creator: Callable[[], Any],
+        policy_class: type,
+        config: Dict[str, Any],
+        num_workers: int,
+        num_envs: int,
+        fragment: int,
+        seed: Optional[int],
+    ):
         try:
             from rlpolicy.evaluation.worker_set import WorkerSet
         except ImportError as e:
-            raise ValueError(f"num_workers={num_workers} needs rlpolicy.evaluation.worker_set.WorkerSet, "
-                             f"which cannot be imported ({e}); use num_workers=0") from None
-        trainer_config = dict(config, num_workers=num_workers, num_envs_per_worker=num_envs,
-                              rollout_fragment_length=fragment, seed=seed)
-        self.workers = WorkerSet(env_creator=env_creator, policy_class=policy_class,
-                                 trainer_config=trainer_config, num_workers=num_workers)
+            raise ValueError(
+                f"num_workers={num_workers} needs rlpolicy.evaluation.worker_set.WorkerSet, "
+                f"which cannot be imported ({e}); use num_workers=0"
+            ) from None
+        trainer_config = dict(
+            config,
+            num_workers=num_workers,
+            num_envs_per_worker=num_envs,
+            rollout_fragment_length=fragment,
+            seed=seed,
+        )
+        self.workers = WorkerSet(
+            env_creator=env_creator,
+            policy_class=policy_class,
+            trainer_config=trainer_config,
+            num_workers=num_workers,
+        )
         self.worker = self.workers.local_worker()
 
     def sample(self, num_steps: int) -> SampleBatch:
@@ -110,13 +142,21 @@ class SimpleTrainer:
         seed: Seed of the environments' first resets.
     """
 
-    def __init__(self, algo: Union[str, Algorithm], env_creator: Callable[[], Any],
-                 config: Dict[str, Any], *, num_envs: int = 8, num_workers: int = 0,
-                 seed: Optional[int] = None):
+    def __init__(
+        self,
+        algo: Union[str, Algorithm],
+        env_creator: Callable[[], Any],
+        config: Dict[str, Any],
+        *,
+        num_envs: int = 8,
+        num_workers: int = 0,
+        seed: Optional[int] = None,
+    ):
         spec = algo if isinstance(algo, Algorithm) else get_algorithm(algo)
         if spec.trainer != f"{__name__}:SimpleTrainer":
-            raise ValueError(f"SimpleTrainer does not train {spec.name!r} (its loop is "
-                             f"{spec.trainer}); use make_trainer()")
+            raise ValueError(
+                f"SimpleTrainer does not train {spec.name!r} (its loop is {spec.trainer}); use make_trainer()"
+            )
         self.algo = spec.name
         self._minibatch_sgd = spec.minibatch_sgd
         policy_class = spec.policy_class(config.get("framework", "torch"))
@@ -127,8 +167,15 @@ class SimpleTrainer:
         # returns-to-go are not bootstrapped, so a cut fragment's returns are wrong).
         batch_mode = config.get("batch_mode", spec.config()["batch_mode"])
         if num_workers > 0:
-            self.sampler: Any = _RaySampler(env_creator, policy_class, dict(config, batch_mode=batch_mode),
-                                            num_workers, num_envs, fragment, seed)
+            self.sampler: Any = _RaySampler(
+                env_creator,
+                policy_class,
+                dict(config, batch_mode=batch_mode),
+                num_workers,
+                num_envs,
+                fragment,
+                seed,
+            )
             self.policy = self.sampler.worker.policy
         else:
             env = env_creator()
@@ -164,8 +211,14 @@ class SimpleTrainer:
         stats = self._learn_minibatches(batch) if self._minibatch_sgd else self._learn_simple(batch)
         self.sampler.sync_weights()
         self.iteration += 1
-        return IterationResult(self.iteration, m["timesteps_total"], m["episode_reward_mean"],
-                               m["episodes_total"], stats, time.perf_counter() - self._start)
+        return IterationResult(
+            self.iteration,
+            m["timesteps_total"],
+            m["episode_reward_mean"],
+            m["episodes_total"],
+            stats,
+            time.perf_counter() - self._start,
+        )
 
     def stop(self) -> None:
         """Releases the Ray workers (if any)."""
@@ -198,9 +251,15 @@ class SimpleTrainer:
         return mean
 
 
-def make_trainer(algo: str, env_creator: Callable[[], Any], config: Dict[str, Any], *,
-                 num_envs: Optional[int] = None, num_workers: int = 0,
-                 seed: Optional[int] = None) -> Any:
+def make_trainer(
+    algo: str,
+    env_creator: Callable[[], Any],
+    config: Dict[str, Any],
+    *,
+    num_envs: Optional[int] = None,
+    num_workers: int = 0,
+    seed: Optional[int] = None,
+) -> Any:
     """The registered training loop of ``algo`` (:class:`SimpleTrainer` for pg and ppo,
     ``SimpleDQNTrainer`` for dqn).
 
@@ -211,12 +270,14 @@ def make_trainer(algo: str, env_creator: Callable[[], Any], config: Dict[str, An
         ValueError: For an unknown algorithm, or ``num_workers > 0`` for a loop that
             samples in one process (DQN).
     """
-    return get_algorithm(algo).make_trainer(env_creator, config, num_envs=num_envs,
-                                            num_workers=num_workers, seed=seed)
+    return get_algorithm(algo).make_trainer(
+        env_creator, config, num_envs=num_envs, num_workers=num_workers, seed=seed
+    )
 
 
-def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: int = 20,
-                    seed: int = 10_000) -> List[float]:
+def evaluate_policy(
+    policy: Any, env_creator: Callable[[], Any], num_episodes: int = 20, seed: int = 10_000
+) -> List[float]:
     """Returns of ``num_episodes`` episodes played with ``explore=False``.
 
     One env per episode (seeded ``seed + i``), all stepped in lock-step so the
@@ -240,11 +301,14 @@ def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: i
         while running.any():
             idx = np.flatnonzero(running)
             actions, state_out, _ = policy.compute_actions(
-                np.stack([obs[i] for i in idx]), state_batches=[s[idx] for s in state] or None,
-                explore=False)
+                np.stack([obs[i] for i in idx]), state_batches=[s[idx] for s in state] or None, explore=False
+            )
             for j, i in enumerate(idx):
-                action = actions[j] if isinstance(actions, np.ndarray) else tree.map_structure(
-                    lambda a, j=j: a[j], actions)
+                action = (
+                    actions[j]
+                    if isinstance(actions, np.ndarray)
+                    else tree.map_structure(lambda a, j=j: a[j], actions)
+                )
                 next_obs, reward, terminated, truncated, _ = envs[i].step(to_env(action))
                 obs[i] = prep(next_obs)
                 returns[i] += reward
@@ -258,5 +322,14 @@ def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: i
     return returns.tolist()
 
 
-__all__ = ["ALGORITHMS", "FRAMEWORKS", "IterationResult", "SimpleTrainer", "algo_default_config",
-           "evaluate_policy", "get_policy_class", "learner_stats_of", "make_trainer"]
+__all__ = [
+    "ALGORITHMS",
+    "FRAMEWORKS",
+    "IterationResult",
+    "SimpleTrainer",
+    "algo_default_config",
+    "evaluate_policy",
+    "get_policy_class",
+    "learner_stats_of",
+    "make_trainer",
+]

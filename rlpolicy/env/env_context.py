@@ -1,5 +1,6 @@
 """``EnvContext``: the env config plus where the env runs (RLlib 1.11's
 ``ray.rllib.env.env_context``)."""
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,14 @@ class EnvContext(dict):
         num_workers: Number of remote workers of the worker set.
     """
 
-    def __init__(self, env_config: Optional[EnvConfigDict], worker_index: int,
-                 vector_index: int = 0, remote: bool = False, num_workers: Optional[int] = None):
+    def __init__(
+        self,
+        env_config: Optional[EnvConfigDict],
+        worker_index: int,
+        vector_index: int = 0,
+        remote: bool = False,
+        num_workers: Optional[int] = None,
+    ):
         """Initializes an EnvContext.
 
         Args:
@@ -38,10 +45,14 @@ class EnvContext(dict):
         self.remote = remote
         self.num_workers = num_workers
 
-    def copy_with_overrides(self, env_config: Optional[EnvConfigDict] = None,
-                            worker_index: Optional[int] = None, vector_index: Optional[int] = None,
-                            remote: Optional[bool] = None,
-                            num_workers: Optional[int] = None) -> "EnvContext":
+    def copy_with_overrides(
+        self,
+        env_config: Optional[EnvConfigDict] = None,
+        worker_index: Optional[int] = None,
+        vector_index: Optional[int] = None,
+        remote: Optional[bool] = None,
+        num_workers: Optional[int] = None,
+    ) -> "EnvContext":
         """A copy with some fields replaced (None keeps the current value)."""
         return EnvContext(
             copy.deepcopy(dict(self)) if env_config is None else env_config,

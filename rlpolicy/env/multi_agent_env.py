@@ -7,6 +7,7 @@ Every call works on dicts keyed by agent id. ``reset`` returns
 ``truncateds`` carry the special key ``"__all__"``, which ends the episode
 for every agent. Only agents that receive an observation act in the next step.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional, Set, Tuple, Union
@@ -48,8 +49,9 @@ class MultiAgentEnv(gym.Env):
         if not hasattr(self, "_agent_ids"):
             self._agent_ids: Set[AgentID] = set()
 
-    def reset(self, *, seed: Optional[int] = None,
-              options: Optional[dict] = None) -> Tuple[MultiAgentDict, MultiAgentDict]:
+    def reset(
+        self, *, seed: Optional[int] = None, options: Optional[dict] = None
+    ) -> Tuple[MultiAgentDict, MultiAgentDict]:
         """Starts a new episode.
 
         Args:
@@ -61,8 +63,9 @@ class MultiAgentEnv(gym.Env):
         """
         raise NotImplementedError
 
-    def step(self, action_dict: MultiAgentDict) -> Tuple[MultiAgentDict, MultiAgentDict, MultiAgentDict,
-                                                         MultiAgentDict, MultiAgentDict]:
+    def step(
+        self, action_dict: MultiAgentDict
+    ) -> Tuple[MultiAgentDict, MultiAgentDict, MultiAgentDict, MultiAgentDict, MultiAgentDict]:
         """Applies the actions of the agents that were asked to act.
 
         Args:

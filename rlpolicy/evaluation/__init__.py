@@ -1,6 +1,7 @@
 """Sampling-side pieces of RLlib 1.11's ``ray.rllib.evaluation``: episodes, trajectory
 postprocessing, rollout workers and worker sets. Names are loaded lazily so that importing this
 package pulls in neither a framework nor Ray."""
+
 from __future__ import annotations
 
 import importlib

@@ -8,6 +8,7 @@ column (``obs`` or a per-step column such as ``actions``, ``rewards`` or
 first step, shifted values are zeros (``state_out_*``: the policy's initial
 state; ``infos``: empty dicts).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,8 +25,9 @@ _STRUCT_SPACES = (gym.spaces.Dict, gym.spaces.Tuple)
 _OBS = SampleBatch.OBS
 _INFOS = SampleBatch.INFOS
 # Data columns that inputs to compute_actions may read.
-_ACTION_TIME_COLUMNS = frozenset([_OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS,
-                                  SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS])
+_ACTION_TIME_COLUMNS = frozenset(
+    [_OBS, SampleBatch.ACTIONS, SampleBatch.REWARDS, SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS]
+)
 # Columns every trajectory gets, whatever the view requirements say.
 _SHIFTED_DEFAULTS = {
     SampleBatch.NEXT_OBS: (_OBS, 1),
@@ -85,8 +87,18 @@ class AgentTrajectory:
         init_info: The info dict that came with it.
     """
 
-    def __init__(self, agent_id: Any, agent_index: int, policy_id: str, policy: Any, eps_id: int,
-                 env_id: int, unroll_ids: Iterator[int], init_obs: Any, init_info: Optional[dict]):
+    def __init__(
+        self,
+        agent_id: Any,
+        agent_index: int,
+        policy_id: str,
+        policy: Any,
+        eps_id: int,
+        env_id: int,
+        unroll_ids: Iterator[int],
+        init_obs: Any,
+        init_info: Optional[dict],
+    ):
         self.agent_id, self.agent_index = agent_id, agent_index
         self.policy_id, self.policy = policy_id, policy
         self.eps_id, self.env_id = eps_id, env_id
@@ -219,8 +231,10 @@ class AgentTrajectory:
         if index < 0 or k >= len(seq):
             return self._fill(data_col)
         if k < 0:
-            raise RuntimeError(f"AgentTrajectory: step {index} of column {data_col!r} was already "
-                               f"dropped (history starts at step {self.base})")
+            raise RuntimeError(
+                f"AgentTrajectory: step {index} of column {data_col!r} was already "
+                f"dropped (history starts at step {self.base})"
+            )
         return seq[k]
 
     def _stacked(self, data_col: str, a: int, b: int, shift: int) -> Any:
@@ -230,9 +244,11 @@ class AgentTrajectory:
         before = max(0, min(hi, 0) - lo)
         start, stop = max(lo, 0) - self.base, hi - self.base
         if start < 0 and before < hi - lo:
-            raise RuntimeError(f"AgentTrajectory: column {data_col!r} from step {max(lo, 0)} was already "
-                               f"dropped (history starts at step {self.base})")
-        middle = list(seq[max(start, 0):max(stop, 0)])
+            raise RuntimeError(
+                f"AgentTrajectory: column {data_col!r} from step {max(lo, 0)} was already "
+                f"dropped (history starts at step {self.base})"
+            )
+        middle = list(seq[max(start, 0) : max(stop, 0)])
         after = (hi - lo) - before - len(middle)
         values = middle
         if before or after:
@@ -247,8 +263,8 @@ class AgentTrajectory:
         fill = self._fills.get(data_col)
         if fill is not None:
             return fill
-        if data_col.startswith("state_out_") and int(data_col[len("state_out_"):]) < len(self.initial_state):
-            fill = self.initial_state[int(data_col[len("state_out_"):])]
+        if data_col.startswith("state_out_") and int(data_col[len("state_out_") :]) < len(self.initial_state):
+            fill = self.initial_state[int(data_col[len("state_out_") :])]
         elif data_col.startswith("state_out_"):
             # A memory stream without an initial state (attention nets, RLlib 1.11):
             # zeros shaped like the state_out_i view's space.
@@ -274,13 +290,21 @@ class AgentTrajectory:
         view requirement or of a view reading it (e.g. ``state_in_0`` reading
         ``state_out_0`` of a policy without an initial state, RLlib 1.11)."""
         if data_col == SampleBatch.ACTIONS:
-            zeros = tree.map_structure(lambda v: np.zeros_like(np.asarray(v)), self.policy.action_space.sample())
+            zeros = tree.map_structure(
+                lambda v: np.zeros_like(np.asarray(v)), self.policy.action_space.sample()
+            )
             return flat_action(zeros) if flattens_actions(self.policy) else zeros
         req = self.view_requirements.get(data_col)
         space = getattr(req, "space", None)
         if space is None:
-            space = next((r.space for r in self.view_requirements.values()
-                          if r.data_col == data_col and getattr(r, "space", None) is not None), None)
+            space = next(
+                (
+                    r.space
+                    for r in self.view_requirements.values()
+                    if r.data_col == data_col and getattr(r, "space", None) is not None
+                ),
+                None,
+            )
         if space is None:
             return np.float32(0.0)
         return tree.map_structure(lambda v: np.zeros_like(np.asarray(v)), space.sample())
@@ -306,5 +330,12 @@ def unroll_id_counter() -> Iterator[int]:
     return itertools.count()
 
 
-__all__ = ["AgentTrajectory", "lookback_of", "stack_values", "object_column", "unroll_id_counter",
-           "flattens_actions", "flat_action"]
+__all__ = [
+    "AgentTrajectory",
+    "lookback_of",
+    "stack_values",
+    "object_column",
+    "unroll_id_counter",
+    "flattens_actions",
+    "flat_action",
+]

@@ -1,5 +1,6 @@
 """``Episode``: the state of one running episode as seen by policies and callbacks
 (RLlib 1.11's ``ray.rllib.evaluation.episode``)."""
+
 from __future__ import annotations
 
 import inspect
@@ -19,8 +20,9 @@ _DUMMY_AGENT_ID = "agent0"
 _DEFAULT_POLICY_ID = "default_policy"
 
 
-def _default_policy_mapping_fn(agent_id: AgentID, episode: "Episode", worker: Any = None,
-                               **kwargs) -> PolicyID:
+def _default_policy_mapping_fn(
+    agent_id: AgentID, episode: "Episode", worker: Any = None, **kwargs
+) -> PolicyID:
     return _DEFAULT_POLICY_ID
 
 
@@ -44,8 +46,11 @@ def resolve_policy_mapping_fn(fn: Callable[..., PolicyID]) -> Callable[..., Poli
     var_kw = any(p.kind == kinds.VAR_KEYWORD for p in params)
     n_args = 2 if var_pos or len(positional) >= 2 else 1
     taken = {p.name for p in positional[:n_args]}
-    keywords = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)
-                and p.name not in taken}
+    keywords = {
+        p.name
+        for p in params
+        if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY) and p.name not in taken
+    }
     if n_args == 2 and var_kw:
         return fn  # the current signature: nothing to adapt
 
@@ -88,11 +93,16 @@ class Episode:
         batch_builder: What ``batch_builder_factory`` returned.
     """
 
-    def __init__(self, policies: Optional[Dict[PolicyID, Any]] = None,
-                 policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
-                 batch_builder_factory: Optional[Callable[[], Any]] = None,
-                 extra_batch_callback: Optional[Callable[[Any], None]] = None,
-                 env_id: Optional[EnvID] = None, *, worker: Optional[Any] = None):
+    def __init__(
+        self,
+        policies: Optional[Dict[PolicyID, Any]] = None,
+        policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
+        batch_builder_factory: Optional[Callable[[], Any]] = None,
+        extra_batch_callback: Optional[Callable[[Any], None]] = None,
+        env_id: Optional[EnvID] = None,
+        *,
+        worker: Optional[Any] = None,
+    ):
         """Initializes an Episode.
 
         Args:
@@ -157,8 +167,10 @@ class Episode:
             self._agent_to_policy[agent_id] = self._mapping_call(agent_id, self, worker=self.worker)
         policy_id = self._agent_to_policy[agent_id]
         if policy_id not in self.policy_map:
-            raise KeyError(f"policy_mapping_fn returned invalid policy id {policy_id!r} for agent "
-                           f"{agent_id!r}; known policy ids: {sorted(self.policy_map)}")
+            raise KeyError(
+                f"policy_mapping_fn returned invalid policy id {policy_id!r} for agent "
+                f"{agent_id!r}; known policy ids: {sorted(self.policy_map)}"
+            )
         return policy_id
 
     def last_observation_for(self, agent_id: AgentID = _DUMMY_AGENT_ID) -> Optional[EnvObsType]:

@@ -3,6 +3,7 @@
 
 Pure numpy; scipy is not needed (``discount_cumsum`` is a reverse recursion).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
@@ -51,13 +52,21 @@ def discount_cumsum(x: np.ndarray, gamma: float) -> np.ndarray:
 def _last_r_array(last_r: Any) -> np.ndarray:
     arr = np.asarray(convert_to_numpy(last_r), dtype=np.float64).reshape(-1)
     if arr.size != 1:
-        raise ValueError(f"compute_advantages: last_r must be one number (the value of the state "
-                         f"after the trajectory), got shape {np.shape(last_r)}")
+        raise ValueError(
+            f"compute_advantages: last_r must be one number (the value of the state "
+            f"after the trajectory), got shape {np.shape(last_r)}"
+        )
     return arr
 
 
-def compute_advantages(rollout: SampleBatch, last_r: float, gamma: float = 0.9, lambda_: float = 1.0,
-                       use_gae: bool = True, use_critic: bool = True) -> SampleBatch:
+def compute_advantages(
+    rollout: SampleBatch,
+    last_r: float,
+    gamma: float = 0.9,
+    lambda_: float = 1.0,
+    use_gae: bool = True,
+    use_critic: bool = True,
+) -> SampleBatch:
     """Adds ``advantages`` and ``value_targets`` columns to a single trajectory.
 
     With ``use_gae``: ``delta_t = r_t + gamma V_{t+1} - V_t`` (``V_T = last_r``),
@@ -85,11 +94,14 @@ def compute_advantages(rollout: SampleBatch, last_r: float, gamma: float = 0.9, 
             ``use_gae`` is set without ``use_critic``.
     """
     if use_critic and SampleBatch.VF_PREDS not in rollout:
-        raise ValueError(f"compute_advantages: use_critic=True but the batch has no "
-                         f"{SampleBatch.VF_PREDS!r} column (columns: {sorted(rollout.keys())})")
+        raise ValueError(
+            f"compute_advantages: use_critic=True but the batch has no "
+            f"{SampleBatch.VF_PREDS!r} column (columns: {sorted(rollout.keys())})"
+        )
     if use_gae and not use_critic:
-        raise ValueError("compute_advantages: use_gae=True needs a value function; set use_critic=True "
-                         "or use_gae=False")
+        raise ValueError(
+            "compute_advantages: use_gae=True needs a value function; set use_critic=True or use_gae=False"
+        )
     rewards = np.asarray(rollout[SampleBatch.REWARDS], dtype=np.float64)
     last = _last_r_array(last_r)
     if use_gae:
@@ -122,9 +134,12 @@ def _episode_terminated(sample_batch: SampleBatch) -> bool:
     return bool(np.asarray(sample_batch[SampleBatch.DONES])[-1])
 
 
-def compute_gae_for_sample_batch(policy: Any, sample_batch: SampleBatch,
-                                 other_agent_batches: Optional[Dict[AgentID, Tuple[Any, SampleBatch]]] = None,
-                                 episode: Optional[Any] = None) -> SampleBatch:
+def compute_gae_for_sample_batch(
+    policy: Any,
+    sample_batch: SampleBatch,
+    other_agent_batches: Optional[Dict[AgentID, Tuple[Any, SampleBatch]]] = None,
+    episode: Optional[Any] = None,
+) -> SampleBatch:
     """Adds GAE (or Monte-Carlo) advantages to a trajectory, bootstrapping if needed.
 
     If the trajectory ended in a terminal state, ``last_r = 0``. Otherwise
@@ -151,13 +166,19 @@ def compute_gae_for_sample_batch(policy: Any, sample_batch: SampleBatch,
         input_dict = sample_batch.get_single_step_input_dict(policy.model.view_requirements, index="last")
         last_r = policy._value(**input_dict)
     config = policy.config
-    return compute_advantages(sample_batch, last_r, config["gamma"], config["lambda"],
-                              use_gae=config["use_gae"], use_critic=config.get("use_critic", True))
+    return compute_advantages(
+        sample_batch,
+        last_r,
+        config["gamma"],
+        config["lambda"],
+        use_gae=config["use_gae"],
+        use_critic=config.get("use_critic", True),
+    )
 
 
 def _shift_done_column(batch: SampleBatch, key: str, n_step: int, len_: int) -> None:
     col = np.asarray(batch[key])
-    batch[key] = np.concatenate([col[n_step - 1:], np.tile(col[-1], min(n_step - 1, len_))], axis=0)
+    batch[key] = np.concatenate([col[n_step - 1 :], np.tile(col[-1], min(n_step - 1, len_))], axis=0)
 
 
 class MidTrajectoryDoneError(ValueError, AssertionError):
@@ -190,12 +211,15 @@ def adjust_nstep(n_step: int, gamma: float, batch: SampleBatch) -> None:
         raise ValueError(f"adjust_nstep: n_step must be >= 1, got {n_step}")
     dones = np.asarray(batch[SampleBatch.DONES])
     if np.any(dones[:-1]):
-        raise MidTrajectoryDoneError(f"adjust_nstep: unexpected done in the middle of the trajectory "
-                         f"(at index {int(np.argmax(dones[:-1]))} of {len(dones)})")
+        raise MidTrajectoryDoneError(
+            f"adjust_nstep: unexpected done in the middle of the trajectory "
+            f"(at index {int(np.argmax(dones[:-1]))} of {len(dones)})"
+        )
     len_ = len(batch)
     obs, next_obs = batch[SampleBatch.OBS], batch[SampleBatch.NEXT_OBS]
     batch[SampleBatch.NEXT_OBS] = np.concatenate(
-        [obs[n_step:], np.stack([next_obs[-1]] * min(n_step, len_))], axis=0)
+        [obs[n_step:], np.stack([next_obs[-1]] * min(n_step, len_))], axis=0
+    )
     for key in (SampleBatch.DONES, SampleBatch.TERMINATEDS, SampleBatch.TRUNCATEDS):
         if dict.__contains__(batch, key):
             _shift_done_column(batch, key, n_step, len_)
@@ -203,10 +227,16 @@ def adjust_nstep(n_step: int, gamma: float, batch: SampleBatch) -> None:
     original = np.array(rewards, dtype=np.float64)
     summed = np.zeros(len_, dtype=np.float64)
     for j in range(n_step):
-        summed[:max(len_ - j, 0)] += gamma ** j * original[j:]
+        summed[: max(len_ - j, 0)] += gamma**j * original[j:]
     # In place, as RLlib: callers may hold a reference to the rewards array.
     rewards[:] = summed.astype(rewards.dtype)
 
 
-__all__ = ["MidTrajectoryDoneError", "Postprocessing", "adjust_nstep", "compute_advantages",
-           "compute_gae_for_sample_batch", "discount_cumsum"]
+__all__ = [
+    "MidTrajectoryDoneError",
+    "Postprocessing",
+    "adjust_nstep",
+    "compute_advantages",
+    "compute_gae_for_sample_batch",
+    "discount_cumsum",
+]

@@ -11,6 +11,7 @@ so the same object serves as the driver's local worker and, through
 
 The sampling loop lives in :mod:`rlpolicy.evaluation.sampler`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -85,9 +86,14 @@ class RolloutWorker:
     """
 
     @classmethod
-    def as_remote(cls, num_cpus: Optional[float] = None, num_gpus: Optional[float] = None,
-                  memory: Optional[int] = None, object_store_memory: Optional[int] = None,
-                  resources: Optional[dict] = None) -> Any:
+    def as_remote(
+        cls,
+        num_cpus: Optional[float] = None,
+        num_gpus: Optional[float] = None,
+        memory: Optional[int] = None,
+        object_store_memory: Optional[int] = None,
+        resources: Optional[dict] = None,
+    ) -> Any:
         """This class as a Ray actor class with the given resource requests.
 
         Returns:
@@ -95,30 +101,49 @@ class RolloutWorker:
         """
         import ray
 
-        options = dict(num_cpus=num_cpus, num_gpus=num_gpus, memory=memory,
-                       object_store_memory=object_store_memory, resources=resources)
+        options = dict(
+            num_cpus=num_cpus,
+            num_gpus=num_gpus,
+            memory=memory,
+            object_store_memory=object_store_memory,
+            resources=resources,
+        )
         # Only what was asked for (Ray warns about some options even when None).
         return ray.remote(max_restarts=0, **{k: v for k, v in options.items() if v is not None})(cls)
 
-    def __init__(self, env_creator: Optional[Callable[..., Any]] = None,
-                 policy_spec: Optional[PolicySpecArg] = None, *,
-                 policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
-                 policies_to_train: Optional[Union[List[PolicyID], Callable[..., bool]]] = None,
-                 validate_env: Optional[Callable[[Any, EnvContext], None]] = None,
-                 rollout_fragment_length: int = 100, count_steps_by: str = "env_steps",
-                 batch_mode: str = "truncate_episodes", num_envs: int = 1,
-                 normalize_actions: Optional[bool] = None, clip_actions: Optional[bool] = None,
-                 env_config: Optional[EnvConfigDict] = None,
-                 policy_config: Optional[PartialTrainerConfigDict] = None,
-                 worker_index: int = 0, num_workers: int = 0, callbacks: Any = None,
-                 seed: Optional[int] = None,
-                 spaces: Optional[Dict[PolicyID, Tuple[Any, Any]]] = None,
-                 explore: Optional[bool] = None, policy: Optional[PolicySpecArg] = None,
-                 episode_horizon: Optional[int] = None, soft_horizon: bool = False,
-                 no_done_at_end: bool = False, clip_rewards: Optional[Union[bool, float]] = None,
-                 observation_filter: Any = "NoFilter", sample_async: bool = False,
-                 extra_python_environs: Optional[Dict[str, Any]] = None,
-                 record_env: Union[bool, str] = False, remote_worker_envs: bool = False):
+    def __init__(
+        self,
+        env_creator: Optional[Callable[..., Any]] = None,
+        policy_spec: Optional[PolicySpecArg] = None,
+        *,
+        policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
+        policies_to_train: Optional[Union[List[PolicyID], Callable[..., bool]]] = None,
+        validate_env: Optional[Callable[[Any, EnvContext], None]] = None,
+        rollout_fragment_length: int = 100,
+        count_steps_by: str = "env_steps",
+        batch_mode: str = "truncate_episodes",
+        num_envs: int = 1,
+        normalize_actions: Optional[bool] = None,
+        clip_actions: Optional[bool] = None,
+        env_config: Optional[EnvConfigDict] = None,
+        policy_config: Optional[PartialTrainerConfigDict] = None,
+        worker_index: int = 0,
+        num_workers: int = 0,
+        callbacks: Any = None,
+        seed: Optional[int] = None,
+        spaces: Optional[Dict[PolicyID, Tuple[Any, Any]]] = None,
+        explore: Optional[bool] = None,
+        policy: Optional[PolicySpecArg] = None,
+        episode_horizon: Optional[int] = None,
+        soft_horizon: bool = False,
+        no_done_at_end: bool = False,
+        clip_rewards: Optional[Union[bool, float]] = None,
+        observation_filter: Any = "NoFilter",
+        sample_async: bool = False,
+        extra_python_environs: Optional[Dict[str, Any]] = None,
+        record_env: Union[bool, str] = False,
+        remote_worker_envs: bool = False,
+    ):
         """Initializes a RolloutWorker.
 
         Args:
@@ -205,34 +230,57 @@ class RolloutWorker:
         self.count_steps_by = count_steps_by
         self.global_vars: Dict[str, Any] = {}
         self.env_creator = env_creator
-        self.env_context = EnvContext(env_config if env_config is not None
-                                      else self.policy_config.get("env_config", {}),
-                                      worker_index=worker_index, num_workers=num_workers)
+        self.env_context = EnvContext(
+            env_config if env_config is not None else self.policy_config.get("env_config", {}),
+            worker_index=worker_index,
+            num_workers=num_workers,
+        )
         if seed is not None and not _is_policy(policy_spec):  # a ready policy was seeded by its maker
             _seed_globals(seed, self.policy_config.get("framework"))
         self.callbacks = self._make_callbacks(callbacks, policy_spec)
         envs = self._make_envs(env_creator, validate_env)
         self.env = envs[0] if envs else None
         self.policy_map = self._build_policy_map(policy_spec, spaces)
-        self.preprocessors: Dict[PolicyID, Any] = {pid: _one_hot_preprocessor(p) for pid, p in self.policy_map.items()}
-        self.filters: Dict[PolicyID, Filter] = {pid: self._make_filter(p) for pid, p in self.policy_map.items()}
+        self.preprocessors: Dict[PolicyID, Any] = {
+            pid: _one_hot_preprocessor(p) for pid, p in self.policy_map.items()
+        }
+        self.filters: Dict[PolicyID, Filter] = {
+            pid: self._make_filter(p) for pid, p in self.policy_map.items()
+        }
         self.policy_mapping_fn = self._default_mapping_fn(policy_mapping_fn)
         self._mapping_call = resolve_policy_mapping_fn(self.policy_mapping_fn)
         multiagent = self.policy_config.get("multiagent") or {}
-        self.policies_to_train = (policies_to_train if policies_to_train is not None
-                                  else multiagent.get("policies_to_train"))
+        self.policies_to_train = (
+            policies_to_train if policies_to_train is not None else multiagent.get("policies_to_train")
+        )
         if self.policies_to_train is None:
             self.policies_to_train = list(self.policy_map)
         elif not callable(self.policies_to_train):
             self.policies_to_train = list(self.policies_to_train)  # ours to change (add_policy)
-        settings = SamplerSettings(batch_mode, rollout_fragment_length, count_steps_by, explore,
-                                   normalize_actions, clip_actions, horizon=episode_horizon,
-                                   soft_horizon=soft_horizon, no_done_at_end=no_done_at_end,
-                                   clip_rewards=clip_rewards)
+        settings = SamplerSettings(
+            batch_mode,
+            rollout_fragment_length,
+            count_steps_by,
+            explore,
+            normalize_actions,
+            clip_actions,
+            horizon=episode_horizon,
+            soft_horizon=soft_horizon,
+            no_done_at_end=no_done_at_end,
+            clip_rewards=clip_rewards,
+        )
         # As RLlib: distinct env seeds for up to 1000 sub-envs per worker.
         seeds = [None if seed is None else seed + 1000 * worker_index + i for i in range(len(envs))]
-        self.sampler = EnvRunner(self, envs, self.policy_map, self._map_agent, self.callbacks,
-                                 settings, seeds, process_obs=self._process_obs)
+        self.sampler = EnvRunner(
+            self,
+            envs,
+            self.policy_map,
+            self._map_agent,
+            self.callbacks,
+            settings,
+            seeds,
+            process_obs=self._process_obs,
+        )
         if sample_async:
             self._check_concurrent_filters()
             self.sampler = AsyncEnvRunner(self.sampler)
@@ -254,8 +302,11 @@ class RolloutWorker:
         made = callbacks() if isinstance(callbacks, type) or _is_factory(callbacks) else callbacks
         return as_callbacks(made)  # a duck-typed object: the hooks it lacks do nothing
 
-    def _make_envs(self, env_creator: Optional[Callable[..., Any]],
-                   validate_env: Optional[Callable[[Any, EnvContext], None]]) -> List[Any]:
+    def _make_envs(
+        self,
+        env_creator: Optional[Callable[..., Any]],
+        validate_env: Optional[Callable[[Any, EnvContext], None]],
+    ) -> List[Any]:
         if env_creator is None:
             return []
         takes_context = _takes_one_argument(env_creator)
@@ -271,20 +322,22 @@ class RolloutWorker:
 
     def _build_policy_map(self, policy_spec: Any, spaces: Optional[dict]) -> PolicyMap:
         specs = _normalize_specs(policy_spec, self.policy_config)
-        policy_map = PolicyMap(self.worker_index, self.num_workers, policy_config=self.policy_config,
-                               seed=self.seed)
+        policy_map = PolicyMap(
+            self.worker_index, self.num_workers, policy_config=self.policy_config, seed=self.seed
+        )
         for policy_id, spec in specs.items():
             if _is_policy(spec):
                 policy_map[policy_id] = spec
-                policy_map.policy_specs[policy_id] = PolicySpec(type(spec), spec.observation_space,
-                                                                spec.action_space, None)
+                policy_map.policy_specs[policy_id] = PolicySpec(
+                    type(spec), spec.observation_space, spec.action_space, None
+                )
                 continue
             obs_space, act_space = self._spaces_for(policy_id, spec, spaces)
-            merged = _merged_config(self.policy_config, spec.config, self.worker_index,
-                                    self.num_workers, self.seed)
+            merged = _merged_config(
+                self.policy_config, spec.config, self.worker_index, self.num_workers, self.seed
+            )
             obs_space = worker_observation_space(obs_space, merged)
-            policy_map.create_policy(policy_id, spec.policy_class, obs_space, act_space,
-                                     spec.config, merged)
+            policy_map.create_policy(policy_id, spec.policy_class, obs_space, act_space, spec.config, merged)
         return policy_map
 
     def _make_filter(self, policy: Any) -> Filter:
@@ -295,9 +348,11 @@ class RolloutWorker:
     def _check_concurrent_filters(self) -> None:
         slow = sorted(pid for pid, f in self.filters.items() if not getattr(f, "is_concurrent", False))
         if slow:
-            raise ValueError(f"RolloutWorker: sample_async=True needs concurrent observation filters; the filter "
-                             f"of policy id(s) {slow} is not (use observation_filter='ConcurrentMeanStdFilter' "
-                             "or 'NoFilter')")
+            raise ValueError(
+                f"RolloutWorker: sample_async=True needs concurrent observation filters; the filter "
+                f"of policy id(s) {slow} is not (use observation_filter='ConcurrentMeanStdFilter' "
+                "or 'NoFilter')"
+            )
 
     def _process_obs(self, policy_id: PolicyID, policy: Any, raw_obs: Any) -> Any:
         """Raw env observation -> what ``policy`` gets: preprocessed, then filtered."""
@@ -308,14 +363,15 @@ class RolloutWorker:
         filt = self.filters.get(policy_id)
         return obs if filt is None else filt(obs)
 
-    def _spaces_for(self, policy_id: PolicyID, spec: PolicySpec,
-                    spaces: Optional[dict]) -> Tuple[Any, Any]:
+    def _spaces_for(self, policy_id: PolicyID, spec: PolicySpec, spaces: Optional[dict]) -> Tuple[Any, Any]:
         given = (spaces or {}).get(policy_id, (None, None))
         obs_space = spec.observation_space or given[0] or getattr(self.env, "observation_space", None)
         act_space = spec.action_space or given[1] or getattr(self.env, "action_space", None)
         if obs_space is None or act_space is None:
-            raise ValueError(f"RolloutWorker: policy {policy_id!r} has no observation/action space; "
-                             "give them in its PolicySpec or create the worker with an env that has them")
+            raise ValueError(
+                f"RolloutWorker: policy {policy_id!r} has no observation/action space; "
+                "give them in its PolicySpec or create the worker with an env that has them"
+            )
         return obs_space, act_space
 
     def _default_mapping_fn(self, fn: Optional[Callable[..., PolicyID]]) -> Callable[..., PolicyID]:
@@ -377,7 +433,12 @@ class RolloutWorker:
     def episode_stats(self) -> Dict[str, Any]:
         """Raw episode statistics for aggregating across workers (see ``WorkerSet.metrics``)."""
         returns, lengths, episodes = self.sampler.episode_stats()
-        return {"returns": returns, "lengths": lengths, "episodes": episodes, "env_steps": self.total_env_steps}
+        return {
+            "returns": returns,
+            "lengths": lengths,
+            "episodes": episodes,
+            "env_steps": self.total_env_steps,
+        }
 
     # ------------------------------------------------------------------ policies
     def get_policy(self, policy_id: PolicyID = DEFAULT_POLICY_ID) -> Optional[Any]:
@@ -396,8 +457,11 @@ class RolloutWorker:
 
     def foreach_policy_to_train(self, func: Callable[..., Any], **kwargs) -> List[Any]:
         """``foreach_policy`` restricted to the policies to train."""
-        return [func(policy, pid, **kwargs) for pid, policy in self.policy_map.items()
-                if self.is_policy_to_train(pid)]
+        return [
+            func(policy, pid, **kwargs)
+            for pid, policy in self.policy_map.items()
+            if self.is_policy_to_train(pid)
+        ]
 
     foreach_trainable_policy = foreach_policy_to_train  # RLlib 1.11's name
 
@@ -411,8 +475,10 @@ class RolloutWorker:
 
     def foreach_env_with_context(self, func: Callable[[Any, EnvContext], Any]) -> List[Any]:
         """``[func(env, env_context) for every sub-environment]``."""
-        return [func(env, self.env_context.copy_with_overrides(vector_index=i))
-                for i, env in enumerate(self.sampler.sub_environments())]
+        return [
+            func(env, self.env_context.copy_with_overrides(vector_index=i))
+            for i, env in enumerate(self.sampler.sub_environments())
+        ]
 
     def set_policy_mapping_fn(self, policy_mapping_fn: Optional[Callable[..., PolicyID]] = None) -> None:
         """Replaces the mapping function (new episodes use it)."""
@@ -420,15 +486,24 @@ class RolloutWorker:
             self.policy_mapping_fn = policy_mapping_fn
             self._mapping_call = resolve_policy_mapping_fn(policy_mapping_fn)
 
-    def set_policies_to_train(self, policies_to_train: Optional[Union[List[PolicyID], Callable]] = None) -> None:
+    def set_policies_to_train(
+        self, policies_to_train: Optional[Union[List[PolicyID], Callable]] = None
+    ) -> None:
         """Replaces the policies to train."""
         if policies_to_train is not None:
             self.policies_to_train = policies_to_train
 
-    def add_policy(self, *, policy_id: PolicyID, policy_cls: type, observation_space: Any = None,
-                   action_space: Any = None, config: Optional[PartialTrainerConfigDict] = None,
-                   policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
-                   policies_to_train: Optional[List[PolicyID]] = None) -> Any:
+    def add_policy(
+        self,
+        *,
+        policy_id: PolicyID,
+        policy_cls: type,
+        observation_space: Any = None,
+        action_space: Any = None,
+        config: Optional[PartialTrainerConfigDict] = None,
+        policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
+        policies_to_train: Optional[List[PolicyID]] = None,
+    ) -> Any:
         """Builds and adds a new policy; returns it.
 
         Raises:
@@ -450,12 +525,18 @@ class RolloutWorker:
             self.policies_to_train.append(policy_id)
         return policy
 
-    def remove_policy(self, *, policy_id: PolicyID = DEFAULT_POLICY_ID,
-                      policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
-                      policies_to_train: Optional[List[PolicyID]] = None) -> None:
+    def remove_policy(
+        self,
+        *,
+        policy_id: PolicyID = DEFAULT_POLICY_ID,
+        policy_mapping_fn: Optional[Callable[..., PolicyID]] = None,
+        policies_to_train: Optional[List[PolicyID]] = None,
+    ) -> None:
         """Removes a policy (and, optionally, sets a new mapping function / training list)."""
         if policy_id not in self.policy_map:
-            raise ValueError(f"remove_policy: unknown policy id {policy_id!r}; known: {sorted(self.policy_map)}")
+            raise ValueError(
+                f"remove_policy: unknown policy id {policy_id!r}; known: {sorted(self.policy_map)}"
+            )
         del self.policy_map[policy_id]
         self.filters.pop(policy_id, None)
         self.preprocessors.pop(policy_id, None)
@@ -478,8 +559,10 @@ class RolloutWorker:
         """
         unknown = [pid for pid in weights if pid not in self.policy_map]
         if unknown:
-            raise KeyError(f"set_weights: unknown policy id(s) {unknown}; known: {sorted(self.policy_map)} "
-                           "(weights must be keyed by policy id, as get_weights() returns them)")
+            raise KeyError(
+                f"set_weights: unknown policy id(s) {unknown}; known: {sorted(self.policy_map)} "
+                "(weights must be keyed by policy id, as get_weights() returns them)"
+            )
         for pid, w in weights.items():
             self.policy_map[pid].set_weights(w)
         if global_vars:
@@ -582,8 +665,10 @@ class RolloutWorker:
                 session.close()
 
     def __repr__(self) -> str:
-        return (f"RolloutWorker(worker_index={self.worker_index}, policies={sorted(self.policy_map)}, "
-                f"num_envs={self.num_envs})")
+        return (
+            f"RolloutWorker(worker_index={self.worker_index}, policies={sorted(self.policy_map)}, "
+            f"num_envs={self.num_envs})"
+        )
 
 
 # ---------------------------------------------------------------------- helpers
@@ -611,8 +696,9 @@ def _takes_one_argument(fn: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return True
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return any(p.kind in positional and p.default is inspect.Parameter.empty for p in params) or \
-        any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in params)
+    return any(p.kind in positional and p.default is inspect.Parameter.empty for p in params) or any(
+        p.kind == inspect.Parameter.VAR_POSITIONAL for p in params
+    )
 
 
 def _check_args(num_envs: int, fragment: int, batch_mode: str, count_steps_by: str) -> None:
@@ -623,23 +709,34 @@ def _check_args(num_envs: int, fragment: int, batch_mode: str, count_steps_by: s
     if batch_mode not in BATCH_MODES:
         raise ValueError(f"RolloutWorker: batch_mode={batch_mode!r} is unknown; use one of {BATCH_MODES}")
     if count_steps_by not in COUNT_STEPS_BY:
-        raise ValueError(f"RolloutWorker: count_steps_by={count_steps_by!r} is unknown; "
-                         f"use one of {COUNT_STEPS_BY}")
+        raise ValueError(
+            f"RolloutWorker: count_steps_by={count_steps_by!r} is unknown; use one of {COUNT_STEPS_BY}"
+        )
 
 
-def _check_sampling_options(horizon: Any, clip_rewards: Any, record_env: Any, remote_worker_envs: bool) -> None:
+def _check_sampling_options(
+    horizon: Any, clip_rewards: Any, record_env: Any, remote_worker_envs: bool
+) -> None:
     if horizon is not None and horizon != float("inf") and _bad_fragment_length(horizon):
         raise ValueError(f"RolloutWorker: episode_horizon must be an int >= 1 or None, got {horizon!r}")
     if clip_rewards not in (None, False, True) and (
-            isinstance(clip_rewards, bool) or not isinstance(clip_rewards, (int, float, np.number))
-            or not clip_rewards > 0):
-        raise ValueError(f"RolloutWorker: clip_rewards must be None, a bool or a number > 0, got {clip_rewards!r}")
+        isinstance(clip_rewards, bool)
+        or not isinstance(clip_rewards, (int, float, np.number))
+        or not clip_rewards > 0
+    ):
+        raise ValueError(
+            f"RolloutWorker: clip_rewards must be None, a bool or a number > 0, got {clip_rewards!r}"
+        )
     if record_env:
-        raise ValueError("RolloutWorker: record_env is not supported (gym's Monitor is gone); wrap the env in "
-                         "gymnasium.wrappers.RecordVideo inside env_creator instead")
+        raise ValueError(
+            "RolloutWorker: record_env is not supported (gym's Monitor is gone); wrap the env in "
+            "gymnasium.wrappers.RecordVideo inside env_creator instead"
+        )
     if remote_worker_envs:
-        raise ValueError("RolloutWorker: remote_worker_envs=True (each sub-env a Ray actor) is not supported; "
-                         "run envs in parallel processes with remote workers (WorkerSet num_workers > 0)")
+        raise ValueError(
+            "RolloutWorker: remote_worker_envs=True (each sub-env a Ray actor) is not supported; "
+            "run envs in parallel processes with remote workers (WorkerSet num_workers > 0)"
+        )
 
 
 @DeveloperAPI
@@ -651,8 +748,9 @@ def worker_observation_space(space: Any, config: Optional[dict] = None) -> Any:
     on this space to use it with a worker's samples outside the worker."""
     import gymnasium as gym
 
-    if (config or {}).get("_disable_preprocessor_api", False) or \
-            not isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+    if (config or {}).get("_disable_preprocessor_api", False) or not isinstance(
+        space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)
+    ):
         return space
     from rlpolicy.models.preprocessors import OneHotPreprocessor
 
@@ -665,8 +763,9 @@ def _one_hot_preprocessor(policy: Any) -> Any:
 
     space = getattr(policy, "observation_space", None)
     original = getattr(space, "original_space", None)
-    if not isinstance(space, gym.spaces.Box) or \
-            not isinstance(original, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+    if not isinstance(space, gym.spaces.Box) or not isinstance(
+        original, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)
+    ):
         return None
     from rlpolicy.models.preprocessors import OneHotPreprocessor
 
@@ -704,8 +803,10 @@ def _normalize_specs(policy_spec: Any, policy_config: dict) -> Dict[PolicyID, An
     if isinstance(policy_spec, type) or _is_policy(policy_spec):
         return {DEFAULT_POLICY_ID: policy_spec if _is_policy(policy_spec) else PolicySpec(policy_spec)}
     if not isinstance(policy_spec, dict):
-        raise ValueError(f"RolloutWorker: policy_spec must be a Policy class or a dict of PolicySpecs, "
-                         f"got {type(policy_spec).__name__}")
+        raise ValueError(
+            f"RolloutWorker: policy_spec must be a Policy class or a dict of PolicySpecs, "
+            f"got {type(policy_spec).__name__}"
+        )
     out = {}
     for pid, spec in policy_spec.items():
         if _is_policy(spec) or isinstance(spec, PolicySpec):
@@ -715,15 +816,18 @@ def _normalize_specs(policy_spec: Any, policy_config: dict) -> Dict[PolicyID, An
         elif isinstance(spec, type):
             out[pid] = PolicySpec(spec)
         else:
-            raise ValueError(f"RolloutWorker: policy {pid!r}: expected a PolicySpec, a (cls, obs_space, "
-                             f"act_space, config) tuple or a Policy class, got {type(spec).__name__}")
+            raise ValueError(
+                f"RolloutWorker: policy {pid!r}: expected a PolicySpec, a (cls, obs_space, "
+                f"act_space, config) tuple or a Policy class, got {type(spec).__name__}"
+            )
         if isinstance(out[pid], PolicySpec) and out[pid].policy_class is None:
             raise ValueError(f"RolloutWorker: policy {pid!r} has no policy_class")
     return out
 
 
-def _merged_config(base: dict, override: Optional[dict], worker_index: int, num_workers: int,
-                   seed: Optional[int]) -> dict:
+def _merged_config(
+    base: dict, override: Optional[dict], worker_index: int, num_workers: int, seed: Optional[int]
+) -> dict:
     from rlpolicy._core.config import merge_configs
 
     merged = merge_configs(copy.deepcopy(base), copy.deepcopy(dict(override or {})))

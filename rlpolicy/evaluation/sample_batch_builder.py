@@ -4,6 +4,7 @@ RLlib 1.11 keeps these for user code (offline data writers, unit tests,
 custom samplers); its own sampler uses a collector instead, as rlpolicy's
 does. Both classes are deprecated there, and warn once per process here.
 """
+
 from __future__ import annotations
 
 import collections
@@ -74,8 +75,10 @@ class SampleBatchBuilder:
         """
         lengths = {key: len(values) for key, values in self.buffers.items()}
         if len(set(lengths.values())) > 1:
-            raise ValueError(f"SampleBatchBuilder: columns have different row counts {lengths}; "
-                             "give every row the same keys")
+            raise ValueError(
+                f"SampleBatchBuilder: columns have different row counts {lengths}; "
+                "give every row the same keys"
+            )
         batch = SampleBatch({key: to_float_array(values) for key, values in self.buffers.items()})
         if SampleBatch.UNROLL_ID not in batch:
             batch[SampleBatch.UNROLL_ID] = np.repeat(SampleBatchBuilder._next_unroll_id, batch.count)
@@ -95,8 +98,9 @@ class MultiAgentSampleBatchBuilder:
     ``other_agent_batches``) and moves them to the agent's policy.
     """
 
-    def __init__(self, policy_map: Dict[PolicyID, Any], clip_rewards: Union[bool, float, None],
-                 callbacks: Any):
+    def __init__(
+        self, policy_map: Dict[PolicyID, Any], clip_rewards: Union[bool, float, None], callbacks: Any
+    ):
         """Initializes a MultiAgentSampleBatchBuilder.
 
         Args:
@@ -132,8 +136,10 @@ class MultiAgentSampleBatchBuilder:
             KeyError: If ``policy_id`` is not in the policy map.
         """
         if policy_id not in self.policy_map:
-            raise KeyError(f"MultiAgentSampleBatchBuilder.add_values: unknown policy id {policy_id!r}; "
-                           f"known: {sorted(self.policy_map)}")
+            raise KeyError(
+                f"MultiAgentSampleBatchBuilder.add_values: unknown policy id {policy_id!r}; "
+                f"known: {sorted(self.policy_map)}"
+            )
         if agent_id not in self.agent_builders:
             self.agent_builders[agent_id] = SampleBatchBuilder()
             self.agent_to_policy[agent_id] = policy_id
@@ -148,8 +154,10 @@ class MultiAgentSampleBatchBuilder:
             ValueError: If an agent's rows span more than one episode (a done
                 before the last row, or several ``eps_id`` values).
         """
-        pre_batches = {agent_id: (self.policy_map[self.agent_to_policy[agent_id]], b.build_and_reset())
-                       for agent_id, b in self.agent_builders.items()}
+        pre_batches = {
+            agent_id: (self.policy_map[self.agent_to_policy[agent_id]], b.build_and_reset())
+            for agent_id, b in self.agent_builders.items()
+        }
         for _, batch in pre_batches.values():
             self._clip_rewards(batch)
         post_batches = {}
@@ -164,8 +172,14 @@ class MultiAgentSampleBatchBuilder:
         for agent_id, post in sorted(post_batches.items(), key=lambda kv: str(kv[0])):
             policy_id = self.agent_to_policy[agent_id]
             self.callbacks.on_postprocess_trajectory(
-                worker=get_global_worker(), episode=episode, agent_id=agent_id, policy_id=policy_id,
-                policies=self.policy_map, postprocessed_batch=post, original_batches=pre_batches)
+                worker=get_global_worker(),
+                episode=episode,
+                agent_id=agent_id,
+                policy_id=policy_id,
+                policies=self.policy_map,
+                postprocessed_batch=post,
+                original_batches=pre_batches,
+            )
             self.policy_builders[policy_id].add_batch(post)
         self.agent_builders.clear()
         self.agent_to_policy.clear()
@@ -192,7 +206,8 @@ class MultiAgentSampleBatchBuilder:
                     f"The environment terminated for all agents, but there is no last observation for "
                     f"agent {agent_id!r} (policy {self.agent_to_policy[agent_id]!r}); include the last "
                     "observations of all live agents when setting '__all__' done, or set "
-                    "no_done_at_end=True")
+                    "no_done_at_end=True"
+                )
 
     @DeveloperAPI
     def build_and_reset(self, episode: Optional[Any] = None) -> Union[SampleBatch, MultiAgentBatch]:
@@ -211,10 +226,13 @@ class MultiAgentSampleBatchBuilder:
 def _check_single_trajectory(agent_id: AgentID, batch: SampleBatch) -> None:
     dones = batch.get(SampleBatch.DONES)
     eps_ids = batch.get(SampleBatch.EPS_ID)
-    if (dones is not None and np.any(np.asarray(dones)[:-1])) or \
-            (eps_ids is not None and len(set(np.asarray(eps_ids).tolist())) > 1):
-        raise ValueError(f"MultiAgentSampleBatchBuilder: rows of agent {agent_id!r} sent to postprocessing "
-                         "must come from a single trajectory (a done before the last row, or several eps_id)")
+    if (dones is not None and np.any(np.asarray(dones)[:-1])) or (
+        eps_ids is not None and len(set(np.asarray(eps_ids).tolist())) > 1
+    ):
+        raise ValueError(
+            f"MultiAgentSampleBatchBuilder: rows of agent {agent_id!r} sent to postprocessing "
+            "must come from a single trajectory (a done before the last row, or several eps_id)"
+        )
 
 
 __all__ = ["SampleBatchBuilder", "MultiAgentSampleBatchBuilder", "to_float_array"]

@@ -9,6 +9,7 @@ postprocessed exactly once, together with the pieces of the other agents of
 the same episode (``other_agent_batches``). Terminated and truncated are kept
 apart: postprocessing bootstraps the value after a truncated or cut piece.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -74,8 +75,10 @@ class SubEnvironments:
                 close()
 
 
-_GYMNASIUM_API = ("the gymnasium API: reset(*, seed=None, options=None) -> (obs, info) and "
-                  "step(action) -> (obs, reward, terminated, truncated, info)")
+_GYMNASIUM_API = (
+    "the gymnasium API: reset(*, seed=None, options=None) -> (obs, info) and "
+    "step(action) -> (obs, reward, terminated, truncated, info)"
+)
 
 
 def _reset_takes_seed(env: Any) -> bool:
@@ -121,19 +124,28 @@ class _SingleAgentAdapter:
         elif isinstance(out, tuple) and len(out) == 5:
             obs, reward, terminated, truncated, info = out
         else:
-            raise ValueError(f"{type(self.env).__name__}.step() returned {_describe_out(out)}; rlpolicy needs "
-                             f"{_GYMNASIUM_API}")
+            raise ValueError(
+                f"{type(self.env).__name__}.step() returned {_describe_out(out)}; rlpolicy needs "
+                f"{_GYMNASIUM_API}"
+            )
         a = _DUMMY_AGENT_ID
-        return ({a: obs}, {a: reward}, {a: terminated, ALL_AGENTS: terminated},
-                {a: truncated, ALL_AGENTS: truncated}, {a: info})
+        return (
+            {a: obs},
+            {a: reward},
+            {a: terminated, ALL_AGENTS: terminated},
+            {a: truncated, ALL_AGENTS: truncated},
+            {a: info},
+        )
 
     def _use_old_api(self, what: str) -> None:
         if not self.old_api:
             self.old_api = True
-            msg = (f"{type(self.env).__name__} follows the old gym API ({what}); rlpolicy expects "
-                   f"{_GYMNASIUM_API}. It is adapted (done -> terminated, or truncated where "
-                   "info['TimeLimit.truncated']); port the env, or wrap it with "
-                   "shimmy.GymV21CompatibilityV0(env=env), to silence this warning")
+            msg = (
+                f"{type(self.env).__name__} follows the old gym API ({what}); rlpolicy expects "
+                f"{_GYMNASIUM_API}. It is adapted (done -> terminated, or truncated where "
+                "info['TimeLimit.truncated']); port the env, or wrap it with "
+                "shimmy.GymV21CompatibilityV0(env=env), to silence this warning"
+            )
             warnings.warn(msg, UserWarning, stacklevel=3)
             logger.warning(msg)
 
@@ -153,22 +165,28 @@ class _MultiAgentAdapter:
     def reset(self, seed: Optional[int] = None) -> Tuple[dict, dict]:
         out = self.env.reset(seed=seed) if _reset_takes_seed(self.env) else self.env.reset()
         if not (isinstance(out, tuple) and len(out) == 2):
-            raise ValueError(f"{type(self.env).__name__}.reset() must return (obs_dict, infos_dict), "
-                             f"got {_describe_out(out)}: MultiAgentEnv follows the gymnasium API "
-                             "(reset(*, seed=None, options=None) -> (obs_dict, infos_dict))")
+            raise ValueError(
+                f"{type(self.env).__name__}.reset() must return (obs_dict, infos_dict), "
+                f"got {_describe_out(out)}: MultiAgentEnv follows the gymnasium API "
+                "(reset(*, seed=None, options=None) -> (obs_dict, infos_dict))"
+            )
         return out
 
     def step(self, action_dict: dict) -> Tuple[dict, dict, dict, dict, dict]:
         out = self.env.step(action_dict)
         if not (isinstance(out, tuple) and len(out) == 5):
-            raise ValueError(f"{type(self.env).__name__}.step() must return (obs, rewards, "
-                             f"terminateds, truncateds, infos) dicts, got {_describe_out(out)}: "
-                             "MultiAgentEnv follows the gymnasium API (the old (obs, rewards, dones, "
-                             "infos) becomes terminateds/truncateds dicts, each with an '__all__' key)")
+            raise ValueError(
+                f"{type(self.env).__name__}.step() must return (obs, rewards, "
+                f"terminateds, truncateds, infos) dicts, got {_describe_out(out)}: "
+                "MultiAgentEnv follows the gymnasium API (the old (obs, rewards, dones, "
+                "infos) becomes terminateds/truncateds dicts, each with an '__all__' key)"
+            )
         obs, rewards, terms, truncs, infos = out
         if ALL_AGENTS not in terms:
-            raise ValueError(f"{type(self.env).__name__}.step(): terminateds has no '__all__' key "
-                             f"(got keys {sorted(map(str, terms))})")
+            raise ValueError(
+                f"{type(self.env).__name__}.step(): terminateds has no '__all__' key "
+                f"(got keys {sorted(map(str, terms))})"
+            )
         return obs, rewards, terms, truncs, infos
 
 
@@ -220,10 +238,17 @@ class EnvRunner:
             default: the policy's own Dict/Tuple flattening.
     """
 
-    def __init__(self, worker: Any, envs: List[Any], policy_map: Dict[str, Any],
-                 policy_mapping_fn: Callable[..., str], callbacks: Any, settings: SamplerSettings,
-                 seeds: Optional[List[Optional[int]]] = None,
-                 process_obs: Optional[Callable[[str, Any, Any], Any]] = None):
+    def __init__(
+        self,
+        worker: Any,
+        envs: List[Any],
+        policy_map: Dict[str, Any],
+        policy_mapping_fn: Callable[..., str],
+        callbacks: Any,
+        settings: SamplerSettings,
+        seeds: Optional[List[Optional[int]]] = None,
+        process_obs: Optional[Callable[[str, Any, Any], Any]] = None,
+    ):
         self.worker = worker
         self._process_obs = process_obs or _flatten_for_policy
         self.base_env = SubEnvironments(envs)
@@ -297,10 +322,16 @@ class EnvRunner:
         for policy in self.policy_map.values():
             exploration = getattr(policy, "exploration", None)
             if exploration is not None:
-                exploration.on_episode_start(policy, environment=self.base_env, episode=episode,
-                                             tf_sess=policy.get_session())
-        self.callbacks.on_episode_start(worker=self.worker, base_env=self.base_env,
-                                        policies=self.policy_map, episode=episode, env_index=slot.index)
+                exploration.on_episode_start(
+                    policy, environment=self.base_env, episode=episode, tf_sess=policy.get_session()
+                )
+        self.callbacks.on_episode_start(
+            worker=self.worker,
+            base_env=self.base_env,
+            policies=self.policy_map,
+            episode=episode,
+            env_index=slot.index,
+        )
         for agent_id, ob in obs.items():
             info = infos.get(agent_id) or {}
             self._add_agent(slot, agent_id, ob, info)
@@ -311,9 +342,17 @@ class EnvRunner:
         policy_id = episode.policy_for(agent_id)
         policy = self.policy_map[policy_id]
         obs = self._process_obs(policy_id, policy, raw_obs)
-        traj = AgentTrajectory(agent_id, episode._agent_index(agent_id), policy_id,
-                               policy, episode.episode_id, slot.index,
-                               self._unroll_ids, obs, info)
+        traj = AgentTrajectory(
+            agent_id,
+            episode._agent_index(agent_id),
+            policy_id,
+            policy,
+            episode.episode_id,
+            slot.index,
+            self._unroll_ids,
+            obs,
+            info,
+        )
         slot.agents[agent_id] = traj
         episode._set_last_observation(agent_id, obs)
         episode._set_last_raw_obs(agent_id, raw_obs)
@@ -330,13 +369,25 @@ class EnvRunner:
         for policy in self.policy_map.values():
             exploration = getattr(policy, "exploration", None)
             if exploration is not None:
-                exploration.on_episode_end(policy, environment=self.base_env, episode=episode,
-                                           tf_sess=policy.get_session())
-        self.callbacks.on_episode_end(worker=self.worker, base_env=self.base_env,
-                                      policies=self.policy_map, episode=episode, env_index=slot.index)
+                exploration.on_episode_end(
+                    policy, environment=self.base_env, episode=episode, tf_sess=policy.get_session()
+                )
+        self.callbacks.on_episode_end(
+            worker=self.worker,
+            base_env=self.base_env,
+            policies=self.policy_map,
+            episode=episode,
+            env_index=slot.index,
+        )
         metrics = RolloutMetrics(
-            episode.length, episode.total_reward, dict(episode.agent_rewards), dict(episode.custom_metrics),
-            {}, dict(episode.hist_data), dict(episode.media))
+            episode.length,
+            episode.total_reward,
+            dict(episode.agent_rewards),
+            dict(episode.custom_metrics),
+            {},
+            dict(episode.hist_data),
+            dict(episode.media),
+        )
         with self._stats_lock:
             self.new_metrics.append(metrics)
             self.episode_returns.append(episode.total_reward)
@@ -356,9 +407,17 @@ class EnvRunner:
         old, slot.agents = slot.agents, {}
         for agent_id in slot.to_act:
             prev = old[agent_id]
-            traj = AgentTrajectory(agent_id, prev.agent_index, prev.policy_id, prev.policy,
-                                   episode.episode_id, slot.index, self._unroll_ids, prev.obs[-1],
-                                   prev.last_info)
+            traj = AgentTrajectory(
+                agent_id,
+                prev.agent_index,
+                prev.policy_id,
+                prev.policy,
+                episode.episode_id,
+                slot.index,
+                self._unroll_ids,
+                prev.obs[-1],
+                prev.last_info,
+            )
             traj.initial_state = prev.current_state()
             slot.agents[agent_id] = traj
 
@@ -383,8 +442,9 @@ class EnvRunner:
         self.total_env_steps += len(self._slots)
         return len(self._slots), agent_steps
 
-    def _act(self, policy: Any, items: List[Tuple[_Slot, AgentTrajectory]],
-             env_actions: List[Dict[Any, Any]]) -> None:
+    def _act(
+        self, policy: Any, items: List[Tuple[_Slot, AgentTrajectory]], env_actions: List[Dict[Any, Any]]
+    ) -> None:
         rows = [traj.action_inputs() for _, traj in items]
         input_dict = SampleBatch({k: stack_values([r[k] for r in rows]) for k in rows[0]})
         infos_req = policy.view_requirements.get(SampleBatch.INFOS)
@@ -392,7 +452,8 @@ class EnvRunner:
             # The info dict that came with each agent's current observation (RLlib 1.11).
             input_dict[SampleBatch.INFOS] = object_column([traj.last_info for _, traj in items])
         actions, state_out, extras = policy.compute_actions_from_input_dict(
-            input_dict, explore=self.settings.explore, episodes=[slot.episode for slot, _ in items])
+            input_dict, explore=self.settings.explore, episodes=[slot.episode for slot, _ in items]
+        )
         if isinstance(actions, list):  # a batch of primitive actions as a list (RLlib 1.11: np.array)
             actions = np.array(actions)
         actions = _as_numpy(actions)
@@ -418,8 +479,7 @@ class EnvRunner:
         all_term = bool(terms.get(ALL_AGENTS, False))
         all_trunc = bool(truncs.get(ALL_AGENTS, False)) and not all_term
         episode.length += 1
-        hit_horizon = (s.horizon is not None and episode.length >= s.horizon
-                       and not (all_term or all_trunc))
+        hit_horizon = s.horizon is not None and episode.length >= s.horizon and not (all_term or all_trunc)
         if hit_horizon and not s.soft_horizon:
             all_trunc = True  # the horizon truncates the episode (RLlib 1.11: done, env reset)
         over = all_term or all_trunc
@@ -445,16 +505,29 @@ class EnvRunner:
                     traj.done = True
                     rows += 1
         slot.to_act = to_act
-        self.callbacks.on_episode_step(worker=self.worker, base_env=self.base_env,
-                                       policies=self.policy_map, episode=episode, env_index=slot.index)
+        self.callbacks.on_episode_step(
+            worker=self.worker,
+            base_env=self.base_env,
+            policies=self.policy_map,
+            episode=episode,
+            env_index=slot.index,
+        )
         if over:
             self._end_episode(slot)
         elif soft_end:
             self._end_episode(slot, soft=True)
         return rows
 
-    def _observe(self, slot: _Slot, agent_id: Any, raw_obs: Any, term: bool, trunc: bool,
-                 info: dict, record_done: bool = True) -> int:
+    def _observe(
+        self,
+        slot: _Slot,
+        agent_id: Any,
+        raw_obs: Any,
+        term: bool,
+        trunc: bool,
+        info: dict,
+        record_done: bool = True,
+    ) -> int:
         """Records an agent's new observation; returns the number of rows completed (0 or 1).
 
         ``record_done=False`` writes the row as not done (``no_done_at_end``, soft
@@ -500,8 +573,14 @@ class EnvRunner:
             post = policy.postprocess_trajectory(batch, others, slot.episode)
             traj = slot.agents[agent_id]
             self.callbacks.on_postprocess_trajectory(
-                worker=self.worker, episode=slot.episode, agent_id=agent_id, policy_id=traj.policy_id,
-                policies=self.policy_map, postprocessed_batch=post, original_batches=originals)
+                worker=self.worker,
+                episode=slot.episode,
+                agent_id=agent_id,
+                policy_id=traj.policy_id,
+                policies=self.policy_map,
+                postprocessed_batch=post,
+                original_batches=originals,
+            )
             self._outputs[traj.policy_id].append(post)
             self._out_agent_steps += post.count
         for traj in slot.agents.values():
@@ -565,8 +644,10 @@ class AsyncEnvRunner:
                 return self._queue.get(timeout=0.05)
             except queue.Empty:
                 if self._error is not None:
-                    raise RuntimeError(f"RolloutWorker: the async sampling thread failed: "
-                                       f"{type(self._error).__name__}: {self._error}") from self._error
+                    raise RuntimeError(
+                        f"RolloutWorker: the async sampling thread failed: "
+                        f"{type(self._error).__name__}: {self._error}"
+                    ) from self._error
                 if not self._thread.is_alive():
                     raise RuntimeError("RolloutWorker: the async sampling thread was stopped") from None
 
@@ -583,8 +664,9 @@ class AsyncEnvRunner:
         return getattr(runner, name)
 
 
-def env_action_fn(policy: Any, normalize_actions: Optional[bool] = None,
-                  clip_actions: Optional[bool] = None) -> Callable[[Any], Any]:
+def env_action_fn(
+    policy: Any, normalize_actions: Optional[bool] = None, clip_actions: Optional[bool] = None
+) -> Callable[[Any], Any]:
     """How a policy's action is sent to the env (RLlib 1.11): unsquashed from
     ``[-1, 1]`` to the Box bounds with ``normalize_actions``, else clipped with
     ``clip_actions``; 0-d arrays become Python scalars. None: the policy's config."""
@@ -594,8 +676,10 @@ def env_action_fn(policy: Any, normalize_actions: Optional[bool] = None,
     normalize = config.get("normalize_actions", True) if normalize_actions is None else normalize_actions
     clip = config.get("clip_actions", False) if clip_actions is None else clip_actions
     struct = getattr(policy, "action_space_struct", policy.action_space)
-    has_box = any(getattr(s, "dtype", None) in (np.float32, np.float64) and hasattr(s, "low")
-                  for s in tree.flatten(struct))
+    has_box = any(
+        getattr(s, "dtype", None) in (np.float32, np.float64) and hasattr(s, "low")
+        for s in tree.flatten(struct)
+    )
 
     def to_env(action: Any) -> Any:
         if has_box and normalize:
@@ -621,15 +705,20 @@ def _trainable_rows(batch: SampleBatch) -> Optional[SampleBatch]:
     infos = batch.get(SampleBatch.INFOS)
     if infos is None:
         return batch
-    keep = np.array([not (isinstance(i, dict) and i.get("training_enabled", True) is False) for i in infos],
-                    dtype=bool)
+    keep = np.array(
+        [not (isinstance(i, dict) and i.get("training_enabled", True) is False) for i in infos], dtype=bool
+    )
     if keep.all():
         return batch
     if not keep.any():
         return None
     idx = np.nonzero(keep)[0]
-    return SampleBatch({k: tree.map_structure(lambda v: np.asarray(v)[idx], v) if k != SampleBatch.INFOS
-                        else v[idx] for k, v in batch.items()})
+    return SampleBatch(
+        {
+            k: tree.map_structure(lambda v: np.asarray(v)[idx], v) if k != SampleBatch.INFOS else v[idx]
+            for k, v in batch.items()
+        }
+    )
 
 
 def _clip_rewards(batch: SampleBatch, clip: Any) -> None:
@@ -662,5 +751,14 @@ def _row(value: Any, j: int) -> Any:
     return tree.map_structure(lambda v: v[j], value)
 
 
-__all__ = ["EnvRunner", "AsyncEnvRunner", "RolloutMetrics", "SamplerSettings", "SubEnvironments", "wrap_env",
-           "env_action_fn", "BATCH_MODES", "COUNT_STEPS_BY"]
+__all__ = [
+    "EnvRunner",
+    "AsyncEnvRunner",
+    "RolloutMetrics",
+    "SamplerSettings",
+    "SubEnvironments",
+    "wrap_env",
+    "env_action_fn",
+    "BATCH_MODES",
+    "COUNT_STEPS_BY",
+]

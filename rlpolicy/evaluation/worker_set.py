@@ -13,6 +13,7 @@ a fresh actor (with the local worker's weights and the last global vars),
 reported through ``logger.warning`` and ``WorkerSet.recreated_workers``, and
 its fragment is sampled again by the new actor: no step is silently lost.
 """
+
 from __future__ import annotations
 
 import copy
@@ -44,12 +45,18 @@ class WorkerSet:
         >>> ws.stop()
     """
 
-    def __init__(self, *, env_creator: Optional[Callable[..., EnvType]] = None,
-                 validate_env: Optional[Callable[[EnvType, Any], None]] = None,
-                 policy_class: Optional[type] = None,
-                 trainer_config: Optional[TrainerConfigDict] = None,
-                 num_workers: int = 0, local_worker: bool = True,
-                 logdir: Optional[str] = None, _setup: bool = True):
+    def __init__(
+        self,
+        *,
+        env_creator: Optional[Callable[..., EnvType]] = None,
+        validate_env: Optional[Callable[[EnvType, Any], None]] = None,
+        policy_class: Optional[type] = None,
+        trainer_config: Optional[TrainerConfigDict] = None,
+        num_workers: int = 0,
+        local_worker: bool = True,
+        logdir: Optional[str] = None,
+        _setup: bool = True,
+    ):
         """Initializes a WorkerSet (and starts Ray if remote workers are asked for).
 
         Args:
@@ -119,8 +126,9 @@ class WorkerSet:
             spec = PolicySpec(*spec) if isinstance(spec, (tuple, list)) else spec
             if isinstance(spec, PolicySpec) and spec.policy_class is None:
                 if self._policy_class is None:
-                    raise ValueError(f"WorkerSet: policy {pid!r} has no policy_class and no default "
-                                     "policy_class was given")
+                    raise ValueError(
+                        f"WorkerSet: policy {pid!r} has no policy_class and no default policy_class was given"
+                    )
                 spec = spec._replace(policy_class=self._policy_class)
             specs[pid] = spec
         return specs
@@ -130,23 +138,37 @@ class WorkerSet:
         multiagent = cfg.get("multiagent") or {}
         seed = cfg.get("seed")
         return dict(
-            env_creator=self._env_creator, validate_env=self._validate_env,
-            policy_spec=self._policy_specs, policy_mapping_fn=multiagent.get("policy_mapping_fn"),
+            env_creator=self._env_creator,
+            validate_env=self._validate_env,
+            policy_spec=self._policy_specs,
+            policy_mapping_fn=multiagent.get("policy_mapping_fn"),
             policies_to_train=multiagent.get("policies_to_train"),
             rollout_fragment_length=_fragment_length(cfg, num_workers),
-            count_steps_by=multiagent.get("count_steps_by", "env_steps"), batch_mode=cfg["batch_mode"],
-            num_envs=num_envs, normalize_actions=cfg.get("normalize_actions"),
-            clip_actions=cfg.get("clip_actions"), env_config=cfg.get("env_config") or {},
-            policy_config=self._user_config, worker_index=worker_index, num_workers=num_workers,
-            callbacks=cfg.get("callbacks"), seed=None if seed is None else seed + worker_index,
+            count_steps_by=multiagent.get("count_steps_by", "env_steps"),
+            batch_mode=cfg["batch_mode"],
+            num_envs=num_envs,
+            normalize_actions=cfg.get("normalize_actions"),
+            clip_actions=cfg.get("clip_actions"),
+            env_config=cfg.get("env_config") or {},
+            policy_config=self._user_config,
+            worker_index=worker_index,
+            num_workers=num_workers,
+            callbacks=cfg.get("callbacks"),
+            seed=None if seed is None else seed + worker_index,
             # RLlib 1.11's sampling options (trainer config key -> RolloutWorker argument).
-            episode_horizon=cfg.get("horizon"), soft_horizon=cfg.get("soft_horizon", False),
-            no_done_at_end=cfg.get("no_done_at_end", False), clip_rewards=cfg.get("clip_rewards"),
+            episode_horizon=cfg.get("horizon"),
+            soft_horizon=cfg.get("soft_horizon", False),
+            no_done_at_end=cfg.get("no_done_at_end", False),
+            clip_rewards=cfg.get("clip_rewards"),
             observation_filter=cfg.get("observation_filter", "NoFilter"),
-            sample_async=cfg.get("sample_async", False), record_env=cfg.get("record_env", False),
+            sample_async=cfg.get("sample_async", False),
+            record_env=cfg.get("record_env", False),
             remote_worker_envs=cfg.get("remote_worker_envs", False),
-            extra_python_environs=cfg.get("extra_python_environs_for_driver" if worker_index == 0
-                                          else "extra_python_environs_for_worker"),
+            extra_python_environs=cfg.get(
+                "extra_python_environs_for_driver"
+                if worker_index == 0
+                else "extra_python_environs_for_worker"
+            ),
         )
 
     def _make_local_worker(self, num_workers: int) -> RolloutWorker:
@@ -158,10 +180,12 @@ class WorkerSet:
 
     def _remote_resources(self) -> Dict[str, Any]:
         cfg = self._cfg
-        return dict(num_cpus=cfg["num_cpus_per_worker"],
-                    # RLlib 1.11: fake GPUs need no real ones from Ray.
-                    num_gpus=0 if cfg.get("_fake_gpus") else cfg["num_gpus_per_worker"],
-                    resources=cfg.get("custom_resources_per_worker") or None)
+        return dict(
+            num_cpus=cfg["num_cpus_per_worker"],
+            # RLlib 1.11: fake GPUs need no real ones from Ray.
+            num_gpus=0 if cfg.get("_fake_gpus") else cfg["num_gpus_per_worker"],
+            resources=cfg.get("custom_resources_per_worker") or None,
+        )
 
     def _make_remote_worker(self, worker_index: int, num_workers: Optional[int] = None) -> Any:
         num_workers = len(self._remote) if num_workers is None else num_workers
@@ -182,8 +206,12 @@ class WorkerSet:
         return list(self._local.policies_to_train) if self._local is not None else []
 
     # ------------------------------------------------------------------ weights and vars
-    def sync_weights(self, policies: Optional[List[PolicyID]] = None, from_worker: Optional[Any] = None,
-                     global_vars: Optional[dict] = None) -> None:
+    def sync_weights(
+        self,
+        policies: Optional[List[PolicyID]] = None,
+        from_worker: Optional[Any] = None,
+        global_vars: Optional[dict] = None,
+    ) -> None:
         """Copies weights from ``from_worker`` (default: the local worker) to all other workers.
 
         The weights go into the object store once (``ray.put``); each remote
@@ -282,8 +310,10 @@ class WorkerSet:
     def _choose_workers(self, max_steps: Optional[int]) -> List[int]:
         n = len(self._remote)
         cfg = self._cfg
-        fixed = cfg["batch_mode"] == "truncate_episodes" and \
-            (cfg.get("multiagent") or {}).get("count_steps_by", "env_steps") == "env_steps"
+        fixed = (
+            cfg["batch_mode"] == "truncate_episodes"
+            and (cfg.get("multiagent") or {}).get("count_steps_by", "env_steps") == "env_steps"
+        )
         if max_steps is not None and fixed:
             per_worker = _fragment_length(cfg, n) * cfg["num_envs_per_worker"]
             n = max(1, min(n, math.ceil(max_steps / per_worker)))
@@ -308,8 +338,10 @@ class WorkerSet:
             except RayActorError as err:
                 failures += 1
                 if failures > max_failures:
-                    raise RuntimeError(f"WorkerSet: remote workers died {failures} times during one "
-                                       f"{method}() round; last error: {err}") from err
+                    raise RuntimeError(
+                        f"WorkerSet: remote workers died {failures} times during one "
+                        f"{method}() round; last error: {err}"
+                    ) from err
                 self._recreate_worker(i, err)
                 pending[getattr(self._remote[i], method).remote(*args)] = i
         return [results[i] for i in indices]
@@ -318,9 +350,12 @@ class WorkerSet:
         import ray
 
         worker_index = index + 1
-        logger.warning("WorkerSet: remote worker %d died (%s: %s); recreating it and sampling its "
-                       "fragment again", worker_index, type(err).__name__, str(err).splitlines()[0][:200]
-                       if str(err) else "")
+        logger.warning(
+            "WorkerSet: remote worker %d died (%s: %s); recreating it and sampling its fragment again",
+            worker_index,
+            type(err).__name__,
+            str(err).splitlines()[0][:200] if str(err) else "",
+        )
         try:
             ray.kill(self._remote[index])
         except Exception:  # already gone
@@ -359,8 +394,9 @@ class WorkerSet:
 
     def foreach_policy_to_train(self, func: Callable[[Any, PolicyID], Any]) -> List[Any]:
         """``foreach_policy`` restricted to the policies to train."""
-        return [r for results in self.foreach_worker(lambda w: w.foreach_policy_to_train(func))
-                for r in results]
+        return [
+            r for results in self.foreach_worker(lambda w: w.foreach_policy_to_train(func)) for r in results
+        ]
 
     foreach_trainable_policy = foreach_policy_to_train  # RLlib 1.11's name
 
@@ -400,7 +436,9 @@ class WorkerSet:
         if not hasattr(self, "_remote_cls"):
             self._remote_cls = RolloutWorker.as_remote(**self._remote_resources())
         total = len(self._remote) + num_workers
-        self._remote += [self._make_remote_worker(len(self._remote) + k + 1, total) for k in range(num_workers)]
+        self._remote += [
+            self._make_remote_worker(len(self._remote) + k + 1, total) for k in range(num_workers)
+        ]
 
     def stop(self) -> None:
         """Stops the local worker and ends every remote actor (their resources are freed)."""
@@ -428,13 +466,20 @@ def _warn_if_unplaceable(resources: Dict[str, Any], num_workers: int) -> None:
     import ray
 
     total = ray.cluster_resources()
-    asked = {"CPU": resources.get("num_cpus") or 0, "GPU": resources.get("num_gpus") or 0,
-             **(resources.get("resources") or {})}
+    asked = {
+        "CPU": resources.get("num_cpus") or 0,
+        "GPU": resources.get("num_gpus") or 0,
+        **(resources.get("resources") or {}),
+    }
     short = {k: v * num_workers for k, v in asked.items() if v and total.get(k, 0) < v * num_workers}
     if short:
-        logger.warning("WorkerSet: %d remote workers ask for %s in all, but the Ray cluster has %s; "
-                       "workers that do not fit wait until resources free up", num_workers, short,
-                       {k: total.get(k, 0) for k in short})
+        logger.warning(
+            "WorkerSet: %d remote workers ask for %s in all, but the Ray cluster has %s; "
+            "workers that do not fit wait until resources free up",
+            num_workers,
+            short,
+            {k: total.get(k, 0) for k in short},
+        )
 
 
 def _ensure_ray(cfg: dict, num_workers: int) -> None:
@@ -469,7 +514,9 @@ def _fragment_length(cfg: Dict[str, Any], num_workers: int) -> Any:
         return fragment
     batch = cfg.get("train_batch_size")
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"WorkerSet: rollout_fragment_length='auto' needs an int train_batch_size "
-                         f">= 1, got train_batch_size={batch!r}")
+        raise ValueError(
+            f"WorkerSet: rollout_fragment_length='auto' needs an int train_batch_size "
+            f">= 1, got train_batch_size={batch!r}"
+        )
     envs = cfg["num_envs_per_worker"] * max(num_workers, 1)
     return -(-batch // envs)

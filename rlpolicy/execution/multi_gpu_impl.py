@@ -22,6 +22,7 @@ in that run), the chunk gradients are summed on the host in chunk order,
 weighted by their sample shares, then clipped and applied by one apply op
 fed with the sums. The result does not depend on the number of devices.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,11 +55,17 @@ class Tower(NamedTuple):
 class TFMultiGPUTowerStack:
     """Per-device loss copies of a TF policy, trained with averaged gradients."""
 
-    def __init__(self, optimizer: Any = None, devices: Optional[List[str]] = None,
-                 input_placeholders: Optional[List[Any]] = None,
-                 rnn_inputs: Optional[List[Any]] = None,
-                 max_per_device_batch_size: Optional[int] = None, build_graph: Any = None,
-                 grad_norm_clipping: Optional[float] = None, policy: Any = None):
+    def __init__(
+        self,
+        optimizer: Any = None,
+        devices: Optional[List[str]] = None,
+        input_placeholders: Optional[List[Any]] = None,
+        rnn_inputs: Optional[List[Any]] = None,
+        max_per_device_batch_size: Optional[int] = None,
+        build_graph: Any = None,
+        grad_norm_clipping: Optional[float] = None,
+        policy: Any = None,
+    ):
         """Builds the towers for ``policy`` (call inside the policy's graph).
 
         Args:
@@ -78,18 +85,22 @@ class TFMultiGPUTowerStack:
                 supported), or if the policy's loss is not initialized.
         """
         if policy is None:
-            raise ValueError("TFMultiGPUTowerStack: pass policy=<TFPolicy>; the older form "
-                             "(optimizer, devices, input_placeholders, ...) is not supported")
+            raise ValueError(
+                "TFMultiGPUTowerStack: pass policy=<TFPolicy>; the older form "
+                "(optimizer, devices, input_placeholders, ...) is not supported"
+            )
         if not policy.loss_initialized():
             raise ValueError("TFMultiGPUTowerStack: the policy's loss must be initialized first")
         self.policy = policy
         self.devices = list(policy.devices)
         loss_graph = policy.loss_graph
         self.optimizers = list(loss_graph.optimizers)
-        self.max_per_device_batch_size = max_per_device_batch_size or \
-            device_minibatch_size(policy.config, len(self.devices))
-        self.grad_norm_clipping = grad_norm_clipping if grad_norm_clipping is not None \
-            else policy.config.get("grad_clip")
+        self.max_per_device_batch_size = max_per_device_batch_size or device_minibatch_size(
+            policy.config, len(self.devices)
+        )
+        self.grad_norm_clipping = (
+            grad_norm_clipping if grad_norm_clipping is not None else policy.config.get("grad_clip")
+        )
         tower_inputs = loss_graph.tower_inputs()
         self._input_names = [name for name, _ in tower_inputs]
         self.loss_inputs = [template for _, template in tower_inputs]
@@ -107,7 +118,8 @@ class TFMultiGPUTowerStack:
             inputs = {}
             for name, template in zip(self._input_names, self.loss_inputs):
                 inputs[name] = tree.map_structure(
-                    lambda t, n=name: tf1.placeholder(t.dtype, t.shape, name=n), template)
+                    lambda t, n=name: tf1.placeholder(t.dtype, t.shape, name=n), template
+                )
             loss_graph = self.policy.copy(list(inputs.items()))
         return Tower(device, inputs, loss_graph)
 
@@ -118,16 +130,21 @@ class TFMultiGPUTowerStack:
         tower_grads = [t.loss_graph.loss_graph.grads_and_vars for t in self._towers]
         avg: Any
         if multi:
-            avg = [clip_by_global_norm(average_tower_grads([g[i] for g in tower_grads]), clip)
-                   for i in range(len(self.optimizers))]
+            avg = [
+                clip_by_global_norm(average_tower_grads([g[i] for g in tower_grads]), clip)
+                for i in range(len(self.optimizers))
+            ]
         else:
             avg = clip_by_global_norm(average_tower_grads(tower_grads), clip)
-        self._update_ops = [op for op in tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
-                            if op not in shared_ops]
+        self._update_ops = [op for op in tf1.get_collection(tf1.GraphKeys.UPDATE_OPS) if op not in shared_ops]
         if self._update_ops:
             logger.debug("Tower update ops run with each step: %s", self._update_ops)
-        return build_after(self._update_ops, lambda: self.policy.build_apply_op(
-            optimizer=self.optimizers if multi else self.optimizers[0], grads_and_vars=avg))
+        return build_after(
+            self._update_ops,
+            lambda: self.policy.build_apply_op(
+                optimizer=self.optimizers if multi else self.optimizers[0], grads_and_vars=avg
+            ),
+        )
 
     def _build_exact_apply(self) -> None:
         """The deterministic mode's apply op: placeholders for the reduced gradients
@@ -139,8 +156,10 @@ class TFMultiGPUTowerStack:
                 variables in the same order.
         """
         if self._update_ops:
-            raise ValueError(f"config['{EXACT_KEY}'] does not support models with update ops "
-                             f"(e.g. batch norm): {[op.name for op in self._update_ops]}")
+            raise ValueError(
+                f"config['{EXACT_KEY}'] does not support models with update ops "
+                f"(e.g. batch norm): {[op.name for op in self._update_ops]}"
+            )
         multi = self.policy.config["_tf_policy_handles_more_than_one_loss"]
         groups = [t.loss_graph.loss_graph.grads_and_vars for t in self._towers]
         if not multi:
@@ -148,22 +167,25 @@ class TFMultiGPUTowerStack:
         first = [[v for _, v in grp] for grp in groups[0]]
         for i, tower_groups in enumerate(groups[1:], start=1):
             if [[v for _, v in grp] for grp in tower_groups] != first:
-                raise ValueError(f"config['{EXACT_KEY}']: tower {i}'s gradients are not over "
-                                 "tower 0's variables in the same order")
-        self._exact_grads = [[g for grp in tower_groups for g, _ in grp]
-                             for tower_groups in groups]
+                raise ValueError(
+                    f"config['{EXACT_KEY}']: tower {i}'s gradients are not over "
+                    "tower 0's variables in the same order"
+                )
+        self._exact_grads = [[g for grp in tower_groups for g, _ in grp] for tower_groups in groups]
         with tf1.name_scope("exact_reduced_grads"):
             self._exact_inputs = [
-                [tf1.placeholder(tf.convert_to_tensor(g).dtype, v.shape) for g, v in grp]
-                for grp in groups[0]]
-        clipped = [clip_by_global_norm(list(zip(ph, vs)), self.grad_norm_clipping)
-                   for ph, vs in zip(self._exact_inputs, first)]
+                [tf1.placeholder(tf.convert_to_tensor(g).dtype, v.shape) for g, v in grp] for grp in groups[0]
+            ]
+        clipped = [
+            clip_by_global_norm(list(zip(ph, vs)), self.grad_norm_clipping)
+            for ph, vs in zip(self._exact_inputs, first)
+        ]
         self._exact_apply_op = self.policy.build_apply_op(
             optimizer=self.optimizers if multi else self.optimizers[0],
-            grads_and_vars=clipped if multi else clipped[0])
+            grads_and_vars=clipped if multi else clipped[0],
+        )
 
-    def optimize_exact(self, sess: Any, device_chunks: Sequence[Sequence[Any]]
-                       ) -> Dict[str, Any]:
+    def optimize_exact(self, sess: Any, device_chunks: Sequence[Sequence[Any]]) -> Dict[str, Any]:
         """One deterministic SGD step: tower ``i`` computes the gradient of each chunk
         in ``device_chunks[i]`` (``rlpolicy._core.tower_buffers.ExactChunk``); the
         sums ``sum_c num_samples_c / total_samples * grad_c``, added in chunk-index order in
@@ -177,13 +199,13 @@ class TFMultiGPUTowerStack:
                 one equally long chunk list per device is given.
         """
         if not self.exact:
-            raise ValueError(f"optimize_exact needs config['{EXACT_KEY}'] set when the "
-                             "stack is built")
-        if len(device_chunks) != len(self._towers) or \
-                len({len(c) for c in device_chunks}) != 1:
-            raise ValueError(f"optimize_exact got chunk lists of lengths "
-                             f"{[len(c) for c in device_chunks]} for {len(self._towers)} "
-                             "towers; pass the same number of chunks for every device")
+            raise ValueError(f"optimize_exact needs config['{EXACT_KEY}'] set when the stack is built")
+        if len(device_chunks) != len(self._towers) or len({len(c) for c in device_chunks}) != 1:
+            raise ValueError(
+                f"optimize_exact got chunk lists of lengths "
+                f"{[len(c) for c in device_chunks]} for {len(self._towers)} "
+                "towers; pass the same number of chunks for every device"
+            )
         done = []
         fetches: Dict[str, Any] = {}
         for j in range(len(device_chunks[0])):
@@ -192,8 +214,7 @@ class TFMultiGPUTowerStack:
             for i, (tower, chunks) in enumerate(zip(self._towers, device_chunks)):
                 graph = tower.loss_graph
                 builder.add_feed_dict(graph.extra_compute_grad_feed_dict())
-                builder.add_feed_dict(graph._get_loss_inputs_dict(chunks[j].batch,
-                                                                  shuffle=False))
+                builder.add_feed_dict(graph._get_loss_inputs_dict(chunks[j].batch, shuffle=False))
                 run.append([self._exact_grads[i], graph._get_grad_and_stats_fetches()])
             out = builder.get(builder.add_fetches([run])[0])
             for i, (grads, stats) in enumerate(out):
@@ -207,8 +228,10 @@ class TFMultiGPUTowerStack:
                 acc += np.asarray(grads[k]) * np.float32(chunk.weight)
             sums.append(acc)
         flat_inputs = [ph for grp in self._exact_inputs for ph in grp]
-        sess.run(self._exact_apply_op, feed_dict={
-            **self.policy.extra_compute_grad_feed_dict(), **dict(zip(flat_inputs, sums))})
+        sess.run(
+            self._exact_apply_op,
+            feed_dict={**self.policy.extra_compute_grad_feed_dict(), **dict(zip(flat_inputs, sums))},
+        )
         return fetches
 
     def optimize(self, sess: Any, device_batches: Sequence[Any]) -> Dict[str, Any]:
@@ -225,8 +248,10 @@ class TFMultiGPUTowerStack:
             ValueError: If not exactly one batch per device is given.
         """
         if len(device_batches) != len(self._towers):
-            raise ValueError(f"optimize got {len(device_batches)} batches for "
-                             f"{len(self._towers)} towers; pass one batch per device")
+            raise ValueError(
+                f"optimize got {len(device_batches)} batches for "
+                f"{len(self._towers)} towers; pass one batch per device"
+            )
         builder = TFRunBuilder(sess, "learn_on_loaded_batch")
         fetches: Dict[str, Any] = {}
         for i, (tower, batch) in enumerate(zip(self._towers, device_batches)):

@@ -13,6 +13,7 @@ added, the oldest items are overwritten. Sampling uses the ``random`` module
 (uniform) and numpy's global RNG (prioritized), so ``random.seed`` /
 ``np.random.seed`` make runs repeatable.
 """
+
 from __future__ import annotations
 
 import collections
@@ -117,12 +118,14 @@ class ReplayBuffer:
     @DeveloperAPI
     def stats(self, debug: bool = False) -> Dict[str, Any]:
         """Counters: items added/sampled, estimated size, eviction hit stats (debug)."""
-        data = {"added_count": self._num_timesteps_added,
-                "added_count_wrapped": self._num_timesteps_added_wrap,
-                "eviction_started": self._eviction_started,
-                "sampled_count": self._num_timesteps_sampled,
-                "est_size_bytes": self._est_size_bytes,
-                "num_entries": len(self._storage)}
+        data = {
+            "added_count": self._num_timesteps_added,
+            "added_count_wrapped": self._num_timesteps_added_wrap,
+            "eviction_started": self._eviction_started,
+            "sampled_count": self._num_timesteps_sampled,
+            "est_size_bytes": self._est_size_bytes,
+            "num_entries": len(self._storage),
+        }
         if debug and self._evicted_hit_counts:
             data["evicted_hit_mean"] = float(np.mean(self._evicted_hit_counts))
         return data
@@ -161,8 +164,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def __init__(self, capacity: int = 10000, alpha: float = 1.0):
         super().__init__(capacity)
         if not alpha > 0:
-            raise ValueError(f"PrioritizedReplayBuffer: alpha must be > 0, got {alpha!r} "
-                             "(use ReplayBuffer for uniform sampling)")
+            raise ValueError(
+                f"PrioritizedReplayBuffer: alpha must be > 0, got {alpha!r} "
+                "(use ReplayBuffer for uniform sampling)"
+            )
         self._alpha = alpha
         tree_capacity = 1
         while tree_capacity < self.capacity:
@@ -178,8 +183,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         idx = self._next_idx
         super().add(item, weight)
         priority = self._max_priority if weight is None else float(weight)
-        self._it_sum[idx] = priority ** self._alpha
-        self._it_min[idx] = priority ** self._alpha
+        self._it_sum[idx] = priority**self._alpha
+        self._it_min[idx] = priority**self._alpha
 
     def _sample_proportional(self, num_items: int) -> np.ndarray:
         total = self._it_sum.sum(0, len(self._storage))
@@ -219,8 +224,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return item.max_seq_len if item.zero_padded and item.max_seq_len else item.count
 
     @DeveloperAPI
-    def update_priorities(self, idxes: Union[List[int], np.ndarray],
-                          priorities: Union[List[float], np.ndarray]) -> None:
+    def update_priorities(
+        self, idxes: Union[List[int], np.ndarray], priorities: Union[List[float], np.ndarray]
+    ) -> None:
         """Sets the priorities of the items ``idxes`` (e.g. to ``|td_error| + eps``).
 
         Raises:
@@ -229,7 +235,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 indices outside the stored items.
         """
         if not isinstance(idxes, (list, np.ndarray)):
-            raise TypeError(f"update_priorities: idxes must be a list or numpy array, got {type(idxes).__name__}")
+            raise TypeError(
+                f"update_priorities: idxes must be a list or numpy array, got {type(idxes).__name__}"
+            )
         idxes = np.asarray(idxes, dtype=np.int64)
         priorities = np.asarray(priorities, dtype=np.float64).reshape(-1)
         if idxes.shape != priorities.shape:
@@ -237,9 +245,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if priorities.size and not np.all(priorities > 0):
             raise ValueError(f"update_priorities: priorities must be > 0, got min {priorities.min()}")
         if idxes.size and (idxes.min() < 0 or idxes.max() >= len(self._storage)):
-            raise ValueError(f"update_priorities: indices must lie in [0, {len(self._storage)}), "
-                             f"got [{idxes.min()}, {idxes.max()}]")
-        new = priorities ** self._alpha
+            raise ValueError(
+                f"update_priorities: indices must lie in [0, {len(self._storage)}), "
+                f"got [{idxes.min()}, {idxes.max()}]"
+            )
+        new = priorities**self._alpha
         self._prio_changes.extend((new - self._it_sum[idxes]).tolist())
         # Repeated indices: the last priority wins (as with one-by-one updates).
         self._it_sum[idxes] = new
@@ -258,9 +268,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     @DeveloperAPI
     def get_state(self) -> Dict[str, Any]:
         state = super().get_state()
-        state.update({"sum_segment_tree": self._it_sum.get_state(),
-                      "min_segment_tree": self._it_min.get_state(),
-                      "max_priority": self._max_priority})
+        state.update(
+            {
+                "sum_segment_tree": self._it_sum.get_state(),
+                "min_segment_tree": self._it_min.get_state(),
+                "max_priority": self._max_priority,
+            }
+        )
         return state
 
     @DeveloperAPI
@@ -296,13 +310,22 @@ class LocalReplayBuffer:
         ValueError: For ``replay_sequence_length != 1``.
     """
 
-    def __init__(self, num_shards: int = 1, learning_starts: int = 1000, capacity: int = 10000,
-                 replay_batch_size: int = 1, prioritized_replay_alpha: float = 0.6,
-                 prioritized_replay_beta: float = 0.4, prioritized_replay_eps: float = 1e-6,
-                 replay_sequence_length: int = 1):
+    def __init__(
+        self,
+        num_shards: int = 1,
+        learning_starts: int = 1000,
+        capacity: int = 10000,
+        replay_batch_size: int = 1,
+        prioritized_replay_alpha: float = 0.6,
+        prioritized_replay_beta: float = 0.4,
+        prioritized_replay_eps: float = 1e-6,
+        replay_sequence_length: int = 1,
+    ):
         if replay_sequence_length != 1:
-            raise ValueError(f"LocalReplayBuffer: replay_sequence_length={replay_sequence_length} "
-                             "is not supported; only 1 (single-timestep replay)")
+            raise ValueError(
+                f"LocalReplayBuffer: replay_sequence_length={replay_sequence_length} "
+                "is not supported; only 1 (single-timestep replay)"
+            )
         self.replay_starts = learning_starts // num_shards
         self.capacity = capacity // num_shards
         self.replay_batch_size = replay_batch_size
@@ -334,9 +357,10 @@ class LocalReplayBuffer:
         if self.num_added < self.replay_starts:
             return None
         ids = [policy_id] if policy_id is not None else list(self.replay_buffers)
-        samples = {pid: self.replay_buffers[pid].sample(self.replay_batch_size,
-                                                        beta=self.prioritized_replay_beta)
-                   for pid in ids}
+        samples = {
+            pid: self.replay_buffers[pid].sample(self.replay_batch_size, beta=self.prioritized_replay_beta)
+            for pid in ids
+        }
         return MultiAgentBatch(samples, self.replay_batch_size)
 
     def update_priorities(self, prio_dict: Dict[PolicyID, tuple]) -> None:
@@ -354,8 +378,10 @@ class LocalReplayBuffer:
         return {f"policy_{pid}": buf.stats(debug) for pid, buf in self.replay_buffers.items()}
 
     def get_state(self) -> Dict[str, Any]:
-        return {"num_added": self.num_added,
-                "buffers": {pid: buf.get_state() for pid, buf in self.replay_buffers.items()}}
+        return {
+            "num_added": self.num_added,
+            "buffers": {pid: buf.get_state() for pid, buf in self.replay_buffers.items()},
+        }
 
     def set_state(self, state: Dict[str, Any]) -> None:
         self.num_added = state["num_added"]
@@ -363,5 +389,4 @@ class LocalReplayBuffer:
             self.replay_buffers[pid].set_state(buf_state)
 
 
-__all__ = ["BATCH_INDEXES", "LocalReplayBuffer", "PRIO_WEIGHTS", "PrioritizedReplayBuffer",
-           "ReplayBuffer"]
+__all__ = ["BATCH_INDEXES", "LocalReplayBuffer", "PRIO_WEIGHTS", "PrioritizedReplayBuffer", "ReplayBuffer"]

@@ -1,4 +1,5 @@
 """Sampling from a ``WorkerSet`` (RLlib's ``ray.rllib.execution.rollout_ops``)."""
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Union
@@ -9,9 +10,13 @@ from rlpolicy.utils.typing import SampleBatchType
 
 
 @ExperimentalAPI
-def synchronous_parallel_sample(worker_set: Any, *, max_env_steps: Optional[int] = None,
-                                max_agent_steps: Optional[int] = None,
-                                concat: bool = True) -> Union[SampleBatchType, List[SampleBatchType]]:
+def synchronous_parallel_sample(
+    worker_set: Any,
+    *,
+    max_env_steps: Optional[int] = None,
+    max_agent_steps: Optional[int] = None,
+    concat: bool = True,
+) -> Union[SampleBatchType, List[SampleBatchType]]:
     """Samples from all workers of ``worker_set`` in parallel rounds until enough steps are in.
 
     Each round asks the remote workers (or, without any, the local worker)

@@ -7,6 +7,7 @@ nodes in one numpy array (node ``i`` has children ``2i`` and ``2i+1``; the
 leaves are ``capacity .. 2*capacity-1``), which lets ``__setitem__`` and
 ``find_prefixsum_idx`` also work on whole arrays of indices / prefix sums.
 """
+
 from __future__ import annotations
 
 import operator
@@ -37,8 +38,9 @@ class SegmentTree:
             unsupported operation.
     """
 
-    def __init__(self, capacity: int, operation: Callable[[Any, Any], Any],
-                 neutral_element: Optional[float] = None):
+    def __init__(
+        self, capacity: int, operation: Callable[[Any, Any], Any], neutral_element: Optional[float] = None
+    ):
         if not isinstance(capacity, (int, np.integer)) or capacity <= 0 or capacity & (capacity - 1):
             raise ValueError(f"SegmentTree: capacity must be a positive power of 2, got {capacity!r}")
         if operation not in _UFUNCS:
@@ -120,8 +122,10 @@ class SegmentTree:
         """
         arr = np.asarray(state, dtype=np.float64)
         if arr.shape != self.value.shape:
-            raise ValueError(f"{type(self).__name__}.set_state: state has {arr.size} nodes, "
-                             f"this tree has {self.value.size}")
+            raise ValueError(
+                f"{type(self).__name__}.set_state: state has {arr.size} nodes, "
+                f"this tree has {self.value.size}"
+            )
         self.value = arr.copy()
 
 
@@ -146,8 +150,9 @@ class SumSegmentTree(SegmentTree):
         mass = np.array(prefixsum, dtype=np.float64, ndmin=1)
         total = self.value[1]
         if np.any(mass < 0) or np.any(mass > total + 1e-5):
-            raise ValueError(f"SumSegmentTree.find_prefixsum_idx: prefixsum must lie in "
-                             f"[0, {total}], got {prefixsum!r}")
+            raise ValueError(
+                f"SumSegmentTree.find_prefixsum_idx: prefixsum must lie in [0, {total}], got {prefixsum!r}"
+            )
         idx = np.ones(mass.shape, dtype=np.int64)
         while idx[0] < self.capacity:  # all entries are on the same level
             left = 2 * idx

@@ -3,6 +3,7 @@
 Public names are loaded lazily so that importing ``rlpolicy.models`` never
 imports torch or tensorflow.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -8,6 +8,7 @@ projection for i = 0), one window per ``max_seq_len`` rows in a train batch.
 These helpers build those view requirements, check the sizes, and size the
 previous-action input.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict
@@ -42,12 +43,15 @@ def flat_obs_dim(owner: str, space: gym.Space) -> int:
     """
     shape = getattr(space, "shape", None)
     if shape is None or len(shape) != 1:
-        raise ValueError(f"{owner}: the observation space must be 1-D (flat), got {space}; use it behind use_attention=True (which wraps a default model) or flatten the observations")
+        raise ValueError(
+            f"{owner}: the observation space must be 1-D (flat), got {space}; use it behind use_attention=True (which wraps a default model) or flatten the observations"
+        )
     return int(shape[0])
 
 
-def memory_view_requirements(num_transformer_units: int, attention_dim: int,
-                             memory_inference: int, max_seq_len: int) -> Dict[str, ViewRequirement]:
+def memory_view_requirements(
+    num_transformer_units: int, attention_dim: int, memory_inference: int, max_seq_len: int
+) -> Dict[str, ViewRequirement]:
     """``state_in_i`` / ``state_out_i`` views of GTrXL's L memory streams.
 
     ``state_in_i`` = ``state_out_i`` shifted ``-memory_inference:-1`` (a
@@ -59,19 +63,19 @@ def memory_view_requirements(num_transformer_units: int, attention_dim: int,
     for i in range(num_transformer_units):
         space = gym.spaces.Box(-1.0, 1.0, shape=(attention_dim,), dtype=np.float32)
         views[f"state_in_{i}"] = ViewRequirement(
-            f"state_out_{i}", shift=f"-{memory_inference}:-1", batch_repeat_value=max_seq_len,
-            space=space)
+            f"state_out_{i}", shift=f"-{memory_inference}:-1", batch_repeat_value=max_seq_len, space=space
+        )
         views[f"state_out_{i}"] = ViewRequirement(space=space, used_for_training=False)
     return views
 
 
-def prev_action_reward_view_requirements(action_space: gym.Space, n_prev_actions: int,
-                                         n_prev_rewards: int) -> Dict[str, ViewRequirement]:
+def prev_action_reward_view_requirements(
+    action_space: gym.Space, n_prev_actions: int, n_prev_rewards: int
+) -> Dict[str, ViewRequirement]:
     """``prev_actions`` / ``prev_rewards`` over the last n steps (shift ``-n:-1``), if used."""
     views: Dict[str, ViewRequirement] = {}
     if n_prev_actions:
-        views["prev_actions"] = ViewRequirement("actions", space=action_space,
-                                                shift=f"-{n_prev_actions}:-1")
+        views["prev_actions"] = ViewRequirement("actions", space=action_space, shift=f"-{n_prev_actions}:-1")
     if n_prev_rewards:
         views["prev_rewards"] = ViewRequirement("rewards", shift=f"-{n_prev_rewards}:-1")
     return views
@@ -98,16 +102,30 @@ def wrapper_config(owner: str, model_config: Dict[str, Any]) -> Dict[str, Any]:
     Raises:
         ValueError: Naming the model config key that is missing or not a valid size.
     """
-    keys = ("attention_num_transformer_units", "attention_dim", "attention_num_heads",
-            "attention_head_dim", "attention_memory_inference", "attention_memory_training",
-            "attention_position_wise_mlp_dim", "max_seq_len")
-    missing = [k for k in keys + ("attention_init_gru_gate_bias", "attention_use_n_prev_actions",
-                                  "attention_use_n_prev_rewards") if k not in model_config]
+    keys = (
+        "attention_num_transformer_units",
+        "attention_dim",
+        "attention_num_heads",
+        "attention_head_dim",
+        "attention_memory_inference",
+        "attention_memory_training",
+        "attention_position_wise_mlp_dim",
+        "max_seq_len",
+    )
+    missing = [
+        k
+        for k in keys
+        + ("attention_init_gru_gate_bias", "attention_use_n_prev_actions", "attention_use_n_prev_rewards")
+        if k not in model_config
+    ]
     if missing:
         raise ValueError(f"{owner}: model config lacks {missing}; start from MODEL_DEFAULTS")
     check_positive_ints(owner, **{k: model_config[k] for k in keys})
-    check_non_negative_ints(owner, attention_use_n_prev_actions=model_config["attention_use_n_prev_actions"],
-                            attention_use_n_prev_rewards=model_config["attention_use_n_prev_rewards"])
+    check_non_negative_ints(
+        owner,
+        attention_use_n_prev_actions=model_config["attention_use_n_prev_actions"],
+        attention_use_n_prev_rewards=model_config["attention_use_n_prev_rewards"],
+    )
     return dict(
         num_transformer_units=int(model_config["attention_num_transformer_units"]),
         attention_dim=int(model_config["attention_dim"]),

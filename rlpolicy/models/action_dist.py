@@ -1,4 +1,5 @@
 """The framework-neutral action distribution base class (RLlib's ``action_dist``)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
@@ -74,8 +75,9 @@ class ActionDistribution:
 
     @staticmethod
     @DeveloperAPI
-    def required_model_output_shape(action_space: gym.Space,
-                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         """Returns the number of model outputs this distribution needs for ``action_space``.
 
         Args:
@@ -107,7 +109,10 @@ def multi_dim_action_shape(action_space: Any) -> Optional[Tuple[int, ...]]:
         return tuple(int(n) for n in action_space.shape)
     if isinstance(action_space, gym.spaces.MultiDiscrete) and action_space.nvec.ndim > 1:
         return tuple(int(n) for n in action_space.shape)
-    if (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) != 1
-            and not action_space.dtype.name.startswith("int")):
+    if (
+        isinstance(action_space, gym.spaces.Box)
+        and len(action_space.shape) != 1
+        and not action_space.dtype.name.startswith("int")
+    ):
         return tuple(int(n) for n in action_space.shape)
     return None

@@ -5,6 +5,7 @@ preprocessor for a space and keeps the registries of custom models, action
 distributions and preprocessors. Framework classes are imported only when
 asked for, so this module needs neither torch nor tensorflow.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -36,23 +37,26 @@ _CUSTOM_ACTION_DISTS: Dict[str, type] = {}
 _CUSTOM_PREPROCESSORS: Dict[str, type] = {}
 
 _MODEL_MODULES = {
-    "torch": {"fcnet": ("rlpolicy.models.torch.fcnet", "FullyConnectedNetwork"),
-              "vision": ("rlpolicy.models.torch.visionnet", "VisionNetwork"),
-              "complex": ("rlpolicy.models.torch.complex_input_net", "ComplexInputNetwork"),
-              "lstm": ("rlpolicy.models.torch.recurrent_net", "LSTMWrapper"),
-              "attention": ("rlpolicy.models.torch.attention_net", "AttentionWrapper")},
-    "tf": {"fcnet": ("rlpolicy.models.tf.fcnet", "FullyConnectedNetwork"),
-           "vision": ("rlpolicy.models.tf.visionnet", "VisionNetwork"),
-           "complex": ("rlpolicy.models.tf.complex_input_net", "ComplexInputNetwork"),
-           "lstm": ("rlpolicy.models.tf.recurrent_net", "LSTMWrapper"),
-           "attention": ("rlpolicy.models.tf.attention_net", "AttentionWrapper")},
+    "torch": {
+        "fcnet": ("rlpolicy.models.torch.fcnet", "FullyConnectedNetwork"),
+        "vision": ("rlpolicy.models.torch.visionnet", "VisionNetwork"),
+        "complex": ("rlpolicy.models.torch.complex_input_net", "ComplexInputNetwork"),
+        "lstm": ("rlpolicy.models.torch.recurrent_net", "LSTMWrapper"),
+        "attention": ("rlpolicy.models.torch.attention_net", "AttentionWrapper"),
+    },
+    "tf": {
+        "fcnet": ("rlpolicy.models.tf.fcnet", "FullyConnectedNetwork"),
+        "vision": ("rlpolicy.models.tf.visionnet", "VisionNetwork"),
+        "complex": ("rlpolicy.models.tf.complex_input_net", "ComplexInputNetwork"),
+        "lstm": ("rlpolicy.models.tf.recurrent_net", "LSTMWrapper"),
+        "attention": ("rlpolicy.models.tf.attention_net", "AttentionWrapper"),
+    },
 }
 
 
 def _check_framework(framework: str) -> str:
     if framework not in SUPPORTED_FRAMEWORKS:
-        raise ValueError(f"framework={framework!r} is not supported; use one of "
-                         f"{list(SUPPORTED_FRAMEWORKS)}")
+        raise ValueError(f"framework={framework!r} is not supported; use one of {list(SUPPORTED_FRAMEWORKS)}")
     from rlpolicy._core.framework_check import require_framework
 
     require_framework(framework, "ModelCatalog")  # a clear ImportError if it is not installed
@@ -74,8 +78,8 @@ def _dist_class(framework: str, name: str) -> type:
 
 def _is_multi_action_dist(cls: Any) -> bool:
     return isinstance(cls, type) and any(
-        c.__name__ in ("MultiActionDistribution", "TorchMultiActionDistribution")
-        for c in cls.__mro__)
+        c.__name__ in ("MultiActionDistribution", "TorchMultiActionDistribution") for c in cls.__mro__
+    )
 
 
 def _is_simplex(space: gym.Space) -> bool:
@@ -96,9 +100,13 @@ class ModelCatalog:
 
     @staticmethod
     @DeveloperAPI
-    def get_action_dist(action_space: gym.Space, config: Optional[ModelConfigDict],
-                        dist_type: Optional[Any] = None, framework: str = "tf",
-                        **kwargs) -> Tuple[type, int]:
+    def get_action_dist(
+        action_space: gym.Space,
+        config: Optional[ModelConfigDict],
+        dist_type: Optional[Any] = None,
+        framework: str = "tf",
+        **kwargs,
+    ) -> Tuple[type, int]:
         """Returns the action distribution class and the model output size it needs.
 
         Args:
@@ -125,33 +133,41 @@ class ModelCatalog:
             name = config["custom_action_dist"]
             dist_cls = _lookup(_CUSTOM_ACTION_DISTS, name, "custom_action_dist")
             rest = {k: v for k, v in config.items() if k != "custom_action_dist"}
-            return ModelCatalog._get_multi_action_distribution(dist_cls, action_space, rest,
-                                                               framework)
+            return ModelCatalog._get_multi_action_distribution(dist_cls, action_space, rest, framework)
         _check_framework(framework)
-        if (isinstance(dist_type, type) and issubclass(dist_type, ActionDistribution)
-                and not _is_multi_action_dist(dist_type)):
+        if (
+            isinstance(dist_type, type)
+            and issubclass(dist_type, ActionDistribution)
+            and not _is_multi_action_dist(dist_type)
+        ):
             return dist_type, _output_size(dist_type, action_space, config)
-        if _is_multi_action_dist(dist_type) or isinstance(action_space,
-                                                          (gym.spaces.Tuple, gym.spaces.Dict)):
+        if _is_multi_action_dist(dist_type) or isinstance(action_space, (gym.spaces.Tuple, gym.spaces.Dict)):
             cls = _dist_class(framework, "MultiActionDistribution")
-            return ModelCatalog._get_multi_action_distribution(cls, action_space, config,
-                                                               framework)
+            return ModelCatalog._get_multi_action_distribution(cls, action_space, config, framework)
         return _default_dist(action_space, config, dist_type, framework)
 
     @staticmethod
-    def _get_multi_action_distribution(dist_class: type, action_space: gym.Space,
-                                       config: ModelConfigDict, framework: str
-                                       ) -> Tuple[Any, int]:
+    def _get_multi_action_distribution(
+        dist_class: type, action_space: gym.Space, config: ModelConfigDict, framework: str
+    ) -> Tuple[Any, int]:
         """Gives a MultiActionDistribution its child classes and input sizes."""
         if not _is_multi_action_dist(dist_class):
             return dist_class, _output_size(dist_class, action_space, config)
         from rlpolicy.utils.spaces.space_utils import flatten_space
-        children = [ModelCatalog.get_action_dist(s, config, framework=framework)
-                    for s in flatten_space(action_space)]
+
+        children = [
+            ModelCatalog.get_action_dist(s, config, framework=framework) for s in flatten_space(action_space)
+        ]
         input_lens = [int(n) for _, n in children]
-        return (partial(dist_class, action_space=action_space,
-                        child_distributions=[c for c, _ in children], input_lens=input_lens),
-                int(sum(input_lens)))
+        return (
+            partial(
+                dist_class,
+                action_space=action_space,
+                child_distributions=[c for c, _ in children],
+                input_lens=input_lens,
+            ),
+            int(sum(input_lens)),
+        )
 
     @staticmethod
     @DeveloperAPI
@@ -174,30 +190,39 @@ class ModelCatalog:
             return lib.int8, (None,) + tuple(action_space.shape)
         if isinstance(action_space, (gym.spaces.Tuple, gym.spaces.Dict)):
             from rlpolicy.utils.spaces.space_utils import flatten_space
+
             flat = flatten_space(action_space)
             all_discrete = all(isinstance(s, gym.spaces.Discrete) for s in flat)
-            size = sum(1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(s.shape))
-                       for s in flat)
+            size = sum(1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(s.shape)) for s in flat)
             return (lib.int64 if all_discrete else lib.float32), (None, int(size))
         raise UnsupportedSpaceException(
             f"action space {action_space} not supported; supported: Discrete, MultiDiscrete, "
-            "MultiBinary, Box, Tuple, Dict")
+            "MultiBinary, Box, Tuple, Dict"
+        )
 
     @staticmethod
     @DeveloperAPI
     def get_action_placeholder(action_space: gym.Space, name: str = "action") -> TensorType:
         """Returns a tf1 placeholder for a batch of actions (call inside a tf1 Graph)."""
         from rlpolicy.utils.framework import try_import_tf
+
         tf1, _, _ = try_import_tf(error=True)
         dtype, shape = ModelCatalog.get_action_shape(action_space, framework="tf")
         return tf1.placeholder(dtype, shape=shape, name=name)
 
     @staticmethod
     @DeveloperAPI
-    def get_model_v2(obs_space: gym.Space, action_space: gym.Space, num_outputs: int,
-                     model_config: ModelConfigDict, framework: str = "tf",
-                     name: str = "default_model", model_interface: type = None,
-                     default_model: type = None, **model_kwargs) -> ModelV2:
+    def get_model_v2(
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        framework: str = "tf",
+        name: str = "default_model",
+        model_interface: type = None,
+        default_model: type = None,
+        **model_kwargs,
+    ) -> ModelV2:
         """Builds the model for the given spaces and config.
 
         ``custom_model`` (a registered name or a class) wins; otherwise the
@@ -229,15 +254,29 @@ class ModelCatalog:
         _check_framework(framework)
         _check_recurrent_wrapping(model_config, action_space)
         if model_config.get("custom_model"):
-            return _build_custom_model(obs_space, action_space, num_outputs, model_config,
-                                       framework, name, model_interface, model_kwargs)
-        v2_class = default_model or ModelCatalog._get_v2_model_class(obs_space, model_config,
-                                                                     framework=framework)
+            return _build_custom_model(
+                obs_space,
+                action_space,
+                num_outputs,
+                model_config,
+                framework,
+                name,
+                model_interface,
+                model_kwargs,
+            )
+        v2_class = default_model or ModelCatalog._get_v2_model_class(
+            obs_space, model_config, framework=framework
+        )
         v2_class = _maybe_wrap_lstm(v2_class, model_config, framework)
         wrapper = ModelCatalog._wrap_if_needed(v2_class, model_interface)
         if framework in TF_FRAMEWORKS and _is_keras_model(wrapper):
-            return wrapper(input_space=obs_space, action_space=action_space,
-                           num_outputs=num_outputs, name=name, **dict(model_kwargs, **model_config))
+            return wrapper(
+                input_space=obs_space,
+                action_space=action_space,
+                num_outputs=num_outputs,
+                name=name,
+                **dict(model_kwargs, **model_config),
+            )
         return wrapper(obs_space, action_space, num_outputs, model_config, name, **model_kwargs)
 
     @staticmethod
@@ -248,8 +287,9 @@ class ModelCatalog:
 
     @staticmethod
     @DeveloperAPI
-    def get_preprocessor_for_space(observation_space: gym.Space,
-                                   options: Optional[dict] = None) -> Preprocessor:
+    def get_preprocessor_for_space(
+        observation_space: gym.Space, options: Optional[dict] = None
+    ) -> Preprocessor:
         """Returns a preprocessor instance for ``observation_space``.
 
         Raises:
@@ -259,13 +299,12 @@ class ModelCatalog:
         options = options or MODEL_DEFAULTS
         unknown = [k for k in options if k not in MODEL_DEFAULTS]
         if unknown:
-            raise ValueError(f"unknown model config key(s) {unknown}; valid keys: "
-                             f"{sorted(MODEL_DEFAULTS)}")
+            raise ValueError(f"unknown model config key(s) {unknown}; valid keys: {sorted(MODEL_DEFAULTS)}")
         if options.get("custom_preprocessor"):
-            cls = _lookup(_CUSTOM_PREPROCESSORS, options["custom_preprocessor"],
-                          "custom_preprocessor")
-            logger.warning("custom preprocessors are deprecated (as in RLlib); "
-                           "prefer wrapping the environment")
+            cls = _lookup(_CUSTOM_PREPROCESSORS, options["custom_preprocessor"], "custom_preprocessor")
+            logger.warning(
+                "custom preprocessors are deprecated (as in RLlib); prefer wrapping the environment"
+            )
         else:
             cls = get_preprocessor(observation_space)
         prep = cls(observation_space, options)
@@ -296,14 +335,17 @@ class ModelCatalog:
         if not model_interface or issubclass(model_cls, model_interface):
             return model_cls
         if not issubclass(model_cls, ModelV2):
-            raise ValueError(f"cannot wrap {model_cls.__name__} in {model_interface.__name__}: "
-                             "it is not a ModelV2 subclass")
+            raise ValueError(
+                f"cannot wrap {model_cls.__name__} in {model_interface.__name__}: "
+                "it is not a ModelV2 subclass"
+            )
         name = f"{model_cls.__name__}_as_{model_interface.__name__}"
         return type(name, (model_interface, model_cls), {"__qualname__": name})
 
     @staticmethod
-    def _get_v2_model_class(input_space: gym.Space, model_config: ModelConfigDict,
-                            framework: str = "tf") -> type:
+    def _get_v2_model_class(
+        input_space: gym.Space, model_config: ModelConfigDict, framework: str = "tf"
+    ) -> type:
         """Default model class: vision, fully connected or complex-input net.
 
         RLlib 1.11's rule: a 3-D Box gets the VisionNetwork; a 1-D Box (this
@@ -323,8 +365,11 @@ class ModelCatalog:
         original = getattr(input_space, "original_space", input_space)
         if isinstance(input_space, gym.spaces.Box) and len(input_space.shape) == 3:
             return _model_class(framework, "vision")
-        if isinstance(input_space, gym.spaces.Box) and len(input_space.shape) == 1 \
-                and not _has_image_part(original):
+        if (
+            isinstance(input_space, gym.spaces.Box)
+            and len(input_space.shape) == 1
+            and not _has_image_part(original)
+        ):
             return _model_class(framework, "fcnet")
         _check_complex_input_space(original)
         return _model_class(framework, "complex")
@@ -333,6 +378,7 @@ class ModelCatalog:
 def _check_complex_input_space(space: gym.Space) -> None:
     """Raises unless every leaf of ``space`` is a Box, Discrete, MultiDiscrete or MultiBinary."""
     from rlpolicy.utils.spaces.space_utils import flatten_space
+
     supported = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
     leaves = flatten_space(space) if isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)) else [space]
     for leaf in leaves:
@@ -340,7 +386,8 @@ def _check_complex_input_space(space: gym.Space) -> None:
             where = "" if leaf is space else f" (inside {space})"
             raise UnsupportedSpaceException(
                 f"no default model for observation space {leaf}{where}; supported: Box, Discrete, "
-                "MultiDiscrete, MultiBinary and Dict/Tuple of those; or set custom_model")
+                "MultiDiscrete, MultiBinary and Dict/Tuple of those; or set custom_model"
+            )
 
 
 def _lookup(registry: Dict[str, type], name: Any, key: str) -> type:
@@ -357,8 +404,9 @@ def _output_size(dist_cls: Any, action_space: gym.Space, config: ModelConfigDict
     return int(size) if np.ndim(size) == 0 else size
 
 
-def _default_dist(action_space: gym.Space, config: ModelConfigDict, dist_type: Any,
-                  framework: str) -> Tuple[Any, int]:
+def _default_dist(
+    action_space: gym.Space, config: ModelConfigDict, dist_type: Any, framework: str
+) -> Tuple[Any, int]:
     """Default distributions of the non-nested spaces (RLlib 1.11's table); discrete
     spaces whose values do not start at 0 get their samples shifted (beyond RLlib)."""
     from rlpolicy.models.dist_offsets import action_offset, with_action_offset
@@ -370,22 +418,27 @@ def _default_dist(action_space: gym.Space, config: ModelConfigDict, dist_type: A
     return dist_class, size
 
 
-def _default_dist_unshifted(action_space: gym.Space, config: ModelConfigDict, dist_type: Any,
-                            framework: str) -> Tuple[Any, int]:
+def _default_dist_unshifted(
+    action_space: gym.Space, config: ModelConfigDict, dist_type: Any, framework: str
+) -> Tuple[Any, int]:
     if isinstance(action_space, gym.spaces.Box) and action_space.dtype.name.startswith("int"):
         low, high = int(np.min(action_space.low)), int(np.max(action_space.high))
         num_cats = int(np.prod(action_space.shape))
         cls = _dist_class(framework, "MultiCategorical")
-        return (partial(cls, input_lens=[high - low + 1] * num_cats, action_space=action_space),
-                num_cats * (high - low + 1))
+        return (
+            partial(cls, input_lens=[high - low + 1] * num_cats, action_space=action_space),
+            num_cats * (high - low + 1),
+        )
     if isinstance(action_space, gym.spaces.Box):
         if dist_type is None:
             cls = _dist_class(framework, "DiagGaussian")
         elif dist_type == "deterministic":
             cls = _dist_class(framework, "Deterministic")
         else:
-            raise ValueError(f"dist_type {dist_type!r} not supported for Box action spaces; use "
-                             "None, 'deterministic' or an ActionDistribution subclass")
+            raise ValueError(
+                f"dist_type {dist_type!r} not supported for Box action spaces; use "
+                "None, 'deterministic' or an ActionDistribution subclass"
+            )
         if len(action_space.shape) != 1:
             # Beyond RLlib 1.11: a distribution over the flattened action, whose
             # samples are reshaped back to the Box's shape (also a 0-d Box: [B]).
@@ -397,27 +450,36 @@ def _default_dist_unshifted(action_space: gym.Space, config: ModelConfigDict, di
     if isinstance(action_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         # MultiBinary(shape) is a MultiDiscrete of 2s; a multi-dimensional nvec is
         # flattened (beyond RLlib 1.11); samples come back in the space's shape.
-        nvec = (np.full(action_space.shape, 2) if isinstance(action_space, gym.spaces.MultiBinary)
-                else action_space.nvec)
+        nvec = (
+            np.full(action_space.shape, 2)
+            if isinstance(action_space, gym.spaces.MultiBinary)
+            else action_space.nvec
+        )
         cls = _dist_class(framework, "MultiCategorical")
-        return (partial(cls, input_lens=[int(n) for n in np.ravel(nvec)],
-                        action_space=action_space), int(np.sum(nvec)))
+        return (
+            partial(cls, input_lens=[int(n) for n in np.ravel(nvec)], action_space=action_space),
+            int(np.sum(nvec)),
+        )
     if _is_simplex(action_space):
         if framework == "torch":
-            raise UnsupportedSpaceException("Simplex action spaces are not supported for torch "
-                                            "(as in RLlib 1.11); use framework='tf'")
+            raise UnsupportedSpaceException(
+                "Simplex action spaces are not supported for torch (as in RLlib 1.11); use framework='tf'"
+            )
         cls = _dist_class(framework, "Dirichlet")
         return cls, _output_size(cls, action_space, config)
     raise UnsupportedSpaceException(
         f"action space {action_space} (dist_type={dist_type!r}) not supported; supported: "
-        "Discrete, MultiDiscrete, MultiBinary, Box, Tuple, Dict")
+        "Discrete, MultiDiscrete, MultiBinary, Box, Tuple, Dict"
+    )
 
 
 def _framework_lib(framework: str) -> Any:
     if _check_framework(framework) == "torch":
         from rlpolicy.utils.framework import try_import_torch
+
         return try_import_torch(error=True)[0]
     from rlpolicy.utils.framework import try_import_tf
+
     return try_import_tf(error=True)[1]
 
 
@@ -425,6 +487,7 @@ def _has_image_part(space: gym.Space) -> bool:
     if not isinstance(space, (gym.spaces.Tuple, gym.spaces.Dict)):
         return False
     from rlpolicy.utils.spaces.space_utils import flatten_space
+
     return any(isinstance(s, gym.spaces.Box) and len(s.shape) >= 2 for s in flatten_space(space))
 
 
@@ -432,6 +495,7 @@ def _is_keras_model(cls: type) -> bool:
     if issubclass(cls, ModelV2):
         return False
     from rlpolicy.utils.framework import get_keras
+
     return issubclass(cls, get_keras().Model)
 
 
@@ -440,10 +504,15 @@ def _check_recurrent_wrapping(model_config: ModelConfigDict, action_space: gym.S
     attention net reads previous Dict/Tuple actions only unflattened."""
     if model_config.get("use_lstm") and model_config.get("use_attention"):
         raise ValueError("model config: only one of use_lstm and use_attention may be True")
-    if (model_config.get("use_attention") and (model_config.get("attention_use_n_prev_actions") or 0) > 0
-            and isinstance(action_space, (gym.spaces.Tuple, gym.spaces.Dict))
-            and not model_config.get("_disable_action_flattening")):
-        raise ValueError(f"model config: attention_use_n_prev_actions > 0 with the complex action space {action_space} needs _disable_action_flattening=True in the model config (as RLlib 1.11)")
+    if (
+        model_config.get("use_attention")
+        and (model_config.get("attention_use_n_prev_actions") or 0) > 0
+        and isinstance(action_space, (gym.spaces.Tuple, gym.spaces.Dict))
+        and not model_config.get("_disable_action_flattening")
+    ):
+        raise ValueError(
+            f"model config: attention_use_n_prev_actions > 0 with the complex action space {action_space} needs _disable_action_flattening=True in the model config (as RLlib 1.11)"
+        )
 
 
 def _maybe_wrap_lstm(model_cls: type, model_config: ModelConfigDict, framework: str) -> type:
@@ -458,20 +527,28 @@ def _maybe_wrap_lstm(model_cls: type, model_config: ModelConfigDict, framework: 
     if issubclass(model_cls, lstm_cls):
         return model_cls
     name = f"{model_cls.__name__}_as_{lstm_cls.__name__}"
-    return type(name, (lstm_cls, model_cls),
-                {"__qualname__": name, "_wrapped_forward": model_cls.forward})
+    return type(name, (lstm_cls, model_cls), {"__qualname__": name, "_wrapped_forward": model_cls.forward})
 
 
-def _build_custom_model(obs_space: gym.Space, action_space: gym.Space, num_outputs: int,
-                        model_config: ModelConfigDict, framework: str, name: str,
-                        model_interface: Optional[type], model_kwargs: dict) -> ModelV2:
+def _build_custom_model(
+    obs_space: gym.Space,
+    action_space: gym.Space,
+    num_outputs: int,
+    model_config: ModelConfigDict,
+    framework: str,
+    name: str,
+    model_interface: Optional[type],
+    model_kwargs: dict,
+) -> ModelV2:
     """Instantiates ``custom_model`` with ``custom_model_config`` as extra kwargs."""
     model_cls = _lookup(_CUSTOM_MODELS, model_config["custom_model"], "custom_model")
     if not isinstance(model_cls, type) or not (
-            issubclass(model_cls, ModelV2)
-            or (framework in TF_FRAMEWORKS and _is_keras_model(model_cls))):
-        raise ValueError(f"custom_model {model_config['custom_model']!r} must be a ModelV2 "
-                         f"subclass (or a keras Model for tf), got {model_cls!r}")
+        issubclass(model_cls, ModelV2) or (framework in TF_FRAMEWORKS and _is_keras_model(model_cls))
+    ):
+        raise ValueError(
+            f"custom_model {model_config['custom_model']!r} must be a ModelV2 "
+            f"subclass (or a keras Model for tf), got {model_cls!r}"
+        )
     model_cls = ModelCatalog._wrap_if_needed(model_cls, model_interface)
     if issubclass(model_cls, ModelV2):
         model_cls = _maybe_wrap_lstm(model_cls, model_config, framework)

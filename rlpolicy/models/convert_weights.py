@@ -19,6 +19,7 @@ transposes and the bias sum are needed.
 
 Only numpy is imported here; torch and TF are never needed for the conversion.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,17 +29,25 @@ import numpy as np
 
 from rlpolicy.utils.annotations import PublicAPI
 
-__all__ = ["LAYOUTS", "adapt_weights", "canonical_weights", "convert_weights", "torch_to_canonical_names",
-           "weights_layout"]
+__all__ = [
+    "LAYOUTS",
+    "adapt_weights",
+    "canonical_weights",
+    "convert_weights",
+    "torch_to_canonical_names",
+    "weights_layout",
+]
 
 #: The layouts: torch, TF graph ("tf") and TF eager ("tf2").
 LAYOUTS = ("torch", "tf", "tf2")
 
 _LSTM = "lstm/lstm_cell"
-_TORCH_LSTM = {"lstm.weight_ih_l0": (f"{_LSTM}/kernel", "dense"),
-               "lstm.weight_hh_l0": (f"{_LSTM}/recurrent_kernel", "dense"),
-               "lstm.bias_ih_l0": (f"{_LSTM}/bias", "bias_ih"),
-               "lstm.bias_hh_l0": (f"{_LSTM}/bias", "bias_hh")}
+_TORCH_LSTM = {
+    "lstm.weight_ih_l0": (f"{_LSTM}/kernel", "dense"),
+    "lstm.weight_hh_l0": (f"{_LSTM}/recurrent_kernel", "dense"),
+    "lstm.bias_ih_l0": (f"{_LSTM}/bias", "bias_ih"),
+    "lstm.bias_hh_l0": (f"{_LSTM}/bias", "bias_hh"),
+}
 _TORCH_PARAM = re.compile(r"^(?P<layer>.+?)\._model\.\d+\.(?P<var>weight|bias)$")
 
 
@@ -54,7 +63,9 @@ def weights_layout(weights: Mapping[str, Any]) -> str:
         ValueError: ``weights`` is not a non-empty mapping.
     """
     if not isinstance(weights, Mapping) or not weights:
-        raise ValueError(f"weights_layout: expected a non-empty dict of weights, got {type(weights).__name__}")
+        raise ValueError(
+            f"weights_layout: expected a non-empty dict of weights, got {type(weights).__name__}"
+        )
     keys = [str(k) for k in weights]
     if any(re.search(r":\d+$", k) for k in keys):
         return "tf2"
@@ -91,7 +102,8 @@ class _TorchContext:
         canonical = set(canonical_keys)
         # no_final_linear: the last hidden (conv) layer is the output layer fc_out (conv_out).
         self.last_is_out = not has_logits and (
-            "conv_out/kernel" in canonical if self.is_vision else "fc_out/kernel" in canonical)
+            "conv_out/kernel" in canonical if self.is_vision else "fc_out/kernel" in canonical
+        )
 
 
 def _torch_layer(layer: str, ctx: _TorchContext) -> Optional[str]:
@@ -117,8 +129,9 @@ def _torch_layer(layer: str, ctx: _TorchContext) -> Optional[str]:
 
 
 @PublicAPI
-def torch_to_canonical_names(torch_keys: Sequence[str], canonical_keys: Sequence[str] = ()
-                             ) -> Dict[str, Tuple[str, str]]:
+def torch_to_canonical_names(
+    torch_keys: Sequence[str], canonical_keys: Sequence[str] = ()
+) -> Dict[str, Tuple[str, str]]:
     """Maps a torch catalog model's state-dict keys to TF variable names.
 
     Covers the catalog's ``FullyConnectedNetwork`` (shared or separate value
@@ -150,8 +163,10 @@ def torch_to_canonical_names(torch_keys: Sequence[str], canonical_keys: Sequence
         match = _TORCH_PARAM.match(key)
         tf_layer = _torch_layer(match.group("layer"), ctx) if match else None
         if match is None or tf_layer is None:
-            raise ValueError(f"convert_weights: torch key {key!r} is no parameter of a catalog model "
-                             "(FullyConnectedNetwork, VisionNetwork, LSTMWrapper); cannot map it to TF")
+            raise ValueError(
+                f"convert_weights: torch key {key!r} is no parameter of a catalog model "
+                "(FullyConnectedNetwork, VisionNetwork, LSTMWrapper); cannot map it to TF"
+            )
         kind = "bias" if match.group("var") == "bias" else "weight"
         out[key] = (f"{tf_layer}/{'bias' if kind == 'bias' else 'kernel'}", kind)
     return out
@@ -176,9 +191,12 @@ def _to_torch_layout(value: np.ndarray, kind: str) -> np.ndarray:
 
 
 @PublicAPI
-def canonical_weights(weights: Mapping[str, Any], layout: Optional[str] = None,
-                      canonical_keys: Sequence[str] = (),
-                      names: Optional[Mapping[str, str]] = None) -> Dict[str, np.ndarray]:
+def canonical_weights(
+    weights: Mapping[str, Any],
+    layout: Optional[str] = None,
+    canonical_keys: Sequence[str] = (),
+    names: Optional[Mapping[str, str]] = None,
+) -> Dict[str, np.ndarray]:
     """A weights dict as ``{TF variable name: TF-layout array}``.
 
     Args:
@@ -204,8 +222,10 @@ def canonical_weights(weights: Mapping[str, Any], layout: Optional[str] = None,
         for key, value in weights.items():
             name = (names or {}).get(str(key)) or _eager_canonical(str(key))
             if name in out:
-                raise ValueError(f"convert_weights: eager keys map twice onto TF variable {name!r} "
-                                 f"(second: {key!r}); not a single catalog model")
+                raise ValueError(
+                    f"convert_weights: eager keys map twice onto TF variable {name!r} "
+                    f"(second: {key!r}); not a single catalog model"
+                )
             out[name] = np.asarray(value)
         return out
     torch_names = torch_to_canonical_names([str(k) for k in weights], canonical_keys)
@@ -228,17 +248,20 @@ def _check_flatten_order(canonical: Mapping[str, np.ndarray]) -> None:
     Raises:
         ValueError: The LSTM's input is wider than the last conv layer's channels.
     """
-    convs = sorted((int(m.group(1)), v) for k, v in canonical.items()
-                   if (m := re.fullmatch(r"conv(\d+)/kernel", k)))
+    convs = sorted(
+        (int(m.group(1)), v) for k, v in canonical.items() if (m := re.fullmatch(r"conv(\d+)/kernel", k))
+    )
     lstm_kernel = canonical.get(f"{_LSTM}/kernel")
     if not convs or lstm_kernel is None:
         return
     channels, width = convs[-1][1].shape[-1], lstm_kernel.shape[0]
     if width != channels:
-        raise ValueError(f"convert_weights: {_LSTM}/kernel reads {width} flattened conv features from "
-                         f"{channels} channels (a conv output larger than 1x1, or prev-action/reward "
-                         "inputs); torch flattens NCHW and TF NHWC, and the rows cannot be reordered "
-                         "without the spatial size: not converted")
+        raise ValueError(
+            f"convert_weights: {_LSTM}/kernel reads {width} flattened conv features from "
+            f"{channels} channels (a conv output larger than 1x1, or prev-action/reward "
+            "inputs); torch flattens NCHW and TF NHWC, and the rows cannot be reordered "
+            "without the spatial size: not converted"
+        )
 
 
 def _unused_inner_value_head(name: str, canonical: Mapping[str, Any]) -> bool:
@@ -248,10 +271,14 @@ def _unused_inner_value_head(name: str, canonical: Mapping[str, Any]) -> bool:
 
 
 @PublicAPI
-def adapt_weights(weights: Mapping[str, Any], target: Mapping[str, Any], target_layout: str,
-                  target_names: Optional[Mapping[str, str]] = None,
-                  source_layout: Optional[str] = None,
-                  source_names: Optional[Mapping[str, str]] = None) -> Dict[str, np.ndarray]:
+def adapt_weights(
+    weights: Mapping[str, Any],
+    target: Mapping[str, Any],
+    target_layout: str,
+    target_names: Optional[Mapping[str, str]] = None,
+    source_layout: Optional[str] = None,
+    source_names: Optional[Mapping[str, str]] = None,
+) -> Dict[str, np.ndarray]:
     """Converts ``weights`` (any layout) to a model's own keys and layout.
 
     Args:
@@ -282,15 +309,18 @@ def adapt_weights(weights: Mapping[str, Any], target: Mapping[str, Any], target_
         names = {str(k): str(k) for k in target}
     else:
         names = {str(k): v for k, v in (target_names or {}).items()} or {
-            str(k): _eager_canonical(str(k)) for k in target}
+            str(k): _eager_canonical(str(k)) for k in target
+        }
     canonical = canonical_weights(weights, src_layout, list(names.values()), source_names)
     if src_layout == "torch":
         _check_flatten_order(canonical)
     by_name = {name: key for key, name in names.items()}
     unknown = [n for n in canonical if n not in by_name]
     if unknown:
-        raise ValueError(f"convert_weights: {src_layout} weights hold {unknown[0]!r} (TF name), which the "
-                         f"{target_layout} model has not; unmatched: {unknown}")
+        raise ValueError(
+            f"convert_weights: {src_layout} weights hold {unknown[0]!r} (TF name), which the "
+            f"{target_layout} model has not; unmatched: {unknown}"
+        )
     out: Dict[str, np.ndarray] = {}
     for key, name in names.items():
         current = np.asarray(target[key])
@@ -298,14 +328,20 @@ def adapt_weights(weights: Mapping[str, Any], target: Mapping[str, Any], target_
             if src_layout == "torch" and _unused_inner_value_head(name, by_name):
                 out[key] = np.array(current, copy=True)
                 continue
-            raise ValueError(f"convert_weights: the {target_layout} model's {key!r} (TF name {name!r}) has no "
-                             f"counterpart in the {src_layout} weights")
+            raise ValueError(
+                f"convert_weights: the {target_layout} model's {key!r} (TF name {name!r}) has no "
+                f"counterpart in the {src_layout} weights"
+            )
         out[key] = _checked(canonical[name], current, key, name)
     return out
 
 
-def _adapt_to_torch(weights: Mapping[str, Any], src_layout: str, target: Mapping[str, Any],
-                    source_names: Optional[Mapping[str, str]] = None) -> Dict[str, np.ndarray]:
+def _adapt_to_torch(
+    weights: Mapping[str, Any],
+    src_layout: str,
+    target: Mapping[str, Any],
+    source_names: Optional[Mapping[str, str]] = None,
+) -> Dict[str, np.ndarray]:
     if src_layout == "torch":
         canonical_src = None
     else:
@@ -317,13 +353,17 @@ def _adapt_to_torch(weights: Mapping[str, Any], src_layout: str, target: Mapping
     used = {name for name, _ in names.values()}
     unknown = [n for n in canonical_src if n not in used and not _unused_inner_value_head(n, canonical_src)]
     if unknown:
-        raise ValueError(f"convert_weights: {src_layout} weights hold {unknown[0]!r}, which the torch model "
-                         f"has no parameter for; unmatched: {unknown}")
+        raise ValueError(
+            f"convert_weights: {src_layout} weights hold {unknown[0]!r}, which the torch model "
+            f"has no parameter for; unmatched: {unknown}"
+        )
     out: Dict[str, np.ndarray] = {}
     for key, (name, kind) in names.items():
         if name not in canonical_src:
-            raise ValueError(f"convert_weights: the torch model's {key!r} (TF name {name!r}) has no "
-                             f"counterpart in the {src_layout} weights")
+            raise ValueError(
+                f"convert_weights: the torch model's {key!r} (TF name {name!r}) has no "
+                f"counterpart in the {src_layout} weights"
+            )
         value = _to_torch_layout(canonical_src[name], kind)
         out[key] = _checked(value, np.asarray(target[key]), key, name)
     return out
@@ -331,9 +371,11 @@ def _adapt_to_torch(weights: Mapping[str, Any], src_layout: str, target: Mapping
 
 def _checked(value: np.ndarray, current: np.ndarray, key: str, name: str) -> np.ndarray:
     if tuple(value.shape) != tuple(current.shape):
-        raise ValueError(f"convert_weights: {key!r} (TF name {name!r}) gets shape {tuple(value.shape)} "
-                         f"after the layout conversion, but the destination's is {tuple(current.shape)}; "
-                         "the two models' architectures differ")
+        raise ValueError(
+            f"convert_weights: {key!r} (TF name {name!r}) gets shape {tuple(value.shape)} "
+            f"after the layout conversion, but the destination's is {tuple(current.shape)}; "
+            "the two models' architectures differ"
+        )
     return np.array(value, dtype=current.dtype, copy=True)
 
 
@@ -346,8 +388,10 @@ def _policy_layout(policy: Any) -> str:
     if framework == "tf":
         # A "tf" policy class run eagerly (as_eager) reports framework "tf2"; graph has a session.
         return "tf" if policy.get_session() is not None else "tf2"
-    raise ValueError(f"convert_weights: {type(policy).__name__} has framework {framework!r}; expected "
-                     "'torch', 'tf' or 'tf2'")
+    raise ValueError(
+        f"convert_weights: {type(policy).__name__} has framework {framework!r}; expected "
+        "'torch', 'tf' or 'tf2'"
+    )
 
 
 def _policy_weights(policy: Any) -> Dict[str, Any]:
@@ -389,15 +433,22 @@ def convert_weights(src: Any, dst: Any, *, assign: bool = True) -> Dict[str, np.
             differs; nothing is assigned then.
     """
     if isinstance(src, (list, tuple)):
-        raise ValueError("convert_weights: a list of weights has no keys to convert by; pass the policy "
-                         "or its get_weights(as_dict=True) dict")
+        raise ValueError(
+            "convert_weights: a list of weights has no keys to convert by; pass the policy "
+            "or its get_weights(as_dict=True) dict"
+        )
     weights = src if isinstance(src, Mapping) else _policy_weights(src)
     layout = _policy_layout(dst)
     target = _policy_weights(dst)
     from_policy = not isinstance(src, Mapping)
-    converted = adapt_weights(weights, target, layout, _eager_names(dst) if layout == "tf2" else None,
-                              _policy_layout(src) if from_policy else None,
-                              _eager_names(src) if from_policy and _policy_layout(src) == "tf2" else None)
+    converted = adapt_weights(
+        weights,
+        target,
+        layout,
+        _eager_names(dst) if layout == "tf2" else None,
+        _policy_layout(src) if from_policy else None,
+        _eager_names(src) if from_policy and _policy_layout(src) == "tf2" else None,
+    )
     if assign:
         dst.set_weights(converted)
     return converted

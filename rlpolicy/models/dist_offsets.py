@@ -10,6 +10,7 @@ actions given to ``logp`` are shifted back.
 
 Nothing here imports torch or tensorflow at module level.
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -64,8 +65,9 @@ def _torch_wrapper(base: type, offset: np.ndarray) -> type:
     import torch
 
     def shift(self, actions):
-        return actions + torch.as_tensor(_matching(offset, actions), dtype=actions.dtype,
-                                         device=actions.device)
+        return actions + torch.as_tensor(
+            _matching(offset, actions), dtype=actions.dtype, device=actions.device
+        )
 
     def sample(self):
         self.last_sample = shift(self, base.sample(self))
@@ -78,8 +80,7 @@ def _torch_wrapper(base: type, offset: np.ndarray) -> type:
     def logp(self, actions):
         if not isinstance(actions, torch.Tensor):
             actions = torch.as_tensor(np.asarray(actions))
-        back = torch.as_tensor(_matching(offset, actions), dtype=actions.dtype,
-                               device=actions.device)
+        back = torch.as_tensor(_matching(offset, actions), dtype=actions.dtype, device=actions.device)
         return base.logp(self, actions - back)
 
     def sampled_action_logp(self):
@@ -87,10 +88,18 @@ def _torch_wrapper(base: type, offset: np.ndarray) -> type:
             return base.sampled_action_logp(self)  # its own "sample() first" error
         return logp(self, self.last_sample)
 
-    return type(base.__name__, (base,), {
-        "sample": sample, "deterministic_sample": deterministic_sample, "logp": logp,
-        "sampled_action_logp": sampled_action_logp, "action_offset": offset,
-        "__doc__": f"{base.__name__} whose actions start at {offset.tolist()}."})
+    return type(
+        base.__name__,
+        (base,),
+        {
+            "sample": sample,
+            "deterministic_sample": deterministic_sample,
+            "logp": logp,
+            "sampled_action_logp": sampled_action_logp,
+            "action_offset": offset,
+            "__doc__": f"{base.__name__} whose actions start at {offset.tolist()}.",
+        },
+    )
 
 
 def _tf_wrapper(base: type, offset: np.ndarray) -> type:
@@ -113,7 +122,14 @@ def _tf_wrapper(base: type, offset: np.ndarray) -> type:
         actions = tf.convert_to_tensor(actions)
         return base.logp(self, actions - constant(actions))
 
-    return type(base.__name__, (base,), {
-        "_build_sample_op": _build_sample_op, "deterministic_sample": deterministic_sample,
-        "logp": logp, "action_offset": offset,
-        "__doc__": f"{base.__name__} whose actions start at {offset.tolist()}."})
+    return type(
+        base.__name__,
+        (base,),
+        {
+            "_build_sample_op": _build_sample_op,
+            "deterministic_sample": deterministic_sample,
+            "logp": logp,
+            "action_offset": offset,
+            "__doc__": f"{base.__name__} whose actions start at {offset.tolist()}.",
+        },
+    )

@@ -8,6 +8,7 @@ flattened through sample batches; ``ModelV2.__call__`` puts back the original
 
 No deep-learning framework is imported at module level.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,9 +37,15 @@ class ModelV2:
             \\-> value_function() -> V(s)
     """
 
-    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: int, model_config: ModelConfigDict, name: str,
-                 framework: str):
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        name: str,
+        framework: str,
+    ):
         """Stores the model's spaces and config; subclasses create variables.
 
         Args:
@@ -73,8 +80,9 @@ class ModelV2:
         return []
 
     @PublicAPI
-    def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         """Computes the model output from the inputs and the recurrent state.
 
         ``input_dict["obs"]`` holds the observation in its original structure
@@ -100,8 +108,9 @@ class ModelV2:
         raise NotImplementedError
 
     @PublicAPI
-    def custom_loss(self, policy_loss: TensorType,
-                    loss_inputs: Dict[str, TensorType]) -> Union[List[TensorType], TensorType]:
+    def custom_loss(
+        self, policy_loss: TensorType, loss_inputs: Dict[str, TensorType]
+    ) -> Union[List[TensorType], TensorType]:
         """Lets a model change the policy's loss(es); returns them unchanged by default.
 
         Args:
@@ -118,8 +127,12 @@ class ModelV2:
         """Returns custom model metrics, reported under the learner stats' "model" key."""
         return {}
 
-    def __call__(self, input_dict: Dict[str, TensorType], state: Optional[List[Any]] = None,
-                 seq_lens: Optional[TensorType] = None) -> Tuple[TensorType, List[TensorType]]:
+    def __call__(
+        self,
+        input_dict: Dict[str, TensorType],
+        state: Optional[List[Any]] = None,
+        seq_lens: Optional[TensorType] = None,
+    ) -> Tuple[TensorType, List[TensorType]]:
         """Runs ``forward()`` after restoring the observation structure.
 
         Policies use this entry point. It adds "obs_flat", unpacks Dict/Tuple
@@ -154,8 +167,7 @@ class ModelV2:
                 layout = self._obs_layout()
             _, expected, nested = layout
             # (the common case of _check_obs_shape, inline: [B, *space shape])
-            if not (isinstance(shape, tuple) and len(shape) == len(expected) + 1
-                    and shape[1:] == expected):
+            if not (isinstance(shape, tuple) and len(shape) == len(expected) + 1 and shape[1:] == expected):
                 _check_obs_shape(obs, self.obs_space, self.name)
             if nested:
                 restored["obs"] = restore_original_dimensions(obs, self.obs_space, self.framework)
@@ -177,9 +189,12 @@ class ModelV2:
         # (the common case of _check_forward_result, inline: a ([B, num_outputs], list)
         # pair; a torch.Size/tuple or a TensorShape of known rank 2)
         shape = getattr(res[0], "shape", None) if type(res) is tuple and len(res) == 2 else None
-        if not (shape is not None and type(res[1]) is list
-                and (len(shape) if isinstance(shape, tuple) else getattr(shape, "rank", None)) == 2
-                and shape[1] == self.num_outputs):
+        if not (
+            shape is not None
+            and type(res[1]) is list
+            and (len(shape) if isinstance(shape, tuple) else getattr(shape, "rank", None)) == 2
+            and shape[1] == self.num_outputs
+        ):
             res = _check_forward_result(res, self.num_outputs, self.name)
         outputs, state_out = res
         self.__dict__["_last_output"] = outputs  # (bypasses nn.Module.__setattr__)
@@ -196,8 +211,9 @@ class ModelV2:
         return cached
 
     @PublicAPI
-    def from_batch(self, train_batch: Dict[str, TensorType],
-                   is_training: bool = True) -> Tuple[TensorType, List[TensorType]]:
+    def from_batch(
+        self, train_batch: Dict[str, TensorType], is_training: bool = True
+    ) -> Tuple[TensorType, List[TensorType]]:
         """Calls the model on a (train) batch, reading its "state_in_i" and "seq_lens".
 
         Args:
@@ -224,8 +240,7 @@ class ModelV2:
         """Returns the model's variables as a list, or a name->variable dict."""
         raise NotImplementedError
 
-    def trainable_variables(self, as_dict: bool = False
-                            ) -> Union[List[TensorType], Dict[str, TensorType]]:
+    def trainable_variables(self, as_dict: bool = False) -> Union[List[TensorType], Dict[str, TensorType]]:
         """Returns the model's trainable variables as a list, or a name->variable dict."""
         raise NotImplementedError
 
@@ -242,7 +257,8 @@ class ModelV2:
         """
         raise NotImplementedError(
             f"{type(self).__name__} does not support import_from_h5({h5_file!r}); "
-            "override import_from_h5 in your model class")
+            "override import_from_h5 in your model class"
+        )
 
     def is_time_major(self) -> bool:
         """Whether this model expects time-major ([T, B, ...]) inputs."""
@@ -279,8 +295,12 @@ def _fast_sample_batch_copy(batch: Any) -> Any:
     trusted = getattr(_SampleBatch, "_trusted", None)
     if type(batch) is not _SampleBatch or trusted is None:
         return None
-    flags = {"_is_training": batch._is_training, "_time_major": batch.time_major,
-             "_zero_padded": batch.zero_padded, "_max_seq_len": batch.max_seq_len}
+    flags = {
+        "_is_training": batch._is_training,
+        "_time_major": batch.time_major,
+        "_zero_padded": batch.zero_padded,
+        "_max_seq_len": batch.max_seq_len,
+    }
     out = trusted(dict(dict.items(batch)), batch.count, flags)
     out.max_seq_len = batch.max_seq_len
     out.get_interceptor = batch.get_interceptor
@@ -304,8 +324,9 @@ def _copy_key_tracking(input_dict: Any, restored: Any) -> None:
     """Carries SampleBatch key-access tracking of the copy back to the original."""
     if not hasattr(restored, "accessed_keys") or not hasattr(input_dict, "accessed_keys"):
         return
-    if (restored.accessed_keys is input_dict.accessed_keys
-            and getattr(restored, "added_keys", None) is getattr(input_dict, "added_keys", ())):
+    if restored.accessed_keys is input_dict.accessed_keys and getattr(
+        restored, "added_keys", None
+    ) is getattr(input_dict, "added_keys", ()):
         # The copy shares the original's sets: dropping "obs_flat" is all there is to do.
         input_dict.accessed_keys.discard("obs_flat")
         input_dict.added_keys.discard("obs_flat")
@@ -353,30 +374,29 @@ def _check_obs_shape(obs: Any, obs_space: gym.spaces.Space, name: str) -> None:
         return
     expected = list(expected)
     n = len(expected)
-    tail = received[len(received) - n:] if n else []
+    tail = received[len(received) - n :] if n else []
     ok = len(received) == n + 1 and all(r is None or r == e for r, e in zip(tail, expected))
     if not ok:
         raise ValueError(
             f"model {name!r}: observation batch has shape {tuple(received)} but the model's "
-            f"observation space {obs_space} expects [BATCH, *{tuple(expected)}]")
+            f"observation space {obs_space} expects [BATCH, *{tuple(expected)}]"
+        )
 
 
-def _check_forward_result(res: Any, num_outputs: Optional[int], name: str
-                          ) -> Tuple[Any, List[Any]]:
+def _check_forward_result(res: Any, num_outputs: Optional[int], name: str) -> Tuple[Any, List[Any]]:
     """Validates the ``(outputs, state_out)`` pair returned by ``forward()``."""
     if not isinstance(res, (list, tuple)) or len(res) != 2:
-        raise ValueError(
-            f"model {name!r}: forward() must return a tuple (output, state_list), got {res!r}")
+        raise ValueError(f"model {name!r}: forward() must return a tuple (output, state_list), got {res!r}")
     outputs, state_out = res
     if type(state_out) is list and isinstance(num_outputs, int):
         shape = getattr(outputs, "shape", None)
-        if isinstance(shape, tuple) and len(shape) == 2 \
-                and shape[1] == num_outputs:
+        if isinstance(shape, tuple) and len(shape) == 2 and shape[1] == num_outputs:
             return outputs, state_out  # the common, well-formed case
     if not isinstance(state_out, list):
         raise ValueError(
             f"model {name!r}: forward() must return the state as a list, got "
-            f"{type(state_out).__name__}: {state_out!r}")
+            f"{type(state_out).__name__}: {state_out!r}"
+        )
     shape = _static_shape(outputs)
     if isinstance(num_outputs, (int, np.integer)) and shape is not None:
         bad_rank = len(shape) != 2
@@ -384,7 +404,8 @@ def _check_forward_result(res: Any, num_outputs: Optional[int], name: str
         if bad_rank or bad_size:
             raise ValueError(
                 f"model {name!r}: forward() output has shape {tuple(shape)} but expected "
-                f"[BATCH, num_outputs={int(num_outputs)}]")
+                f"[BATCH, num_outputs={int(num_outputs)}]"
+            )
     return outputs, state_out
 
 
@@ -401,6 +422,7 @@ def flatten(obs: TensorType, framework: str) -> TensorType:
     """
     if framework in ("tf", "tf2", "tfe"):
         from rlpolicy.utils.framework import try_import_tf
+
         _, tf, _ = try_import_tf()
         # numpy inputs (eager calls) have a plain tuple shape: go through TensorShape.
         dims = tf.TensorShape(obs.shape).as_list()[1:]
@@ -409,20 +431,24 @@ def flatten(obs: TensorType, framework: str) -> TensorType:
         return tf.reshape(obs, [-1, int(np.prod(dims))])
     if framework == "torch":
         from rlpolicy.utils.framework import try_import_torch
+
         torch, _ = try_import_torch()
         return torch.flatten(obs, start_dim=1)
     if framework == "numpy":
         return np.reshape(obs, (obs.shape[0], -1))
-    raise NotImplementedError(f"flatten: framework {framework!r} not supported; "
-                              "use one of tf, tf2, tfe, torch, numpy")
+    raise NotImplementedError(
+        f"flatten: framework {framework!r} not supported; use one of tf, tf2, tfe, torch, numpy"
+    )
 
 
 def _resolve_tensorlib(tensorlib: Any) -> Any:
     if tensorlib in ("tf", "tf2", "tfe"):
         from rlpolicy.utils.framework import try_import_tf
+
         return try_import_tf()[1]
     if tensorlib == "torch":
         from rlpolicy.utils.framework import try_import_torch
+
         return try_import_torch()[0]
     if tensorlib == "numpy" or tensorlib is None:
         return np
@@ -430,8 +456,9 @@ def _resolve_tensorlib(tensorlib: Any) -> Any:
 
 
 @DeveloperAPI
-def restore_original_dimensions(obs: TensorType, obs_space: gym.spaces.Space,
-                                tensorlib: Any = "tf") -> TensorStructType:
+def restore_original_dimensions(
+    obs: TensorType, obs_space: gym.spaces.Space, tensorlib: Any = "tf"
+) -> TensorStructType:
     """Unpacks flat Dict/Tuple/Repeated observations into their original structure.
 
     Args:
@@ -457,8 +484,7 @@ _cache: Dict[int, Any] = {}
 _STRUCT_SPACES = (gym.spaces.Dict, gym.spaces.Tuple, Repeated)
 
 
-def _unpack_obs(obs: TensorType, space: gym.spaces.Space, tensorlib: Any = np
-                ) -> TensorStructType:
+def _unpack_obs(obs: TensorType, space: gym.spaces.Space, tensorlib: Any = np) -> TensorStructType:
     """Splits a flat [..., flat_size] tensor into the sub-observations of ``space``."""
     if not isinstance(space, _STRUCT_SPACES):
         return obs
@@ -469,13 +495,14 @@ def _unpack_obs(obs: TensorType, space: gym.spaces.Space, tensorlib: Any = np
     if shape is None or len(shape) < 2 or shape[-1] != prep.shape[0]:
         raise ValueError(
             f"expected a flat observation of shape [..., {prep.shape[0]}] for space {space}, "
-            f"got {tuple(shape) if shape is not None else None}")
+            f"got {tuple(shape) if shape is not None else None}"
+        )
     batch_dims = _batch_dims(obs, shape, tensorlib)
     if isinstance(space, Repeated):
         return _unpack_repeated(obs, space, prep, batch_dims, tensorlib)
     offset, parts = 0, []
     for p, sub in zip(prep.preprocessors, _sub_spaces(space)):
-        piece = obs[..., offset:offset + p.size]
+        piece = obs[..., offset : offset + p.size]
         offset += p.size
         piece = tensorlib.reshape(piece, _target_shape(batch_dims, list(p.shape)))
         parts.append(_unpack_obs(piece, sub, tensorlib=tensorlib))
@@ -484,12 +511,14 @@ def _unpack_obs(obs: TensorType, space: gym.spaces.Space, tensorlib: Any = np
     return OrderedDict(zip(space.spaces.keys(), parts))
 
 
-def _unpack_repeated(obs: TensorType, space: Repeated, prep: Any, batch_dims: List[Any],
-                     tensorlib: Any) -> RepeatedValues:
+def _unpack_repeated(
+    obs: TensorType, space: Repeated, prep: Any, batch_dims: List[Any], tensorlib: Any
+) -> RepeatedValues:
     # RLlib 1.11's layout: [..., 1 + max_len * item_size] -> lengths [...] and
     # items [..., max_len, item_size] (then unpacked by the child space).
     items = tensorlib.reshape(
-        obs[..., 1:], _target_shape(batch_dims, [space.max_len, prep.child_preprocessor.size]))
+        obs[..., 1:], _target_shape(batch_dims, [space.max_len, prep.child_preprocessor.size])
+    )
     values = _unpack_obs(items, space.child_space, tensorlib=tensorlib)
     return RepeatedValues(values, lengths=obs[..., 0], max_len=space.max_len)
 
@@ -522,6 +551,7 @@ def _target_shape(batch_dims: List[Any], tail: List[int]) -> List[Any]:
 
 def _cached_preprocessor(space: gym.spaces.Space) -> Any:
     from rlpolicy.models.preprocessors import get_preprocessor
+
     prep = _cache.get(id(space))
     if prep is None or prep._obs_space is not space:
         prep = get_preprocessor(space)(space)

@@ -5,6 +5,7 @@ that travels through sample batches: one-hot for Discrete/MultiDiscrete, a
 concatenation of the preprocessed parts for Dict/Tuple, ``[length, item_0,
 ..., item_{max_len-1}]`` (zero-padded) for Repeated, unchanged for Box.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,6 +46,7 @@ class Preprocessor:
         self._obs_space: Any = obs_space  # (subclasses read their space's own fields)
         if not options:
             from rlpolicy._core.defaults import MODEL_DEFAULTS
+
             options = dict(MODEL_DEFAULTS)
         self._options = options
         self.shape = tuple(self._init_shape(obs_space, self._options))
@@ -62,7 +64,7 @@ class Preprocessor:
 
     def write(self, observation: TensorType, array: np.ndarray, offset: int) -> None:
         """Writes the flat preprocessed observation into ``array[offset:offset+size]``."""
-        array[offset:offset + self._size] = np.asarray(self.transform(observation)).ravel()
+        array[offset : offset + self._size] = np.asarray(self.transform(observation)).ravel()
 
     @DeveloperAPI
     def transform_batch(self, observations: Any) -> np.ndarray:
@@ -92,7 +94,7 @@ class Preprocessor:
         the built-in preprocessors override this with vectorised versions)."""
         for i in range(len(out)):
             row = _row_of(observations, i)
-            out[i, offset:offset + self._size] = np.asarray(self.transform(row)).ravel()
+            out[i, offset : offset + self._size] = np.asarray(self.transform(row)).ravel()
 
     @DeveloperAPI
     def check_shape(self, observation: Any) -> None:
@@ -121,9 +123,16 @@ class Preprocessor:
         space as ``original_space`` so models can restore the structure.
         """
         obs_space: Any = gym.spaces.Box(-1.0, 1.0, self.shape, dtype=np.float32)
-        if isinstance(self, (DictFlatteningPreprocessor, OneHotPreprocessor,
-                             TupleFlatteningPreprocessor, AtariRamPreprocessor,
-                             RepeatedValuesPreprocessor)):
+        if isinstance(
+            self,
+            (
+                DictFlatteningPreprocessor,
+                OneHotPreprocessor,
+                TupleFlatteningPreprocessor,
+                AtariRamPreprocessor,
+                RepeatedValuesPreprocessor,
+            ),
+        ):
             obs_space.original_space = self._obs_space
         return obs_space
 
@@ -141,13 +150,16 @@ def _validate_observation(observation: Any, space: Any) -> None:
         if arr.shape != tuple(space.shape):
             raise ValueError(
                 f"observation has shape {arr.shape} but the observation space {space} "
-                f"expects shape {tuple(space.shape)}")
+                f"expects shape {tuple(space.shape)}"
+            )
         observation = arr.astype(space.dtype, copy=False)
     elif isinstance(space, gym.spaces.Discrete):
         arr = np.asarray(observation)
         if arr.shape != ():
-            raise ValueError(f"observation has shape {arr.shape} but the observation space "
-                             f"{space} expects a scalar integer")
+            raise ValueError(
+                f"observation has shape {arr.shape} but the observation space "
+                f"{space} expects a scalar integer"
+            )
         observation = np.int64(arr)
     if not space.contains(observation):
         raise ValueError(f"observation {observation!r} lies outside the observation space {space}")
@@ -157,25 +169,29 @@ def _validate_structure(observation: Any, space: Any) -> None:
     if isinstance(space, gym.spaces.Dict):
         if not isinstance(observation, dict) or set(observation) != set(space.spaces):
             got = sorted(observation) if isinstance(observation, dict) else type(observation)
-            raise ValueError(f"observation keys {got} do not match the Dict observation space "
-                             f"keys {sorted(space.spaces)}")
+            raise ValueError(
+                f"observation keys {got} do not match the Dict observation space keys {sorted(space.spaces)}"
+            )
         for k, sub in space.spaces.items():
             _validate_observation(observation[k], sub)
     else:
         if not isinstance(observation, (tuple, list)) or len(observation) != len(space.spaces):
-            raise ValueError(f"observation {observation!r} does not match the Tuple observation "
-                             f"space {space} ({len(space.spaces)} items)")
+            raise ValueError(
+                f"observation {observation!r} does not match the Tuple observation "
+                f"space {space} ({len(space.spaces)} items)"
+            )
         for o, sub in zip(observation, space.spaces):
             _validate_observation(o, sub)
 
 
 def _validate_list(observation: Any, space: Repeated) -> None:
     if not _is_list_like(observation):
-        raise ValueError(f"observation for {space} must be a list of items, got "
-                         f"{_describe(observation)}")
+        raise ValueError(f"observation for {space} must be a list of items, got {_describe(observation)}")
     if len(observation) > space.max_len:
-        raise ValueError(f"observation holds {len(observation)} items, more than max_len="
-                         f"{space.max_len} of the observation space {space}")
+        raise ValueError(
+            f"observation holds {len(observation)} items, more than max_len="
+            f"{space.max_len} of the observation space {space}"
+        )
     for item in observation:
         _validate_observation(item, space.child_space)
 
@@ -196,7 +212,7 @@ class AtariRamPreprocessor(Preprocessor):
     @override(Preprocessor)
     def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
         values = _leaf_batch(observations, self._obs_space, len(out), path)
-        out[:, offset:offset + 128] = (values.reshape(len(out), -1).astype(np.float32) - 128) / 128
+        out[:, offset : offset + 128] = (values.reshape(len(out), -1).astype(np.float32) - 128) / 128
 
 
 @DeveloperAPI
@@ -259,12 +275,12 @@ class NoPreprocessor(Preprocessor):
 
     @override(Preprocessor)
     def write(self, observation: TensorType, array: np.ndarray, offset: int) -> None:
-        array[offset:offset + self._size] = np.asarray(observation).ravel()
+        array[offset : offset + self._size] = np.asarray(observation).ravel()
 
     @override(Preprocessor)
     def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
         values = _leaf_batch(observations, self._obs_space, len(out), path)
-        out[:, offset:offset + self._size] = values.reshape(len(out), -1)
+        out[:, offset : offset + self._size] = values.reshape(len(out), -1)
 
     @property
     @override(Preprocessor)
@@ -288,14 +304,17 @@ class _FlatteningPreprocessor(Preprocessor):
 
     def _write_items(self, items: List[Any], array: np.ndarray, offset: int) -> None:
         if len(items) != len(self.preprocessors):
-            raise ValueError(f"observation has {len(items)} items but the observation space "
-                             f"{self._obs_space} has {len(self.preprocessors)}")
+            raise ValueError(
+                f"observation has {len(items)} items but the observation space "
+                f"{self._obs_space} has {len(self.preprocessors)}"
+            )
         for o, p in zip(items, self.preprocessors):
             p.write(o, array, offset)
             offset += p.size
 
-    def _write_batch_items(self, items: List[Any], names: List[str], out: np.ndarray,
-                           offset: int, path: str) -> None:
+    def _write_batch_items(
+        self, items: List[Any], names: List[str], out: np.ndarray, offset: int, path: str
+    ) -> None:
         for o, name, p in zip(items, names, self.preprocessors):
             p.write_batch(o, out, offset, f"{path}[{name}]")
             offset += p.size
@@ -317,8 +336,10 @@ class TupleFlatteningPreprocessor(_FlatteningPreprocessor):
     def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
         n = len(self.preprocessors)
         if not isinstance(observations, (tuple, list)) or len(observations) != n:
-            raise ValueError(f"{path}: expected a tuple of {n} batched items for {self._obs_space}, "
-                             f"got {_describe(observations)}")
+            raise ValueError(
+                f"{path}: expected a tuple of {n} batched items for {self._obs_space}, "
+                f"got {_describe(observations)}"
+            )
         self._write_batch_items(list(observations), [str(i) for i in range(n)], out, offset, path)
 
 
@@ -335,24 +356,26 @@ class DictFlatteningPreprocessor(_FlatteningPreprocessor):
         keys = list(self._obs_space.spaces.keys())
         missing = [k for k in keys if k not in observation]
         if missing:
-            raise ValueError(f"observation lacks keys {missing} of the Dict observation "
-                             f"space (keys {keys})")
+            raise ValueError(f"observation lacks keys {missing} of the Dict observation space (keys {keys})")
         self._write_items([observation[k] for k in keys], array, offset)
 
     @override(Preprocessor)
     def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
         keys = list(self._obs_space.spaces.keys())
         if not isinstance(observations, dict):
-            raise ValueError(f"{path}: expected a dict with keys {keys} for {self._obs_space}, "
-                             f"got {_describe(observations)}")
+            raise ValueError(
+                f"{path}: expected a dict with keys {keys} for {self._obs_space}, "
+                f"got {_describe(observations)}"
+            )
         missing = [k for k in keys if k not in observations]
         extra = [k for k in observations if k not in self._obs_space.spaces]
         if missing or extra:
-            raise ValueError(f"{path}: keys {sorted(map(str, observations))} do not match the "
-                             f"Dict observation space keys {keys} (missing {missing}, "
-                             f"unexpected {extra})")
-        self._write_batch_items([observations[k] for k in keys], [repr(k) for k in keys], out,
-                                offset, path)
+            raise ValueError(
+                f"{path}: keys {sorted(map(str, observations))} do not match the "
+                f"Dict observation space keys {keys} (missing {missing}, "
+                f"unexpected {extra})"
+            )
+        self._write_batch_items([observations[k] for k in keys], [repr(k) for k in keys], out, offset, path)
 
 
 @DeveloperAPI
@@ -388,8 +411,10 @@ class RepeatedValuesPreprocessor(Preprocessor):
     @override(Preprocessor)
     def write_batch(self, observations: Any, out: np.ndarray, offset: int, path: str) -> None:
         if not _is_list_like(observations):
-            raise ValueError(f"{path}: expected one list of items per row for {self._obs_space}, "
-                             f"got {_describe(observations)}")
+            raise ValueError(
+                f"{path}: expected one list of items per row for {self._obs_space}, "
+                f"got {_describe(observations)}"
+            )
         if len(observations) != len(out):
             raise ValueError(f"{path}: {len(observations)} lists for a batch of {len(out)} rows")
         rows: List[int] = []
@@ -408,17 +433,21 @@ class RepeatedValuesPreprocessor(Preprocessor):
         encoded = np.zeros((len(items), size), np.float32)
         child_path = f"{path} items"
         self.child_preprocessor.write_batch(
-            stack_rows(items, self._obs_space.child_space, child_path), encoded, 0, child_path)
+            stack_rows(items, self._obs_space.child_space, child_path), encoded, 0, child_path
+        )
         cols = offset + 1 + np.asarray(slots)[:, None] * size + np.arange(size)
         out[np.asarray(rows)[:, None], cols] = encoded
 
     def _check_list(self, observation: Any, where: str) -> None:
         if not _is_list_like(observation):
-            raise ValueError(f"{where}: input for {self._obs_space} must be a list of items, "
-                             f"got {_describe(observation)}")
+            raise ValueError(
+                f"{where}: input for {self._obs_space} must be a list of items, got {_describe(observation)}"
+            )
         if len(observation) > self._obs_space.max_len:
-            raise ValueError(f"{where}: {len(observation)} items exceed max_len="
-                             f"{self._obs_space.max_len} of {self._obs_space}")
+            raise ValueError(
+                f"{where}: {len(observation)} items exceed max_len="
+                f"{self._obs_space.max_len} of {self._obs_space}"
+            )
 
 
 @PublicAPI
@@ -450,8 +479,7 @@ def _is_list_like(value: Any) -> bool:
 
 def _describe(value: Any) -> str:
     shape = getattr(value, "shape", None)
-    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None \
-        else type(value).__name__
+    return f"{type(value).__name__} of shape {tuple(shape)}" if shape is not None else type(value).__name__
 
 
 def batch_size_of(observations: Any, space: Any) -> int:
@@ -467,21 +495,23 @@ def batch_size_of(observations: Any, space: Any) -> int:
         return len(observations)  # one raw list per row (rows may differ in length)
     shape = np.shape(observations)
     if not shape:
-        raise ValueError(f"a batch of observations for {space} needs a leading batch axis, "
-                         f"got {observations!r}")
+        raise ValueError(
+            f"a batch of observations for {space} needs a leading batch axis, got {observations!r}"
+        )
     return int(shape[0])
 
 
 def _leaf_batch(observations: Any, space: Any, n: int, path: str) -> np.ndarray:
     """``observations`` as an array [n, *space.shape]; a ValueError names ``path`` if not."""
     if isinstance(observations, (dict, tuple)):
-        raise ValueError(f"{path}: expected an array of shape {(n,) + tuple(space.shape)} for "
-                         f"{space}, got a {type(observations).__name__}")
+        raise ValueError(
+            f"{path}: expected an array of shape {(n,) + tuple(space.shape)} for "
+            f"{space}, got a {type(observations).__name__}"
+        )
     values = np.asarray(observations)
     want = (n,) + tuple(space.shape or ())
     if values.shape != want:
-        raise ValueError(f"{path}: expected shape {want} for {space} (batch of {n}), got "
-                         f"{values.shape}")
+        raise ValueError(f"{path}: expected shape {want} for {space} (batch of {n}), got {values.shape}")
     if values.dtype.kind not in "biuf":
         raise ValueError(f"{path}: dtype {values.dtype} is not numeric ({space})")
     return values
@@ -514,21 +544,24 @@ def stack_rows(rows: list, space: Any, path: str = "observation") -> Any:
         for i, r in enumerate(rows):
             if not isinstance(r, dict) or set(r) != set(space.spaces):
                 got = sorted(map(str, r)) if isinstance(r, dict) else type(r).__name__
-                raise ValueError(f"{path} {i}: keys {got} do not match the Dict observation "
-                                 f"space keys {list(space.spaces)}")
-        return {k: stack_rows([r[k] for r in rows], sub, f"{path}[{k!r}]")
-                for k, sub in space.spaces.items()}
+                raise ValueError(
+                    f"{path} {i}: keys {got} do not match the Dict observation "
+                    f"space keys {list(space.spaces)}"
+                )
+        return {k: stack_rows([r[k] for r in rows], sub, f"{path}[{k!r}]") for k, sub in space.spaces.items()}
     if isinstance(space, gym.spaces.Tuple):
         n = len(space.spaces)
         for i, r in enumerate(rows):
             if not isinstance(r, (tuple, list)) or len(r) != n:
                 raise ValueError(f"{path} {i}: expected {n} items for {space}, got {r!r}")
-        return tuple(stack_rows([r[j] for r in rows], sub, f"{path}[{j}]")
-                     for j, sub in enumerate(space.spaces))
+        return tuple(
+            stack_rows([r[j] for r in rows], sub, f"{path}[{j}]") for j, sub in enumerate(space.spaces)
+        )
     if isinstance(space, Repeated):
         return list(rows)
     try:
         return np.stack([np.asarray(r) for r in rows])
     except ValueError as err:
-        raise ValueError(f"{path}: rows of different shapes for {space}: "
-                         f"{[np.shape(r) for r in rows]}") from err
+        raise ValueError(
+            f"{path}: rows of different shapes for {space}: {[np.shape(r) for r in rows]}"
+        ) from err

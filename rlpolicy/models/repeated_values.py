@@ -1,4 +1,5 @@
 """Batched variable-length lists (RLlib 1.11's ``ray.rllib.models.repeated_values``)."""
+
 from __future__ import annotations
 
 from typing import Any, List, Optional
@@ -58,12 +59,14 @@ class RepeatedValues:
         if self._unbatched_repr is None:
             batch = _batch_size(self.values)
             if batch is None:
-                raise ValueError("RepeatedValues.unbatch_all() needs a known batch size; the "
-                                 "values are symbolic (TF graph mode?): use .values/.lengths")
+                raise ValueError(
+                    "RepeatedValues.unbatch_all() needs a known batch size; the "
+                    "values are symbolic (TF graph mode?): use .values/.lengths"
+                )
             slices = self.unbatch_repeat_dim()
             self._unbatched_repr = [
-                [_select(slices, i, j) for j in range(_as_int(self.lengths[i]))]
-                for i in range(int(batch))]
+                [_select(slices, i, j) for j in range(_as_int(self.lengths[i]))] for i in range(int(batch))
+            ]
         return self._unbatched_repr
 
     def unbatch_repeat_dim(self) -> List[TensorStructType]:
@@ -76,8 +79,7 @@ class RepeatedValues:
         return _split_repeat_axis(self.values, self.max_len)
 
     def __repr__(self) -> str:
-        return (f"RepeatedValues(value={self.values!r}, lengths={self.lengths!r}, "
-                f"max_len={self.max_len})")
+        return f"RepeatedValues(value={self.values!r}, lengths={self.lengths!r}, max_len={self.max_len})"
 
     def __str__(self) -> str:
         return repr(self)

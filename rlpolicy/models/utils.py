@@ -1,4 +1,5 @@
 """Framework-dispatching helpers for model building (RLlib's ``ray.rllib.models.utils``)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Sequence, Union
@@ -8,8 +9,9 @@ from rlpolicy.utils.framework import TF_FRAMEWORKS, lookup_activation_fn, try_im
 
 
 @DeveloperAPI
-def get_activation_fn(name: Optional[Union[Callable, str]] = None, framework: str = "tf"
-                      ) -> Optional[Callable]:
+def get_activation_fn(
+    name: Optional[Union[Callable, str]] = None, framework: str = "tf"
+) -> Optional[Callable]:
     """Returns the activation for ``name`` in the given framework.
 
     Args:
@@ -61,7 +63,8 @@ def get_filter_config(shape: Sequence[int]) -> List[list]:
     raise ValueError(
         f"no default conv_filters for observation shape {shape}; set `conv_filters` in the "
         "model config (defaults exist for [480, 640, K], [240, 320, K], [96, 96, K], "
-        "[84, 84, K], [42, 42, K], [10, 10, K]) or use a custom model")
+        "[84, 84, K], [42, 42, K], [10, 10, K]) or use a custom model"
+    )
 
 
 def default_filter_config(shape: Sequence[int]) -> List[list]:
@@ -105,15 +108,16 @@ def get_initializer(name: Optional[Union[str, Callable]], framework: str = "tf")
     if callable(name):
         return name
     if name not in (None, "default", "xavier_uniform", "xavier_normal"):
-        raise ValueError(f"unknown initializer {name!r} for framework={framework!r}; "
-                         "use xavier_uniform or xavier_normal")
+        raise ValueError(
+            f"unknown initializer {name!r} for framework={framework!r}; use xavier_uniform or xavier_normal"
+        )
     normal = name == "xavier_normal"
     if framework == "torch":
         _, nn = try_import_torch()
         return nn.init.xavier_normal_ if normal else nn.init.xavier_uniform_
     if framework in TF_FRAMEWORKS:
         from rlpolicy.utils.framework import get_keras
+
         keras = get_keras()
         return keras.initializers.GlorotNormal if normal else keras.initializers.GlorotUniform
-    raise ValueError(f"get_initializer: unsupported framework {framework!r}; "
-                     "use one of torch, tf, tf2, tfe")
+    raise ValueError(f"get_initializer: unsupported framework {framework!r}; use one of torch, tf, tf2, tfe")

@@ -3,6 +3,7 @@
 The names RLlib 1.11 exports here are resolved lazily, so importing this
 package needs neither torch nor tensorflow.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -14,6 +14,7 @@ through the preprocessor returned by :func:`observation_preprocessor`.
 With ``_disable_preprocessor_api`` set, spaces and observations are left
 exactly as given. Nothing here imports torch or tensorflow.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -45,8 +46,11 @@ def prepare_observation_space(space: gym.Space, config: Optional[dict]) -> gym.S
         RolloutWorker gives its policies); any other space unchanged.
     """
     config = config or {}
-    if (not isinstance(space, _NESTED) or hasattr(space, "original_space")
-            or config.get("_disable_preprocessor_api", False)):
+    if (
+        not isinstance(space, _NESTED)
+        or hasattr(space, "original_space")
+        or config.get("_disable_preprocessor_api", False)
+    ):
         return space
     return get_preprocessor(space)(space, config.get("model") or None).observation_space
 
@@ -116,8 +120,7 @@ def flatten_single_obs(policy: Any, obs: Any) -> Any:
         return obs
     if isinstance(prep._obs_space, _ONE_HOT):
         return _one_hot_if_raw(prep, obs, batched=False)
-    if isinstance(obs, np.ndarray) and (not isinstance(prep._obs_space, Repeated)
-                                        or obs.shape == prep.shape):
+    if isinstance(obs, np.ndarray) and (not isinstance(prep._obs_space, Repeated) or obs.shape == prep.shape):
         return obs
     return prep.transform_batch(stack_rows([obs], prep._obs_space))[0]
 
@@ -144,7 +147,7 @@ def _one_hot_if_raw(prep: Any, obs: Any, batched: bool) -> Any:
         return obs
     raw = np.asarray(obs)
     shape = prep._obs_space.shape  # () for Discrete, (k,) for MultiDiscrete
-    if raw.dtype.kind not in "iu" or raw.shape[1 if batched else 0:] != shape or (batched and raw.ndim == 0):
+    if raw.dtype.kind not in "iu" or raw.shape[1 if batched else 0 :] != shape or (batched and raw.ndim == 0):
         return obs
     return prep.transform_batch(raw) if batched else prep.transform_batch(raw[None])[0]
 
@@ -184,8 +187,7 @@ def flatten_input_dict(policy: Any, input_dict: Any, columns: tuple = ("obs", "n
     if not changed:
         return input_dict
     # A SampleBatch keeps its flags (seq_lens, is_training, ...) in a shallow copy.
-    copy = input_dict.copy(shallow=True) if hasattr(input_dict, "set_get_interceptor") \
-        else dict(input_dict)
+    copy = input_dict.copy(shallow=True) if hasattr(input_dict, "set_get_interceptor") else dict(input_dict)
     for col, flat in changed.items():
         copy[col] = flat  # (item assignment: SampleBatch tracks its keys there)
     return copy
@@ -216,6 +218,13 @@ def _flattened_columns(policy: Any, batch: Any, columns: tuple) -> dict:
     return changed
 
 
-__all__ = ["prepare_observation_space", "observation_preprocessor", "flatten_obs_batch",
-           "flatten_single_obs", "flatten_single_list_obs", "flatten_input_dict",
-           "flatten_batch_in_place", "stack_rows"]
+__all__ = [
+    "prepare_observation_space",
+    "observation_preprocessor",
+    "flatten_obs_batch",
+    "flatten_single_obs",
+    "flatten_single_list_obs",
+    "flatten_input_dict",
+    "flatten_batch_in_place",
+    "stack_rows",
+]

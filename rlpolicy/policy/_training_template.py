@@ -27,6 +27,7 @@ Optional steps with a default here: ``_check_can_learn(what)``,
 The framework class calls ``self._init_tower_buffers(num_devices)`` in its
 constructor, once its devices are known.
 """
+
 from __future__ import annotations
 
 from abc import ABCMeta, abstractmethod
@@ -66,13 +67,12 @@ def as_sample_batch(batch: Any) -> SampleBatch:
 def state_in_columns(input_dict: Any) -> List[Any]:
     """The ``state_in_<i>`` columns of ``input_dict``, ordered by ``i``."""
     keys = [k for k in input_dict.keys() if isinstance(k, str) and k.startswith(_STATE_IN)]
-    keys.sort(key=lambda k: int(k[len(_STATE_IN):]) if k[len(_STATE_IN):].isdigit() else -1)
+    keys.sort(key=lambda k: int(k[len(_STATE_IN) :]) if k[len(_STATE_IN) :].isdigit() else -1)
     return [input_dict[k] for k in keys]
 
 
 # The flags of an acting batch that compute_actions builds.
-_ACTING_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False,
-                 "_max_seq_len": None}
+_ACTING_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False, "_max_seq_len": None}
 
 
 def _acting_batch(columns: Dict[str, Any]) -> SampleBatch:
@@ -82,8 +82,10 @@ def _acting_batch(columns: Dict[str, Any]) -> SampleBatch:
     obs = columns[SampleBatch.OBS]
     if type(obs) is np.ndarray and obs.ndim > 0:
         n = len(obs)
-        if all(k == SampleBatch.INFOS or (type(v) is np.ndarray and v.ndim > 0 and len(v) == n)
-               for k, v in columns.items()):
+        if all(
+            k == SampleBatch.INFOS or (type(v) is np.ndarray and v.ndim > 0 and len(v) == n)
+            for k, v in columns.items()
+        ):
             return SampleBatch._trusted(columns, n, _ACTING_FLAGS)
     return SampleBatch(columns, _is_training=False)
 
@@ -111,22 +113,29 @@ class TrainingTemplate(metaclass=ABCMeta):
                 or set while the framework class does not support it
                 (``exact_supported`` False).
         """
-        self._tower_buffers = TowerBuffers(
-            self.config.get("num_multi_gpu_tower_stacks", 1), num_devices)  # type: ignore[attr-defined]
+        self._tower_buffers = TowerBuffers(self.config.get("num_multi_gpu_tower_stacks", 1), num_devices)  # type: ignore[attr-defined]
         self._exact_chunks = exact_chunk_count(self.config, num_devices)  # type: ignore[attr-defined]
         if self._exact_chunks and not exact_supported:
-            raise ValueError(f"config['{EXACT_KEY}'] is not supported by "
-                             f"{type(self).__name__}; use a torch or graph-mode TF policy, "
-                             "or leave it False")
+            raise ValueError(
+                f"config['{EXACT_KEY}'] is not supported by "
+                f"{type(self).__name__}; use a torch or graph-mode TF policy, "
+                "or leave it False"
+            )
 
     # ------------------------------------------------------------------ acting
 
-    def compute_actions(self, obs_batch: Any, state_batches: Optional[List[Any]] = None,
-                        prev_action_batch: Any = None, prev_reward_batch: Any = None,
-                        info_batch: Optional[Dict[str, list]] = None,
-                        episodes: Optional[List[Any]] = None, explore: Optional[bool] = None,
-                        timestep: Optional[int] = None,
-                        **kwargs: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
+    def compute_actions(
+        self,
+        obs_batch: Any,
+        state_batches: Optional[List[Any]] = None,
+        prev_action_batch: Any = None,
+        prev_reward_batch: Any = None,
+        info_batch: Optional[Dict[str, list]] = None,
+        episodes: Optional[List[Any]] = None,
+        explore: Optional[bool] = None,
+        timestep: Optional[int] = None,
+        **kwargs: Any,
+    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
         """Computes actions for a batch of observations.
 
         Raw nested observations are flattened and the inputs checked (errors
@@ -139,10 +148,18 @@ class TrainingTemplate(metaclass=ABCMeta):
         """
         obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
         self._check_acting_inputs(  # type: ignore[attr-defined]
-            obs_batch, state_batches,
-            [c for c, v in ((SampleBatch.PREV_ACTIONS, prev_action_batch),
-                            (SampleBatch.PREV_REWARDS, prev_reward_batch)) if v is not None],
-            "compute_actions")
+            obs_batch,
+            state_batches,
+            [
+                c
+                for c, v in (
+                    (SampleBatch.PREV_ACTIONS, prev_action_batch),
+                    (SampleBatch.PREV_REWARDS, prev_reward_batch),
+                )
+                if v is not None
+            ],
+            "compute_actions",
+        )
         columns: Dict[str, Any] = {SampleBatch.OBS: obs_batch}
         for i, s in enumerate(state_batches or []):
             columns[f"{_STATE_IN}{i}"] = s
@@ -154,10 +171,14 @@ class TrainingTemplate(metaclass=ABCMeta):
             columns[SampleBatch.INFOS] = info_batch
         return self._compute_actions_checked(_acting_batch(columns), explore, timestep, episodes)
 
-    def compute_actions_from_input_dict(self, input_dict: Any, explore: Optional[bool] = None,
-                                        timestep: Optional[int] = None,
-                                        episodes: Optional[List[Any]] = None,
-                                        **kwargs: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
+    def compute_actions_from_input_dict(
+        self,
+        input_dict: Any,
+        explore: Optional[bool] = None,
+        timestep: Optional[int] = None,
+        episodes: Optional[List[Any]] = None,
+        **kwargs: Any,
+    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
         """Computes actions from an input dict (a SampleBatch or a dict of columns).
 
         Raw nested ``obs`` are flattened and the columns checked (errors name
@@ -168,13 +189,14 @@ class TrainingTemplate(metaclass=ABCMeta):
         """
         input_dict = obs_prep.flatten_input_dict(self, input_dict)
         self._check_acting_input_dict(  # type: ignore[attr-defined]
-            input_dict, "compute_actions_from_input_dict")
+            input_dict, "compute_actions_from_input_dict"
+        )
         return self._compute_actions_checked(input_dict, explore, timestep, episodes)
 
     @with_lock
-    def _compute_actions_checked(self, input_dict: Any, explore: Optional[bool],
-                                 timestep: Optional[int], episodes: Optional[List[Any]]
-                                 ) -> Tuple[Any, List[Any], Dict[str, Any]]:
+    def _compute_actions_checked(
+        self, input_dict: Any, explore: Optional[bool], timestep: Optional[int], episodes: Optional[List[Any]]
+    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
         """The one acting path after the checks, under the policy lock: ``explore`` /
         ``timestep`` of None become ``config["explore"]`` / ``global_timestep``,
         then the framework's ``_compute_actions_step``."""
@@ -182,32 +204,50 @@ class TrainingTemplate(metaclass=ABCMeta):
             explore = self.config["explore"]  # type: ignore[attr-defined]
         if timestep is None:
             timestep = self.global_timestep  # type: ignore[attr-defined]
-        return self._compute_actions_step(input_dict, state_in_columns(input_dict), explore,
-                                          timestep, episodes)
+        return self._compute_actions_step(
+            input_dict, state_in_columns(input_dict), explore, timestep, episodes
+        )
 
     @with_lock
-    def compute_log_likelihoods(self, actions: Any, obs_batch: Any,
-                                state_batches: Optional[List[Any]] = None,
-                                prev_action_batch: Any = None, prev_reward_batch: Any = None,
-                                actions_normalized: bool = True) -> Any:
+    def compute_log_likelihoods(
+        self,
+        actions: Any,
+        obs_batch: Any,
+        state_batches: Optional[List[Any]] = None,
+        prev_action_batch: Any = None,
+        prev_reward_batch: Any = None,
+        actions_normalized: bool = True,
+    ) -> Any:
         """Log-likelihoods of ``actions`` under the policy's action distribution
         for ``obs_batch`` (raw nested observations are flattened first)."""
         obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
-        return self._log_likelihoods_step(actions, obs_batch, state_batches, prev_action_batch,
-                                          prev_reward_batch, actions_normalized)
+        return self._log_likelihoods_step(
+            actions, obs_batch, state_batches, prev_action_batch, prev_reward_batch, actions_normalized
+        )
 
     @abstractmethod
-    def _compute_actions_step(self, input_dict: Any, state_batches: List[Any], explore: Any,
-                              timestep: Any, episodes: Optional[List[Any]]
-                              ) -> Tuple[Any, List[Any], Dict[str, Any]]:
+    def _compute_actions_step(
+        self,
+        input_dict: Any,
+        state_batches: List[Any],
+        explore: Any,
+        timestep: Any,
+        episodes: Optional[List[Any]],
+    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
         """Framework step: forward pass, sampling and exploration on a checked
         input dict (its ``state_in_<i>`` columns, as given, are ``state_batches``);
         advances ``global_timestep``; returns numpy structures."""
 
     @abstractmethod
-    def _log_likelihoods_step(self, actions: Any, obs_batch: Any, state_batches: Optional[List[Any]],
-                              prev_action_batch: Any, prev_reward_batch: Any,
-                              actions_normalized: bool) -> Any:
+    def _log_likelihoods_step(
+        self,
+        actions: Any,
+        obs_batch: Any,
+        state_batches: Optional[List[Any]],
+        prev_action_batch: Any,
+        prev_reward_batch: Any,
+        actions_normalized: bool,
+    ) -> Any:
         """Framework step of :meth:`compute_log_likelihoods` (``obs_batch`` is flat)."""
 
     # ------------------------------------------------------------------ learning
@@ -302,8 +342,7 @@ class TrainingTemplate(metaclass=ABCMeta):
     def get_state(self) -> Dict[str, Any]:
         """The policy state: ``weights``, ``global_timestep``, and where present
         ``_optimizer_variables`` and ``_exploration_state`` (numpy copies)."""
-        state: Dict[str, Any] = {"weights": self._state_weights(),
-                                 "global_timestep": self.global_timestep}  # type: ignore[attr-defined]
+        state: Dict[str, Any] = {"weights": self._state_weights(), "global_timestep": self.global_timestep}  # type: ignore[attr-defined]
         optimizer = self._optimizer_state()
         if optimizer is not None:
             state["_optimizer_variables"] = optimizer
@@ -325,17 +364,16 @@ class TrainingTemplate(metaclass=ABCMeta):
                 the policy is unchanged then.
         """
         if not isinstance(state, Mapping):
-            raise ValueError(f"set_state: expected the dict get_state() returns, got "
-                             f"{type(state).__name__}")
+            raise ValueError(f"set_state: expected the dict get_state() returns, got {type(state).__name__}")
         missing = [k for k in STATE_KEYS if k not in state]
         if missing:
-            raise ValueError(f"set_state: the state lacks key(s) {missing}; it has "
-                             f"{sorted(map(str, state))}")
+            raise ValueError(f"set_state: the state lacks key(s) {missing}; it has {sorted(map(str, state))}")
         try:
             timestep = int(state["global_timestep"])  # (kept a Python int, as it is counted)
         except (TypeError, ValueError):
-            raise ValueError(f"set_state: state['global_timestep']={state['global_timestep']!r} "
-                             "is not an integer") from None
+            raise ValueError(
+                f"set_state: state['global_timestep']={state['global_timestep']!r} is not an integer"
+            ) from None
         checked = self._check_optimizer_state(state.get("_optimizer_variables"))
         self.set_weights(state["weights"])  # type: ignore[attr-defined]
         self.global_timestep = timestep

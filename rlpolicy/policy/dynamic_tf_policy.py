@@ -27,6 +27,7 @@ record is taken:
    (``before_loss_init``); the loss inputs are the columns the loss read plus
    those whose placeholders the loss graph depends on.
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,8 +62,16 @@ logger = logging.getLogger(__name__)
 
 # Rows of the dummy batch the loss is initialised on (RLlib 1.11: 32).
 DUMMY_BATCH_SIZE = 32
-_HOOK_NAMES = ("loss_fn", "stats_fn", "grad_stats_fn", "before_loss_init", "make_model",
-               "action_sampler_fn", "action_distribution_fn", "get_batch_divisibility_req")
+_HOOK_NAMES = (
+    "loss_fn",
+    "stats_fn",
+    "grad_stats_fn",
+    "before_loss_init",
+    "make_model",
+    "action_sampler_fn",
+    "action_distribution_fn",
+    "get_batch_divisibility_req",
+)
 
 
 @DeveloperAPI
@@ -84,20 +93,24 @@ class DynamicTFPolicy(TFPolicy):
     """
 
     @DeveloperAPI
-    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 config: TrainerConfigDict,
-                 loss_fn: Optional[Callable[..., Union[TensorType, List[TensorType]]]],
-                 *, stats_fn: Optional[Callable[..., Dict[str, TensorType]]] = None,
-                 grad_stats_fn: Optional[Callable[..., Dict[str, TensorType]]] = None,
-                 before_loss_init: Optional[Callable[..., None]] = None,
-                 make_model: Optional[Callable[..., ModelV2]] = None,
-                 action_sampler_fn: Optional[Callable[..., Tuple[TensorType, TensorType]]] = None,
-                 action_distribution_fn: Optional[Callable[..., Tuple[TensorType, type,
-                                                                      List[TensorType]]]] = None,
-                 existing_inputs: Optional[Dict[str, TensorType]] = None,
-                 existing_model: Optional[Union[ModelV2, List[Any]]] = None,
-                 get_batch_divisibility_req: Optional[Callable[[Policy], int]] = None,
-                 obs_include_prev_action_reward: Any = DEPRECATED_VALUE):
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        config: TrainerConfigDict,
+        loss_fn: Optional[Callable[..., Union[TensorType, List[TensorType]]]],
+        *,
+        stats_fn: Optional[Callable[..., Dict[str, TensorType]]] = None,
+        grad_stats_fn: Optional[Callable[..., Dict[str, TensorType]]] = None,
+        before_loss_init: Optional[Callable[..., None]] = None,
+        make_model: Optional[Callable[..., ModelV2]] = None,
+        action_sampler_fn: Optional[Callable[..., Tuple[TensorType, TensorType]]] = None,
+        action_distribution_fn: Optional[Callable[..., Tuple[TensorType, type, List[TensorType]]]] = None,
+        existing_inputs: Optional[Dict[str, TensorType]] = None,
+        existing_model: Optional[Union[ModelV2, List[Any]]] = None,
+        get_batch_divisibility_req: Optional[Callable[[Policy], int]] = None,
+        obs_include_prev_action_reward: Any = DEPRECATED_VALUE,
+    ):
         """Builds the graph-mode policy.
 
         Args:
@@ -141,9 +154,21 @@ class DynamicTFPolicy(TFPolicy):
         self.framework = "tf"
         self._loss_fn, self._stats_fn, self._grad_stats_fn = loss_fn, stats_fn, grad_stats_fn
         # The hooks again, for tower copies of a plain DynamicTFPolicy (see copy()).
-        self._dynamic_hooks = dict(zip(_HOOK_NAMES, (
-            loss_fn, stats_fn, grad_stats_fn, before_loss_init, make_model, action_sampler_fn,
-            action_distribution_fn, get_batch_divisibility_req)))
+        self._dynamic_hooks = dict(
+            zip(
+                _HOOK_NAMES,
+                (
+                    loss_fn,
+                    stats_fn,
+                    grad_stats_fn,
+                    before_loss_init,
+                    make_model,
+                    action_sampler_fn,
+                    action_distribution_fn,
+                    get_batch_divisibility_req,
+                ),
+            )
+        )
         self._seq_lens = None
         self._is_tower = existing_inputs is not None
         if not hasattr(self, "_extra_action_fetches"):
@@ -153,27 +178,45 @@ class DynamicTFPolicy(TFPolicy):
         with sess.graph.as_default(), sess.as_default():
             # Mixins set up in before_init (RLlib's R2D2) waited for this session.
             create_pending_variables(self)
-            dist_class = self._build_model(make_model, action_sampler_fn, action_distribution_fn,
-                                           existing_model)
+            dist_class = self._build_model(
+                make_model, action_sampler_fn, action_distribution_fn, existing_model
+            )
             self._make_state_inputs(existing_inputs)
             self._make_view_requirements()
             explore, timestep = self._make_input_dict(existing_inputs)
             sampled_action, logp, dist_inputs, dist_class = self._build_action_graph(
-                dist_class, action_sampler_fn, action_distribution_fn, explore, timestep)
-            divisibility = get_batch_divisibility_req(self) if callable(get_batch_divisibility_req) \
+                dist_class, action_sampler_fn, action_distribution_fn, explore, timestep
+            )
+            divisibility = (
+                get_batch_divisibility_req(self)
+                if callable(get_batch_divisibility_req)
                 else (get_batch_divisibility_req or 1)
+            )
             phs = self._input_dict
             super().__init__(
-                observation_space=obs_space, action_space=action_space, config=config, sess=sess,
+                observation_space=obs_space,
+                action_space=action_space,
+                config=config,
+                sess=sess,
                 obs_input=dict.get(phs, SampleBatch.OBS),
                 action_input=dict.get(phs, SampleBatch.ACTIONS),
-                sampled_action=sampled_action, sampled_action_logp=logp,
-                dist_inputs=dist_inputs, dist_class=dist_class, loss=None, loss_inputs=[],
-                model=self.model, state_inputs=self._state_inputs, state_outputs=self._state_out,
+                sampled_action=sampled_action,
+                sampled_action_logp=logp,
+                dist_inputs=dist_inputs,
+                dist_class=dist_class,
+                loss=None,
+                loss_inputs=[],
+                model=self.model,
+                state_inputs=self._state_inputs,
+                state_outputs=self._state_out,
                 prev_action_input=self._accessed_placeholder(SampleBatch.PREV_ACTIONS),
                 prev_reward_input=self._accessed_placeholder(SampleBatch.PREV_REWARDS),
-                seq_lens=self._seq_lens, max_seq_len=config["model"]["max_seq_len"],
-                batch_divisibility_req=divisibility, explore=explore, timestep=timestep)
+                seq_lens=self._seq_lens,
+                max_seq_len=config["model"]["max_seq_len"],
+                batch_divisibility_req=divisibility,
+                explore=explore,
+                timestep=timestep,
+            )
             if before_loss_init is not None:
                 before_loss_init(self, obs_space, action_space, config)
             if not self._is_tower:
@@ -183,19 +226,25 @@ class DynamicTFPolicy(TFPolicy):
 
     # ------------------------------------------------------------------ construction steps
 
-    def _build_model(self, make_model: Optional[Callable], action_sampler_fn: Optional[Callable],
-                     action_distribution_fn: Optional[Callable],
-                     existing_model: Any) -> Optional[Type]:
+    def _build_model(
+        self,
+        make_model: Optional[Callable],
+        action_sampler_fn: Optional[Callable],
+        action_distribution_fn: Optional[Callable],
+        existing_model: Any,
+    ) -> Optional[Type]:
         """Sets ``self.model``; returns the catalog's distribution class (or None)."""
         dist_class: Optional[Type] = None
         logit_dim: Any = None
         if action_sampler_fn or action_distribution_fn:
             if not make_model:
-                raise ValueError("`make_model` is required if `action_sampler_fn` OR "
-                                 "`action_distribution_fn` is given")
+                raise ValueError(
+                    "`make_model` is required if `action_sampler_fn` OR `action_distribution_fn` is given"
+                )
         else:
             dist_class, logit_dim = ModelCatalog.get_action_dist(
-                self.action_space, self.config["model"], framework="tf")
+                self.action_space, self.config["model"], framework="tf"
+            )
         if existing_model is not None:
             if isinstance(existing_model, list):
                 self.model = existing_model[0]
@@ -208,8 +257,12 @@ class DynamicTFPolicy(TFPolicy):
             self.model = make_model(self, self.observation_space, self.action_space, self.config)
         else:
             self.model = ModelCatalog.get_model_v2(
-                obs_space=self.observation_space, action_space=self.action_space,
-                num_outputs=logit_dim, model_config=self.config["model"], framework="tf")
+                obs_space=self.observation_space,
+                action_space=self.action_space,
+                num_outputs=logit_dim,
+                model_config=self.config["model"],
+                framework="tf",
+            )
         self._update_model_view_requirements_from_init_state()
         return dist_class
 
@@ -222,7 +275,9 @@ class DynamicTFPolicy(TFPolicy):
         vrs = getattr(self.model, "view_requirements", {}) or {}
         self._state_inputs = [
             get_placeholder(space=vr.space, time_axis=not isinstance(vr.shift, int), name=k)
-            for k, vr in vrs.items() if k.startswith("state_in_")]
+            for k, vr in vrs.items()
+            if k.startswith("state_in_")
+        ]
         if self._state_inputs:
             self._seq_lens = tf1.placeholder(dtype=tf.int32, shape=[None], name="seq_lens")
 
@@ -244,19 +299,23 @@ class DynamicTFPolicy(TFPolicy):
                 extra[SampleBatch.ACTIONS] = ModelCatalog.get_action_placeholder(self.action_space)
                 if SampleBatch.PREV_ACTIONS not in self.view_requirements:
                     extra[SampleBatch.PREV_ACTIONS] = ModelCatalog.get_action_placeholder(
-                        self.action_space, "prev_action")
-            timestep = tf1.placeholder_with_default(tf.zeros((), dtype=tf.int64), (),
-                                                    name="timestep")
+                        self.action_space, "prev_action"
+                    )
+            timestep = tf1.placeholder_with_default(tf.zeros((), dtype=tf.int64), (), name="timestep")
             explore = tf1.placeholder_with_default(True, (), name="is_exploring")
-        self._input_dict = self._placeholders_for(self.view_requirements, extra,
-                                                  create_missing=not self._is_tower)
+        self._input_dict = self._placeholders_for(
+            self.view_requirements, extra, create_missing=not self._is_tower
+        )
         self._dummy_batch = self._get_dummy_batch_from_view_requirements(DUMMY_BATCH_SIZE)
         self._input_dict.set_training(self._get_is_training_placeholder())
         return explore, timestep
 
-    def _placeholders_for(self, view_requirements: Dict[str, ViewRequirement],
-                          existing_inputs: Dict[str, Any], create_missing: bool = True
-                          ) -> SampleBatch:
+    def _placeholders_for(
+        self,
+        view_requirements: Dict[str, ViewRequirement],
+        existing_inputs: Dict[str, Any],
+        create_missing: bool = True,
+    ) -> SampleBatch:
         """Placeholders (a SampleBatch of them) for every view-requirement column used in training.
 
         ``state_in_i`` columns map to ``self._state_inputs[i]``; columns in
@@ -269,7 +328,7 @@ class DynamicTFPolicy(TFPolicy):
         input_dict: Dict[str, Any] = {}
         for col, vr in view_requirements.items():
             if col.startswith("state_in_"):
-                idx = int(col[len("state_in_"):])
+                idx = int(col[len("state_in_") :])
                 if idx < len(self._state_inputs):
                     input_dict[col] = self._state_inputs[idx]
             elif col.startswith("state_out_") or col == SampleBatch.ACTION_DIST_INPUTS:
@@ -281,9 +340,9 @@ class DynamicTFPolicy(TFPolicy):
                 flatten = not is_obs or not disable_preprocessor
                 # Nested observations arrive preprocessed (one-hot discrete parts).
                 space = prepare_observation_space(vr.space, self.config) if is_obs else vr.space
-                input_dict[col] = get_placeholder(space=space, name=col,
-                                                  time_axis=not isinstance(vr.shift, int),
-                                                  flatten=flatten)
+                input_dict[col] = get_placeholder(
+                    space=space, name=col, time_axis=not isinstance(vr.shift, int), flatten=flatten
+                )
         extra = {SampleBatch.SEQ_LENS: self._seq_lens} if self._seq_lens is not None else {}
         return SampleBatch(input_dict, **extra)
 
@@ -292,9 +351,14 @@ class DynamicTFPolicy(TFPolicy):
             return dict.__getitem__(self._input_dict, key)
         return None
 
-    def _build_action_graph(self, dist_class: Optional[Type], action_sampler_fn: Optional[Callable],
-                            action_distribution_fn: Optional[Callable], explore: Any,
-                            timestep: Any) -> Tuple[Any, Any, Any, Optional[Type]]:
+    def _build_action_graph(
+        self,
+        dist_class: Optional[Type],
+        action_sampler_fn: Optional[Callable],
+        action_distribution_fn: Optional[Callable],
+        explore: Any,
+        timestep: Any,
+    ) -> Tuple[Any, Any, Any, Optional[Type]]:
         """Model -> distribution -> exploration (nothing for towers).
 
         Returns:
@@ -307,19 +371,29 @@ class DynamicTFPolicy(TFPolicy):
         in_dict = self._input_dict
         if action_sampler_fn:
             sampled_action, logp = action_sampler_fn(
-                self, self.model, obs_batch=in_dict[SampleBatch.CUR_OBS],
-                state_batches=self._state_inputs, seq_lens=self._seq_lens,
+                self,
+                self.model,
+                obs_batch=in_dict[SampleBatch.CUR_OBS],
+                state_batches=self._state_inputs,
+                seq_lens=self._seq_lens,
                 prev_action_batch=in_dict.get(SampleBatch.PREV_ACTIONS),
                 prev_reward_batch=in_dict.get(SampleBatch.PREV_REWARDS),
-                explore=explore, is_training=in_dict.is_training)
+                explore=explore,
+                is_training=in_dict.is_training,
+            )
             return sampled_action, logp, None, dist_class
         if action_distribution_fn:
             # RLlib's newer keywords or its older signature, whichever the hook has.
-            dist_inputs, dist_class, self._state_out = resolve_action_distribution_fn(
-                action_distribution_fn)(
-                self, self.model, in_dict, state_batches=self._state_inputs,
-                seq_lens=self._seq_lens, explore=explore, timestep=timestep,
-                is_training=in_dict.is_training)
+            dist_inputs, dist_class, self._state_out = resolve_action_distribution_fn(action_distribution_fn)(
+                self,
+                self.model,
+                in_dict,
+                state_batches=self._state_inputs,
+                seq_lens=self._seq_lens,
+                explore=explore,
+                timestep=timestep,
+                is_training=in_dict.is_training,
+            )
         else:
             out = self.model(in_dict)
             if len(out) == 3:  # a Keras model: (outputs, state_out, extra outputs)
@@ -328,11 +402,14 @@ class DynamicTFPolicy(TFPolicy):
             else:
                 dist_inputs, self._state_out = out
         if dist_class is None:
-            raise ValueError("action_distribution_fn returned no action distribution class "
-                             "(its result must be (dist_inputs, dist_class, state_out))")
+            raise ValueError(
+                "action_distribution_fn returned no action distribution class "
+                "(its result must be (dist_inputs, dist_class, state_out))"
+            )
         action_dist = dist_class(dist_inputs, self.model)
         sampled_action, logp = self.exploration.get_exploration_action(
-            action_distribution=action_dist, timestep=timestep, explore=explore)
+            action_distribution=action_dist, timestep=timestep, explore=explore
+        )
         return sampled_action, logp, dist_inputs, dist_class
 
     def _build_tower_stacks(self) -> None:
@@ -352,8 +429,9 @@ class DynamicTFPolicy(TFPolicy):
     # ------------------------------------------------------------------ loss
 
     @override(Policy)
-    def _initialize_loss_from_dummy_batch(self, auto_remove_unneeded_view_reqs: bool = True,
-                                          stats_fn: Optional[Callable] = None) -> None:
+    def _initialize_loss_from_dummy_batch(
+        self, auto_remove_unneeded_view_reqs: bool = True, stats_fn: Optional[Callable] = None
+    ) -> None:
         """Runs the dummy batch through acting's record, postprocessing and the
         loss graph (see the module docstring), then prunes the view requirements."""
         with self.graph.as_default(), self.get_session().as_default():
@@ -371,10 +449,11 @@ class DynamicTFPolicy(TFPolicy):
             train_keys, has_loss = self._build_loss_graph()
             record = AccessRecord(
                 compute_accessed=compute_keys,
-                postprocess_accessed=set(dummy.accessed_keys)
-                | set(getattr(post, "accessed_keys", ())),
-                postprocess_added=added, postprocess_deleted=set(dummy.deleted_keys),
-                train_accessed=train_keys)
+                postprocess_accessed=set(dummy.accessed_keys) | set(getattr(post, "accessed_keys", ())),
+                postprocess_added=added,
+                postprocess_deleted=set(dummy.deleted_keys),
+                train_accessed=train_keys,
+            )
             if auto_remove_unneeded_view_reqs:
                 self._prune_view_requirements(record, has_loss, train_keys)
 
@@ -399,8 +478,9 @@ class DynamicTFPolicy(TFPolicy):
                 specs[key] = (tuple(value.shape[1:]), value.dtype)
         return specs
 
-    def _add_extra_action_columns(self, dummy: SampleBatch,
-                                  specs: Dict[str, Tuple[Tuple[int, ...], Any]]) -> None:
+    def _add_extra_action_columns(
+        self, dummy: SampleBatch, specs: Dict[str, Tuple[Tuple[int, ...], Any]]
+    ) -> None:
         """Extra action outputs (logp, dist inputs, vf preds, ...) become columns,
         placeholders and view requirements (not used for acting)."""
         for key, tensor in self.extra_compute_action_fetches().items():
@@ -410,7 +490,8 @@ class DynamicTFPolicy(TFPolicy):
                 dict.__setitem__(self._input_dict, key, get_placeholder(value=tensor, name=key))
             if key not in self.view_requirements:
                 self.view_requirements[key] = ViewRequirement(
-                    space=new_box(-1.0, 1.0, tuple(shape), dtype), used_for_compute_actions=False)
+                    space=new_box(-1.0, 1.0, tuple(shape), dtype), used_for_compute_actions=False
+                )
 
     def _postprocess_dummy_batch(self, dummy: SampleBatch) -> Tuple[SampleBatch, Set[str]]:
         """Runs exploration + policy postprocessing on ``dummy``; gives new columns placeholders.
@@ -425,8 +506,11 @@ class DynamicTFPolicy(TFPolicy):
         post = dummy if post is None else post
         added = set(dummy.added_keys) | (set(post.keys()) - before)
         for key in sorted(added):
-            if key == SampleBatch.SEQ_LENS or key.startswith("state_out_") \
-                    or not dict.__contains__(post, key):
+            if (
+                key == SampleBatch.SEQ_LENS
+                or key.startswith("state_out_")
+                or not dict.__contains__(post, key)
+            ):
                 continue
             value = dict.__getitem__(post, key)
             arr = np.asarray(value) if not isinstance(value, (dict, tuple)) else None
@@ -436,8 +520,8 @@ class DynamicTFPolicy(TFPolicy):
                 dict.__setitem__(self._input_dict, key, get_placeholder(value=arr, name=key))
             if key not in self.view_requirements:
                 self.view_requirements[key] = ViewRequirement(
-                    space=new_box(-1.0, 1.0, tuple(arr.shape[1:]), arr.dtype),
-                    used_for_compute_actions=False)
+                    space=new_box(-1.0, 1.0, tuple(arr.shape[1:]), arr.dtype), used_for_compute_actions=False
+                )
         return post, added
 
     def _build_loss_graph(self) -> Tuple[Set[str], bool]:
@@ -459,12 +543,12 @@ class DynamicTFPolicy(TFPolicy):
         train_keys = set(train_batch.accessed_keys)
         if not losses:
             return train_keys, False
-        train_keys |= _keys_feeding(dict(dict.items(train_batch)),
-                                    list(losses) + tree.flatten(self._stats_fetches))
+        train_keys |= _keys_feeding(
+            dict(dict.items(train_batch)), list(losses) + tree.flatten(self._stats_fetches)
+        )
         model_keys = set(getattr(self.model, "view_requirements", {}) or {})
         keep = train_keys | (model_keys & set(train_batch.keys()))
-        loss_inputs = [(k, v) for k, v in dict.items(train_batch)
-                       if k in keep and k != SampleBatch.SEQ_LENS]
+        loss_inputs = [(k, v) for k, v in dict.items(train_batch) if k in keep and k != SampleBatch.SEQ_LENS]
         if self._state_inputs:
             loss_inputs.append((SampleBatch.SEQ_LENS, self._seq_lens))
         TFPolicy._initialize_loss(self, losses, loss_inputs)
@@ -472,18 +556,23 @@ class DynamicTFPolicy(TFPolicy):
             self._stats_fetches.update(self._grad_stats_fn(self, train_batch, self._grads))
         return train_keys, True
 
-    def _prune_view_requirements(self, record: AccessRecord, has_loss: bool,
-                                 train_keys: Set[str]) -> None:
+    def _prune_view_requirements(self, record: AccessRecord, has_loss: bool, train_keys: Set[str]) -> None:
         """The shared pruning rule, then re-adds data columns other columns are views of."""
         protected = set(getattr(self.model, "view_requirements", {}) or {})
-        prune_view_requirements(self.view_requirements, record, protected=protected,
-                                has_loss=has_loss, keep_all=self.config.get("output") is not None)
+        prune_view_requirements(
+            self.view_requirements,
+            record,
+            protected=protected,
+            has_loss=has_loss,
+            keep_all=self.config.get("output") is not None,
+        )
         # RLlib 1.11: a column that is a view of a removed data column keeps it alive.
         for key in list(self.view_requirements):
             vr = self.view_requirements[key]
             if vr.data_col is not None and vr.data_col not in self.view_requirements:
                 self.view_requirements[vr.data_col] = ViewRequirement(
-                    space=vr.space, used_for_training=vr.data_col in train_keys)
+                    space=vr.space, used_for_training=vr.data_col in train_keys
+                )
 
     def _do_loss_init(self, train_batch: SampleBatch) -> List[TensorType]:
         """Calls loss_fn (and stats_fn) on ``train_batch``; returns the list of losses."""
@@ -492,20 +581,17 @@ class DynamicTFPolicy(TFPolicy):
         losses = force_list(self._loss_fn(self, self.model, self.dist_class, train_batch))
         if self._stats_fn:
             self._stats_fetches.update(self._stats_fn(self, train_batch))
-        self._update_ops = [] if is_keras_model(self.model) \
-            else list(self.model.update_ops())
+        self._update_ops = [] if is_keras_model(self.model) else list(self.model.update_ops())
         return losses
 
     @override(TFPolicy)
     def extra_compute_action_fetches(self) -> Dict[str, TensorType]:
-        return dict(TFPolicy.extra_compute_action_fetches(self),
-                    **getattr(self, "_extra_action_fetches", {}))
+        return dict(TFPolicy.extra_compute_action_fetches(self), **getattr(self, "_extra_action_fetches", {}))
 
     # ------------------------------------------------------------------ towers
 
     @override(TFPolicy)
-    def copy(self, existing_inputs: Union[List[Tuple[str, Any]], List[Any], Dict[str, Any]]
-             ) -> "TFPolicy":
+    def copy(self, existing_inputs: Union[List[Tuple[str, Any]], List[Any], Dict[str, Any]]) -> "TFPolicy":
         """A tower copy of this policy reading from ``existing_inputs``.
 
         The copy shares the model (and so its variables), has no action graph
@@ -523,8 +609,7 @@ class DynamicTFPolicy(TFPolicy):
                 or shape.
         """
         items = self._tower_input_items(existing_inputs)
-        input_dict = OrderedDict([("is_exploring", self._is_exploring),
-                                  ("timestep", self._timestep)] + items)
+        input_dict = OrderedDict([("is_exploring", self._is_exploring), ("timestep", self._timestep)] + items)
         with self.graph.as_default(), self.get_session().as_default():
             instance = self._new_tower(input_dict)
             instance._build_tower_loss(items, self._optimizers)
@@ -548,13 +633,16 @@ class DynamicTFPolicy(TFPolicy):
         names += [SampleBatch.SEQ_LENS] if self._state_inputs else []
         if isinstance(existing_inputs, dict):
             items = list(existing_inputs.items())
-        elif existing_inputs and all(isinstance(x, tuple) and len(x) == 2
-                                     and isinstance(x[0], str) for x in existing_inputs):
+        elif existing_inputs and all(
+            isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str) for x in existing_inputs
+        ):
             items = list(existing_inputs)
         else:
             if len(existing_inputs) != len(names):
-                raise ValueError(f"copy() got {len(existing_inputs)} input tensors for the "
-                                 f"{len(names)} inputs {names}; pass one tensor per input")
+                raise ValueError(
+                    f"copy() got {len(existing_inputs)} input tensors for the "
+                    f"{len(names)} inputs {names}; pass one tensor per input"
+                )
             items = list(zip(names, existing_inputs))
         given = [k for k, _ in items]
         if sorted(given) != sorted(names):
@@ -566,17 +654,31 @@ class DynamicTFPolicy(TFPolicy):
         return items
 
     def _new_tower(self, input_dict: Dict[str, Any]) -> "DynamicTFPolicy":
-        models = [self.model, ("target_q_model", getattr(self, "target_q_model", None)),
-                  ("target_model", getattr(self, "target_model", None))]
+        models = [
+            self.model,
+            ("target_q_model", getattr(self, "target_q_model", None)),
+            ("target_model", getattr(self, "target_model", None)),
+        ]
         cls: Any = type(self)
         if cls.__init__ is DynamicTFPolicy.__init__:
             hooks: Dict[str, Any] = dict(self._dynamic_hooks)
-            return cls(self.observation_space, self.action_space, self.config,
-                       hooks.pop("loss_fn"), existing_inputs=input_dict,
-                       existing_model=models, **hooks)
+            return cls(
+                self.observation_space,
+                self.action_space,
+                self.config,
+                hooks.pop("loss_fn"),
+                existing_inputs=input_dict,
+                existing_model=models,
+                **hooks,
+            )
         # A build_tf_policy class: its __init__ passes its own hooks on.
-        return cls(self.observation_space, self.action_space, self.config,
-                   existing_inputs=input_dict, existing_model=models)
+        return cls(
+            self.observation_space,
+            self.action_space,
+            self.config,
+            existing_inputs=input_dict,
+            existing_model=models,
+        )
 
 
 def _session_for(config: dict) -> Any:
@@ -593,8 +695,9 @@ def _session_for(config: dict) -> Any:
     return tf1.Session(graph=graph, config=tf1.ConfigProto(**args))
 
 
-def _static_row_specs(fetches: Dict[str, Any]
-                      ) -> Tuple[Dict[str, Tuple[Tuple[int, ...], Any]], Dict[str, Any]]:
+def _static_row_specs(
+    fetches: Dict[str, Any],
+) -> Tuple[Dict[str, Tuple[Tuple[int, ...], Any]], Dict[str, Any]]:
     """Splits action fetches into ``{key: (per-row shape, numpy dtype)}`` for
     those whose row shape is known (static tensor shapes, or array-likes) and
     ``{key: tensor}`` for the rest."""
@@ -627,9 +730,12 @@ def _keys_feeding(columns: Dict[str, Any], roots: List[Any]) -> Set[str]:
 def _check_same_shapes(key: str, own: Any, given: Any) -> None:
     own_leaves, given_leaves = tree.flatten(own), tree.flatten(given)
     if len(own_leaves) != len(given_leaves):
-        raise ValueError(f"copy(): input {key!r} has {len(given_leaves)} tensors, the policy's "
-                         f"has {len(own_leaves)}")
+        raise ValueError(
+            f"copy(): input {key!r} has {len(given_leaves)} tensors, the policy's has {len(own_leaves)}"
+        )
     for o, g in zip(own_leaves, given_leaves):
         if o.shape.as_list() != g.shape.as_list():
-            raise ValueError(f"copy(): input {key!r} has shape {g.shape.as_list()}, the "
-                             f"policy's placeholder has {o.shape.as_list()}")
+            raise ValueError(
+                f"copy(): input {key!r} has shape {g.shape.as_list()}, the "
+                f"policy's placeholder has {o.shape.as_list()}"
+            )

@@ -25,6 +25,7 @@ default device. With ``num_gpus > 1`` (real or ``_fake_gpus``)
 after another) before one update: equal to the single-device step on the
 same rows for losses that are means.
 """
+
 from __future__ import annotations
 
 import os
@@ -95,8 +96,9 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         if tf is not None:
             make_methods_eager(cls)
 
-    def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 config: TrainerConfigDict):
+    def __init__(
+        self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+    ):
         """Builds the policy; see ``build_eager_tf_policy`` for the order of the hooks."""
         hooks = self._hooks
         require_framework("tf2", type(self).__name__)
@@ -121,8 +123,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             hooks.before_loss_init(self, observation_space, action_space, config)
         self._optimizers = self._make_optimizers()
         self._optimizer = self._optimizers[0] if self._optimizers else None
-        self._initialize_loss_from_dummy_batch(auto_remove_unneeded_view_reqs=True,
-                                               stats_fn=hooks.stats_fn)
+        self._initialize_loss_from_dummy_batch(auto_remove_unneeded_view_reqs=True, stats_fn=hooks.stats_fn)
         self._loss_initialized = True
         if hooks.after_init is not None:
             hooks.after_init(self, observation_space, action_space, config)
@@ -136,11 +137,16 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         self._no_tracing = False
         self._loss_initialized = False
         self._traced: Dict[str, Callable] = {}
-        self._trace_counter = tracing.TraceCounter(type(self).__name__,
-                                                   self.config.get("eager_max_retraces", 20))
+        self._trace_counter = tracing.TraceCounter(
+            type(self).__name__, self.config.get("eager_max_retraces", 20)
+        )
         ray_mode, ray_gpu_ids = detect_ray_context()
-        plan = plan_devices(self.config, len(tf.config.list_physical_devices("GPU")),
-                            ray_mode=ray_mode, ray_gpu_ids=ray_gpu_ids)
+        plan = plan_devices(
+            self.config,
+            len(tf.config.list_physical_devices("GPU")),
+            ray_mode=ray_mode,
+            ray_gpu_ids=ray_gpu_ids,
+        )
         self.devices = list(plan.devices)
         self._init_tower_buffers(len(self.devices), exact_supported=True)
 
@@ -152,17 +158,25 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         dist_class: Optional[type] = None
         if hooks.action_sampler_fn is not None or hooks.action_distribution_fn is not None:
             if hooks.make_model is None:
-                raise ValueError(f"{type(self).__name__}: `make_model` is required if "
-                                 "`action_sampler_fn` OR `action_distribution_fn` is given")
+                raise ValueError(
+                    f"{type(self).__name__}: `make_model` is required if "
+                    "`action_sampler_fn` OR `action_distribution_fn` is given"
+                )
             model = hooks.make_model(self, self.observation_space, self.action_space, cfg)
         else:
             dist_class, logit_dim = ModelCatalog.get_action_dist(
-                self.action_space, cfg["model"], framework=self.framework)
+                self.action_space, cfg["model"], framework=self.framework
+            )
             if hooks.make_model is not None:
                 model = hooks.make_model(self, self.observation_space, self.action_space, cfg)
             else:
-                model = ModelCatalog.get_model_v2(self.observation_space, self.action_space,
-                                                  logit_dim, cfg["model"], framework=self.framework)
+                model = ModelCatalog.get_model_v2(
+                    self.observation_space,
+                    self.action_space,
+                    logit_dim,
+                    cfg["model"],
+                    framework=self.framework,
+                )
         acting.check_model(type(self).__name__, model)
         return model, dist_class
 
@@ -191,8 +205,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
     # ------------------------------------------------------------------ tracing
 
     def _tracing_enabled(self) -> bool:
-        return (self._force_tracing or bool(self.config.get("eager_tracing"))) \
-            and not self._no_tracing
+        return (self._force_tracing or bool(self.config.get("eager_tracing"))) and not self._no_tracing
 
     def _run(self, name: str, fn: Callable, *args: Any) -> Any:
         """Calls ``fn(*args)``: as a (cached, counted) ``tf.function`` when tracing."""
@@ -201,8 +214,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         traced = self._traced.get(name)
         if traced is None:
             traced = self._traced[name] = tracing.make_traced(fn, name, self._trace_counter)
-        args = tuple(tracing.batch_to_tensors(a) if isinstance(a, SampleBatch) else a
-                     for a in args)
+        args = tuple(tracing.batch_to_tensors(a) if isinstance(a, SampleBatch) else a for a in args)
         return traced(*args)
 
     @property
@@ -212,10 +224,14 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
     # ------------------------------------------------------------------ acting
 
-    def _compute_actions_step(self, input_dict: Union[SampleBatch, Dict[str, TensorType]],
-                              state_batches: List[Any], explore: bool, timestep: int,
-                              episodes: Optional[List[Any]]
-                              ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+    def _compute_actions_step(
+        self,
+        input_dict: Union[SampleBatch, Dict[str, TensorType]],
+        state_batches: List[Any],
+        explore: bool,
+        timestep: int,
+        episodes: Optional[List[Any]],
+    ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
         """Template step of ``compute_actions_from_input_dict``: runs
         :meth:`_compute_actions_helper` (traced with ``eager_tracing``) on tensors,
         advances ``global_timestep`` by the batch size; returns numpy structures."""
@@ -226,15 +242,22 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         self._state_in = state_batches
         self._is_recurrent = state_batches != []
         self.exploration.before_compute_actions(timestep=timestep, explore=explore, tf_sess=None)
-        out = self._run("compute_actions", self._compute_actions_helper, input_dict,
-                        state_batches, None if self._tracing_enabled() else episodes,
-                        tf.constant(bool(explore)), tf.constant(int(timestep), tf.int64))
+        out = self._run(
+            "compute_actions",
+            self._compute_actions_helper,
+            input_dict,
+            state_batches,
+            None if self._tracing_enabled() else episodes,
+            tf.constant(bool(explore)),
+            tf.constant(int(timestep), tf.int64),
+        )
         out = tracing.to_numpy(out)
         self.global_timestep += int(np.shape(tree.flatten(out[0])[0])[0])
         return out
 
-    def _compute_actions_helper(self, input_dict: Any, state_batches: List[Any], episodes: Any,
-                                explore: Any, timestep: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
+    def _compute_actions_helper(
+        self, input_dict: Any, state_batches: List[Any], episodes: Any, explore: Any, timestep: Any
+    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
         """Forward pass, sampling and exploration on tensors (traced with ``eager_tracing``).
 
         Returns:
@@ -249,26 +272,34 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         extra_fetches: Dict[str, Any] = {}
         with tf.variable_creator_scope(tracing.disallow_variable_creation):
             if hooks.action_sampler_fn is not None:
-                outs = hooks.action_sampler_fn(self, self.model, input_dict[SampleBatch.OBS],
-                                               explore=explore, timestep=timestep,
-                                               episodes=episodes)
+                outs = hooks.action_sampler_fn(
+                    self,
+                    self.model,
+                    input_dict[SampleBatch.OBS],
+                    explore=explore,
+                    timestep=timestep,
+                    episodes=episodes,
+                )
                 if len(outs) == 4:
                     actions, logp, dist_inputs, state_out = outs
                 else:
                     (actions, logp), dist_inputs, state_out = outs, None, []
             else:
                 dist_inputs, state_out, extra_fetches = self._dist_inputs(
-                    input_dict, state_batches, seq_lens, explore, timestep)
+                    input_dict, state_batches, seq_lens, explore, timestep
+                )
                 action_dist = self.dist_class(dist_inputs, self.model)  # type: ignore[misc]
                 actions, logp = self.exploration.get_exploration_action(
-                    action_distribution=action_dist, timestep=timestep, explore=explore)
+                    action_distribution=action_dist, timestep=timestep, explore=explore
+                )
         extra_fetches.update(acting.action_extras(logp, dist_inputs))
         if hooks.extra_action_out_fn is not None:
             extra_fetches.update(hooks.extra_action_out_fn(self))
         return actions, list(state_out), extra_fetches
 
-    def _dist_inputs(self, input_dict: Any, state_batches: List[Any], seq_lens: Any,
-                     explore: Any, timestep: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
+    def _dist_inputs(
+        self, input_dict: Any, state_batches: List[Any], seq_lens: Any, explore: Any, timestep: Any
+    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
         """Distribution inputs, state outs and extra fetches of one forward pass.
 
         With an ``action_distribution_fn`` its returned dist class becomes
@@ -279,14 +310,26 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             return acting.model_forward(self.model, input_dict, state_batches, seq_lens)
         # RLlib's newer or older signature, whichever ``fn`` has (``_core.action_dist_fn``).
         dist_inputs, self.dist_class, state_out = resolve_action_distribution_fn(fn)(
-            self, self.model, input_dict, state_batches=state_batches, seq_lens=seq_lens,
-            explore=explore, timestep=timestep, is_training=False)
+            self,
+            self.model,
+            input_dict,
+            state_batches=state_batches,
+            seq_lens=seq_lens,
+            explore=explore,
+            timestep=timestep,
+            is_training=False,
+        )
         return dist_inputs, state_out, {}
 
-    def _log_likelihoods_step(self, actions: Any, obs_batch: Any,
-                              state_batches: Optional[List[TensorType]],
-                              prev_action_batch: Any, prev_reward_batch: Any,
-                              actions_normalized: bool) -> TensorType:
+    def _log_likelihoods_step(
+        self,
+        actions: Any,
+        obs_batch: Any,
+        state_batches: Optional[List[TensorType]],
+        prev_action_batch: Any,
+        prev_reward_batch: Any,
+        actions_normalized: bool,
+    ) -> TensorType:
         """Template step of ``compute_log_likelihoods`` (``obs_batch`` is flat).
 
         Raises:
@@ -294,8 +337,10 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         """
         hooks = self._hooks
         if hooks.action_sampler_fn is not None and hooks.action_distribution_fn is None:
-            raise ValueError("Cannot compute log-prob/likelihood w/o an "
-                             "`action_distribution_fn` and a provided `action_sampler_fn`!")
+            raise ValueError(
+                "Cannot compute log-prob/likelihood w/o an "
+                "`action_distribution_fn` and a provided `action_sampler_fn`!"
+            )
         batch = SampleBatch({SampleBatch.OBS: acting.as_array(obs_batch)}, _is_training=False)
         if prev_action_batch is not None:
             batch[SampleBatch.PREV_ACTIONS] = acting.as_array(prev_action_batch)
@@ -306,23 +351,32 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         seq_lens = tf.ones(len(batch), dtype=tf.int32) if states else None
         self.exploration.before_compute_actions(explore=False)
         if hooks.action_distribution_fn is not None:
-            dist_inputs, dist_class, _ = resolve_action_distribution_fn(
-                hooks.action_distribution_fn)(
-                self, self.model, batch, state_batches=states, seq_lens=seq_lens,
-                explore=False, is_training=False)
+            dist_inputs, dist_class, _ = resolve_action_distribution_fn(hooks.action_distribution_fn)(
+                self,
+                self.model,
+                batch,
+                state_batches=states,
+                seq_lens=seq_lens,
+                explore=False,
+                is_training=False,
+            )
         else:
             dist_inputs, _ = self.model(batch, states, seq_lens)
             dist_class = self.dist_class
         if not actions_normalized and self.config["normalize_actions"]:
             actions = normalize_action(actions, self.action_space_struct)
-        return dist_class(dist_inputs, self.model).logp(
-            tracing.to_tensor(acting.as_array(actions)))
+        return dist_class(dist_inputs, self.model).logp(tracing.to_tensor(acting.as_array(actions)))
 
     @override(Policy)
-    def postprocess_trajectory(self, sample_batch: SampleBatch,
-                               other_agent_batches: Optional[Dict[Any, Tuple[Policy, SampleBatch]]] = None,
-                               episode: Optional[Any] = None) -> SampleBatch:
-        sample_batch = Policy.postprocess_trajectory(self, obs_prep.flatten_batch_in_place(self, sample_batch))
+    def postprocess_trajectory(
+        self,
+        sample_batch: SampleBatch,
+        other_agent_batches: Optional[Dict[Any, Tuple[Policy, SampleBatch]]] = None,
+        episode: Optional[Any] = None,
+    ) -> SampleBatch:
+        sample_batch = Policy.postprocess_trajectory(
+            self, obs_prep.flatten_batch_in_place(self, sample_batch)
+        )
         if self._hooks.postprocess_fn is not None:
             return self._hooks.postprocess_fn(self, sample_batch, other_agent_batches, episode)
         return sample_batch
@@ -333,8 +387,10 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         """Template step: a policy without a loss refuses to learn (before the
         learn callback runs or a buffer changes)."""
         if self._loss is None:
-            raise ValueError(f"{type(self).__name__} has no loss: pass loss_fn to "
-                             "build_eager_tf_policy (or build_tf_policy) or override loss()")
+            raise ValueError(
+                f"{type(self).__name__} has no loss: pass loss_fn to "
+                "build_eager_tf_policy (or build_tf_policy) or override loss()"
+            )
 
     def _learn_step(self, batch: SampleBatch) -> Dict[str, TensorType]:
         """Template step of ``learn_on_batch``: pads and converts the batch, runs
@@ -344,8 +400,9 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
     @override(Policy)
     @with_lock
-    def compute_gradients(self, postprocessed_batch: SampleBatch
-                          ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
+    def compute_gradients(
+        self, postprocessed_batch: SampleBatch
+    ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
         batch = self._prepare_train_batch(postprocessed_batch)
         grads, stats = self._run("compute_gradients", self._compute_gradients_helper, batch)
         return tracing.to_numpy(grads), tracing.to_numpy(stats)
@@ -356,10 +413,10 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         """Applies gradients as ``compute_gradients`` returns them (one per
         trainable variable, None allowed; a list of such lists with
         ``_tf_policy_handles_more_than_one_loss``)."""
-        learning.zip_with_variables(gradients, learning.trainable_variables(self.model),
-                                    self._multi_loss())  # validates the count
-        grads = tree.map_structure(
-            lambda g: None if g is None else tf.convert_to_tensor(g), gradients)
+        learning.zip_with_variables(
+            gradients, learning.trainable_variables(self.model), self._multi_loss()
+        )  # validates the count
+        grads = tree.map_structure(lambda g: None if g is None else tf.convert_to_tensor(g), gradients)
         self._run("apply_gradients", self._apply_gradients_helper, grads)
 
     def _prepare_train_batch(self, batch: Union[SampleBatch, Dict[str, Any]]) -> SampleBatch:
@@ -373,28 +430,30 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         """Pads ``batch`` to whole sequences (and the divisibility requirement),
         makes it hand out tensors and marks it (and the policy) as training."""
         pad_batch_to_sequences_of_same_size(
-            batch, max_seq_len=self._max_seq_len, shuffle=False,
+            batch,
+            max_seq_len=self._max_seq_len,
+            shuffle=False,
             batch_divisibility_req=self.batch_divisibility_req,
-            view_requirements=self.view_requirements)
+            view_requirements=self.view_requirements,
+        )
         self._is_training = True
         self._lazy_tensor_dict(batch)
         batch.set_training(True)
 
     def _learn_on_batch_helper(self, samples: Any) -> Dict[str, Any]:
         """One learn step on a (tensor) batch: gradients, stats, optimizer step."""
-        grads_and_vars, _, stats = self._gradients_and_stats(
-            acting.as_tensor_batch(samples, training=True))
+        grads_and_vars, _, stats = self._gradients_and_stats(acting.as_tensor_batch(samples, training=True))
         self._apply_grads_and_vars(grads_and_vars)
         return stats
 
     def _compute_gradients_helper(self, samples: Any, clip: bool = True) -> Tuple[Any, Dict[str, Any]]:
-        _, grads, stats = self._gradients_and_stats(
-            acting.as_tensor_batch(samples, training=True), clip=clip)
+        _, grads, stats = self._gradients_and_stats(acting.as_tensor_batch(samples, training=True), clip=clip)
         return grads, stats
 
     def _apply_gradients_helper(self, grads: Any) -> None:
-        self._apply_grads_and_vars(learning.zip_with_variables(
-            grads, learning.trainable_variables(self.model), self._multi_loss()))
+        self._apply_grads_and_vars(
+            learning.zip_with_variables(grads, learning.trainable_variables(self.model), self._multi_loss())
+        )
 
     def _multi_loss(self) -> bool:
         """Whether the policy runs one optimizer per loss term."""
@@ -408,19 +467,22 @@ class EagerTFPolicy(TrainingTemplate, Policy):
                 number of losses differs from the number of optimizers.
         """
         if self._loss is None:
-            raise ValueError(f"{type(self).__name__} has no loss: pass loss_fn to "
-                             "build_eager_tf_policy (or build_tf_policy) or override loss()")
+            raise ValueError(
+                f"{type(self).__name__} has no loss: pass loss_fn to "
+                "build_eager_tf_policy (or build_tf_policy) or override loss()"
+            )
         losses = force_list(self._loss(self, self.model, self.dist_class, samples))
         custom = getattr(self.model, "custom_loss", None)
         if callable(custom):
             losses = force_list(custom(losses, samples))
         if self._multi_loss() and len(losses) != len(self._optimizers):
-            raise ValueError(f"loss_fn returned {len(losses)} losses for {len(self._optimizers)} "
-                             "optimizers; return one per optimizer")
+            raise ValueError(
+                f"loss_fn returned {len(losses)} losses for {len(self._optimizers)} "
+                "optimizers; return one per optimizer"
+            )
         return losses
 
-    def _gradients_and_stats(self, samples: Any, clip: bool = True
-                             ) -> Tuple[Any, Any, Dict[str, Any]]:
+    def _gradients_and_stats(self, samples: Any, clip: bool = True) -> Tuple[Any, Any, Dict[str, Any]]:
         """Loss, gradients and learner stats for one (tensor) batch.
 
         Args:
@@ -447,7 +509,8 @@ class EagerTFPolicy(TrainingTemplate, Policy):
                 grads_and_vars = [hooks.compute_gradients_fn(self, opt, losses[0])]
         else:
             grads_and_vars = learning.tape_gradients(
-                tape, losses, variables, self.config.get("grad_clip") if clip else None)
+                tape, losses, variables, self.config.get("grad_clip") if clip else None
+            )
         if multi:
             grads = [[g for g, _ in gv] for gv in grads_and_vars]
         else:
@@ -460,7 +523,9 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         hooks = self._hooks
         fetches: Dict[str, Any] = {
             LEARNER_STATS_KEY: learning.read_variables(dict(hooks.stats_fn(self, samples)))
-            if hooks.stats_fn else {}}
+            if hooks.stats_fn
+            else {}
+        }
         if hooks.extra_learn_fetches_fn is not None:
             fetches.update(dict(hooks.extra_learn_fetches_fn(self)))
         if hooks.grad_stats_fn is not None:
@@ -483,8 +548,9 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         ``config["_deterministic_towers"]`` the fixed chunk plan, every chunk
         prepared on its own."""
         if self._exact_chunks:
-            plan = plan_exact_chunks(batch, minibatch_rows(self.config), self._exact_chunks,
-                                     len(self.devices))
+            plan = plan_exact_chunks(
+                batch, minibatch_rows(self.config), self._exact_chunks, len(self.devices)
+            )
             return [share.map_batches(self._prepare_train_batch) for share in plan]
         if len(self.devices) == 1:
             return [self._prepare_train_batch(batch)]
@@ -504,10 +570,15 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             return self._learn_on_exact_chunks(batches)
         if len(batches) == 1:
             return self.learn_on_batch(batches[0])
-        outs = [self._run("compute_gradients", self._compute_gradients_helper,
-                          self._prepare_train_batch(b), False) for b in batches]
-        grads = learning.clip_grad_lists(learning.mean_grads([g for g, _ in outs]),
-                                         self.config.get("grad_clip"), self._multi_loss())
+        outs = [
+            self._run(
+                "compute_gradients", self._compute_gradients_helper, self._prepare_train_batch(b), False
+            )
+            for b in batches
+        ]
+        grads = learning.clip_grad_lists(
+            learning.mean_grads([g for g, _ in outs]), self.config.get("grad_clip"), self._multi_loss()
+        )
         self._run("apply_gradients", self._apply_gradients_helper, grads)
         return {f"tower_{i}": tracing.to_numpy(stats) for i, (_, stats) in enumerate(outs)}
 
@@ -517,8 +588,9 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         stats: Dict[str, Any] = {}
         for i, chunks in enumerate(device_chunks):
             for chunk in chunks:
-                grads, chunk_stats = self._run("compute_gradients", self._compute_gradients_helper,
-                                               chunk.batch, False)
+                grads, chunk_stats = self._run(
+                    "compute_gradients", self._compute_gradients_helper, chunk.batch, False
+                )
                 done.append((chunk, grads))
                 stats.setdefault(f"tower_{i}", tracing.to_numpy(chunk_stats))
         done.sort(key=lambda pair: pair[0].position)
@@ -535,10 +607,11 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
         multi = self._multi_loss()
         groups = [g if multi else [g] for _, g in done]
-        summed = [[weighted_sum([grp[k][j] for grp in groups]) for j in range(len(groups[0][k]))]
-                  for k in range(len(groups[0]))]
-        grads = learning.clip_grad_lists(summed if multi else summed[0],
-                                         self.config.get("grad_clip"), multi)
+        summed = [
+            [weighted_sum([grp[k][j] for grp in groups]) for j in range(len(groups[0][k]))]
+            for k in range(len(groups[0]))
+        ]
+        grads = learning.clip_grad_lists(summed if multi else summed[0], self.config.get("grad_clip"), multi)
         self._run("apply_gradients", self._apply_gradients_helper, grads)
         return stats
 
@@ -556,8 +629,9 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         known = {id(v) for v in named.values()}
         extra = [v for v in self.variables() if id(v) not in known]
         if extra:
-            named.update(variables_lib.extra_variable_names(
-                extra, set(named), getattr(self, "target_model", None)))
+            named.update(
+                variables_lib.extra_variable_names(extra, set(named), getattr(self, "target_model", None))
+            )
         return named
 
     @override(Policy)
@@ -595,10 +669,18 @@ class EagerTFPolicy(TrainingTemplate, Policy):
                 no variable has been changed.
         """
         named = self._named_variables()
-        if isinstance(weights, dict) and weights and set(weights) != set(named) \
-                and weights_layout(weights) != "tf2":
-            weights = adapt_weights(weights, {k: v.numpy() for k, v in named.items()}, "tf2",
-                                    {k: v.name.split(":")[0] for k, v in named.items()})
+        if (
+            isinstance(weights, dict)
+            and weights
+            and set(weights) != set(named)
+            and weights_layout(weights) != "tf2"
+        ):
+            weights = adapt_weights(
+                weights,
+                {k: v.numpy() for k, v in named.items()},
+                "tf2",
+                {k: v.name.split(":")[0] for k, v in named.items()},
+            )
         for var, value in variables_lib.check_weights(weights, named):
             var.assign(value)
 
@@ -675,8 +757,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
     @override(Policy)
     @with_lock
-    def export_model(self, export_dir: str, onnx: Optional[int] = None,
-                     pipeline: bool = False) -> None:
+    def export_model(self, export_dir: str, onnx: Optional[int] = None, pipeline: bool = False) -> None:
         """Exports the model: a SavedModel with a ``serving_default`` signature,
         or with ``onnx`` (an opset version) ``model.onnx``; see ``policy._eager.export``.
 
@@ -705,29 +786,48 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
         hooks = self._hooks
         if hooks.action_sampler_fn is not None:
-            raise ValueError(f"{type(self).__name__} computes actions with an action_sampler_fn; "
-                             "its action pipeline cannot be exported (pipeline=True)")
+            raise ValueError(
+                f"{type(self).__name__} computes actions with an action_sampler_fn; "
+                "its action pipeline cannot be exported (pipeline=True)"
+            )
         dist_fn = None
         if hooks.action_distribution_fn is not None:
             call = resolve_action_distribution_fn(hooks.action_distribution_fn)
 
             def dist_fn(model: Any, input_dict: Any, state_batches: Any, seq_lens: Any) -> Any:
-                return call(self, model, input_dict, state_batches=state_batches,
-                            seq_lens=seq_lens, explore=False, timestep=None, is_training=False)
+                return call(
+                    self,
+                    model,
+                    input_dict,
+                    state_batches=state_batches,
+                    seq_lens=seq_lens,
+                    explore=False,
+                    timestep=None,
+                    is_training=False,
+                )
+
         timestep = self.global_timestep
         try:
             export_eager_pipeline(
-                export_dir, model=self.model, dist_class=self.dist_class,
-                observation_space=self.observation_space, action_space=self.action_space,
-                config=self.config, compute_actions=self.compute_actions,
-                initial_state=self.get_initial_state(), onnx=onnx,
-                exploration=type(self.exploration).__name__, dist_inputs_fn=dist_fn)
+                export_dir,
+                model=self.model,
+                dist_class=self.dist_class,
+                observation_space=self.observation_space,
+                action_space=self.action_space,
+                config=self.config,
+                compute_actions=self.compute_actions,
+                initial_state=self.get_initial_state(),
+                onnx=onnx,
+                exploration=type(self.exploration).__name__,
+                dist_inputs_fn=dist_fn,
+            )
         finally:
             self.global_timestep = timestep
 
     @override(Policy)
-    def export_checkpoint(self, export_dir: str, filename_prefix: str = "model",
-                          policy_state: Optional[Dict[str, Any]] = None) -> None:
+    def export_checkpoint(
+        self, export_dir: str, filename_prefix: str = "model", policy_state: Optional[Dict[str, Any]] = None
+    ) -> None:
         """Writes a ``tf.train.Checkpoint`` (``<prefix>.index``/``.data-*``: model
         variables, optimizers, global timestep) and rlpolicy's pickle-free
         checkpoint (for ``Policy.from_checkpoint``) into ``export_dir``."""
@@ -749,9 +849,15 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         ``tf.function`` whatever ``config["eager_tracing"]`` says."""
         if cls._force_tracing:
             return cls
-        return type(cls.__name__ + "_traced", (cls,), {
-            "__module__": cls.__module__, "__qualname__": cls.__qualname__ + "_traced",
-            "_force_tracing": True})
+        return type(
+            cls.__name__ + "_traced",
+            (cls,),
+            {
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__ + "_traced",
+                "_force_tracing": True,
+            },
+        )
 
 
 if tf is not None:
@@ -759,6 +865,7 @@ if tf is not None:
 
 
 # ---------------------------------------------------------------- module-level helpers
+
 
 def _eager_config(policy: EagerTFPolicy, config: Optional[dict]) -> dict:
     """The completed config (a new dict; the caller's is left alone), with the
@@ -774,22 +881,33 @@ def _eager_config(policy: EagerTFPolicy, config: Optional[dict]) -> dict:
 
 # ---------------------------------------------------------------- the factory
 
+
 @DeveloperAPI
 def build_eager_tf_policy(
-        name: str, loss_fn: Optional[Callable], get_default_config: Optional[Callable] = None,
-        postprocess_fn: Optional[Callable] = None, stats_fn: Optional[Callable] = None,
-        optimizer_fn: Optional[Callable] = None, compute_gradients_fn: Optional[Callable] = None,
-        apply_gradients_fn: Optional[Callable] = None, grad_stats_fn: Optional[Callable] = None,
-        extra_learn_fetches_fn: Optional[Callable] = None,
-        extra_action_out_fn: Optional[Callable] = None, validate_spaces: Optional[Callable] = None,
-        before_init: Optional[Callable] = None, before_loss_init: Optional[Callable] = None,
-        after_init: Optional[Callable] = None, make_model: Optional[Callable] = None,
-        action_sampler_fn: Optional[Callable] = None,
-        action_distribution_fn: Optional[Callable] = None, mixins: Optional[List[type]] = None,
-        get_batch_divisibility_req: Optional[Callable] = None,
-        obs_include_prev_action_reward: Any = DEPRECATED_VALUE,
-        extra_action_fetches_fn: Optional[Callable] = None,
-        gradients_fn: Optional[Callable] = None) -> Type[EagerTFPolicy]:
+    name: str,
+    loss_fn: Optional[Callable],
+    get_default_config: Optional[Callable] = None,
+    postprocess_fn: Optional[Callable] = None,
+    stats_fn: Optional[Callable] = None,
+    optimizer_fn: Optional[Callable] = None,
+    compute_gradients_fn: Optional[Callable] = None,
+    apply_gradients_fn: Optional[Callable] = None,
+    grad_stats_fn: Optional[Callable] = None,
+    extra_learn_fetches_fn: Optional[Callable] = None,
+    extra_action_out_fn: Optional[Callable] = None,
+    validate_spaces: Optional[Callable] = None,
+    before_init: Optional[Callable] = None,
+    before_loss_init: Optional[Callable] = None,
+    after_init: Optional[Callable] = None,
+    make_model: Optional[Callable] = None,
+    action_sampler_fn: Optional[Callable] = None,
+    action_distribution_fn: Optional[Callable] = None,
+    mixins: Optional[List[type]] = None,
+    get_batch_divisibility_req: Optional[Callable] = None,
+    obs_include_prev_action_reward: Any = DEPRECATED_VALUE,
+    extra_action_fetches_fn: Optional[Callable] = None,
+    gradients_fn: Optional[Callable] = None,
+) -> Type[EagerTFPolicy]:
     """Builds an eager TF policy class (``framework="tf2"``/``"tfe"``).
 
     Takes the same arguments as ``build_tf_policy`` (see there for each
@@ -831,15 +949,21 @@ def build_eager_tf_policy(
 def _make_eager_class(hooks: TFPolicyHooks, module: str) -> Type[EagerTFPolicy]:
     check_factory_args("build_eager_tf_policy", hooks.name, hooks.mixins)
     cls_name = hooks.name + "_eager"
-    namespace = {"__module__": module, "__qualname__": cls_name, "_hooks": hooks,
-                 "__doc__": f"{cls_name}: eager TF policy built by build_eager_tf_policy.",
-                 # Mixins come first in the MRO but must not take over __init__.
-                 "__init__": _built_class_init, "with_updates": classmethod(_with_updates)}
+    namespace = {
+        "__module__": module,
+        "__qualname__": cls_name,
+        "_hooks": hooks,
+        "__doc__": f"{cls_name}: eager TF policy built by build_eager_tf_policy.",
+        # Mixins come first in the MRO but must not take over __init__.
+        "__init__": _built_class_init,
+        "with_updates": classmethod(_with_updates),
+    }
     return type(cls_name, (*hooks.mixins, EagerTFPolicy), namespace)
 
 
-def _built_class_init(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                      config: TrainerConfigDict) -> None:
+def _built_class_init(
+    self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+) -> None:
     EagerTFPolicy.__init__(self, observation_space, action_space, config)
 
 

@@ -5,6 +5,7 @@ The logic shared by every framework lives in ``rlpolicy._core``:
 requirements, dummy-batch loss initialisation, pruning) and ``checkpoint``
 (pickle-free saving). This module wires them to RLlib's method names.
 """
+
 from __future__ import annotations
 
 import copy
@@ -54,13 +55,17 @@ class PolicySpec(namedtuple("PolicySpec", ["policy_class", "observation_space", 
     trainer's config for this policy.
     """
 
-    def __new__(cls, policy_class: Optional[type] = None, observation_space: Optional[gym.Space] = None,
-                action_space: Optional[gym.Space] = None, config: Optional[dict] = None) -> "PolicySpec":
+    def __new__(
+        cls,
+        policy_class: Optional[type] = None,
+        observation_space: Optional[gym.Space] = None,
+        action_space: Optional[gym.Space] = None,
+        config: Optional[dict] = None,
+    ) -> "PolicySpec":
         return super().__new__(cls, policy_class, observation_space, action_space, config)
 
 
-def _completed_config(config: Optional[dict], defaults: Optional[dict] = None,
-                      where: str = "Policy") -> dict:
+def _completed_config(config: Optional[dict], defaults: Optional[dict] = None, where: str = "Policy") -> dict:
     # The one place a policy config is completed, checked and validated: a new
     # dict (defaults deep-copied, the caller's dict deep-copied and left as it
     # was), so no two policies share a nested dict and no default changes.
@@ -73,8 +78,7 @@ def _completed_config(config: Optional[dict], defaults: Optional[dict] = None,
     return check_config(config, defaults, where=where)
 
 
-def complete_policy_config(policy: "Policy", config: Optional[dict],
-                           defaults: Optional[dict] = None) -> dict:
+def complete_policy_config(policy: "Policy", config: Optional[dict], defaults: Optional[dict] = None) -> dict:
     """Completes ``config`` for ``policy`` once, before or in ``Policy.__init__``.
 
     For constructors that need the complete config early (``build_policy_class``
@@ -121,8 +125,9 @@ def _class_default_config(policy: "Policy") -> Optional[dict]:
 
 def _check_space(space: Any, arg: str) -> None:
     if not isinstance(space, gym.Space):
-        raise TypeError(f"Policy {arg} must be a gymnasium.spaces.Space, got {space!r} "
-                        f"({type(space).__name__})")
+        raise TypeError(
+            f"Policy {arg} must be a gymnasium.spaces.Space, got {space!r} ({type(space).__name__})"
+        )
 
 
 @DeveloperAPI
@@ -219,7 +224,8 @@ class Policy(metaclass=ABCMeta):
                 raise ValueError(
                     f"config['callbacks']={factory!r} made a {type(callbacks).__name__} object "
                     f"with none of the callback methods ({', '.join(hooks)}); pass a "
-                    "DefaultCallbacks subclass or a class with (some of) these methods")
+                    "DefaultCallbacks subclass or a class with (some of) these methods"
+                )
         return callbacks
 
     def _run_learn_callback(self, train_batch: SampleBatch, result: dict) -> None:
@@ -232,11 +238,19 @@ class Policy(metaclass=ABCMeta):
     # ------------------------------------------------------------------ acting
     @DeveloperAPI
     def compute_single_action(
-            self, obs: Optional[TensorStructType] = None, state: Optional[List[TensorType]] = None, *,
-            prev_action: Optional[TensorStructType] = None, prev_reward: Optional[TensorStructType] = None,
-            info: dict = None, input_dict: Optional[SampleBatch] = None, episode: Optional["Episode"] = None,
-            explore: Optional[bool] = None, timestep: Optional[int] = None,
-            **kwargs) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
+        self,
+        obs: Optional[TensorStructType] = None,
+        state: Optional[List[TensorType]] = None,
+        *,
+        prev_action: Optional[TensorStructType] = None,
+        prev_reward: Optional[TensorStructType] = None,
+        info: dict = None,
+        input_dict: Optional[SampleBatch] = None,
+        episode: Optional["Episode"] = None,
+        explore: Optional[bool] = None,
+        timestep: Optional[int] = None,
+        **kwargs,
+    ) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
         """Computes one action for one (unbatched) input.
 
         The inputs are given a batch axis of size 1, passed through
@@ -282,26 +296,40 @@ class Policy(metaclass=ABCMeta):
             if self._takes_state_inputs():  # (other policies check in compute_actions*)
                 self._check_state_batches(state, "compute_single_action", single=True)
             self._check_prev_inputs(
-                [c for c, v in (("prev_actions", prev_action), ("prev_rewards", prev_reward))
-                 if v is not None], "compute_single_action")
+                [
+                    c
+                    for c, v in (("prev_actions", prev_action), ("prev_rewards", prev_reward))
+                    if v is not None
+                ],
+                "compute_single_action",
+            )
             # (a Repeated list's items would be batched as rows: see obs_prep)
             obs = flatten_single_list_obs(self, obs)
             input_dict = action_flow.build_single_input_dict(  # type: ignore[assignment]
-                obs, state, prev_action=prev_action, prev_reward=prev_reward, info=info)
+                obs, state, prev_action=prev_action, prev_reward=prev_reward, info=info
+            )
         batched = action_flow.batch_input_dict(input_dict)  # type: ignore[arg-type]
         out = self.compute_actions_from_input_dict(
-            input_dict=SampleBatch(batched), episodes=[episode] if episode is not None else None,
-            explore=explore, timestep=timestep)
+            input_dict=SampleBatch(batched),
+            episodes=[episode] if episode is not None else None,
+            explore=explore,
+            timestep=timestep,
+        )
         single = action_flow.unbatch_single_output(out)
         action = action_flow.postprocess_single_action(
-            single.action, self.action_space_struct, unsquash=unsquash, clip=clip)
+            single.action, self.action_space_struct, unsquash=unsquash, clip=clip
+        )
         return action, single.state_out, single.info
 
     @DeveloperAPI
     def compute_actions_from_input_dict(
-            self, input_dict: Union[SampleBatch, Dict[str, TensorStructType]], explore: bool = None,
-            timestep: Optional[int] = None, episodes: Optional[List["Episode"]] = None,
-            **kwargs) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        self,
+        input_dict: Union[SampleBatch, Dict[str, TensorStructType]],
+        explore: bool = None,
+        timestep: Optional[int] = None,
+        episodes: Optional[List["Episode"]] = None,
+        **kwargs,
+    ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
         """Computes actions from an input dict that already satisfies the view requirements.
 
         The default passes ``obs``, the ``state_in_*`` columns, the previous
@@ -320,22 +348,31 @@ class Policy(metaclass=ABCMeta):
         """
         state_batches = [s for k, s in input_dict.items() if k[:9] == "state_in_"]
         return self.compute_actions(
-            input_dict[SampleBatch.OBS], state_batches,
+            input_dict[SampleBatch.OBS],
+            state_batches,
             prev_action_batch=input_dict.get(SampleBatch.PREV_ACTIONS),
             prev_reward_batch=input_dict.get(SampleBatch.PREV_REWARDS),
             info_batch=input_dict.get(SampleBatch.INFOS),  # type: ignore[arg-type]
-            explore=explore, timestep=timestep, episodes=episodes, **kwargs)
+            explore=explore,
+            timestep=timestep,
+            episodes=episodes,
+            **kwargs,
+        )
 
     @abstractmethod
     @DeveloperAPI
     def compute_actions(
-            self, obs_batch: Union[List[TensorStructType], TensorStructType],
-            state_batches: Optional[List[TensorType]] = None,
-            prev_action_batch: Union[List[TensorStructType], TensorStructType] = None,
-            prev_reward_batch: Union[List[TensorStructType], TensorStructType] = None,
-            info_batch: Optional[Dict[str, list]] = None, episodes: Optional[List["Episode"]] = None,
-            explore: Optional[bool] = None, timestep: Optional[int] = None,
-            **kwargs) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+        self,
+        obs_batch: Union[List[TensorStructType], TensorStructType],
+        state_batches: Optional[List[TensorType]] = None,
+        prev_action_batch: Union[List[TensorStructType], TensorStructType] = None,
+        prev_reward_batch: Union[List[TensorStructType], TensorStructType] = None,
+        info_batch: Optional[Dict[str, list]] = None,
+        episodes: Optional[List["Episode"]] = None,
+        explore: Optional[bool] = None,
+        timestep: Optional[int] = None,
+        **kwargs,
+    ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
         """Computes actions for a batch of observations.
 
         Args:
@@ -357,11 +394,14 @@ class Policy(metaclass=ABCMeta):
 
     @DeveloperAPI
     def compute_log_likelihoods(
-            self, actions: Union[List[TensorType], TensorType], obs_batch: Union[List[TensorType], TensorType],
-            state_batches: Optional[List[TensorType]] = None,
-            prev_action_batch: Optional[Union[List[TensorType], TensorType]] = None,
-            prev_reward_batch: Optional[Union[List[TensorType], TensorType]] = None,
-            actions_normalized: bool = True) -> TensorType:
+        self,
+        actions: Union[List[TensorType], TensorType],
+        obs_batch: Union[List[TensorType], TensorType],
+        state_batches: Optional[List[TensorType]] = None,
+        prev_action_batch: Optional[Union[List[TensorType], TensorType]] = None,
+        prev_reward_batch: Optional[Union[List[TensorType], TensorType]] = None,
+        actions_normalized: bool = True,
+    ) -> TensorType:
         """Returns log-likelihoods [BATCH_SIZE] of ``actions`` under ``self.dist_class``.
 
         Args:
@@ -378,9 +418,11 @@ class Policy(metaclass=ABCMeta):
 
     @DeveloperAPI
     def postprocess_trajectory(
-            self, sample_batch: SampleBatch,
-            other_agent_batches: Optional[Dict[AgentID, Tuple["Policy", SampleBatch]]] = None,
-            episode: Optional["Episode"] = None) -> SampleBatch:
+        self,
+        sample_batch: SampleBatch,
+        other_agent_batches: Optional[Dict[AgentID, Tuple["Policy", SampleBatch]]] = None,
+        episode: Optional["Episode"] = None,
+    ) -> SampleBatch:
         """Algorithm-specific processing of one trajectory fragment (of one episode).
 
         Args:
@@ -397,8 +439,9 @@ class Policy(metaclass=ABCMeta):
     # ------------------------------------------------------------------ learning
     @ExperimentalAPI
     @OverrideToImplementCustomLogic
-    def loss(self, model: "ModelV2", dist_class: "ActionDistribution",
-             train_batch: SampleBatch) -> Union[TensorType, List[TensorType]]:
+    def loss(
+        self, model: "ModelV2", dist_class: "ActionDistribution", train_batch: SampleBatch
+    ) -> Union[TensorType, List[TensorType]]:
         """The policy's loss; override to implement a custom loss.
 
         Args:
@@ -458,7 +501,9 @@ class Policy(metaclass=ABCMeta):
         raise NotImplementedError
 
     @DeveloperAPI
-    def compute_gradients(self, postprocessed_batch: SampleBatch) -> Tuple[ModelGradients, Dict[str, TensorType]]:
+    def compute_gradients(
+        self, postprocessed_batch: SampleBatch
+    ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
         """Computes gradients on a batch.
 
         Returns:
@@ -543,8 +588,9 @@ class Policy(metaclass=ABCMeta):
         raise NotImplementedError
 
     @DeveloperAPI
-    def export_checkpoint(self, export_dir: str, filename_prefix: str = "model",
-                          policy_state: Optional[Dict[str, Any]] = None) -> None:
+    def export_checkpoint(
+        self, export_dir: str, filename_prefix: str = "model", policy_state: Optional[Dict[str, Any]] = None
+    ) -> None:
         """Saves the policy's full state to ``export_dir`` without pickle.
 
         Writes ``rlpolicy_checkpoint.json`` (class import path, spaces, config,
@@ -561,18 +607,27 @@ class Policy(metaclass=ABCMeta):
         cls = type(self)
         recipe = checkpoint.class_recipe(cls)
         if recipe is None:
-            logger.warning("export_checkpoint: policy class %s (%s) cannot be imported by name, so "
-                           "Policy.from_checkpoint(dir) cannot rebuild it; restore this checkpoint "
-                           "with %s.from_checkpoint(dir)", cls.__qualname__, cls.__module__, cls.__name__)
+            logger.warning(
+                "export_checkpoint: policy class %s (%s) cannot be imported by name, so "
+                "Policy.from_checkpoint(dir) cannot rebuild it; restore this checkpoint "
+                "with %s.from_checkpoint(dir)",
+                cls.__qualname__,
+                cls.__module__,
+                cls.__name__,
+            )
         given = self.__dict__.get("_given_config")
         path = recipe.get("import") if recipe else None
         checkpoint.write_checkpoint(
-            export_dir, policy_class=path or f"{cls.__module__}:{cls.__qualname__}",
-            observation_space=self.observation_space, action_space=self.action_space,
+            export_dir,
+            policy_class=path or f"{cls.__module__}:{cls.__qualname__}",
+            observation_space=self.observation_space,
+            action_space=self.action_space,
             config=self.config,
             state=self.get_state() if policy_state is None else policy_state,  # type: ignore[arg-type]
-            filename_prefix=filename_prefix, class_recipe=None if path else recipe,
-            given_config=None if given is None or _same_config(given, self.config) else given)
+            filename_prefix=filename_prefix,
+            class_recipe=None if path else recipe,
+            given_config=None if given is None or _same_config(given, self.config) else given,
+        )
 
     @classmethod
     def from_checkpoint(cls, checkpoint_dir: str, config_overrides: Optional[dict] = None) -> "Policy":
@@ -627,15 +682,22 @@ class Policy(metaclass=ABCMeta):
     def _check_obs(self, obs: Any, where: str, column: str = "obs") -> None:
         """Rejects non-numeric (and, with ``config["_check_finite_obs"]``, NaN/inf) observations."""
         input_checks.check_obs_values(
-            obs, where, observation_space=self.observation_space,
-            check_finite=bool(self.config.get("_check_finite_obs", False)), column=column)
+            obs,
+            where,
+            observation_space=self.observation_space,
+            check_finite=bool(self.config.get("_check_finite_obs", False)),
+            column=column,
+        )
 
     def _has_custom_action_fns(self) -> bool:
         """Whether acting runs a custom ``action_sampler_fn``/``action_distribution_fn``
         (which may take state inputs the model does not declare)."""
         hooks = getattr(self, "_hooks", None)
-        return any(getattr(obj, name, None) is not None for obj in (self, hooks)
-                   for name in ("action_sampler_fn", "action_distribution_fn"))
+        return any(
+            getattr(obj, name, None) is not None
+            for obj in (self, hooks)
+            for name in ("action_sampler_fn", "action_distribution_fn")
+        )
 
     def _model_view_requirements(self) -> Dict[str, Any]:
         return getattr(getattr(self, "model", None), "view_requirements", None) or {}
@@ -643,8 +705,10 @@ class Policy(metaclass=ABCMeta):
     def _takes_state_inputs(self) -> bool:
         """Whether the policy keeps RNN state (or its model reads ``state_in_i`` views)."""
         try:
-            return self.num_state_tensors() > 0 or \
-                input_checks.num_state_views(self._model_view_requirements()) > 0
+            return (
+                self.num_state_tensors() > 0
+                or input_checks.num_state_views(self._model_view_requirements()) > 0
+            )
         except Exception:  # a hand-built policy without a model
             return False
 
@@ -659,31 +723,31 @@ class Policy(metaclass=ABCMeta):
             self._state_shapes = shapes
         return shapes
 
-    def _check_state_batches(self, state_batches: Optional[Any], where: str,
-                             single: bool = False) -> None:
+    def _check_state_batches(self, state_batches: Optional[Any], where: str, single: bool = False) -> None:
         """Rejects RNN state inputs whose number or shapes do not fit the model's."""
         if not self._has_custom_action_fns():
-            self._check_states(list(state_batches or []), where, single,
-                               self._model_view_requirements())
+            self._check_states(list(state_batches or []), where, single, self._model_view_requirements())
 
-    def _check_states(self, states: List[Any], where: str, single: bool,
-                      views: Dict[str, Any]) -> None:
+    def _check_states(self, states: List[Any], where: str, single: bool, views: Dict[str, Any]) -> None:
         expected = 0
         if states or self._takes_state_inputs():
             expected = max(self.num_state_tensors(), input_checks.num_state_views(views))
         shapes = self._initial_state_shapes() if states and not isinstance(states[0], str) else None
-        input_checks.check_state_inputs(states, where, expected=expected, initial_shapes=shapes,
-                                        single=single)
+        input_checks.check_state_inputs(
+            states, where, expected=expected, initial_shapes=shapes, single=single
+        )
 
     def _check_prev_inputs(self, present: Any, where: str) -> None:
         """Rejects a call without the previous action/reward the model reads."""
         if not self._has_custom_action_fns():
             input_checks.check_prev_columns(
-                present, where, model_views=self._model_view_requirements(),
-                model_config=(self.config or {}).get("model") or {})
+                present,
+                where,
+                model_views=self._model_view_requirements(),
+                model_config=(self.config or {}).get("model") or {},
+            )
 
-    def _check_acting_inputs(self, obs: Any, states: Optional[Any], present: Any,
-                             where: str) -> None:
+    def _check_acting_inputs(self, obs: Any, states: Optional[Any], present: Any, where: str) -> None:
         """The acting checks in one pass: observations, RNN states (their number and
         shapes), and the previous action/reward the model reads (``present``: the
         column names given)."""
@@ -692,8 +756,9 @@ class Policy(metaclass=ABCMeta):
             return
         views = self._model_view_requirements()
         self._check_states(list(states or []), where, False, views)
-        input_checks.check_prev_columns(present, where, model_views=views,
-                                        model_config=(self.config or {}).get("model") or {})
+        input_checks.check_prev_columns(
+            present, where, model_views=views, model_config=(self.config or {}).get("model") or {}
+        )
 
     def _check_acting_input_dict(self, input_dict: Any, where: str) -> None:
         """The observation, state and previous-input checks for an input dict."""
@@ -730,22 +795,29 @@ class Policy(metaclass=ABCMeta):
 
         return create_exploration(
             self.config["exploration_config"],
-            action_space=self.action_space, policy_config=self.config,
-            model=getattr(self, "model", None), num_workers=self.config["num_workers"],
+            action_space=self.action_space,
+            policy_config=self.config,
+            model=getattr(self, "model", None),
+            num_workers=self.config["num_workers"],
             worker_index=self.config["worker_index"],
-            framework=getattr(self, "framework", self.config["framework"]))
+            framework=getattr(self, "framework", self.config["framework"]),
+        )
 
     def _get_default_view_requirements(self) -> Dict[str, Any]:
         from rlpolicy.policy.view_requirement import ViewRequirement
 
-        return loss_init.default_view_requirements(self.observation_space, self.action_space,
-                                                   ViewRequirement)
+        return loss_init.default_view_requirements(self.observation_space, self.action_space, ViewRequirement)
 
     def _get_dummy_batch_from_view_requirements(self, batch_size: int = 1) -> SampleBatch:
         config = self.config
-        return SampleBatch(loss_init.dummy_columns(
-            self.view_requirements, batch_size, config,
-            flat_obs_space=lambda space: prepare_observation_space(space, config)))
+        return SampleBatch(
+            loss_init.dummy_columns(
+                self.view_requirements,
+                batch_size,
+                config,
+                flat_obs_space=lambda space: prepare_observation_space(space, config),
+            )
+        )
 
     def _update_model_view_requirements_from_init_state(self) -> None:
         """Adds ``state_in_i``/``state_out_i`` requirements from the initial RNN state.
@@ -779,22 +851,26 @@ class Policy(metaclass=ABCMeta):
             return list(obj.get_initial_state())
         vrs = obj.view_requirements
         if loss_init.is_keras_model(model) and "state_in_0" not in vrs:
-            obj.get_initial_state = lambda: [np.zeros_like(vr.space.sample())
-                                             for k, vr in model.view_requirements.items()
-                                             if k.startswith("state_in_")]
+            obj.get_initial_state = lambda: [
+                np.zeros_like(vr.space.sample())
+                for k, vr in model.view_requirements.items()
+                if k.startswith("state_in_")
+            ]
         else:
             obj.get_initial_state = lambda: []
             if "state_in_0" in vrs:
                 self.is_recurrent = lambda: True  # type: ignore[method-assign]
         return []
 
-    def _initialize_loss_from_dummy_batch(self, auto_remove_unneeded_view_reqs: bool = True,
-                                          stats_fn: Optional[Callable] = None) -> None:
+    def _initialize_loss_from_dummy_batch(
+        self, auto_remove_unneeded_view_reqs: bool = True, stats_fn: Optional[Callable] = None
+    ) -> None:
         """Runs acting, postprocessing and loss once on dummy data; prunes view requirements."""
         self._run_dummy_loss_init(auto_remove_unneeded_view_reqs, stats_fn)
 
-    def _run_dummy_loss_init(self, auto_remove_unneeded_view_reqs: bool = True,
-                             stats_fn: Optional[Callable] = None) -> "loss_init.AccessRecord":
+    def _run_dummy_loss_init(
+        self, auto_remove_unneeded_view_reqs: bool = True, stats_fn: Optional[Callable] = None
+    ) -> "loss_init.AccessRecord":
         """RLlib 1.11's dummy-batch loss initialisation (see ``_core.loss_init``).
 
         Acts on a batch of zeros built from the view requirements, postprocesses
@@ -810,28 +886,37 @@ class Policy(metaclass=ABCMeta):
             batch_size = max(getattr(self, "batch_divisibility_req", 1) * 4, 32)
             state_outs, compute_keys = self._probe_compute_actions(batch_size)
             post_record, train_batch, has_loss = self._probe_postprocess_and_loss(
-                batch_size, state_outs, stats_fn)
+                batch_size, state_outs, stats_fn
+            )
         finally:
             self._no_tracing = False
         accessed, added, deleted = post_record
         record = loss_init.AccessRecord(
-            compute_accessed=compute_keys, postprocess_accessed=accessed,
-            postprocess_added=added, postprocess_deleted=deleted,
-            train_accessed=set(train_batch.accessed_keys))
+            compute_accessed=compute_keys,
+            postprocess_accessed=accessed,
+            postprocess_added=added,
+            postprocess_deleted=deleted,
+            train_accessed=set(train_batch.accessed_keys),
+        )
         if has_loss:  # what learn_on_batch checks a train batch against
-            self._loss_columns = sorted(k for k in record.train_accessed
-                                        if k != SampleBatch.SEQ_LENS)
+            self._loss_columns = sorted(k for k in record.train_accessed if k != SampleBatch.SEQ_LENS)
         if auto_remove_unneeded_view_reqs:
             from rlpolicy.policy.view_requirement import ViewRequirement
 
             model = getattr(self, "model", None)
             # A policy without a model (a plain Policy subclass) protects what its
             # action computation read, as a model's own view requirements would be.
-            protected = (set(getattr(model, "view_requirements", {}) or {}) if model is not None
-                         else set(compute_keys))
+            protected = (
+                set(getattr(model, "view_requirements", {}) or {}) if model is not None else set(compute_keys)
+            )
             loss_init.prune_view_requirements(
-                self.view_requirements, record, protected=protected, has_loss=has_loss,
-                keep_all=self.config.get("output") is not None, new_requirement=ViewRequirement)
+                self.view_requirements,
+                record,
+                protected=protected,
+                has_loss=has_loss,
+                keep_all=self.config.get("output") is not None,
+                new_requirement=ViewRequirement,
+            )
         return record
 
     def _as_loss_batch(self, batch: SampleBatch) -> SampleBatch:
@@ -853,8 +938,11 @@ class Policy(metaclass=ABCMeta):
             if key in vrs:
                 continue
             shape = getattr(value, "shape", None)
-            space = (loss_init.new_box(-1.0, 1.0, tuple(shape[1:]), loss_init.numpy_dtype(value.dtype))
-                     if shape is not None else None)
+            space = (
+                loss_init.new_box(-1.0, 1.0, tuple(shape[1:]), loss_init.numpy_dtype(value.dtype))
+                if shape is not None
+                else None
+            )
             vrs[key] = ViewRequirement(space=space, used_for_compute_actions=False)
         for key in dummy.accessed_keys:
             if key not in vrs:
@@ -862,8 +950,9 @@ class Policy(metaclass=ABCMeta):
             vrs[key].used_for_compute_actions = True
         return state_outs, set(dummy.accessed_keys)
 
-    def _probe_postprocess_and_loss(self, batch_size: int, state_outs: list,
-                                    stats_fn: Optional[Callable]) -> tuple:
+    def _probe_postprocess_and_loss(
+        self, batch_size: int, state_outs: list, stats_fn: Optional[Callable]
+    ) -> tuple:
         """Dummy run step 2: postprocess a fresh dummy batch, then run loss and stats on it."""
         dummy = self._get_dummy_batch_from_view_requirements(batch_size)
         dummy.set_get_interceptor(None)
@@ -914,7 +1003,9 @@ _RLLIB_1_11_NAMES = {
     "from_config": "rlpolicy.utils.from_config:from_config",
     "get_dummy_batch_for_space": "rlpolicy.utils.spaces.space_utils:get_dummy_batch_for_space",
     "unbatch": "rlpolicy.utils.spaces.space_utils:unbatch",
-    "tf1": FRAMEWORK_HANDLES["tf1"], "tf": FRAMEWORK_HANDLES["tf"], "tfv": FRAMEWORK_HANDLES["tfv"],
+    "tf1": FRAMEWORK_HANDLES["tf1"],
+    "tf": FRAMEWORK_HANDLES["tf"],
+    "tfv": FRAMEWORK_HANDLES["tfv"],
     "torch": FRAMEWORK_HANDLES["torch"],
 }
 __getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)

@@ -1,5 +1,6 @@
 """``PolicyMap``: policy id -> Policy, for the policies one rollout worker
 holds (RLlib 1.11's ``ray.rllib.policy.policy_map``)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
@@ -20,9 +21,16 @@ class PolicyMap(dict):
     and ``path`` are accepted and stored).
     """
 
-    def __init__(self, worker_index: int, num_workers: int, capacity: Optional[int] = None,
-                 path: Optional[str] = None, policy_config: Optional[TrainerConfigDict] = None,
-                 session_creator: Optional[Callable[[], Any]] = None, seed: Optional[int] = None):
+    def __init__(
+        self,
+        worker_index: int,
+        num_workers: int,
+        capacity: Optional[int] = None,
+        path: Optional[str] = None,
+        policy_config: Optional[TrainerConfigDict] = None,
+        session_creator: Optional[Callable[[], Any]] = None,
+        seed: Optional[int] = None,
+    ):
         """Initializes an empty PolicyMap.
 
         Args:
@@ -45,9 +53,15 @@ class PolicyMap(dict):
         #: Policy id -> the PolicySpec each policy was created from.
         self.policy_specs: Dict[PolicyID, PolicySpec] = {}
 
-    def create_policy(self, policy_id: PolicyID, policy_cls: type, observation_space: gym.Space,
-                      action_space: gym.Space, config_override: Optional[PartialTrainerConfigDict],
-                      merged_config: TrainerConfigDict) -> Any:
+    def create_policy(
+        self,
+        policy_id: PolicyID,
+        policy_cls: type,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config_override: Optional[PartialTrainerConfigDict],
+        merged_config: TrainerConfigDict,
+    ) -> Any:
         """Builds ``policy_cls(observation_space, action_space, merged_config)`` and stores it.
 
         Args:
@@ -67,12 +81,14 @@ class PolicyMap(dict):
         else:
             policy = cls(observation_space, action_space, merged_config)
         self[policy_id] = policy
-        self.policy_specs[policy_id] = PolicySpec(policy_cls, observation_space, action_space,
-                                                  config_override)
+        self.policy_specs[policy_id] = PolicySpec(
+            policy_cls, observation_space, action_space, config_override
+        )
         return policy
 
-    def _build_in_own_graph(self, cls: type, observation_space: gym.Space, action_space: gym.Space,
-                            config: TrainerConfigDict) -> Any:
+    def _build_in_own_graph(
+        self, cls: type, observation_space: gym.Space, action_space: gym.Space, config: TrainerConfigDict
+    ) -> Any:
         """Builds a graph-mode TF policy inside a new ``tf1.Graph`` and ``Session`` (RLlib
         1.11's PolicyMap), so everything its constructor and hooks (``before_init``,
         mixins) create lands in the policy's own graph, in eager and graph processes alike."""
@@ -97,8 +113,10 @@ class PolicyMap(dict):
 
 def _is_graph_tf_class(cls: type) -> bool:
     """Whether ``cls`` is a graph-mode TF policy class (a ``TFPolicy``), without importing TF."""
-    return any(c.__name__ == "TFPolicy" and c.__module__ == "rlpolicy.policy.tf_policy"
-               for c in getattr(cls, "__mro__", ()))
+    return any(
+        c.__name__ == "TFPolicy" and c.__module__ == "rlpolicy.policy.tf_policy"
+        for c in getattr(cls, "__mro__", ())
+    )
 
 
 def _eager_class_if_needed(cls: type, config: TrainerConfigDict) -> type:
@@ -112,8 +130,10 @@ def _eager_class_if_needed(cls: type, config: TrainerConfigDict) -> type:
     if config.get("framework") not in ("tf2", "tfe") or not _is_graph_tf_class(cls):
         return cls
     if not hasattr(cls, "as_eager"):
-        raise ValueError(f"policy class {cls.__name__} is a graph-mode TFPolicy without as_eager(); it "
-                         "cannot run with framework='tf2' (use framework='tf', or build it with build_tf_policy)")
+        raise ValueError(
+            f"policy class {cls.__name__} is a graph-mode TFPolicy without as_eager(); it "
+            "cannot run with framework='tf2' (use framework='tf', or build it with build_tf_policy)"
+        )
     return cls.as_eager()  # the eager class reads config["eager_tracing"] itself
 
 

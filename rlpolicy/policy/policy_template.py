@@ -12,6 +12,7 @@ method directly and so silently ignores mixins that define e.g.
 ``optimizer`` or ``extra_grad_info``. This is what RLlib's docstring
 promises ("mixins ... have higher precedence than the TorchPolicy class").
 """
+
 from __future__ import annotations
 
 import sys
@@ -32,17 +33,31 @@ _FRAMEWORKS = ("torch",)
 
 @DeveloperAPI
 def build_policy_class(
-        name: str, framework: str, *, loss_fn: Optional[Callable], get_default_config: Optional[Callable] = None,
-        stats_fn: Optional[Callable] = None, postprocess_fn: Optional[Callable] = None,
-        extra_action_out_fn: Optional[Callable] = None, extra_grad_process_fn: Optional[Callable] = None,
-        extra_learn_fetches_fn: Optional[Callable] = None, optimizer_fn: Optional[Callable] = None,
-        validate_spaces: Optional[Callable] = None, before_init: Optional[Callable] = None,
-        before_loss_init: Optional[Callable] = None, after_init: Optional[Callable] = None,
-        _after_loss_init: Optional[Callable] = None, action_sampler_fn: Optional[Callable] = None,
-        action_distribution_fn: Optional[Callable] = None, make_model: Optional[Callable] = None,
-        make_model_and_action_dist: Optional[Callable] = None, compute_gradients_fn: Optional[Callable] = None,
-        apply_gradients_fn: Optional[Callable] = None, mixins: Optional[List[type]] = None,
-        get_batch_divisibility_req: Optional[Callable] = None) -> Type:
+    name: str,
+    framework: str,
+    *,
+    loss_fn: Optional[Callable],
+    get_default_config: Optional[Callable] = None,
+    stats_fn: Optional[Callable] = None,
+    postprocess_fn: Optional[Callable] = None,
+    extra_action_out_fn: Optional[Callable] = None,
+    extra_grad_process_fn: Optional[Callable] = None,
+    extra_learn_fetches_fn: Optional[Callable] = None,
+    optimizer_fn: Optional[Callable] = None,
+    validate_spaces: Optional[Callable] = None,
+    before_init: Optional[Callable] = None,
+    before_loss_init: Optional[Callable] = None,
+    after_init: Optional[Callable] = None,
+    _after_loss_init: Optional[Callable] = None,
+    action_sampler_fn: Optional[Callable] = None,
+    action_distribution_fn: Optional[Callable] = None,
+    make_model: Optional[Callable] = None,
+    make_model_and_action_dist: Optional[Callable] = None,
+    compute_gradients_fn: Optional[Callable] = None,
+    apply_gradients_fn: Optional[Callable] = None,
+    mixins: Optional[List[type]] = None,
+    get_batch_divisibility_req: Optional[Callable] = None,
+) -> Type:
     """Builds a TorchPolicy subclass named ``name`` from the given functions.
 
     At construction, the class calls (in this order, each only if given):
@@ -100,15 +115,30 @@ def build_policy_class(
         TypeError: If ``name`` is not a string or a mixin is not a class.
     """
     hooks = PolicyHooks(
-        name=name, framework=framework, loss_fn=loss_fn, get_default_config=get_default_config,
-        stats_fn=stats_fn, postprocess_fn=postprocess_fn, extra_action_out_fn=extra_action_out_fn,
-        extra_grad_process_fn=extra_grad_process_fn, extra_learn_fetches_fn=extra_learn_fetches_fn,
-        optimizer_fn=optimizer_fn, validate_spaces=validate_spaces, before_init=before_init,
-        before_loss_init=before_loss_init, after_init=after_init, _after_loss_init=_after_loss_init,
-        action_sampler_fn=action_sampler_fn, action_distribution_fn=action_distribution_fn,
-        make_model=make_model, make_model_and_action_dist=make_model_and_action_dist,
-        compute_gradients_fn=compute_gradients_fn, apply_gradients_fn=apply_gradients_fn,
-        mixins=tuple(mixins or ()), get_batch_divisibility_req=get_batch_divisibility_req)
+        name=name,
+        framework=framework,
+        loss_fn=loss_fn,
+        get_default_config=get_default_config,
+        stats_fn=stats_fn,
+        postprocess_fn=postprocess_fn,
+        extra_action_out_fn=extra_action_out_fn,
+        extra_grad_process_fn=extra_grad_process_fn,
+        extra_learn_fetches_fn=extra_learn_fetches_fn,
+        optimizer_fn=optimizer_fn,
+        validate_spaces=validate_spaces,
+        before_init=before_init,
+        before_loss_init=before_loss_init,
+        after_init=after_init,
+        _after_loss_init=_after_loss_init,
+        action_sampler_fn=action_sampler_fn,
+        action_distribution_fn=action_distribution_fn,
+        make_model=make_model,
+        make_model_and_action_dist=make_model_and_action_dist,
+        compute_gradients_fn=compute_gradients_fn,
+        apply_gradients_fn=apply_gradients_fn,
+        mixins=tuple(mixins or ()),
+        get_batch_divisibility_req=get_batch_divisibility_req,
+    )
     new = _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
     return record_factory_call(new, build_policy_class, hooks.as_kwargs())  # for checkpoints
 
@@ -120,11 +150,15 @@ def _check_hooks(hooks: PolicyHooks) -> None:
     check_factory_args("build_policy_class", hooks.name, hooks.mixins)
     where = f"build_policy_class({hooks.name!r})"
     if hooks.framework == "jax":
-        raise ValueError(f"{where}: framework='jax' needs a JAX policy and JAXModelV2 base, which "
-                         "rlpolicy does not provide; use framework='torch'")
+        raise ValueError(
+            f"{where}: framework='jax' needs a JAX policy and JAXModelV2 base, which "
+            "rlpolicy does not provide; use framework='torch'"
+        )
     if hooks.framework not in _FRAMEWORKS:
-        raise ValueError(f"{where}: framework={hooks.framework!r} is not supported; supported: "
-                         f"{list(_FRAMEWORKS)} (use build_tf_policy for 'tf'/'tf2')")
+        raise ValueError(
+            f"{where}: framework={hooks.framework!r} is not supported; supported: "
+            f"{list(_FRAMEWORKS)} (use build_tf_policy for 'tf'/'tf2')"
+        )
     if hooks.make_model is not None and hooks.make_model_and_action_dist is not None:
         raise ValueError(f"{where}: pass make_model or make_model_and_action_dist, not both")
 
@@ -134,8 +168,12 @@ def _make_policy_class(hooks: PolicyHooks, module: str) -> type:
     from rlpolicy.policy.torch_policy import TorchPolicy
 
     namespace: Dict[str, Any] = {
-        "__module__": module, "__qualname__": hooks.name, "__doc__": f"{hooks.name}: built by build_policy_class.",
-        "_hooks": hooks, "__init__": _policy_init, "with_updates": classmethod(_with_updates),
+        "__module__": module,
+        "__qualname__": hooks.name,
+        "__doc__": f"{hooks.name}: built by build_policy_class.",
+        "_hooks": hooks,
+        "__init__": _policy_init,
+        "with_updates": classmethod(_with_updates),
         "_extra_action_out_impl": _extra_action_out_impl,
         **_WRAPPERS,
     }
@@ -154,8 +192,9 @@ def _with_updates(cls: type, **overrides: Any) -> type:
 
 
 # ---------------------------------------------------------------- construction
-def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 config: TrainerConfigDict) -> None:
+def _policy_init(
+    self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+) -> None:
     from rlpolicy._core.framework_check import require_framework
     from rlpolicy.policy._obs_prep import prepare_observation_space
     from rlpolicy.policy.policy import complete_policy_config
@@ -176,42 +215,58 @@ def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Spa
     self.model, dist_class = _build_model(self, hooks, obs_space, action_space, config)
     self.parent_cls = TorchPolicy
     TorchPolicy.__init__(
-        self, observation_space=obs_space, action_space=action_space, config=config, model=self.model,
+        self,
+        observation_space=obs_space,
+        action_space=action_space,
+        config=config,
+        model=self.model,
         loss=None if self.config["in_evaluation"] else hooks.loss_fn,
-        action_distribution_class=dist_class, action_sampler_fn=hooks.action_sampler_fn,
-        action_distribution_fn=hooks.action_distribution_fn, max_seq_len=config["model"]["max_seq_len"],
-        get_batch_divisibility_req=hooks.get_batch_divisibility_req)
+        action_distribution_class=dist_class,
+        action_sampler_fn=hooks.action_sampler_fn,
+        action_distribution_fn=hooks.action_distribution_fn,
+        max_seq_len=config["model"]["max_seq_len"],
+        get_batch_divisibility_req=hooks.get_batch_divisibility_req,
+    )
     self.view_requirements.update(self.model.view_requirements)
     if hooks.before_loss_init_fn is not None:
         hooks.before_loss_init_fn(self, self.observation_space, self.action_space, config)
     self._initialize_loss_from_dummy_batch(
-        auto_remove_unneeded_view_reqs=True,
-        stats_fn=None if self.config["in_evaluation"] else hooks.stats_fn)
+        auto_remove_unneeded_view_reqs=True, stats_fn=None if self.config["in_evaluation"] else hooks.stats_fn
+    )
     if hooks._after_loss_init is not None:
         hooks._after_loss_init(self, obs_space, action_space, config)
     # The dummy run may have advanced the timestep.
     self.global_timestep = 0
 
 
-def _build_model(policy: Any, hooks: PolicyHooks, obs_space: gym.Space, action_space: gym.Space,
-                 config: dict) -> Tuple[Any, Optional[type]]:
+def _build_model(
+    policy: Any, hooks: PolicyHooks, obs_space: gym.Space, action_space: gym.Space, config: dict
+) -> Tuple[Any, Optional[type]]:
     from rlpolicy.models.catalog import ModelCatalog
     from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 
     if hooks.make_model is not None:
         model = hooks.make_model(policy, obs_space, action_space, config)
-        dist_class, _ = ModelCatalog.get_action_dist(action_space, policy.config["model"], framework=hooks.framework)
+        dist_class, _ = ModelCatalog.get_action_dist(
+            action_space, policy.config["model"], framework=hooks.framework
+        )
     elif hooks.make_model_and_action_dist is not None:
         model, dist_class = hooks.make_model_and_action_dist(policy, obs_space, action_space, config)
     else:
         dist_class, logit_dim = ModelCatalog.get_action_dist(
-            action_space, policy.config["model"], framework=hooks.framework)
+            action_space, policy.config["model"], framework=hooks.framework
+        )
         model = ModelCatalog.get_model_v2(
-            obs_space=obs_space, action_space=action_space, num_outputs=logit_dim,
-            model_config=policy.config["model"], framework=hooks.framework)
+            obs_space=obs_space,
+            action_space=action_space,
+            num_outputs=logit_dim,
+            model_config=policy.config["model"],
+            framework=hooks.framework,
+        )
     if not isinstance(model, TorchModelV2):
-        raise TypeError(f"{hooks.name}: the model factory returned {type(model).__name__}; "
-                        "it must return a TorchModelV2")
+        raise TypeError(
+            f"{hooks.name}: the model factory returned {type(model).__name__}; it must return a TorchModelV2"
+        )
     return model, dist_class
 
 
@@ -298,6 +353,7 @@ def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episod
             parent = impl
             break
     from rlpolicy.policy._obs_prep import flatten_batch_in_place
+
     sample_batch = flatten_batch_in_place(self, sample_batch)  # raw Dict/Tuple obs -> flat
     with _no_grad_context(self):
         sample_batch = parent(self, sample_batch, other_agent_batches, episode)
@@ -372,6 +428,7 @@ del _name, _fn
 
 def _is_wrapper(impl: Any, method: str) -> bool:
     return getattr(impl, "_policy_template_wrapper", None) == method
+
 
 __all__ = ["build_policy_class"]
 

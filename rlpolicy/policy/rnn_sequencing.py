@@ -4,6 +4,7 @@ A train batch of B timesteps is cut into sequences (at episode, unroll and agent
 boundaries and every `max_seq_len` steps), each sequence is right-zero-padded to the same
 length T, and models then reshape the flat [N*T, ...] data into [N, T, ...].
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
@@ -74,12 +75,17 @@ def pad_batch_to_sequences_of_same_size(
     batch.zero_padded = True
 
 
-def _chop_batch_in_place(batch: SampleBatch, raw: dict, max_seq_len: int, dynamic_max: bool,
-                         shuffle: bool, feature_keys: Optional[List[str]]) -> None:
+def _chop_batch_in_place(
+    batch: SampleBatch,
+    raw: dict,
+    max_seq_len: int,
+    dynamic_max: bool,
+    shuffle: bool,
+    feature_keys: Optional[List[str]],
+) -> None:
     seq_lens = raw.get(SampleBatch.SEQ_LENS)
     state_keys = [k for k in raw if k.startswith("state_in_")]
-    reduced = (seq_lens is not None and len(state_keys) > 0
-               and len(raw[state_keys[0]]) == len(seq_lens))
+    reduced = seq_lens is not None and len(state_keys) > 0 and len(raw[state_keys[0]]) == len(seq_lens)
     if feature_keys:
         keys = list(feature_keys)
     else:
@@ -174,9 +180,15 @@ def chop_into_sequences(
         max_seq_len = (int(seq_lens.max()) if len(seq_lens) else 0) + _extra_padding
     dest = ops.padded_positions(seq_lens, int(max_seq_len))
     total = len(seq_lens) * int(max_seq_len)
-    features = [[_pad(np.asarray(leaf) if not isinstance(leaf, np.ndarray) else leaf, dest, total)
-                 for leaf in tree.flatten(col)] if handle_nested_data else
-                [_pad(np.asarray(col), dest, total)] for col in feature_columns]
+    features = [
+        [
+            _pad(np.asarray(leaf) if not isinstance(leaf, np.ndarray) else leaf, dest, total)
+            for leaf in tree.flatten(col)
+        ]
+        if handle_nested_data
+        else [_pad(np.asarray(col), dest, total)]
+        for col in feature_columns
+    ]
     if states_already_reduced_to_init:
         states = [np.asarray(s) for s in state_columns]
     else:
@@ -192,8 +204,7 @@ def chop_into_sequences(
     return features, states, seq_lens
 
 
-def _num_rows(feature_columns: List[Any], state_columns: List[Any], episode_ids: Any,
-              seq_lens: Any) -> int:
+def _num_rows(feature_columns: List[Any], state_columns: List[Any], episode_ids: Any, seq_lens: Any) -> int:
     for col in feature_columns:
         leaves = tree.flatten(col) if isinstance(col, (dict, tuple)) else [col]
         if leaves:
@@ -205,8 +216,9 @@ def _num_rows(feature_columns: List[Any], state_columns: List[Any], episode_ids:
     return len(state_columns[0]) if state_columns else 0
 
 
-def _compute_seq_lens(n_rows: int, max_seq_len: int, episode_ids: Any, unroll_ids: Any,
-                      agent_indices: Any) -> np.ndarray:
+def _compute_seq_lens(
+    n_rows: int, max_seq_len: int, episode_ids: Any, unroll_ids: Any, agent_indices: Any
+) -> np.ndarray:
     """Sequence lengths: a new sequence at every id change and every max_seq_len rows."""
     ids = [np.asarray(x).reshape(-1) for x in (episode_ids, unroll_ids, agent_indices) if x is not None]
     for x in ids:
@@ -225,17 +237,24 @@ def _compute_seq_lens(n_rows: int, max_seq_len: int, episode_ids: Any, unroll_id
     return np.asarray(lens, dtype=np.int32)
 
 
-def _check_seq_lens(seq_lens: np.ndarray, n_rows: int, feature_columns: List[Any],
-                    max_seq_len: int, dynamic_max: bool) -> None:
+def _check_seq_lens(
+    seq_lens: np.ndarray, n_rows: int, feature_columns: List[Any], max_seq_len: int, dynamic_max: bool
+) -> None:
     if feature_columns and int(seq_lens.sum()) != n_rows:
-        raise ValueError(f"chop_into_sequences: seq_lens {seq_lens.tolist()} sum to {int(seq_lens.sum())} but the feature columns have {n_rows} rows")
+        raise ValueError(
+            f"chop_into_sequences: seq_lens {seq_lens.tolist()} sum to {int(seq_lens.sum())} but the feature columns have {n_rows} rows"
+        )
     if not dynamic_max and len(seq_lens) and int(seq_lens.max()) > int(max_seq_len):
-        raise ValueError(f"chop_into_sequences: seq_lens {seq_lens.tolist()} contain a sequence longer than max_seq_len={max_seq_len}")
+        raise ValueError(
+            f"chop_into_sequences: seq_lens {seq_lens.tolist()} contain a sequence longer than max_seq_len={max_seq_len}"
+        )
 
 
 def _pad(leaf: np.ndarray, dest: np.ndarray, total: int) -> Any:
     if len(leaf) != len(dest):
-        raise ValueError(f"chop_into_sequences: a feature column has {len(leaf)} rows but seq_lens sum to {len(dest)}")
+        raise ValueError(
+            f"chop_into_sequences: a feature column has {len(leaf)} rows but seq_lens sum to {len(dest)}"
+        )
     if leaf.dtype == object or leaf.dtype.kind in "US":
         out: list = [None] * total
         for src, d in enumerate(dest):
@@ -249,7 +268,7 @@ def _pad(leaf: np.ndarray, dest: np.ndarray, total: int) -> Any:
 def _permute_sequences(f: Any, perm: np.ndarray, num_seqs: int) -> Any:
     if isinstance(f, list):
         t = len(f) // num_seqs
-        return [x for i in perm for x in f[i * t:(i + 1) * t]]
+        return [x for i in perm for x in f[i * t : (i + 1) * t]]
     shaped = f.reshape((num_seqs, -1) + f.shape[1:])
     return shaped[perm].reshape(f.shape)
 
@@ -294,11 +313,14 @@ def add_time_dimension(
         t = int(max_seq_len) if max_seq_len is not None else x.shape[0] // len(seq_lens)  # type: ignore[arg-type]
         out = x.reshape((x.shape[0] // t, t) + x.shape[1:])
         return np.swapaxes(out, 0, 1) if time_major else out
-    raise ValueError(f"add_time_dimension: unknown framework {framework!r}; use 'tf', 'tf2', 'tfe', 'torch' or 'np'")
+    raise ValueError(
+        f"add_time_dimension: unknown framework {framework!r}; use 'tf', 'tf2', 'tfe', 'torch' or 'np'"
+    )
 
 
-def _add_time_dimension_tf(padded_inputs: Any, max_seq_len: Optional[int], seq_lens: Any,
-                           time_major: bool) -> Any:
+def _add_time_dimension_tf(
+    padded_inputs: Any, max_seq_len: Optional[int], seq_lens: Any, time_major: bool
+) -> Any:
     from rlpolicy.utils.framework import try_import_tf
 
     _, tf, _ = try_import_tf()
@@ -355,7 +377,9 @@ def timeslice_along_seq_lens_with_overlap(
     if seq_lens is None:
         chunk = zero_pad_max_seq_len - pre_overlap
         if chunk < 1:
-            raise ValueError(f"timeslice_along_seq_lens_with_overlap: batch has no seq_lens, so zero_pad_max_seq_len ({zero_pad_max_seq_len}) - pre_overlap ({pre_overlap}) must be >= 1")
+            raise ValueError(
+                f"timeslice_along_seq_lens_with_overlap: batch has no seq_lens, so zero_pad_max_seq_len ({zero_pad_max_seq_len}) - pre_overlap ({pre_overlap}) must be >= 1"
+            )
         full, rest = divmod(len(sample_batch), chunk)
         seq_lens = [chunk] * full + ([rest] if rest else [])
     if len(seq_lens) == 0:
@@ -409,6 +433,6 @@ def _set_initial_states(data: dict, raw: dict, begin: int, zero_init: bool) -> N
         if zero_init or begin < 1 or out_key not in raw:
             data[key] = np.zeros_like(np.asarray(raw[key])[0:1])
         else:
-            data[key] = np.asarray(raw[out_key])[begin - 1:begin]
+            data[key] = np.asarray(raw[out_key])[begin - 1 : begin]
         data.pop(out_key, None)
         i += 1

@@ -3,6 +3,7 @@
 Mirrors `ray.rllib.policy.sample_batch` (RLlib 1.11), with gymnasium's `terminateds` /
 `truncateds` columns added (`dones` is derived as terminated OR truncated when absent).
 """
+
 from __future__ import annotations
 
 import collections
@@ -33,10 +34,10 @@ def _slice_column(key: str, value: Any, start: int, stop: int) -> Any:
     return ops.map_column(key, value, lambda leaf: ops.slice_leaf(leaf, start, stop))
 
 
-
 def _row_of_leaf(leaf: Any, i: int) -> Any:
     """Row ``i`` of a batched leaf; an unbatched leaf (no length) as it is."""
     return leaf[i] if ops.leaf_length(leaf) else leaf
+
 
 @PublicAPI
 class SampleBatch(dict):
@@ -166,15 +167,21 @@ class SampleBatch(dict):
         if padded:
             expected_rows = len(seq_lens) * int(self.max_seq_len)  # type: ignore[arg-type]
         ref_key: Optional[str] = "seq_lens (padded)" if padded else None
-        expected_rows, ref_key = ops.common_row_count(dict.items(self), bool(self.zero_padded), expected_rows, ref_key)
+        expected_rows, ref_key = ops.common_row_count(
+            dict.items(self), bool(self.zero_padded), expected_rows, ref_key
+        )
         if not has_seqs:
             return expected_rows or 0
         assert seq_lens is not None  # (has_seqs)
         total = int(seq_lens.sum())
         if not padded and expected_rows is not None and total != expected_rows:
-            raise ValueError(f"SampleBatch seq_lens {seq_lens.tolist()} sum to {total} but column {ref_key!r} has {expected_rows} rows; seq_lens must sum to the batch length")
+            raise ValueError(
+                f"SampleBatch seq_lens {seq_lens.tolist()} sum to {total} but column {ref_key!r} has {expected_rows} rows; seq_lens must sum to the batch length"
+            )
         if padded and int(seq_lens.max()) > int(self.max_seq_len):
-            raise ValueError(f"SampleBatch seq_lens {seq_lens.tolist()} exceed _max_seq_len={self.max_seq_len} of a zero-padded batch")
+            raise ValueError(
+                f"SampleBatch seq_lens {seq_lens.tolist()} exceed _max_seq_len={self.max_seq_len} of a zero-padded batch"
+            )
         return total
 
     # ------------------------------------------------------------------ sizes
@@ -291,8 +298,12 @@ class SampleBatch(dict):
 
     def _flags(self, zero_padded: Optional[bool] = None) -> Dict[str, Any]:
         zp = self.zero_padded if zero_padded is None else zero_padded
-        return {"_is_training": self._is_training, "_time_major": self.time_major,
-                "_zero_padded": zp, "_max_seq_len": self.max_seq_len if zp else None}
+        return {
+            "_is_training": self._is_training,
+            "_time_major": self.time_major,
+            "_zero_padded": zp,
+            "_max_seq_len": self.max_seq_len if zp else None,
+        }
 
     # ------------------------------------------------------------------ copy / concat
 
@@ -303,11 +314,18 @@ class SampleBatch(dict):
         The copy shares the interceptor and the accessed/added/deleted key sets with
         `self` (as in RLlib), so key tracking spans both objects.
         """
+
         def copy_leaf(v: Any) -> Any:
             return np.array(v, copy=not shallow) if isinstance(v, np.ndarray) else v
 
-        data = {k: (list(v) if k == self.INFOS and isinstance(v, list) and not shallow
-                    else ops.map_column(k, v, copy_leaf)) for k, v in dict.items(self)}
+        data = {
+            k: (
+                list(v)
+                if k == self.INFOS and isinstance(v, list) and not shallow
+                else ops.map_column(k, v, copy_leaf)
+            )
+            for k, v in dict.items(self)
+        }
         out = SampleBatch(data, **self._flags())
         out.max_seq_len = self.max_seq_len
         out.set_get_interceptor(self.get_interceptor)
@@ -355,14 +373,18 @@ class SampleBatch(dict):
             ValueError: If the batch has `seq_lens` (shuffling would break sequences).
         """
         if dict.get(self, self.SEQ_LENS) is not None:
-            raise ValueError("SampleBatch.shuffle() is not possible for a batch with seq_lens (sequences would be torn apart); use pad_batch_to_sequences_of_same_size(..., shuffle=True) instead")
+            raise ValueError(
+                "SampleBatch.shuffle() is not possible for a batch with seq_lens (sequences would be torn apart); use pad_batch_to_sequences_of_same_size(..., shuffle=True) instead"
+            )
         perm = np.random.permutation(self.count)
         shuffled = {}
         for k, v in dict.items(self):
             if k == self.INFOS and isinstance(v, list):
                 shuffled[k] = [v[i] for i in perm]
             else:
-                shuffled[k] = ops.map_column(k, v, lambda leaf: leaf[perm] if ops.leaf_length(leaf) == self.count else leaf)
+                shuffled[k] = ops.map_column(
+                    k, v, lambda leaf: leaf[perm] if ops.leaf_length(leaf) == self.count else leaf
+                )
         dict.update(self, shuffled)
         self.intercepted_values = {}
         return self
@@ -381,12 +403,16 @@ class SampleBatch(dict):
         use_eps = key == self.EPS_ID or (key is None and self.EPS_ID in self)
         if use_eps:
             if self.EPS_ID not in self:
-                raise KeyError(f"split_by_episode(key='eps_id'): batch has no 'eps_id' column (keys: {list(self.keys())})")
+                raise KeyError(
+                    f"split_by_episode(key='eps_id'): batch has no 'eps_id' column (keys: {list(self.keys())})"
+                )
             ids = np.asarray(dict.__getitem__(self, self.EPS_ID))
             cuts = [i for i in range(1, self.count) if ids[i] != ids[i - 1]]
         else:
             if self.DONES not in self and self.TERMINATEDS not in self:
-                raise KeyError(f"split_by_episode: batch has neither 'eps_id' nor 'dones'/'terminateds' (keys: {list(self.keys())})")
+                raise KeyError(
+                    f"split_by_episode: batch has neither 'eps_id' nor 'dones'/'terminateds' (keys: {list(self.keys())})"
+                )
             dones = np.asarray(self._dones_raw())
             cuts = [i + 1 for i in range(self.count - 1) if dones[i]]
         bounds = [0] + cuts + [self.count]
@@ -447,8 +473,9 @@ class SampleBatch(dict):
         return SampleBatch._trusted(data, r1 - r0, self._flags())
 
     @PublicAPI
-    def slice(self, start: int, end: int, state_start: Optional[int] = None,
-              state_end: Optional[int] = None) -> "SampleBatch":
+    def slice(
+        self, start: int, end: int, state_start: Optional[int] = None, state_end: Optional[int] = None
+    ) -> "SampleBatch":
         """Returns rows [start, end) without snapping; sequences cut by the bounds shrink.
 
         Without seq_lens the bounds follow Python/numpy slicing (negative values count
@@ -470,8 +497,12 @@ class SampleBatch(dict):
             end = min(max(end + n if end < 0 else end, 0), n)
             start = min(start, end) if start >= 0 else start
         data = {}
-        per_seq = {k for k in ops.iter_state_keys(dict.keys(self))
-                   if seq_lens is not None and ops.first_length(k, dict.__getitem__(self, k)) == len(seq_lens) != self.count}
+        per_seq = {
+            k
+            for k in ops.iter_state_keys(dict.keys(self))
+            if seq_lens is not None
+            and ops.first_length(k, dict.__getitem__(self, k)) == len(seq_lens) != self.count
+        }
         for k, v in dict.items(self):
             if k == self.SEQ_LENS or k in per_seq:
                 continue
@@ -485,8 +516,9 @@ class SampleBatch(dict):
         return SampleBatch(data, _is_training=self._is_training, _time_major=self.time_major)
 
     @PublicAPI
-    def timeslices(self, size: Optional[int] = None, num_slices: Optional[int] = None,
-                   k: Optional[int] = None) -> List["SampleBatch"]:
+    def timeslices(
+        self, size: Optional[int] = None, num_slices: Optional[int] = None, k: Optional[int] = None
+    ) -> List["SampleBatch"]:
         """Cuts the batch along time into slices (via `batch[a:b]`, so seq_lens snap).
 
         Args:
@@ -525,15 +557,21 @@ class SampleBatch(dict):
         if self.zero_padded:
             if self.max_seq_len == max_seq_len:
                 return self
-            raise ValueError(f"SampleBatch.right_zero_pad({max_seq_len}): batch is already zero-padded to {self.max_seq_len}")
+            raise ValueError(
+                f"SampleBatch.right_zero_pad({max_seq_len}): batch is already zero-padded to {self.max_seq_len}"
+            )
         if int(seq_lens.max()) > max_seq_len:
-            raise ValueError(f"SampleBatch.right_zero_pad({max_seq_len}): seq_lens {seq_lens.tolist()} contain a sequence longer than max_seq_len")
+            raise ValueError(
+                f"SampleBatch.right_zero_pad({max_seq_len}): seq_lens {seq_lens.tolist()} contain a sequence longer than max_seq_len"
+            )
         padded = {}
         dest = ops.padded_positions(seq_lens, max_seq_len)
         for k, v in dict.items(self):
             if k == self.SEQ_LENS or (exclude_states and _is_state_key(k)):
                 continue
-            padded[k] = ops.map_column(k, v, lambda leaf: ops.pad_leaf(leaf, dest, len(seq_lens) * max_seq_len))
+            padded[k] = ops.map_column(
+                k, v, lambda leaf: ops.pad_leaf(leaf, dest, len(seq_lens) * max_seq_len)
+            )
         dict.update(self, padded)
         self.intercepted_values = {}
         self._slice_map = None
@@ -545,7 +583,9 @@ class SampleBatch(dict):
     def to_device(self, device: Any, framework: str = "torch") -> "SampleBatch":
         """Converts all numeric columns to torch tensors on `device`, in place."""
         if framework != "torch":
-            raise NotImplementedError(f"SampleBatch.to_device(framework={framework!r}): only 'torch' is supported")
+            raise NotImplementedError(
+                f"SampleBatch.to_device(framework={framework!r}): only 'torch' is supported"
+            )
         from rlpolicy.utils.framework import try_import_torch
 
         torch, _ = try_import_torch()
@@ -565,7 +605,9 @@ class SampleBatch(dict):
     # ------------------------------------------------------------------ compression
 
     @DeveloperAPI
-    def compress(self, bulk: bool = False, columns: AbstractSet[str] = frozenset(["obs", "new_obs"])) -> "SampleBatch":
+    def compress(
+        self, bulk: bool = False, columns: AbstractSet[str] = frozenset(["obs", "new_obs"])
+    ) -> "SampleBatch":
         """Compresses the given columns in place (zlib over `np.save`, no pickle).
 
         Args:
@@ -580,7 +622,9 @@ class SampleBatch(dict):
         return self
 
     @DeveloperAPI
-    def decompress_if_needed(self, columns: AbstractSet[str] = frozenset(["obs", "new_obs"])) -> "SampleBatch":
+    def decompress_if_needed(
+        self, columns: AbstractSet[str] = frozenset(["obs", "new_obs"])
+    ) -> "SampleBatch":
         """Undoes `compress` for the given columns (no-op for uncompressed ones)."""
         for k in columns:
             if k in self:
@@ -591,8 +635,9 @@ class SampleBatch(dict):
     # ------------------------------------------------------------------ misc
 
     @ExperimentalAPI
-    def get_single_step_input_dict(self, view_requirements: ViewRequirementsDict,
-                                   index: Union[str, int] = "last") -> "SampleBatch":
+    def get_single_step_input_dict(
+        self, view_requirements: ViewRequirementsDict, index: Union[str, int] = "last"
+    ) -> "SampleBatch":
         """Builds a one-timestep input dict (for model calls) from this trajectory.
 
         Args:
@@ -602,8 +647,9 @@ class SampleBatch(dict):
         """
         from rlpolicy._core.batch_views import single_step_input_dict
 
-        return SampleBatch(single_step_input_dict(self, view_requirements, index),
-                           seq_lens=np.array([1], dtype=np.int32))
+        return SampleBatch(
+            single_step_input_dict(self, view_requirements, index), seq_lens=np.array([1], dtype=np.int32)
+        )
 
     def __repr__(self) -> str:
         keys = list(self.keys())
@@ -635,7 +681,9 @@ class MultiAgentBatch:
     def __init__(self, policy_batches: Dict[PolicyID, SampleBatch], env_steps: int):
         for pid, batch in policy_batches.items():
             if not isinstance(batch, SampleBatch):
-                raise ValueError(f"MultiAgentBatch: policy_batches[{pid!r}] is a {type(batch).__name__}, expected a SampleBatch")
+                raise ValueError(
+                    f"MultiAgentBatch: policy_batches[{pid!r}] is a {type(batch).__name__}, expected a SampleBatch"
+                )
         self.policy_batches = policy_batches
         self.count = env_steps
 
@@ -669,9 +717,13 @@ class MultiAgentBatch:
             raise ValueError(f"MultiAgentBatch.timeslices(k={k!r}): k must be an int >= 1")
         steps = []
         for pid, batch in self.policy_batches.items():
-            missing = [c for c in (SampleBatch.EPS_ID, SampleBatch.T, SampleBatch.AGENT_INDEX) if c not in batch]
+            missing = [
+                c for c in (SampleBatch.EPS_ID, SampleBatch.T, SampleBatch.AGENT_INDEX) if c not in batch
+            ]
             if missing:
-                raise ValueError(f"MultiAgentBatch.timeslices(): policy batch {pid!r} lacks columns {missing}")
+                raise ValueError(
+                    f"MultiAgentBatch.timeslices(): policy batch {pid!r} lacks columns {missing}"
+                )
             for i, row in enumerate(batch.rows()):
                 key = (row[SampleBatch.EPS_ID], row[SampleBatch.T], row[SampleBatch.AGENT_INDEX])
                 steps.append((key, str(pid), i, pid, row))
@@ -708,7 +760,9 @@ class MultiAgentBatch:
                     continue
                 s = s.as_multi_agent()
             elif not isinstance(s, MultiAgentBatch):
-                raise ValueError(f"MultiAgentBatch.concat_samples() can only concat SampleBatch|MultiAgentBatch objects, not {type(s).__name__}")
+                raise ValueError(
+                    f"MultiAgentBatch.concat_samples() can only concat SampleBatch|MultiAgentBatch objects, not {type(s).__name__}"
+                )
             for pid, batch in s.policy_batches.items():
                 per_policy[pid].append(batch)
             env_steps += s.env_steps()
@@ -730,7 +784,9 @@ class MultiAgentBatch:
             batch.compress(bulk=bulk, columns=columns)
 
     @DeveloperAPI
-    def decompress_if_needed(self, columns: AbstractSet[str] = frozenset(["obs", "new_obs"])) -> "MultiAgentBatch":
+    def decompress_if_needed(
+        self, columns: AbstractSet[str] = frozenset(["obs", "new_obs"])
+    ) -> "MultiAgentBatch":
         for batch in self.policy_batches.values():
             batch.decompress_if_needed(columns)
         return self
@@ -779,9 +835,13 @@ def _check_consistent(samples: List[SampleBatch]) -> tuple:
     first = samples[0]
     for i, s in enumerate(samples[1:], start=1):
         if s.zero_padded != first.zero_padded or s.time_major != first.time_major:
-            raise ValueError(f"concat_samples: sample {i} has zero_padded={s.zero_padded}, time_major={s.time_major} but sample 0 has zero_padded={first.zero_padded}, time_major={first.time_major}; they must match")
+            raise ValueError(
+                f"concat_samples: sample {i} has zero_padded={s.zero_padded}, time_major={s.time_major} but sample 0 has zero_padded={first.zero_padded}, time_major={first.time_major}; they must match"
+            )
         if first.zero_padded and s.max_seq_len != first.max_seq_len:
-            raise ValueError(f"concat_samples: zero-padded samples must share max_seq_len; sample {i} has {s.max_seq_len}, sample 0 has {first.max_seq_len}")
+            raise ValueError(
+                f"concat_samples: zero-padded samples must share max_seq_len; sample {i} has {s.max_seq_len}, sample 0 has {first.max_seq_len}"
+            )
     lens = [s.max_seq_len for s in samples if s.max_seq_len is not None]
     return first.zero_padded, first.time_major, (max(lens) if lens else None)
 
@@ -794,7 +854,9 @@ def _concat_column(key: str, values: List[Any], time_major: Optional[bool]) -> A
     try:
         return tree.map_structure(lambda *xs: ops.concat_leaves(xs, time_major), *values)
     except (ValueError, TypeError) as err:
-        raise ValueError(f"concat_samples: column {key!r} has different nested structures across samples ({err})") from err
+        raise ValueError(
+            f"concat_samples: column {key!r} has different nested structures across samples ({err})"
+        ) from err
 
 
 @PublicAPI
@@ -812,7 +874,9 @@ def concat_samples(samples: List[Any]) -> Any:
         return MultiAgentBatch.concat_samples(samples)
     for i, s in enumerate(samples):
         if not isinstance(s, SampleBatch):
-            raise ValueError(f"concat_samples: sample {i} is a {type(s).__name__}, expected SampleBatch or MultiAgentBatch")
+            raise ValueError(
+                f"concat_samples: sample {i} is a {type(s).__name__}, expected SampleBatch or MultiAgentBatch"
+            )
     nonempty = [s for s in samples if s.count > 0]
     if not nonempty:
         return SampleBatch()
@@ -830,7 +894,9 @@ def concat_samples(samples: List[Any]) -> Any:
     if all(sl is not None for sl in seq_lens):
         data[SampleBatch.SEQ_LENS] = np.concatenate(seq_lens).astype(np.int32)  # type: ignore[arg-type]
     elif any(sl is not None for sl in seq_lens):
-        raise ValueError("concat_samples: some samples have seq_lens and others do not; they must all have them or none")
+        raise ValueError(
+            "concat_samples: some samples have seq_lens and others do not; they must all have them or none"
+        )
     return SampleBatch(data, _time_major=time_major, _zero_padded=zero_padded, _max_seq_len=max_seq_len)
 
 
@@ -850,7 +916,9 @@ _RLLIB_1_11_NAMES = {
     "try_import_torch": "rlpolicy.utils.framework:try_import_torch",
     "concat_aligned": "rlpolicy.utils.numpy:concat_aligned",
     "PolicyID": "rlpolicy.utils.typing:PolicyID",
-    "tf1": FRAMEWORK_HANDLES["tf1"], "tf": FRAMEWORK_HANDLES["tf"], "tfv": FRAMEWORK_HANDLES["tfv"],
+    "tf1": FRAMEWORK_HANDLES["tf1"],
+    "tf": FRAMEWORK_HANDLES["tf"],
+    "tfv": FRAMEWORK_HANDLES["tfv"],
     "torch": FRAMEWORK_HANDLES["torch"],
 }
 __getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)

@@ -15,6 +15,7 @@ under the ``rlpolicy_mixins`` variable scope (tower copies of the policy in the
 same graph share them) and are changed by running a prebuilt assign op in the
 policy's session; an eager policy (no session) assigns them directly.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -87,8 +88,9 @@ class _ScalarVar:
                 self.var = existing[0]
             else:
                 with tf1.variable_scope(_SCOPE, reuse=tf1.AUTO_REUSE):
-                    self.var = tf1.get_variable(name, initializer=float(value), trainable=False,
-                                                dtype=tf.float32)
+                    self.var = tf1.get_variable(
+                        name, initializer=float(value), trainable=False, dtype=tf.float32
+                    )
                 self.session.run(self.var.initializer)
             self._placeholder = tf1.placeholder(tf.float32, (), name=f"{name}_value")
             self._assign = self.var.assign(self._placeholder, read_value=False)
@@ -158,9 +160,9 @@ class LearningRateSchedule:
     @DeveloperAPI
     def __init__(self, lr: float, lr_schedule: Optional[List[List[Union[int, float]]]]):
         """Args:
-            lr: The constant rate used when ``lr_schedule`` is None.
-            lr_schedule: ``[[timestep, lr], ...]`` endpoints; after the last
-                endpoint its value is kept.
+        lr: The constant rate used when ``lr_schedule`` is None.
+        lr_schedule: ``[[timestep, lr], ...]`` endpoints; after the last
+            endpoint its value is kept.
         """
         self._lr_schedule = make_lr_schedule(lr_schedule)
         if self._lr_schedule is not None:
@@ -199,14 +201,15 @@ class EntropyCoeffSchedule:
     """
 
     @DeveloperAPI
-    def __init__(self, entropy_coeff: float,
-                 entropy_coeff_schedule: Optional[Union[int, List[List[Union[int, float]]]]]):
-        self._entropy_coeff_schedule = make_entropy_coeff_schedule(
-            entropy_coeff, entropy_coeff_schedule)
+    def __init__(
+        self,
+        entropy_coeff: float,
+        entropy_coeff_schedule: Optional[Union[int, List[List[Union[int, float]]]]],
+    ):
+        self._entropy_coeff_schedule = make_entropy_coeff_schedule(entropy_coeff, entropy_coeff_schedule)
         if self._entropy_coeff_schedule is not None:
             entropy_coeff = self._entropy_coeff_schedule.value(0)
-        self._entropy_coeff_var = _ScalarVar(self, "entropy_coeff", entropy_coeff,
-                                             attr="entropy_coeff")
+        self._entropy_coeff_var = _ScalarVar(self, "entropy_coeff", entropy_coeff, attr="entropy_coeff")
         self.entropy_coeff = self._entropy_coeff_var.var
 
     @override(Policy)
@@ -264,8 +267,11 @@ class KLCoeffMixin:
         """
         state = dict(state)
         value = state.pop("current_kl_coeff", self.config["kl_coeff"])
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) \
-                or not np.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float, np.number))
+            or not np.isfinite(value)
+        ):
             raise TypeError(f"set_state: current_kl_coeff must be a finite number, got {value!r}")
         super().set_state(state)  # type: ignore[misc]  # the policy base, after the mixin in the MRO
         self._set_kl_coeff(float(value))
@@ -321,8 +327,10 @@ def _config_arg(args: Tuple[Any, ...], config: Optional[dict], who: str) -> dict
     if config is None and args:
         config = args[-1]
     if not isinstance(config, dict) or len(args) not in (0, 1, 3):
-        raise TypeError(f"{who}.__init__ takes (config) or (obs_space, action_space, config); "
-                        f"got {len(args)} positional argument(s), config={type(config).__name__}")
+        raise TypeError(
+            f"{who}.__init__ takes (config) or (obs_space, action_space, config); "
+            f"got {len(args)} positional argument(s), config={type(config).__name__}"
+        )
     return config
 
 
@@ -392,19 +400,29 @@ def _model_target_pairs(policy: Any) -> List[Tuple[Any, Any]]:
     who = type(policy).__name__
     target = getattr(policy, "target_model", None)
     if target is None:
-        raise ValueError(f"{who}.update_target(): the policy has no target_model; "
-                         "set policy.target_model in make_model")
+        raise ValueError(
+            f"{who}.update_target(): the policy has no target_model; set policy.target_model in make_model"
+        )
     model_vars, target_vars = policy.model.variables(), target.variables()
     if len(model_vars) != len(target_vars):
-        raise ValueError(f"{who}.update_target(): model has {len(model_vars)} variables but "
-                         f"target_model has {len(target_vars)}; they must have the same layout")
+        raise ValueError(
+            f"{who}.update_target(): model has {len(model_vars)} variables but "
+            f"target_model has {len(target_vars)}; they must have the same layout"
+        )
     for v, t in zip(model_vars, target_vars):
         if v.shape.as_list() != t.shape.as_list():
-            raise ValueError(f"{who}.update_target(): variable {v.name} has shape "
-                             f"{tuple(v.shape.as_list())} but target {t.name} has "
-                             f"{tuple(t.shape.as_list())}")
+            raise ValueError(
+                f"{who}.update_target(): variable {v.name} has shape "
+                f"{tuple(v.shape.as_list())} but target {t.name} has "
+                f"{tuple(t.shape.as_list())}"
+            )
     return list(zip(model_vars, target_vars))
 
 
-__all__ = ["LearningRateSchedule", "EntropyCoeffSchedule", "KLCoeffMixin", "ValueNetworkMixin",
-           "TargetNetworkMixin"]
+__all__ = [
+    "LearningRateSchedule",
+    "EntropyCoeffSchedule",
+    "KLCoeffMixin",
+    "ValueNetworkMixin",
+    "TargetNetworkMixin",
+]

@@ -16,6 +16,7 @@ helpers beside it (``policy._tf``) take data: device planning and op ordering
 (``graph``), weight assignment without graph growth (``variables``), gradient
 clipping/averaging (``grads``) and export (``export``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -91,7 +92,6 @@ def _loss_field(name: str) -> _RecordField:
     return _RecordField("_loss_graph", name)
 
 
-
 @DeveloperAPI
 class TFPolicy(TrainingTemplate, Policy):
     """A policy whose model and loss are a TensorFlow (TF1-style) graph.
@@ -149,21 +149,33 @@ class TFPolicy(TrainingTemplate, Policy):
     _optimizer = _loss_field("optimizer")  # RLlib: backward compatibility (the first optimizer)
 
     @DeveloperAPI
-    def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 config: TrainerConfigDict, sess: Any, obs_input: TensorType,
-                 sampled_action: TensorType, loss: Union[TensorType, List[TensorType]],
-                 loss_inputs: List[Tuple[str, TensorType]], model: Optional[ModelV2] = None,
-                 sampled_action_logp: Optional[TensorType] = None,
-                 action_input: Optional[TensorType] = None,
-                 log_likelihood: Optional[TensorType] = None,
-                 dist_inputs: Optional[TensorType] = None, dist_class: Optional[type] = None,
-                 state_inputs: Optional[List[TensorType]] = None,
-                 state_outputs: Optional[List[TensorType]] = None,
-                 prev_action_input: Optional[TensorType] = None,
-                 prev_reward_input: Optional[TensorType] = None,
-                 seq_lens: Optional[TensorType] = None, max_seq_len: int = 20,
-                 batch_divisibility_req: int = 1, update_ops: List[TensorType] = None,
-                 explore: Optional[TensorType] = None, timestep: Optional[TensorType] = None):
+    def __init__(
+        self,
+        observation_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        config: TrainerConfigDict,
+        sess: Any,
+        obs_input: TensorType,
+        sampled_action: TensorType,
+        loss: Union[TensorType, List[TensorType]],
+        loss_inputs: List[Tuple[str, TensorType]],
+        model: Optional[ModelV2] = None,
+        sampled_action_logp: Optional[TensorType] = None,
+        action_input: Optional[TensorType] = None,
+        log_likelihood: Optional[TensorType] = None,
+        dist_inputs: Optional[TensorType] = None,
+        dist_class: Optional[type] = None,
+        state_inputs: Optional[List[TensorType]] = None,
+        state_outputs: Optional[List[TensorType]] = None,
+        prev_action_input: Optional[TensorType] = None,
+        prev_reward_input: Optional[TensorType] = None,
+        seq_lens: Optional[TensorType] = None,
+        max_seq_len: int = 20,
+        batch_divisibility_req: int = 1,
+        update_ops: List[TensorType] = None,
+        explore: Optional[TensorType] = None,
+        timestep: Optional[TensorType] = None,
+    ):
         """Initializes a TFPolicy from a session and tensors of its graph.
 
         Args:
@@ -219,11 +231,19 @@ class TFPolicy(TrainingTemplate, Policy):
             self.exploration = self._create_exploration() if explore is not False else None
             self.dist_class = dist_class
             self._acting = self._build_acting_graph(
-                obs_input=obs_input, sampled_action=sampled_action,
-                sampled_action_logp=sampled_action_logp, action_input=action_input,
-                dist_inputs=dist_inputs, state_inputs=state_inputs, state_outputs=state_outputs,
-                prev_action_input=prev_action_input, prev_reward_input=prev_reward_input,
-                seq_lens=seq_lens, explore=explore, timestep=timestep)
+                obs_input=obs_input,
+                sampled_action=sampled_action,
+                sampled_action_logp=sampled_action_logp,
+                action_input=action_input,
+                dist_inputs=dist_inputs,
+                state_inputs=state_inputs,
+                state_outputs=state_outputs,
+                prev_action_input=prev_action_input,
+                prev_reward_input=prev_reward_input,
+                seq_lens=seq_lens,
+                explore=explore,
+                timestep=timestep,
+            )
             self._max_seq_len = self.max_seq_len = max_seq_len
             self._batch_divisibility_req = self.batch_divisibility_req = batch_divisibility_req
             # Learning state (RLlib 1.11's names); the loss graph comes with the loss.
@@ -238,8 +258,12 @@ class TFPolicy(TrainingTemplate, Policy):
             losses = force_list(loss)
             if losses:
                 self._initialize_loss(losses, loss_inputs)
-            if log_likelihood is None and dist_inputs is not None \
-                    and dist_class is not None and action_input is not None:
+            if (
+                log_likelihood is None
+                and dist_inputs is not None
+                and dist_class is not None
+                and action_input is not None
+            ):
                 log_likelihood = dist_class(dist_inputs, self.model).logp(action_input)
             self._acting = dataclasses.replace(self._acting, log_likelihood=log_likelihood)
 
@@ -247,17 +271,30 @@ class TFPolicy(TrainingTemplate, Policy):
 
     def _set_model(self, model: Any) -> None:
         if model is not None and not isinstance(model, ModelV2) and not is_keras_model(model):
-            raise ValueError("Model classes for TFPolicy other than `ModelV2|tf.keras.Model` "
-                             f"not allowed! You passed in {model}.")
+            raise ValueError(
+                "Model classes for TFPolicy other than `ModelV2|tf.keras.Model` "
+                f"not allowed! You passed in {model}."
+            )
         self.model = model
         if self.model is not None:
             self._update_model_view_requirements_from_init_state()
 
-    def _build_acting_graph(self, *, obs_input: Any, sampled_action: Any,
-                            sampled_action_logp: Any, action_input: Any, dist_inputs: Any,
-                            state_inputs: Optional[List[Any]], state_outputs: Optional[List[Any]],
-                            prev_action_input: Any, prev_reward_input: Any, seq_lens: Any,
-                            explore: Any, timestep: Any) -> ActingGraph:
+    def _build_acting_graph(
+        self,
+        *,
+        obs_input: Any,
+        sampled_action: Any,
+        sampled_action_logp: Any,
+        action_input: Any,
+        dist_inputs: Any,
+        state_inputs: Optional[List[Any]],
+        state_outputs: Optional[List[Any]],
+        prev_action_input: Any,
+        prev_reward_input: Any,
+        seq_lens: Any,
+        explore: Any,
+        timestep: Any,
+    ) -> ActingGraph:
         """The acting record; makes the ``is_exploring`` / ``timestep`` placeholders
         (with defaults) that are not given.
 
@@ -265,22 +302,31 @@ class TFPolicy(TrainingTemplate, Policy):
             ValueError: If ``state_inputs`` are given without ``seq_lens``.
         """
         is_training = self._get_is_training_placeholder()
-        is_exploring = explore if explore is not None else \
-            tf1.placeholder_with_default(True, (), name="is_exploring")
+        is_exploring = (
+            explore if explore is not None else tf1.placeholder_with_default(True, (), name="is_exploring")
+        )
         if state_inputs and seq_lens is None:
             raise ValueError("seq_lens tensor must be given if state inputs are defined")
         if timestep is None:
-            timestep = tf1.placeholder_with_default(tf.zeros((), dtype=tf.int64), (),
-                                                    name="timestep")
+            timestep = tf1.placeholder_with_default(tf.zeros((), dtype=tf.int64), (), name="timestep")
         return ActingGraph(
-            obs=obs_input, prev_action=prev_action_input, prev_reward=prev_reward_input,
-            sampled_action=sampled_action, sampled_action_logp=sampled_action_logp,
-            sampled_action_prob=(tf.math.exp(sampled_action_logp)
-                                 if sampled_action_logp is not None else None),
-            action_input=action_input, dist_inputs=dist_inputs,
-            state_inputs=list(state_inputs or []), state_outputs=list(state_outputs or []),
-            seq_lens=seq_lens, is_exploring=is_exploring, timestep=timestep,
-            is_training=is_training)
+            obs=obs_input,
+            prev_action=prev_action_input,
+            prev_reward=prev_reward_input,
+            sampled_action=sampled_action,
+            sampled_action_logp=sampled_action_logp,
+            sampled_action_prob=(
+                tf.math.exp(sampled_action_logp) if sampled_action_logp is not None else None
+            ),
+            action_input=action_input,
+            dist_inputs=dist_inputs,
+            state_inputs=list(state_inputs or []),
+            state_outputs=list(state_outputs or []),
+            seq_lens=seq_lens,
+            is_exploring=is_exploring,
+            timestep=timestep,
+            is_training=is_training,
+        )
 
     def _get_is_training_placeholder(self) -> TensorType:
         if self._acting.is_training is None:
@@ -288,17 +334,19 @@ class TFPolicy(TrainingTemplate, Policy):
                 self._is_training = tf1.placeholder_with_default(False, (), name="is_training")
         return self._acting.is_training
 
-    def _initialize_loss(self, losses: List[TensorType],
-                         loss_inputs: List[Tuple[str, TensorType]]) -> None:
+    def _initialize_loss(self, losses: List[TensorType], loss_inputs: List[Tuple[str, TensorType]]) -> None:
         """Builds loss inputs, the model's custom loss, optimizers, gradients and (except
         for tower copies) the apply op, variable initialization and optimizer state."""
         with self.graph.as_default():
-            with_rnn, no_rnn = LossGraph.input_dicts(loss_inputs, self._state_inputs,
-                                                     self._seq_lens)
+            with_rnn, no_rnn = LossGraph.input_dicts(loss_inputs, self._state_inputs, self._seq_lens)
             self._loss_graph = dataclasses.replace(
-                self._loss_graph, loss_inputs=list(loss_inputs), loss_input_dict=with_rnn,
-                loss_input_dict_no_rnn=no_rnn, state_inputs=list(self._state_inputs),
-                seq_lens=self._seq_lens)
+                self._loss_graph,
+                loss_inputs=list(loss_inputs),
+                loss_input_dict=with_rnn,
+                loss_input_dict_no_rnn=no_rnn,
+                state_inputs=list(self._state_inputs),
+                seq_lens=self._seq_lens,
+            )
             if self.model is not None and not is_keras_model(self.model):
                 losses = force_list(self.model.custom_loss(losses, self._loss_input_dict))
                 self._stats_fetches.update({"model": self.model.metrics()})
@@ -323,8 +371,9 @@ class TFPolicy(TrainingTemplate, Policy):
         clip = None if self._is_tower else self.config.get("grad_clip")
         if self.config["_tf_policy_handles_more_than_one_loss"]:
             groups = self.gradients(self._optimizers, self._losses)
-            grads_and_vars: Any = [clip_by_global_norm([(g, v) for g, v in grp if g is not None],
-                                                       clip) for grp in groups]
+            grads_and_vars: Any = [
+                clip_by_global_norm([(g, v) for g, v in grp if g is not None], clip) for grp in groups
+            ]
             grads: Any = [[g for g, _ in grp] for grp in grads_and_vars]
         else:
             pairs = self.gradients(self._optimizer, self._loss)
@@ -339,18 +388,21 @@ class TFPolicy(TrainingTemplate, Policy):
         device layout, so ``learn_on_batch`` also works with several towers.
         """
         if not self._update_ops:
-            self._update_ops = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS,
-                                                  scope=tf1.get_variable_scope().name)
+            self._update_ops = tf1.get_collection(
+                tf1.GraphKeys.UPDATE_OPS, scope=tf1.get_variable_scope().name
+            )
         multi = self.config["_tf_policy_handles_more_than_one_loss"]
-        self._apply_op = build_after(self._update_ops, lambda: self.build_apply_op(
-            optimizer=self._optimizers if multi else self._optimizer,
-            grads_and_vars=self._grads_and_vars))
+        self._apply_op = build_after(
+            self._update_ops,
+            lambda: self.build_apply_op(
+                optimizer=self._optimizers if multi else self._optimizer, grads_and_vars=self._grads_and_vars
+            ),
+        )
 
     def _refresh_optimizer_variables(self) -> None:
         """(Re)collects all optimizers' variables (e.g. Adam slots) for get/set_state."""
         with self.graph.as_default():
-            opt_vars = [v for o in self._optimizers if hasattr(o, "variables")
-                        for v in o.variables()]
+            opt_vars = [v for o in self._optimizers if hasattr(o, "variables") for v in o.variables()]
             self._optimizer_variables = TFVariables(opt_vars, self.get_session())
 
     # ------------------------------------------------------------------ small accessors
@@ -368,18 +420,20 @@ class TFPolicy(TrainingTemplate, Policy):
             ValueError: For a loss input before the loss was initialized.
             KeyError: If no loss input is called ``name``.
         """
-        acting = {SampleBatch.OBS: self._acting.obs,
-                  SampleBatch.PREV_ACTIONS: self._acting.prev_action,
-                  SampleBatch.PREV_REWARDS: self._acting.prev_reward}
+        acting = {
+            SampleBatch.OBS: self._acting.obs,
+            SampleBatch.PREV_ACTIONS: self._acting.prev_action,
+            SampleBatch.PREV_REWARDS: self._acting.prev_reward,
+        }
         if name in acting:
             return acting[name]
         inputs = self._loss_graph.loss_input_dict
         if not inputs:
-            raise ValueError("You need to populate `self._loss_input_dict` before "
-                             "`get_placeholder()` can be called")
+            raise ValueError(
+                "You need to populate `self._loss_input_dict` before `get_placeholder()` can be called"
+            )
         if name not in inputs:
-            raise KeyError(f"get_placeholder: no loss input {name!r}; loss inputs are "
-                           f"{sorted(inputs)}")
+            raise KeyError(f"get_placeholder: no loss input {name!r}; loss inputs are {sorted(inputs)}")
         return inputs[name]
 
     def get_session(self) -> Any:
@@ -404,44 +458,60 @@ class TFPolicy(TrainingTemplate, Policy):
     # compute_actions / compute_actions_from_input_dict / compute_log_likelihoods:
     # TrainingTemplate (lock, flattening, checks, explore/timestep), then these steps.
 
-    def _compute_actions_step(self, input_dict: Any, state_batches: List[Any], explore: Any,
-                              timestep: Any, episodes: Optional[List[Any]]
-                              ) -> Tuple[Any, List[Any], Dict[str, Any]]:
+    def _compute_actions_step(
+        self,
+        input_dict: Any,
+        state_batches: List[Any],
+        explore: Any,
+        timestep: Any,
+        episodes: Optional[List[Any]],
+    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
         # (A wrong number of state batches is reported by the feed, naming the placeholders.)
         obs_batch = input_dict[SampleBatch.OBS]
-        rows = (len(input_dict) if isinstance(input_dict, SampleBatch)
-                and not isinstance(obs_batch, list) else batch_length(obs_batch))
-        return self._run_compute_actions("compute_actions", input_dict, explore, timestep,
-                                         rows=rows)
+        rows = (
+            len(input_dict)
+            if isinstance(input_dict, SampleBatch) and not isinstance(obs_batch, list)
+            else batch_length(obs_batch)
+        )
+        return self._run_compute_actions("compute_actions", input_dict, explore, timestep, rows=rows)
 
-    def _run_compute_actions(self, name: str, input_dict: Any, explore: Optional[bool],
-                             timestep: Optional[int],
-                             rows: int) -> Tuple[Any, List[Any], Dict[str, Any]]:
+    def _run_compute_actions(
+        self, name: str, input_dict: Any, explore: Optional[bool], timestep: Optional[int], rows: int
+    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
         """One acting ``session.run`` for ``input_dict``; advances the global timestep by
         ``rows``. Returns ``(actions, state_outs, extra_fetches)``."""
         explore = explore if explore is not None else self.config["explore"]
         timestep = timestep if timestep is not None else self.global_timestep
         builder = TFRunBuilder(self.get_session(), name)
-        to_fetch = self._build_compute_actions(builder, input_dict=input_dict, explore=explore,
-                                               timestep=timestep)
+        to_fetch = self._build_compute_actions(
+            builder, input_dict=input_dict, explore=explore, timestep=timestep
+        )
         fetched = builder.get(to_fetch)
         self.global_timestep += rows
         return fetched
 
-    def _build_compute_actions(self, builder: TFRunBuilder, *, input_dict: Any = None,
-                               obs_batch: Any = None, state_batches: Any = None,
-                               prev_action_batch: Any = None, prev_reward_batch: Any = None,
-                               episodes: Any = None, explore: Optional[bool] = None,
-                               timestep: Optional[int] = None) -> Tuple[Any, List[int], int]:
+    def _build_compute_actions(
+        self,
+        builder: TFRunBuilder,
+        *,
+        input_dict: Any = None,
+        obs_batch: Any = None,
+        state_batches: Any = None,
+        prev_action_batch: Any = None,
+        prev_reward_batch: Any = None,
+        episodes: Any = None,
+        explore: Optional[bool] = None,
+        timestep: Optional[int] = None,
+    ) -> Tuple[Any, List[int], int]:
         """Adds the action fetches (sampled actions, state outs, extra fetches) and feeds."""
         explore = explore if explore is not None else self.config["explore"]
         timestep = timestep if timestep is not None else self.global_timestep
         if self.exploration is not None:
-            self.exploration.before_compute_actions(timestep=timestep, explore=explore,
-                                                    tf_sess=self.get_session())
+            self.exploration.before_compute_actions(
+                timestep=timestep, explore=explore, tf_sess=self.get_session()
+            )
         acting = self._acting
-        to_fetch = [acting.sampled_action] + acting.state_outputs + \
-            [self.extra_compute_action_fetches()]
+        to_fetch = [acting.sampled_action] + acting.state_outputs + [self.extra_compute_action_fetches()]
         builder.add_feed_dict(self.extra_compute_action_feed_dict())
         builder.add_feed_dict(self._action_feed_dict(input_dict, to_fetch))
         builder.add_feed_dict(acting.flags_feed(explore, timestep))
@@ -465,9 +535,15 @@ class TFPolicy(TrainingTemplate, Policy):
             cached = self._action_feed_keys = (key, columns_needed_by(placeholders, roots))
         return self._acting.feed(input_dict, placeholders, cached[1])
 
-    def _log_likelihoods_step(self, actions: Any, obs_batch: Any,
-                              state_batches: Optional[List[Any]], prev_action_batch: Any,
-                              prev_reward_batch: Any, actions_normalized: bool) -> np.ndarray:
+    def _log_likelihoods_step(
+        self,
+        actions: Any,
+        obs_batch: Any,
+        state_batches: Optional[List[Any]],
+        prev_action_batch: Any,
+        prev_reward_batch: Any,
+        actions_normalized: bool,
+    ) -> np.ndarray:
         if self._log_likelihood is None:
             raise ValueError("Cannot compute log-prob/likelihood w/o a self._log_likelihood op!")
         if self.exploration is not None:
@@ -475,8 +551,11 @@ class TFPolicy(TrainingTemplate, Policy):
         builder = TFRunBuilder(self.get_session(), "compute_log_likelihoods")
         if actions_normalized is False and self.config["normalize_actions"]:
             actions = normalize_action(actions, self.action_space_struct)
-        builder.add_feed_dict(self._acting.log_likelihood_feed(
-            actions, obs_batch, state_batches, prev_action_batch, prev_reward_batch))
+        builder.add_feed_dict(
+            self._acting.log_likelihood_feed(
+                actions, obs_batch, state_batches, prev_action_batch, prev_reward_batch
+            )
+        )
         fetches = builder.add_fetches([self._log_likelihood])
         return builder.get(fetches)[0]
 
@@ -491,8 +570,9 @@ class TFPolicy(TrainingTemplate, Policy):
 
     @with_lock
     @override(Policy)
-    def compute_gradients(self, postprocessed_batch: SampleBatch
-                          ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
+    def compute_gradients(
+        self, postprocessed_batch: SampleBatch
+    ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
         self._check_can_learn("compute_gradients")
         postprocessed_batch = obs_prep.flatten_input_dict(self, postprocessed_batch)
         postprocessed_batch.set_training(True)
@@ -510,18 +590,20 @@ class TFPolicy(TrainingTemplate, Policy):
 
     def _check_can_learn(self, what: str) -> None:
         if not self.loss_initialized():
-            raise ValueError(f"{type(self).__name__}.{what}: the policy has no loss; pass `loss` "
-                             "and `loss_inputs` to TFPolicy.__init__ (or use DynamicTFPolicy)")
+            raise ValueError(
+                f"{type(self).__name__}.{what}: the policy has no loss; pass `loss` "
+                "and `loss_inputs` to TFPolicy.__init__ (or use DynamicTFPolicy)"
+            )
 
-    def _build_grad_step(self, builder: TFRunBuilder, batch: SampleBatch,
-                         first_fetch: Any) -> List[Any]:
+    def _build_grad_step(self, builder: TFRunBuilder, batch: SampleBatch, first_fetch: Any) -> List[Any]:
         """Feeds ``batch`` into the loss; fetches ``[first_fetch, grad-and-stats fetches]``."""
         builder.add_feed_dict(self.extra_compute_grad_feed_dict())
         builder.add_feed_dict(self._get_loss_inputs_dict(batch, shuffle=False))
         return builder.add_fetches([first_fetch, self._get_grad_and_stats_fetches()])
 
-    def _build_compute_gradients(self, builder: TFRunBuilder,
-                                 postprocessed_batch: SampleBatch) -> Tuple[int, int]:
+    def _build_compute_gradients(
+        self, builder: TFRunBuilder, postprocessed_batch: SampleBatch
+    ) -> Tuple[int, int]:
         fetches = self._build_grad_step(builder, postprocessed_batch, self._loss_graph.grads)
         return fetches[0], fetches[1]
 
@@ -535,15 +617,16 @@ class TFPolicy(TrainingTemplate, Policy):
         targets = flatten_grad_groups(self._loss_graph.grads, multi)
         values = flatten_grad_groups(gradients, multi)
         if len(values) != len(targets):
-            raise ValueError(f"apply_gradients got {len(values)} gradients for the "
-                             f"{len(targets)} gradient tensors of this policy; pass what "
-                             "compute_gradients returned")
+            raise ValueError(
+                f"apply_gradients got {len(values)} gradients for the "
+                f"{len(targets)} gradient tensors of this policy; pass what "
+                "compute_gradients returned"
+            )
         builder.add_feed_dict({self._acting.is_training: True})
         builder.add_feed_dict(dict(zip(targets, values)))
         return builder.add_fetches([self._loss_graph.apply_op])[0]
 
-    def _build_learn_on_batch(self, builder: TFRunBuilder,
-                              postprocessed_batch: SampleBatch) -> int:
+    def _build_learn_on_batch(self, builder: TFRunBuilder, postprocessed_batch: SampleBatch) -> int:
         return self._build_grad_step(builder, postprocessed_batch, self._loss_graph.apply_op)[1]
 
     def _get_grad_and_stats_fetches(self) -> Dict[str, Any]:
@@ -578,23 +661,27 @@ class TFPolicy(TrainingTemplate, Policy):
         if self._exact_chunks:
             # config["_deterministic_towers"]: the fixed chunk plan, each chunk padded alone.
             if not self.multi_gpu_tower_stacks:
-                raise ValueError(f"{type(self).__name__}: config['_deterministic_towers'] needs "
-                                 "a tower stack; implement copy() (DynamicTFPolicy does)")
-            slices = plan_exact_chunks(batch, minibatch_rows(self.config), self._exact_chunks,
-                                       len(self.devices))
+                raise ValueError(
+                    f"{type(self).__name__}: config['_deterministic_towers'] needs "
+                    "a tower stack; implement copy() (DynamicTFPolicy does)"
+                )
+            slices = plan_exact_chunks(
+                batch, minibatch_rows(self.config), self._exact_chunks, len(self.devices)
+            )
             return [s.map_batches(self._padded) for s in slices]
         if self._single_device:
             # RLlib 1.11: one device keeps the batch as is; learn_on_batch pads each slice.
             return [batch]
         if not self.multi_gpu_tower_stacks:
-            raise ValueError(f"{type(self).__name__} runs on {self.devices} but has no multi-GPU "
-                             "tower stack; implement copy() (DynamicTFPolicy does) or use num_gpus=0")
+            raise ValueError(
+                f"{type(self).__name__} runs on {self.devices} but has no multi-GPU "
+                "tower stack; implement copy() (DynamicTFPolicy does) or use num_gpus=0"
+            )
         return split_batch_for_devices(batch, len(self.devices), self._pad_for_loss)
 
     def _learn_on_device_batches(self, batches: List[Any], buffer_index: int) -> Dict[str, Any]:
         if self._exact_chunks:
-            return self.multi_gpu_tower_stacks[buffer_index].optimize_exact(
-                self.get_session(), batches)
+            return self.multi_gpu_tower_stacks[buffer_index].optimize_exact(self.get_session(), batches)
         if self._single_device:
             return self.learn_on_batch(batches[0])
         return self.multi_gpu_tower_stacks[buffer_index].optimize(self.get_session(), batches)
@@ -607,10 +694,13 @@ class TFPolicy(TrainingTemplate, Policy):
     def _pad_for_loss(self, batch: SampleBatch, shuffle: bool = False) -> None:
         """Zero-pads ``batch`` in place (RNN sequences, batch divisibility)."""
         pad_batch_to_sequences_of_same_size(
-            batch, max_seq_len=self._max_seq_len, shuffle=shuffle,
+            batch,
+            max_seq_len=self._max_seq_len,
+            shuffle=shuffle,
             batch_divisibility_req=self._batch_divisibility_req,
             feature_keys=list(self._loss_input_dict_no_rnn.keys()),
-            view_requirements=self.view_requirements)
+            view_requirements=self.view_requirements,
+        )
 
     # ------------------------------------------------------------------ weights and state
 
@@ -645,8 +735,12 @@ class TFPolicy(TrainingTemplate, Policy):
                 nothing is assigned then.
         """
         holder = self._weights_holder()
-        if isinstance(weights, dict) and weights and set(weights) != set(holder.keys()) \
-                and weights_layout(weights) != "tf":
+        if (
+            isinstance(weights, dict)
+            and weights
+            and set(weights) != set(holder.keys())
+            and weights_layout(weights) != "tf"
+        ):
             weights = adapt_weights(weights, holder.get_weights(), "tf")
         holder.check_complete(weights)
         holder.set_weights(weights)
@@ -663,8 +757,10 @@ class TFPolicy(TrainingTemplate, Policy):
         if values is None:
             return None
         if self._optimizer_variables is None:
-            raise ValueError("state['_optimizer_variables'] is given but this policy has no "
-                             "optimizer variables (its loss is not initialized)")
+            raise ValueError(
+                "state['_optimizer_variables'] is given but this policy has no "
+                "optimizer variables (its loss is not initialized)"
+            )
         values = list(values)
         self._optimizer_variables.check_values(values)
         return values
@@ -694,8 +790,9 @@ class TFPolicy(TrainingTemplate, Policy):
     # ------------------------------------------------------------------ saving
 
     @override(Policy)
-    def export_checkpoint(self, export_dir: str, filename_prefix: str = "model",
-                          policy_state: Optional[Dict[str, Any]] = None) -> None:
+    def export_checkpoint(
+        self, export_dir: str, filename_prefix: str = "model", policy_state: Optional[Dict[str, Any]] = None
+    ) -> None:
         """Saves all graph variables with ``tf1.train.Saver`` to ``export_dir/filename_prefix``.
 
         Next to the TF checkpoint (``<prefix>.index``, ``<prefix>.data-*``,
@@ -710,8 +807,7 @@ class TFPolicy(TrainingTemplate, Policy):
         super().export_checkpoint(export_dir, filename_prefix, policy_state=policy_state)
 
     @override(Policy)
-    def export_model(self, export_dir: str, onnx: Optional[int] = None,
-                     pipeline: bool = False) -> None:
+    def export_model(self, export_dir: str, onnx: Optional[int] = None, pipeline: bool = False) -> None:
         """Exports the action graph for serving: a SavedModel (signature
         "serving_default"), or with ``onnx`` (an opset) ``saved_model.onnx``.
 
@@ -733,18 +829,29 @@ class TFPolicy(TrainingTemplate, Policy):
             from rlpolicy.policy._tf import pipeline_export
 
             tensors = pipeline_export.GraphActingTensors(
-                self._obs_input, self._dist_inputs, list(self._state_inputs or []),
-                list(self._state_outputs or []), self._seq_lens,
-                {self._is_exploring: False, self._is_training: False, self._timestep: 0})
+                self._obs_input,
+                self._dist_inputs,
+                list(self._state_inputs or []),
+                list(self._state_outputs or []),
+                self._seq_lens,
+                {self._is_exploring: False, self._is_training: False, self._timestep: 0},
+            )
             timestep = self.global_timestep
             try:
                 pipeline_export.export_graph_pipeline(
-                    export_dir, session=self.get_session(), tensors=tensors,
-                    dist_class=self.dist_class, model=self.model,
-                    observation_space=self.observation_space, action_space=self.action_space,
-                    config=self.config, compute_actions=self.compute_actions,
-                    initial_state=self.get_initial_state(), onnx=onnx,
-                    exploration=type(self.exploration).__name__)
+                    export_dir,
+                    session=self.get_session(),
+                    tensors=tensors,
+                    dist_class=self.dist_class,
+                    model=self.model,
+                    observation_space=self.observation_space,
+                    action_space=self.action_space,
+                    config=self.config,
+                    compute_actions=self.compute_actions,
+                    initial_state=self.get_initial_state(),
+                    onnx=onnx,
+                    exploration=type(self.exploration).__name__,
+                )
             finally:
                 self.global_timestep = timestep
             return
@@ -807,9 +914,11 @@ class TFPolicy(TrainingTemplate, Policy):
         return tf1.train.AdamOptimizer()
 
     @DeveloperAPI
-    def gradients(self, optimizer: Union[LocalOptimizer, List[LocalOptimizer]],
-                  loss: Union[TensorType, List[TensorType]]
-                  ) -> Union[List[ModelGradients], List[List[ModelGradients]]]:
+    def gradients(
+        self,
+        optimizer: Union[LocalOptimizer, List[LocalOptimizer]],
+        loss: Union[TensorType, List[TensorType]],
+    ) -> Union[List[ModelGradients], List[List[ModelGradients]]]:
         """``(grad, var)`` pairs of the loss(es): one list, or one per optimizer/loss
         with ``_tf_policy_handles_more_than_one_loss`` (RLlib 1.11 forgets to
         return that list; it is returned here)."""
@@ -820,24 +929,31 @@ class TFPolicy(TrainingTemplate, Policy):
         return optimizers[0].compute_gradients(losses[0])
 
     @DeveloperAPI
-    def build_apply_op(self, optimizer: Union[LocalOptimizer, List[LocalOptimizer]],
-                       grads_and_vars: Union[ModelGradients, List[ModelGradients]]
-                       ) -> Any:
+    def build_apply_op(
+        self,
+        optimizer: Union[LocalOptimizer, List[LocalOptimizer]],
+        grads_and_vars: Union[ModelGradients, List[ModelGradients]],
+    ) -> Any:
         """The op applying ``grads_and_vars`` with the optimizer(s) (one group per
         optimizer with ``_tf_policy_handles_more_than_one_loss``)."""
         optimizers = force_list(optimizer)
         step = tf1.train.get_or_create_global_step()
         if self.config["_tf_policy_handles_more_than_one_loss"]:
-            return tf.group([optim.apply_gradients(grads_and_vars[i], global_step=step)
-                             for i, optim in enumerate(optimizers)])
+            return tf.group(
+                [
+                    optim.apply_gradients(grads_and_vars[i], global_step=step)
+                    for i, optim in enumerate(optimizers)
+                ]
+            )
         return optimizers[0].apply_gradients(grads_and_vars, global_step=step)
 
     # ------------------------------------------------------------------ export signature
 
     def _build_signature_def(self) -> Dict[str, Any]:
         """The "serving_default" signature: observations (+ RNN/prev inputs) -> actions."""
-        return tf_export.build_signature_def_map(*self._acting.signature(
-            self._extra_input_signature_def(), self._extra_output_signature_def()))
+        return tf_export.build_signature_def_map(
+            *self._acting.signature(self._extra_input_signature_def(), self._extra_output_signature_def())
+        )
 
     def _extra_input_signature_def(self) -> Dict[str, Any]:
         return {k.name: k for k in self.extra_compute_action_feed_dict().keys()}

@@ -12,6 +12,7 @@ the *next class in the MRO* (a mixin's, if one defines it, else Policy's),
 where RLlib calls ``Policy.postprocess_trajectory`` directly and so skips a
 mixin's; as in ``build_policy_class``, mixins take precedence over the base.
 """
+
 from __future__ import annotations
 
 import sys
@@ -31,19 +32,31 @@ from rlpolicy.utils.typing import TrainerConfigDict
 
 @DeveloperAPI
 def build_tf_policy(
-        name: str, *, loss_fn: Callable, get_default_config: Optional[Callable] = None,
-        postprocess_fn: Optional[Callable] = None, stats_fn: Optional[Callable] = None,
-        optimizer_fn: Optional[Callable] = None, compute_gradients_fn: Optional[Callable] = None,
-        apply_gradients_fn: Optional[Callable] = None, grad_stats_fn: Optional[Callable] = None,
-        extra_action_out_fn: Optional[Callable] = None, extra_learn_fetches_fn: Optional[Callable] = None,
-        validate_spaces: Optional[Callable] = None, before_init: Optional[Callable] = None,
-        before_loss_init: Optional[Callable] = None, after_init: Optional[Callable] = None,
-        make_model: Optional[Callable] = None, action_sampler_fn: Optional[Callable] = None,
-        action_distribution_fn: Optional[Callable] = None, mixins: Optional[List[type]] = None,
-        get_batch_divisibility_req: Optional[Callable] = None,
-        obs_include_prev_action_reward: Any = DEPRECATED_VALUE,
-        extra_action_fetches_fn: Optional[Callable] = None,
-        gradients_fn: Optional[Callable] = None) -> Type:
+    name: str,
+    *,
+    loss_fn: Callable,
+    get_default_config: Optional[Callable] = None,
+    postprocess_fn: Optional[Callable] = None,
+    stats_fn: Optional[Callable] = None,
+    optimizer_fn: Optional[Callable] = None,
+    compute_gradients_fn: Optional[Callable] = None,
+    apply_gradients_fn: Optional[Callable] = None,
+    grad_stats_fn: Optional[Callable] = None,
+    extra_action_out_fn: Optional[Callable] = None,
+    extra_learn_fetches_fn: Optional[Callable] = None,
+    validate_spaces: Optional[Callable] = None,
+    before_init: Optional[Callable] = None,
+    before_loss_init: Optional[Callable] = None,
+    after_init: Optional[Callable] = None,
+    make_model: Optional[Callable] = None,
+    action_sampler_fn: Optional[Callable] = None,
+    action_distribution_fn: Optional[Callable] = None,
+    mixins: Optional[List[type]] = None,
+    get_batch_divisibility_req: Optional[Callable] = None,
+    obs_include_prev_action_reward: Any = DEPRECATED_VALUE,
+    extra_action_fetches_fn: Optional[Callable] = None,
+    gradients_fn: Optional[Callable] = None,
+) -> Type:
     """Builds a graph-mode TF policy class (a DynamicTFPolicy subclass) named ``name``.
 
     Construction runs, in this order (each hook only if given):
@@ -109,16 +122,30 @@ def build_tf_policy(
         TypeError: If ``name`` is not a class name or a mixin is not a class.
     """
     hooks = TFPolicyHooks(
-        name=name, loss_fn=loss_fn, get_default_config=get_default_config, postprocess_fn=postprocess_fn,
-        stats_fn=stats_fn, optimizer_fn=optimizer_fn, compute_gradients_fn=compute_gradients_fn,
-        apply_gradients_fn=apply_gradients_fn, grad_stats_fn=grad_stats_fn,
-        extra_action_out_fn=extra_action_out_fn, extra_learn_fetches_fn=extra_learn_fetches_fn,
-        validate_spaces=validate_spaces, before_init=before_init, before_loss_init=before_loss_init,
-        after_init=after_init, make_model=make_model, action_sampler_fn=action_sampler_fn,
-        action_distribution_fn=action_distribution_fn, mixins=tuple(mixins or ()),
+        name=name,
+        loss_fn=loss_fn,
+        get_default_config=get_default_config,
+        postprocess_fn=postprocess_fn,
+        stats_fn=stats_fn,
+        optimizer_fn=optimizer_fn,
+        compute_gradients_fn=compute_gradients_fn,
+        apply_gradients_fn=apply_gradients_fn,
+        grad_stats_fn=grad_stats_fn,
+        extra_action_out_fn=extra_action_out_fn,
+        extra_learn_fetches_fn=extra_learn_fetches_fn,
+        validate_spaces=validate_spaces,
+        before_init=before_init,
+        before_loss_init=before_loss_init,
+        after_init=after_init,
+        make_model=make_model,
+        action_sampler_fn=action_sampler_fn,
+        action_distribution_fn=action_distribution_fn,
+        mixins=tuple(mixins or ()),
         get_batch_divisibility_req=get_batch_divisibility_req,
         obs_include_prev_action_reward=obs_include_prev_action_reward,
-        extra_action_fetches_fn=extra_action_fetches_fn, gradients_fn=gradients_fn)
+        extra_action_fetches_fn=extra_action_fetches_fn,
+        gradients_fn=gradients_fn,
+    )
     new = _make_policy_class(hooks, module=sys._getframe(1).f_globals.get("__name__", __name__))
     return record_factory_call(new, build_tf_policy, hooks.as_kwargs())  # for checkpoints
 
@@ -132,9 +159,14 @@ def _make_policy_class(hooks: TFPolicyHooks, module: str) -> type:
     from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy
 
     namespace: Dict[str, Any] = {
-        "__module__": module, "__qualname__": hooks.name, "__doc__": f"{hooks.name}: built by build_tf_policy.",
-        "_hooks": hooks, "__init__": _policy_init, "with_updates": classmethod(_with_updates),
-        "as_eager": classmethod(_as_eager), "_run_before_loss_init": _run_before_loss_init,
+        "__module__": module,
+        "__qualname__": hooks.name,
+        "__doc__": f"{hooks.name}: built by build_tf_policy.",
+        "_hooks": hooks,
+        "__init__": _policy_init,
+        "with_updates": classmethod(_with_updates),
+        "as_eager": classmethod(_as_eager),
+        "_run_before_loss_init": _run_before_loss_init,
         **_WRAPPERS,
     }
     return type(hooks.name, (*hooks.mixins, DynamicTFPolicy), namespace)
@@ -160,8 +192,9 @@ def _as_eager(cls: Any) -> type:
 
 
 # ---------------------------------------------------------------- construction
-def _merged_config(policy: Any, hooks: TFPolicyHooks, config: Optional[TrainerConfigDict]
-                   ) -> TrainerConfigDict:
+def _merged_config(
+    policy: Any, hooks: TFPolicyHooks, config: Optional[TrainerConfigDict]
+) -> TrainerConfigDict:
     """The policy config: a new dict, ``COMMON_CONFIG`` deep-updated with the
     defaults (``get_default_config()``), then with a deep copy of the caller's
     dict, so neither the defaults nor the caller's dict ever change (as
@@ -174,9 +207,14 @@ def _merged_config(policy: Any, hooks: TFPolicyHooks, config: Optional[TrainerCo
 
 # The methods read the recipe as ``type(self)._hooks``, so no instance
 # attribute of that name (a base class's own bookkeeping) can shadow it.
-def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 config: TrainerConfigDict, existing_model: Optional[Any] = None,
-                 existing_inputs: Optional[Dict[str, Any]] = None) -> None:
+def _policy_init(
+    self,
+    obs_space: gym.spaces.Space,
+    action_space: gym.spaces.Space,
+    config: TrainerConfigDict,
+    existing_model: Optional[Any] = None,
+    existing_inputs: Optional[Dict[str, Any]] = None,
+) -> None:
     from rlpolicy._core.framework_check import require_framework
     from rlpolicy.policy._obs_prep import prepare_observation_space
     from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy
@@ -190,20 +228,30 @@ def _policy_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Spa
     if hooks.before_init is not None:
         hooks.before_init(self, obs_space, action_space, config)
     DynamicTFPolicy.__init__(
-        self, obs_space=obs_space, action_space=action_space, config=config, loss_fn=hooks.loss_fn,
-        stats_fn=hooks.stats_fn, grad_stats_fn=hooks.grad_stats_fn,
-        before_loss_init=type(self)._run_before_loss_init, make_model=hooks.make_model,
-        action_sampler_fn=hooks.action_sampler_fn, action_distribution_fn=hooks.action_distribution_fn,
-        existing_inputs=existing_inputs, existing_model=existing_model,
-        get_batch_divisibility_req=hooks.get_batch_divisibility_req)
+        self,
+        obs_space=obs_space,
+        action_space=action_space,
+        config=config,
+        loss_fn=hooks.loss_fn,
+        stats_fn=hooks.stats_fn,
+        grad_stats_fn=hooks.grad_stats_fn,
+        before_loss_init=type(self)._run_before_loss_init,
+        make_model=hooks.make_model,
+        action_sampler_fn=hooks.action_sampler_fn,
+        action_distribution_fn=hooks.action_distribution_fn,
+        existing_inputs=existing_inputs,
+        existing_model=existing_model,
+        get_batch_divisibility_req=hooks.get_batch_divisibility_req,
+    )
     if hooks.after_init is not None:
         hooks.after_init(self, obs_space, action_space, config)
     # The dummy-batch run through the loss may have advanced the timestep.
     self.global_timestep = 0
 
 
-def _run_before_loss_init(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                          config: TrainerConfigDict) -> None:
+def _run_before_loss_init(
+    self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+) -> None:
     """The built class' ``before_loss_init`` step (a method of the class):
     runs the ``before_loss_init`` hook, then collects the extra action fetches
     (none for towers)."""
@@ -236,6 +284,7 @@ def _parent(policy: Any, method: str) -> Callable:
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
     from rlpolicy.policy._obs_prep import flatten_batch_in_place
+
     sample_batch = flatten_batch_in_place(self, sample_batch)
     sample_batch = _parent(self, "postprocess_trajectory")(self, sample_batch, other_agent_batches, episode)
     if type(self)._hooks.postprocess_fn is not None:
@@ -322,6 +371,8 @@ _RLLIB_1_11_NAMES = {
     "AgentID": "rlpolicy.utils.typing:AgentID",
     "ModelGradients": "rlpolicy.utils.typing:ModelGradients",
     "TensorType": "rlpolicy.utils.typing:TensorType",
-    "tf1": FRAMEWORK_HANDLES["tf1"], "tf": FRAMEWORK_HANDLES["tf"], "tfv": FRAMEWORK_HANDLES["tfv"],
+    "tf1": FRAMEWORK_HANDLES["tf1"],
+    "tf": FRAMEWORK_HANDLES["tf"],
+    "tfv": FRAMEWORK_HANDLES["tfv"],
 }
 __getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)

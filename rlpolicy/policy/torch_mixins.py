@@ -4,6 +4,7 @@ Mix them in before ``TorchPolicy`` (``class P(LearningRateSchedule,
 TorchPolicy)`` or ``build_policy_class(..., mixins=[...])``) and call their
 ``__init__`` from the policy's ``before_init``/``after_init`` step.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
@@ -37,9 +38,9 @@ class LearningRateSchedule(_MixinBase):
     @DeveloperAPI
     def __init__(self, lr: float, lr_schedule: Optional[List[List[Union[int, float]]]]):
         """Args:
-            lr: The constant rate used when ``lr_schedule`` is None.
-            lr_schedule: ``[[timestep, lr], ...]`` endpoints; after the last
-                endpoint its value is kept.
+        lr: The constant rate used when ``lr_schedule`` is None.
+        lr_schedule: ``[[timestep, lr], ...]`` endpoints; after the last
+            endpoint its value is kept.
         """
         self._lr_schedule = make_lr_schedule(lr_schedule)
         if self._lr_schedule is None:  # lr is read only without a schedule: checked here
@@ -66,12 +67,15 @@ class EntropyCoeffSchedule(_MixinBase):
     """
 
     @DeveloperAPI
-    def __init__(self, entropy_coeff: float,
-                 entropy_coeff_schedule: Optional[Union[int, List[List[Union[int, float]]]]]):
-        self._entropy_coeff_schedule = make_entropy_coeff_schedule(
-            entropy_coeff, entropy_coeff_schedule)
-        self.entropy_coeff = (entropy_coeff if self._entropy_coeff_schedule is None
-                              else self._entropy_coeff_schedule.value(0))
+    def __init__(
+        self,
+        entropy_coeff: float,
+        entropy_coeff_schedule: Optional[Union[int, List[List[Union[int, float]]]]],
+    ):
+        self._entropy_coeff_schedule = make_entropy_coeff_schedule(entropy_coeff, entropy_coeff_schedule)
+        self.entropy_coeff = (
+            entropy_coeff if self._entropy_coeff_schedule is None else self._entropy_coeff_schedule.value(0)
+        )
 
     @override(Policy)
     def on_global_var_update(self, global_vars: Dict[str, TensorType]) -> None:
@@ -158,8 +162,10 @@ class TargetNetworkMixin(_MixinBase):
         tau = tau or self.config.get("tau", 1.0)
         target_models = getattr(self, "target_models", None)
         if not target_models:
-            raise ValueError(f"{type(self).__name__}.update_target(): the policy has no "
-                             "target_models; set self.target_model before TorchPolicy.__init__")
+            raise ValueError(
+                f"{type(self).__name__}.update_target(): the policy has no "
+                "target_models; set self.target_model before TorchPolicy.__init__"
+            )
         model_state = self.model.state_dict()
         targets = list(dict.fromkeys(target_models.values()))
         target_state = targets[0].state_dict()

@@ -11,6 +11,7 @@ calls take data, never the policy (``rlpolicy.policy._torch``): tower mechanics
 torch <-> numpy conversions in ``convert``, the default Adam and optimizer
 state in ``optimizers``, TorchScript/ONNX export in ``export``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -186,7 +187,8 @@ class TorchPolicy(TrainingTemplate, Policy):
         super().__init__(observation_space, action_space, config)
         self.framework = self.config["framework"] = "torch"
         model, action_distribution_class = self._default_model_and_dist(
-            observation_space, action_space, self.config, model, action_distribution_class)
+            observation_space, action_space, self.config, model, action_distribution_class
+        )
         self._device_plan = self._plan_devices(self.config)
         self._place_model_towers(model)
         self._lock = threading.RLock()  # (with_lock would make it on first use)
@@ -198,8 +200,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         self.unwrapped_model = model  # RLlib: for DistributedDataParallel wrappers.
         self._loss: Any = resolve_loss(type(self), loss)  # (None: cannot learn)
         self._optimizers = force_list(self.optimizer())
-        self.multi_gpu_param_groups: List[Set[int]] = optimizer_param_groups(
-            self.model, self._optimizers)
+        self.multi_gpu_param_groups: List[Set[int]] = optimizer_param_groups(self.model, self._optimizers)
         # config["num_multi_gpu_tower_stacks"] was validated by Policy.__init__.
         self._init_tower_buffers(len(self.devices), exact_supported=True)
         self.dist_class = action_distribution_class
@@ -207,8 +208,11 @@ class TorchPolicy(TrainingTemplate, Policy):
         self.action_distribution_fn = action_distribution_fn
         self.distributed_world_size = None  # torch.distributed all-reduce: not supported.
         self.max_seq_len = max_seq_len
-        self.batch_divisibility_req = get_batch_divisibility_req(self) \
-            if callable(get_batch_divisibility_req) else (get_batch_divisibility_req or 1)
+        self.batch_divisibility_req = (
+            get_batch_divisibility_req(self)
+            if callable(get_batch_divisibility_req)
+            else (get_batch_divisibility_req or 1)
+        )
         self._tower_runner = TowerRunner(self.devices)
         self._interceptors: Dict[Any, Callable] = {}
         self._buffer_params: Optional[List[Any]] = None  # list(model.parameters()) at loading
@@ -220,9 +224,13 @@ class TorchPolicy(TrainingTemplate, Policy):
     # ------------------------------------------------------------------ construction steps
 
     @staticmethod
-    def _default_model_and_dist(observation_space: gym.Space, action_space: gym.Space,
-                                config: Dict[str, Any], model: Any,
-                                dist_class: Optional[Type]) -> Tuple[Any, Type]:
+    def _default_model_and_dist(
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: Dict[str, Any],
+        model: Any,
+        dist_class: Optional[Type],
+    ) -> Tuple[Any, Type]:
         """``(model, dist_class)``: the catalog's default torch model and/or
         distribution for the spaces and ``config["model"]`` where not given."""
         if model is not None and dist_class is not None:
@@ -230,11 +238,16 @@ class TorchPolicy(TrainingTemplate, Policy):
         from rlpolicy.models.catalog import ModelCatalog
 
         default_dist, logit_dim = ModelCatalog.get_action_dist(
-            action_space, config["model"], framework="torch")
+            action_space, config["model"], framework="torch"
+        )
         if model is None:
             model = ModelCatalog.get_model_v2(
-                obs_space=observation_space, action_space=action_space, num_outputs=logit_dim,
-                model_config=config["model"], framework="torch")
+                obs_space=observation_space,
+                action_space=action_space,
+                num_outputs=logit_dim,
+                model_config=config["model"],
+                framework="torch",
+            )
         return model, dist_class or default_dist
 
     @staticmethod
@@ -244,8 +257,11 @@ class TorchPolicy(TrainingTemplate, Policy):
         ray_mode, ray_gpu_ids = detect_ray_context()
         plan = plan_devices(config, visible, ray_mode=ray_mode, ray_gpu_ids=ray_gpu_ids)
         worker = config.get("worker_index", 0) or "local"
-        where = f"{plan.num_gpus} fake-GPUs" if plan.fake else (
-            f"{plan.num_towers} GPU(s)" if plan.on_gpu else "CPU")
+        where = (
+            f"{plan.num_gpus} fake-GPUs"
+            if plan.fake
+            else (f"{plan.num_towers} GPU(s)" if plan.on_gpu else "CPU")
+        )
         logger.info("TorchPolicy (worker=%s) running on %s.", worker, where)
         return plan
 
@@ -256,16 +272,22 @@ class TorchPolicy(TrainingTemplate, Policy):
         self.devices = [torch.device(d) for d in plan.devices]
         self.device = self.devices[0]
         self.model_gpu_towers, targets = make_towers(
-            model, self.devices, plan.on_gpu, getattr(self, "target_model", None))
+            model, self.devices, plan.on_gpu, getattr(self, "target_model", None)
+        )
         if hasattr(self, "target_model"):
             self.target_models = targets
         self.model = self.model_gpu_towers[0]
 
     # ------------------------------------------------------------------ action computation
 
-    def _compute_actions_step(self, input_dict: Any, state_batches: List[Any],
-                              explore: Any, timestep: Any, episodes: Optional[List[Any]]
-                              ) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
+    def _compute_actions_step(
+        self,
+        input_dict: Any,
+        state_batches: List[Any],
+        explore: Any,
+        timestep: Any,
+        episodes: Optional[List[Any]],
+    ) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
         """The torch step of ``compute_actions``/``compute_actions_from_input_dict``
         (``TrainingTemplate``; it holds the lock and resolved explore/timestep).
 
@@ -282,11 +304,16 @@ class TorchPolicy(TrainingTemplate, Policy):
                 obs = input_dict[SampleBatch.CUR_OBS]
                 n = obs.shape[0] if type(obs) is torch.Tensor and obs.dim() > 0 else len(obs)
             seq_lens = torch.ones(n, dtype=torch.int32, device=self.device)
-            return self._compute_action_helper(input_dict, state_batches, seq_lens,
-                                               explore, timestep)
+            return self._compute_action_helper(input_dict, state_batches, seq_lens, explore, timestep)
 
-    def _compute_action_helper(self, input_dict: SampleBatch, state_batches: List[TensorType],
-                               seq_lens: Any, explore: bool, timestep: int):
+    def _compute_action_helper(
+        self,
+        input_dict: SampleBatch,
+        state_batches: List[TensorType],
+        seq_lens: Any,
+        explore: bool,
+        timestep: int,
+    ):
         """Forward pass, sampling and exploration (RLlib 1.11's name; the caller
         holds the lock, has autograd off and has resolved explore/timestep).
 
@@ -298,16 +325,18 @@ class TorchPolicy(TrainingTemplate, Policy):
         if model is not None and model.training:
             set_training(model, False)
         graphs = self._compiled_acting
-        if graphs is None or (graphs is not False and (
-                graphs.model is not model or graphs.dist_class is not self.dist_class)):
+        if graphs is None or (
+            graphs is not False and (graphs.model is not model or graphs.dist_class is not self.dist_class)
+        ):
             # First call (config["torch_compile_acting"] decides), or a new model or
             # distribution class since the graphs were made.
             graphs = self._compiled_acting = self._make_compiled_acting()
         graph_fetches: Optional[Dict[str, Any]] = None
         if self.action_sampler_fn:
             action_dist = dist_inputs = None
-            outs = self.action_sampler_fn(self, model, input_dict, state_batches,
-                                          explore=explore, timestep=timestep)
+            outs = self.action_sampler_fn(
+                self, model, input_dict, state_batches, explore=explore, timestep=timestep
+            )
             if len(outs) == 4:
                 actions, logp, dist_inputs, state_out = outs
             else:
@@ -315,8 +344,11 @@ class TorchPolicy(TrainingTemplate, Policy):
         else:
             exploration = self.exploration
             exploration.before_compute_actions(explore=explore, timestep=timestep)
-            compiled = None if graphs is False else self._run_compiled_acting(
-                graphs, input_dict, state_batches, seq_lens, explore, timestep)
+            compiled = (
+                None
+                if graphs is False
+                else self._run_compiled_acting(graphs, input_dict, state_batches, seq_lens, explore, timestep)
+            )
             if compiled is not None:
                 # The graph chose the action; the exploration keeps its bookkeeping.
                 actions, logp, dist_inputs, state_out, value = compiled
@@ -325,13 +357,17 @@ class TorchPolicy(TrainingTemplate, Policy):
                 action_dist = None
                 actions, logp = exploration.get_exploration_action(
                     action_distribution=compiled_acting.GraphSample(actions, logp),
-                    timestep=timestep, explore=explore)
+                    timestep=timestep,
+                    explore=explore,
+                )
             else:
                 dist_inputs, dist_class, state_out = self._compute_dist_inputs(
-                    input_dict, state_batches, seq_lens, explore, timestep)
+                    input_dict, state_batches, seq_lens, explore, timestep
+                )
                 action_dist = dist_class(dist_inputs, model)
                 actions, logp = exploration.get_exploration_action(
-                    action_distribution=action_dist, timestep=timestep, explore=explore)
+                    action_distribution=action_dist, timestep=timestep, explore=explore
+                )
         input_dict[SampleBatch.ACTIONS] = actions
         if graph_fetches is None:
             extra_fetches = self.extra_action_out(input_dict, state_batches, model, action_dist)
@@ -341,16 +377,22 @@ class TorchPolicy(TrainingTemplate, Policy):
             extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = dist_inputs
         if logp is not None:
             extra_fetches[SampleBatch.ACTION_PROB] = torch.exp(
-                logp if logp.dtype == torch.float32 else logp.float())
+                logp if logp.dtype == torch.float32 else logp.float()
+            )
             extra_fetches[SampleBatch.ACTION_LOGP] = logp
         obs = input_dict[SampleBatch.CUR_OBS]
-        self.global_timestep += (obs.shape[0] if type(obs) is torch.Tensor and obs.dim() > 0
-                                 else len(obs))
+        self.global_timestep += obs.shape[0] if type(obs) is torch.Tensor and obs.dim() > 0 else len(obs)
         return action_outputs_to_numpy(actions, state_out, extra_fetches)
 
-    def _run_compiled_acting(self, graphs: Any, input_dict: Any, state_batches: List[Any],
-                             seq_lens: Any, explore: Any, timestep: Any
-                             ) -> Optional[Tuple[Any, ...]]:
+    def _run_compiled_acting(
+        self,
+        graphs: Any,
+        input_dict: Any,
+        state_batches: List[Any],
+        seq_lens: Any,
+        explore: Any,
+        timestep: Any,
+    ) -> Optional[Tuple[Any, ...]]:
         """``(actions, logp, dist_inputs, state_outs)`` from the compiled acting
         graphs (``config["torch_compile_acting"]``, see
         ``rlpolicy.policy._torch.compiled_acting``), or None for the eager path:
@@ -360,11 +402,17 @@ class TorchPolicy(TrainingTemplate, Policy):
             return None  # (StochasticSampling's uniform random actions: eager)
         # The model's input columns that the batch has (its state-ins are `state_batches`).
         wanted = self.model.view_requirements
-        columns = {k: input_dict[k] for k in input_dict.keys()
-                   if k in wanted and k != SampleBatch.INFOS and k != SampleBatch.SEQ_LENS
-                   and not k.startswith("state_in_")}
-        return graphs.run(columns, state_batches, seq_lens, explore,
-                          bool(getattr(input_dict, "is_training", False)))
+        columns = {
+            k: input_dict[k]
+            for k in input_dict.keys()
+            if k in wanted
+            and k != SampleBatch.INFOS
+            and k != SampleBatch.SEQ_LENS
+            and not k.startswith("state_in_")
+        }
+        return graphs.run(
+            columns, state_batches, seq_lens, explore, bool(getattr(input_dict, "is_training", False))
+        )
 
     def _make_compiled_acting(self) -> Any:
         """The policy's ``CompiledActing``, or False: the option off, or a policy
@@ -375,22 +423,31 @@ class TorchPolicy(TrainingTemplate, Policy):
         hook = self._extra_action_out_impl()
         value_column = getattr(hook, compiled_acting.VALUE_FETCH_ATTR, None)
         reason = compiled_acting.unsupported_reason(
-            model=self.model, exploration=self.exploration,
+            model=self.model,
+            exploration=self.exploration,
             action_sampler_fn=self.action_sampler_fn,
             action_distribution_fn=self.action_distribution_fn,
-            extra_action_out_overridden=(hook is not TorchPolicy.extra_action_out
-                                         and value_column is None))
+            extra_action_out_overridden=(hook is not TorchPolicy.extra_action_out and value_column is None),
+        )
         if reason is not None:
-            logger.warning("%s: torch_compile_acting=%r is not used (%s); compute_actions "
-                           "stays on the eager path.", type(self).__name__, mode, reason)
+            logger.warning(
+                "%s: torch_compile_acting=%r is not used (%s); compute_actions stays on the eager path.",
+                type(self).__name__,
+                mode,
+                reason,
+            )
             return False
         _check_dist_class(self.dist_class)
         # (on CPU, large feed-forward batches stay eager: the graphs measured no faster)
         limit = compiled_acting.CPU_FEEDFORWARD_MAX_BATCH if self.device.type == "cpu" else None
-        return compiled_acting.CompiledActing(self.model, self.dist_class, self.devices,
-                                              name=type(self).__name__,
-                                              value_column=value_column,
-                                              feedforward_max_batch=limit)
+        return compiled_acting.CompiledActing(
+            self.model,
+            self.dist_class,
+            self.devices,
+            name=type(self).__name__,
+            value_column=value_column,
+            feedforward_max_batch=limit,
+        )
 
     def _extra_action_out_impl(self) -> Callable:
         """The ``extra_action_out`` that runs (a ``build_policy_class`` class
@@ -398,9 +455,15 @@ class TorchPolicy(TrainingTemplate, Policy):
         falls through to)."""
         return type(self).extra_action_out
 
-    def _compute_dist_inputs(self, input_dict: Any, state_batches: List[Any], seq_lens: Any,
-                             explore: Optional[bool], timestep: Optional[int],
-                             is_training: bool = False) -> Tuple[Any, Any, List[Any]]:
+    def _compute_dist_inputs(
+        self,
+        input_dict: Any,
+        state_batches: List[Any],
+        seq_lens: Any,
+        explore: Optional[bool],
+        timestep: Optional[int],
+        is_training: bool = False,
+    ) -> Tuple[Any, Any, List[Any]]:
         """Distribution inputs, class and state-outs of ``self.model`` (or of the
         ``action_distribution_fn``), checking the class once per class."""
         if not self.action_distribution_fn:
@@ -410,42 +473,59 @@ class TorchPolicy(TrainingTemplate, Policy):
             # Which of RLlib's two signatures: decided from the function's signature.
             call = resolve_action_distribution_fn(self.action_distribution_fn)
             inputs, dist_class, state_out = call(
-                self, self.model, input_dict, state_batches=state_batches, seq_lens=seq_lens,
-                explore=explore, timestep=timestep, is_training=is_training)
+                self,
+                self.model,
+                input_dict,
+                state_batches=state_batches,
+                seq_lens=seq_lens,
+                explore=explore,
+                timestep=timestep,
+                is_training=is_training,
+            )
         if dist_class is not self._checked_dist_class:
             _check_dist_class(dist_class)
             self._checked_dist_class = dist_class
         return inputs, dist_class, state_out
 
-    def _log_likelihoods_step(self, actions: Any, obs_batch: Any,
-                              state_batches: Optional[List[TensorType]],
-                              prev_action_batch: Any, prev_reward_batch: Any,
-                              actions_normalized: bool) -> TensorType:
+    def _log_likelihoods_step(
+        self,
+        actions: Any,
+        obs_batch: Any,
+        state_batches: Optional[List[TensorType]],
+        prev_action_batch: Any,
+        prev_reward_batch: Any,
+        actions_normalized: bool,
+    ) -> TensorType:
         """The torch step of ``compute_log_likelihoods`` (``TrainingTemplate``;
         it holds the lock and flattened ``obs_batch``): the log-probabilities,
         as a torch tensor, of ``actions`` under the distribution for the inputs."""
         if self.action_sampler_fn and self.action_distribution_fn is None:
-            raise ValueError("Cannot compute log-prob/likelihood w/o an "
-                             "`action_distribution_fn` and a provided `action_sampler_fn`!")
+            raise ValueError(
+                "Cannot compute log-prob/likelihood w/o an "
+                "`action_distribution_fn` and a provided `action_sampler_fn`!"
+            )
         if not actions_normalized and self.config["normalize_actions"]:
             # Normalize on the numpy side (before the tensors are made).
             from rlpolicy.utils.spaces.space_utils import normalize_action
 
-            actions = normalize_action(to_numpy_fast(actions) if torch.is_tensor(actions)
-                                       else np.asarray(actions), self.action_space_struct)
+            actions = normalize_action(
+                to_numpy_fast(actions) if torch.is_tensor(actions) else np.asarray(actions),
+                self.action_space_struct,
+            )
         with NoGrad():
             input_dict = self._lazy_tensor_dict(
-                {SampleBatch.CUR_OBS: obs_batch, SampleBatch.ACTIONS: actions})
+                {SampleBatch.CUR_OBS: obs_batch, SampleBatch.ACTIONS: actions}
+            )
             if prev_action_batch is not None:
                 input_dict[SampleBatch.PREV_ACTIONS] = prev_action_batch
             if prev_reward_batch is not None:
                 input_dict[SampleBatch.PREV_REWARDS] = prev_reward_batch
             seq_lens = torch.ones(len(obs_batch), dtype=torch.int32)
-            state_batches = [convert_to_torch_tensor(s, self.device)
-                             for s in (state_batches or [])]
+            state_batches = [convert_to_torch_tensor(s, self.device) for s in (state_batches or [])]
             self.exploration.before_compute_actions(explore=False)
             inputs, dist_class, _ = self._compute_dist_inputs(
-                input_dict, state_batches, seq_lens, explore=False, timestep=None)
+                input_dict, state_batches, seq_lens, explore=False, timestep=None
+            )
             action_dist = dist_class(inputs, self.model)
             return action_dist.logp(input_dict[SampleBatch.ACTIONS])
 
@@ -468,8 +548,9 @@ class TorchPolicy(TrainingTemplate, Policy):
 
     @with_lock
     @override(Policy)
-    def compute_gradients(self, postprocessed_batch: SampleBatch
-                          ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
+    def compute_gradients(
+        self, postprocessed_batch: SampleBatch
+    ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
         """Computes the gradients of the loss(es) on ``postprocessed_batch``.
 
         One device: the batch is padded (in place) and the gradients computed
@@ -492,8 +573,7 @@ class TorchPolicy(TrainingTemplate, Policy):
             if not batch.zero_padded:
                 self._pad(batch)
             self._lazy_tensor_dict(batch, device=self.devices[0])
-            (all_grads, grad_info, _), = self._tower_runner.run(
-                self._tower_grads, [(self.model, batch)])
+            ((all_grads, grad_info, _),) = self._tower_runner.run(self._tower_grads, [(self.model, batch)])
             grad_info["allreduce_latency"] /= len(self._optimizers)
         else:
             slices = split_batch_for_devices(batch, len(self.devices), self._pad)
@@ -511,12 +591,13 @@ class TorchPolicy(TrainingTemplate, Policy):
             return
         params = list(self.model.parameters())
         if len(gradients) != len(params):
-            raise ValueError(f"apply_gradients got {len(gradients)} gradients for the model's "
-                             f"{len(params)} parameters; pass one (or None) per parameter")
+            raise ValueError(
+                f"apply_gradients got {len(gradients)} gradients for the model's "
+                f"{len(params)} parameters; pass one (or None) per parameter"
+            )
         for g, p in zip(gradients, params):
             if g is not None:
-                p.grad = (g if torch.is_tensor(g) else torch.from_numpy(np.asarray(g))).to(
-                    self.device)
+                p.grad = (g if torch.is_tensor(g) else torch.from_numpy(np.asarray(g))).to(self.device)
         # RLlib 1.11 supports one optimizer here; each optimizer steps its own params.
         for opt in self._optimizers:
             opt.step()
@@ -524,8 +605,10 @@ class TorchPolicy(TrainingTemplate, Policy):
     @override(TrainingTemplate)
     def _check_can_learn(self, what: str) -> None:
         if self._loss is None:
-            raise ValueError(f"{type(self).__name__} has no loss ({what} needs one): pass "
-                             "`loss` to TorchPolicy.__init__ or override `loss()`")
+            raise ValueError(
+                f"{type(self).__name__} has no loss ({what} needs one): pass "
+                "`loss` to TorchPolicy.__init__ or override `loss()`"
+            )
 
     @override(TrainingTemplate)
     def _train_batch(self, batch: Any, what: str) -> SampleBatch:
@@ -537,26 +620,44 @@ class TorchPolicy(TrainingTemplate, Policy):
 
     def _pad(self, batch: SampleBatch) -> None:
         pad_batch_to_sequences_of_same_size(
-            batch=batch, max_seq_len=self.max_seq_len, shuffle=False,
+            batch=batch,
+            max_seq_len=self.max_seq_len,
+            shuffle=False,
             batch_divisibility_req=self.batch_divisibility_req,
-            view_requirements=self.view_requirements)
+            view_requirements=self.view_requirements,
+        )
 
     def _tower_losses(self, model: Any, batch: SampleBatch) -> List[TensorType]:
         """The loss term(s) of one tower, after the model's ``custom_loss``."""
-        return force_list(model.custom_loss(
-            force_list(self._loss(self, model, self.dist_class, batch)), batch))
+        return force_list(
+            model.custom_loss(force_list(self._loss(self, model, self.dist_class, batch)), batch)
+        )
 
     def _tower_grads(self, model: Any, batch: SampleBatch) -> TowerGrads:
         """Single-device gradients, post-processed after each backward pass."""
         params = self._step_params if model is self.model else None
-        return compute_tower_grads(self._tower_losses, model, batch, self._optimizers,
-                                   self.multi_gpu_param_groups, self.extra_grad_process, params)
+        return compute_tower_grads(
+            self._tower_losses,
+            model,
+            batch,
+            self._optimizers,
+            self.multi_gpu_param_groups,
+            self.extra_grad_process,
+            params,
+        )
 
     def _multi_tower_grads(self, device_batches: List[SampleBatch]) -> TowerGrads:
         """Averaged gradients of all towers, installed in ``self.model``."""
-        return run_tower_step(self._tower_runner, self._tower_losses, self.model_gpu_towers,
-                              device_batches, self._optimizers, self.multi_gpu_param_groups,
-                              self.extra_grad_process, self.device)
+        return run_tower_step(
+            self._tower_runner,
+            self._tower_losses,
+            self.model_gpu_towers,
+            device_batches,
+            self._optimizers,
+            self.multi_gpu_param_groups,
+            self.extra_grad_process,
+            self.device,
+        )
 
     def _place_on_devices(self, slices: List[SampleBatch]) -> List[SampleBatch]:
         """Moves slice ``i`` onto ``self.devices[i]`` (in place) and returns the slices."""
@@ -577,10 +678,13 @@ class TorchPolicy(TrainingTemplate, Policy):
         (``plan_exact_chunks``), every chunk padded on its own and placed on
         its tower's device."""
         if self._exact_chunks:
-            plan = plan_exact_chunks(batch, minibatch_rows(self.config), self._exact_chunks,
-                                     len(self.devices))
-            return [share.map_batches(functools.partial(self._pad_and_place, device=d))
-                    for share, d in zip(plan, self.devices)]
+            plan = plan_exact_chunks(
+                batch, minibatch_rows(self.config), self._exact_chunks, len(self.devices)
+            )
+            return [
+                share.map_batches(functools.partial(self._pad_and_place, device=d))
+                for share, d in zip(plan, self.devices)
+            ]
         if self._single_cpu:
             self._pad(batch)
             self._lazy_tensor_dict(batch)
@@ -589,8 +693,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         slices = split_batch_for_devices(batch, len(self.devices), self._pad)
         return self._place_on_devices(slices)
 
-    def _learn_on_device_batches(self, batches: List[Any],
-                                 buffer_index: int) -> Dict[str, TensorType]:
+    def _learn_on_device_batches(self, batches: List[Any], buffer_index: int) -> Dict[str, TensorType]:
         """The torch step of ``learn_on_loaded_batch`` (``TrainingTemplate``; it
         holds the lock): one SGD step on one minibatch per tower.
 
@@ -607,12 +710,21 @@ class TorchPolicy(TrainingTemplate, Policy):
         """
         if self._exact_chunks:
             self._check_can_learn("learn_on_loaded_batch")
-            run_exact_tower_step(self._tower_runner, self._tower_losses, self.model_gpu_towers,
-                                 batches, self._optimizers, self.multi_gpu_param_groups,
-                                 self.extra_grad_process, self.device)
+            run_exact_tower_step(
+                self._tower_runner,
+                self._tower_losses,
+                self.model_gpu_towers,
+                batches,
+                self._optimizers,
+                self.multi_gpu_param_groups,
+                self.extra_grad_process,
+                self.device,
+            )
             self.apply_gradients(_directStepOptimizerSingleton)
-            fetches = {f"tower_{i}": {LEARNER_STATS_KEY: self.extra_grad_info(chunks[0].batch)}
-                       for i, chunks in enumerate(batches)}
+            fetches = {
+                f"tower_{i}": {LEARNER_STATS_KEY: self.extra_grad_info(chunks[0].batch)}
+                for i, chunks in enumerate(batches)
+            }
             fetches.update(self.extra_compute_grad_fetches())
             return fetches
         if self._single_cpu:
@@ -625,8 +737,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         self._check_can_learn("learn_on_loaded_batch")
         self._multi_tower_grads(batches)
         self.apply_gradients(_directStepOptimizerSingleton)
-        fetches = {f"tower_{i}": {LEARNER_STATS_KEY: self.extra_grad_info(b)}
-                   for i, b in enumerate(batches)}
+        fetches = {f"tower_{i}": {LEARNER_STATS_KEY: self.extra_grad_info(b)} for i, b in enumerate(batches)}
         fetches.update(self.extra_compute_grad_fetches())
         return fetches
 
@@ -677,8 +788,10 @@ class TorchPolicy(TrainingTemplate, Policy):
 
     @override(Policy)
     def get_initial_state(self) -> List[TensorType]:
-        return [s.detach().cpu().numpy() if torch.is_tensor(s) else np.asarray(s)
-                for s in self.model.get_initial_state()]
+        return [
+            s.detach().cpu().numpy() if torch.is_tensor(s) else np.asarray(s)
+            for s in self.model.get_initial_state()
+        ]
 
     def _optimizer_state(self) -> List[Dict[str, Any]]:
         """The torch step of ``get_state``: numpy copies of each optimizer's state dict."""
@@ -700,8 +813,7 @@ class TorchPolicy(TrainingTemplate, Policy):
     # ------------------------------------------------------------------ overridable hooks
 
     @DeveloperAPI
-    def extra_grad_process(self, optimizer: Any,
-                           loss: TensorType) -> Dict[str, TensorType]:
+    def extra_grad_process(self, optimizer: Any, loss: TensorType) -> Dict[str, TensorType]:
         """Post-processes the gradients of ``optimizer``'s parameters before its step.
 
         Called once per optimizer/loss pair, always on the main model
@@ -728,8 +840,9 @@ class TorchPolicy(TrainingTemplate, Policy):
         return {LEARNER_STATS_KEY: {}}
 
     @DeveloperAPI
-    def extra_action_out(self, input_dict: Dict[str, TensorType], state_batches: List[TensorType],
-                         model: Any, action_dist: Any) -> Dict[str, TensorType]:
+    def extra_action_out(
+        self, input_dict: Dict[str, TensorType], state_batches: List[TensorType], model: Any, action_dist: Any
+    ) -> Dict[str, TensorType]:
         """Extra per-action outputs (the third return value of compute_actions).
 
         Args:
@@ -772,8 +885,9 @@ class TorchPolicy(TrainingTemplate, Policy):
 
         return convert_to_numpy(data)
 
-    def _lazy_tensor_dict(self, postprocessed_batch: Union[SampleBatch, dict],
-                          device: Any = None) -> SampleBatch:
+    def _lazy_tensor_dict(
+        self, postprocessed_batch: Union[SampleBatch, dict], device: Any = None
+    ) -> SampleBatch:
         """Makes ``postprocessed_batch`` hand out torch tensors on ``device``."""
         if not isinstance(postprocessed_batch, SampleBatch):
             postprocessed_batch = SampleBatch(postprocessed_batch)
@@ -789,8 +903,7 @@ class TorchPolicy(TrainingTemplate, Policy):
 
     @with_lock
     @override(Policy)
-    def export_model(self, export_dir: str, onnx: Optional[int] = None,
-                     pipeline: bool = False) -> None:
+    def export_model(self, export_dir: str, onnx: Optional[int] = None, pipeline: bool = False) -> None:
         """Exports the model for serving: TorchScript ``model.pt``, or with
         ``onnx`` (an opset version) ``model.onnx``, traced on the dummy batch's
         model inputs (see ``rlpolicy.policy._torch.export``).
@@ -807,17 +920,27 @@ class TorchPolicy(TrainingTemplate, Policy):
         dummy = getattr(self, "_dummy_batch", None)
         if dummy is None:
             dummy = self._get_dummy_batch_from_view_requirements(1)
-        inputs, state_ins, seq_lens = torch_export.select_export_inputs(
-            self.model.view_requirements, dummy)
+        inputs, state_ins, seq_lens = torch_export.select_export_inputs(self.model.view_requirements, dummy)
         os.makedirs(export_dir, exist_ok=True)
         if onnx:
-            torch_export.export_onnx(self.model, inputs, state_ins, seq_lens,
-                                     os.path.join(export_dir, "model.onnx"), onnx,
-                                     device=self.device)
+            torch_export.export_onnx(
+                self.model,
+                inputs,
+                state_ins,
+                seq_lens,
+                os.path.join(export_dir, "model.onnx"),
+                onnx,
+                device=self.device,
+            )
         else:
-            torch_export.export_torchscript(self.model, inputs, state_ins, seq_lens,
-                                            os.path.join(export_dir, "model.pt"),
-                                            device=self.device)
+            torch_export.export_torchscript(
+                self.model,
+                inputs,
+                state_ins,
+                seq_lens,
+                os.path.join(export_dir, "model.pt"),
+                device=self.device,
+            )
 
     def _export_pipeline(self, export_dir: str, onnx: Optional[int]) -> None:
         """``export_model(..., pipeline=True)``; the checks' ``compute_actions``
@@ -825,24 +948,42 @@ class TorchPolicy(TrainingTemplate, Policy):
         from rlpolicy.policy._torch.pipeline_export import export_pipeline
 
         if self.action_sampler_fn:
-            raise ValueError(f"{type(self).__name__} computes actions with an action_sampler_fn; "
-                             "its action pipeline cannot be exported (pipeline=True)")
+            raise ValueError(
+                f"{type(self).__name__} computes actions with an action_sampler_fn; "
+                "its action pipeline cannot be exported (pipeline=True)"
+            )
         dist_fn = None
         if self.action_distribution_fn:
             call = resolve_action_distribution_fn(self.action_distribution_fn)
 
             def dist_fn(model: Any, input_dict: Any, state_batches: Any, seq_lens: Any) -> Any:
-                return call(self, model, input_dict, state_batches=state_batches,
-                            seq_lens=seq_lens, explore=False, timestep=None, is_training=False)
+                return call(
+                    self,
+                    model,
+                    input_dict,
+                    state_batches=state_batches,
+                    seq_lens=seq_lens,
+                    explore=False,
+                    timestep=None,
+                    is_training=False,
+                )
+
         timestep = self.global_timestep
         try:
-            export_pipeline(export_dir, model=self.model, dist_class=self.dist_class,
-                            observation_space=self.observation_space,
-                            action_space=self.action_space, config=self.config,
-                            compute_actions=self.compute_actions,
-                            initial_state=self.get_initial_state(), onnx=onnx,
-                            exploration=type(self.exploration).__name__, device=self.device,
-                            dist_inputs_fn=dist_fn)
+            export_pipeline(
+                export_dir,
+                model=self.model,
+                dist_class=self.dist_class,
+                observation_space=self.observation_space,
+                action_space=self.action_space,
+                config=self.config,
+                compute_actions=self.compute_actions,
+                initial_state=self.get_initial_state(),
+                onnx=onnx,
+                exploration=type(self.exploration).__name__,
+                device=self.device,
+                dist_inputs_fn=dist_fn,
+            )
         finally:
             self.global_timestep = timestep
 
@@ -857,12 +998,14 @@ def _check_dist_class(dist_class: Any) -> None:
     from rlpolicy.models.torch.torch_action_dist import TorchDistributionWrapper
 
     if isinstance(dist_class, functools.partial) or (
-            isinstance(dist_class, type) and issubclass(dist_class, TorchDistributionWrapper)):
+        isinstance(dist_class, type) and issubclass(dist_class, TorchDistributionWrapper)
+    ):
         return
     raise ValueError(
         f"`dist_class` ({getattr(dist_class, '__name__', dist_class)}) not a "
         "TorchDistributionWrapper subclass! Make sure your `action_distribution_fn` or "
-        "`make_model_and_action_dist` return a correct distribution class.")
+        "`make_model_and_action_dist` return a correct distribution class."
+    )
 
 
 # Further names RLlib 1.11 defines or imports in this module (1.x client code imports

@@ -3,6 +3,7 @@
 RLlib 1.11 keeps it as a thin alias of ``build_policy_class(framework="torch")``
 that warns on every call; so does rlpolicy.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -53,5 +54,12 @@ _LAZY: Dict[str, Any] = {
 }
 __getattr__ = lazy_module_attrs(__name__, _LAZY)
 
-__all__ = ["build_torch_policy", "ModelV2", "Policy", "SampleBatch", "ModelGradients", "TensorType",
-           "TrainerConfigDict"]
+__all__ = [
+    "build_torch_policy",
+    "ModelV2",
+    "Policy",
+    "SampleBatch",
+    "ModelGradients",
+    "TensorType",
+    "TrainerConfigDict",
+]

@@ -1,4 +1,5 @@
 """ViewRequirement: which data (column, time shift) a model or policy needs to see."""
+
 from __future__ import annotations
 
 from typing import List, Optional, Union
@@ -33,10 +34,16 @@ class ViewRequirement:
         ValueError: If `shift` is not an int, list/tuple of ints or "from:to[:step]" string.
     """
 
-    def __init__(self, data_col: Optional[str] = None, space: Optional[gym.Space] = None,
-                 shift: Union[int, str, List[int]] = 0, index: Optional[int] = None,
-                 batch_repeat_value: int = 1, used_for_compute_actions: bool = True,
-                 used_for_training: bool = True):
+    def __init__(
+        self,
+        data_col: Optional[str] = None,
+        space: Optional[gym.Space] = None,
+        shift: Union[int, str, List[int]] = 0,
+        index: Optional[int] = None,
+        batch_repeat_value: int = 1,
+        used_for_compute_actions: bool = True,
+        used_for_training: bool = True,
+    ):
         self.data_col = data_col
         # A copy of a cached prototype Box: building a gymnasium Box is slow.
         self.space = space if space is not None else new_box(float("-inf"), float("inf"), ())
@@ -59,25 +66,35 @@ class ViewRequirement:
             except ValueError:
                 nums = []
             if len(parts) not in (2, 3) or len(nums) != len(parts):
-                raise ValueError(f"ViewRequirement shift={shift!r}: a range string must look like 'from:to' or 'from:to:step', e.g. '-50:-1'")
+                raise ValueError(
+                    f"ViewRequirement shift={shift!r}: a range string must look like 'from:to' or 'from:to:step', e.g. '-50:-1'"
+                )
             self.shift_from, self.shift_to = nums[0], nums[1]
             self.shift_step = nums[2] if len(nums) == 3 else 1
             if self.shift_step == 0:
                 raise ValueError(f"ViewRequirement shift={shift!r}: step must not be 0")
             return np.arange(self.shift_from, self.shift_to + 1, self.shift_step)
         if isinstance(shift, (bool, np.bool_)):
-            raise ValueError(f"ViewRequirement shift={shift!r}: expected an int, a list of ints or a 'from:to' string")
+            raise ValueError(
+                f"ViewRequirement shift={shift!r}: expected an int, a list of ints or a 'from:to' string"
+            )
         if isinstance(shift, (int, np.integer)):
             return np.array([int(shift)])
-        if isinstance(shift, (list, tuple, np.ndarray)) and all(isinstance(s, (int, np.integer)) for s in shift):
+        if isinstance(shift, (list, tuple, np.ndarray)) and all(
+            isinstance(s, (int, np.integer)) for s in shift
+        ):
             return np.array(shift, dtype=np.int64)
-        raise ValueError(f"ViewRequirement shift={shift!r}: expected an int, a list of ints or a 'from:to' string")
+        raise ValueError(
+            f"ViewRequirement shift={shift!r}: expected an int, a list of ints or a 'from:to' string"
+        )
 
     def __repr__(self) -> str:
         shift = self.shift.tolist() if isinstance(self.shift, np.ndarray) else self.shift
-        return (f"ViewRequirement(data_col={self.data_col!r}, space={self.space}, shift={shift!r}, "
-                f"index={self.index}, batch_repeat_value={self.batch_repeat_value}, "
-                f"used_for_compute_actions={self.used_for_compute_actions}, "
-                f"used_for_training={self.used_for_training})")
+        return (
+            f"ViewRequirement(data_col={self.data_col!r}, space={self.space}, shift={shift!r}, "
+            f"index={self.index}, batch_repeat_value={self.batch_repeat_value}, "
+            f"used_for_compute_actions={self.used_for_compute_actions}, "
+            f"used_for_training={self.used_for_training})"
+        )
 
     __str__ = __repr__

@@ -1,4 +1,5 @@
 """Small general helpers (RLlib's ``ray.rllib.utils``)."""
+
 from __future__ import annotations
 
 from typing import Any, List, Optional
@@ -68,10 +69,14 @@ def merge_dicts(d1: dict, d2: dict) -> dict:
     return merged
 
 
-def deep_update(original: dict, new_dict: dict, new_keys_allowed: bool = False,
-                allow_new_subkey_list: Optional[List[str]] = None,
-                override_all_if_type_changes: Optional[List[str]] = None,
-                override_all_key_list: Optional[List[str]] = None) -> dict:
+def deep_update(
+    original: dict,
+    new_dict: dict,
+    new_keys_allowed: bool = False,
+    allow_new_subkey_list: Optional[List[str]] = None,
+    override_all_if_type_changes: Optional[List[str]] = None,
+    override_all_key_list: Optional[List[str]] = None,
+) -> dict:
     """Updates ``original`` in place with ``new_dict``, recursing into dicts.
 
     Raises:
@@ -87,8 +92,12 @@ def deep_update(original: dict, new_dict: dict, new_keys_allowed: bool = False,
         if isinstance(original.get(k), dict) and isinstance(value, dict):
             if k in override_all_key_list:
                 original[k] = value
-            elif (k in override_all_if_type_changes and "type" in value
-                  and "type" in original[k] and value["type"] != original[k]["type"]):
+            elif (
+                k in override_all_if_type_changes
+                and "type" in value
+                and "type" in original[k]
+                and value["type"] != original[k]["type"]
+            ):
                 original[k] = value
             else:
                 deep_update(original[k], value, k in allow_new_subkey_list)
@@ -98,10 +107,22 @@ def deep_update(original: dict, new_dict: dict, new_keys_allowed: bool = False,
 
 
 __all__ = [
-    "DeveloperAPI", "ExperimentalAPI", "OverrideToImplementCustomLogic", "PublicAPI",
-    "override", "DEPRECATED_VALUE", "deprecation_warning", "try_import_tf",
-    "try_import_torch", "force_list", "force_tuple", "add_mixins", "NullContextManager",
-    "merge_dicts", "deep_update", "try_import_tfp",
+    "DeveloperAPI",
+    "ExperimentalAPI",
+    "OverrideToImplementCustomLogic",
+    "PublicAPI",
+    "override",
+    "DEPRECATED_VALUE",
+    "deprecation_warning",
+    "try_import_tf",
+    "try_import_torch",
+    "force_list",
+    "force_tuple",
+    "add_mixins",
+    "NullContextManager",
+    "merge_dicts",
+    "deep_update",
+    "try_import_tfp",
 ]
 
 # The other names RLlib 1.11's ``ray.rllib.utils`` imports; resolved on first access
@@ -112,13 +133,34 @@ _RLLIB_1_11_NAMES = {
     "FilterManager": "rlpolicy.utils.filter_manager:FilterManager",
     "Filter": "rlpolicy.utils.filter:Filter",
     "check_env": "rlpolicy.utils.pre_checks.env:check_env",
-    **{name: f"rlpolicy.utils.numpy:{name}" for name in (
-        "sigmoid", "softmax", "relu", "one_hot", "fc", "lstm", "SMALL_NUMBER", "LARGE_INTEGER",
-        "MIN_LOG_NN_OUTPUT", "MAX_LOG_NN_OUTPUT")},
-    **{name: f"rlpolicy.utils.schedules:{name}" for name in (
-        "LinearSchedule", "PiecewiseSchedule", "PolynomialSchedule", "ExponentialSchedule",
-        "ConstantSchedule")},
-    **{name: f"rlpolicy.utils.test_utils:{name}" for name in (
-        "check", "check_compute_single_action", "check_train_results", "framework_iterator")},
+    **{
+        name: f"rlpolicy.utils.numpy:{name}"
+        for name in (
+            "sigmoid",
+            "softmax",
+            "relu",
+            "one_hot",
+            "fc",
+            "lstm",
+            "SMALL_NUMBER",
+            "LARGE_INTEGER",
+            "MIN_LOG_NN_OUTPUT",
+            "MAX_LOG_NN_OUTPUT",
+        )
+    },
+    **{
+        name: f"rlpolicy.utils.schedules:{name}"
+        for name in (
+            "LinearSchedule",
+            "PiecewiseSchedule",
+            "PolynomialSchedule",
+            "ExponentialSchedule",
+            "ConstantSchedule",
+        )
+    },
+    **{
+        name: f"rlpolicy.utils.test_utils:{name}"
+        for name in ("check", "check_compute_single_action", "check_train_results", "framework_iterator")
+    },
 }
 __getattr__ = lazy_module_attrs(__name__, _RLLIB_1_11_NAMES)

@@ -6,6 +6,7 @@ rlpolicy offers the same names at the same paths, but resolves them when first u
 importing a policy module then does not import a framework, and a name whose home module
 imports this one (``torch_mixins`` imports ``torch_policy``) does not make an import cycle.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -80,6 +81,9 @@ def torch_handle(index: int) -> Callable[[], Any]:
 
 # The framework handles 1.11 modules define at import time.
 FRAMEWORK_HANDLES: Dict[str, Target] = {
-    "tf1": tf_handle(0), "tf": tf_handle(1), "tfv": tf_handle(2),
-    "torch": torch_handle(0), "nn": torch_handle(1),
+    "tf1": tf_handle(0),
+    "tf": tf_handle(1),
+    "tfv": tf_handle(2),
+    "torch": torch_handle(0),
+    "nn": torch_handle(1),
 }

@@ -4,6 +4,7 @@
 variables by name; eager TF does not make names unique, so the keys are made
 unique here. Pure Python: nothing here imports a framework.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Tuple

@@ -4,6 +4,7 @@
 decorated method really exists on the named parent class: a typo in an
 overriding method's name is caught at import time, not silently ignored.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, TypeVar

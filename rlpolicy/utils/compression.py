@@ -9,6 +9,7 @@ when it is installed (so strings packed by RLlib 1.11 unpack here) and zlib othe
 ``unpack`` un-pickles its input: only unpack data you (or a trusted peer) packed.
 SampleBatch.compress uses its own pickle-free format (``_core.batch_ops``).
 """
+
 from __future__ import annotations
 
 import base64
@@ -30,6 +31,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 try:
     import lz4.frame as _lz4
+
     LZ4_ENABLED = True
 except ImportError:
     _lz4 = None
@@ -87,7 +89,9 @@ def unpack(data: Any) -> Any:
         raise ValueError(f"unpack: data is not base64 text produced by pack() ({e})") from None
     if blob.startswith(_LZ4_MAGIC):
         if not LZ4_ENABLED:
-            raise ImportError("unpack: this data was compressed with lz4 (RLlib's format); install lz4 to unpack it")
+            raise ImportError(
+                "unpack: this data was compressed with lz4 (RLlib's format); install lz4 to unpack it"
+            )
         raw = _lz4.decompress(blob)
     else:
         try:
@@ -111,5 +115,12 @@ def is_compressed(data: Any) -> bool:
     return isinstance(data, (bytes, str))
 
 
-__all__ = ["LZ4_ENABLED", "compression_supported", "pack", "pack_if_needed", "unpack",
-           "unpack_if_needed", "is_compressed"]
+__all__ = [
+    "LZ4_ENABLED",
+    "compression_supported",
+    "pack",
+    "pack_if_needed",
+    "unpack",
+    "unpack_if_needed",
+    "is_compressed",
+]

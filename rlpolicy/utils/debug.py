@@ -1,4 +1,5 @@
 """Debugging helpers (RLlib's ``utils.debug``): ``summarize`` and global seeding."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,11 @@ def _summarize(obj: Any) -> Any:
     if isinstance(obj, SampleBatch):
         return {"type": "SampleBatch", "data": {k: _summarize(v) for k, v in obj.items()}}
     if isinstance(obj, MultiAgentBatch):
-        return {"type": "MultiAgentBatch", "policy_batches": _summarize(obj.policy_batches),
-                "count": obj.count}
+        return {
+            "type": "MultiAgentBatch",
+            "policy_batches": _summarize(obj.policy_batches),
+            "count": obj.count,
+        }
     if isinstance(obj, Mapping):
         return {k: _summarize(v) for k, v in obj.items()}
     if hasattr(obj, "_asdict"):
@@ -50,8 +54,10 @@ def _array_summary(a: np.ndarray) -> str:
         return f"np.ndarray({a.shape}, dtype={a.dtype})"
     if a.dtype == object or a.dtype.type is np.str_:
         return f"np.ndarray({a.shape}, dtype={a.dtype}, head={_summarize(a.flat[0])})"
-    return (f"np.ndarray({a.shape}, dtype={a.dtype}, min={round(float(np.min(a)), 3)}, "
-            f"max={round(float(np.max(a)), 3)}, mean={round(float(np.mean(a)), 3)})")
+    return (
+        f"np.ndarray({a.shape}, dtype={a.dtype}, min={round(float(np.min(a)), 3)}, "
+        f"max={round(float(np.max(a)), 3)}, mean={round(float(np.mean(a)), 3)})"
+    )
 
 
 class _Summary:

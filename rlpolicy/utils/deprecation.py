@@ -1,4 +1,5 @@
 """Deprecation helpers (RLlib 1.11 names)."""
+
 from __future__ import annotations
 
 import logging
@@ -11,8 +12,9 @@ logger = logging.getLogger(__name__)
 DEPRECATED_VALUE = -1
 
 
-def deprecation_warning(old: str, new: Optional[str] = None, *, help: Optional[str] = None,
-                        error: Optional[bool] = None) -> None:
+def deprecation_warning(
+    old: str, new: Optional[str] = None, *, help: Optional[str] = None, error: Optional[bool] = None
+) -> None:
     """Warns (or raises, if ``error``) that ``old`` is deprecated.
 
     Raises:
@@ -39,8 +41,13 @@ def deprecation_warning(old: str, new: Optional[str] = None, *, help: Optional[s
 class Deprecated:
     """Decorator marking a function/class deprecated (warns, or raises with error=True)."""
 
-    def __init__(self, old: Optional[str] = None, new: Optional[str] = None,
-                 help: Optional[str] = None, error: bool = False):
+    def __init__(
+        self,
+        old: Optional[str] = None,
+        new: Optional[str] = None,
+        help: Optional[str] = None,
+        error: bool = False,
+    ):
         self.old, self.new, self.help, self.error = old, new, help, error
 
     def __call__(self, obj):

@@ -1,4 +1,5 @@
 """Errors shared across rlpolicy (RLlib 1.11's ``ray.rllib.utils.error``)."""
+
 from __future__ import annotations
 
 from rlpolicy.utils.annotations import PublicAPI

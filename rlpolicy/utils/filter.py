@@ -17,6 +17,7 @@ the shape is a dict/tuple of such shapes, with ``None`` for parts that are
 not normalized (``Discrete`` / ``MultiDiscrete``); ``None`` alone means
 nothing is normalized.
 """
+
 from __future__ import annotations
 
 import threading
@@ -82,8 +83,9 @@ class NoFilter(Filter):
         try:
             return np.asarray(x)
         except Exception as err:
-            raise ValueError(f"NoFilter: cannot convert observation of type {type(x).__name__} "
-                             f"to an array: {err}") from err
+            raise ValueError(
+                f"NoFilter: cannot convert observation of type {type(x).__name__} to an array: {err}"
+            ) from err
 
     def apply_changes(self, other: "NoFilter", *args, **kwargs) -> None:
         """Nothing to apply."""
@@ -140,8 +142,9 @@ class RunningStat:
         """
         x = np.asarray(x)
         if x.shape != self._M.shape:
-            raise ValueError(f"RunningStat.push: value of shape {x.shape} does not fit statistics "
-                             f"of shape {self._M.shape}")
+            raise ValueError(
+                f"RunningStat.push: value of shape {x.shape} does not fit statistics of shape {self._M.shape}"
+            )
         self._n += 1
         if self._n == 1:
             self._M[...] = x
@@ -157,8 +160,10 @@ class RunningStat:
             ValueError: If the shapes differ.
         """
         if other._M.shape != self._M.shape:
-            raise ValueError(f"RunningStat.update: statistics of shape {other._M.shape} cannot be "
-                             f"merged into statistics of shape {self._M.shape}")
+            raise ValueError(
+                f"RunningStat.update: statistics of shape {other._M.shape} cannot be "
+                f"merged into statistics of shape {self._M.shape}"
+            )
         n1, n2 = self._n, other._n
         n = n1 + n2
         if n == 0:
@@ -213,19 +218,25 @@ def _map_shape(fn: Callable[..., Any], shape: ShapeSpec, *others: Any, path: str
     if isinstance(shape, dict):
         for o in others:
             if not isinstance(o, dict) or set(o) != set(shape):
-                raise ValueError(f"MeanStdFilter: observation{path or ''} should be a dict with keys "
-                                 f"{sorted(shape)}, got {_describe(o)}")
-        return {k: _map_shape(fn, shape[k], *(o[k] for o in others), path=f"{path}[{k!r}]")
-                for k in shape}
+                raise ValueError(
+                    f"MeanStdFilter: observation{path or ''} should be a dict with keys "
+                    f"{sorted(shape)}, got {_describe(o)}"
+                )
+        return {k: _map_shape(fn, shape[k], *(o[k] for o in others), path=f"{path}[{k!r}]") for k in shape}
     if isinstance(shape, (tuple, list)):
         for o in others:
             if not isinstance(o, (tuple, list)) or len(o) != len(shape):
-                raise ValueError(f"MeanStdFilter: observation{path or ''} should be a tuple of "
-                                 f"{len(shape)} parts, got {_describe(o)}")
-        return tuple(_map_shape(fn, s, *(o[i] for o in others), path=f"{path}[{i}]")
-                     for i, s in enumerate(shape))
-    raise ValueError(f"MeanStdFilter: bad shape {shape!r}{' at ' + path if path else ''}; give a tuple "
-                     "of ints, an int array, None, or a dict/tuple of those")
+                raise ValueError(
+                    f"MeanStdFilter: observation{path or ''} should be a tuple of "
+                    f"{len(shape)} parts, got {_describe(o)}"
+                )
+        return tuple(
+            _map_shape(fn, s, *(o[i] for o in others), path=f"{path}[{i}]") for i, s in enumerate(shape)
+        )
+    raise ValueError(
+        f"MeanStdFilter: bad shape {shape!r}{' at ' + path if path else ''}; give a tuple "
+        "of ints, an int array, None, or a dict/tuple of those"
+    )
 
 
 def _describe(value: Any) -> str:
@@ -257,8 +268,9 @@ class MeanStdFilter(Filter):
 
     is_concurrent = False
 
-    def __init__(self, shape: ShapeSpec, demean: bool = True, destd: bool = True,
-                 clip: Optional[float] = 10.0):
+    def __init__(
+        self, shape: ShapeSpec, demean: bool = True, destd: bool = True, clip: Optional[float] = 10.0
+    ):
         """Initializes a MeanStdFilter.
 
         Args:
@@ -291,8 +303,9 @@ class MeanStdFilter(Filter):
             ValueError: If ``other``'s shape does not match (nothing is changed then).
         """
         self._check_compatible(other, "apply_changes")
-        _map_shape(lambda s, rs, b, _p: None if s is None else rs.update(b), self.shape, self.rs,
-                   other.buffer)
+        _map_shape(
+            lambda s, rs, b, _p: None if s is None else rs.update(b), self.shape, self.rs, other.buffer
+        )
         if with_buffer:
             self.buffer = _copy_stats(self.shape, other.buffer)
 
@@ -334,10 +347,19 @@ class MeanStdFilter(Filter):
             x = np.asarray(x)
             self._check_value(x, self.rs.shape, "")
             return self._filter_leaf(x, self.rs, self.buffer, update)
-        _map_shape(lambda s, v, _rs, p: s is None or self._check_value(np.asarray(v), _rs.shape, p),
-                   self.shape, x, self.rs)
-        return _map_shape(lambda s, v, rs, b, _p: v if s is None else
-                          self._filter_leaf(np.asarray(v), rs, b, update), self.shape, x, self.rs, self.buffer)
+        _map_shape(
+            lambda s, v, _rs, p: s is None or self._check_value(np.asarray(v), _rs.shape, p),
+            self.shape,
+            x,
+            self.rs,
+        )
+        return _map_shape(
+            lambda s, v, rs, b, _p: v if s is None else self._filter_leaf(np.asarray(v), rs, b, update),
+            self.shape,
+            x,
+            self.rs,
+            self.buffer,
+        )
 
     def _filter_leaf(self, x: np.ndarray, rs: RunningStat, buffer: RunningStat, update: bool) -> np.ndarray:
         orig_dtype = x.dtype
@@ -357,8 +379,10 @@ class MeanStdFilter(Filter):
     @staticmethod
     def _check_value(x: np.ndarray, shape: tuple, path: str) -> bool:
         if x.shape != shape and x.shape[1:] != shape:
-            raise ValueError(f"MeanStdFilter: observation{path} has shape {x.shape}; expected {shape} "
-                             f"(one observation) or (B, {', '.join(map(str, shape))}) (a batch)")
+            raise ValueError(
+                f"MeanStdFilter: observation{path} has shape {x.shape}; expected {shape} "
+                f"(one observation) or (B, {', '.join(map(str, shape))}) (a batch)"
+            )
         return True
 
     def _check_compatible(self, other: Any, what: str) -> None:
@@ -373,8 +397,10 @@ class MeanStdFilter(Filter):
             raise ValueError(f"MeanStdFilter.{what}: other filter has shape {theirs}, this one {mine}")
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.shape}, {self.demean}, {self.destd}, {self.clip}, "
-                f"{self.rs}, {self.buffer})")
+        return (
+            f"{type(self).__name__}({self.shape}, {self.demean}, {self.destd}, {self.clip}, "
+            f"{self.rs}, {self.buffer})"
+        )
 
 
 @DeveloperAPI
@@ -445,8 +471,10 @@ def get_filter(filter_config: Union[str, Callable[[ShapeSpec], Filter]], shape: 
         return NoFilter()
     if callable(filter_config):
         return filter_config(shape)
-    raise ValueError(f"Unknown observation_filter: {filter_config!r}; use 'NoFilter', 'MeanStdFilter', "
-                     "'ConcurrentMeanStdFilter' or a callable shape -> Filter")
+    raise ValueError(
+        f"Unknown observation_filter: {filter_config!r}; use 'NoFilter', 'MeanStdFilter', "
+        "'ConcurrentMeanStdFilter' or a callable shape -> Filter"
+    )
 
 
 __all__ = ["Filter", "NoFilter", "RunningStat", "MeanStdFilter", "ConcurrentMeanStdFilter", "get_filter"]

@@ -1,5 +1,6 @@
 """``FilterManager``: keeps the observation filters of a driver and its remote
 workers in step (RLlib 1.11's ``ray.rllib.utils.filter_manager``)."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, List
@@ -43,8 +44,10 @@ class FilterManager:
         for i, filters in enumerate(remote_filters):
             missing = [k for k in local_filters if k not in filters]
             if missing:
-                raise KeyError(f"FilterManager.synchronize: remote worker {i} has no filter for "
-                               f"policy id(s) {missing}; it has {sorted(filters)}")
+                raise KeyError(
+                    f"FilterManager.synchronize: remote worker {i} has no filter for "
+                    f"policy id(s) {missing}; it has {sorted(filters)}"
+                )
         for filters in remote_filters:
             for k in local_filters:
                 local_filters[k].apply_changes(filters[k], with_buffer=False)

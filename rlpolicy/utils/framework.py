@@ -14,6 +14,7 @@ switched with ``tf1.disable_v2_behavior()`` (or ``disable_eager_execution()``)
 works too: eager policies then run their methods in TF's eager-mode context
 (``rlpolicy.policy._eager.mode``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -128,8 +129,16 @@ def get_keras():
     return tf_keras
 
 
-def get_variable(value, framework: str = "tf", trainable: bool = False, tf_name: str = "unnamed-variable",
-                 torch_tensor: bool = False, device=None, shape=None, dtype=None):
+def get_variable(
+    value,
+    framework: str = "tf",
+    trainable: bool = False,
+    tf_name: str = "unnamed-variable",
+    torch_tensor: bool = False,
+    device=None,
+    shape=None,
+    dtype=None,
+):
     """Creates a framework variable initialised to ``value`` (RLlib's helper)."""
     import numpy as np
 
@@ -140,7 +149,8 @@ def get_variable(value, framework: str = "tf", trainable: bool = False, tf_name:
         return tf.compat.v1.get_variable(
             tf_name,
             initializer=value if shape is None else tf.constant_initializer(value),
-            dtype=dtype, trainable=trainable,
+            dtype=dtype,
+            trainable=trainable,
             **({} if shape is None else {"shape": shape}),
         )
     if framework == "torch" and torch_tensor:
@@ -185,12 +195,20 @@ class NNStub:
 
 
 TF_FRAMEWORKS = ("tf", "tf2", "tfe")
-_TORCH_ACTIVATIONS = {"relu": "ReLU", "tanh": "Tanh", "elu": "ELU", "swish": "SiLU",
-                      "silu": "SiLU", "softmax": "Softmax", "sigmoid": "Sigmoid"}
+_TORCH_ACTIVATIONS = {
+    "relu": "ReLU",
+    "tanh": "Tanh",
+    "elu": "ELU",
+    "swish": "SiLU",
+    "silu": "SiLU",
+    "softmax": "Softmax",
+    "sigmoid": "Sigmoid",
+}
 
 
-def lookup_activation_fn(name: Optional[Union[Callable, str]] = None, framework: str = "tf"
-                         ) -> Optional[Callable]:
+def lookup_activation_fn(
+    name: Optional[Union[Callable, str]] = None, framework: str = "tf"
+) -> Optional[Callable]:
     """The activation for ``name`` (see ``rlpolicy.models.utils.get_activation_fn``, which
     calls this; it lives here so that this module's deprecated alias needs no models import)."""
     if callable(name):
@@ -211,14 +229,19 @@ def lookup_activation_fn(name: Optional[Union[Callable, str]] = None, framework:
         if fn is not None:
             return fn
     else:
-        raise ValueError(f"get_activation_fn: unsupported framework {framework!r}; "
-                         "use one of torch, tf, tf2, tfe")
-    raise ValueError(f"unknown activation {name!r} for framework={framework!r}; "
-                     "use relu, tanh, elu, swish, silu or linear")
+        raise ValueError(
+            f"get_activation_fn: unsupported framework {framework!r}; use one of torch, tf, tf2, tfe"
+        )
+    raise ValueError(
+        f"unknown activation {name!r} for framework={framework!r}; use relu, tanh, elu, swish, silu or linear"
+    )
 
 
-@Deprecated(old="rlpolicy.utils.framework.get_activation_fn", new="rlpolicy.models.utils.get_activation_fn",
-            error=False)
+@Deprecated(
+    old="rlpolicy.utils.framework.get_activation_fn",
+    new="rlpolicy.models.utils.get_activation_fn",
+    error=False,
+)
 def get_activation_fn(name: Optional[str] = None, framework: str = "tf"):
     """Deprecated home of ``rlpolicy.models.utils.get_activation_fn`` (as in RLlib 1.11)."""
     return lookup_activation_fn(name, framework)

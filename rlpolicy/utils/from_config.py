@@ -7,6 +7,7 @@ A spec is a class or callable, an already built object, a dict with an optional
 ``.yaml`` / ``.yml`` file holding one. The special kwarg ``"_args"`` gives positional
 constructor arguments. YAML needs PyYAML (an optional dependency); JSON always works.
 """
+
 from __future__ import annotations
 
 import copy
@@ -64,7 +65,9 @@ def from_config(cls: Any, config: Any = None, **kwargs: Any) -> Any:
                     return built
                 constructor = built.fn
     if not constructor:
-        raise TypeError(f"from_config: invalid type {type_!r}; give a class, a callable, a string or a dict with a 'type' key")
+        raise TypeError(
+            f"from_config: invalid type {type_!r}; give a class, a callable, a string or a dict with a 'type' key"
+        )
     try:
         return constructor(*ctor_args, **ctor_kwargs)
     except TypeError as e:
@@ -147,8 +150,9 @@ def _split_spec(cls: Any, config: Any, kwargs: Dict[str, Any]) -> Tuple[Any, Lis
     return type_, ctor_args, ctor_kwargs
 
 
-def _default_constructor(cls: Any, ctor_args: List[Any],
-                         ctor_kwargs: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+def _default_constructor(
+    cls: Any, ctor_args: List[Any], ctor_kwargs: Dict[str, Any]
+) -> Tuple[Any, Dict[str, Any]]:
     """``cls.__default_constructor__`` where ``cls`` itself defines it (RLlib 1.11), else ``cls``.
 
     A ``functools.partial`` default constructor gets the call's kwargs merged under its
@@ -176,12 +180,15 @@ def _from_string(cls: Any, type_: str, ctor_args: List[Any], ctor_kwargs: Dict[s
     constructor = _import_path(type_) if "." in type_ else _NOT_FOUND
     if constructor is _NOT_FOUND:
         if isinstance(cls, str) or cls is None:
-            raise ValueError(f"from_config: {type_!r} is not a valid [module].[class] path (e.g. `my.cool.module.MyCoolClass`)")
+            raise ValueError(
+                f"from_config: {type_!r} is not a valid [module].[class] path (e.g. `my.cool.module.MyCoolClass`)"
+            )
         constructor = _find_near(cls, type_)
     if constructor is _NOT_FOUND:
         raise ValueError(
             f"from_config: string specifier {type_!r} must be a valid filename, a [module].[class], "
-            f"a class within {cls.__module__!r}, or a key into {cls.__name__}.__type_registry__")
+            f"a class within {cls.__module__!r}, or a key into {cls.__name__}.__type_registry__"
+        )
     return _Constructor(constructor)
 
 
@@ -228,7 +235,9 @@ def _yaml_module(required_for: Optional[str] = None) -> Any:
         import yaml
     except ImportError:
         if required_for is not None:
-            raise ImportError(f"from_config: reading {required_for!r} needs PyYAML (`pip install pyyaml`)") from None
+            raise ImportError(
+                f"from_config: reading {required_for!r} needs PyYAML (`pip install pyyaml`)"
+            ) from None
         return None
     return yaml
 

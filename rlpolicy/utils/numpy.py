@@ -5,6 +5,7 @@ activations and losses in plain numpy, plus conversion of nested framework
 tensors to numpy. Importing this module never imports torch or tensorflow:
 a framework is only touched when an object that came from it is seen.
 """
+
 from __future__ import annotations
 
 import sys
@@ -67,8 +68,8 @@ def aligned_array(size: int, dtype, align: int = 64) -> np.ndarray:
     offset = 0 if misalign == 0 else align - misalign
     if n_bytes == 0:
         # Keep a reference into `raw` so numpy does not hand back a fresh buffer.
-        return raw[offset:offset + 1][0:0].view(dtype)
-    out = raw[offset:offset + n_bytes].view(dtype)
+        return raw[offset : offset + 1][0:0].view(dtype)
+    out = raw[offset : offset + n_bytes].view(dtype)
     if len(out) != size or out.ctypes.data % align != 0:  # pragma: no cover
         raise RuntimeError(f"aligned_array: could not align {size} x {dtype} to {align} bytes")
     return out
@@ -118,8 +119,7 @@ def _tensor_to_numpy(item: Any) -> Any:
     return item
 
 
-def convert_to_numpy(x: TensorStructType, reduce_type: bool = True,
-                     reduce_floats=DEPRECATED_VALUE) -> Any:
+def convert_to_numpy(x: TensorStructType, reduce_type: bool = True, reduce_floats=DEPRECATED_VALUE) -> Any:
     """Converts a (nested) structure of torch/tf tensors to numpy.
 
     Scalar torch tensors become python numbers. Eager tf tensors/variables
@@ -151,8 +151,9 @@ def convert_to_numpy(x: TensorStructType, reduce_type: bool = True,
     return tree.map_structure(mapping, x)
 
 
-def fc(x: np.ndarray, weights: np.ndarray, biases: Optional[np.ndarray] = None,
-       framework: Optional[str] = None) -> np.ndarray:
+def fc(
+    x: np.ndarray, weights: np.ndarray, biases: Optional[np.ndarray] = None, framework: Optional[str] = None
+) -> np.ndarray:
     """A dense layer ``x @ weights + biases`` in numpy.
 
     Args:
@@ -165,6 +166,7 @@ def fc(x: np.ndarray, weights: np.ndarray, biases: Optional[np.ndarray] = None,
     Returns:
         ``[B, out]`` output.
     """
+
     def to_np(data, transpose=False):
         if data is None:
             return None
@@ -174,15 +176,15 @@ def fc(x: np.ndarray, weights: np.ndarray, biases: Optional[np.ndarray] = None,
     x = to_np(x)
     weights = np.asarray(_tensor_to_numpy(weights))
     # Torch stores the weight matrix transposed ([out, in]).
-    transpose = (framework == "torch" and x.shape[1] != weights.shape[0]
-                 and x.shape[1] == weights.shape[1])
+    transpose = framework == "torch" and x.shape[1] != weights.shape[0] and x.shape[1] == weights.shape[1]
     weights = to_np(weights, transpose=transpose)
     biases = to_np(biases)
     return np.matmul(x, weights) + (0.0 if biases is None else biases)
 
 
-def flatten_inputs_to_1d_tensor(inputs: TensorStructType, spaces_struct: Optional[SpaceStruct] = None,
-                                time_axis: bool = False) -> np.ndarray:
+def flatten_inputs_to_1d_tensor(
+    inputs: TensorStructType, spaces_struct: Optional[SpaceStruct] = None, time_axis: bool = False
+) -> np.ndarray:
     """Flattens and concatenates a nested input struct into one ``[B, n]`` array.
 
     Discrete components are one-hot encoded, MultiDiscrete components
@@ -200,8 +202,7 @@ def flatten_inputs_to_1d_tensor(inputs: TensorStructType, spaces_struct: Optiona
     from gymnasium.spaces import Discrete, MultiDiscrete
 
     flat_inputs = tree.flatten(inputs)
-    flat_spaces = (tree.flatten(spaces_struct) if spaces_struct is not None
-                   else [None] * len(flat_inputs))
+    flat_spaces = tree.flatten(spaces_struct) if spaces_struct is not None else [None] * len(flat_inputs)
     B = T = None
     out = []
     for input_, space in zip(flat_inputs, flat_spaces):
@@ -214,9 +215,12 @@ def flatten_inputs_to_1d_tensor(inputs: TensorStructType, spaces_struct: Optiona
             out.append(one_hot(np.reshape(input_, lead), depth=space.n).astype(np.float32))
         elif isinstance(space, MultiDiscrete):
             input_ = np.reshape(input_, lead + [-1])
-            out.append(np.concatenate(
-                [one_hot(input_[:, i], depth=n).astype(np.float32) for i, n in enumerate(space.nvec)],
-                axis=-1))
+            out.append(
+                np.concatenate(
+                    [one_hot(input_[:, i], depth=n).astype(np.float32) for i, n in enumerate(space.nvec)],
+                    axis=-1,
+                )
+            )
         else:
             out.append(np.reshape(input_, lead + [-1]).astype(np.float32))
     merged = np.concatenate(out, axis=-1)
@@ -255,9 +259,14 @@ def l2_loss(x: np.ndarray) -> np.ndarray:
     return np.sum(np.square(x)) / 2.0
 
 
-def lstm(x: np.ndarray, weights: np.ndarray, biases: Optional[np.ndarray] = None,
-         initial_internal_states: Optional[np.ndarray] = None, time_major: bool = False,
-         forget_bias: float = 1.0):
+def lstm(
+    x: np.ndarray,
+    weights: np.ndarray,
+    biases: Optional[np.ndarray] = None,
+    initial_internal_states: Optional[np.ndarray] = None,
+    time_major: bool = False,
+    forget_bias: float = 1.0,
+):
     """Runs a Keras/TF-layout LSTM over a sequence in numpy.
 
     The kernel packs the four gates as ``[input, cell-candidate, forget, output]``
@@ -291,9 +300,9 @@ def lstm(x: np.ndarray, weights: np.ndarray, biases: Optional[np.ndarray] = None
         x_t = x[t] if time_major else x[:, t]
         z = np.matmul(np.concatenate((x_t, h), axis=1), weights) + biases
         i_gate = sigmoid(z[:, :units])
-        candidate = np.tanh(z[:, units:2 * units])
-        f_gate = sigmoid(z[:, 2 * units:3 * units] + forget_bias)
-        o_gate = sigmoid(z[:, 3 * units:])
+        candidate = np.tanh(z[:, units : 2 * units])
+        f_gate = sigmoid(z[:, 2 * units : 3 * units] + forget_bias)
+        o_gate = sigmoid(z[:, 3 * units :])
         c = c * f_gate + i_gate * candidate
         h = o_gate * np.tanh(c)
         if time_major:
@@ -329,8 +338,9 @@ def one_hot(x: TensorType, depth: int = 0, on_value: float = 1.0, off_value: flo
     if depth == 0:
         depth = int(np.max(x)) + 1
     if x.size and (np.max(x) >= depth or np.min(x) < 0):
-        raise ValueError(f"one_hot: values of x must lie in [0, {depth}) (depth), got max {np.max(x)}, "
-                         f"min {np.min(x)}")
+        raise ValueError(
+            f"one_hot: values of x must lie in [0, {depth}) (depth), got max {np.max(x)}, min {np.min(x)}"
+        )
     out = np.full(x.shape + (depth,), off_value, dtype=np.float64)
     np.put_along_axis(out, x.astype(np.int64)[..., None], on_value, axis=-1)
     return out
@@ -370,8 +380,21 @@ def softmax(x: np.ndarray, axis: int = -1, epsilon: Optional[float] = None) -> n
 
 
 __all__ = [
-    "SMALL_NUMBER", "LARGE_INTEGER", "MIN_LOG_NN_OUTPUT", "MAX_LOG_NN_OUTPUT", "aligned_array",
-    "concat_aligned", "convert_to_numpy", "fc", "flatten_inputs_to_1d_tensor",
-    "make_action_immutable", "huber_loss", "l2_loss", "lstm", "one_hot", "relu", "sigmoid",
+    "SMALL_NUMBER",
+    "LARGE_INTEGER",
+    "MIN_LOG_NN_OUTPUT",
+    "MAX_LOG_NN_OUTPUT",
+    "aligned_array",
+    "concat_aligned",
+    "convert_to_numpy",
+    "fc",
+    "flatten_inputs_to_1d_tensor",
+    "make_action_immutable",
+    "huber_loss",
+    "l2_loss",
+    "lstm",
+    "one_hot",
+    "relu",
+    "sigmoid",
     "softmax",
 ]

@@ -15,6 +15,7 @@ never counts a NaN reward as reached. No framework is imported by this
 module itself: ``check`` only looks for tensors of frameworks that are
 already imported.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,12 +42,13 @@ _KNOWN_FRAMEWORKS = ("tf2", "tf", "tfe", "torch", "jax", None)
 # framework_iterator
 # ----------------------------------------------------------------------------------------
 
+
 def framework_iterator(
-        config: Optional[PartialTrainerConfigDict] = None,
-        frameworks: Sequence[str] = ("tf2", "tf", "tfe", "torch"),
-        session: bool = False,
-        with_eager_tracing: bool = False,
-        time_iterations: Optional[dict] = None,
+    config: Optional[PartialTrainerConfigDict] = None,
+    frameworks: Sequence[str] = ("tf2", "tf", "tfe", "torch"),
+    session: bool = False,
+    with_eager_tracing: bool = False,
+    time_iterations: Optional[dict] = None,
 ) -> Iterator[Union[str, Tuple[str, Optional["tf1.Session"]]]]:  # noqa: F821
     """Loops a test body over the frameworks given, in the context each needs.
 
@@ -101,8 +103,11 @@ def framework_iterator(
                 if tracing is not None:
                     config["eager_tracing"] = tracing
                 key = fw + ("+tracing" if tracing else "") if fw else str(fw)
-                logger.info("framework_iterator: framework=%s%s", fw,
-                            "" if tracing is None else f" (eager_tracing={tracing})")
+                logger.info(
+                    "framework_iterator: framework=%s%s",
+                    fw,
+                    "" if tracing is None else f" (eager_tracing={tracing})",
+                )
                 started = time.time()
                 yield (fw, sess) if session else fw
                 if time_iterations is not None:
@@ -116,8 +121,10 @@ def _frameworks_to_run(frameworks: Union[str, None, Sequence[Optional[str]]]) ->
     fws = [frameworks] if isinstance(frameworks, str) or frameworks is None else list(frameworks)
     bad = [fw for fw in fws if fw not in _KNOWN_FRAMEWORKS]
     if bad:
-        raise ValueError(f"framework_iterator: unknown framework(s) {bad}; allowed: "
-                         f"{', '.join(map(repr, _KNOWN_FRAMEWORKS))}")
+        raise ValueError(
+            f"framework_iterator: unknown framework(s) {bad}; allowed: "
+            f"{', '.join(map(repr, _KNOWN_FRAMEWORKS))}"
+        )
     if "tf2" in fws and "tfe" in fws:
         _, _, tfv = try_import_tf()
         # 1.11: both name eager TF; keep the one this TF version calls it by.
@@ -154,8 +161,9 @@ def _eager_mode() -> Any:
     return eager_mode
 
 
-def _enter_framework_context(stack: contextlib.ExitStack, fw: Optional[str],
-                             session: bool) -> Optional["tf1.Session"]:  # noqa: F821
+def _enter_framework_context(
+    stack: contextlib.ExitStack, fw: Optional[str], session: bool
+) -> Optional["tf1.Session"]:  # noqa: F821
     """Enters what ``fw`` runs in (graph/session or eager mode) on ``stack``;
     returns the session (``"tf"`` with ``session=True``) or None."""
     if fw in ("tf2", "tfe"):
@@ -177,8 +185,15 @@ def _enter_framework_context(stack: contextlib.ExitStack, fw: Optional[str],
 # check
 # ----------------------------------------------------------------------------------------
 
-def check(x: Any, y: Any, decimals: int = 5, atol: Optional[float] = None,
-          rtol: Optional[float] = None, false: bool = False) -> None:
+
+def check(
+    x: Any,
+    y: Any,
+    decimals: int = 5,
+    atol: Optional[float] = None,
+    rtol: Optional[float] = None,
+    false: bool = False,
+) -> None:
     """Asserts that two (nested) structures are (almost) equal, or differ.
 
     Dicts must have the same keys, lists/tuples the same length; leaves are
@@ -249,8 +264,10 @@ def _check_dict(x: dict, y: Any, path: str, tol: _Tolerance, false: bool) -> Non
 
 def _check_sequence(x: Sequence, y: Any, path: str, tol: _Tolerance, false: bool) -> None:
     if not isinstance(y, (tuple, list)):
-        raise AssertionError(f"check: x{path} is a {type(x).__name__} but y{path} is a "
-                             f"{type(y).__name__} ({y!r}); both must be lists/tuples")
+        raise AssertionError(
+            f"check: x{path} is a {type(x).__name__} but y{path} is a "
+            f"{type(y).__name__} ({y!r}); both must be lists/tuples"
+        )
     if len(x) != len(y):
         raise AssertionError(f"check: x{path} has length {len(x)} but y{path} has length {len(y)}")
     for i, (xi, yi) in enumerate(zip(x, y)):
@@ -297,8 +314,9 @@ def _to_numpy(v: Any, role: str, path: str) -> Any:
     if not hasattr(v, "graph"):  # Eager tensors and variables have no graph.
         return v.numpy()
     if role == "y":
-        raise ValueError(f"check: y{path} (the expected value) must not be a TF graph tensor "
-                         f"({v!r}); use a numpy array")
+        raise ValueError(
+            f"check: y{path} (the expected value) must not be a TF graph tensor ({v!r}); use a numpy array"
+        )
     return _run_in_session(v)
 
 
@@ -330,8 +348,9 @@ class _SingleInputs(NamedTuple):
     prev_reward: Optional[float]
 
 
-def check_compute_single_action(trainer: Any, include_state: bool = False,
-                                include_prev_action_reward: bool = False) -> None:
+def check_compute_single_action(
+    trainer: Any, include_state: bool = False, include_prev_action_reward: bool = False
+) -> None:
     """Calls ``compute_single_action`` with many argument combinations and checks the results.
 
     ``trainer`` may be a Policy, or a trainer-like object holding one: with
@@ -365,21 +384,33 @@ def check_compute_single_action(trainer: Any, include_state: bool = False,
         AssertionError: If outputs do not match (shapes, input-dict path).
     """
     pol, pid, owner = _resolve_policy(trainer)
-    sample = lambda space: _sample_inputs(pol, space, include_state,  # noqa: E731
-                                          include_prev_action_reward)
+    sample = lambda space: _sample_inputs(
+        pol,
+        space,
+        include_state,  # noqa: E731
+        include_prev_action_reward,
+    )
     targets = [(pol, pol.observation_space)]
     if owner is not None:
         targets.append((owner, _owner_obs_space(owner, pol, pid)))
     for what, obs_space in targets:
         for explore in (True, False):
-            for full_fetch in ((False, True) if what is owner else (False,)):
+            for full_fetch in (False, True) if what is owner else (False,):
                 timestep = random.randint(0, 100000)
                 if what is pol:
                     _check_input_dict_path(pol, sample(obs_space), explore, timestep)
                 for unsquash, clip in _UNSQUASH_CLIP_SETTINGS:
-                    _check_single_call(what, pol, pid, sample(obs_space), explore=explore,
-                                       timestep=timestep, full_fetch=full_fetch,
-                                       unsquash=unsquash, clip=clip)
+                    _check_single_call(
+                        what,
+                        pol,
+                        pid,
+                        sample(obs_space),
+                        explore=explore,
+                        timestep=timestep,
+                        full_fetch=full_fetch,
+                        unsquash=unsquash,
+                        clip=clip,
+                    )
 
 
 def _resolve_policy(trainer: Any) -> Tuple[Any, str, Any]:
@@ -398,8 +429,10 @@ def _resolve_policy(trainer: Any) -> Tuple[Any, str, Any]:
     if pol is None:
         pol = getattr(trainer, "policy", None)
     if pol is None:
-        raise ValueError(f"check_compute_single_action: {type(trainer).__name__} is not a Policy "
-                         "and has neither `get_policy()` nor a `policy` attribute")
+        raise ValueError(
+            f"check_compute_single_action: {type(trainer).__name__} is not a Policy "
+            "and has neither `get_policy()` nor a `policy` attribute"
+        )
     owner = trainer if callable(getattr(trainer, "compute_single_action", None)) else None
     return pol, pid, owner
 
@@ -414,8 +447,9 @@ def _owner_obs_space(owner: Any, pol: Any, pid: str) -> Any:
     return getattr(space, "original_space", space)
 
 
-def _sample_inputs(pol: Any, obs_space: Any, include_state: bool,
-                   include_prev_action_reward: bool) -> _SingleInputs:
+def _sample_inputs(
+    pol: Any, obs_space: Any, include_state: bool, include_prev_action_reward: bool
+) -> _SingleInputs:
     import gymnasium as gym
 
     obs = obs_space.sample()
@@ -477,25 +511,43 @@ def _accepts_keyword(fn: Any, name: str) -> bool:
     return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)
 
 
-def _check_single_call(what: Any, pol: Any, pid: str, inputs: _SingleInputs, *, explore: bool,
-                       timestep: int, full_fetch: bool, unsquash: Optional[bool],
-                       clip: Optional[bool]) -> None:
+def _check_single_call(
+    what: Any,
+    pol: Any,
+    pid: str,
+    inputs: _SingleInputs,
+    *,
+    explore: bool,
+    timestep: int,
+    full_fetch: bool,
+    unsquash: Optional[bool],
+    clip: Optional[bool],
+) -> None:
     """One ``compute_single_action`` call on the policy or its owner, and its checks."""
-    args = dict(prev_action=inputs.prev_action, prev_reward=inputs.prev_reward, explore=explore,
-                timestep=timestep)
+    args = dict(
+        prev_action=inputs.prev_action, prev_reward=inputs.prev_reward, explore=explore, timestep=timestep
+    )
     unsquash_ = pol.config.get("normalize_actions", False) if unsquash is None else unsquash
     clip_ = pol.config.get("clip_actions", False) if clip is None else clip
     if what is pol:
         action, state_out, extra = pol.compute_single_action(inputs.obs, inputs.state_in, **args)
         if not isinstance(extra, dict):
-            raise AssertionError(f"check_compute_single_action: {type(pol).__name__}."
-                                 f"compute_single_action returned extra fetches of type "
-                                 f"{type(extra).__name__}, expected a dict")
+            raise AssertionError(
+                f"check_compute_single_action: {type(pol).__name__}."
+                f"compute_single_action returned extra fetches of type "
+                f"{type(extra).__name__}, expected a dict"
+            )
         action = _postprocess_like_trainer(action, pol, unsquash_, clip_)
     else:
-        out = what.compute_single_action(inputs.obs, inputs.state_in, full_fetch=full_fetch,
-                                         policy_id=pid, unsquash_action=unsquash, clip_action=clip,
-                                         **args)
+        out = what.compute_single_action(
+            inputs.obs,
+            inputs.state_in,
+            full_fetch=full_fetch,
+            policy_id=pid,
+            unsquash_action=unsquash,
+            clip_action=clip,
+            **args,
+        )
         action, state_out = (out[0], out[1]) if inputs.state_in or full_fetch else (out, None)
     if state_out:
         _check_state_shapes(inputs.state_in, state_out)
@@ -516,8 +568,10 @@ def _postprocess_like_trainer(action: Any, pol: Any, unsquash: bool, clip: bool)
 def _check_state_shapes(state_in: Optional[List[Any]], state_out: List[Any]) -> None:
     for i, (si, so) in enumerate(zip(state_in or [], state_out or [])):
         if tuple(np.shape(si)) != tuple(np.shape(so)):
-            raise AssertionError(f"check_compute_single_action: state_out_{i} has shape "
-                                 f"{tuple(np.shape(so))} but state_in_{i} has {tuple(np.shape(si))}")
+            raise AssertionError(
+                f"check_compute_single_action: state_out_{i} has shape "
+                f"{tuple(np.shape(so))} but state_in_{i} has {tuple(np.shape(si))}"
+            )
 
 
 def _check_action_in_space(action: Any, pol: Any, unsquash: bool, clip: bool, what: Any) -> None:
@@ -526,21 +580,27 @@ def _check_action_in_space(action: Any, pol: Any, unsquash: bool, clip: bool, wh
     space = pol.action_space
     is_box = isinstance(space, gym.spaces.Box)
     if (clip or unsquash or not is_box) and not space.contains(_as_space_value(action, space)):
-        raise ValueError(f"check_compute_single_action: action {action!r} of {type(what).__name__} "
-                         f"is not in the action space {space} (unsquash={unsquash}, clip={clip})")
-    if is_box and not unsquash and pol.config.get("normalize_actions") and \
-            np.any(np.abs(action) > 3.0):
-        raise ValueError(f"check_compute_single_action: action {action!r} of {type(what).__name__} "
-                         "should be in normalized space (normalize_actions=True, not "
-                         "unsquashed) but is larger than 3 in size")
+        raise ValueError(
+            f"check_compute_single_action: action {action!r} of {type(what).__name__} "
+            f"is not in the action space {space} (unsquash={unsquash}, clip={clip})"
+        )
+    if is_box and not unsquash and pol.config.get("normalize_actions") and np.any(np.abs(action) > 3.0):
+        raise ValueError(
+            f"check_compute_single_action: action {action!r} of {type(what).__name__} "
+            "should be in normalized space (normalize_actions=True, not "
+            "unsquashed) but is larger than 3 in size"
+        )
 
 
 def _as_space_value(action: Any, space: Any) -> Any:
     """Casts a float Box action to the space's dtype (``contains`` checks the dtype)."""
     import gymnasium as gym
 
-    if isinstance(space, gym.spaces.Box) and isinstance(action, np.ndarray) and \
-            np.can_cast(action.dtype, space.dtype, casting="same_kind"):
+    if (
+        isinstance(space, gym.spaces.Box)
+        and isinstance(action, np.ndarray)
+        and np.can_cast(action.dtype, space.dtype, casting="same_kind")
+    ):
         return action.astype(space.dtype, copy=False)
     return action
 
@@ -548,6 +608,7 @@ def _as_space_value(action: Any, space: Any) -> Any:
 # ----------------------------------------------------------------------------------------
 # check_learning_achieved / check_train_results
 # ----------------------------------------------------------------------------------------
+
 
 def check_learning_achieved(tune_results: Any, min_reward: float, evaluation: bool = False) -> None:
     """Raises unless the best ``episode_reward_mean`` reaches ``min_reward``.
@@ -637,10 +698,13 @@ def check_train_results(train_results: Dict[str, Any]) -> Dict[str, Any]:
     from rlpolicy.utils.metrics.learner_info import LEARNER_INFO
 
     info = train_results.get("info") if isinstance(train_results, Mapping) else None
-    _require(isinstance(info, Mapping),
-             f"check_train_results: no 'info' dict in `train_results` ({train_results})!")
-    _require(LEARNER_INFO in info,
-             f"check_train_results: '{LEARNER_INFO}' not in train_results['info'] ({info})!")
+    _require(
+        isinstance(info, Mapping),
+        f"check_train_results: no 'info' dict in `train_results` ({train_results})!",
+    )
+    _require(
+        LEARNER_INFO in info, f"check_train_results: '{LEARNER_INFO}' not in train_results['info'] ({info})!"
+    )
     learner_info = info[LEARNER_INFO]
     config = train_results.get("config")
     if config is not None:
@@ -657,29 +721,37 @@ def _check_default_policy_present(config: Mapping, learner_info: Mapping) -> Non
     policies = (config.get("multiagent") or {}).get("policies") or {DEFAULT_POLICY_ID}
     is_multi_agent = len(policies) > 1 or DEFAULT_POLICY_ID not in policies
     if not is_multi_agent:
-        _require(len(learner_info) == 0 or DEFAULT_POLICY_ID in learner_info,
-                 f"check_train_results: '{DEFAULT_POLICY_ID}' not found in "
-                 f"train_results['info']['learner'] ({learner_info})!")
+        _require(
+            len(learner_info) == 0 or DEFAULT_POLICY_ID in learner_info,
+            f"check_train_results: '{DEFAULT_POLICY_ID}' not found in "
+            f"train_results['info']['learner'] ({learner_info})!",
+        )
 
 
 def _check_policy_stats(pid: str, policy_stats: Any, config: Optional[Mapping]) -> None:
     from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
 
     where = f"train_results['info']['learner'][{pid!r}]"
-    _require(isinstance(policy_stats, Mapping) and LEARNER_STATS_KEY in policy_stats,
-             f"check_train_results: '{LEARNER_STATS_KEY}' not in {where} ({policy_stats})!")
+    _require(
+        isinstance(policy_stats, Mapping) and LEARNER_STATS_KEY in policy_stats,
+        f"check_train_results: '{LEARNER_STATS_KEY}' not in {where} ({policy_stats})!",
+    )
     if "td_error" in policy_stats and config is not None and "train_batch_size" in config:
         configured_b = config["train_batch_size"]
         actual_b = np.shape(policy_stats["td_error"])[0]
         if (configured_b - actual_b) / actual_b > 0.1:  # R2D2: one td-error per sequence.
             seq = config["model"]["max_seq_len"] + config.get("burn_in", 0)
-            _require(configured_b / seq == actual_b,
-                     f"check_train_results: {where}['td_error'] has {actual_b} rows, expected "
-                     f"train_batch_size={configured_b} (or {configured_b / seq} sequences)")
+            _require(
+                configured_b / seq == actual_b,
+                f"check_train_results: {where}['td_error'] has {actual_b} rows, expected "
+                f"train_batch_size={configured_b} (or {configured_b / seq} sequences)",
+            )
     for key, value in policy_stats[LEARNER_STATS_KEY].items():
         if key.startswith(("min_", "max_")):
-            _require(np.isscalar(value), f"check_train_results: {where}['{LEARNER_STATS_KEY}']"
-                                         f"[{key!r}] is not a scalar ({value})!")
+            _require(
+                np.isscalar(value),
+                f"check_train_results: {where}['{LEARNER_STATS_KEY}'][{key!r}] is not a scalar ({value})!",
+            )
 
 
 def _require(ok: bool, message: str) -> None:
@@ -689,6 +761,9 @@ def _require(ok: bool, message: str) -> None:
 
 
 __all__ = [
-    "check", "check_compute_single_action", "check_learning_achieved", "check_train_results",
+    "check",
+    "check_compute_single_action",
+    "check_learning_achieved",
+    "check_train_results",
     "framework_iterator",
 ]

@@ -3,6 +3,7 @@
 RLlib 1.11 raises on importing this module; rlpolicy warns and re-exports
 ``tf_utils`` so that code written for older 1.x releases still runs.
 """
+
 from rlpolicy.utils.deprecation import deprecation_warning
 from rlpolicy.utils.tf_utils import *  # noqa: F401,F403
 

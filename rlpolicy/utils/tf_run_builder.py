@@ -1,5 +1,6 @@
 """``TFRunBuilder`` (RLlib 1.11's ``ray.rllib.utils.tf_run_builder``): collect feeds and
 fetches from several places, then run the session once."""
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,9 @@ class TFRunBuilder:
 
     def _check_open(self, what: str) -> None:
         if self._executed is not None:
-            raise RuntimeError(f"TFRunBuilder({self.debug_name!r}): cannot {what} after the run "
-                               f"was executed by get()")
+            raise RuntimeError(
+                f"TFRunBuilder({self.debug_name!r}): cannot {what} after the run was executed by get()"
+            )
 
     def add_feed_dict(self, feed_dict: Dict[Any, Any]) -> None:
         """Adds placeholder -> value entries to the feed dict.
@@ -108,8 +110,9 @@ def _run(builder: TFRunBuilder) -> List[Any]:
             fast = _run_cached(builder.session, builder.fetches, builder.feed_dict)
             if fast is not _NO_FAST_PATH:
                 return fast
-        return run_timeline(builder.session, builder.fetches, builder.debug_name,
-                            builder.feed_dict, timeline_dir)
+        return run_timeline(
+            builder.session, builder.fetches, builder.debug_name, builder.feed_dict, timeline_dir
+        )
     except Exception as e:  # re-raised with the run's name in the message
         logger.error("TFRunBuilder(%r): error fetching %s", builder.debug_name, builder.fetches)
         renamed = _renamed(e, builder.debug_name)
@@ -163,8 +166,14 @@ def _make_callable(session: Any, fetches: Any, feeds: tuple) -> Any:
     if type(session).run is not session_lib.BaseSession.run or "run" in session.__dict__:
         return None  # a wrapped or patched run() must see every step
     graph = session.graph
-    if not all(isinstance(t, tf.Tensor) and t.graph is graph and graph.is_feedable(t)
-               and t.dtype.is_numpy_compatible and t.dtype != tf.string for t in feeds):
+    if not all(
+        isinstance(t, tf.Tensor)
+        and t.graph is graph
+        and graph.is_feedable(t)
+        and t.dtype.is_numpy_compatible
+        and t.dtype != tf.string
+        for t in feeds
+    ):
         return None
     try:
         from tensorflow.core.protobuf import config_pb2
@@ -226,8 +235,9 @@ def _renamed(e: Exception, debug_name: str) -> Exception:
 _count = 0
 
 
-def run_timeline(sess: Any, ops: Any, debug_name: str, feed_dict: Dict[Any, Any] = None,
-                 timeline_dir: str = None) -> Any:
+def run_timeline(
+    sess: Any, ops: Any, debug_name: str, feed_dict: Dict[Any, Any] = None, timeline_dir: str = None
+) -> Any:
     """``sess.run(ops, feed_dict)``; with ``timeline_dir``, also writes a Chrome trace there.
 
     Args:

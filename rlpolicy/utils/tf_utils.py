@@ -3,6 +3,7 @@
 Everything works in eager mode and inside a ``tf1.Graph`` (graph mode);
 rlpolicy never disables eager execution globally.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Union
@@ -33,8 +34,9 @@ def explained_variance(y: TensorType, pred: TensorType) -> TensorType:
     return tf.maximum(-1.0, 1 - (diff_var / y_var))
 
 
-def flatten_inputs_to_1d_tensor(inputs: TensorStructType, spaces_struct: Optional[SpaceStruct] = None,
-                                time_axis: bool = False) -> TensorType:
+def flatten_inputs_to_1d_tensor(
+    inputs: TensorStructType, spaces_struct: Optional[SpaceStruct] = None, time_axis: bool = False
+) -> TensorType:
     """Flattens and concatenates a nested input struct into one ``[B, n]`` float32 tensor.
 
     Discrete/MultiDiscrete components (per ``spaces_struct``) are one-hot
@@ -49,8 +51,7 @@ def flatten_inputs_to_1d_tensor(inputs: TensorStructType, spaces_struct: Optiona
         ``[B, n]`` (or ``[B, T, n]``) float32 tensor.
     """
     flat_inputs = tree.flatten(inputs)
-    flat_spaces = (tree.flatten(spaces_struct) if spaces_struct is not None
-                   else [None] * len(flat_inputs))
+    flat_spaces = tree.flatten(spaces_struct) if spaces_struct is not None else [None] * len(flat_inputs)
     B = T = None
     out = []
     for input_, space in zip(flat_inputs, flat_spaces):
@@ -106,9 +107,14 @@ def _placeholder_dtype(dtype: Any) -> Any:
     return tf.float32 if np.dtype(dtype) == np.float64 else tf.as_dtype(np.dtype(dtype))
 
 
-def get_placeholder(*, space: Optional[gym.Space] = None, value: Optional[Any] = None,
-                    name: Optional[str] = None, time_axis: bool = False,
-                    flatten: bool = True) -> Union[TensorType, TensorStructType]:
+def get_placeholder(
+    *,
+    space: Optional[gym.Space] = None,
+    value: Optional[Any] = None,
+    name: Optional[str] = None,
+    time_axis: bool = False,
+    flatten: bool = True,
+) -> Union[TensorType, TensorStructType]:
     """Creates a ``tf1.placeholder`` for a batch of values of ``space`` (or like ``value``).
 
     Must be called inside a graph (``with graph.as_default():``).
@@ -135,11 +141,13 @@ def get_placeholder(*, space: Optional[gym.Space] = None, value: Optional[Any] =
                 return _action_placeholder(space, name)
             return tree.map_structure_with_path(
                 lambda path, component: get_placeholder(
-                    space=component, name=f"{name}." + ".".join(str(p) for p in path),
-                    time_axis=time_axis),
-                get_base_struct_from_space(space))
-        return tf1.placeholder(shape=(None,) + time + tuple(space.shape),
-                               dtype=_placeholder_dtype(space.dtype), name=name)
+                    space=component, name=f"{name}." + ".".join(str(p) for p in path), time_axis=time_axis
+                ),
+                get_base_struct_from_space(space),
+            )
+        return tf1.placeholder(
+            shape=(None,) + time + tuple(space.shape), dtype=_placeholder_dtype(space.dtype), name=name
+        )
     if value is None:
         raise ValueError(f"get_placeholder(name={name!r}): pass either `space` or `value`")
     shape = value.shape[1:]
@@ -194,8 +202,7 @@ class _GraphCallable:
         if self._out is None:
             self._build(flat_args, kwargs)
         feed = dict(zip(tree.flatten(self._arg_phs), tree.flatten(flat_args)))
-        feed.update(zip(tree.flatten(self._kwarg_phs),
-                        tree.flatten_up_to(self._kwarg_phs, kwargs)))
+        feed.update(zip(tree.flatten(self._kwarg_phs), tree.flatten_up_to(self._kwarg_phs, kwargs)))
         return self._session.run(self._out, feed)
 
 
@@ -221,8 +228,10 @@ def make_tf_callable(session_or_none: Optional[Any], dynamic_shape: bool = False
             (where eager execution is off).
     """
     if session_or_none is None and not tf.executing_eagerly():
-        raise ValueError("make_tf_callable: session_or_none=None needs eager execution; "
-                         "pass the tf1.Session when building in a graph")
+        raise ValueError(
+            "make_tf_callable: session_or_none=None needs eager execution; "
+            "pass the tf1.Session when building in a graph"
+        )
 
     def make_wrapper(fn: Callable) -> Callable:
         if session_or_none is None:
@@ -232,8 +241,9 @@ def make_tf_callable(session_or_none: Optional[Any], dynamic_shape: bool = False
     return make_wrapper
 
 
-def minimize_and_clip(optimizer: LocalOptimizer, objective: TensorType, var_list: List[Any],
-                      clip_val: Optional[float] = 10.0) -> ModelGradients:
+def minimize_and_clip(
+    optimizer: LocalOptimizer, objective: TensorType, var_list: List[Any], clip_val: Optional[float] = 10.0
+) -> ModelGradients:
     """Computes gradients of ``objective`` w.r.t. ``var_list``, each clipped to norm ``clip_val``.
 
     In eager mode the gradients come from ``optimizer.tape`` (set by the
@@ -256,14 +266,20 @@ def minimize_and_clip(optimizer: LocalOptimizer, objective: TensorType, var_list
         raise ValueError(f"minimize_and_clip: clip_val must be > 0 or None, got {clip_val!r}")
     if tf.executing_eagerly():
         grads = optimizer.tape.gradient(objective, var_list)
-        return [(_eager_clip_by_norm(g, clip_val) if clip_val is not None else g, v)
-                for g, v in zip(list(grads), var_list) if g is not None]
+        return [
+            (_eager_clip_by_norm(g, clip_val) if clip_val is not None else g, v)
+            for g, v in zip(list(grads), var_list)
+            if g is not None
+        ]
     if hasattr(optimizer, "compute_gradients"):
         grads_and_vars = optimizer.compute_gradients(objective, var_list=var_list)
     else:
         grads_and_vars = list(zip(tf.gradients(objective, var_list), var_list))
-    return [(tf.clip_by_norm(g, clip_val) if clip_val is not None else g, v)
-            for (g, v) in grads_and_vars if g is not None]
+    return [
+        (tf.clip_by_norm(g, clip_val) if clip_val is not None else g, v)
+        for (g, v) in grads_and_vars
+        if g is not None
+    ]
 
 
 def _eager_clip_by_norm(grad: TensorType, clip_val: float) -> TensorType:
@@ -288,8 +304,9 @@ def one_hot(x: TensorType, space: gym.Space) -> TensorType:
     if isinstance(space, gym.spaces.Discrete):
         return tf.one_hot(x, int(space.n), dtype=tf.float32)
     if isinstance(space, gym.spaces.MultiDiscrete):
-        return tf.concat([tf.one_hot(x[:, i], int(n), dtype=tf.float32)
-                          for i, n in enumerate(space.nvec)], axis=-1)
+        return tf.concat(
+            [tf.one_hot(x[:, i], int(n), dtype=tf.float32) for i, n in enumerate(space.nvec)], axis=-1
+        )
     raise ValueError(f"Unsupported space for `one_hot`: {space}; supported: Discrete, MultiDiscrete")
 
 
@@ -325,7 +342,16 @@ def zero_logps_from_actions(actions: TensorStructType) -> TensorType:
 
 
 __all__ = [
-    "explained_variance", "flatten_inputs_to_1d_tensor", "get_gpu_devices", "get_placeholder",
-    "huber_loss", "l2_loss", "make_tf_callable", "minimize_and_clip", "one_hot",
-    "reduce_mean_ignore_inf", "scope_vars", "zero_logps_from_actions",
+    "explained_variance",
+    "flatten_inputs_to_1d_tensor",
+    "get_gpu_devices",
+    "get_placeholder",
+    "huber_loss",
+    "l2_loss",
+    "make_tf_callable",
+    "minimize_and_clip",
+    "one_hot",
+    "reduce_mean_ignore_inf",
+    "scope_vars",
+    "zero_logps_from_actions",
 ]

@@ -2,6 +2,7 @@
 
 Importing this module does not require torch; the functions do.
 """
+
 from __future__ import annotations
 
 import os
@@ -73,10 +74,13 @@ def concat_multi_gpu_td_errors(policy: "TorchPolicy") -> Dict[str, TensorType]:
     Returns:
         ``{"td_error": concatenated, "mean_td_error": its mean}``.
     """
-    td_error = torch.cat([
-        t.tower_stats.get("td_error", torch.tensor([0.0])).to(policy.device)
-        for t in policy.model_gpu_towers
-    ], dim=0)
+    td_error = torch.cat(
+        [
+            t.tower_stats.get("td_error", torch.tensor([0.0])).to(policy.device)
+            for t in policy.model_gpu_towers
+        ],
+        dim=0,
+    )
     policy.td_error = td_error
     return {"td_error": td_error, "mean_td_error": torch.mean(td_error)}
 
@@ -90,6 +94,7 @@ def convert_to_non_torch_type(stats: TensorStructType) -> TensorStructType:
     Returns:
         The same structure without torch tensors.
     """
+
     def mapping(item):
         if torch is not None and isinstance(item, torch.Tensor):
             return item.cpu().item() if item.dim() == 0 else item.detach().cpu().numpy()
@@ -185,8 +190,9 @@ def explained_variance(y: TensorType, pred: TensorType) -> TensorType:
     return torch.max(min_, 1 - (diff_var / y_var))[0]
 
 
-def flatten_inputs_to_1d_tensor(inputs: TensorStructType, spaces_struct: Optional[SpaceStruct] = None,
-                                time_axis: bool = False) -> TensorType:
+def flatten_inputs_to_1d_tensor(
+    inputs: TensorStructType, spaces_struct: Optional[SpaceStruct] = None, time_axis: bool = False
+) -> TensorType:
     """Flattens and concatenates a nested input struct into one ``[B, n]`` float tensor.
 
     Discrete/MultiDiscrete components (per ``spaces_struct``) are one-hot
@@ -201,8 +207,7 @@ def flatten_inputs_to_1d_tensor(inputs: TensorStructType, spaces_struct: Optiona
         ``[B, n]`` (or ``[B, T, n]``) float tensor.
     """
     flat_inputs = tree.flatten(inputs)
-    flat_spaces = (tree.flatten(spaces_struct) if spaces_struct is not None
-                   else [None] * len(flat_inputs))
+    flat_spaces = tree.flatten(spaces_struct) if spaces_struct is not None else [None] * len(flat_inputs)
     B = T = None
     out = []
     for input_, space in zip(flat_inputs, flat_spaces):
@@ -230,8 +235,7 @@ def global_norm(tensors: List[TensorType]) -> TensorType:
 
 def huber_loss(x: TensorType, delta: float = 1.0) -> TensorType:
     """Elementwise Huber loss: ``0.5 x^2`` for ``|x| < delta``, else ``delta (|x| - delta/2)``."""
-    return torch.where(torch.abs(x) < delta, torch.pow(x, 2.0) * 0.5,
-                       delta * (torch.abs(x) - 0.5 * delta))
+    return torch.where(torch.abs(x) < delta, torch.pow(x, 2.0) * 0.5, delta * (torch.abs(x) - 0.5 * delta))
 
 
 def l2_loss(x: TensorType) -> TensorType:
@@ -268,8 +272,9 @@ def one_hot(x: TensorType, space: gym.Space) -> TensorType:
     if isinstance(space, gym.spaces.Discrete):
         return nn.functional.one_hot(x.long(), int(space.n))
     if isinstance(space, gym.spaces.MultiDiscrete):
-        return torch.cat([nn.functional.one_hot(x[:, i].long(), int(n))
-                          for i, n in enumerate(space.nvec)], dim=-1)
+        return torch.cat(
+            [nn.functional.one_hot(x[:, i].long(), int(n)) for i, n in enumerate(space.nvec)], dim=-1
+        )
     raise ValueError(f"Unsupported space for `one_hot`: {space}; supported: Discrete, MultiDiscrete")
 
 
@@ -282,8 +287,9 @@ def reduce_mean_ignore_inf(x: TensorType, axis: Optional[int] = None) -> TensorT
     return torch.sum(x_zeroed, axis) / torch.sum(mask.float(), axis)
 
 
-def sequence_mask(lengths: TensorType, maxlen: Optional[int] = None, dtype=None,
-                  time_major: bool = False) -> TensorType:
+def sequence_mask(
+    lengths: TensorType, maxlen: Optional[int] = None, dtype=None, time_major: bool = False
+) -> TensorType:
     """A ``[B, maxlen]`` mask (``[maxlen, B]`` if ``time_major``): True for ``t < lengths[b]``.
 
     Args:
@@ -333,9 +339,22 @@ def softmax_cross_entropy_with_logits(logits: TensorType, labels: TensorType) ->
 
 
 __all__ = [
-    "FLOAT_MIN", "FLOAT_MAX", "apply_grad_clipping", "atanh", "concat_multi_gpu_td_errors",
-    "convert_to_non_torch_type", "convert_to_torch_tensor", "explained_variance",
-    "flatten_inputs_to_1d_tensor", "global_norm", "huber_loss", "l2_loss", "minimize_and_clip",
-    "one_hot", "reduce_mean_ignore_inf", "sequence_mask", "set_torch_seed",
+    "FLOAT_MIN",
+    "FLOAT_MAX",
+    "apply_grad_clipping",
+    "atanh",
+    "concat_multi_gpu_td_errors",
+    "convert_to_non_torch_type",
+    "convert_to_torch_tensor",
+    "explained_variance",
+    "flatten_inputs_to_1d_tensor",
+    "global_norm",
+    "huber_loss",
+    "l2_loss",
+    "minimize_and_clip",
+    "one_hot",
+    "reduce_mean_ignore_inf",
+    "sequence_mask",
+    "set_torch_seed",
     "softmax_cross_entropy_with_logits",
 ]

@@ -1,4 +1,5 @@
 """Type aliases used across rlpolicy's signatures (RLlib 1.11 names)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union

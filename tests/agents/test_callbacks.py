@@ -1,4 +1,5 @@
 """rlpolicy.agents.callbacks: hook signatures, legacy dict interface, MultiCallbacks forwarding."""
+
 import inspect
 
 import pytest
@@ -11,9 +12,15 @@ HOOK_KWARGS = {
     "on_episode_start": dict(worker="w", base_env="be", policies={}, episode="ep", env_index=0),
     "on_episode_step": dict(worker="w", base_env="be", policies={}, episode="ep", env_index=0),
     "on_episode_end": dict(worker="w", base_env="be", policies={}, episode="ep", env_index=0),
-    "on_postprocess_trajectory": dict(worker="w", episode="ep", agent_id="a0", policy_id="p",
-                                      policies={}, postprocessed_batch="post",
-                                      original_batches={"a0": "pre"}),
+    "on_postprocess_trajectory": dict(
+        worker="w",
+        episode="ep",
+        agent_id="a0",
+        policy_id="p",
+        policies={},
+        postprocessed_batch="post",
+        original_batches={"a0": "pre"},
+    ),
     "on_sample_end": dict(worker="w", samples="s"),
     "on_learn_on_batch": dict(policy="p", train_batch="tb", result={}),
     "on_train_result": dict(trainer="t", result={}),
@@ -34,12 +41,28 @@ def test_hooks_are_keyword_only_noops():
 
 def test_rllib_signatures():
     sig = inspect.signature(DefaultCallbacks.on_episode_start)
-    assert list(sig.parameters) == ["self", "worker", "base_env", "policies", "episode", "env_index", "kwargs"]
+    assert list(sig.parameters) == [
+        "self",
+        "worker",
+        "base_env",
+        "policies",
+        "episode",
+        "env_index",
+        "kwargs",
+    ]
     assert sig.parameters["env_index"].default is None
     assert inspect.signature(DefaultCallbacks.on_episode_step).parameters["policies"].default is None
     assert list(inspect.signature(DefaultCallbacks.on_postprocess_trajectory).parameters) == [
-        "self", "worker", "episode", "agent_id", "policy_id", "policies", "postprocessed_batch",
-        "original_batches", "kwargs"]
+        "self",
+        "worker",
+        "episode",
+        "agent_id",
+        "policy_id",
+        "policies",
+        "postprocessed_batch",
+        "original_batches",
+        "kwargs",
+    ]
 
 
 def test_legacy_callbacks_dict():
@@ -73,8 +96,10 @@ class _Recorder(DefaultCallbacks):
 
     def __getattribute__(self, name):
         if name in HOOK_KWARGS:
+
             def record(**kwargs):
                 type(self).log.append((object.__getattribute__(self, "tag"), name, kwargs))
+
             return record
         return object.__getattribute__(self, name)
 

@@ -1,6 +1,7 @@
 """DQNTFPolicy (graph "tf" and eager "tf2"): loss pieces against numpy / hand-worked
 values (run eagerly on stand-in models), and the built policies act, learn and
 update their target network."""
+
 import numpy as np
 import pytest
 
@@ -39,8 +40,16 @@ class TableModel:
 
 class StubPolicy:
     def __init__(self, **config):
-        self.config = {"num_atoms": 1, "dueling": False, "double_q": True, "gamma": 0.9,
-                       "n_step": 1, "v_min": -10.0, "v_max": 10.0, **config}
+        self.config = {
+            "num_atoms": 1,
+            "dueling": False,
+            "double_q": True,
+            "gamma": 0.9,
+            "n_step": 1,
+            "v_min": -10.0,
+            "v_max": 10.0,
+            **config,
+        }
         self.action_space = ACT
 
 
@@ -55,16 +64,22 @@ def test_double_q_td_error_and_huber_loss_match_numpy(double_q):
     policy = StubPolicy(double_q=double_q)
     policy.target_model = TableModel(scale=target_scale)
     rewards, weights = np.array([1.0, -0.5], np.float32), np.array([1.0, 0.5], np.float32)
-    batch = {SampleBatch.OBS: obs, SampleBatch.NEXT_OBS: next_obs, SampleBatch.ACTIONS: np.array([1, 2]),
-             SampleBatch.REWARDS: rewards, SampleBatch.DONES: np.array([False, True]),
-             SampleBatch.TERMINATEDS: np.array([False, True]), PRIO_WEIGHTS: weights}
+    batch = {
+        SampleBatch.OBS: obs,
+        SampleBatch.NEXT_OBS: next_obs,
+        SampleBatch.ACTIONS: np.array([1, 2]),
+        SampleBatch.REWARDS: rewards,
+        SampleBatch.DONES: np.array([False, True]),
+        SampleBatch.TERMINATEDS: np.array([False, True]),
+        PRIO_WEIGHTS: weights,
+    }
     loss = build_q_losses(policy, TableModel(), None, batch)
     q_next = next_obs * target_scale
     best = np.argmax(next_obs if double_q else q_next, axis=1)
     target = rewards + 0.9 * np.array([1.0, 0.0]) * q_next[np.arange(2), best]
     td = obs[np.arange(2), [1, 2]] - target
     np.testing.assert_allclose(policy.q_loss.td_error.numpy(), td, rtol=1e-5, atol=1e-5)
-    huber = np.where(np.abs(td) < 1, 0.5 * td ** 2, np.abs(td) - 0.5)
+    huber = np.where(np.abs(td) < 1, 0.5 * td**2, np.abs(td) - 0.5)
     np.testing.assert_allclose(float(loss), np.mean(weights * huber), rtol=1e-5, atol=1e-6)
 
 
@@ -75,12 +90,16 @@ def test_dueling_combination_matches_numpy():
     adv = np.array([[1.0, 2.0, 6.0], [-1.0, 0.0, 4.0]], np.float32)
     value = np.array([10.0, -3.0], np.float32)
     q = compute_q_values(StubPolicy(dueling=True), TableModel(value=value), {"obs": adv})[0]
-    np.testing.assert_allclose(q.numpy(), value[:, None] + adv - adv.mean(1, keepdims=True), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        q.numpy(), value[:, None] + adv - adv.mean(1, keepdims=True), rtol=1e-5, atol=1e-5
+    )
 
 
 @pytest.mark.tf_eager_code
-@pytest.mark.parametrize("reward,done,expected", [
-    (0.5, 0.0, [0.0, 0.35, 0.65]), (0.5, 1.0, [0.0, 0.5, 0.5]), (2.0, 0.0, [0.0, 0.0, 1.0])])
+@pytest.mark.parametrize(
+    "reward,done,expected",
+    [(0.5, 0.0, [0.0, 0.35, 0.65]), (0.5, 1.0, [0.0, 0.5, 0.5]), (2.0, 0.0, [0.0, 0.0, 1.0])],
+)
 def test_c51_projection_hand_worked(reward, done, expected):
     from rlpolicy.agents.dqn.dqn_tf_policy import project_distribution
 
@@ -101,12 +120,17 @@ def tf_policy(request):
 
 def _batch(n=8, seed=0):
     rng = np.random.default_rng(seed)
-    return SampleBatch({
-        SampleBatch.OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
-        SampleBatch.NEXT_OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
-        SampleBatch.ACTIONS: rng.integers(0, 3, n), SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
-        SampleBatch.DONES: rng.random(n) < 0.2, SampleBatch.TERMINATEDS: np.zeros(n, bool),
-        PRIO_WEIGHTS: np.ones(n, np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.NEXT_OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: rng.integers(0, 3, n),
+            SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
+            SampleBatch.DONES: rng.random(n) < 0.2,
+            SampleBatch.TERMINATEDS: np.zeros(n, bool),
+            PRIO_WEIGHTS: np.ones(n, np.float32),
+        }
+    )
 
 
 def test_tf_policy_acts_learns_and_updates_target(tf_policy):
@@ -137,9 +161,14 @@ def test_tf_worker_side_prioritization_sets_priorities(framework):
     batch = _batch()
     del batch[PRIO_WEIGHTS]
     out = tf_policy.postprocess_trajectory(batch)
-    td = tf_policy.compute_td_error(out[SampleBatch.OBS], out[SampleBatch.ACTIONS], out[SampleBatch.REWARDS],
-                                    out[SampleBatch.NEXT_OBS], out[SampleBatch.TERMINATEDS],
-                                    np.ones(8, np.float32))
+    td = tf_policy.compute_td_error(
+        out[SampleBatch.OBS],
+        out[SampleBatch.ACTIONS],
+        out[SampleBatch.REWARDS],
+        out[SampleBatch.NEXT_OBS],
+        out[SampleBatch.TERMINATEDS],
+        np.ones(8, np.float32),
+    )
     np.testing.assert_allclose(out[PRIO_WEIGHTS], np.abs(np.asarray(td)) + 1e-6, rtol=1e-5, atol=1e-6)
 
 

@@ -1,5 +1,6 @@
 """DQNTorchPolicy: loss pieces against numpy / hand-worked values, postprocessing,
 target networks (per tower), prioritized-replay fetches and config errors."""
+
 import numpy as np
 import pytest
 
@@ -23,7 +24,7 @@ SMALL = {"model": {"fcnet_hiddens": [8]}, "hiddens": [8], "learning_starts": 0}
 
 
 def np_huber(x, delta=1.0):
-    return np.where(np.abs(x) < delta, 0.5 * x ** 2, delta * (np.abs(x) - 0.5 * delta))
+    return np.where(np.abs(x) < delta, 0.5 * x**2, delta * (np.abs(x) - 0.5 * delta))
 
 
 class TableModel:
@@ -45,8 +46,16 @@ class TableModel:
 
 class StubPolicy:
     def __init__(self, **config):
-        self.config = {"num_atoms": 1, "dueling": False, "double_q": True, "gamma": 0.9,
-                       "n_step": 1, "v_min": -10.0, "v_max": 10.0, **config}
+        self.config = {
+            "num_atoms": 1,
+            "dueling": False,
+            "double_q": True,
+            "gamma": 0.9,
+            "n_step": 1,
+            "v_min": -10.0,
+            "v_max": 10.0,
+            **config,
+        }
         self.action_space = ACT
         self.target_models = {}
 
@@ -62,7 +71,9 @@ def test_huber_loss_with_weights_matches_numpy():
     target = rewards.numpy() + 0.81 * (1 - dones.numpy()) * q_best.numpy()
     td = q_sel.numpy() - target
     np.testing.assert_allclose(loss.td_error.numpy(), td, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(float(loss.loss), np.mean(weights.numpy() * np_huber(td)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        float(loss.loss), np.mean(weights.numpy() * np_huber(td)), rtol=1e-5, atol=1e-6
+    )
     assert float(loss.stats["max_q"]) == pytest.approx(3.0)
 
 
@@ -75,9 +86,14 @@ def test_double_q_target_matches_numpy(double_q):
     online = TableModel()
     target = TableModel(scale=torch.as_tensor(target_scale))
     policy.target_models = {online: target}
-    batch = {SampleBatch.OBS: torch.as_tensor(obs), SampleBatch.NEXT_OBS: torch.as_tensor(next_obs),
-             SampleBatch.ACTIONS: torch.tensor([1, 2]), SampleBatch.REWARDS: torch.tensor([1.0, -0.5]),
-             SampleBatch.DONES: torch.tensor([False, False]), PRIO_WEIGHTS: torch.ones(2)}
+    batch = {
+        SampleBatch.OBS: torch.as_tensor(obs),
+        SampleBatch.NEXT_OBS: torch.as_tensor(next_obs),
+        SampleBatch.ACTIONS: torch.tensor([1, 2]),
+        SampleBatch.REWARDS: torch.tensor([1.0, -0.5]),
+        SampleBatch.DONES: torch.tensor([False, False]),
+        PRIO_WEIGHTS: torch.ones(2),
+    }
     build_q_losses(policy, online, None, batch)
     q_target_next = next_obs * target_scale
     chooser = next_obs if double_q else q_target_next  # online net picks a* for double Q
@@ -93,9 +109,15 @@ def test_terminateds_stop_bootstrapping_but_truncation_does_not():
     policy.target_models = {online: online}
     obs = torch.zeros(2, 3)
     next_obs = torch.tensor([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
-    batch = {SampleBatch.OBS: obs, SampleBatch.NEXT_OBS: next_obs, SampleBatch.ACTIONS: torch.tensor([0, 0]),
-             SampleBatch.REWARDS: torch.zeros(2), SampleBatch.DONES: torch.tensor([True, True]),
-             SampleBatch.TERMINATEDS: torch.tensor([True, False]), PRIO_WEIGHTS: torch.ones(2)}
+    batch = {
+        SampleBatch.OBS: obs,
+        SampleBatch.NEXT_OBS: next_obs,
+        SampleBatch.ACTIONS: torch.tensor([0, 0]),
+        SampleBatch.REWARDS: torch.zeros(2),
+        SampleBatch.DONES: torch.tensor([True, True]),
+        SampleBatch.TERMINATEDS: torch.tensor([True, False]),
+        PRIO_WEIGHTS: torch.ones(2),
+    }
     build_q_losses(policy, online, None, batch)
     # Row 0 terminated: target 0. Row 1 only truncated: target 0.9 * max Q(s') = 2.7.
     np.testing.assert_allclose(online.tower_stats["td_error"].numpy(), [0.0, -2.7], atol=1e-5)
@@ -115,12 +137,15 @@ def test_dueling_combination_matches_numpy():
     np.testing.assert_allclose(q.numpy()[0, :2], [-1.0, 1.0], atol=1e-6)
 
 
-@pytest.mark.parametrize("reward,done,expected", [
-    (0.5, 0.0, [0.0, 0.35, 0.65]),   # atoms 0, 0.5, 1 -> split 0.5 between neighbours
-    (0.5, 1.0, [0.0, 0.5, 0.5]),     # terminal: all mass at r=0.5
-    (2.0, 0.0, [0.0, 0.0, 1.0]),     # clipped to v_max
-    (-3.0, 1.0, [1.0, 0.0, 0.0]),    # clipped to v_min
-])
+@pytest.mark.parametrize(
+    "reward,done,expected",
+    [
+        (0.5, 0.0, [0.0, 0.35, 0.65]),  # atoms 0, 0.5, 1 -> split 0.5 between neighbours
+        (0.5, 1.0, [0.0, 0.5, 0.5]),  # terminal: all mass at r=0.5
+        (2.0, 0.0, [0.0, 0.0, 1.0]),  # clipped to v_max
+        (-3.0, 1.0, [1.0, 0.0, 0.0]),  # clipped to v_min
+    ],
+)
 def test_c51_projection_hand_worked(reward, done, expected):
     z = torch.tensor([-1.0, 0.0, 1.0])
     probs = torch.tensor([[0.2, 0.3, 0.5]])
@@ -130,13 +155,16 @@ def test_c51_projection_hand_worked(reward, done, expected):
 
 
 def _trajectory(n=4):
-    return SampleBatch({
-        SampleBatch.OBS: np.arange(n, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32),
-        SampleBatch.NEXT_OBS: np.arange(1, n + 1, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32),
-        SampleBatch.ACTIONS: np.zeros(n, np.int64),
-        SampleBatch.REWARDS: np.array([1.0, 2.0, 3.0, 4.0][:n], np.float32),
-        SampleBatch.DONES: np.array([False] * (n - 1) + [True]),
-    })
+    return SampleBatch(
+        {
+            SampleBatch.OBS: np.arange(n, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32),
+            SampleBatch.NEXT_OBS: np.arange(1, n + 1, dtype=np.float32)[:, None]
+            * np.ones((1, 3), np.float32),
+            SampleBatch.ACTIONS: np.zeros(n, np.int64),
+            SampleBatch.REWARDS: np.array([1.0, 2.0, 3.0, 4.0][:n], np.float32),
+            SampleBatch.DONES: np.array([False] * (n - 1) + [True]),
+        }
+    )
 
 
 def test_nstep_postprocessing_hand_worked():
@@ -163,11 +191,16 @@ def policy():
 
 def _batch(n=8, seed=0):
     rng = np.random.default_rng(seed)
-    return SampleBatch({
-        SampleBatch.OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
-        SampleBatch.NEXT_OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
-        SampleBatch.ACTIONS: rng.integers(0, 3, n), SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
-        SampleBatch.DONES: rng.random(n) < 0.2, PRIO_WEIGHTS: np.ones(n, np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.NEXT_OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: rng.integers(0, 3, n),
+            SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
+            SampleBatch.DONES: rng.random(n) < 0.2,
+            PRIO_WEIGHTS: np.ones(n, np.float32),
+        }
+    )
 
 
 def test_policy_acts_and_reports_q_values(policy):
@@ -235,11 +268,19 @@ def test_plain_variant_without_dueling_or_hiddens():
     assert pol.learn_on_batch(_batch())["td_error"].shape == (8,)
 
 
-@pytest.mark.parametrize("space,config,exc,match", [
-    (gym.spaces.Box(-1, 1, (2,)), {}, UnsupportedSpaceException, r"Action space Box.* not supported for DQN"),
-    (ACT, {"num_atoms": 0}, ValueError, r"num_atoms must be an int >= 1, got 0"),
-    (ACT, {"num_atoms": 3, "v_min": 1.0, "v_max": 1.0}, ValueError, r"v_min \(1.0\) must be < v_max"),
-])
+@pytest.mark.parametrize(
+    "space,config,exc,match",
+    [
+        (
+            gym.spaces.Box(-1, 1, (2,)),
+            {},
+            UnsupportedSpaceException,
+            r"Action space Box.* not supported for DQN",
+        ),
+        (ACT, {"num_atoms": 0}, ValueError, r"num_atoms must be an int >= 1, got 0"),
+        (ACT, {"num_atoms": 3, "v_min": 1.0, "v_max": 1.0}, ValueError, r"v_min \(1.0\) must be < v_max"),
+    ],
+)
 def test_config_and_space_errors(space, config, exc, match):
     with pytest.raises(exc, match=match):
         DQNTorchPolicy(OBS, space, dict(SMALL, **config))

@@ -4,6 +4,7 @@ seeds, a few thousand steps), and its replay / target-update bookkeeping is righ
 The full run (shipped defaults until a greedy 20-episode evaluation reaches 475)
 is ``train_dqn(lambda: gym.make("CartPole-v1"))``; its record is in rlpolicy/agents/dqn/dqn.py.
 """
+
 import random
 
 import numpy as np
@@ -14,10 +15,20 @@ gym = pytest.importorskip("gymnasium")
 
 from rlpolicy.agents.dqn.dqn import SimpleDQNTrainer, evaluate_policy, train_dqn  # noqa: E402
 
-SMALL = {"model": {"fcnet_hiddens": [64]}, "hiddens": [64], "learning_starts": 500, "lr": 1e-3,
-         "target_network_update_freq": 250, "n_step": 3,
-         "exploration_config": {"type": "EpsilonGreedy", "initial_epsilon": 1.0,
-                                "final_epsilon": 0.02, "epsilon_timesteps": 1500}}
+SMALL = {
+    "model": {"fcnet_hiddens": [64]},
+    "hiddens": [64],
+    "learning_starts": 500,
+    "lr": 1e-3,
+    "target_network_update_freq": 250,
+    "n_step": 3,
+    "exploration_config": {
+        "type": "EpsilonGreedy",
+        "initial_epsilon": 1.0,
+        "final_epsilon": 0.02,
+        "epsilon_timesteps": 1500,
+    },
+}
 
 
 def make_env():
@@ -49,12 +60,15 @@ def test_greedy_return_rises_within_5000_steps():
     assert trainer.policy.exploration.get_state()["cur_epsilon"] == pytest.approx(0.02)
 
 
-@pytest.mark.parametrize("extra", [
-    {"prioritized_replay": False},
-    {"worker_side_prioritization": True},
-    {"training_intensity": 16},  # 16 / (32 / 4) = 2 train steps per sample
-    {"num_gpus": 2, "_fake_gpus": True},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"prioritized_replay": False},
+        {"worker_side_prioritization": True},
+        {"training_intensity": 16},  # 16 / (32 / 4) = 2 train steps per sample
+        {"num_gpus": 2, "_fake_gpus": True},
+    ],
+)
 def test_loop_variants_run(extra):
     _seed(1)
     cfg = dict(SMALL, learning_starts=40, **extra)
@@ -68,12 +82,21 @@ def test_loop_variants_run(extra):
 
 def test_train_iteration_result_and_train_dqn_budget():
     _seed(2)
-    trainer = SimpleDQNTrainer(make_env, dict(SMALL, timesteps_per_iteration=200, learning_starts=100), seed=2)
+    trainer = SimpleDQNTrainer(
+        make_env, dict(SMALL, timesteps_per_iteration=200, learning_starts=100), seed=2
+    )
     result = trainer.train()
     assert result.iteration == 1 and result.timesteps_total == 200
     assert "mean_q" in result.learner_stats
-    run = train_dqn(make_env, dict(SMALL, learning_starts=100), max_timesteps=400, eval_interval=200,
-                    eval_episodes=2, stop_reward=1e9, seed=3)
+    run = train_dqn(
+        make_env,
+        dict(SMALL, learning_starts=100),
+        max_timesteps=400,
+        eval_interval=200,
+        eval_episodes=2,
+        stop_reward=1e9,
+        seed=3,
+    )
     assert not run.solved and run.timesteps == 400
     assert [e["timesteps"] for e in run.evaluations] == [200, 400]
 
@@ -83,9 +106,23 @@ def test_cli_trains_dqn_and_writes_restorable_checkpoint(tmp_path):
     from rlpolicy.policy.policy import Policy
 
     _seed(4)
-    status = cli.main(["train", "--algo", "dqn", "--num-envs", "1", "--max-timesteps", "600",
-                       "--stop-reward", "1e9", "--checkpoint-dir", str(tmp_path / "ckpt"),
-                       "--config", '{"learning_starts": 100, "timesteps_per_iteration": 300}'])
+    status = cli.main(
+        [
+            "train",
+            "--algo",
+            "dqn",
+            "--num-envs",
+            "1",
+            "--max-timesteps",
+            "600",
+            "--stop-reward",
+            "1e9",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--config",
+            '{"learning_starts": 100, "timesteps_per_iteration": 300}',
+        ]
+    )
     assert status == 1  # stopped by the step limit
     restored = Policy.from_checkpoint(str(tmp_path / "ckpt"))
     assert type(restored).__name__ == "DQNTorchPolicy"
@@ -103,8 +140,10 @@ def test_package_exports_and_light_import():
 
     assert dqn.DQNTorchPolicy.__name__ == "DQNTorchPolicy"
     assert dqn.DEFAULT_CONFIG["hiddens"] == [256] and dqn.DEFAULT_CONFIG["dueling"] is True
-    code = ("import sys, rlpolicy.agents.dqn, rlpolicy.execution.replay_buffer, "
-            "rlpolicy.utils.exploration.parameter_noise; "
-            "print('torch' in sys.modules, 'tensorflow' in sys.modules)")
+    code = (
+        "import sys, rlpolicy.agents.dqn, rlpolicy.execution.replay_buffer, "
+        "rlpolicy.utils.exploration.parameter_noise; "
+        "print('torch' in sys.modules, 'tensorflow' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

@@ -1,6 +1,7 @@
 """export_and_verify: each format is loaded back by its real consumer and compared with the
 policy; a bad format, a foreign output folder or a mismatch is an error that leaves nothing
 half-written."""
+
 import os
 
 import numpy as np
@@ -56,8 +57,10 @@ def test_export_is_loaded_back_and_matches(policy, obs, tmp_path, fmt, name):
 def test_errors(policy, obs, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="unknown export format 'h5'; known: torchscript, onnx, savedmodel"):
         export_and_verify(policy, "torch", "h5", str(tmp_path / "a"), obs)
-    with pytest.raises(ValueError, match="format 'savedmodel' needs a TensorFlow policy, but this "
-                                         "checkpoint's framework is 'torch'"):
+    with pytest.raises(
+        ValueError,
+        match="format 'savedmodel' needs a TensorFlow policy, but this checkpoint's framework is 'torch'",
+    ):
         export_and_verify(policy, "torch", "savedmodel", str(tmp_path / "a"), obs)
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep me")

@@ -1,6 +1,7 @@
 """PGTFPolicy (graph "tf") and PGTFPolicy.as_eager() ("tf2"): the REINFORCE
 loss against numpy from the policy's own weights, the shared postprocessing
 against hand-worked returns, and the stat names PGTorchPolicy reports."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -13,8 +14,12 @@ from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY  # noqa: E402
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACT = gym.spaces.Discrete(3)
-CONFIG = {"lr": 0.01, "gamma": 0.5, "seed": 0,
-          "model": {"fcnet_hiddens": [5], "fcnet_activation": "tanh", "vf_share_layers": True}}
+CONFIG = {
+    "lr": 0.01,
+    "gamma": 0.5,
+    "seed": 0,
+    "model": {"fcnet_hiddens": [5], "fcnet_activation": "tanh", "vf_share_layers": True},
+}
 
 
 def tf_weights(policy):
@@ -43,10 +48,14 @@ def policy(request):
 
 def _batch(n=12, seed=0):
     r = np.random.default_rng(seed)
-    return SampleBatch({SampleBatch.OBS: r.uniform(-1, 1, (n, 4)).astype(np.float32),
-                        SampleBatch.ACTIONS: r.integers(0, 3, n),
-                        SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
-                        "advantages": r.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (n, 4)).astype(np.float32),
+            SampleBatch.ACTIONS: r.integers(0, 3, n),
+            SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
+            "advantages": r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def test_loss_matches_numpy(policy):
@@ -60,10 +69,14 @@ def test_loss_matches_numpy(policy):
 
 
 def test_postprocessing_adds_discounted_returns(policy):
-    batch = SampleBatch({SampleBatch.OBS: np.zeros((3, 4), np.float32),
-                         SampleBatch.ACTIONS: np.zeros(3, np.int64),
-                         SampleBatch.REWARDS: np.array([1.0, 1.0, 1.0], np.float32),
-                         SampleBatch.DONES: np.array([False, False, True])})
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: np.zeros((3, 4), np.float32),
+            SampleBatch.ACTIONS: np.zeros(3, np.int64),
+            SampleBatch.REWARDS: np.array([1.0, 1.0, 1.0], np.float32),
+            SampleBatch.DONES: np.array([False, False, True]),
+        }
+    )
     out = policy.postprocess_trajectory(batch)
     # gamma = 0.5: 1 + 0.5 * (1 + 0.5 * 1) = 1.75, 1 + 0.5 * 1 = 1.5, 1.
     np.testing.assert_allclose(out["advantages"], [1.75, 1.5, 1.0], rtol=1e-6, atol=1e-6)

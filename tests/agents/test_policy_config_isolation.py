@@ -1,5 +1,6 @@
 """Policy configs are fresh deep copies: built PPO policies share no dict or list with the
 algorithm defaults, the caller's config or each other; unknown top-level keys warn."""
+
 import copy
 import warnings
 
@@ -23,7 +24,7 @@ def _containers(obj, out=None):
     out = set() if out is None else out
     if isinstance(obj, (dict, list)):
         out.add(id(obj))
-        for v in (obj.values() if isinstance(obj, dict) else obj):
+        for v in obj.values() if isinstance(obj, dict) else obj:
             _containers(v, out)
     return out
 
@@ -49,9 +50,13 @@ def test_policy_config_shares_nothing_with_defaults_caller_or_other_policies():
 
 
 def test_caller_dict_is_never_mutated():
-    given = {"lr": 1e-3, "model": {"fcnet_hiddens": [4], "custom_model_config": {"a": [1]}},
-             "exploration_config": {"type": "StochasticSampling"}, "train_batch_size": 8,
-             "sgd_minibatch_size": 4}
+    given = {
+        "lr": 1e-3,
+        "model": {"fcnet_hiddens": [4], "custom_model_config": {"a": [1]}},
+        "exploration_config": {"type": "StochasticSampling"},
+        "train_batch_size": 8,
+        "sgd_minibatch_size": 4,
+    }
     snapshot = copy.deepcopy(given)
     policy = PPOTorchPolicy(BOX4, DISC2, given)
     assert given == snapshot and "framework" not in given
@@ -69,10 +74,12 @@ def test_caller_model_dict_is_merged_into_the_policy_defaults():
 def test_vision_nets_of_two_image_sizes_in_one_process():
     # The vision net fills in conv_filters for its image size; with shared defaults the
     # 42x42 filters (last kernel 11x11) leaked into the 10x10 policy and failed to build.
-    big = PPOTorchPolicy(gym.spaces.Box(0, 1, (42, 42, 3), np.float32), DISC2,
-                         {"train_batch_size": 8, "sgd_minibatch_size": 4})
-    small = PPOTorchPolicy(gym.spaces.Box(0, 1, (10, 10, 3), np.float32), DISC2,
-                           {"train_batch_size": 8, "sgd_minibatch_size": 4})
+    big = PPOTorchPolicy(
+        gym.spaces.Box(0, 1, (42, 42, 3), np.float32), DISC2, {"train_batch_size": 8, "sgd_minibatch_size": 4}
+    )
+    small = PPOTorchPolicy(
+        gym.spaces.Box(0, 1, (10, 10, 3), np.float32), DISC2, {"train_batch_size": 8, "sgd_minibatch_size": 4}
+    )
     assert PPO_DEFAULTS["model"]["conv_filters"] is None
     assert big.config["model"]["conv_filters"][-1][1] == [11, 11]
     # RLlib's default filters for 10x10 images: two 5x5 convs with stride 2.
@@ -82,12 +89,17 @@ def test_vision_nets_of_two_image_sizes_in_one_process():
 
 
 def test_unknown_top_level_key_warns_with_close_match(fresh_warnings):
-    with pytest.warns(UnknownConfigKeyWarning,
-                      match=r"PPOTorchPolicy: unknown config key 'kl_coef'; did you mean 'kl_coeff'\?"):
+    with pytest.warns(
+        UnknownConfigKeyWarning,
+        match=r"PPOTorchPolicy: unknown config key 'kl_coef'; did you mean 'kl_coeff'\?",
+    ):
         policy = PPOTorchPolicy(BOX4, DISC2, {**TINY, "kl_coef": 0.5})
     assert policy.config["kl_coef"] == 0.5  # kept
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         # PPO's own keys, trainer-level keys and '_' keys are known; a repeat is silent.
-        PPOTorchPolicy(BOX4, DISC2, {**TINY, "lambda": 0.9, "evaluation_num_workers": 1,
-                                     "_my_flag": True, "kl_coef": 0.5})
+        PPOTorchPolicy(
+            BOX4,
+            DISC2,
+            {**TINY, "lambda": 0.9, "evaluation_num_workers": 1, "_my_flag": True, "kl_coef": 0.5},
+        )

@@ -6,6 +6,7 @@ test_ppo_torch_policy.py), the mixins wired into the loss (KL coefficient,
 schedules), value fetches and GAE bootstrapping against numpy, and a short
 learning-progress run on CartPole.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -20,11 +21,30 @@ from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY  # noqa: E402
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACT = gym.spaces.Discrete(3)
-CONFIG = {"lr": 1e-3, "clip_param": 0.2, "vf_clip_param": 0.5, "kl_coeff": 0.3, "kl_target": 0.01,
-          "entropy_coeff": 0.01, "vf_loss_coeff": 0.5, "gamma": 0.9, "lambda": 0.8, "seed": 0,
-          "model": {"fcnet_hiddens": [8], "fcnet_activation": "tanh", "vf_share_layers": False}}
-STAT_NAMES = ["cur_kl_coeff", "cur_lr", "total_loss", "policy_loss", "vf_loss", "vf_explained_var",
-              "kl", "entropy", "entropy_coeff"]
+CONFIG = {
+    "lr": 1e-3,
+    "clip_param": 0.2,
+    "vf_clip_param": 0.5,
+    "kl_coeff": 0.3,
+    "kl_target": 0.01,
+    "entropy_coeff": 0.01,
+    "vf_loss_coeff": 0.5,
+    "gamma": 0.9,
+    "lambda": 0.8,
+    "seed": 0,
+    "model": {"fcnet_hiddens": [8], "fcnet_activation": "tanh", "vf_share_layers": False},
+}
+STAT_NAMES = [
+    "cur_kl_coeff",
+    "cur_lr",
+    "total_loss",
+    "policy_loss",
+    "vf_loss",
+    "vf_explained_var",
+    "kl",
+    "entropy",
+    "entropy_coeff",
+]
 
 
 def tf_weights(policy):
@@ -65,8 +85,14 @@ def numpy_stats(w, b, cfg):
     total = np.mean(-surr + cfg["kl_coeff"] * kl + cfg["vf_loss_coeff"] * vf - cfg["entropy_coeff"] * ent)
     vt = b["value_targets"]
     ev = max(-1.0, 1 - np.var(vt - value) / np.var(vt))
-    return {"total_loss": total, "policy_loss": np.mean(-surr), "vf_loss": np.mean(vf),
-            "vf_explained_var": ev, "kl": np.mean(kl), "entropy": np.mean(ent)}
+    return {
+        "total_loss": total,
+        "policy_loss": np.mean(-surr),
+        "vf_loss": np.mean(vf),
+        "vf_explained_var": ev,
+        "kl": np.mean(kl),
+        "entropy": np.mean(ent),
+    }
 
 
 def make_batch(n=16, seed=0):
@@ -74,10 +100,16 @@ def make_batch(n=16, seed=0):
     logits = r.normal(size=(n, 3)).astype(np.float32)
     actions = r.integers(0, 3, n)
     logp = log_softmax(logits)[np.arange(n), actions]
-    return SampleBatch({"obs": r.uniform(-1, 1, (n, 4)).astype(np.float32), "actions": actions,
-                        "action_dist_inputs": logits, "action_logp": logp.astype(np.float32),
-                        "advantages": r.normal(size=n).astype(np.float32),
-                        "value_targets": r.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            "obs": r.uniform(-1, 1, (n, 4)).astype(np.float32),
+            "actions": actions,
+            "action_dist_inputs": logits,
+            "action_logp": logp.astype(np.float32),
+            "advantages": r.normal(size=n).astype(np.float32),
+            "value_targets": r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def build(framework, **overrides):
@@ -102,8 +134,12 @@ def test_mixin_paths_as_in_rllib():
     assert KLCoeffMixin is tf_mixins.KLCoeffMixin and ValueNetworkMixin is tf_mixins.ValueNetworkMixin
     assert LearningRateSchedule is tf_mixins.LearningRateSchedule
     assert EntropyCoeffSchedule is tf_mixins.EntropyCoeffSchedule
-    for mixin in (tf_mixins.LearningRateSchedule, tf_mixins.EntropyCoeffSchedule, KLCoeffMixin,
-                  ValueNetworkMixin):
+    for mixin in (
+        tf_mixins.LearningRateSchedule,
+        tf_mixins.EntropyCoeffSchedule,
+        KLCoeffMixin,
+        ValueNetworkMixin,
+    ):
         assert mixin in PPOTFPolicy.__mro__
 
 
@@ -139,8 +175,9 @@ def test_kl_term_off_and_critic_off(framework):
     stats = policy.learn_on_batch(batch)[LEARNER_STATS_KEY]
     assert float(stats["kl"]) == 0.0 and float(stats["vf_loss"]) == 0.0
     assert float(stats["vf_explained_var"]) == 0.0
-    assert float(stats["total_loss"]) == pytest.approx(expected["policy_loss"] - 0.01 * expected["entropy"],
-                                                       rel=1e-4, abs=1e-6)
+    assert float(stats["total_loss"]) == pytest.approx(
+        expected["policy_loss"] - 0.01 * expected["entropy"], rel=1e-4, abs=1e-6
+    )
     assert policy._value(obs=np.zeros((1, 4), np.float32)) == 0.0  # no GAE: no bootstrap value
 
 
@@ -154,11 +191,19 @@ def test_value_fetches_and_gae_bootstrap_match_numpy(policy):
     np.testing.assert_allclose(extra[SampleBatch.VF_PREDS], values[:n], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(actions, np.argmax(logits[:n], -1))
     rewards = r.normal(size=n).astype(np.float32)
-    batch = SampleBatch({SampleBatch.OBS: obs[:n], SampleBatch.NEXT_OBS: obs[1:],
-                         SampleBatch.ACTIONS: actions, SampleBatch.REWARDS: rewards,
-                         SampleBatch.DONES: np.zeros(n, bool), SampleBatch.EPS_ID: np.zeros(n, np.int64),
-                         SampleBatch.AGENT_INDEX: np.zeros(n, np.int64),
-                         SampleBatch.T: np.arange(n), **extra})
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: obs[:n],
+            SampleBatch.NEXT_OBS: obs[1:],
+            SampleBatch.ACTIONS: actions,
+            SampleBatch.REWARDS: rewards,
+            SampleBatch.DONES: np.zeros(n, bool),
+            SampleBatch.EPS_ID: np.zeros(n, np.int64),
+            SampleBatch.AGENT_INDEX: np.zeros(n, np.int64),
+            SampleBatch.T: np.arange(n),
+            **extra,
+        }
+    )
     out = policy.postprocess_trajectory(batch)
     # Not terminated: bootstrap from V(obs[n]); GAE with gamma=0.9, lambda=0.8.
     v_ext = np.append(values[:n], values[n])
@@ -177,12 +222,21 @@ def test_ppo_return_rises_on_cartpole(framework):
     from rlpolicy.cli.training import SimpleTrainer
 
     np.random.seed(0)
-    cfg = {"lr": 3e-4, "train_batch_size": 1000, "sgd_minibatch_size": 256, "num_sgd_iter": 8,
-           "lambda": 0.95, "vf_clip_param": 1e4, "vf_loss_coeff": 0.5, "rollout_fragment_length": 400,
-           "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False}, "framework": framework,
-           "seed": 0,
-           # Untraced eager steps are ~5x slower; tracing keeps this test short.
-           "eager_tracing": framework == "tf2"}
+    cfg = {
+        "lr": 3e-4,
+        "train_batch_size": 1000,
+        "sgd_minibatch_size": 256,
+        "num_sgd_iter": 8,
+        "lambda": 0.95,
+        "vf_clip_param": 1e4,
+        "vf_loss_coeff": 0.5,
+        "rollout_fragment_length": 400,
+        "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False},
+        "framework": framework,
+        "seed": 0,
+        # Untraced eager steps are ~5x slower; tracing keeps this test short.
+        "eager_tracing": framework == "tf2",
+    }
     trainer = SimpleTrainer("ppo", lambda: gym.make("CartPole-v1"), cfg, num_envs=8, seed=0)
     assert type(trainer.policy).__name__ == ("PPOTFPolicy" if framework == "tf" else "PPOTFPolicy_eager")
     first = trainer.train()
@@ -251,10 +305,10 @@ def test_loss_functions_work_on_a_class_with_rllib_1_11_mixins_only(framework):
     # under 1.11's names, and the stats match the numpy re-computation.
     from rlpolicy.agents.ppo.ppo_tf_policy import PPOLossMixin, kl_and_loss_stats, ppo_surrogate_loss
 
-    mixins = [tf_mixins.LearningRateSchedule, tf_mixins.EntropyCoeffSchedule, KLCoeffMixin,
-              ValueNetworkMixin]
-    client = PPOTFPolicy.with_updates(name="ClientPPO", mixins=mixins, loss_fn=ppo_surrogate_loss,
-                                      stats_fn=kl_and_loss_stats)
+    mixins = [tf_mixins.LearningRateSchedule, tf_mixins.EntropyCoeffSchedule, KLCoeffMixin, ValueNetworkMixin]
+    client = PPOTFPolicy.with_updates(
+        name="ClientPPO", mixins=mixins, loss_fn=ppo_surrogate_loss, stats_fn=kl_and_loss_stats
+    )
     cls = client if framework == "tf" else client.as_eager()
     policy = cls(OBS, ACT, {**CONFIG, "framework": framework})
     assert PPOLossMixin not in type(policy).__mro__ and PPOLossMixin in PPOTFPolicy.__mro__
@@ -262,7 +316,14 @@ def test_loss_functions_work_on_a_class_with_rllib_1_11_mixins_only(framework):
     expected = numpy_stats(tf_weights(policy), batch, CONFIG)
     stats = policy.learn_on_batch(batch)[LEARNER_STATS_KEY]
     assert_stats(stats, expected)
-    for name in ("_total_loss", "_mean_policy_loss", "_mean_vf_loss", "_vf_explained_var",
-                 "_mean_kl_loss", "_mean_entropy", "_value_fn_out"):
+    for name in (
+        "_total_loss",
+        "_mean_policy_loss",
+        "_mean_vf_loss",
+        "_vf_explained_var",
+        "_mean_kl_loss",
+        "_mean_entropy",
+        "_value_fn_out",
+    ):
         assert name in vars(policy), name
     assert policy._mean_kl is policy._mean_kl_loss

@@ -1,5 +1,6 @@
 """PPOTorchPolicy's loss and learner stats against a numpy re-computation from the
 policy's own weights (a tanh MLP with separate policy and value stacks)."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -10,9 +11,15 @@ from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY  # noqa: E402
 
-CONFIG = {"lr": 1e-3, "clip_param": 0.2, "vf_clip_param": 0.5, "kl_coeff": 0.3,
-          "entropy_coeff": 0.01, "vf_loss_coeff": 0.5,
-          "model": {"fcnet_hiddens": [8], "fcnet_activation": "tanh", "vf_share_layers": False}}
+CONFIG = {
+    "lr": 1e-3,
+    "clip_param": 0.2,
+    "vf_clip_param": 0.5,
+    "kl_coeff": 0.3,
+    "entropy_coeff": 0.01,
+    "vf_loss_coeff": 0.5,
+    "model": {"fcnet_hiddens": [8], "fcnet_activation": "tanh", "vf_share_layers": False},
+}
 
 
 def _batch(n=16, seed=0):
@@ -20,10 +27,16 @@ def _batch(n=16, seed=0):
     logits = r.normal(size=(n, 3)).astype(np.float32)
     actions = r.integers(0, 3, n)
     logp = _log_softmax(logits)[np.arange(n), actions]
-    return SampleBatch({"obs": r.uniform(-1, 1, (n, 4)).astype(np.float32), "actions": actions,
-                        "action_dist_inputs": logits, "action_logp": logp.astype(np.float32),
-                        "advantages": r.normal(size=n).astype(np.float32),
-                        "value_targets": r.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            "obs": r.uniform(-1, 1, (n, 4)).astype(np.float32),
+            "actions": actions,
+            "action_dist_inputs": logits,
+            "action_logp": logp.astype(np.float32),
+            "advantages": r.normal(size=n).astype(np.float32),
+            "value_targets": r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def _log_softmax(x):
@@ -51,27 +64,45 @@ def _numpy_stats(w, b, cfg):
     total = np.mean(-surr + cfg["kl_coeff"] * kl + cfg["vf_loss_coeff"] * vf - cfg["entropy_coeff"] * ent)
     vt = b["value_targets"]
     ev = max(-1.0, 1 - np.var(vt - value, ddof=1) / np.var(vt, ddof=1))
-    return {"total_loss": total, "policy_loss": np.mean(-surr), "vf_loss": np.mean(vf),
-            "vf_explained_var": ev, "kl": np.mean(kl), "entropy": np.mean(ent)}
+    return {
+        "total_loss": total,
+        "policy_loss": np.mean(-surr),
+        "vf_loss": np.mean(vf),
+        "vf_explained_var": ev,
+        "kl": np.mean(kl),
+        "entropy": np.mean(ent),
+    }
 
 
 @pytest.mark.parametrize("device_config", [{}, {"num_gpus": 2, "_fake_gpus": True}])
 def test_learner_stats_match_numpy(device_config):
     torch.manual_seed(0)
-    policy = PPOTorchPolicy(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(3),
-                            {**CONFIG, **device_config})
+    policy = PPOTorchPolicy(
+        gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(3), {**CONFIG, **device_config}
+    )
     batch = _batch()
     expected = _numpy_stats(policy.get_weights(), batch, CONFIG)
     if device_config:
         # learn_on_batch splits the batch over the two towers; the stats are tower
         # means, which for the (non-linear) explained variance is the mean of the halves'.
-        expected["vf_explained_var"] = np.mean([
-            _numpy_stats(policy.get_weights(), half, CONFIG)["vf_explained_var"]
-            for half in (batch[:8], batch[8:])])
+        expected["vf_explained_var"] = np.mean(
+            [
+                _numpy_stats(policy.get_weights(), half, CONFIG)["vf_explained_var"]
+                for half in (batch[:8], batch[8:])
+            ]
+        )
     stats = policy.learn_on_batch(batch)[LEARNER_STATS_KEY]
     assert [k for k in stats if k != "allreduce_latency"] == [
-        "cur_kl_coeff", "cur_lr", "total_loss", "policy_loss", "vf_loss", "vf_explained_var",
-        "kl", "entropy", "entropy_coeff"]
+        "cur_kl_coeff",
+        "cur_lr",
+        "total_loss",
+        "policy_loss",
+        "vf_loss",
+        "vf_explained_var",
+        "kl",
+        "entropy",
+        "entropy_coeff",
+    ]
     assert stats["cur_kl_coeff"] == 0.3 and stats["cur_lr"] == 1e-3 and stats["entropy_coeff"] == 0.01
     for name, value in expected.items():
         assert isinstance(stats[name], float), name
@@ -97,8 +128,14 @@ def test_stats_fn_reads_tower_stats_of_any_float_type():
 
     torch.manual_seed(0)
     policy = PPOTorchPolicy(gym.spaces.Box(-1, 1, (4,), np.float32), gym.spaces.Discrete(3), CONFIG)
-    values = {"total_loss": 1.5, "mean_policy_loss": -0.25, "mean_vf_loss": 0.125,
-              "vf_explained_var": 0.5, "mean_kl_loss": 0.0625, "mean_entropy": 1.0}
+    values = {
+        "total_loss": 1.5,
+        "mean_policy_loss": -0.25,
+        "mean_vf_loss": 0.125,
+        "vf_explained_var": 0.5,
+        "mean_kl_loss": 0.0625,
+        "mean_entropy": 1.0,
+    }
     stats = policy.model.tower_stats
     for key, v in values.items():
         stats[key] = torch.tensor(v)
@@ -106,8 +143,14 @@ def test_stats_fn_reads_tower_stats_of_any_float_type():
     stats["mean_vf_loss"] = torch.tensor(0.125, dtype=torch.float64)
     stats["mean_entropy"] = torch.tensor([0.5, 1.5])
     slow = kl_and_loss_stats(policy, _batch())
-    expected = {"total_loss": 1.5, "policy_loss": -0.25, "vf_loss": 0.125, "vf_explained_var": 0.5,
-                "kl": 0.0625, "entropy": 1.0}
+    expected = {
+        "total_loss": 1.5,
+        "policy_loss": -0.25,
+        "vf_loss": 0.125,
+        "vf_explained_var": 0.5,
+        "kl": 0.0625,
+        "entropy": 1.0,
+    }
     for out in (fast, slow):
         assert {k: out[k] for k in expected} == expected
         assert out["cur_kl_coeff"] == 0.3 and out["entropy_coeff"] == 0.01

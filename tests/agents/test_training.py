@@ -1,6 +1,7 @@
 """The training loops behind ``rlpolicy train``: PPO learns CartPole (CPU and two fake-GPU
 towers), the greedy evaluator plays each episode exactly once, and run_training's stop /
 evaluate / checkpoint / progress logic follows its rules (checked with a scripted trainer)."""
+
 import csv
 import json
 import math
@@ -23,9 +24,18 @@ def _trainer(device_config, algo="ppo"):
 
     torch.manual_seed(0)
     np.random.seed(0)
-    cfg = {"lr": 3e-4, "train_batch_size": 1000, "sgd_minibatch_size": 256, "num_sgd_iter": 8,
-           "lambda": 0.95, "vf_clip_param": 1e4, "vf_loss_coeff": 0.5, "rollout_fragment_length": 400,
-           "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False}, **device_config}
+    cfg = {
+        "lr": 3e-4,
+        "train_batch_size": 1000,
+        "sgd_minibatch_size": 256,
+        "num_sgd_iter": 8,
+        "lambda": 0.95,
+        "vf_clip_param": 1e4,
+        "vf_loss_coeff": 0.5,
+        "rollout_fragment_length": 400,
+        "model": {"fcnet_hiddens": [64, 64], "vf_share_layers": False},
+        **device_config,
+    }
     return SimpleTrainer(algo, lambda: gym.make("CartPole-v1"), cfg, num_envs=8, seed=0)
 
 
@@ -52,9 +62,23 @@ def test_cli_train_writes_restorable_checkpoint(tmp_path):
     from rlpolicy.cli import commands as cli
     from rlpolicy.policy.policy import Policy
 
-    status = cli.main(["train", "--algo", "pg", "--max-timesteps", "2000", "--stop-reward", "1e9",
-                       "--checkpoint-dir", str(tmp_path / "ckpt"), "--num-envs", "2",
-                       "--eval-episodes", "2"])
+    status = cli.main(
+        [
+            "train",
+            "--algo",
+            "pg",
+            "--max-timesteps",
+            "2000",
+            "--stop-reward",
+            "1e9",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--num-envs",
+            "2",
+            "--eval-episodes",
+            "2",
+        ]
+    )
     assert status == 1  # stopped by the step limit, not by the reward
     restored = Policy.from_checkpoint(str(tmp_path / "ckpt"))  # the final checkpoint is OUT itself
     assert type(restored).__name__ == "PGTorchPolicy"
@@ -67,6 +91,7 @@ def test_cli_train_writes_restorable_checkpoint(tmp_path):
 
 
 # --------------------------------------------------------------- the greedy evaluator
+
 
 class _ConstantPolicy:
     """Always answers ``action``; counts the batches it saw."""
@@ -108,10 +133,13 @@ def test_evaluate_policy_plays_each_seeded_episode_once():
     assert policy.global_timestep == 7
 
 
-@pytest.mark.parametrize("config, env_action", [
-    ({"normalize_actions": True, "clip_actions": False}, 2.0 * 0.5),   # unsquashed from [-1, 1]
-    ({"normalize_actions": False, "clip_actions": True}, 2.0),         # clipped into [-2, 2]
-])
+@pytest.mark.parametrize(
+    "config, env_action",
+    [
+        ({"normalize_actions": True, "clip_actions": False}, 2.0 * 0.5),  # unsquashed from [-1, 1]
+        ({"normalize_actions": False, "clip_actions": True}, 2.0),  # clipped into [-2, 2]
+    ],
+)
 def test_evaluate_policy_maps_box_actions_like_the_sampler(config, env_action):
     space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
     raw = 0.5 if config["normalize_actions"] else 3.0
@@ -122,6 +150,7 @@ def test_evaluate_policy_maps_box_actions_like_the_sampler(config, env_action):
 
 
 # --------------------------------------------------------------- run_training's rules
+
 
 class _FakePolicy:
     def export_checkpoint(self, directory):
@@ -140,8 +169,9 @@ class _ScriptedTrainer:
 
     def train(self):
         self.i += 1
-        return IterationResult(self.i, 1000 * self.i, self.means[self.i - 1], 10 * self.i,
-                               {"total_loss": 1.0 / self.i}, 0.0)
+        return IterationResult(
+            self.i, 1000 * self.i, self.means[self.i - 1], 10 * self.i, {"total_loss": 1.0 / self.i}, 0.0
+        )
 
 
 @pytest.fixture
@@ -160,11 +190,20 @@ def _opts(tmp_path, **kw):
 def test_evaluates_when_the_training_mean_reaches_the_target_and_continues_below_it(tmp_path, scripted_evals):
     scripted_evals.extend([400.0, 480.0])
     lines = []
-    summary = run_training(_ScriptedTrainer([100, 476, 480, 470]), None,
-                           _opts(tmp_path, stop_reward=475, eval_episodes=3), log=lines.append)
+    summary = run_training(
+        _ScriptedTrainer([100, 476, 480, 470]),
+        None,
+        _opts(tmp_path, stop_reward=475, eval_episodes=3),
+        log=lines.append,
+    )
     # iteration 2: training mean 476 >= 475 -> evaluation 400 < 475 -> continue;
     # iteration 3: 480 -> evaluation 480 -> solved.
-    assert (summary.solved, summary.reason, summary.iterations, summary.timesteps) == (True, "solved", 3, 3000)
+    assert (summary.solved, summary.reason, summary.iterations, summary.timesteps) == (
+        True,
+        "solved",
+        3,
+        3000,
+    )
     assert [e["iteration"] for e in summary.evaluations] == [2, 3]
     assert summary.eval_mean == 480.0 and summary.eval_std == 0.0
     assert sum("evaluation (3 episodes, explore off): mean return 400.0" in s for s in lines) == 1
@@ -172,8 +211,11 @@ def test_evaluates_when_the_training_mean_reaches_the_target_and_continues_below
     assert [r["episode_reward_mean"] for r in rows] == ["100", "476", "480"]
     assert [r["eval_reward_mean"] for r in rows] == ["", "400", "480"]
     assert list(rows[0]) == list(run_outputs.PROGRESS_COLUMNS)
-    assert [json.loads(r["learner_stats"]) for r in rows] == [{"total_loss": 1.0}, {"total_loss": 0.5},
-                                                              {"total_loss": 0.333333}]
+    assert [json.loads(r["learner_stats"]) for r in rows] == [
+        {"total_loss": 1.0},
+        {"total_loss": 0.5},
+        {"total_loss": 0.333333},
+    ]
     assert (tmp_path / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     record = json.loads((tmp_path / "rlpolicy_run.json").read_text())
     assert record["iteration"] == 3 and record["eval_reward_mean"] == 480.0
@@ -181,18 +223,25 @@ def test_evaluates_when_the_training_mean_reaches_the_target_and_continues_below
 
 def test_budget_stop_runs_a_final_evaluation_and_periodic_checkpoints(tmp_path, scripted_evals):
     scripted_evals.extend([12.0])
-    summary = run_training(_ScriptedTrainer([10] * 10), None,
-                           _opts(tmp_path, stop_reward=475, stop_timesteps=5000, checkpoint_every=2))
+    summary = run_training(
+        _ScriptedTrainer([10] * 10),
+        None,
+        _opts(tmp_path, stop_reward=475, stop_timesteps=5000, checkpoint_every=2),
+    )
     assert (summary.solved, summary.reason, summary.timesteps) == (False, "timesteps", 5000)
     assert summary.eval_mean == 12.0 and [e["iteration"] for e in summary.evaluations] == [5]
-    assert sorted(p.name for p in tmp_path.glob("checkpoint_0*")) == ["checkpoint_000002", "checkpoint_000004"]
+    assert sorted(p.name for p in tmp_path.glob("checkpoint_0*")) == [
+        "checkpoint_000002",
+        "checkpoint_000004",
+    ]
     assert json.loads((tmp_path / "checkpoint_000004" / "rlpolicy_run.json").read_text())["iteration"] == 4
     assert run_outputs.resolve_checkpoint(str(tmp_path)) == str(tmp_path)
 
 
 def test_without_evaluation_the_training_mean_decides(tmp_path, scripted_evals):
-    summary = run_training(_ScriptedTrainer([100, 474.9, 475]), None,
-                           _opts(tmp_path, stop_reward=475, eval_episodes=0))
+    summary = run_training(
+        _ScriptedTrainer([100, 474.9, 475]), None, _opts(tmp_path, stop_reward=475, eval_episodes=0)
+    )
     assert (summary.solved, summary.iterations, summary.eval_mean) == (True, 3, None)
 
 
@@ -223,6 +272,7 @@ def test_resolve_checkpoint_errors_and_newest_periodic(tmp_path):
 
 # --------------------------------------------------------------- learning, end to end
 
+
 def test_shipped_ppo_defaults_pass_a_greedy_evaluation_of_150(tmp_path):
     """The CLI's PPO defaults on CartPole-v1, short: a 20-episode greedy evaluation
     reaches 150 within 60k steps (about 20k with seed 0; a few seconds)."""
@@ -232,8 +282,12 @@ def test_shipped_ppo_defaults_pass_a_greedy_evaluation_of_150(tmp_path):
     np.random.seed(0)
     env = lambda: gym.make("CartPole-v1")  # noqa: E731
     trainer = make_trainer("ppo", env, config_defaults("ppo"), num_envs=8, seed=0)
-    summary = run_training(trainer, env, RunOptions(stop_reward=150, stop_timesteps=60_000,
-                                                    progress_bar=False), log=lambda s: None)
+    summary = run_training(
+        trainer,
+        env,
+        RunOptions(stop_reward=150, stop_timesteps=60_000, progress_bar=False),
+        log=lambda s: None,
+    )
     assert summary.solved, summary
     assert summary.eval_mean >= 150 and math.isfinite(summary.train_mean)
 
@@ -246,8 +300,13 @@ def test_ray_workers_sample_exact_steps_and_stay_in_sync():
     from rlpolicy.cli.training import SimpleTrainer
 
     started_ray = not ray.is_initialized()
-    cfg = {"train_batch_size": 300, "rollout_fragment_length": 200, "lr": 1e-2,
-           "model": {"fcnet_hiddens": [8]}, "num_cpus_per_worker": 0.5}
+    cfg = {
+        "train_batch_size": 300,
+        "rollout_fragment_length": 200,
+        "lr": 1e-2,
+        "model": {"fcnet_hiddens": [8]},
+        "num_cpus_per_worker": 0.5,
+    }
     trainer = SimpleTrainer("pg", lambda: gym.make("CartPole-v1"), cfg, num_envs=2, num_workers=1, seed=0)
     try:
         before = trainer.policy.get_weights()
@@ -267,8 +326,11 @@ def test_ray_workers_sample_exact_steps_and_stay_in_sync():
 
 def test_progress_bar_shows_steps_return_and_throughput(tmp_path, scripted_evals, capsys):
     pytest.importorskip("tqdm")
-    run_training(_ScriptedTrainer([100, 200, 300]), None,
-                 RunOptions(stop_reward=475, stop_timesteps=3000, eval_episodes=0, progress_bar=True))
+    run_training(
+        _ScriptedTrainer([100, 200, 300]),
+        None,
+        RunOptions(stop_reward=475, stop_timesteps=3000, eval_episodes=0, progress_bar=True),
+    )
     out, err = capsys.readouterr()
     assert len(re.findall(r"^iter +\d+ +steps +\d+ .* steps/s", out, re.M)) == 3  # the lines: stdout
     assert "/3.00k" in err and "return 300.0" in err and "steps/s" in err  # the bar: stderr

@@ -1,4 +1,5 @@
 """rlpolicy._core.action_dist_fn: which of RLlib's two action_distribution_fn signatures."""
+
 import functools
 
 import pytest
@@ -32,9 +33,18 @@ def ddpg_no_kwargs(policy, model, obs_batch, *, explore=True, is_training=False)
     return ("old", obs_batch, explore, is_training)
 
 
-def graph_style_old(policy, model, obs_batch, *, state_batches=None, seq_lens=None,
-                    prev_action_batch=None, prev_reward_batch=None, explore=None,
-                    is_training=None):
+def graph_style_old(
+    policy,
+    model,
+    obs_batch,
+    *,
+    state_batches=None,
+    seq_lens=None,
+    prev_action_batch=None,
+    prev_reward_batch=None,
+    explore=None,
+    is_training=None,
+):
     return ("old", obs_batch, state_batches, seq_lens, prev_action_batch, prev_reward_batch)
 
 
@@ -42,17 +52,20 @@ def dqn_style(policy, model, input_dict, *, explore=True, is_training=False, **k
     return ("new", input_dict, explore, is_training, sorted(kwargs))
 
 
-def r2d2_style(policy, model, *, input_dict, state_batches=None, seq_lens=None, explore=True,
-               is_training=False):
+def r2d2_style(
+    policy, model, *, input_dict, state_batches=None, seq_lens=None, explore=True, is_training=False
+):
     return ("new", input_dict, state_batches, seq_lens)
 
 
 def test_old_signature_gets_obs_positionally_and_only_what_it_takes():
-    assert call(simple_q_style) == ("old", "OBS", True, False,
-                                    ["seq_lens", "state_batches", "timestep"])
-    assert call(sac_tf_style, explore=False) == ("old", "OBS", False,
-                                                 ["is_training", "seq_lens", "state_batches",
-                                                  "timestep"])
+    assert call(simple_q_style) == ("old", "OBS", True, False, ["seq_lens", "state_batches", "timestep"])
+    assert call(sac_tf_style, explore=False) == (
+        "old",
+        "OBS",
+        False,
+        ["is_training", "seq_lens", "state_batches", "timestep"],
+    )
     # No **kwargs: keywords it does not declare are not passed (no TypeError).
     assert call(ddpg_no_kwargs) == ("old", "OBS", True, False)
     # prev_action_batch / prev_reward_batch come from the columns, when declared.

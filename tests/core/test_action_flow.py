@@ -1,4 +1,5 @@
 """rlpolicy._core.action_flow: single-action input building, batching, unbatching."""
+
 import numpy as np
 import pytest
 
@@ -11,8 +12,9 @@ from rlpolicy._core.action_flow import (
 
 
 def test_build_single_input_dict_names_columns_like_samplebatch():
-    d = build_single_input_dict(np.zeros(2), [np.ones(3), np.full(1, 2.0)], prev_action=1,
-                                prev_reward=0.5, info={"k": 1})
+    d = build_single_input_dict(
+        np.zeros(2), [np.ones(3), np.full(1, 2.0)], prev_action=1, prev_reward=0.5, info={"k": 1}
+    )
     assert sorted(d) == ["infos", "obs", "prev_actions", "prev_rewards", "state_in_0", "state_in_1"]
     np.testing.assert_array_equal(d["state_in_1"], [2.0])
     assert d["prev_actions"] == 1 and d["prev_rewards"] == 0.5 and d["infos"] == {"k": 1}
@@ -42,8 +44,11 @@ def test_batch_input_dict_does_not_modify_input():
 def test_batch_input_dict_of_plain_arrays_gives_b1_views_like_expand_dims():
     # The all-array case (the usual {"obs": array}) takes a shortcut; it must give
     # what np.expand_dims gives: same dtype and values, a leading axis of 1.
-    d = {"obs": np.arange(6, dtype=np.float32).reshape(2, 3), "state_in_0": np.float64(2.0) * np.ones(4),
-         "prev_actions": np.array(3)}
+    d = {
+        "obs": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "state_in_0": np.float64(2.0) * np.ones(4),
+        "prev_actions": np.array(3),
+    }
     out = batch_input_dict(d)
     for k, v in d.items():
         assert out[k].shape == (1, *v.shape) and out[k].dtype == v.dtype
@@ -61,12 +66,17 @@ def test_batch_input_dict_unsqueezes_torch_tensors():
     assert isinstance(out["obs"], torch.Tensor) and tuple(out["obs"].shape) == (1, 3)
 
 
-@pytest.mark.parametrize("batched, expected", [
-    (np.array([[1.0, 2.0]]), np.array([1.0, 2.0])),
-    ([3], np.int64(3)),
-    ({"a": np.array([1]), "b": (np.array([[2, 3]]), np.array([True]))},
-     {"a": 1, "b": (np.array([2, 3]), True)}),
-])
+@pytest.mark.parametrize(
+    "batched, expected",
+    [
+        (np.array([[1.0, 2.0]]), np.array([1.0, 2.0])),
+        ([3], np.int64(3)),
+        (
+            {"a": np.array([1]), "b": (np.array([[2, 3]]), np.array([True]))},
+            {"a": 1, "b": (np.array([2, 3]), True)},
+        ),
+    ],
+)
 def test_first_row_keeps_structure(batched, expected):
     out = first_row(batched)
     if isinstance(expected, dict):
@@ -78,19 +88,27 @@ def test_first_row_keeps_structure(batched, expected):
         np.testing.assert_array_equal(out, expected)
 
 
-@pytest.mark.parametrize("batched, match", [
-    (np.zeros((2, 3)), "2 rows"),
-    ({"a": np.zeros(1), "b": np.zeros((3, 1))}, "3 rows"),
-    (np.float32(1.0), "None rows"),
-])
+@pytest.mark.parametrize(
+    "batched, match",
+    [
+        (np.zeros((2, 3)), "2 rows"),
+        ({"a": np.zeros(1), "b": np.zeros((3, 1))}, "3 rows"),
+        (np.float32(1.0), "None rows"),
+    ],
+)
 def test_first_row_rejects_batches_that_are_not_single(batched, match):
     with pytest.raises(ValueError, match=match):
         first_row(batched)
 
 
 def test_unbatch_single_output_unbatches_action_states_and_info():
-    out = unbatch_single_output((np.array([[0.5, -0.5]]), [np.array([[1.0, 2.0]]), np.array([[3.0]])],
-                                 {"vf": np.array([0.25]), "logits": np.array([[1.0, 0.0]])}))
+    out = unbatch_single_output(
+        (
+            np.array([[0.5, -0.5]]),
+            [np.array([[1.0, 2.0]]), np.array([[3.0]])],
+            {"vf": np.array([0.25]), "logits": np.array([[1.0, 0.0]])},
+        )
+    )
     np.testing.assert_array_equal(out.action, [0.5, -0.5])
     assert len(out.state_out) == 2
     np.testing.assert_array_equal(out.state_out[0], [1.0, 2.0])
@@ -112,7 +130,9 @@ def test_unbatch_single_output_rejects_wrong_tuple_length():
 
 
 def test_batch_input_dict_reads_a_list_of_numbers_as_one_observation():
-    out = batch_input_dict({"obs": [0.1, 0.2, 0.3, 0.4], "state_in_0": [[1, 2]], "prev_actions": [np.zeros(2), 1]})
+    out = batch_input_dict(
+        {"obs": [0.1, 0.2, 0.3, 0.4], "state_in_0": [[1, 2]], "prev_actions": [np.zeros(2), 1]}
+    )
     assert out["obs"].shape == (1, 4) and out["obs"].tolist() == [[0.1, 0.2, 0.3, 0.4]]
     assert out["state_in_0"].shape == (1, 1, 2)
     # A list holding arrays is a nest (e.g. a Tuple observation given as a list): leaves batched alone.

@@ -1,4 +1,5 @@
 """rlpolicy._core.config: completing partial configs, the validation error table, unknown keys."""
+
 import copy
 import warnings
 
@@ -29,14 +30,19 @@ class _MyExploration:
 
 def test_complete_partial_config():
     before = copy.deepcopy(COMMON_CONFIG)
-    partial = {"lr": 0.01, "model": {"fcnet_hiddens": [16]}, "lambda": 0.95,
-               "multiagent": {"policies_to_train": ["p"]}}
+    partial = {
+        "lr": 0.01,
+        "model": {"fcnet_hiddens": [16]},
+        "lambda": 0.95,
+        "multiagent": {"policies_to_train": ["p"]},
+    }
     full = complete_config(partial)
     assert full["lr"] == 0.01 and full["lambda"] == 0.95  # algorithm keys pass through
     assert full["gamma"] == COMMON_CONFIG["gamma"] and full["framework"] == COMMON_CONFIG["framework"]
     assert full["model"]["fcnet_hiddens"] == [16]
-    assert {k: v for k, v in full["model"].items() if k != "fcnet_hiddens"} == \
-        {k: v for k, v in MODEL_DEFAULTS.items() if k != "fcnet_hiddens"}
+    assert {k: v for k, v in full["model"].items() if k != "fcnet_hiddens"} == {
+        k: v for k, v in MODEL_DEFAULTS.items() if k != "fcnet_hiddens"
+    }
     assert full["multiagent"]["policies_to_train"] == ["p"]
     assert full["multiagent"]["replay_mode"] == "independent"
     assert set(COMMON_CONFIG) <= set(full)
@@ -141,23 +147,36 @@ def test_unknown_model_key_lists_close_matches():
         validate_config({"model": {"zzz": 1}}, strict=True)
     # A policy being built: passes validation (warn_unknown_keys warns instead).
     validate_config({"model": {"fcnet_hidden": [32], "zzz": 1}})
-    assert config_mod.unknown_model_keys({"model": {"fcnet_hidden": [3], "zzz": 1, "dim": 84}}) == \
-        [("fcnet_hidden", "fcnet_hiddens"), ("zzz", None)]
+    assert config_mod.unknown_model_keys({"model": {"fcnet_hidden": [3], "zzz": 1, "dim": 84}}) == [
+        ("fcnet_hidden", "fcnet_hiddens"),
+        ("zzz", None),
+    ]
     # Keys of the policy's own default model dict are known.
     assert config_mod.unknown_model_keys({"model": {"my_opt": 1}}, {"model": {"my_opt": 0}}) == []
 
 
-@pytest.mark.parametrize("good", [
-    {"framework": fw} for fw in ("torch", "tf", "tf2", "tfe", "jax")
-] + [
-    {"num_gpus": 0.5, "_fake_gpus": False}, {"num_gpus": 2, "_fake_gpus": True},
-    {"lr": 0.0}, {"lr_schedule": [[0, 1e-3], [1000, 1e-4]]}, {"gamma": 1.0}, {"gamma": 0},
-    {"grad_clip": None}, {"grad_clip": 40.0}, {"seed": None}, {"seed": 7},
-    {"callbacks": None}, {"callbacks": _MyCallbacks}, {"callbacks": MultiCallbacks([_MyCallbacks])},
-    {"exploration_config": {"type": _MyExploration}},
-    {"model": {"custom_model_config": {"anything": 1}, "fcnet_hiddens": []}},
-    {"some_algo_key": object()},
-])
+@pytest.mark.parametrize(
+    "good",
+    [{"framework": fw} for fw in ("torch", "tf", "tf2", "tfe", "jax")]
+    + [
+        {"num_gpus": 0.5, "_fake_gpus": False},
+        {"num_gpus": 2, "_fake_gpus": True},
+        {"lr": 0.0},
+        {"lr_schedule": [[0, 1e-3], [1000, 1e-4]]},
+        {"gamma": 1.0},
+        {"gamma": 0},
+        {"grad_clip": None},
+        {"grad_clip": 40.0},
+        {"seed": None},
+        {"seed": 7},
+        {"callbacks": None},
+        {"callbacks": _MyCallbacks},
+        {"callbacks": MultiCallbacks([_MyCallbacks])},
+        {"exploration_config": {"type": _MyExploration}},
+        {"model": {"custom_model_config": {"anything": 1}, "fcnet_hiddens": []}},
+        {"some_algo_key": object()},
+    ],
+)
 def test_valid_configs_pass(good):
     validate_config({**complete_config({}), **good})
 
@@ -174,8 +193,16 @@ def test_complete_config_copies_like_deepcopy():
     # atoms are kept, objects that are not plain containers are deep-copied.
     shared = [1, 2]
     space = gym.spaces.Discrete(3)
-    partial = {"lr": 0.5, "a": shared, "b": {"inner": shared}, "t": (shared, 4), "atoms": (1, "x"),
-               "space": space, "cls": _MyExploration, "nested": [{"k": [None, 1.5]}]}
+    partial = {
+        "lr": 0.5,
+        "a": shared,
+        "b": {"inner": shared},
+        "t": (shared, 4),
+        "atoms": (1, "x"),
+        "space": space,
+        "cls": _MyExploration,
+        "nested": [{"k": [None, 1.5]}],
+    }
     full = complete_config(partial)
     assert full["a"] == [1, 2] and full["a"] is not shared
     assert full["b"]["inner"] is full["a"] and full["t"][0] is full["a"] and full["t"][1] == 4
@@ -222,21 +249,38 @@ def test_unknown_keys_with_close_match():
     assert unknown_keys({"gamma": 0.9, "_private": 1, "evaluation_num_workers": 2}) == []
     # Keys a custom policy's mixins / GAE postprocessing read, and keys of the shipped
     # algorithms' configs (PPO's clip_param, DQN's n_step), are known without defaults.
-    assert unknown_keys({"lambda": 0.9, "kl_coeff": 0.1, "kl_target": 0.01, "tau": 0.005,
-                         "entropy_coeff_schedule": None, "clip_param": 0.2, "n_step": 3}) == []
+    assert (
+        unknown_keys(
+            {
+                "lambda": 0.9,
+                "kl_coeff": 0.1,
+                "kl_target": 0.01,
+                "tau": 0.005,
+                "entropy_coeff_schedule": None,
+                "clip_param": 0.2,
+                "n_step": 3,
+            }
+        )
+        == []
+    )
     assert unknown_keys({"kl_coef": 0.1}) == [("kl_coef", "kl_coeff")]
     # strict (the command line's rule): only the given defaults add keys.
     assert unknown_keys({"lambda": 0.9, "gamma": 0.9}, {"lr": 0.1}, strict=True) == [("lambda", None)]
     assert unknown_keys({"lambda": 0.9}, {"lambda": 1.0}, strict=True) == []
     assert unknown_keys({"my_coef": 0.1}, {"my_coeff": 0.2}) == [("my_coef", "my_coeff")]
     # No far-fetched suggestions; a model key at the top level points into 'model'.
-    assert unknown_keys({"zz_unrelated_opt": 0.01, "fcnet_hiddens": [8]}) == \
-        [("zz_unrelated_opt", None), ("fcnet_hiddens", "model.fcnet_hiddens")]
+    assert unknown_keys({"zz_unrelated_opt": 0.01, "fcnet_hiddens": [8]}) == [
+        ("zz_unrelated_opt", None),
+        ("fcnet_hiddens", "model.fcnet_hiddens"),
+    ]
 
 
 def test_unknown_key_warns_once_per_key(fresh_warnings):
-    with pytest.warns(UnknownConfigKeyWarning, match=r"MyPolicy: unknown config key 'lrr'; "
-                                                     r"did you mean 'lr'\?") as rec:
+    with pytest.warns(
+        UnknownConfigKeyWarning,
+        match=r"MyPolicy: unknown config key 'lrr'; "
+        r"did you mean 'lr'\?",
+    ) as rec:
         warn_unknown_keys({"lrr": 1e-3, "gamma": 0.5}, where="MyPolicy")
     assert len(rec) == 1
     with warnings.catch_warnings():
@@ -261,12 +305,18 @@ def test_check_config_completes_warns_and_validates(fresh_warnings):
 
 
 def test_check_config_value_wording_matches_validate_config():
-    with pytest.raises(ValueError, match=r"^config\['num_gpus'\]=-1 is invalid; allowed: a finite "
-                                         r"number >= 0$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^config\['num_gpus'\]=-1 is invalid; allowed: a finite "
+        r"number >= 0$",
+    ):
         check_config_value("num_gpus", -1)
     check_config_value("num_multi_gpu_tower_stacks", 2)
-    with pytest.raises(ValueError, match=r"config\['num_multi_gpu_tower_stacks'\]=0 is invalid; "
-                                         r"allowed: an int >= 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"config\['num_multi_gpu_tower_stacks'\]=0 is invalid; "
+        r"allowed: an int >= 1",
+    ):
         check_config_value("num_multi_gpu_tower_stacks", 0)
 
 
@@ -278,8 +328,7 @@ def test_algorithm_keys_match_the_algorithms_default_configs():
     from rlpolicy.agents.pg.pg import DEFAULT_CONFIG as PG
     from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG as PPO
 
-    base = (set(COMMON_CONFIG) | set(config_mod._ALL_CHECKS) | TRAINER_ONLY_KEYS
-            | config_mod.HELPER_KEYS)
+    base = set(COMMON_CONFIG) | set(config_mod._ALL_CHECKS) | TRAINER_ONLY_KEYS | config_mod.HELPER_KEYS
     assert ALGORITHM_KEYS == (set(PG) | set(PPO) | set(DQN)) - base
     assert "clip_param" in config_mod.known_keys() and "n_step" in config_mod.known_keys()
     assert "clip_param" not in config_mod.known_keys(strict=True)

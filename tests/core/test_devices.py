@@ -1,4 +1,5 @@
 """plan_devices: every branch of RLlib 1.11's TorchPolicy device selection."""
+
 import dataclasses
 import sys
 import types
@@ -41,8 +42,7 @@ def cfg(**kw):
         # Remote workers (worker_index > 0) read num_gpus_per_worker.
         (cfg(num_gpus=2, num_gpus_per_worker=0, worker_index=3), 2, None, ("cpu",)),
         (cfg(num_gpus=0, num_gpus_per_worker=1, worker_index=1), 2, None, ("cuda:0",)),
-        (cfg(num_gpus=0, num_gpus_per_worker=2, worker_index=1, _fake_gpus=True), 0, None,
-         ("cpu", "cpu")),
+        (cfg(num_gpus=0, num_gpus_per_worker=2, worker_index=1, _fake_gpus=True), 0, None, ("cpu", "cpu")),
     ],
 )
 def test_plan_devices_branches(config, visible, ray_mode, expected):
@@ -63,26 +63,29 @@ def test_plan_reports_num_gpus_and_ids():
 
 def test_ray_worker_uses_assigned_gpu_ids():
     # Ray assigned physical GPUs 3 and 6; torch sees them as cuda:0, cuda:1.
-    plan = plan_devices(cfg(num_gpus_per_worker=2, worker_index=1), 8,
-                        ray_mode="worker", ray_gpu_ids=[3, 6])
+    plan = plan_devices(cfg(num_gpus_per_worker=2, worker_index=1), 8, ray_mode="worker", ray_gpu_ids=[3, 6])
     assert plan.devices == ("cuda:0", "cuda:1")
     assert plan.gpu_ids == (3, 6)
 
 
 def test_ray_worker_ids_ignored_on_cpu_paths():
     # Fake GPUs or no visible GPU: the Ray ids are never consulted.
-    plan = plan_devices(cfg(num_gpus_per_worker=2, worker_index=1, _fake_gpus=True), 8,
-                        ray_mode="worker", ray_gpu_ids=[])
+    plan = plan_devices(
+        cfg(num_gpus_per_worker=2, worker_index=1, _fake_gpus=True), 8, ray_mode="worker", ray_gpu_ids=[]
+    )
     assert plan.devices == ("cpu", "cpu")
 
 
 @pytest.mark.parametrize(
     "config, visible, kwargs, match",
     [
-        (cfg(num_gpus=2, worker_index=0), 2, {"ray_mode": "worker", "ray_gpu_ids": [0]},
-         r"not able to find enough GPU IDs! Found \[0\], but num_gpus=2"),
-        (cfg(num_gpus=1), 1, {"ray_mode": "worker", "ray_gpu_ids": None},
-         r"Found \[\], but num_gpus=1"),
+        (
+            cfg(num_gpus=2, worker_index=0),
+            2,
+            {"ray_mode": "worker", "ray_gpu_ids": [0]},
+            r"not able to find enough GPU IDs! Found \[0\], but num_gpus=2",
+        ),
+        (cfg(num_gpus=1), 1, {"ray_mode": "worker", "ray_gpu_ids": None}, r"Found \[\], but num_gpus=1"),
         (cfg(num_gpus=-1), 0, {}, r"config\['num_gpus'\]=-1 is invalid"),
         (cfg(num_gpus="2"), 0, {}, r"config\['num_gpus'\]='2' is invalid"),
         (cfg(num_gpus=True), 0, {}, r"config\['num_gpus'\]=True is invalid"),
@@ -108,13 +111,14 @@ def test_device_plan_is_frozen():
 
 
 def _fake_ray(monkeypatch, initialized, mode, local_mode=None, gpu_ids=()):
-    worker_mod = types.SimpleNamespace(global_worker=types.SimpleNamespace(mode=mode),
-                                       WORKER_MODE=1)
+    worker_mod = types.SimpleNamespace(global_worker=types.SimpleNamespace(mode=mode), WORKER_MODE=1)
     if local_mode is not None:
         worker_mod.LOCAL_MODE = local_mode
-    ray = types.SimpleNamespace(is_initialized=lambda: initialized,
-                                _private=types.SimpleNamespace(worker=worker_mod),
-                                get_gpu_ids=lambda: list(gpu_ids))
+    ray = types.SimpleNamespace(
+        is_initialized=lambda: initialized,
+        _private=types.SimpleNamespace(worker=worker_mod),
+        get_gpu_ids=lambda: list(gpu_ids),
+    )
     monkeypatch.setitem(sys.modules, "ray", ray)
 
 

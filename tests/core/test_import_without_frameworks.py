@@ -3,6 +3,7 @@
 Each case runs in a fresh interpreter whose import system refuses the blocked frameworks,
 as on a machine where they are not installed.
 """
+
 import subprocess
 import sys
 import textwrap

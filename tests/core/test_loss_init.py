@@ -1,4 +1,5 @@
 """rlpolicy._core.loss_init: default view requirements, dummy batches, pruning."""
+
 import logging
 
 import gymnasium as gym
@@ -25,33 +26,41 @@ def update_view_requirements_from_init_state(holder):
 def initialize_loss_from_dummy_batch(policy, *args, **kwargs):
     return policy._run_dummy_loss_init(*args, **kwargs)
 
+
 OBS = gym.spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
 ACT = gym.spaces.Discrete(4)
 
 
 # ------------------------------------------------------------------ defaults
-@pytest.mark.parametrize("key, data_col, shift, for_actions", [
-    ("obs", None, 0, True),
-    ("new_obs", "obs", 1, True),
-    ("actions", None, 0, False),
-    ("prev_actions", "actions", -1, True),
-    ("rewards", None, 0, True),
-    ("prev_rewards", "rewards", -1, True),
-    ("dones", None, 0, True),
-    ("terminateds", None, 0, True),
-    ("truncateds", None, 0, True),
-    ("infos", None, 0, True),
-    ("eps_id", None, 0, True),
-    ("unroll_id", None, 0, True),
-    ("agent_index", None, 0, True),
-    ("t", None, 0, True),
-])
+@pytest.mark.parametrize(
+    "key, data_col, shift, for_actions",
+    [
+        ("obs", None, 0, True),
+        ("new_obs", "obs", 1, True),
+        ("actions", None, 0, False),
+        ("prev_actions", "actions", -1, True),
+        ("rewards", None, 0, True),
+        ("prev_rewards", "rewards", -1, True),
+        ("dones", None, 0, True),
+        ("terminateds", None, 0, True),
+        ("truncateds", None, 0, True),
+        ("infos", None, 0, True),
+        ("eps_id", None, 0, True),
+        ("unroll_id", None, 0, True),
+        ("agent_index", None, 0, True),
+        ("t", None, 0, True),
+    ],
+)
 def test_default_view_requirements(key, data_col, shift, for_actions):
     vrs = default_view_requirements(OBS, ACT)
     assert len(vrs) == 14
     vr = vrs[key]
-    assert (vr.data_col, vr.shift, vr.used_for_compute_actions, vr.used_for_training) == \
-        (data_col, shift, for_actions, True)
+    assert (vr.data_col, vr.shift, vr.used_for_compute_actions, vr.used_for_training) == (
+        data_col,
+        shift,
+        for_actions,
+        True,
+    )
 
 
 def test_default_view_requirements_spaces():
@@ -63,23 +72,27 @@ def test_default_view_requirements_spaces():
 # ------------------------------------------------------------------ dummy batches
 def _col(vr, n=5, config=None):
     config = config or {}
-    return dummy_columns({"x": vr}, n, config,
-                         flat_obs_space=lambda s: prepare_observation_space(s, config))["x"]
+    return dummy_columns({"x": vr}, n, config, flat_obs_space=lambda s: prepare_observation_space(s, config))[
+        "x"
+    ]
 
 
 DICT_SPACE = gym.spaces.Dict({"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(0, 1, (2, 3))})
 
 
-@pytest.mark.parametrize("vr, shape, dtype", [
-    (ViewRequirement(space=OBS), (5, 3), np.float32),
-    (ViewRequirement(space=ACT), (5,), np.int64),
-    # Dict obs are given flat, as the preprocessor writes them: 3 one-hot slots for the
-    # Discrete + 2*3 for the Box = 9 (RLlib 1.11 counts 1 per Discrete: 7, and breaks).
-    (ViewRequirement(data_col="obs", space=DICT_SPACE), (5, 9), np.float32),
-    (ViewRequirement(data_col="actions", space=gym.spaces.Tuple([ACT, OBS])), (5, 4), np.float32),
-    (ViewRequirement(data_col="obs", shift=[-2, -1, 0], space=OBS), (5, 3, 3), np.float32),
-    (ViewRequirement(data_col="obs", shift="-4:-1", space=OBS), (5, 4, 3), np.float32),
-])
+@pytest.mark.parametrize(
+    "vr, shape, dtype",
+    [
+        (ViewRequirement(space=OBS), (5, 3), np.float32),
+        (ViewRequirement(space=ACT), (5,), np.int64),
+        # Dict obs are given flat, as the preprocessor writes them: 3 one-hot slots for the
+        # Discrete + 2*3 for the Box = 9 (RLlib 1.11 counts 1 per Discrete: 7, and breaks).
+        (ViewRequirement(data_col="obs", space=DICT_SPACE), (5, 9), np.float32),
+        (ViewRequirement(data_col="actions", space=gym.spaces.Tuple([ACT, OBS])), (5, 4), np.float32),
+        (ViewRequirement(data_col="obs", shift=[-2, -1, 0], space=OBS), (5, 3, 3), np.float32),
+        (ViewRequirement(data_col="obs", shift="-4:-1", space=OBS), (5, 4, 3), np.float32),
+    ],
+)
 def test_dummy_batch_column_shapes(vr, shape, dtype):
     col = _col(vr)
     assert col.shape == shape and col.dtype == dtype
@@ -134,7 +147,9 @@ def test_prune_tags_postprocessing_only_columns_not_for_training():
 
 def test_prune_without_loss_tags_nothing():
     vrs = _vrs("vf_preds")
-    prune_view_requirements(vrs, AccessRecord(postprocess_accessed={"vf_preds"}), protected=set(), has_loss=False)
+    prune_view_requirements(
+        vrs, AccessRecord(postprocess_accessed={"vf_preds"}), protected=set(), has_loss=False
+    )
     assert vrs["vf_preds"].used_for_training is True
 
 
@@ -161,8 +176,9 @@ def test_prune_keeps_everything_when_output_is_written(caplog):
 def test_prune_warns_about_columns_deleted_by_hand(caplog):
     vrs = _vrs("t")
     with caplog.at_level(logging.WARNING):
-        removed = prune_view_requirements(vrs, AccessRecord(postprocess_deleted={"t"}), protected=set(),
-                                          has_loss=True)
+        removed = prune_view_requirements(
+            vrs, AccessRecord(postprocess_deleted={"t"}), protected=set(), has_loss=True
+        )
     assert removed == [] and "t" in vrs
     assert "deleted by hand" in caplog.text
 
@@ -194,8 +210,12 @@ def test_update_view_requirements_from_init_state():
     mvr = holder.model.view_requirements
     assert holder._model_init_state_automatically_added is True
     s0 = mvr["state_in_0"]
-    assert (s0.data_col, s0.shift, s0.batch_repeat_value, s0.used_for_compute_actions) == \
-        ("state_out_0", -1, 7, True)
+    assert (s0.data_col, s0.shift, s0.batch_repeat_value, s0.used_for_compute_actions) == (
+        "state_out_0",
+        -1,
+        7,
+        True,
+    )
     assert isinstance(s0.space, gym.spaces.Box) and s0.space.shape == (4,)
     assert mvr["state_in_1"].space is nonzero  # a non-zero initial value is kept as the value
     assert mvr["state_out_0"].used_for_training is True
@@ -255,8 +275,21 @@ def test_dummy_run_prunes_and_tags():
     assert record.train_accessed == {"obs", "actions", "adv"}
     assert stats == [32] and p.seen["explore"] is False
     vrs = p.view_requirements
-    assert sorted(vrs) == sorted(["obs", "actions", "adv", "rewards", "dones", "terminateds",
-                                  "truncateds", "infos", "eps_id", "unroll_id", "agent_index"])
+    assert sorted(vrs) == sorted(
+        [
+            "obs",
+            "actions",
+            "adv",
+            "rewards",
+            "dones",
+            "terminateds",
+            "truncateds",
+            "infos",
+            "eps_id",
+            "unroll_id",
+            "agent_index",
+        ]
+    )
     assert vrs["obs"].used_for_compute_actions is True
     assert vrs["actions"].used_for_compute_actions is False
     assert p.seen["train"].is_training is True
@@ -309,12 +342,15 @@ def test_dummy_batch_is_a_samplebatch():
     assert isinstance(p._get_dummy_batch_from_view_requirements(3), SampleBatch)
 
 
-@pytest.mark.parametrize("low, high, shape, dtype", [
-    (float("-inf"), float("inf"), (), np.float32),
-    (-1.0, 1.0, (3, 2), np.float32),
-    (-1.0, 1.0, (4,), np.dtype("int64")),
-    (0.0, 5.0, (2,), np.float64),
-])
+@pytest.mark.parametrize(
+    "low, high, shape, dtype",
+    [
+        (float("-inf"), float("inf"), (), np.float32),
+        (-1.0, 1.0, (3, 2), np.float32),
+        (-1.0, 1.0, (4,), np.dtype("int64")),
+        (0.0, 5.0, (2,), np.float64),
+    ],
+)
 def test_new_box_equals_a_freshly_built_box(low, high, shape, dtype):
     expected = gym.spaces.Box(low, high, shape=shape, dtype=dtype)
     first, second = new_box(low, high, shape, dtype), new_box(low, high, shape, dtype)

@@ -4,6 +4,7 @@
 Each case runs in a fresh interpreter whose import system refuses the blocked packages, as
 on a machine where they are not installed.
 """
+
 import subprocess
 import sys
 import textwrap
@@ -39,7 +40,9 @@ def _run(blocked, body):
 
 
 def test_torch_policies_and_models_without_torch():
-    lines = _run({"torch"}, """
+    lines = _run(
+        {"torch"},
+        """
         from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
         from rlpolicy.models.catalog import MODEL_DEFAULTS, ModelCatalog
         from rlpolicy.policy.policy_template import build_policy_class
@@ -50,9 +53,12 @@ def test_torch_policies_and_models_without_torch():
         print(error_of(TorchPolicy, OBS, ACT, {}))
         print(error_of(ModelCatalog.get_model_v2, OBS, ACT, 2, MODEL_DEFAULTS, framework="torch"))
         print(error_of(ModelCatalog.get_action_dist, ACT, MODEL_DEFAULTS, framework="torch"))
-    """)
-    assert lines[0] == ("PPOTorchPolicy needs PyTorch (framework='torch'), but torch is not installed; "
-                        "install it with `pip install rlpolicy[torch]`")
+    """,
+    )
+    assert lines[0] == (
+        "PPOTorchPolicy needs PyTorch (framework='torch'), but torch is not installed; "
+        "install it with `pip install rlpolicy[torch]`"
+    )
     assert lines[1].startswith("MyPolicy needs PyTorch (framework='torch')")
     assert lines[2].startswith("TorchPolicy needs PyTorch (framework='torch')")
     assert len(lines) == 5
@@ -61,27 +67,35 @@ def test_torch_policies_and_models_without_torch():
 
 
 def test_tf_models_without_tensorflow():
-    lines = _run({"tensorflow", "tf_keras", "keras"}, """
+    lines = _run(
+        {"tensorflow", "tf_keras", "keras"},
+        """
         from rlpolicy.models.catalog import MODEL_DEFAULTS, ModelCatalog
         for fw in ("tf", "tf2"):
             print(error_of(ModelCatalog.get_model_v2, OBS, ACT, 2, MODEL_DEFAULTS, framework=fw))
         print(error_of(ModelCatalog.get_action_dist, ACT, MODEL_DEFAULTS, framework="tf"))
-    """)
-    assert lines[0] == ("ModelCatalog needs TensorFlow (framework='tf'), but tensorflow is not "
-                        "installed; install it with `pip install rlpolicy[tf]`")
+    """,
+    )
+    assert lines[0] == (
+        "ModelCatalog needs TensorFlow (framework='tf'), but tensorflow is not "
+        "installed; install it with `pip install rlpolicy[tf]`"
+    )
     assert lines[1].startswith("ModelCatalog needs TensorFlow (framework='tf2')")
     assert "`pip install rlpolicy[tf]`" in lines[2]
 
 
 def test_tf_policies_without_tensorflow():
-    lines = _run({"tensorflow", "tf_keras", "keras"}, """
+    lines = _run(
+        {"tensorflow", "tf_keras", "keras"},
+        """
         from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy
         from rlpolicy.policy.tf_policy_template import build_tf_policy
         MyTF = build_tf_policy("MyTF", loss_fn=lambda *a: None)
         print(error_of(PPOTFPolicy, OBS, ACT, {}))
         print(error_of(MyTF, OBS, ACT, {}))
         print(error_of(MyTF.as_eager(), OBS, ACT, {"framework": "tf2"}))
-    """)
+    """,
+    )
     assert lines[0].startswith("PPOTFPolicy needs TensorFlow (framework='tf')")
     assert lines[1].startswith("MyTF needs TensorFlow")
     assert len(lines) == 3

@@ -3,6 +3,7 @@
 The stderr of a fresh interpreter is what a user sees, so the checks run in
 subprocesses and read their stderr.
 """
+
 import os
 import re
 import subprocess
@@ -18,28 +19,39 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(code, timeout=300):
-    env = dict(os.environ, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # as a user's shell has it
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          env=env, timeout=timeout, cwd=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        env=env,
+        timeout=timeout,
+        cwd=str(ROOT),
+    )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
     return proc.stdout.decode(), proc.stderr.decode(errors="replace")
 
 
 def test_dedupe_lines_keeps_first_copy_ignoring_absl_prefix():
-    data = (b"WARNING: All log messages before absl::InitializeLog() is called\n"
-            b"I0000 00:00:1796163782.111613    5240 port.cc:153] oneDNN on\n"
-            b"real error\n"
-            b"WARNING: All log messages before absl::InitializeLog() is called\n"
-            b"I0000 00:00:1796163786.709201    5240 port.cc:153] oneDNN on\n"
-            b"\n\n"
-            b"E0000 00:00:1796163786.9    5240 x.cc:1] other\n")
+    data = (
+        b"WARNING: All log messages before absl::InitializeLog() is called\n"
+        b"I0000 00:00:1796163782.111613    5240 port.cc:153] oneDNN on\n"
+        b"real error\n"
+        b"WARNING: All log messages before absl::InitializeLog() is called\n"
+        b"I0000 00:00:1796163786.709201    5240 port.cc:153] oneDNN on\n"
+        b"\n\n"
+        b"E0000 00:00:1796163786.9    5240 x.cc:1] other\n"
+    )
     assert dedupe_lines(data) == (
         b"WARNING: All log messages before absl::InitializeLog() is called\n"
         b"I0000 00:00:1796163782.111613    5240 port.cc:153] oneDNN on\n"
         b"real error\n\n\n"
-        b"E0000 00:00:1796163786.9    5240 x.cc:1] other\n")
+        b"E0000 00:00:1796163786.9    5240 x.cc:1] other\n"
+    )
 
 
 def test_capture_writes_everything_back_in_order_once():

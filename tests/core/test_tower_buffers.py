@@ -1,4 +1,5 @@
 """rlpolicy._core.tower_buffers: per-device splits and loaded-buffer bookkeeping (no framework)."""
+
 import numpy as np
 import pytest
 
@@ -46,8 +47,10 @@ def test_device_minibatch_size_errors(config, num_devices, match):
 
 
 def _rows(n):
-    return {SampleBatch.OBS: np.arange(n, dtype=np.float32)[:, None],
-            SampleBatch.REWARDS: np.arange(n, dtype=np.float32)}
+    return {
+        SampleBatch.OBS: np.arange(n, dtype=np.float32)[:, None],
+        SampleBatch.REWARDS: np.arange(n, dtype=np.float32),
+    }
 
 
 def test_split_drops_excess_rows_and_pads_each_slice():
@@ -70,8 +73,13 @@ def test_split_equal_shares(n, num_devices):
 def test_split_with_sequences_keeps_every_timestep_and_whole_sequences():
     seq_lens = [2, 3, 2, 2]
     n = sum(seq_lens)
-    batch = SampleBatch({**_rows(n), SampleBatch.SEQ_LENS: np.array(seq_lens, np.int32),
-                         "state_in_0": np.arange(4, dtype=np.float32)[:, None]})
+    batch = SampleBatch(
+        {
+            **_rows(n),
+            SampleBatch.SEQ_LENS: np.array(seq_lens, np.int32),
+            "state_in_0": np.arange(4, dtype=np.float32)[:, None],
+        }
+    )
     slices = split_batch_for_devices(batch, 2, lambda b: None)
     assert len(slices) == 2
     # Nothing dropped up front; the slices hold whole sequences in order.
@@ -175,7 +183,9 @@ def test_module_imports_no_framework():
     import subprocess
     import sys
 
-    code = ("import sys, rlpolicy._core.tower_buffers as m; "
-            "bad = {'torch', 'tensorflow'} & set(sys.modules); assert not bad, bad")
+    code = (
+        "import sys, rlpolicy._core.tower_buffers as m; "
+        "bad = {'torch', 'tensorflow'} & set(sys.modules); assert not bad, bad"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -1,4 +1,5 @@
 """Tiny environments for the RolloutWorker / WorkerSet tests (no Ray needed to import)."""
+
 import os
 
 import gymnasium as gym
@@ -52,8 +53,12 @@ class CrashingEnv(CountingEnv):
 
     def step(self, action):
         cfg = self.config
-        if (self.worker_index == cfg.get("crash_worker") and cfg.get("arm_file")
-                and os.path.exists(cfg["arm_file"]) and not os.path.exists(cfg["done_file"])):
+        if (
+            self.worker_index == cfg.get("crash_worker")
+            and cfg.get("arm_file")
+            and os.path.exists(cfg["arm_file"])
+            and not os.path.exists(cfg["done_file"])
+        ):
             with open(cfg["done_file"], "w") as f:
                 f.write(str(os.getpid()))
             os._exit(1)

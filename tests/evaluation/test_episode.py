@@ -1,4 +1,5 @@
 """rlpolicy.evaluation.episode.Episode: standalone use and the sampler-facing setters."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -35,8 +36,14 @@ def test_policy_mapping_cached_and_refresh():
         calls.append(agent_id)
         return "p1" if agent_id == "a1" else "p0"
 
-    ep = Episode({"p0": _Pol(gym.spaces.Discrete(2)), "p1": _Pol(gym.spaces.Discrete(2))}, mapping,
-                 lambda: "builder", None, env_id=3, worker="w")
+    ep = Episode(
+        {"p0": _Pol(gym.spaces.Discrete(2)), "p1": _Pol(gym.spaces.Discrete(2))},
+        mapping,
+        lambda: "builder",
+        None,
+        env_id=3,
+        worker="w",
+    )
     assert ep.batch_builder == "builder" and ep.env_id == 3 and ep.worker == "w"
     assert ep.policy_for("a1") == "p1" and ep.policy_for("a1") == "p1" and calls == ["a1"]
     ep.policy_for("a1", refresh=True)
@@ -110,8 +117,12 @@ def test_mapping_fn_signatures_of_every_1x_release():
         seen["kwargs"] = kwargs
         return "p"
 
-    cases = [(lambda agent_id: "p", "p"), (lambda agent_id, episode: "q", "q"),
-             (with_worker, "q"), (with_kwargs, "p")]
+    cases = [
+        (lambda agent_id: "p", "p"),
+        (lambda agent_id, episode: "q", "q"),
+        (with_worker, "q"),
+        (with_kwargs, "p"),
+    ]
     for fn, expect in cases:
         ep = Episode(pols, fn, worker=worker)
         assert ep.policy_for("a0") == expect

@@ -3,6 +3,7 @@ MuJoCo PPO configs): each remote worker normalizes with its own MeanStdFilter, t
 driver merges their buffers (FilterManager / WorkerSet.sync_filters) and pushes the
 merged filter back. Expected statistics are numpy's over every observation the envs
 emitted (each env logs them), not anything the filter code computes."""
+
 import sys
 
 import gymnasium as gym
@@ -63,9 +64,17 @@ def filter_ws(ray_session):
     from rlpolicy.evaluation.worker_set import WorkerSet
 
     ray_session.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ws = WorkerSet(env_creator=LoggingEnv, policy_class=ZeroPolicy, num_workers=2,
-                   trainer_config={"observation_filter": "MeanStdFilter", "rollout_fragment_length": 6,
-                                   "num_envs_per_worker": 1, "num_cpus_per_worker": 0.5})
+    ws = WorkerSet(
+        env_creator=LoggingEnv,
+        policy_class=ZeroPolicy,
+        num_workers=2,
+        trainer_config={
+            "observation_filter": "MeanStdFilter",
+            "rollout_fragment_length": 6,
+            "num_envs_per_worker": 1,
+            "num_cpus_per_worker": 0.5,
+        },
+    )
     ray_session.get([w.get_host.remote() for w in ws.remote_workers()], timeout=180)
     yield ws
     ws.stop()

@@ -1,4 +1,5 @@
 """rlpolicy.evaluation.postprocessing against direct python loops and hand-worked cases."""
+
 import numpy as np
 import pytest
 
@@ -15,21 +16,26 @@ from rlpolicy.policy.view_requirement import ViewRequirement
 
 def _loop_discount(x, gamma):
     """sum_k gamma^k x[t+k], as a double loop."""
-    return np.array([sum(gamma ** k * x[t + k] for k in range(len(x) - t)) for t in range(len(x))])
+    return np.array([sum(gamma**k * x[t + k] for k in range(len(x) - t)) for t in range(len(x))])
 
 
 def _loop_gae(rewards, values, last_r, gamma, lam):
     """GAE written directly from the paper's definition (double loop over deltas)."""
     v = list(values) + [last_r]
     deltas = [rewards[t] + gamma * v[t + 1] - v[t] for t in range(len(rewards))]
-    return np.array([sum((gamma * lam) ** k * deltas[t + k] for k in range(len(deltas) - t))
-                     for t in range(len(deltas))])
+    return np.array(
+        [sum((gamma * lam) ** k * deltas[t + k] for k in range(len(deltas) - t)) for t in range(len(deltas))]
+    )
 
 
 def _batch(rewards, vf_preds=None, **extra):
     n = len(rewards)
-    data = {"obs": np.arange(n, dtype=np.float32)[:, None], "new_obs": np.arange(1, n + 1, dtype=np.float32)[:, None],
-            "actions": np.zeros(n, np.int64), "rewards": np.asarray(rewards, np.float32)}
+    data = {
+        "obs": np.arange(n, dtype=np.float32)[:, None],
+        "new_obs": np.arange(1, n + 1, dtype=np.float32)[:, None],
+        "actions": np.zeros(n, np.int64),
+        "rewards": np.asarray(rewards, np.float32),
+    }
     if vf_preds is not None:
         data["vf_preds"] = np.asarray(vf_preds, np.float32)
     data.update(extra)
@@ -48,7 +54,9 @@ def test_discount_cumsum_vs_loop(gamma):
 
 
 def test_discount_cumsum_hand_worked_and_2d():
-    np.testing.assert_allclose(discount_cumsum(np.array([1.0, 2.0, 3.0]), 0.5), [2.75, 3.5, 3.0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        discount_cumsum(np.array([1.0, 2.0, 3.0]), 0.5), [2.75, 3.5, 3.0], rtol=1e-6, atol=1e-6
+    )
     x = np.array([[1.0, 0.0], [1.0, 2.0]])
     np.testing.assert_allclose(discount_cumsum(x, 0.5), [[1.5, 1.0], [1.0, 2.0]], rtol=1e-6, atol=1e-6)
     assert discount_cumsum(np.array([]), 0.9).shape == (0,)
@@ -91,10 +99,13 @@ def test_gae_lambda_one_equals_monte_carlo_advantage():
     np.testing.assert_allclose(gae, mc, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(use_gae=True, use_critic=True), "vf_preds"),
-    (dict(use_gae=False, use_critic=True), "vf_preds"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(use_gae=True, use_critic=True), "vf_preds"),
+        (dict(use_gae=False, use_critic=True), "vf_preds"),
+    ],
+)
 def test_missing_vf_preds_raises(kwargs, match):
     with pytest.raises(ValueError, match=match):
         compute_advantages(_batch([1.0, 2.0]), 0.0, **kwargs)
@@ -107,7 +118,11 @@ def test_gae_without_critic_raises():
 
 def test_last_r_shape_checked():
     np.testing.assert_allclose(
-        compute_advantages(_batch([1.0], [0.0]), np.array([2.0]), 0.5, use_gae=False)["value_targets"], [2.0], rtol=1e-6, atol=1e-6)
+        compute_advantages(_batch([1.0], [0.0]), np.array([2.0]), 0.5, use_gae=False)["value_targets"],
+        [2.0],
+        rtol=1e-6,
+        atol=1e-6,
+    )
     with pytest.raises(ValueError, match="last_r"):
         compute_advantages(_batch([1.0], [0.0]), np.array([1.0, 2.0]), 0.5)
 
@@ -139,8 +154,9 @@ def _trajectory(**done_cols):
 
 def test_terminated_trajectory_not_bootstrapped():
     policy = _FakePolicy()
-    batch = compute_gae_for_sample_batch(policy, _trajectory(terminateds=np.array([False, True]),
-                                                             truncateds=np.array([False, False])))
+    batch = compute_gae_for_sample_batch(
+        policy, _trajectory(terminateds=np.array([False, True]), truncateds=np.array([False, False]))
+    )
     assert policy.calls == []
     # gamma 0.5, lambda 1, V=0: advantages = returns = [1.5, 1].
     np.testing.assert_allclose(batch["advantages"], [1.5, 1.0], rtol=1e-6, atol=1e-6)
@@ -148,8 +164,9 @@ def test_terminated_trajectory_not_bootstrapped():
 
 def test_truncated_trajectory_bootstraps_from_last_next_obs():
     policy = _FakePolicy()
-    batch = compute_gae_for_sample_batch(policy, _trajectory(terminateds=np.array([False, False]),
-                                                             truncateds=np.array([False, True])))
+    batch = compute_gae_for_sample_batch(
+        policy, _trajectory(terminateds=np.array([False, False]), truncateds=np.array([False, True]))
+    )
     assert len(policy.calls) == 1
     call = policy.calls[0]
     # index="last": obs comes from the last new_obs (= 2.0), prev_rewards from the last reward.
@@ -192,8 +209,11 @@ def test_adjust_nstep_hand_worked():
 
 
 def test_adjust_nstep_shifts_terminateds_and_truncateds():
-    batch = _batch([1.0, 1.0, 1.0], terminateds=np.array([False, False, True]),
-                   truncateds=np.array([False, False, False]))
+    batch = _batch(
+        [1.0, 1.0, 1.0],
+        terminateds=np.array([False, False, True]),
+        truncateds=np.array([False, False, False]),
+    )
     adjust_nstep(2, 1.0, batch)
     np.testing.assert_array_equal(batch["terminateds"], [False, True, True])
     np.testing.assert_array_equal(batch["truncateds"], [False, False, False])
@@ -207,10 +227,13 @@ def test_adjust_nstep_one_is_identity():
     np.testing.assert_array_equal(batch["new_obs"][:, 0], [1.0, 2.0])
 
 
-@pytest.mark.parametrize("n_step, dones, match", [
-    (2, [False, True, False], "middle"),
-    (0, [False, False, False], "n_step"),
-])
+@pytest.mark.parametrize(
+    "n_step, dones, match",
+    [
+        (2, [False, True, False], "middle"),
+        (0, [False, False, False], "n_step"),
+    ],
+)
 def test_adjust_nstep_errors(n_step, dones, match):
     with pytest.raises(ValueError, match=match):
         adjust_nstep(n_step, 0.9, _batch([1.0, 1.0, 1.0], dones=np.array(dones)))

@@ -1,5 +1,6 @@
 """RolloutWorker (no Ray): fragments, bootstrapping, view columns, RNN state, seeds,
 multi-agent batches, callbacks, weights/gradients and argument errors."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -37,8 +38,7 @@ def _ppo_class():
 def pg_policy():
     from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy
 
-    return PGTorchPolicy(CountingEnv.observation_space, CountingEnv.action_space,
-                         {**TINY, "gamma": 0.5})
+    return PGTorchPolicy(CountingEnv.observation_space, CountingEnv.action_space, {**TINY, "gamma": 0.5})
 
 
 # ---------------------------------------------------------------------- old call form
@@ -100,8 +100,13 @@ def _numpy_gae(rewards, vf_preds, last_value, gamma, lam):
 def test_gae_bootstraps_truncated_and_cut_pieces_only(truncate):
     gamma, lam = 0.9, 0.8
     cfg = {**TINY, "gamma": gamma, "lambda": lam}
-    worker = _worker(lambda: CountingEnv(3, truncate=truncate), _ppo_class(), policy_config=cfg,
-                     rollout_fragment_length=5, seed=0)
+    worker = _worker(
+        lambda: CountingEnv(3, truncate=truncate),
+        _ppo_class(),
+        policy_config=cfg,
+        rollout_fragment_length=5,
+        seed=0,
+    )
     policy = worker.get_policy()
     batch = worker.sample()  # episode of 3 steps, then a piece of 2 cut by the fragment end
     for eps in np.unique(batch[SampleBatch.EPS_ID]):
@@ -116,8 +121,9 @@ def test_gae_bootstraps_truncated_and_cut_pieces_only(truncate):
             assert last_value != 0.0
         expected = _numpy_gae(piece[SampleBatch.REWARDS], piece[SampleBatch.VF_PREDS], last_value, gamma, lam)
         np.testing.assert_allclose(piece["advantages"], expected, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(piece["value_targets"], expected + piece[SampleBatch.VF_PREDS],
-                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            piece["value_targets"], expected + piece[SampleBatch.VF_PREDS], rtol=1e-5, atol=1e-5
+        )
 
 
 # ---------------------------------------------------------------------- batch modes
@@ -135,8 +141,9 @@ def test_truncate_episodes_returns_fixed_fragments():
 
 
 def test_complete_episodes_returns_whole_episodes_only():
-    worker = _worker(lambda: CountingEnv(5), num_envs=2, rollout_fragment_length=7,
-                     batch_mode="complete_episodes")
+    worker = _worker(
+        lambda: CountingEnv(5), num_envs=2, rollout_fragment_length=7, batch_mode="complete_episodes"
+    )
     for _ in range(2):
         batch = worker.sample()
         # Both envs finish an episode after 5 lock-step ticks: 10 >= 7 steps, two episodes.
@@ -167,10 +174,19 @@ def test_prev_actions_and_rewards_across_fragment_and_episode_boundaries():
 
 
 def test_lstm_state_in_is_previous_state_out():
-    cfg = {**TINY, "model": {"fcnet_hiddens": [8], "use_lstm": True, "lstm_cell_size": 3,
-                             "lstm_use_prev_action": True, "lstm_use_prev_reward": True}}
-    worker = _worker(lambda: CountingEnv(4), _ppo_class(), policy_config=cfg, num_envs=2,
-                     rollout_fragment_length=3, seed=0)
+    cfg = {
+        **TINY,
+        "model": {
+            "fcnet_hiddens": [8],
+            "use_lstm": True,
+            "lstm_cell_size": 3,
+            "lstm_use_prev_action": True,
+            "lstm_use_prev_reward": True,
+        },
+    }
+    worker = _worker(
+        lambda: CountingEnv(4), _ppo_class(), policy_config=cfg, num_envs=2, rollout_fragment_length=3, seed=0
+    )
     batches = [worker.sample() for _ in range(3)]  # pieces cut mid-episode, episodes restarting
     batch = batches[0].concat_samples(batches)
     seen_restart = seen_cut = False
@@ -224,8 +240,14 @@ def test_box_actions_are_unsquashed_for_the_env_only():
 @pytest.fixture
 def team_worker():
     specs = {"red": PolicySpec(_pg_class()), "blue": PolicySpec(_pg_class())}
-    return _worker(lambda ctx: TwoTeamEnv(ctx), specs, policy_mapping_fn=team_mapping_fn,
-                   policies_to_train=["red"], rollout_fragment_length=6, env_config={"length": 4})
+    return _worker(
+        lambda ctx: TwoTeamEnv(ctx),
+        specs,
+        policy_mapping_fn=team_mapping_fn,
+        policies_to_train=["red"],
+        rollout_fragment_length=6,
+        env_config={"length": 4},
+    )
 
 
 def _pg_class():
@@ -272,8 +294,12 @@ def test_multi_agent_env_without_all_key_is_rejected():
             del terms["__all__"]
             return obs, rew, terms, truncs, infos
 
-    worker = _worker(lambda: Broken(), {"red": PolicySpec(_pg_class()), "blue": PolicySpec(_pg_class())},
-                     policy_mapping_fn=team_mapping_fn, rollout_fragment_length=2)
+    worker = _worker(
+        lambda: Broken(),
+        {"red": PolicySpec(_pg_class()), "blue": PolicySpec(_pg_class())},
+        policy_mapping_fn=team_mapping_fn,
+        rollout_fragment_length=2,
+    )
     with pytest.raises(ValueError, match="terminateds has no '__all__' key"):
         worker.sample()
 
@@ -308,12 +334,28 @@ class _Recorder(DefaultCallbacks):
 
 def test_callbacks_run_in_order_with_episode_data():
     rec = _Recorder()
-    worker = _worker(lambda ctx: CountingEnv(ctx["length"]), rollout_fragment_length=4, callbacks=rec,
-                     env_config={"length": 3}, worker_index=3, num_workers=4)
+    worker = _worker(
+        lambda ctx: CountingEnv(ctx["length"]),
+        rollout_fragment_length=4,
+        callbacks=rec,
+        env_config={"length": 3},
+        worker_index=3,
+        num_workers=4,
+    )
     worker.sample()
     assert rec.envs == [(3, 0, 3)]
-    assert rec.events == ["start", "step", "step", "step", "post3", "end", "start", "step", "post1",
-                          "sample_end4"]
+    assert rec.events == [
+        "start",
+        "step",
+        "step",
+        "step",
+        "post3",
+        "end",
+        "start",
+        "step",
+        "post1",
+        "sample_end4",
+    ]
     assert rec.lengths == [3] and rec.totals == [6.0]
     assert worker.get_policy().config["worker_index"] == 3
     (m,) = worker.get_metrics()
@@ -333,14 +375,17 @@ def test_weights_and_global_vars_round_trip():
         dst.set_weights({"nope": {}})
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"num_envs": 0}, "num_envs must be >= 1"),
-    ({"rollout_fragment_length": 0}, "rollout_fragment_length must be >= 1"),
-    ({"batch_mode": "episodes"}, "batch_mode='episodes' is unknown"),
-    ({"count_steps_by": "steps"}, "count_steps_by='steps' is unknown"),
-    ({"policy_spec": {"p": 3}}, "policy 'p': expected a PolicySpec"),
-    ({"policy_spec": {"p": PolicySpec()}}, "policy 'p' has no policy_class"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_envs": 0}, "num_envs must be >= 1"),
+        ({"rollout_fragment_length": 0}, "rollout_fragment_length must be >= 1"),
+        ({"batch_mode": "episodes"}, "batch_mode='episodes' is unknown"),
+        ({"count_steps_by": "steps"}, "count_steps_by='steps' is unknown"),
+        ({"policy_spec": {"p": 3}}, "policy 'p': expected a PolicySpec"),
+        ({"policy_spec": {"p": PolicySpec()}}, "policy 'p' has no policy_class"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     from rlpolicy.evaluation.rollout_worker import RolloutWorker
 

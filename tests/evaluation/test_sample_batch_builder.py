@@ -1,5 +1,6 @@
 """SampleBatchBuilder / MultiAgentSampleBatchBuilder as RLlib 1.x offline writers and unit
 tests use them: rows in, column batches out (hand-worked values)."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -42,8 +43,18 @@ class Recorder(DefaultCallbacks):
         super().__init__()
         self.seen = []
 
-    def on_postprocess_trajectory(self, *, worker, episode, agent_id, policy_id, policies,
-                                  postprocessed_batch, original_batches, **kwargs):
+    def on_postprocess_trajectory(
+        self,
+        *,
+        worker,
+        episode,
+        agent_id,
+        policy_id,
+        policies,
+        postprocessed_batch,
+        original_batches,
+        **kwargs,
+    ):
         self.seen.append((agent_id, policy_id, postprocessed_batch.count))
 
 
@@ -74,13 +85,23 @@ def test_sample_batch_builder_rows_to_columns():
 
 def _rows(builder, agent_id, policy_id, rewards, eps_id=7):
     for t, r in enumerate(rewards):
-        builder.add_values(agent_id, policy_id, t=t, eps_id=eps_id, obs=np.zeros(2, np.float32),
-                           actions=0, rewards=r, dones=t == len(rewards) - 1)
+        builder.add_values(
+            agent_id,
+            policy_id,
+            t=t,
+            eps_id=eps_id,
+            obs=np.zeros(2, np.float32),
+            actions=0,
+            rewards=r,
+            dones=t == len(rewards) - 1,
+        )
 
 
 def test_multi_agent_builder_postprocesses_per_agent_and_groups_per_policy():
-    policies = {"a": DoublingPolicy(SPACE, gym.spaces.Discrete(2), {}),
-                "b": DoublingPolicy(SPACE, gym.spaces.Discrete(2), {})}
+    policies = {
+        "a": DoublingPolicy(SPACE, gym.spaces.Discrete(2), {}),
+        "b": DoublingPolicy(SPACE, gym.spaces.Discrete(2), {}),
+    }
     cb = Recorder()
     mb = MultiAgentSampleBatchBuilder(policies, clip_rewards=False, callbacks=cb)
     _rows(mb, "p0", "a", [1.0, -3.0])
@@ -99,8 +120,9 @@ def test_multi_agent_builder_postprocesses_per_agent_and_groups_per_policy():
     assert not mb.has_pending_agent_data() and mb.count == 0
 
 
-@pytest.mark.parametrize("clip, expect", [(True, [1.0, -1.0, 0.0]), (2.0, [2.0, -2.0, 0.0]),
-                                          (None, [5.0, -3.0, 0.0])])
+@pytest.mark.parametrize(
+    "clip, expect", [(True, [1.0, -1.0, 0.0]), (2.0, [2.0, -2.0, 0.0]), (None, [5.0, -3.0, 0.0])]
+)
 def test_multi_agent_builder_clips_rewards_before_postprocessing(clip, expect):
     policies = {"default_policy": DoublingPolicy(SPACE, gym.spaces.Discrete(2), {})}
     mb = MultiAgentSampleBatchBuilder(policies, clip_rewards=clip, callbacks=DefaultCallbacks())

@@ -4,6 +4,7 @@ list actions, one-hot Discrete observations, horizons, reward clipping, observat
 filters, ``training_enabled``, infos at inference, struct actions, ``get_global_worker``.
 
 Every expected batch below is worked out by hand from the env's definition."""
+
 import os
 import warnings
 
@@ -27,8 +28,9 @@ class RecordingPolicy(Policy):
         super().__init__(observation_space, action_space, config)
         self.inputs = []
 
-    def compute_actions_from_input_dict(self, input_dict, explore=None, timestep=None, episodes=None,
-                                        **kwargs):
+    def compute_actions_from_input_dict(
+        self, input_dict, explore=None, timestep=None, episodes=None, **kwargs
+    ):
         self.inputs.append({k: input_dict[k] for k in input_dict.keys()})
         n = len(input_dict[SampleBatch.OBS])
         if isinstance(self.action_space, gym.spaces.Tuple):
@@ -133,7 +135,9 @@ def test_plain_policy_on_discrete_obs_gets_one_hot():
     space = worker_observation_space(DiscreteEnv.observation_space)
     assert space == policy.observation_space and space.original_space == gym.spaces.Discrete(4)
     ready = RecordingPolicy(space, DiscreteEnv.action_space, {})
-    np.testing.assert_array_equal(_worker(DiscreteEnv, ready).sample()[SampleBatch.OBS], eye[[0, 1, 2, 3, 0, 1]])
+    np.testing.assert_array_equal(
+        _worker(DiscreteEnv, ready).sample()[SampleBatch.OBS], eye[[0, 1, 2, 3, 0, 1]]
+    )
 
 
 def test_infos_reach_compute_actions_when_a_view_requirement_asks():
@@ -165,7 +169,8 @@ def test_shifted_state_in_without_initial_state_gets_zeros_of_its_space():
         def __init__(self, *args):
             super().__init__(*args)
             self.view_requirements["state_in_0"] = ViewRequirement(
-                "state_out_0", shift=-1, space=space, used_for_compute_actions=True)
+                "state_out_0", shift=-1, space=space, used_for_compute_actions=True
+            )
 
         def get_initial_state(self):
             return []
@@ -231,8 +236,12 @@ def test_no_done_at_end_records_no_done():
 
 def test_no_done_at_end_multi_agent_agents_stop_acting_when_done():
     # red_1 is terminated after 2 steps; it must not act again, though no done is recorded.
-    worker = RolloutWorker(env_creator=lambda: TwoTeamEnv({"length": 4}), policy_spec=RecordingPolicy,
-                           rollout_fragment_length=4, no_done_at_end=True)
+    worker = RolloutWorker(
+        env_creator=lambda: TwoTeamEnv({"length": 4}),
+        policy_spec=RecordingPolicy,
+        rollout_fragment_length=4,
+        no_done_at_end=True,
+    )
     batch = worker.sample()
     assert isinstance(batch, SampleBatch)
     red_1 = batch[SampleBatch.AGENT_INDEX] == 1
@@ -240,8 +249,9 @@ def test_no_done_at_end_multi_agent_agents_stop_acting_when_done():
     assert not batch[SampleBatch.DONES].any()
 
 
-@pytest.mark.parametrize("clip, expect", [(True, [1, 1, 1, 1, 1, 1]), (2.0, [1, 2, 2, 1, 2, 2]),
-                                          (None, [1, 2, 3, 1, 2, 3])])
+@pytest.mark.parametrize(
+    "clip, expect", [(True, [1, 1, 1, 1, 1, 1]), (2.0, [1, 2, 2, 1, 2, 2]), (None, [1, 2, 3, 1, 2, 3])]
+)
 def test_clip_rewards(clip, expect):
     worker = _worker(lambda: CountingEnv(length=3), clip_rewards=clip)
     batch = worker.sample()
@@ -257,11 +267,17 @@ def test_old_signature_policy_mapping_fns():
             return actions + 1, state, extra
 
     specs = {"red": (ActsOne, None, None, {}), "blue": (RecordingPolicy, None, None, {})}
-    for fn in (lambda agent_id: agent_id.split("_")[0],                      # RLlib < 1.4
-               lambda agent_id, episode: agent_id.split("_")[0],             # RLlib 1.4
-               lambda agent_id, episode, **kw: agent_id.split("_")[0]):      # RLlib 1.11
-        worker = RolloutWorker(env_creator=lambda: TwoTeamEnv({"length": 3}), policy_spec=specs,
-                               policy_mapping_fn=fn, rollout_fragment_length=3)
+    for fn in (
+        lambda agent_id: agent_id.split("_")[0],  # RLlib < 1.4
+        lambda agent_id, episode: agent_id.split("_")[0],  # RLlib 1.4
+        lambda agent_id, episode, **kw: agent_id.split("_")[0],
+    ):  # RLlib 1.11
+        worker = RolloutWorker(
+            env_creator=lambda: TwoTeamEnv({"length": 3}),
+            policy_spec=specs,
+            policy_mapping_fn=fn,
+            rollout_fragment_length=3,
+        )
         batch = worker.sample()
         assert isinstance(batch, MultiAgentBatch)
         np.testing.assert_array_equal(batch.policy_batches["red"][SampleBatch.ACTIONS], 1)
@@ -273,9 +289,12 @@ def test_type_error_inside_mapping_fn_is_not_swallowed():
     def buggy(agent_id, episode, worker=None, **kwargs):
         return len(agent_id) + "x"  # the user's own TypeError
 
-    worker = RolloutWorker(env_creator=lambda: TwoTeamEnv(), policy_spec={"red": (RecordingPolicy, None,
-                                                                                  None, {})},
-                           policy_mapping_fn=buggy, rollout_fragment_length=2)
+    worker = RolloutWorker(
+        env_creator=lambda: TwoTeamEnv(),
+        policy_spec={"red": (RecordingPolicy, None, None, {})},
+        policy_mapping_fn=buggy,
+        rollout_fragment_length=2,
+    )
     with pytest.raises(TypeError, match="unsupported operand"):
         worker.sample()
 
@@ -303,8 +322,11 @@ class OldGymEnv:
 @pytest.mark.parametrize("time_limit", [False, True])
 def test_old_gym_api_env_is_adapted_with_a_warning(time_limit):
     worker = _worker(lambda: OldGymEnv(time_limit))
-    with pytest.warns(UserWarning, match=r"old gym API .*gymnasium API: reset\(\*, seed=None, options=None\)"
-                      r" -> \(obs, info\).*shimmy"):
+    with pytest.warns(
+        UserWarning,
+        match=r"old gym API .*gymnasium API: reset\(\*, seed=None, options=None\)"
+        r" -> \(obs, info\).*shimmy",
+    ):
         batch = worker.sample()
     np.testing.assert_array_equal(batch[SampleBatch.OBS][:, 0], [0, 1, 2, 0, 1, 2])
     np.testing.assert_array_equal(batch[SampleBatch.TERMINATEDS], [0, 0, not time_limit] * 2)
@@ -317,7 +339,9 @@ def test_old_api_multi_agent_env_error_names_the_gymnasium_api():
             obs, rew, terms, _, infos = super().step(action_dict)
             return obs, rew, terms, infos
 
-    worker = RolloutWorker(env_creator=lambda: OldMA(), policy_spec=RecordingPolicy, rollout_fragment_length=2)
+    worker = RolloutWorker(
+        env_creator=lambda: OldMA(), policy_spec=RecordingPolicy, rollout_fragment_length=2
+    )
     with pytest.raises(ValueError, match=r"got a tuple of 4 values: MultiAgentEnv follows the gymnasium API"):
         worker.sample()
 
@@ -334,8 +358,9 @@ def test_mean_std_filter_normalizes_observations_and_get_sync_filters():
     np.testing.assert_allclose(f.rs.std[0], seen.std(ddof=1), atol=1e-6)
     # obs row 3 is the second reset (the 5th observation seen): filtered with the first 5 values.
     first5 = seen[:5]
-    np.testing.assert_allclose(batch[SampleBatch.OBS][3, 0], (0 - first5.mean()) / (first5.std(ddof=1) + 1e-6),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        batch[SampleBatch.OBS][3, 0], (0 - first5.mean()) / (first5.std(ddof=1) + 1e-6), atol=1e-5
+    )
     snap = worker.get_filters(flush_after=True)
     assert snap["default_policy"].rs.n == 9 and f.buffer.n == 0 and f.rs.n == 9
     other = _worker(lambda: CountingEnv(length=3), observation_filter="MeanStdFilter")
@@ -350,13 +375,17 @@ def test_worker_options_errors_and_environs():
     w = _worker(lambda: CountingEnv(), extra_python_environs={"RLPOLICY_TEST_ENVIRON": 7})
     assert os.environ.pop("RLPOLICY_TEST_ENVIRON") == "7"
     assert get_global_worker() is w
-    cases = [({"sample_async": True, "observation_filter": "MeanStdFilter"},
-              r"sample_async=True needs concurrent observation filters.*\['default_policy'\].*ConcurrentMeanStdFilter"),
-             ({"record_env": True}, "record_env is not supported .* gymnasium.wrappers.RecordVideo"),
-             ({"remote_worker_envs": True}, "remote_worker_envs=True .* remote workers"),
-             ({"episode_horizon": 0}, "episode_horizon must be an int >= 1 or None, got 0"),
-             ({"clip_rewards": -1.0}, "clip_rewards must be None, a bool or a number > 0, got -1.0"),
-             ({"observation_filter": "Bogus"}, "Unknown observation_filter: 'Bogus'")]
+    cases = [
+        (
+            {"sample_async": True, "observation_filter": "MeanStdFilter"},
+            r"sample_async=True needs concurrent observation filters.*\['default_policy'\].*ConcurrentMeanStdFilter",
+        ),
+        ({"record_env": True}, "record_env is not supported .* gymnasium.wrappers.RecordVideo"),
+        ({"remote_worker_envs": True}, "remote_worker_envs=True .* remote workers"),
+        ({"episode_horizon": 0}, "episode_horizon must be an int >= 1 or None, got 0"),
+        ({"clip_rewards": -1.0}, "clip_rewards must be None, a bool or a number > 0, got -1.0"),
+        ({"observation_filter": "Bogus"}, "Unknown observation_filter: 'Bogus'"),
+    ]
     for kwargs, match in cases:
         with pytest.raises(ValueError, match=match):
             _worker(lambda: CountingEnv(), **kwargs)
@@ -384,10 +413,13 @@ def test_tf_graph_policy_hooks_build_inside_the_policy_graph():
         base = PGTFPolicy._hooks.loss_fn(policy, model, dist_class, train_batch)
         return base * policy.tau_times_two
 
-    TauPG = PGTFPolicy.with_updates(name="TauPG", before_init=before_init, loss_fn=loss,
-                                    mixins=[TauMixin])
-    worker = _worker(lambda: CountingEnv(length=3), TauPG, rollout_fragment_length=4,
-                     policy_config={"framework": "tf", "model": {"fcnet_hiddens": [4]}})
+    TauPG = PGTFPolicy.with_updates(name="TauPG", before_init=before_init, loss_fn=loss, mixins=[TauMixin])
+    worker = _worker(
+        lambda: CountingEnv(length=3),
+        TauPG,
+        rollout_fragment_length=4,
+        policy_config={"framework": "tf", "model": {"fcnet_hiddens": [4]}},
+    )
     policy = worker.get_policy()
     assert policy.tau_var.graph is policy.get_session().graph
     assert tf.executing_eagerly() == tf1.executing_eagerly()  # the process mode is untouched
@@ -405,8 +437,9 @@ def test_gymnasium_env_triggers_no_old_api_warning():
 
 # ---------------------------------------------------------------------- sample_async
 def test_sample_async_collects_fragments_in_a_thread():
-    worker = _worker(lambda: CountingEnv(length=3), sample_async=True,
-                     observation_filter="ConcurrentMeanStdFilter")
+    worker = _worker(
+        lambda: CountingEnv(length=3), sample_async=True, observation_filter="ConcurrentMeanStdFilter"
+    )
     try:
         first, second = worker.sample(), worker.sample()
         assert first.count == second.count == 6
@@ -438,10 +471,18 @@ def test_worker_set_passes_the_1x_trainer_keys_to_its_workers():
     from rlpolicy.evaluation.worker_set import WorkerSet
 
     os.environ.pop("RLPOLICY_DRIVER_ENV", None)
-    ws = WorkerSet(env_creator=lambda ctx: CountingEnv(length=100), policy_class=RecordingPolicy,
-                   trainer_config={"horizon": 3, "clip_rewards": 2.0, "rollout_fragment_length": 6,
-                                   "num_envs_per_worker": 1, "observation_filter": "MeanStdFilter",
-                                   "extra_python_environs_for_driver": {"RLPOLICY_DRIVER_ENV": "on"}})
+    ws = WorkerSet(
+        env_creator=lambda ctx: CountingEnv(length=100),
+        policy_class=RecordingPolicy,
+        trainer_config={
+            "horizon": 3,
+            "clip_rewards": 2.0,
+            "rollout_fragment_length": 6,
+            "num_envs_per_worker": 1,
+            "observation_filter": "MeanStdFilter",
+            "extra_python_environs_for_driver": {"RLPOLICY_DRIVER_ENV": "on"},
+        },
+    )
     batch = ws.sample()
     np.testing.assert_array_equal(batch[SampleBatch.REWARDS], [1, 2, 2, 1, 2, 2])
     np.testing.assert_array_equal(batch[SampleBatch.TRUNCATEDS], [0, 0, 1, 0, 0, 1])
@@ -455,8 +496,9 @@ def test_worker_set_passes_the_1x_trainer_keys_to_its_workers():
 
 def test_mean_std_filter_on_raw_dict_observations():
     class DictEnv(CountingEnv):
-        observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-9.0, 9.0, (1,), np.float32),
-                                             "id": gym.spaces.Discrete(3)})
+        observation_space = gym.spaces.Dict(
+            {"pos": gym.spaces.Box(-9.0, 9.0, (1,), np.float32), "id": gym.spaces.Discrete(3)}
+        )
 
         def reset(self, *, seed=None, options=None):
             super().reset(seed=seed)
@@ -466,8 +508,12 @@ def test_mean_std_filter_on_raw_dict_observations():
             _, r, term, trunc, info = super().step(action)
             return {"pos": np.array([2.0 * self.t], np.float32), "id": self.t % 3}, r, term, trunc, info
 
-    worker = _worker(lambda: DictEnv(length=3), observation_filter="MeanStdFilter", rollout_fragment_length=3,
-                     policy_config={"_disable_preprocessor_api": True})
+    worker = _worker(
+        lambda: DictEnv(length=3),
+        observation_filter="MeanStdFilter",
+        rollout_fragment_length=3,
+        policy_config={"_disable_preprocessor_api": True},
+    )
     batch = worker.sample()
     f = worker.filters["default_policy"]
     assert f.rs["id"] is None  # Discrete parts are not normalized
@@ -476,5 +522,6 @@ def test_mean_std_filter_on_raw_dict_observations():
     np.testing.assert_allclose(f.rs["pos"].mean, [seen.mean()], atol=1e-6)
     np.testing.assert_array_equal(batch[SampleBatch.OBS]["id"], [2, 1, 2])
     first2 = seen[:2]
-    np.testing.assert_allclose(batch[SampleBatch.OBS]["pos"][1], [(2.0 - first2.mean()) / (first2.std(ddof=1) + 1e-6)],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        batch[SampleBatch.OBS]["pos"][1], [(2.0 - first2.mean()) / (first2.std(ddof=1) + 1e-6)], atol=1e-5
+    )

@@ -1,6 +1,7 @@
 """WorkerSet: exact step counts, weight/global-var sync through Ray, recreation of dead
 workers, multi-agent and TF policies inside actors. Ray tests share the session's
 ``ray_session`` fixture (tests/conftest.py) and one module-scoped WorkerSet."""
+
 import logging
 import sys
 
@@ -18,8 +19,15 @@ OBS = np.array([[0.5, 1.0], [2.0, 0.0], [3.0, 1.0]], np.float32)
 
 
 def _config(**extra):
-    return {"framework": "torch", "model": {"fcnet_hiddens": [8]}, "rollout_fragment_length": 10,
-            "num_envs_per_worker": 2, "seed": 0, "num_cpus_per_worker": 1, **extra}
+    return {
+        "framework": "torch",
+        "model": {"fcnet_hiddens": [8]},
+        "rollout_fragment_length": 10,
+        "num_envs_per_worker": 2,
+        "seed": 0,
+        "num_cpus_per_worker": 1,
+        **extra,
+    }
 
 
 def _logits(worker, policy_id="default_policy"):
@@ -41,15 +49,19 @@ def _pg_torch():
 
 # ---------------------------------------------------------------------- no Ray (num_workers=0)
 def _discounted(rewards, gamma):
-    return [sum(gamma ** k * r for k, r in enumerate(rewards[i:])) for i in range(len(rewards))]
+    return [sum(gamma**k * r for k, r in enumerate(rewards[i:])) for i in range(len(rewards))]
 
 
 def test_local_only_sample_is_cut_to_exactly_the_requested_steps():
     from rlpolicy.evaluation.worker_set import WorkerSet
 
     def make():
-        return WorkerSet(env_creator=lambda ctx: CountingEnv(4), policy_class=_pg_torch(),
-                         trainer_config=_config(gamma=0.5), num_workers=0)
+        return WorkerSet(
+            env_creator=lambda ctx: CountingEnv(4),
+            policy_class=_pg_torch(),
+            trainer_config=_config(gamma=0.5),
+            num_workers=0,
+        )
 
     ws = make()
     assert ws.remote_workers() == [] and ws.local_worker().num_envs == 2
@@ -64,23 +76,31 @@ def test_local_only_sample_is_cut_to_exactly_the_requested_steps():
     # PG advantages: discounted returns within each piece (episode end or fragment end).
     for unroll in np.unique(full[SampleBatch.UNROLL_ID]):
         rows = full[SampleBatch.UNROLL_ID] == unroll
-        np.testing.assert_allclose(full["advantages"][rows], _discounted(full[SampleBatch.REWARDS][rows], 0.5),
-                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            full["advantages"][rows], _discounted(full[SampleBatch.REWARDS][rows], 0.5), rtol=1e-6, atol=1e-6
+        )
     assert ws.sample().count == 20  # one round = one fragment of the local worker
     m = ws.metrics()
     assert m["episodes_total"] >= 8 and m["episode_reward_mean"] == 10.0
     ws.stop()
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"num_workers": -1}, ValueError, "num_workers must be an int >= 0"),
-    ({"policy_class": None}, ValueError, "give policy_class"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"num_workers": -1}, ValueError, "num_workers must be an int >= 0"),
+        ({"policy_class": None}, ValueError, "give policy_class"),
+    ],
+)
 def test_worker_set_bad_arguments(kwargs, error, match):
     from rlpolicy.evaluation.worker_set import WorkerSet
 
-    kwargs = {"env_creator": lambda ctx: CountingEnv(), "policy_class": _pg_torch(),
-              "trainer_config": _config(), **kwargs}
+    kwargs = {
+        "env_creator": lambda ctx: CountingEnv(),
+        "policy_class": _pg_torch(),
+        "trainer_config": _config(),
+        **kwargs,
+    }
     with pytest.raises(error, match=match):
         WorkerSet(**kwargs)
 
@@ -109,11 +129,19 @@ def ws2(ray_modules, tmp_path_factory):
     from rlpolicy.evaluation.worker_set import WorkerSet
 
     files = tmp_path_factory.mktemp("crash")
-    env_config = {"length": 5, "crash_worker": 2, "arm_file": str(files / "arm"),
-                  "done_file": str(files / "done")}
+    env_config = {
+        "length": 5,
+        "crash_worker": 2,
+        "arm_file": str(files / "arm"),
+        "done_file": str(files / "done"),
+    }
     # Half a CPU each: the session's Ray has 2 CPUs and other tests' workers need room.
-    ws = WorkerSet(env_creator=lambda ctx: CrashingEnv(ctx), policy_class=_pg_torch(),
-                   trainer_config=_config(env_config=env_config, num_cpus_per_worker=0.5), num_workers=2)
+    ws = WorkerSet(
+        env_creator=lambda ctx: CrashingEnv(ctx),
+        policy_class=_pg_torch(),
+        trainer_config=_config(env_config=env_config, num_cpus_per_worker=0.5),
+        num_workers=2,
+    )
     ws.files = env_config
     _started(ws, ray_modules)
     yield ws
@@ -141,8 +169,14 @@ def test_weight_sync_makes_remote_actions_equal_the_drivers(ws2):
 def test_actors_build_their_policies_as_ray_workers(ws2):
     from rlpolicy._core.devices import detect_ray_context
 
-    info = ws2.foreach_worker(lambda w: (detect_ray_context(), w.worker_index,
-                                         w.get_policy().config["worker_index"], str(w.get_policy().device)))
+    info = ws2.foreach_worker(
+        lambda w: (
+            detect_ray_context(),
+            w.worker_index,
+            w.get_policy().config["worker_index"],
+            str(w.get_policy().device),
+        )
+    )
     assert info[0] == (("driver", None), 0, 0, "cpu")
     assert info[1:] == [(("worker", []), 1, 1, "cpu"), (("worker", []), 2, 2, "cpu")]
 
@@ -157,8 +191,9 @@ def test_killed_worker_is_recreated_and_loses_no_steps(ws2, ray_modules, caplog)
     assert ws2.recreated_workers == before + [1]
     assert "remote worker 1 died" in caplog.text
     # The new actor got the driver's weights.
-    np.testing.assert_allclose(ws2.foreach_worker(_logits)[1], _logits(ws2.local_worker()),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        ws2.foreach_worker(_logits)[1], _logits(ws2.local_worker()), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_worker_dying_mid_sample_has_its_fragment_resampled(ws2):
@@ -176,10 +211,19 @@ def test_multi_agent_tf_graph_and_eager_policies_in_an_actor(ray_modules):
     from rlpolicy.agents.pg.pg_tf_policy import PGTFPolicy
     from rlpolicy.evaluation.worker_set import WorkerSet
 
-    config = _config(framework="tf", rollout_fragment_length=6, num_envs_per_worker=1, multiagent={
-        "policies": {"red": PolicySpec(PGTFPolicy),
-                     "blue": PolicySpec(PGTFPolicy.as_eager(), config={"framework": "tf2"})},
-        "policy_mapping_fn": team_mapping_fn, "policies_to_train": ["blue"]})
+    config = _config(
+        framework="tf",
+        rollout_fragment_length=6,
+        num_envs_per_worker=1,
+        multiagent={
+            "policies": {
+                "red": PolicySpec(PGTFPolicy),
+                "blue": PolicySpec(PGTFPolicy.as_eager(), config={"framework": "tf2"}),
+            },
+            "policy_mapping_fn": team_mapping_fn,
+            "policies_to_train": ["blue"],
+        },
+    )
     ws = WorkerSet(env_creator=lambda ctx: TwoTeamEnv(ctx), trainer_config=config, num_workers=1)
     try:
         _started(ws, ray_modules)
@@ -199,12 +243,21 @@ def test_multi_agent_tf_graph_and_eager_policies_in_an_actor(ray_modules):
         ws.stop()
 
 
-@pytest.mark.parametrize("extra, expected", [
-    ({}, {"num_cpus": 1, "num_gpus": 0, "resources": None}),
-    ({"num_cpus_per_worker": 0.5, "num_gpus_per_worker": 0.25, "custom_resources_per_worker": {"x": 1}},
-     {"num_cpus": 0.5, "num_gpus": 0.25, "resources": {"x": 1}}),
-    ({"num_gpus_per_worker": 1, "_fake_gpus": True}, {"num_cpus": 1, "num_gpus": 0, "resources": None}),
-])
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        ({}, {"num_cpus": 1, "num_gpus": 0, "resources": None}),
+        (
+            {
+                "num_cpus_per_worker": 0.5,
+                "num_gpus_per_worker": 0.25,
+                "custom_resources_per_worker": {"x": 1},
+            },
+            {"num_cpus": 0.5, "num_gpus": 0.25, "resources": {"x": 1}},
+        ),
+        ({"num_gpus_per_worker": 1, "_fake_gpus": True}, {"num_cpus": 1, "num_gpus": 0, "resources": None}),
+    ],
+)
 def test_remote_worker_resources_come_from_the_config(extra, expected):
     from rlpolicy.evaluation.worker_set import WorkerSet
 

@@ -5,6 +5,7 @@ expectations are independent of rlpolicy: counts follow from the example's
 arguments, CartPole pays 1 per step, a uniform 2-way policy has entropy
 ln 2, and learning must move the printed metrics the right way.
 """
+
 import math
 import os
 import re
@@ -22,10 +23,20 @@ EXAMPLES = ROOT / "examples"
 def run_example(name, *args, timeout=120, needs=("torch",)):
     for module in needs:
         pytest.importorskip(module)
-    env = dict(os.environ, RLPOLICY_EXAMPLE_QUICK="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = dict(
+        os.environ,
+        RLPOLICY_EXAMPLE_QUICK="1",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
@@ -111,8 +122,11 @@ def test_docs_nav_pages_exist():
 def test_docs_api_pages_name_existing_modules():
     import importlib.util
 
-    refs = [m for page in sorted((DOCS / "api").glob("*.md"))
-            for m in re.findall(r"^::: (\S+)\s*$", page.read_text(), re.M)]
+    refs = [
+        m
+        for page in sorted((DOCS / "api").glob("*.md"))
+        for m in re.findall(r"^::: (\S+)\s*$", page.read_text(), re.M)
+    ]
     assert "rlpolicy.policy.sample_batch" in refs
     missing = [m for m in refs if importlib.util.find_spec(m) is None]
     assert not missing, f"API pages reference modules that do not exist: {missing}"

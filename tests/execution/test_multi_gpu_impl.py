@@ -6,6 +6,7 @@ single-device ``learn_on_batch`` on all rows, for Adam and for SGD, with and
 without ``grad_clip`` (the averaged gradient is clipped). SGD steps are also
 checked against numpy.
 """
+
 import os
 import sys
 
@@ -66,8 +67,9 @@ def test_adam_towers_equal_single_device(adam_pair):
     single.learn_on_batch(data.copy())
     assert_weights_close(towers.get_weights(), single.get_weights())
     means = [out[f"tower_{i}"]["learner_stats"]["mean_reward"] for i in range(2)]
-    np.testing.assert_allclose(means, [data["rewards"][:4].mean(), data["rewards"][4:].mean()],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        means, [data["rewards"][:4].mean(), data["rewards"][4:].mean()], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_two_buffers_are_independent(adam_pair):
@@ -144,19 +146,24 @@ def test_stack_needs_a_policy():
         TFMultiGPUTowerStack(optimizer=None, devices=["/cpu:0"])
 
 
-
 def two_losses(policy, model, dist_class, train_batch):
     logits, _ = model(train_batch)
     logp = dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
     rewards = train_batch[SampleBatch.REWARDS]
-    return [-tf.reduce_mean(logp * rewards),
-            tf.reduce_mean(tf.square(model.value_function() - rewards))]
+    return [-tf.reduce_mean(logp * rewards), tf.reduce_mean(tf.square(model.value_function() - rewards))]
 
 
 class TwoLossPolicy(DynamicTFPolicy):
     def __init__(self, obs_space, action_space, config, existing_inputs=None, existing_model=None):
-        DynamicTFPolicy.__init__(self, obs_space, action_space, config, two_losses,
-                                 existing_inputs=existing_inputs, existing_model=existing_model)
+        DynamicTFPolicy.__init__(
+            self,
+            obs_space,
+            action_space,
+            config,
+            two_losses,
+            existing_inputs=existing_inputs,
+            existing_model=existing_model,
+        )
 
     def optimizer(self):
         return [tf1.train.GradientDescentOptimizer(0.3), tf1.train.AdamOptimizer(0.01)]

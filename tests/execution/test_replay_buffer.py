@@ -1,6 +1,7 @@
 """Replay buffers: ring behaviour, uniform and prioritized sampling (statistically,
 fixed seeds), importance weights against the formula, priority updates, and the
 LocalReplayBuffer's learning_starts / per-policy replay."""
+
 import random
 
 import numpy as np
@@ -42,7 +43,7 @@ def test_prioritized_sampling_proportions_follow_priority_power_alpha():
     np.random.seed(0)
     sample = buf.sample(20000, beta=0.5)
     freq = np.bincount(sample[BATCH_INDEXES], minlength=5) / 20000
-    expected = priorities ** alpha / np.sum(priorities ** alpha)
+    expected = priorities**alpha / np.sum(priorities**alpha)
     np.testing.assert_allclose(freq, expected, atol=0.012)
     np.testing.assert_array_equal(sample["obs"][:, 0].astype(int), sample[BATCH_INDEXES])
 
@@ -55,7 +56,7 @@ def test_importance_weights_match_formula(beta):
         buf.add(step(i), weight=float(p))
     np.random.seed(1)
     sample = buf.sample(64, beta=beta)
-    probs = priorities ** alpha / np.sum(priorities ** alpha)
+    probs = priorities**alpha / np.sum(priorities**alpha)
     n = len(priorities)
     expected = (n * probs[sample[BATCH_INDEXES]]) ** -beta / (n * probs.min()) ** -beta
     np.testing.assert_allclose(sample[PRIO_WEIGHTS], expected, rtol=1e-5, atol=1e-6)
@@ -73,12 +74,15 @@ def test_update_priorities_and_max_priority_for_new_items():
     assert buf.stats()["max_priority"] == 5.0
 
 
-@pytest.mark.parametrize("idxes,prios,exc,match", [
-    ((0, 1), [1.0, 1.0], TypeError, r"idxes must be a list or numpy array, got tuple"),
-    ([0, 1], [1.0], ValueError, r"2 indices but 1 priorities"),
-    ([0], [0.0], ValueError, r"priorities must be > 0"),
-    ([5], [1.0], ValueError, r"indices must lie in \[0, 2\)"),
-])
+@pytest.mark.parametrize(
+    "idxes,prios,exc,match",
+    [
+        ((0, 1), [1.0, 1.0], TypeError, r"idxes must be a list or numpy array, got tuple"),
+        ([0, 1], [1.0], ValueError, r"2 indices but 1 priorities"),
+        ([0], [0.0], ValueError, r"priorities must be > 0"),
+        ([5], [1.0], ValueError, r"indices must lie in \[0, 2\)"),
+    ],
+)
 def test_update_priorities_errors(idxes, prios, exc, match):
     buf = PrioritizedReplayBuffer(capacity=4, alpha=0.6)
     buf.add(step(0), None)
@@ -87,24 +91,37 @@ def test_update_priorities_errors(idxes, prios, exc, match):
         buf.update_priorities(idxes, prios)
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: ReplayBuffer(0), r"capacity must be a positive int, got 0"),
-    (lambda: PrioritizedReplayBuffer(4, alpha=0.0), r"alpha must be > 0, got 0.0"),
-    (lambda: ReplayBuffer(4).sample(2), r"the buffer is empty"),
-    (lambda: PrioritizedReplayBuffer(4).sample(2, beta=-0.1), r"beta must be >= 0, got -0.1"),
-    (lambda: LocalReplayBuffer(replay_sequence_length=4), r"replay_sequence_length=4 is not supported"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: ReplayBuffer(0), r"capacity must be a positive int, got 0"),
+        (lambda: PrioritizedReplayBuffer(4, alpha=0.0), r"alpha must be > 0, got 0.0"),
+        (lambda: ReplayBuffer(4).sample(2), r"the buffer is empty"),
+        (lambda: PrioritizedReplayBuffer(4).sample(2, beta=-0.1), r"beta must be >= 0, got -0.1"),
+        (lambda: LocalReplayBuffer(replay_sequence_length=4), r"replay_sequence_length=4 is not supported"),
+    ],
+)
 def test_buffer_errors(make, match):
     with pytest.raises(ValueError, match=match):
         make()
 
 
 def test_local_buffer_waits_for_learning_starts_and_feeds_back_td_errors():
-    local = LocalReplayBuffer(learning_starts=10, capacity=100, replay_batch_size=6,
-                              prioritized_replay_alpha=1.0, prioritized_replay_beta=0.4,
-                              prioritized_replay_eps=0.5)
-    batch = SampleBatch({"obs": np.arange(8, dtype=np.float32)[:, None], "rewards": np.ones(8, np.float32),
-                         PRIO_WEIGHTS: np.arange(1, 9, dtype=np.float32)})
+    local = LocalReplayBuffer(
+        learning_starts=10,
+        capacity=100,
+        replay_batch_size=6,
+        prioritized_replay_alpha=1.0,
+        prioritized_replay_beta=0.4,
+        prioritized_replay_eps=0.5,
+    )
+    batch = SampleBatch(
+        {
+            "obs": np.arange(8, dtype=np.float32)[:, None],
+            "rewards": np.ones(8, np.float32),
+            PRIO_WEIGHTS: np.arange(1, 9, dtype=np.float32),
+        }
+    )
     local.add_batch(batch)
     assert local.replay() is None  # 8 < learning_starts
     local.add_batch(batch)
@@ -118,7 +135,9 @@ def test_local_buffer_waits_for_learning_starts_and_feeds_back_td_errors():
 
 
 def test_local_buffer_uniform_when_alpha_is_zero():
-    local = LocalReplayBuffer(learning_starts=0, capacity=10, replay_batch_size=3, prioritized_replay_alpha=0.0)
+    local = LocalReplayBuffer(
+        learning_starts=0, capacity=10, replay_batch_size=3, prioritized_replay_alpha=0.0
+    )
     local.add_batch(SampleBatch({"obs": np.zeros((4, 1), np.float32)}))
     assert type(local.replay_buffers[DEFAULT_POLICY_ID]) is ReplayBuffer
     out = local.replay().policy_batches[DEFAULT_POLICY_ID]

@@ -1,4 +1,5 @@
 """Segment trees against brute force: range sums/minima and prefix-sum search."""
+
 import operator
 
 import numpy as np
@@ -57,13 +58,16 @@ def test_max_tree_and_state_round_trip():
     assert other.reduce(2, 6) == 7.0
 
 
-@pytest.mark.parametrize("make,exc,match", [
-    (lambda: SumSegmentTree(12), ValueError, r"capacity must be a positive power of 2, got 12"),
-    (lambda: SegmentTree(8, operator.mul), ValueError, r"operation must be operator.add, min or max"),
-    (lambda: SumSegmentTree(8).__setitem__(8, 1.0), IndexError, r"index out of range \[0, 8\)"),
-    (lambda: SumSegmentTree(8).find_prefixsum_idx(0.5), ValueError, r"prefixsum must lie in \[0, 0.0\]"),
-    (lambda: SumSegmentTree(4).set_state([0.0] * 4), ValueError, r"state has 4 nodes, this tree has 8"),
-])
+@pytest.mark.parametrize(
+    "make,exc,match",
+    [
+        (lambda: SumSegmentTree(12), ValueError, r"capacity must be a positive power of 2, got 12"),
+        (lambda: SegmentTree(8, operator.mul), ValueError, r"operation must be operator.add, min or max"),
+        (lambda: SumSegmentTree(8).__setitem__(8, 1.0), IndexError, r"index out of range \[0, 8\)"),
+        (lambda: SumSegmentTree(8).find_prefixsum_idx(0.5), ValueError, r"prefixsum must lie in \[0, 0.0\]"),
+        (lambda: SumSegmentTree(4).set_state([0.0] * 4), ValueError, r"state has 4 nodes, this tree has 8"),
+    ],
+)
 def test_errors(make, exc, match):
     with pytest.raises(exc, match=match):
         make()

@@ -4,6 +4,7 @@ Expected values: numpy log-softmax / Gaussian formulas on the distribution
 inputs the policy reports, and the invariant that a space shifted by
 ``start`` learns exactly like the 0-based space given the same weights.
 """
+
 from __future__ import annotations
 
 import gymnasium as gym
@@ -20,12 +21,13 @@ FRAMEWORKS = ["torch", "tf", "tf2"]
 
 
 def _make(framework, action_space):
-    cfg = {"model": {"fcnet_hiddens": [8]}, "train_batch_size": 6, "sgd_minibatch_size": 6,
-           "num_sgd_iter": 1}
+    cfg = {"model": {"fcnet_hiddens": [8]}, "train_batch_size": 6, "sgd_minibatch_size": 6, "num_sgd_iter": 1}
     if framework == "torch":
         from rlpolicy.agents.ppo import PPOTorchPolicy
+
         return PPOTorchPolicy(OBS, action_space, cfg)
     from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy
+
     if framework == "tf":
         return PPOTFPolicy(OBS, action_space, {**cfg, "framework": "tf"})
     return PPOTFPolicy.as_eager()(OBS, action_space, {**cfg, "framework": "tf2"})
@@ -75,10 +77,11 @@ def test_multidiscrete_and_int_box_offsets(framework):
     sampled, _, fetch = policy.compute_actions(obs, explore=True)
     assert all(md.contains(np.asarray(a, np.int64)) for a in sampled)
     d = np.asarray(fetch["action_dist_inputs"], np.float64)
-    want = (_log_softmax(d[:, :2])[np.arange(5), sampled[:, 0] - 1]
-            + _log_softmax(d[:, 2:])[np.arange(5), sampled[:, 1] + 3])
-    np.testing.assert_allclose(np.asarray(policy.compute_log_likelihoods(sampled, obs)), want,
-                               atol=ATOL)
+    want = (
+        _log_softmax(d[:, :2])[np.arange(5), sampled[:, 0] - 1]
+        + _log_softmax(d[:, 2:])[np.arange(5), sampled[:, 1] + 3]
+    )
+    np.testing.assert_allclose(np.asarray(policy.compute_log_likelihoods(sampled, obs)), want, atol=ATOL)
     box = Box(-2, 2, (3,), dtype=np.int64)
     policy = _make(framework, box)
     actions, _, fetch = policy.compute_actions(obs, explore=True)
@@ -94,17 +97,28 @@ def test_shifted_space_learns_like_the_zero_based_one(framework):
     _copy_weights(shifted, plain)
     obs = _obs(6, seed=2)
     actions, _, fetch = plain.compute_actions(obs, explore=True)
-    batch = {"obs": obs, "new_obs": obs, "rewards": np.ones(6, np.float32),
-             "dones": np.zeros(6, bool), "action_logp": fetch["action_logp"],
-             "action_dist_inputs": fetch["action_dist_inputs"], "vf_preds": fetch["vf_preds"],
-             "advantages": np.linspace(-1, 1, 6).astype(np.float32),
-             "value_targets": np.ones(6, np.float32)}
+    batch = {
+        "obs": obs,
+        "new_obs": obs,
+        "rewards": np.ones(6, np.float32),
+        "dones": np.zeros(6, bool),
+        "action_logp": fetch["action_logp"],
+        "action_dist_inputs": fetch["action_dist_inputs"],
+        "vf_preds": fetch["vf_preds"],
+        "advantages": np.linspace(-1, 1, 6).astype(np.float32),
+        "value_targets": np.ones(6, np.float32),
+    }
     s1 = shifted.learn_on_batch(SampleBatch({**batch, "actions": actions + 10}))
     s2 = plain.learn_on_batch(SampleBatch({**batch, "actions": actions}))
-    np.testing.assert_allclose(s1["learner_stats"]["total_loss"], s2["learner_stats"]["total_loss"],
-                               rtol=1e-5, atol=1e-6)
-    for a, b in zip(shifted.get_state()["weights"].values() if framework != "torch"
-                    else shifted.get_state()["weights"].values(), plain.get_state()["weights"].values()):
+    np.testing.assert_allclose(
+        s1["learner_stats"]["total_loss"], s2["learner_stats"]["total_loss"], rtol=1e-5, atol=1e-6
+    )
+    for a, b in zip(
+        shifted.get_state()["weights"].values()
+        if framework != "torch"
+        else shifted.get_state()["weights"].values(),
+        plain.get_state()["weights"].values(),
+    ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
@@ -121,7 +135,7 @@ def test_zero_dim_box_actions_are_scalars(framework):
     assert np.shape(single) == ()
     mean, log_std = d[:, 0], d[:, 1]
     x = np.array([0.5, -0.2, 1.0, 2.0])
-    want = (-0.5 * ((x - mean) / np.exp(log_std)) ** 2 - log_std - 0.5 * np.log(2 * np.pi))
+    want = -0.5 * ((x - mean) / np.exp(log_std)) ** 2 - log_std - 0.5 * np.log(2 * np.pi)
     got = np.asarray(policy.compute_log_likelihoods(x.astype(np.float32), obs))
     np.testing.assert_allclose(got, want, atol=1e-4)
 
@@ -129,16 +143,19 @@ def test_zero_dim_box_actions_are_scalars(framework):
 def test_dqn_rejects_shifted_discrete_with_advice():
     pytest.importorskip("torch")
     from rlpolicy.agents.dqn import DQNTorchPolicy
+
     with pytest.raises(UnsupportedSpaceException, match=r"start=3.*use Discrete\(2\) and add 3"):
         DQNTorchPolicy(OBS, Discrete(2, start=3), {})
 
 
 def test_action_offset_table():
     from rlpolicy.models.dist_offsets import action_offset
+
     assert action_offset(Discrete(3)) is None
     assert action_offset(Discrete(3, start=-4)) == -4
-    np.testing.assert_array_equal(action_offset(MultiDiscrete([[2, 2], [3, 3]], start=[[0, 1], [2, 0]])),
-                                  [[0, 1], [2, 0]])
+    np.testing.assert_array_equal(
+        action_offset(MultiDiscrete([[2, 2], [3, 3]], start=[[0, 1], [2, 0]])), [[0, 1], [2, 0]]
+    )
     assert action_offset(Box(-2, 2, (2,), dtype=np.int32)) == -2
     assert action_offset(Box(0, 5, (2,), dtype=np.int32)) is None
     assert action_offset(gym.spaces.MultiBinary(3)) is None
@@ -154,14 +171,25 @@ def test_shifted_leaf_inside_dict_action_space(framework):
     d = np.asarray(fetch["action_dist_inputs"], np.float64)
     mean, log_std = d[:, 3:5], d[:, 5:7]  # [gear logits (3), x means (2), x log-stds (2)]
     x = actions["x"]
-    want = (_log_softmax(d[:, :3])[np.arange(6), actions["gear"] - 1]
-            + (-0.5 * ((x - mean) / np.exp(log_std)) ** 2 - log_std
-               - 0.5 * np.log(2 * np.pi)).sum(-1))
+    want = _log_softmax(d[:, :3])[np.arange(6), actions["gear"] - 1] + (
+        -0.5 * ((x - mean) / np.exp(log_std)) ** 2 - log_std - 0.5 * np.log(2 * np.pi)
+    ).sum(-1)
     got = np.asarray(policy.compute_log_likelihoods(actions, obs))
     np.testing.assert_allclose(got, want, atol=1e-4)
-    stats = policy.learn_on_batch(SampleBatch({
-        "obs": obs, "new_obs": obs, "actions": actions, "rewards": np.ones(6, np.float32),
-        "dones": np.zeros(6, bool), "action_logp": fetch["action_logp"],
-        "action_dist_inputs": fetch["action_dist_inputs"], "vf_preds": fetch["vf_preds"],
-        "advantages": np.ones(6, np.float32), "value_targets": np.ones(6, np.float32)}))
+    stats = policy.learn_on_batch(
+        SampleBatch(
+            {
+                "obs": obs,
+                "new_obs": obs,
+                "actions": actions,
+                "rewards": np.ones(6, np.float32),
+                "dones": np.zeros(6, bool),
+                "action_logp": fetch["action_logp"],
+                "action_dist_inputs": fetch["action_dist_inputs"],
+                "vf_preds": fetch["vf_preds"],
+                "advantages": np.ones(6, np.float32),
+                "value_targets": np.ones(6, np.float32),
+            }
+        )
+    )
     assert np.isfinite(stats["learner_stats"]["total_loss"])

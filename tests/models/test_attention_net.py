@@ -5,6 +5,7 @@ Independent checks: numpy GRU gate and relative attention (plain loops over quer
 pairs, no shift trick), the GTrXL memory contract (a step with memory = the same steps
 fed as one segment), causality, and the view requirements the nets declare.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,8 +16,16 @@ TOL = {"rtol": 1e-4, "atol": 1e-5}
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
 # Tiny sizes (attention_dim 8, one unit, memory 3).
-SIZES = dict(num_transformer_units=1, attention_dim=8, num_heads=2, head_dim=4,
-             memory_inference=3, memory_training=3, position_wise_mlp_dim=8, init_gru_gate_bias=2.0)
+SIZES = dict(
+    num_transformer_units=1,
+    attention_dim=8,
+    num_heads=2,
+    head_dim=4,
+    memory_inference=3,
+    memory_training=3,
+    position_wise_mlp_dim=8,
+    init_gru_gate_bias=2.0,
+)
 
 
 def _np(seed, *shape):
@@ -60,8 +69,9 @@ def np_rel_attention(x, memory, w_qkv, w_out, w_pos, u, v, heads, d):
                     dist = qi - j
                     emb = np.concatenate([np.sin(dist * inv), np.cos(dist * inv)])
                     r = (emb @ w_pos)[cols]
-                    logits.append(((q[b, qi, cols] + u[h]) @ k[b, j, cols]
-                                   + (q[b, qi, cols] + v[h]) @ r) / np.sqrt(d))
+                    logits.append(
+                        ((q[b, qi, cols] + u[h]) @ k[b, j, cols] + (q[b, qi, cols] + v[h]) @ r) / np.sqrt(d)
+                    )
                 w = _softmax(np.array(logits))
                 out[b, i, cols] = sum(w[j] * val[b, j, cols] for j in range(qi + 1))
     return out @ w_out
@@ -115,7 +125,8 @@ def test_torch_relative_attention_matches_numpy_loops(torch, tau):
         "w_qkv": layer._qkv_layer._model[0].weight.detach().numpy().T,
         "w_out": layer._linear_layer._model[0].weight.detach().numpy().T,
         "w_pos": layer._pos_proj._model[0].weight.detach().numpy().T,
-        "u": layer._uvar.detach().numpy(), "v": layer._vvar.detach().numpy(),
+        "u": layer._uvar.detach().numpy(),
+        "v": layer._vvar.detach().numpy(),
     }
     np.testing.assert_allclose(got, np_rel_attention(x, memory, heads=2, d=3, **params), **TOL)
     if tau == 0:  # memory=None is a memory of length 0
@@ -153,9 +164,14 @@ class TorchRun:
 
     def forward(self, model, obs, state, seq_lens):
         t = self.torch
-        out, mem = model({"obs": t.from_numpy(obs)}, [t.from_numpy(s) for s in state],
-                         t.tensor(seq_lens, dtype=t.int32))
-        return out.detach().numpy(), [m.detach().numpy() for m in mem], model.value_function().detach().numpy()
+        out, mem = model(
+            {"obs": t.from_numpy(obs)}, [t.from_numpy(s) for s in state], t.tensor(seq_lens, dtype=t.int32)
+        )
+        return (
+            out.detach().numpy(),
+            [m.detach().numpy() for m in mem],
+            model.value_function().detach().numpy(),
+        )
 
 
 class TFRun:
@@ -184,12 +200,14 @@ class TFRun:
     def forward(self, model, obs, state, seq_lens):
         tf = self.tf
         if self.eager:
-            out, mem = model({"obs": tf.constant(obs)}, [tf.constant(s) for s in state],
-                             tf.constant(seq_lens, tf.int32))
+            out, mem = model(
+                {"obs": tf.constant(obs)}, [tf.constant(s) for s in state], tf.constant(seq_lens, tf.int32)
+            )
             return out.numpy(), [m.numpy() for m in mem], model.value_function().numpy()
         with self.graph.as_default():
-            out, mem = model({"obs": tf.constant(obs)}, [tf.constant(s) for s in state],
-                             tf.constant(seq_lens, tf.int32))
+            out, mem = model(
+                {"obs": tf.constant(obs)}, [tf.constant(s) for s in state], tf.constant(seq_lens, tf.int32)
+            )
             value = model.value_function()
             out, mem, value = self.sess.run([out, mem, value])
         return out, mem, value
@@ -210,12 +228,19 @@ def _gtrxl_cls(run):
 
 def test_gtrxl_shapes_memory_outputs_and_view_requirements(run):
     GTrXLNet = _gtrxl_cls(run)
-    model = run.build(lambda: GTrXLNet(OBS, ACT, 2, _config(), "gtrxl", **dict(SIZES, num_transformer_units=2)))
+    model = run.build(
+        lambda: GTrXLNet(OBS, ACT, 2, _config(), "gtrxl", **dict(SIZES, num_transformer_units=2))
+    )
     assert model.get_initial_state() == [] and model.num_outputs == 2
     vrs = model.view_requirements
     for i in (0, 1):
         req = vrs[f"state_in_{i}"]
-        assert (req.data_col, req.shift_from, req.shift_to, req.batch_repeat_value) == (f"state_out_{i}", -3, -1, 4)
+        assert (req.data_col, req.shift_from, req.shift_to, req.batch_repeat_value) == (
+            f"state_out_{i}",
+            -3,
+            -1,
+            4,
+        )
         assert req.space.shape == (8,)
         assert vrs[f"state_out_{i}"].used_for_training is False
     obs = _np(5, 2 * 4, 3)
@@ -279,11 +304,14 @@ def test_gtrxl_first_memory_is_the_input_projection_torch(torch):
         model.value_function()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"attention_dim": 0}, "attention_dim must be an int >= 1"),
-    ({"memory_inference": 2.5}, "memory_inference must be an int >= 1"),
-    ({"num_heads": True}, "num_heads must be an int >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"attention_dim": 0}, "attention_dim must be an int >= 1"),
+        ({"memory_inference": 2.5}, "memory_inference must be an int >= 1"),
+        ({"num_heads": True}, "num_heads must be an int >= 1"),
+    ],
+)
 def test_gtrxl_bad_sizes_name_the_argument(run, kwargs, match):
     GTrXLNet = _gtrxl_cls(run)
     with pytest.raises(ValueError, match=match):
@@ -303,16 +331,26 @@ def test_gtrxl_rejects_image_obs_and_wrong_memory_count(run):
 
 
 def _wrapper_config(**kw):
-    return _config(use_attention=True, fcnet_hiddens=[6], attention_dim=8, attention_num_heads=1,
-                   attention_head_dim=8, attention_memory_inference=3, attention_memory_training=3,
-                   attention_position_wise_mlp_dim=8, **kw)
+    return _config(
+        use_attention=True,
+        fcnet_hiddens=[6],
+        attention_dim=8,
+        attention_num_heads=1,
+        attention_head_dim=8,
+        attention_memory_inference=3,
+        attention_memory_training=3,
+        attention_position_wise_mlp_dim=8,
+        **kw,
+    )
 
 
 def _catalog_model(run, action_space, **kw):
     from rlpolicy.models.catalog import ModelCatalog
 
     fw = "torch" if run.name == "torch" else "tf"
-    return run.build(lambda: ModelCatalog.get_model_v2(OBS, action_space, 4, _wrapper_config(**kw), framework=fw))
+    return run.build(
+        lambda: ModelCatalog.get_model_v2(OBS, action_space, 4, _wrapper_config(**kw), framework=fw)
+    )
 
 
 def test_catalog_use_attention_wraps_the_default_model(run):
@@ -321,7 +359,11 @@ def test_catalog_use_attention_wraps_the_default_model(run):
     # GTrXL input: fcnet features (6) + 2 one-hot actions (2 * 2) + 1 reward.
     assert model.gtrxl.obs_dim == 6 + 4 + 1 and model.num_outputs == 4
     vrs = model.view_requirements
-    assert (vrs["prev_actions"].data_col, vrs["prev_actions"].shift_from, vrs["prev_actions"].shift_to) == ("actions", -2, -1)
+    assert (vrs["prev_actions"].data_col, vrs["prev_actions"].shift_from, vrs["prev_actions"].shift_to) == (
+        "actions",
+        -2,
+        -1,
+    )
     assert (vrs["prev_rewards"].data_col, vrs["prev_rewards"].shift_from) == ("rewards", -1)
     assert vrs["state_in_0"].shift_from == -3 and vrs["obs"].space == OBS
     b = 3
@@ -330,8 +372,12 @@ def test_catalog_use_attention_wraps_the_default_model(run):
     prev_r = np.array([[0.5], [-1.0], [2.0]], np.float32)
     if run.name == "torch":
         t = run.torch
-        batch = {"obs": t.from_numpy(obs), "obs_flat": t.from_numpy(obs), "prev_actions": t.from_numpy(prev_a),
-                 "prev_rewards": t.from_numpy(prev_r)}
+        batch = {
+            "obs": t.from_numpy(obs),
+            "obs_flat": t.from_numpy(obs),
+            "prev_actions": t.from_numpy(prev_a),
+            "prev_rewards": t.from_numpy(prev_r),
+        }
         out, mem = model(batch, [t.from_numpy(memory)], t.ones(b, dtype=t.int32))
         out = out.detach().numpy()
         # Changing the older of the two previous actions changes the output.
@@ -342,7 +388,10 @@ def test_catalog_use_attention_wraps_the_default_model(run):
         np.testing.assert_allclose(out[1], out2[1], **TOL)  # [1, 1] reversed is the same
     with pytest.raises(ValueError, match="only one of use_lstm and use_attention"):
         from rlpolicy.models.catalog import ModelCatalog
-        ModelCatalog.get_model_v2(OBS, ACT, 4, _wrapper_config(use_lstm=True), framework="torch" if run.name == "torch" else "tf")
+
+        ModelCatalog.get_model_v2(
+            OBS, ACT, 4, _wrapper_config(use_lstm=True), framework="torch" if run.name == "torch" else "tf"
+        )
 
 
 def test_catalog_complex_prev_actions_need_unflattened_actions(torch):
@@ -352,14 +401,16 @@ def test_catalog_complex_prev_actions_need_unflattened_actions(torch):
     cfg = _wrapper_config(attention_use_n_prev_actions=2)
     with pytest.raises(ValueError, match="needs _disable_action_flattening=True"):
         ModelCatalog.get_model_v2(OBS, tuple_space, 4, cfg, framework="torch")
-    model = ModelCatalog.get_model_v2(OBS, tuple_space, 4, dict(cfg, _disable_action_flattening=True),
-                                      framework="torch")
+    model = ModelCatalog.get_model_v2(
+        OBS, tuple_space, 4, dict(cfg, _disable_action_flattening=True), framework="torch"
+    )
     assert model.gtrxl.obs_dim == 6 + 2 * (2 + 2)  # one-hot Discrete + flat Box, per previous step
     prev = (torch.tensor([[1, 0]]), torch.tensor([[[0.5, -0.5], [1.0, 0.0]]]))
     from rlpolicy.models.torch.attention_net import encode_prev_actions
 
-    np.testing.assert_array_equal(encode_prev_actions(prev, tuple_space, 2).numpy(),
-                                  [[0, 1, 0.5, -0.5, 1, 0, 1.0, 0.0]])
+    np.testing.assert_array_equal(
+        encode_prev_actions(prev, tuple_space, 2).numpy(), [[0, 1, 0.5, -0.5, 1, 0, 1.0, 0.0]]
+    )
 
 
 def test_torch_prev_actions_encoding_by_space(torch):
@@ -389,8 +440,20 @@ def test_tf_trxlnet_keeps_the_last_max_seq_len_observations(tf_modules):
     from rlpolicy.models.tf.attention_net import TrXLNet
 
     run = TFRun()
-    model = run.build(lambda: TrXLNet(OBS, ACT, 2, _config(max_seq_len=3), "trxl", num_transformer_units=1,
-                                      attention_dim=8, num_heads=1, head_dim=4, position_wise_mlp_dim=8))
+    model = run.build(
+        lambda: TrXLNet(
+            OBS,
+            ACT,
+            2,
+            _config(max_seq_len=3),
+            "trxl",
+            num_transformer_units=1,
+            attention_dim=8,
+            num_heads=1,
+            head_dim=4,
+            position_wise_mlp_dim=8,
+        )
+    )
     init = model.get_initial_state()
     assert len(init) == 1 and init[0].shape == (3, 3) and not init[0].any()
     obs = _np(3, 2, 3)  # 2 sequences of 1 step
@@ -400,7 +463,9 @@ def test_tf_trxlnet_keeps_the_last_max_seq_len_observations(tf_modules):
         out, kept = out.numpy(), kept.numpy()
     else:
         with run.graph.as_default():
-            out_t, (kept_t,) = model({"obs": run.tf.constant(obs)}, [run.tf.constant(state)], run.tf.constant([1, 1]))
+            out_t, (kept_t,) = model(
+                {"obs": run.tf.constant(obs)}, [run.tf.constant(state)], run.tf.constant([1, 1])
+            )
             out, kept = run.sess.run([out_t, kept_t])
     assert out.shape == (2, 2)
     np.testing.assert_allclose(kept[:, -1], obs, **TOL)  # newest last
@@ -426,16 +491,36 @@ def test_keras_attention_wrapper_on_a_native_keras_model(tf_modules):
         def call(self, input_dict):
             return self.base(input_dict["obs"]), [], {}
 
-    model = Keras_AttentionWrapper(OBS, ACT, 2, name="kw", wrapped_cls=TinyKerasNet, max_seq_len=4,
-                                   attention_dim=8, attention_head_dim=4, attention_num_heads=2,
-                                   attention_memory_inference=3, attention_position_wise_mlp_dim=8,
-                                   attention_use_n_prev_rewards=1)
+    model = Keras_AttentionWrapper(
+        OBS,
+        ACT,
+        2,
+        name="kw",
+        wrapped_cls=TinyKerasNet,
+        max_seq_len=4,
+        attention_dim=8,
+        attention_head_dim=4,
+        attention_num_heads=2,
+        attention_memory_inference=3,
+        attention_position_wise_mlp_dim=8,
+        attention_use_n_prev_rewards=1,
+    )
     assert model.gtrxl.obs_dim == 5 + 1
     vrs = model.view_requirements
-    assert vrs["state_in_0"].shift_from == -3 and vrs["prev_rewards"].shift_from == -1 and vrs["obs"].space == OBS
+    assert (
+        vrs["state_in_0"].shift_from == -3
+        and vrs["prev_rewards"].shift_from == -1
+        and vrs["obs"].space == OBS
+    )
     obs, memory = _np(0, 6, 3), _np(1, 2, 3, 8)
-    logits, mem, extra = model({"obs": tf.constant(obs), "state_in_0": tf.constant(memory),
-                                "prev_rewards": tf.zeros((6, 1)), "seq_lens": tf.constant([3, 3])})
+    logits, mem, extra = model(
+        {
+            "obs": tf.constant(obs),
+            "state_in_0": tf.constant(memory),
+            "prev_rewards": tf.zeros((6, 1)),
+            "seq_lens": tf.constant([3, 3]),
+        }
+    )
     assert logits.shape == (6, 2) and mem[0].shape == (6, 8) and extra["vf_preds"].shape == (6,)
     # The first memory stream is the projection of [features, prev reward] of each step.
     feats = np.concatenate([model.wrapped_keras_model.base(obs).numpy(), np.zeros((6, 1), np.float32)], 1)

@@ -6,6 +6,7 @@ and value observations as the source does: the source framework's own forward
 pass is the expectation. Both TF flavours' dicts are taken by ``set_weights``
 of the other. Architectures that differ fail naming the key, changing nothing.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -26,16 +27,25 @@ CONV = [[4, [3, 3], 2], [6, [3, 3], 2], [8, [3, 3], 1]]
 
 CASES = {
     "fc": (VEC, DISCRETE, {"fcnet_hiddens": [6, 5], "vf_share_layers": False}),
-    "fc-shared-free-log-std": (VEC, BOX, {"fcnet_hiddens": [6], "vf_share_layers": True, "free_log_std": True}),
+    "fc-shared-free-log-std": (
+        VEC,
+        BOX,
+        {"fcnet_hiddens": [6], "vf_share_layers": True, "free_log_std": True},
+    ),
     # (With vf_share_layers, RLlib's torch and TF value heads differ in width here.)
-    "fc-no-final-linear": (VEC, DISCRETE, {"fcnet_hiddens": [6, 4], "no_final_linear": True,
-                                           "vf_share_layers": False}),
+    "fc-no-final-linear": (
+        VEC,
+        DISCRETE,
+        {"fcnet_hiddens": [6, 4], "no_final_linear": True, "vf_share_layers": False},
+    ),
     "conv": (IMG, DISCRETE, {"conv_filters": CONV, "vf_share_layers": True}),
     "conv-separate-vf": (IMG, DISCRETE, {"conv_filters": CONV, "vf_share_layers": False}),
-    "lstm": (VEC, DISCRETE, {"fcnet_hiddens": [6], "use_lstm": True, "lstm_cell_size": 5,
-                             "max_seq_len": 4}),
-    "conv-lstm": (IMG, DISCRETE, {"conv_filters": CONV, "use_lstm": True, "lstm_cell_size": 5,
-                                  "max_seq_len": 4}),
+    "lstm": (VEC, DISCRETE, {"fcnet_hiddens": [6], "use_lstm": True, "lstm_cell_size": 5, "max_seq_len": 4}),
+    "conv-lstm": (
+        IMG,
+        DISCRETE,
+        {"conv_filters": CONV, "use_lstm": True, "lstm_cell_size": 5, "max_seq_len": 4},
+    ),
 }
 MOVES = [("torch", "tf"), ("torch", "tf2"), ("tf", "torch"), ("tf2", "torch"), ("tf", "tf2"), ("tf2", "tf")]
 
@@ -73,12 +83,19 @@ def _outputs(policy, obs_space, act_space, seed=3):
     if state:  # a nonzero recurrent state exercises the recurrent kernel
         state = [rng.normal(size=s.shape).astype(np.float32) for s in state]
     actions, state_out, extra = policy.compute_actions(obs, state_batches=state or None, explore=False)
-    probe = rng.uniform(-1.0, 1.0, (len(obs),) + act_space.shape).astype(np.float32) \
-        if isinstance(act_space, gym.spaces.Box) else rng.integers(0, act_space.n, len(obs))
+    probe = (
+        rng.uniform(-1.0, 1.0, (len(obs),) + act_space.shape).astype(np.float32)
+        if isinstance(act_space, gym.spaces.Box)
+        else rng.integers(0, act_space.n, len(obs))
+    )
     logp = policy.compute_log_likelihoods(probe, obs, state_batches=state or None)
-    return {"actions": np.asarray(actions), "dist_inputs": np.asarray(extra[SampleBatch.ACTION_DIST_INPUTS]),
-            "vf": np.asarray(extra[SampleBatch.VF_PREDS]), "logp": np.asarray(logp),
-            "state_out": [np.asarray(s) for s in state_out]}
+    return {
+        "actions": np.asarray(actions),
+        "dist_inputs": np.asarray(extra[SampleBatch.ACTION_DIST_INPUTS]),
+        "vf": np.asarray(extra[SampleBatch.VF_PREDS]),
+        "logp": np.asarray(logp),
+        "state_out": [np.asarray(s) for s in state_out],
+    }
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -112,8 +129,9 @@ def test_set_weights_and_set_state_take_the_other_layout(src_fw, dst_fw):
     # Optimizer slots are framework-specific (tf1 Adam, Keras Adam, torch Adam): not moved.
     state.pop("_optimizer_variables", None)
     dst.set_state(state)
-    np.testing.assert_allclose(_outputs(dst, obs_space, act_space)["dist_inputs"], expected["dist_inputs"],
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        _outputs(dst, obs_space, act_space)["dist_inputs"], expected["dist_inputs"], atol=1e-4
+    )
     other = _policy(dst_fw, "lstm", copy=1)
     other.set_weights(_own_weights(src))
     np.testing.assert_allclose(_outputs(other, obs_space, act_space)["vf"], expected["vf"], atol=1e-4)
@@ -136,13 +154,15 @@ def test_lstm_bias_sum_and_gate_order_by_hand():
     t, g = _policy("torch", "lstm"), _policy("tf", "lstm")
     w = _randomize(t, seed=5)
     moved = convert_weights(t, g)
-    np.testing.assert_allclose(moved["lstm/lstm_cell/bias"], w["lstm.bias_ih_l0"] + w["lstm.bias_hh_l0"],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        moved["lstm/lstm_cell/bias"], w["lstm.bias_ih_l0"] + w["lstm.bias_hh_l0"], atol=1e-6
+    )
     np.testing.assert_array_equal(moved["lstm/lstm_cell/kernel"], w["lstm.weight_ih_l0"].T)
     np.testing.assert_array_equal(moved["lstm/lstm_cell/recurrent_kernel"], w["lstm.weight_hh_l0"].T)
     back = convert_weights(g, _policy("torch", "lstm"))
-    np.testing.assert_allclose(back["lstm.bias_ih_l0"] + back["lstm.bias_hh_l0"], moved["lstm/lstm_cell/bias"],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        back["lstm.bias_ih_l0"] + back["lstm.bias_hh_l0"], moved["lstm/lstm_cell/bias"], atol=1e-6
+    )
 
 
 def test_conv_kernel_layout_by_hand():
@@ -184,10 +204,18 @@ def test_a_missing_layer_is_named():
 def test_lstm_over_a_conv_output_larger_than_1x1_is_refused(src_fw, dst_fw):
     """torch flattens the 2x2x8 conv output channels-first, TF channels-last: the LSTM's
     input rows cannot be matched up from the weights alone."""
-    model = {"conv_filters": [[4, [3, 3], 2], [8, [3, 3], 2]], "use_lstm": True, "lstm_cell_size": 5,
-             "vf_share_layers": True}
-    pols = {fw: (PPOTorchPolicy if fw == "torch" else PPOTFPolicy)(
-        IMG, DISCRETE, {"framework": fw, "model": dict(model)}) for fw in (src_fw, dst_fw)}
+    model = {
+        "conv_filters": [[4, [3, 3], 2], [8, [3, 3], 2]],
+        "use_lstm": True,
+        "lstm_cell_size": 5,
+        "vf_share_layers": True,
+    }
+    pols = {
+        fw: (PPOTorchPolicy if fw == "torch" else PPOTFPolicy)(
+            IMG, DISCRETE, {"framework": fw, "model": dict(model)}
+        )
+        for fw in (src_fw, dst_fw)
+    }
     before = _own_weights(pols[dst_fw])
     with pytest.raises(ValueError, match=r"lstm/lstm_cell/kernel reads 32 flattened conv features from 8"):
         convert_weights(pols[src_fw], pols[dst_fw])

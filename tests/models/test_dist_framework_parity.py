@@ -7,6 +7,7 @@ Sampling is checked by statistics: each mode's sample mean lies near the
 others' (and near the known mean where there is one), and in every mode
 ``sampled_action_logp()`` equals ``logp(sample())``.
 """
+
 import numpy as np
 import pytest
 from scipy import special, stats
@@ -37,37 +38,47 @@ def _log_softmax(z):
 
 
 def _ref_categorical(inputs, x):
-    return {"logp": _log_softmax(inputs)[np.arange(len(x)), x],
-            "entropy": stats.entropy(special.softmax(inputs, -1), axis=-1),
-            "deterministic_sample": inputs.argmax(-1)}
+    return {
+        "logp": _log_softmax(inputs)[np.arange(len(x)), x],
+        "entropy": stats.entropy(special.softmax(inputs, -1), axis=-1),
+        "deterministic_sample": inputs.argmax(-1),
+    }
 
 
 def _ref_multicat(inputs, x):
     parts = np.split(inputs, [2], axis=1)
-    return {"logp": sum(_log_softmax(p)[np.arange(len(x)), x[:, i]] for i, p in enumerate(parts)),
-            "entropy": sum(stats.entropy(special.softmax(p, -1), axis=-1) for p in parts),
-            "deterministic_sample": np.stack([p.argmax(-1) for p in parts], 1)}
+    return {
+        "logp": sum(_log_softmax(p)[np.arange(len(x)), x[:, i]] for i, p in enumerate(parts)),
+        "entropy": sum(stats.entropy(special.softmax(p, -1), axis=-1) for p in parts),
+        "deterministic_sample": np.stack([p.argmax(-1) for p in parts], 1),
+    }
 
 
 def _ref_gauss(inputs, x):
     mean, log_std = np.split(inputs, 2, axis=1)
-    return {"logp": stats.norm.logpdf(x, mean, np.exp(log_std)).sum(1),
-            "entropy": stats.norm.entropy(mean, np.exp(log_std)).sum(1),
-            "deterministic_sample": mean}
+    return {
+        "logp": stats.norm.logpdf(x, mean, np.exp(log_std)).sum(1),
+        "entropy": stats.norm.entropy(mean, np.exp(log_std)).sum(1),
+        "deterministic_sample": mean,
+    }
 
 
 def _ref_beta(inputs, x, low=-1.0, high=2.0):
     conc = np.log1p(np.exp(inputs)) + 1.0
     a, b = np.split(conc, 2, axis=1)
-    return {"logp": stats.beta.logpdf((x - low) / (high - low), a, b).sum(1),
-            "entropy": stats.beta.entropy(a, b).sum(1),
-            "deterministic_sample": low + (high - low) * a / (a + b)}
+    return {
+        "logp": stats.beta.logpdf((x - low) / (high - low), a, b).sum(1),
+        "entropy": stats.beta.entropy(a, b).sum(1),
+        "deterministic_sample": low + (high - low) * a / (a + b),
+    }
 
 
 def _ref_dirichlet(inputs, x):
     conc = np.exp(inputs.astype(np.float64))
-    return {"logp": np.array([stats.dirichlet.logpdf(xi / xi.sum(), ci) for xi, ci in zip(x, conc)]),
-            "entropy": np.array([stats.dirichlet.entropy(ci) for ci in conc])}
+    return {
+        "logp": np.array([stats.dirichlet.logpdf(xi / xi.sum(), ci) for xi, ci in zip(x, conc)]),
+        "entropy": np.array([stats.dirichlet.entropy(ci) for ci in conc]),
+    }
 
 
 def _ref_multi(inputs, x):
@@ -80,25 +91,62 @@ _MULTI_KW = dict(input_lens=[3, 4], action_space=TUPLE_SPACE)
 
 # name: (tf class, torch class, tf kwargs, torch kwargs, input width, action maker, numpy reference or None)
 CASES = {
-    "Categorical": (tfd.Categorical, td.TorchCategorical, {}, {}, 5,
-                    lambda: RNG.integers(0, 5, B), _ref_categorical),
-    "MultiCategorical": (tfd.MultiCategorical, td.TorchMultiCategorical, {"input_lens": [2, 3]},
-                         {"input_lens": [2, 3]}, 5,
-                         lambda: np.stack([RNG.integers(0, 2, B), RNG.integers(0, 3, B)], 1), _ref_multicat),
+    "Categorical": (
+        tfd.Categorical,
+        td.TorchCategorical,
+        {},
+        {},
+        5,
+        lambda: RNG.integers(0, 5, B),
+        _ref_categorical,
+    ),
+    "MultiCategorical": (
+        tfd.MultiCategorical,
+        td.TorchMultiCategorical,
+        {"input_lens": [2, 3]},
+        {"input_lens": [2, 3]},
+        5,
+        lambda: np.stack([RNG.integers(0, 2, B), RNG.integers(0, 3, B)], 1),
+        _ref_multicat,
+    ),
     "DiagGaussian": (tfd.DiagGaussian, td.TorchDiagGaussian, {}, {}, 6, lambda: _f32(B, 3), _ref_gauss),
-    "SquashedGaussian": (tfd.SquashedGaussian, td.TorchSquashedGaussian, {"low": -2.0, "high": 3.0},
-                         {"low": -2.0, "high": 3.0}, 4,
-                         lambda: RNG.uniform(-1.9, 2.9, (B, 2)).astype(np.float32), None),
-    "Beta": (tfd.Beta, td.TorchBeta, {"low": -1.0, "high": 2.0}, {"low": -1.0, "high": 2.0}, 4,
-             lambda: RNG.uniform(-0.9, 1.9, (B, 2)).astype(np.float32), _ref_beta),
+    "SquashedGaussian": (
+        tfd.SquashedGaussian,
+        td.TorchSquashedGaussian,
+        {"low": -2.0, "high": 3.0},
+        {"low": -2.0, "high": 3.0},
+        4,
+        lambda: RNG.uniform(-1.9, 2.9, (B, 2)).astype(np.float32),
+        None,
+    ),
+    "Beta": (
+        tfd.Beta,
+        td.TorchBeta,
+        {"low": -1.0, "high": 2.0},
+        {"low": -1.0, "high": 2.0},
+        4,
+        lambda: RNG.uniform(-0.9, 1.9, (B, 2)).astype(np.float32),
+        _ref_beta,
+    ),
     "Deterministic": (tfd.Deterministic, td.TorchDeterministic, {}, {}, 2, lambda: _f32(B, 2), None),
-    "Dirichlet": (tfd.Dirichlet, td.TorchDirichlet, {}, {}, 3,
-                  lambda: RNG.dirichlet(np.ones(3), B).astype(np.float32), _ref_dirichlet),
+    "Dirichlet": (
+        tfd.Dirichlet,
+        td.TorchDirichlet,
+        {},
+        {},
+        3,
+        lambda: RNG.dirichlet(np.ones(3), B).astype(np.float32),
+        _ref_dirichlet,
+    ),
     "MultiActionDistribution": (
-        tfd.MultiActionDistribution, td.TorchMultiActionDistribution,
+        tfd.MultiActionDistribution,
+        td.TorchMultiActionDistribution,
         dict(_MULTI_KW, child_distributions=[tfd.Categorical, tfd.DiagGaussian]),
-        dict(_MULTI_KW, child_distributions=[td.TorchCategorical, td.TorchDiagGaussian]), 7,
-        lambda: np.concatenate([RNG.integers(0, 3, (B, 1)).astype(np.float32), _f32(B, 2)], 1), _ref_multi),
+        dict(_MULTI_KW, child_distributions=[td.TorchCategorical, td.TorchDiagGaussian]),
+        7,
+        lambda: np.concatenate([RNG.integers(0, 3, (B, 1)).astype(np.float32), _f32(B, 2)], 1),
+        _ref_multi,
+    ),
 }
 # Methods with a defined value per distribution (RLlib: no entropy/kl for SquashedGaussian,
 # only samples for Deterministic; Dirichlet's deterministic_sample is checked in the tf tests).
@@ -166,11 +214,21 @@ def test_same_numbers_in_torch_tf_graph_and_tf_eager(name, graph_session):
     res = _all_modes(name, inputs, inputs2, x, graph_session)
     for method, torch_value in res["torch"].items():
         for mode in ("eager", "graph"):
-            np.testing.assert_allclose(res[mode][method], torch_value, rtol=1e-4, atol=1e-5,
-                                       err_msg=f"{name}.{method}: {mode} != torch")
+            np.testing.assert_allclose(
+                res[mode][method],
+                torch_value,
+                rtol=1e-4,
+                atol=1e-5,
+                err_msg=f"{name}.{method}: {mode} != torch",
+            )
     for method, expected in (ref(inputs, x) if ref else {}).items():
-        np.testing.assert_allclose(res["torch"][method], _flat(expected), rtol=1e-4, atol=1e-5,
-                                   err_msg=f"{name}.{method} != numpy/scipy")
+        np.testing.assert_allclose(
+            res["torch"][method],
+            _flat(expected),
+            rtol=1e-4,
+            atol=1e-5,
+            err_msg=f"{name}.{method} != numpy/scipy",
+        )
     if "kl" in res["torch"]:
         assert (res["torch"]["kl"] > -1e-5).all()
     if name == "Deterministic":
@@ -178,9 +236,12 @@ def test_same_numbers_in_torch_tf_graph_and_tf_eager(name, graph_session):
 
 
 SAMPLED = {  # name: known mean of the samples per input row (None: compare the modes only)
-    "Categorical": None, "DiagGaussian": lambda z: np.split(z, 2, -1)[0],
-    "SquashedGaussian": None, "Beta": lambda z: _ref_beta(z[None], np.zeros((1, 2)))["deterministic_sample"][0],
-    "Dirichlet": lambda z: np.exp(z) / np.exp(z).sum(), "MultiCategorical": None,
+    "Categorical": None,
+    "DiagGaussian": lambda z: np.split(z, 2, -1)[0],
+    "SquashedGaussian": None,
+    "Beta": lambda z: _ref_beta(z[None], np.zeros((1, 2)))["deterministic_sample"][0],
+    "Dirichlet": lambda z: np.exp(z) / np.exp(z).sum(),
+    "MultiCategorical": None,
 }
 N = 6000
 

@@ -1,5 +1,6 @@
 """Regressions found in audit: eager TF models fed numpy multi-dim observations; the torch
 FC value head with no_final_linear and a separate value stack."""
+
 import gymnasium as gym
 import numpy as np
 import pytest

@@ -1,4 +1,5 @@
 """rlpolicy.models.utils (activations, initializers, filter configs) and the ActionDistribution base."""
+
 import numpy as np
 import pytest
 
@@ -37,13 +38,16 @@ def test_linear_none_and_callables(framework):
     assert get_initializer(np.zeros, framework) is np.zeros
 
 
-@pytest.mark.parametrize("fn, args, match", [
-    (get_activation_fn, ("bogus", "tf"), r"unknown activation 'bogus' for framework='tf'"),
-    (get_activation_fn, ("relu", "mxnet"), r"unsupported framework 'mxnet'"),
-    (get_initializer, ("he_normal", "tf"), r"unknown initializer 'he_normal' for framework='tf'"),
-    (get_initializer, ("xavier_normal", "mxnet"), r"unsupported framework 'mxnet'"),
-    (get_filter_config, ((33, 33, 3),), r"observation shape \[33, 33, 3\].*\[84, 84, K\]"),
-])
+@pytest.mark.parametrize(
+    "fn, args, match",
+    [
+        (get_activation_fn, ("bogus", "tf"), r"unknown activation 'bogus' for framework='tf'"),
+        (get_activation_fn, ("relu", "mxnet"), r"unsupported framework 'mxnet'"),
+        (get_initializer, ("he_normal", "tf"), r"unknown initializer 'he_normal' for framework='tf'"),
+        (get_initializer, ("xavier_normal", "mxnet"), r"unsupported framework 'mxnet'"),
+        (get_filter_config, ((33, 33, 3),), r"observation shape \[33, 33, 3\].*\[84, 84, K\]"),
+    ],
+)
 def test_error_table(fn, args, match):
     if fn is get_activation_fn and args[1] == "tf":
         pytest.importorskip("tensorflow")  # TF's table of names is TF's own
@@ -55,6 +59,7 @@ def test_error_table(fn, args, match):
 def test_tf_initializers_are_glorot():
     pytest.importorskip("tensorflow")
     from rlpolicy.utils.framework import get_keras
+
     keras = get_keras()
     assert get_initializer(None, "tf") is keras.initializers.GlorotUniform
     assert get_initializer("xavier_normal", "tf2") is keras.initializers.GlorotNormal
@@ -74,9 +79,15 @@ def test_filter_config_shapes_reduce_to_one_by_one():
 def test_action_distribution_base_is_abstract_and_multi_methods_delegate():
     dist = ActionDistribution(inputs="in", model="m")
     assert (dist.inputs, dist.model) == ("in", "m")
-    for call in (dist.sample, dist.deterministic_sample, dist.sampled_action_logp, dist.entropy,
-                 lambda: dist.logp(0), lambda: dist.kl(dist),
-                 lambda: ActionDistribution.required_model_output_shape(None, {})):
+    for call in (
+        dist.sample,
+        dist.deterministic_sample,
+        dist.sampled_action_logp,
+        dist.entropy,
+        lambda: dist.logp(0),
+        lambda: dist.kl(dist),
+        lambda: ActionDistribution.required_model_output_shape(None, {}),
+    ):
         with pytest.raises(NotImplementedError):
             call()
 

@@ -1,4 +1,5 @@
 """ModelV2 base class and the observation (un)flattening helpers, framework-free (numpy)."""
+
 from collections import OrderedDict
 
 import gymnasium as gym
@@ -9,10 +10,10 @@ from rlpolicy.models.modelv2 import ModelV2, flatten, restore_original_dimension
 from rlpolicy.models.preprocessors import get_preprocessor
 
 BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-DICT = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2, 2), np.float32),
-                        "b": gym.spaces.Discrete(3)})
-TUPLE = gym.spaces.Tuple([gym.spaces.Discrete(2), BOX2,
-                          gym.spaces.Tuple([gym.spaces.Box(-1, 1, (1,), np.float32)])])
+DICT = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2, 2), np.float32), "b": gym.spaces.Discrete(3)})
+TUPLE = gym.spaces.Tuple(
+    [gym.spaces.Discrete(2), BOX2, gym.spaces.Tuple([gym.spaces.Box(-1, 1, (1,), np.float32)])]
+)
 
 
 def flat_space(space):
@@ -23,8 +24,9 @@ class NumpyModel(ModelV2):
     """Records what forward() received; returns obs_flat @ ones or a preset result."""
 
     def __init__(self, obs_space, num_outputs=1, config=None, result=None):
-        super().__init__(obs_space, gym.spaces.Discrete(2), num_outputs, config or {}, "np",
-                         framework="numpy")
+        super().__init__(
+            obs_space, gym.spaces.Discrete(2), num_outputs, config or {}, "np", framework="numpy"
+        )
         self.seen = None
         self.result = result
 
@@ -95,8 +97,7 @@ def test_call_flattens_multi_dim_obs_for_obs_flat():
 
 
 def test_call_without_preprocessor_api_keeps_obs():
-    m = NumpyModel(DICT, config={"_disable_preprocessor_api": True},
-                   result=(np.zeros((1, 1)), []))
+    m = NumpyModel(DICT, config={"_disable_preprocessor_api": True}, result=(np.zeros((1, 1)), []))
     obs = {"a": np.zeros((1, 2, 2)), "b": np.array([1])}
     m({"obs": obs})
     assert m.seen[0]["obs"] is obs and m.seen[0]["obs_flat"] is obs
@@ -108,22 +109,28 @@ def test_from_batch_sets_is_training():
     assert m.seen[0]["is_training"] is False and m.seen[1] == [7]
 
 
-@pytest.mark.parametrize("obs,match", [
-    (np.zeros((3, 5), np.float32), r"shape \(3, 5\) but .* expects \[BATCH, \*\(2,\)\]"),
-    (np.zeros((2,), np.float32), r"shape \(2,\) but .* expects \[BATCH, \*\(2,\)\]"),
-    (np.zeros((3, 2, 2), np.float32), r"shape \(3, 2, 2\)"),
-])
+@pytest.mark.parametrize(
+    "obs,match",
+    [
+        (np.zeros((3, 5), np.float32), r"shape \(3, 5\) but .* expects \[BATCH, \*\(2,\)\]"),
+        (np.zeros((2,), np.float32), r"shape \(2,\) but .* expects \[BATCH, \*\(2,\)\]"),
+        (np.zeros((3, 2, 2), np.float32), r"shape \(3, 2, 2\)"),
+    ],
+)
 def test_bad_obs_shape_errors(obs, match):
     with pytest.raises(ValueError, match=match):
         NumpyModel(BOX2)({"obs": obs})
 
 
-@pytest.mark.parametrize("result,match", [
-    ((np.zeros((3, 4)), []), r"shape \(3, 4\) but expected \[BATCH, num_outputs=2\]"),
-    ((np.zeros((3,)), []), r"shape \(3,\) but expected \[BATCH, num_outputs=2\]"),
-    (np.zeros((3, 2)), r"must return a tuple \(output, state_list\)"),
-    ((np.zeros((3, 2)), ()), "must return the state as a list, got tuple"),
-])
+@pytest.mark.parametrize(
+    "result,match",
+    [
+        ((np.zeros((3, 4)), []), r"shape \(3, 4\) but expected \[BATCH, num_outputs=2\]"),
+        ((np.zeros((3,)), []), r"shape \(3,\) but expected \[BATCH, num_outputs=2\]"),
+        (np.zeros((3, 2)), r"must return a tuple \(output, state_list\)"),
+        ((np.zeros((3, 2)), ()), "must return the state as a list, got tuple"),
+    ],
+)
 def test_bad_forward_result_errors(result, match):
     m = NumpyModel(BOX2, num_outputs=2, result=result)
     with pytest.raises(ValueError, match=match):
@@ -150,6 +157,7 @@ def test_defaults():
 
 def test_call_with_sample_batch_tracks_keys_without_obs_flat():
     from rlpolicy.policy.sample_batch import SampleBatch
+
     batch = SampleBatch({"obs": np.zeros((3, 2), np.float32), "rewards": np.zeros(3)})
     m = NumpyModel(BOX2)
     out, _ = m(batch)
@@ -170,8 +178,12 @@ class _ReadsColumns(NumpyModel):
 
 def test_call_with_sample_batch_hands_forward_a_sample_batch_copy():
     from rlpolicy.policy.sample_batch import SampleBatch
-    batch = SampleBatch({"obs": np.ones((3, 2), np.float32), "rewards": np.arange(3.0),
-                         "unused": np.zeros(3)}, _is_training=True, _time_major=False)
+
+    batch = SampleBatch(
+        {"obs": np.ones((3, 2), np.float32), "rewards": np.arange(3.0), "unused": np.zeros(3)},
+        _is_training=True,
+        _time_major=False,
+    )
     converted = []
     batch.set_get_interceptor(lambda v: converted.append(id(v)) or np.asarray(v) + 0.0)
     _ = batch["obs"]  # converted once already

@@ -1,4 +1,5 @@
 """Observation preprocessors: hand-worked encodings, spaces, round trips and errors."""
+
 from collections import OrderedDict
 
 import gymnasium as gym
@@ -19,15 +20,18 @@ from rlpolicy.models.preprocessors import (
 BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 
 
-@pytest.mark.parametrize("space,cls", [
-    (gym.spaces.Discrete(3), OneHotPreprocessor),
-    (gym.spaces.MultiDiscrete([2, 3]), OneHotPreprocessor),
-    (BOX2, NoPreprocessor),
-    (gym.spaces.Box(0, 1, (4, 4, 3), np.float32), NoPreprocessor),
-    (gym.spaces.Box(0, 255, (128,), np.uint8), AtariRamPreprocessor),
-    (gym.spaces.Tuple([BOX2]), TupleFlatteningPreprocessor),
-    (gym.spaces.Dict({"x": BOX2}), DictFlatteningPreprocessor),
-])
+@pytest.mark.parametrize(
+    "space,cls",
+    [
+        (gym.spaces.Discrete(3), OneHotPreprocessor),
+        (gym.spaces.MultiDiscrete([2, 3]), OneHotPreprocessor),
+        (BOX2, NoPreprocessor),
+        (gym.spaces.Box(0, 1, (4, 4, 3), np.float32), NoPreprocessor),
+        (gym.spaces.Box(0, 255, (128,), np.uint8), AtariRamPreprocessor),
+        (gym.spaces.Tuple([BOX2]), TupleFlatteningPreprocessor),
+        (gym.spaces.Dict({"x": BOX2}), DictFlatteningPreprocessor),
+    ],
+)
 def test_get_preprocessor_table(space, cls):
     assert get_preprocessor(space) is cls
 
@@ -55,13 +59,13 @@ def test_atari_ram_scaling():
 
 
 def test_dict_flattening_hand_worked():
-    space = gym.spaces.Dict({"pos": BOX2, "id": gym.spaces.Discrete(3),
-                             "grid": gym.spaces.Box(0, 1, (2, 2), np.float32)})
+    space = gym.spaces.Dict(
+        {"pos": BOX2, "id": gym.spaces.Discrete(3), "grid": gym.spaces.Box(0, 1, (2, 2), np.float32)}
+    )
     p = DictFlatteningPreprocessor(space)
     # gymnasium sorts Dict keys: grid (4), id (3), pos (2).
     assert list(space.spaces) == ["grid", "id", "pos"] and p.shape == (9,)
-    obs = {"pos": np.array([0.1, 0.2], np.float32), "id": 2,
-           "grid": np.array([[1, 0], [0, 1]], np.float32)}
+    obs = {"pos": np.array([0.1, 0.2], np.float32), "id": 2, "grid": np.array([[1, 0], [0, 1]], np.float32)}
     np.testing.assert_allclose(p.transform(obs), [1, 0, 0, 1, 0, 0, 1, 0.1, 0.2], rtol=1e-6, atol=1e-6)
     flat_space = p.observation_space
     assert flat_space.shape == (9,) and flat_space.original_space is space
@@ -79,8 +83,9 @@ def test_tuple_flattening_and_write_at_offset():
 
 
 def test_round_trip_through_restore_original_dimensions():
-    space = gym.spaces.Dict({"a": gym.spaces.Tuple([gym.spaces.Discrete(3), BOX2]),
-                             "b": gym.spaces.MultiDiscrete([2, 2])})
+    space = gym.spaces.Dict(
+        {"a": gym.spaces.Tuple([gym.spaces.Discrete(3), BOX2]), "b": gym.spaces.MultiDiscrete([2, 2])}
+    )
     p = get_preprocessor(space)(space)
     samples = [space.sample() for _ in range(4)]
     flat = np.stack([p.transform(s) for s in samples])
@@ -92,16 +97,22 @@ def test_round_trip_through_restore_original_dimensions():
         np.testing.assert_array_equal(out["b"][i], np.eye(2)[s["b"]].ravel())
 
 
-@pytest.mark.parametrize("space,obs,match", [
-    (BOX2, np.zeros(3, np.float32),
-     r"observation has shape \(3,\) but the observation space Box.* expects shape \(2,\)"),
-    (BOX2, np.array([2.0, 0.0], np.float32), r"lies outside the observation space Box"),
-    (gym.spaces.Discrete(3), 5, "lies outside the observation space Discrete"),
-    (gym.spaces.Discrete(3), np.array([1, 2]), r"shape \(2,\) but .* expects a scalar"),
-    (gym.spaces.MultiDiscrete([2, 3]), np.array([1, 3]), "outside the observation space"),
-    (gym.spaces.Dict({"a": BOX2}), {"b": np.zeros(2)}, r"keys \['b'\] do not match .*\['a'\]"),
-    (gym.spaces.Tuple([BOX2, BOX2]), (np.zeros(2),), r"\(2 items\)"),
-])
+@pytest.mark.parametrize(
+    "space,obs,match",
+    [
+        (
+            BOX2,
+            np.zeros(3, np.float32),
+            r"observation has shape \(3,\) but the observation space Box.* expects shape \(2,\)",
+        ),
+        (BOX2, np.array([2.0, 0.0], np.float32), r"lies outside the observation space Box"),
+        (gym.spaces.Discrete(3), 5, "lies outside the observation space Discrete"),
+        (gym.spaces.Discrete(3), np.array([1, 2]), r"shape \(2,\) but .* expects a scalar"),
+        (gym.spaces.MultiDiscrete([2, 3]), np.array([1, 3]), "outside the observation space"),
+        (gym.spaces.Dict({"a": BOX2}), {"b": np.zeros(2)}, r"keys \['b'\] do not match .*\['a'\]"),
+        (gym.spaces.Tuple([BOX2, BOX2]), (np.zeros(2),), r"\(2 items\)"),
+    ],
+)
 def test_check_shape_errors(space, obs, match):
     p = get_preprocessor(space)(space)
     with pytest.raises(ValueError, match=match):

@@ -6,6 +6,7 @@ Written like RLlib 1.x client code: the names come from their 1.11 paths
 here (RLlib 1.11's layout ``[len, item_0, ..., item_{max_len-1}]``, zero
 padded) and from hand-worked arrays, never from the code under test.
 """
+
 import pickle
 
 import numpy as np
@@ -45,7 +46,7 @@ def np_encode(obs, space):
         out[0] = len(obs)
         width = np_size(space.child_space)
         for i, item in enumerate(obs):
-            out[1 + i * width:1 + (i + 1) * width] = np_encode(item, space.child_space)
+            out[1 + i * width : 1 + (i + 1) * width] = np_encode(item, space.child_space)
         return out
     if isinstance(space, Dict):
         return np.concatenate([np_encode(obs[k], s) for k, s in space.spaces.items()])
@@ -59,6 +60,7 @@ def np_encode(obs, space):
 
 
 # ---------------------------------------------------------------- the space
+
 
 def test_sample_draws_one_to_max_len_child_samples():
     space = Repeated(Discrete(5), max_len=4)
@@ -83,18 +85,21 @@ def test_seed_makes_samples_reproducible_including_the_child():
             np.testing.assert_array_equal(x, y)
 
 
-@pytest.mark.parametrize("value, inside", [
-    ([], True),
-    ([np.zeros(2, np.float32)], True),
-    ([np.zeros(2, np.float32)] * 3, True),
-    (np.zeros((2, 2), np.float32), True),             # an array of items, as 1.11 accepts
-    ([np.zeros(2, np.float32)] * 4, False),          # longer than max_len
-    ([np.full(2, 11.0, np.float32)], False),         # item outside the child Box
-    ([np.zeros(3, np.float32)], False),              # item of the wrong shape
-    (np.zeros(2, np.float32)[0], False),             # a scalar is no list
-    ("ab", False),
-    ({"a": 1}, False),
-])
+@pytest.mark.parametrize(
+    "value, inside",
+    [
+        ([], True),
+        ([np.zeros(2, np.float32)], True),
+        ([np.zeros(2, np.float32)] * 3, True),
+        (np.zeros((2, 2), np.float32), True),  # an array of items, as 1.11 accepts
+        ([np.zeros(2, np.float32)] * 4, False),  # longer than max_len
+        ([np.full(2, 11.0, np.float32)], False),  # item outside the child Box
+        ([np.zeros(3, np.float32)], False),  # item of the wrong shape
+        (np.zeros(2, np.float32)[0], False),  # a scalar is no list
+        ("ab", False),
+        ({"a": 1}, False),
+    ],
+)
 def test_contains(value, inside):
     assert LIST3.contains(value) is inside
     assert (value in LIST3) is inside
@@ -125,18 +130,22 @@ def test_pickle_and_jsonable_round_trips():
     np.testing.assert_allclose(restored[0][0]["pos"], [0.5, -0.5], atol=ATOL)
 
 
-@pytest.mark.parametrize("args, exc, match", [
-    ((Discrete(2), 0), ValueError, r"max_len must be a positive int, got 0"),
-    ((Discrete(2), 2.5), ValueError, r"max_len must be a positive int, got 2.5"),
-    ((Discrete(2), True), ValueError, r"max_len must be a positive int, got True"),
-    (("Box", 3), TypeError, r"child_space must be a gymnasium Space, got str"),
-])
+@pytest.mark.parametrize(
+    "args, exc, match",
+    [
+        ((Discrete(2), 0), ValueError, r"max_len must be a positive int, got 0"),
+        ((Discrete(2), 2.5), ValueError, r"max_len must be a positive int, got 2.5"),
+        ((Discrete(2), True), ValueError, r"max_len must be a positive int, got True"),
+        (("Box", 3), TypeError, r"child_space must be a gymnasium Space, got str"),
+    ],
+)
 def test_constructor_errors(args, exc, match):
     with pytest.raises(exc, match=match):
         Repeated(*args)
 
 
 # ---------------------------------------------------------------- RepeatedValues
+
 
 def test_unbatch_all_hand_worked():
     values = np.arange(12, dtype=np.float32).reshape(2, 3, 2)
@@ -180,8 +189,9 @@ def test_unbatch_all_tuple_items_given_as_a_list():
 
 def test_unbatch_all_nested_lists_hand_worked():
     # Repeated(Repeated(Box(1,), 2), 2), one row: [[1, 2], [3]].
-    inner = RepeatedValues(np.array([[[[1.0], [2.0]], [[3.0], [0.0]]]]),
-                           lengths=np.array([[2.0, 1.0]]), max_len=2)
+    inner = RepeatedValues(
+        np.array([[[[1.0], [2.0]], [[3.0], [0.0]]]]), lengths=np.array([[2.0, 1.0]]), max_len=2
+    )
     outer = RepeatedValues(inner, lengths=np.array([2.0]), max_len=2)
     (row,) = outer.unbatch_all()
     assert [len(lst) for lst in row] == [2, 1]
@@ -217,11 +227,15 @@ def test_unbatch_all_in_graph_mode_raises(tf_modules):
 
 def test_repr():
     rv = RepeatedValues(np.zeros((1, 2)), np.array([0]), 2)
-    assert repr(rv) == str(rv) == (f"RepeatedValues(value={np.zeros((1, 2))!r}, "
-                                   f"lengths={np.array([0])!r}, max_len=2)")
+    assert (
+        repr(rv)
+        == str(rv)
+        == (f"RepeatedValues(value={np.zeros((1, 2))!r}, lengths={np.array([0])!r}, max_len=2)")
+    )
 
 
 # ---------------------------------------------------------------- preprocessor
+
 
 def test_get_preprocessor_and_catalog_pick_the_repeated_preprocessor():
     assert get_preprocessor(LIST3) is RepeatedValuesPreprocessor
@@ -232,13 +246,16 @@ def test_get_preprocessor_and_catalog_pick_the_repeated_preprocessor():
     assert prep.observation_space.original_space is LIST3
 
 
-@pytest.mark.parametrize("space, obs, want", [
-    (LIST3, [np.array([1.0, 2.0]), np.array([3.0, 4.0])], [2, 1, 2, 3, 4, 0, 0]),
-    (LIST3, [], [0, 0, 0, 0, 0, 0, 0]),
-    (LIST3, np.array([[5.0, 6.0]]), [1, 5, 6, 0, 0, 0, 0]),
-    (Repeated(Discrete(3), 2), [2, 0], [2, 0, 0, 1, 1, 0, 0]),
-    (Repeated(ENTITY, 2), [{"id": 1, "pos": np.array([0.5, -0.5])}], [1, 0, 1, 0.5, -0.5, 0, 0, 0, 0]),
-])
+@pytest.mark.parametrize(
+    "space, obs, want",
+    [
+        (LIST3, [np.array([1.0, 2.0]), np.array([3.0, 4.0])], [2, 1, 2, 3, 4, 0, 0]),
+        (LIST3, [], [0, 0, 0, 0, 0, 0, 0]),
+        (LIST3, np.array([[5.0, 6.0]]), [1, 5, 6, 0, 0, 0, 0]),
+        (Repeated(Discrete(3), 2), [2, 0], [2, 0, 0, 1, 1, 0, 0]),
+        (Repeated(ENTITY, 2), [{"id": 1, "pos": np.array([0.5, -0.5])}], [1, 0, 1, 0.5, -0.5, 0, 0, 0, 0]),
+    ],
+)
 def test_transform_hand_worked(space, obs, want):
     prep = get_preprocessor(space)(space)
     out = prep.transform(obs)
@@ -247,12 +264,18 @@ def test_transform_hand_worked(space, obs, want):
     np.testing.assert_allclose(prep.transform_batch([obs])[0], want, atol=ATOL)
 
 
-NESTED = Dict({"units": Repeated(ENTITY, 3), "me": Box(-1.0, 1.0, (1,), np.float32),
-               "groups": Repeated(Repeated(Discrete(2), 2), 2)})
+NESTED = Dict(
+    {
+        "units": Repeated(ENTITY, 3),
+        "me": Box(-1.0, 1.0, (1,), np.float32),
+        "groups": Repeated(Repeated(Discrete(2), 2), 2),
+    }
+)
 
 
-@pytest.mark.parametrize("space", [LIST3, Repeated(ENTITY, 3), NESTED,
-                                   Repeated(Tuple((Discrete(3), ITEM)), 2)])
+@pytest.mark.parametrize(
+    "space", [LIST3, Repeated(ENTITY, 3), NESTED, Repeated(Tuple((Discrete(3), ITEM)), 2)]
+)
 def test_batches_match_the_numpy_reference(space):
     space.seed(5)
     rows = [space.sample() for _ in range(6)]
@@ -267,14 +290,17 @@ def test_batches_match_the_numpy_reference(space):
         np.testing.assert_allclose(prep.transform(row), np_encode(row, space), atol=ATOL)
 
 
-@pytest.mark.parametrize("batch, match", [
-    ([[np.zeros(2)] * 4], r"observation row 0: 4 items exceed max_len=3 of Repeated\(Box"),
-    ([5.0], r"observation row 0: input for Repeated\(.*\) must be a list of items, got float"),
-    ([[np.zeros(2)], [np.zeros(3)]], r"observation items: rows of different shapes"),
-    ([[np.zeros(3)]], r"observation items: expected shape \(1, 2\) for Box"),
-    (np.zeros(3), r"observation row 0: input for .* must be a list of items, got float64"),
-    (7, r"a batch of observations for Repeated\(.*\) needs a leading batch axis"),
-])
+@pytest.mark.parametrize(
+    "batch, match",
+    [
+        ([[np.zeros(2)] * 4], r"observation row 0: 4 items exceed max_len=3 of Repeated\(Box"),
+        ([5.0], r"observation row 0: input for Repeated\(.*\) must be a list of items, got float"),
+        ([[np.zeros(2)], [np.zeros(3)]], r"observation items: rows of different shapes"),
+        ([[np.zeros(3)]], r"observation items: expected shape \(1, 2\) for Box"),
+        (np.zeros(3), r"observation row 0: input for .* must be a list of items, got float64"),
+        (7, r"a batch of observations for Repeated\(.*\) needs a leading batch axis"),
+    ],
+)
 def test_batch_errors_name_the_row(batch, match):
     prep = get_preprocessor(LIST3)(LIST3)
     with pytest.raises(ValueError, match=match):
@@ -294,6 +320,7 @@ def test_single_transform_errors():
 
 # ---------------------------------------------------------------- restoring the structure
 
+
 def _flat(space, rows):
     return np.stack([np_encode(r, space) for r in rows])
 
@@ -310,8 +337,10 @@ def test_restore_numpy_hand_worked():
 
 
 def test_restore_nested_dict_and_lists():
-    rows = [{"units": [{"id": 1, "pos": [0.5, 0.25]}], "me": [0.1], "groups": [[1, 0], [1]]},
-            {"units": [], "me": [-0.1], "groups": []}]
+    rows = [
+        {"units": [{"id": 1, "pos": [0.5, 0.25]}], "me": [0.1], "groups": [[1, 0], [1]]},
+        {"units": [], "me": [-0.1], "groups": []},
+    ]
     obs_space = get_preprocessor(NESTED)(NESTED).observation_space
     out = restore_original_dimensions(_flat(NESTED, rows), obs_space, tensorlib="numpy")
     units, groups = out["units"], out["groups"]
@@ -355,16 +384,17 @@ def test_restore_tf_graph_tensors(tf_modules):
 
 # ---------------------------------------------------------------- catalog
 
+
 @pytest.mark.parametrize("framework", ["torch", "tf2"])
 def test_default_model_is_the_fc_net_on_the_flat_obs(framework):
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")
     obs_space = get_preprocessor(LIST3)(LIST3).observation_space
-    model = ModelCatalog.get_model_v2(obs_space, Discrete(2), 2, {"fcnet_hiddens": [4]},
-                                      framework=framework)
+    model = ModelCatalog.get_model_v2(obs_space, Discrete(2), 2, {"fcnet_hiddens": [4]}, framework=framework)
     assert type(model).__name__ == "FullyConnectedNetwork"  # as RLlib 1.11's catalog picks
     flat = _flat(LIST3, [[[1.0, 2.0]], []])
     if framework == "torch":
         import torch
+
         flat = torch.from_numpy(flat)
     out, _ = model({"obs": flat})
     assert tuple(out.shape) == (2, 2)
@@ -374,10 +404,13 @@ def test_no_default_model_for_an_unflattened_repeated_space():
     pytest.importorskip("torch")
     from rlpolicy.utils.error import UnsupportedSpaceException
 
-    with pytest.raises(UnsupportedSpaceException,
-                       match=r"no default model for observation space Repeated\(Box.*, 3\).*custom_model"):
-        ModelCatalog.get_model_v2(LIST3, Discrete(2), 2, {"_disable_preprocessor_api": True},
-                                  framework="torch")
+    with pytest.raises(
+        UnsupportedSpaceException,
+        match=r"no default model for observation space Repeated\(Box.*, 3\).*custom_model",
+    ):
+        ModelCatalog.get_model_v2(
+            LIST3, Discrete(2), 2, {"_disable_preprocessor_api": True}, framework="torch"
+        )
 
 
 def test_convert_to_torch_tensor_converts_the_values():
@@ -400,8 +433,9 @@ def test_layout_holds_for_any_child_space():
     from space_strategies import spaces
 
     @hypothesis.settings(max_examples=10, deadline=None, derandomize=True, database=None)
-    @hypothesis.given(child=spaces(for_obs=True, max_depth=1), max_len=st.integers(1, 3),
-                      seed=st.integers(0, 2 ** 16))
+    @hypothesis.given(
+        child=spaces(for_obs=True, max_depth=1), max_len=st.integers(1, 3), seed=st.integers(0, 2**16)
+    )
     def check(child, max_len, seed):
         space = Repeated(child, max_len)
         space.seed(seed)
@@ -415,8 +449,8 @@ def test_layout_holds_for_any_child_space():
             assert out[0] == len(row)
             for i, item in enumerate(row):
                 want = child_prep.transform_batch(stack_rows([item], child))[0]
-                np.testing.assert_array_equal(out[1 + i * width:1 + (i + 1) * width], want)
-            assert not out[1 + len(row) * width:].any()
+                np.testing.assert_array_equal(out[1 + i * width : 1 + (i + 1) * width], want)
+            assert not out[1 + len(row) * width :].any()
         restored = restore_original_dimensions(flat, prep.observation_space, tensorlib="numpy")
         np.testing.assert_array_equal(restored.lengths, [len(r) for r in rows])
         assert [len(items) for items in restored.unbatch_all()] == [len(r) for r in rows]

@@ -9,6 +9,7 @@
 * the LSTM wrapper built by the catalog carries its state across calls: one
   call on a T-step sequence equals T single-step calls feeding the state back.
 """
+
 import numpy as np
 import pytest
 
@@ -40,19 +41,24 @@ class Mode:
 
     def model(self, obs_space, action_space, num_outputs, model_config, name="m"):
         if self.graph is None:
-            return ModelCatalog.get_model_v2(obs_space, action_space, num_outputs, model_config,
-                                             framework=self.framework, name=name)
+            return ModelCatalog.get_model_v2(
+                obs_space, action_space, num_outputs, model_config, framework=self.framework, name=name
+            )
         with self.graph.as_default():
-            model = ModelCatalog.get_model_v2(obs_space, action_space, num_outputs, model_config,
-                                              framework=self.framework, name=name)
+            model = ModelCatalog.get_model_v2(
+                obs_space, action_space, num_outputs, model_config, framework=self.framework, name=name
+            )
             self.sess.run(tf1.variables_initializer(model.variables()))
         return model
 
     def call(self, model, obs, state=(), seq_lens=None):
         """Returns numpy (output, state_out, value)."""
         if self.graph is None:
-            out, st = model({"obs": tf.constant(obs)}, [tf.constant(s) for s in state],
-                            None if seq_lens is None else tf.constant(seq_lens))
+            out, st = model(
+                {"obs": tf.constant(obs)},
+                [tf.constant(s) for s in state],
+                None if seq_lens is None else tf.constant(seq_lens),
+            )
             return out.numpy(), [s.numpy() for s in st], model.value_function().numpy()
         feed = {}
 
@@ -62,8 +68,9 @@ class Mode:
             return p
 
         with self.graph.as_default():
-            out, st = model({"obs": ph(obs)}, [ph(s) for s in state],
-                            None if seq_lens is None else ph(seq_lens))
+            out, st = model(
+                {"obs": ph(obs)}, [ph(s) for s in state], None if seq_lens is None else ph(seq_lens)
+            )
             value = model.value_function()
         out, st, value = self.sess.run([out, list(st), value], feed)
         return out, st, value
@@ -115,16 +122,26 @@ def test_output_shapes_per_space_family(mode, space_name, action_name):
     _, n = ModelCatalog.get_action_dist(action_space, cfg(), framework=mode.framework)
     assert n == expected_n
     flat_space, obs = _obs_batch(obs_space)
-    model = mode.model(flat_space, action_space, n,
-                       cfg(fcnet_hiddens=[16], post_fcnet_hiddens=[8], conv_filters=SMALL_FILTERS))
+    model = mode.model(
+        flat_space,
+        action_space,
+        n,
+        cfg(fcnet_hiddens=[16], post_fcnet_hiddens=[8], conv_filters=SMALL_FILTERS),
+    )
     assert type(model).__name__ == cls_name
     out, state, value = mode.call(model, obs.astype(np.float32))
     assert out.shape == (3, n) and state == [] and value.shape == (3,)
     assert np.isfinite(out).all() and np.isfinite(value).all()
 
 
-LSTM_CFG = dict(fcnet_hiddens=[6], use_lstm=True, lstm_cell_size=5, max_seq_len=4,
-                lstm_use_prev_action=False, lstm_use_prev_reward=False)
+LSTM_CFG = dict(
+    fcnet_hiddens=[6],
+    use_lstm=True,
+    lstm_cell_size=5,
+    max_seq_len=4,
+    lstm_use_prev_action=False,
+    lstm_use_prev_reward=False,
+)
 
 
 def _lstm_model(mode, name="lstm"):
@@ -175,15 +192,25 @@ def test_graph_and_eager_catalog_models_interleave():
     """Build and call graph and eager models alternately; earlier models keep working and
     keep returning the same numbers for the same input."""
     modes = {"graph": Mode("graph"), "eager": Mode("eager")}
-    sequence = [("fc", "graph"), ("fc", "eager"), ("lstm", "eager"), ("lstm", "graph"),
-                ("vision", "graph"), ("vision", "eager"), ("complex", "eager"), ("complex", "graph")]
+    sequence = [
+        ("fc", "graph"),
+        ("fc", "eager"),
+        ("lstm", "eager"),
+        ("lstm", "graph"),
+        ("vision", "graph"),
+        ("vision", "eager"),
+        ("complex", "eager"),
+        ("complex", "graph"),
+    ]
     built = []  # (mode, model, obs_space, seed, first result)
     try:
         for kind, mode_name in sequence:
             obs_space, model_config = INTERLEAVE[kind]
             mode = modes[mode_name]
             flat_space, _ = _obs_batch(obs_space)
-            model = mode.model(flat_space, gym.spaces.Discrete(2), 2, dict(model_config), f"{kind}_{mode_name}")
+            model = mode.model(
+                flat_space, gym.spaces.Discrete(2), 2, dict(model_config), f"{kind}_{mode_name}"
+            )
             first = _call_any(mode, model, obs_space, np.random.default_rng(len(built)))
             built.append((mode, model, obs_space, len(built), first))
             for m, mdl, space, seed, ref in built[:-1]:  # every earlier model still works, same numbers
@@ -198,11 +225,21 @@ def test_graph_and_eager_catalog_models_interleave():
 # ------------------------------------------------------------------ bad input
 
 BAD_OBS = [
-    ("fc", BOX4, cfg(fcnet_hiddens=[3]), np.zeros((2, 5), np.float32),
-     r"observation batch has shape \((2|None), 5\) but the model's observation space .* expects "
-     r"\[BATCH, \*\(4,\)\]"),
-    ("vision", IMG, cfg(conv_filters=SMALL_FILTERS), np.zeros((2, 10, 9, 3), np.float32),
-     r"observation batch has shape \((2|None), 10, 9, 3\) .* expects \[BATCH, \*\(10, 10, 3\)\]"),
+    (
+        "fc",
+        BOX4,
+        cfg(fcnet_hiddens=[3]),
+        np.zeros((2, 5), np.float32),
+        r"observation batch has shape \((2|None), 5\) but the model's observation space .* expects "
+        r"\[BATCH, \*\(4,\)\]",
+    ),
+    (
+        "vision",
+        IMG,
+        cfg(conv_filters=SMALL_FILTERS),
+        np.zeros((2, 10, 9, 3), np.float32),
+        r"observation batch has shape \((2|None), 10, 9, 3\) .* expects \[BATCH, \*\(10, 10, 3\)\]",
+    ),
 ]
 
 
@@ -234,7 +271,9 @@ def _wrong_width_model_cls():
 
 def test_wrong_model_output_width_names_expected_and_received(mode):
     model = mode.model(BOX4, gym.spaces.Discrete(5), 5, cfg(custom_model=_wrong_width_model_cls()))
-    with pytest.raises(ValueError, match=r"output has shape \((2|None), 3\) but expected \[BATCH, num_outputs=5\]"):
+    with pytest.raises(
+        ValueError, match=r"output has shape \((2|None), 3\) but expected \[BATCH, num_outputs=5\]"
+    ):
         mode.call(model, np.zeros((2, 4), np.float32))
 
 
@@ -253,10 +292,12 @@ def test_unpreprocessed_spaces_get_the_complex_input_net(framework, space_name):
     the model one-hot encodes / flattens the parts itself; the concatenated width is the
     hand-counted sum of the encoded parts."""
     import tree
+
     space = RAW_SPACES[space_name]
     space.seed(0)
-    model = ModelCatalog.get_model_v2(space, gym.spaces.Discrete(2), 2, cfg(_disable_preprocessor_api=True),
-                                      framework=framework)
+    model = ModelCatalog.get_model_v2(
+        space, gym.spaces.Discrete(2), 2, cfg(_disable_preprocessor_api=True), framework=framework
+    )
     assert type(model).__name__ == "ComplexInputNetwork"
     samples = [space.sample() for _ in range(3)]
     obs = tree.map_structure(lambda *xs: np.stack([np.asarray(x) for x in xs]), *samples)

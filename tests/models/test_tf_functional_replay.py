@@ -12,6 +12,7 @@ through Keras, with the same results. A spy on the plan's ``run`` shows when
 the replay really ran (eagerly) and when it did not (``tf.function``, graph
 mode).
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -35,8 +36,14 @@ ATOL = 1e-5
 BOX4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 IMG = gym.spaces.Box(0.0, 1.0, (10, 10, 3), np.float32)
 SMALL_FILTERS = [[4, [3, 3], 2], [8, [5, 5], 1]]  # 10x10 -> 5x5 -> 1x1
-LSTM_CFG = dict(fcnet_hiddens=[6], use_lstm=True, lstm_cell_size=5, max_seq_len=3,
-                lstm_use_prev_action=True, lstm_use_prev_reward=True)
+LSTM_CFG = dict(
+    fcnet_hiddens=[6],
+    use_lstm=True,
+    lstm_cell_size=5,
+    max_seq_len=3,
+    lstm_use_prev_action=True,
+    lstm_use_prev_reward=True,
+)
 
 
 def cfg(**overrides):
@@ -78,8 +85,9 @@ def run_model(model, inputs, state, seq_lens, seed=1):
         flat = [out, value] + list(state_out)
         rng = np.random.default_rng(seed)
         # A loss that weighs every output element differently (and non-linearly).
-        loss = tf.add_n([tf.reduce_sum(tf.tanh(t) * rng.normal(size=t.shape).astype(np.float32))
-                         for t in flat])
+        loss = tf.add_n(
+            [tf.reduce_sum(tf.tanh(t) * rng.normal(size=t.shape).astype(np.float32)) for t in flat]
+        )
     grads = tape.gradient(loss, variables)
     return [t.numpy() for t in flat], [None if g is None else g.numpy() for g in grads]
 
@@ -100,7 +108,8 @@ def assert_replay_matches_keras(model, inputs, state=(), seq_lens=None, replays=
     # Every variable gets a gradient, except the wrapped FC net's unused value head
     # under an LSTM wrapper (its value comes from the LSTM's own "values" layer).
     assert [n for n in names if n not in used] == (
-        [] if not hasattr(model, "_rnn_model") else [n for n in names if n.split("/")[0] == "value_out"])
+        [] if not hasattr(model, "_rnn_model") else [n for n in names if n.split("/")[0] == "value_out"]
+    )
     for name, g, ref in zip(names, grads, ref_grads):
         assert (g is None) == (ref is None), name
         if ref is not None:
@@ -113,8 +122,11 @@ FC_CASES = {
     "separate-vf": (BOX4, gym.spaces.Discrete(3), cfg(fcnet_hiddens=[8, 6], vf_share_layers=False)),
     "shared-vf": (BOX4, gym.spaces.Discrete(3), cfg(fcnet_hiddens=[8, 6], vf_share_layers=True)),
     "no-final-linear": (BOX4, gym.spaces.Discrete(3), cfg(fcnet_hiddens=[8, 6], no_final_linear=True)),
-    "free-log-std": (BOX4, gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
-                     cfg(fcnet_hiddens=[8], free_log_std=True, fcnet_activation="relu")),
+    "free-log-std": (
+        BOX4,
+        gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        cfg(fcnet_hiddens=[8], free_log_std=True, fcnet_activation="relu"),
+    ),
     # (an activation Dense's fast path has no op for: the function itself is called)
     "elu": (BOX4, gym.spaces.Discrete(3), cfg(fcnet_hiddens=[8], fcnet_activation="elu")),
 }
@@ -128,8 +140,7 @@ VISION_CASES = {
 
 def catalog_model(obs_space, action_space, model_config, name="m"):
     _, n = ModelCatalog.get_action_dist(action_space, model_config, framework="tf2")
-    model = ModelCatalog.get_model_v2(obs_space, action_space, n, model_config, framework="tf2",
-                                      name=name)
+    model = ModelCatalog.get_model_v2(obs_space, action_space, n, model_config, framework="tf2", name=name)
     randomize(model)
     return model
 
@@ -179,9 +190,11 @@ def test_vision_without_outputs_flattens_and_matches_keras(replays):
 
 def lstm_inputs(B=3, T=3, seed=6):
     rng = np.random.default_rng(seed)
-    inputs = {"obs": tf.constant(rng.uniform(-1, 1, (B * T, 4)).astype(np.float32)),
-              "prev_actions": tf.constant(rng.integers(0, 3, B * T)),
-              "prev_rewards": tf.constant(rng.normal(size=B * T).astype(np.float32))}
+    inputs = {
+        "obs": tf.constant(rng.uniform(-1, 1, (B * T, 4)).astype(np.float32)),
+        "prev_actions": tf.constant(rng.integers(0, 3, B * T)),
+        "prev_rewards": tf.constant(rng.normal(size=B * T).astype(np.float32)),
+    }
     state = [tf.constant(rng.normal(size=(B, 5)).astype(np.float32)) for _ in range(2)]
     return inputs, state
 
@@ -217,6 +230,7 @@ def test_lstm_single_step_carries_state_like_the_sequence(replays):
 
 # ----------------------------------------------------------------- what falls back
 
+
 class Scale(get_keras().layers.Layer if tf is not None else object):
     """A custom layer (a trainable per-feature scale)."""
 
@@ -235,8 +249,10 @@ class CustomLayerModel(TFModelV2):
         keras = get_keras()
         inp = keras.layers.Input(shape=(4,))
         hidden = Scale(name="scale")(keras.layers.Dense(6, activation="tanh", name="h")(inp))
-        self.base_model = keras.Model(inp, [keras.layers.Dense(num_outputs, name="out")(hidden),
-                                            keras.layers.Dense(1, name="v")(hidden)])
+        self.base_model = keras.Model(
+            inp,
+            [keras.layers.Dense(num_outputs, name="out")(hidden), keras.layers.Dense(1, name="v")(hidden)],
+        )
         self._replay = KerasReplay()
 
     def forward(self, input_dict, state, seq_lens):
@@ -283,12 +299,15 @@ class Subclassed(get_keras().Model if tf is not None else object):
 NOT_REPLAYED = {
     "dropout": (lambda k, x: k.layers.Dropout(0.5)(k.layers.Dense(3)(x)), "Dropout"),
     "dense-subclass": (lambda k, x: MyDense(3, name="mine")(x), "'mine' (MyDense)"),
-    "lambda-with-training": (lambda k, x: k.layers.Lambda(lambda t, training=None: t * 2.0)(x),
-                             "training argument"),
-    "activity-regularizer": (lambda k, x: k.layers.Dense(3, activity_regularizer="l2")(x),
-                             "activity regularizer"),
-    "lstm-dropout": (lambda k, x: k.layers.LSTM(3, dropout=0.5)(k.layers.Reshape((2, 2))(x)),
-                     "dropout"),
+    "lambda-with-training": (
+        lambda k, x: k.layers.Lambda(lambda t, training=None: t * 2.0)(x),
+        "training argument",
+    ),
+    "activity-regularizer": (
+        lambda k, x: k.layers.Dense(3, activity_regularizer="l2")(x),
+        "activity regularizer",
+    ),
+    "lstm-dropout": (lambda k, x: k.layers.LSTM(3, dropout=0.5)(k.layers.Reshape((2, 2))(x)), "dropout"),
 }
 
 
@@ -334,8 +353,10 @@ def test_inputs_keras_treats_specially_go_to_keras(bad, replays):
     km = _fc_keras_model()
     replay = KerasReplay()
     x = np.random.default_rng(10).uniform(-1, 1, (3, 4)).astype(np.float32)
-    errors = {"wrong-width": (tf.constant(x[:, :3]), "incompatible"),
-              "list": (x.tolist(), "expects 1 input")}  # (Keras: a list is 3 inputs)
+    errors = {
+        "wrong-width": (tf.constant(x[:, :3]), "incompatible"),
+        "list": (x.tolist(), "expects 1 input"),
+    }  # (Keras: a list is 3 inputs)
     if bad in errors:
         given, match = errors[bad]
         with pytest.raises(ValueError, match=match):
@@ -371,8 +392,9 @@ def test_not_used_inside_tf_function_or_graph_mode(replays):
         close(a, b)
     graph = tf1.Graph()
     with graph.as_default():
-        model = ModelCatalog.get_model_v2(BOX4, gym.spaces.Discrete(3), 3, cfg(fcnet_hiddens=[4]),
-                                          framework="tf", name="g")
+        model = ModelCatalog.get_model_v2(
+            BOX4, gym.spaces.Discrete(3), 3, cfg(fcnet_hiddens=[4]), framework="tf", name="g"
+        )
         out, _ = model({"obs": tf1.placeholder(tf.float32, [None, 4])}, [], None)
     assert replays["n"] == 1 and out.graph is graph
 
@@ -387,8 +409,13 @@ def test_replay_disabled_nests_and_restores():
 
 # ----------------------------------------------------------------- through an eager policy
 
-PPO_CONFIG = {"lr": 1e-3, "seed": 0, "kl_coeff": 0.2, "entropy_coeff": 0.01,
-              "model": {"fcnet_hiddens": [8], "fcnet_activation": "tanh", "vf_share_layers": False}}
+PPO_CONFIG = {
+    "lr": 1e-3,
+    "seed": 0,
+    "kl_coeff": 0.2,
+    "entropy_coeff": 0.01,
+    "model": {"fcnet_hiddens": [8], "fcnet_activation": "tanh", "vf_share_layers": False},
+}
 
 
 def ppo(tracing=False, obs_space=BOX4, model=None):
@@ -410,19 +437,25 @@ def train_batch(n=12, seed=13):
     logits = r.normal(size=(n, 3)).astype(np.float32)
     actions = r.integers(0, 3, n)
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    return SampleBatch({"obs": r.uniform(-1, 1, (n, 4)).astype(np.float32), "actions": actions,
-                        "action_dist_inputs": logits,
-                        "action_logp": logp[np.arange(n), actions].astype(np.float32),
-                        "advantages": r.normal(size=n).astype(np.float32),
-                        "value_targets": r.normal(size=n).astype(np.float32),
-                        "vf_preds": r.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            "obs": r.uniform(-1, 1, (n, 4)).astype(np.float32),
+            "actions": actions,
+            "action_dist_inputs": logits,
+            "action_logp": logp[np.arange(n), actions].astype(np.float32),
+            "advantages": r.normal(size=n).astype(np.float32),
+            "value_targets": r.normal(size=n).astype(np.float32),
+            "vf_preds": r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def act(policy, obs, explore, **kwargs):
     tf.random.set_seed(21)
     actions, state, extra = policy.compute_actions(obs, explore=explore, **kwargs)
-    return [np.asarray(actions)] + [np.asarray(s) for s in state] + [
-        np.asarray(extra[k]) for k in sorted(extra)]
+    return (
+        [np.asarray(actions)] + [np.asarray(s) for s in state] + [np.asarray(extra[k]) for k in sorted(extra)]
+    )
 
 
 def assert_acting_matches(policy, obs, replays, **kwargs):
@@ -483,8 +516,7 @@ def test_traced_policy_computes_what_the_untraced_replay_does(replays):
 
 
 def test_eager_lstm_policy_state_in_and_out_match_keras(replays):
-    policy = ppo(model={"fcnet_hiddens": [6], "use_lstm": True, "lstm_cell_size": 5,
-                        "max_seq_len": 4})
+    policy = ppo(model={"fcnet_hiddens": [6], "use_lstm": True, "lstm_cell_size": 5, "max_seq_len": 4})
     rng = np.random.default_rng(16)
     obs = rng.uniform(-1, 1, (4, 4)).astype(np.float32)
     state = [rng.normal(size=(4, 5)).astype(np.float32) for _ in range(2)]

@@ -1,4 +1,5 @@
 """rlpolicy.models.tf.layers against numpy references, eagerly and inside a tf1.Graph."""
+
 import numpy as np
 import pytest
 
@@ -85,7 +86,7 @@ def np_causal_mha(x, w_qkv, w_out, heads, d):
     """Plain loops: query i of head h attends to keys j <= i."""
     b_size, t_len, _ = x.shape
     qkv = x @ w_qkv
-    q, k, v = qkv[..., :heads * d], qkv[..., heads * d:2 * heads * d], qkv[..., 2 * heads * d:]
+    q, k, v = qkv[..., : heads * d], qkv[..., heads * d : 2 * heads * d], qkv[..., 2 * heads * d :]
     out = np.zeros((b_size, t_len, heads * d))
     for b in range(b_size):
         for h in range(heads):
@@ -99,7 +100,9 @@ def np_causal_mha(x, w_qkv, w_out, heads, d):
 
 def test_multi_head_attention_matches_numpy_with_causal_mask(runner):
     x = _np(0, 2, 5, 6)
-    layer, out = runner.build(lambda: _call(MultiHeadAttention(out_dim=4, num_heads=3, head_dim=2), tf.constant(x)))
+    layer, out = runner.build(
+        lambda: _call(MultiHeadAttention(out_dim=4, num_heads=3, head_dim=2), tf.constant(x))
+    )
     w_qkv, w_out = runner.eval(layer.weights)
     assert w_qkv.shape == (6, 18) and w_out.shape == (6, 4)
     got = runner.eval(out)
@@ -147,7 +150,7 @@ def np_relative_mha(x, memory, w, heads, d, out_dim, layernorm=False, relu=False
     if layernorm:
         full = np_layernorm(full, w["gamma"], w["beta"])
     qkv = full @ w["qkv"]
-    q, k, v = qkv[..., :heads * d], qkv[..., heads * d:2 * heads * d], qkv[..., 2 * heads * d:]
+    q, k, v = qkv[..., : heads * d], qkv[..., heads * d : 2 * heads * d], qkv[..., 2 * heads * d :]
     out = np.zeros((x.shape[0], t_len, heads * d))
     for b in range(x.shape[0]):
         for i in range(t_len):
@@ -156,8 +159,13 @@ def np_relative_mha(x, memory, w, heads, d, out_dim, layernorm=False, relu=False
             rel = np_positional_embedding(dists, out_dim) @ w["pos_proj"]  # [qi+1, H*d]
             for h in range(heads):
                 cols = slice(h * d, (h + 1) * d)
-                logits = np.array([(q[b, qi, cols] + w["u"][h]) @ k[b, j, cols]
-                                   + (q[b, qi, cols] + w["v"][h]) @ rel[j, cols] for j in range(qi + 1)]) / np.sqrt(d)
+                logits = np.array(
+                    [
+                        (q[b, qi, cols] + w["u"][h]) @ k[b, j, cols]
+                        + (q[b, qi, cols] + w["v"][h]) @ rel[j, cols]
+                        for j in range(qi + 1)
+                    ]
+                ) / np.sqrt(d)
                 p = _softmax(logits, 0)
                 out[b, i, cols] = sum(p[j] * v[b, j, cols] for j in range(qi + 1))
     y = out @ w["out"]
@@ -165,8 +173,13 @@ def np_relative_mha(x, memory, w, heads, d, out_dim, layernorm=False, relu=False
 
 
 def _relative_weights(runner, layer):
-    names = {"u": layer._uvar, "v": layer._vvar, "qkv": layer._qkv_layer.kernel,
-             "out": layer._linear_layer.layer.kernel, "pos_proj": layer._pos_proj.kernel}
+    names = {
+        "u": layer._uvar,
+        "v": layer._vvar,
+        "qkv": layer._qkv_layer.kernel,
+        "out": layer._linear_layer.layer.kernel,
+        "pos_proj": layer._pos_proj.kernel,
+    }
     if layer._input_layernorm is not None:
         names.update(gamma=layer._input_layernorm.gamma, beta=layer._input_layernorm.beta)
     values = runner.eval(list(names.values()))
@@ -178,8 +191,13 @@ def test_relative_multi_head_attention_matches_numpy(runner, tau, layernorm):
     x, memory = _np(2, 2, 4, 6), _np(3, 2, tau, 6)
 
     def make():
-        layer = RelativeMultiHeadAttention(out_dim=6, num_heads=2, head_dim=3, input_layernorm=layernorm,
-                                           output_activation=tf.nn.relu if layernorm else None)
+        layer = RelativeMultiHeadAttention(
+            out_dim=6,
+            num_heads=2,
+            head_dim=3,
+            input_layernorm=layernorm,
+            output_activation=tf.nn.relu if layernorm else None,
+        )
         return layer, layer(tf.constant(x), memory=tf.constant(memory))
 
     layer, out = runner.build(make)
@@ -255,7 +273,10 @@ def test_gru_gate_large_bias_passes_the_residual_through(runner):
 
 
 def test_gru_gate_rejects_mismatched_inputs(tf_modules):
-    with pytest.raises(ValueError, match=r"GRUGate\('gru_gate.*'\): both inputs \(h, X\) must have the same known size in the last axis, got shapes \[2, 3\] and \[2, 4\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"GRUGate\('gru_gate.*'\): both inputs \(h, X\) must have the same known size in the last axis, got shapes \[2, 3\] and \[2, 4\]",
+    ):
         GRUGate()((tf.zeros((2, 3)), tf.zeros((2, 4))))
 
 
@@ -273,7 +294,9 @@ def test_skip_connection_residual_and_fan_in(runner):
     kernel, bias = runner.eval([dense.kernel, dense.bias])
     layer_out = x @ kernel + bias
     np.testing.assert_allclose(runner.eval(plain), layer_out + x, **TOL)
-    np.testing.assert_allclose(runner.eval(gated), np_gru_gate(x, layer_out, _gate_weights(runner, gate)), **TOL)
+    np.testing.assert_allclose(
+        runner.eval(gated), np_gru_gate(x, layer_out, _gate_weights(runner, gate)), **TOL
+    )
 
 
 # ------------------------------------------------------------------ NoisyLayer
@@ -282,7 +305,12 @@ def test_skip_connection_residual_and_fan_in(runner):
 def test_noisy_layer_variables_shapes_and_init(runner):
     x = _np(12, 5, 8)
     layer, out = runner.build(lambda: _call(NoisyLayer("nz", out_size=3, sigma0=0.5), tf.constant(x)))
-    assert [v.name.split("/")[-1] for v in layer.weights] == ["nz_sigma_w:0", "nz_sigma_b:0", "nz_fc_w:0", "nz_fc_b:0"]
+    assert [v.name.split("/")[-1] for v in layer.weights] == [
+        "nz_sigma_w:0",
+        "nz_sigma_b:0",
+        "nz_fc_w:0",
+        "nz_fc_b:0",
+    ]
     sigma_w, sigma_b, w, b = runner.eval(layer.weights)
     assert sigma_w.shape == w.shape == (8, 3) and sigma_b.shape == b.shape == (3,)
     assert np.abs(sigma_w).max() <= 1 / np.sqrt(8) and np.abs(w).max() <= np.sqrt(6 / 11)
@@ -314,9 +342,15 @@ def test_noisy_layer_noise_is_factorised(runner):
     shows (f(e_in_i) + 1) * f(e_out): the weight noise is an outer product."""
     n_in, n_out = 4, 6
     x = np.vstack([np.zeros((1, n_in)), np.eye(n_in)]).astype(np.float32)
-    layer, out = runner.build(lambda: _call(NoisyLayer("f", out_size=n_out, sigma0=0.5, activation=None), tf.constant(x)))
-    for var, value in [(layer.w, np.zeros((n_in, n_out))), (layer.b, np.zeros(n_out)),
-                       (layer.sigma_w, np.ones((n_in, n_out))), (layer.sigma_b, np.ones(n_out))]:
+    layer, out = runner.build(
+        lambda: _call(NoisyLayer("f", out_size=n_out, sigma0=0.5, activation=None), tf.constant(x))
+    )
+    for var, value in [
+        (layer.w, np.zeros((n_in, n_out))),
+        (layer.b, np.zeros(n_out)),
+        (layer.sigma_w, np.ones((n_in, n_out))),
+        (layer.sigma_b, np.ones(n_out)),
+    ]:
         runner.assign(var, value.astype(np.float32))
     samples = []
     for _ in range(50):
@@ -330,7 +364,10 @@ def test_noisy_layer_noise_is_factorised(runner):
 
 
 def test_noisy_layer_rejects_bad_input(tf_modules):
-    with pytest.raises(ValueError, match=r"NoisyLayer\('n'\): expects inputs of shape \[batch, in_size\] with a known in_size, got \[2, 3, 4\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"NoisyLayer\('n'\): expects inputs of shape \[batch, in_size\] with a known in_size, got \[2, 3, 4\]",
+    ):
         NoisyLayer("n", 2, 0.5)(tf.zeros((2, 3, 4)))
     with pytest.raises(ValueError, match=r"NoisyLayer\('n'\): out_size must be a positive int, got 0"):
         NoisyLayer("n", 0, 0.5)

@@ -4,6 +4,7 @@ Numbers are checked against plain-numpy re-computations (MLP, conv, LSTM)
 from the models' own weights (set to random values first); variable
 names/order are written out literally (RLlib 1.11's layout).
 """
+
 import subprocess
 import sys
 
@@ -68,9 +69,11 @@ class Runner:
     def call(self, model, inputs, state=None, seq_lens=None):
         """Calls the model (placeholders with a free batch dim in graph mode); returns numpy."""
         if self.sess is None:
-            out, st = model(tf.nest.map_structure(tf.constant, inputs),
-                            [tf.constant(s) for s in state or []],
-                            None if seq_lens is None else tf.constant(seq_lens))
+            out, st = model(
+                tf.nest.map_structure(tf.constant, inputs),
+                [tf.constant(s) for s in state or []],
+                None if seq_lens is None else tf.constant(seq_lens),
+            )
             return out.numpy(), [s.numpy() for s in st], _value_or_none(model)
         feed = {}
 
@@ -80,8 +83,11 @@ class Runner:
             return p
 
         with self.graph.as_default():
-            out, st = model(tf.nest.map_structure(ph, inputs), [ph(s) for s in state or []],
-                            None if seq_lens is None else ph(seq_lens))
+            out, st = model(
+                tf.nest.map_structure(ph, inputs),
+                [ph(s) for s in state or []],
+                None if seq_lens is None else ph(seq_lens),
+            )
             value = _value_or_none(model)
         fetches = [out, st] + ([value] if value is not None else [])
         res = self.sess.run(fetches, feed)
@@ -122,22 +128,28 @@ def strip_scope(values):
 # ------------------------------------------------------------------ fcnet
 
 
-@pytest.mark.parametrize("action_space, num_outputs", [
-    (gym.spaces.Discrete(3), 3),
-    (gym.spaces.MultiDiscrete([2, 3]), 5),
-    (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), 4),
-    (gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Box(-1.0, 1.0, (3,), np.float32)]), 8),
-])
+@pytest.mark.parametrize(
+    "action_space, num_outputs",
+    [
+        (gym.spaces.Discrete(3), 3),
+        (gym.spaces.MultiDiscrete([2, 3]), 5),
+        (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), 4),
+        (gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Box(-1.0, 1.0, (3,), np.float32)]), 8),
+    ],
+)
 def test_fcnet_output_shapes_per_action_space(rt, action_space, num_outputs):
     model = rt.model(FullyConnectedNetwork, OBS4, action_space, num_outputs, cfg(fcnet_hiddens=[8]), "m")
     out, state, value = rt.call(model, {"obs": np.ones((5, 4), np.float32)})
     assert out.shape == (5, num_outputs) and value.shape == (5,) and state == []
 
 
-@pytest.mark.parametrize("obs_space", [
-    gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32),
-    gym.spaces.Box(-1.0, 1.0, (6,), np.float64),
-])
+@pytest.mark.parametrize(
+    "obs_space",
+    [
+        gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32),
+        gym.spaces.Box(-1.0, 1.0, (6,), np.float64),
+    ],
+)
 def test_fcnet_flattens_multi_dim_observations(rt, obs_space):
     model = rt.model(FullyConnectedNetwork, obs_space, gym.spaces.Discrete(2), 2, cfg(fcnet_hiddens=[4]), "m")
     w = rt.randomize(model)
@@ -195,39 +207,82 @@ def test_fcnet_variable_names_and_order_in_graph_scope():
         model = FullyConnectedNetwork(OBS4, gym.spaces.Box(-1, 1, (2,)), 4, c, "m")
     assert [(v.name, tuple(v.shape)) for v in model.variables()] == [
         ("default_policy/log_std:0", (2,)),
-        ("default_policy/fc_1/kernel:0", (4, 5)), ("default_policy/fc_1/bias:0", (5,)),
-        ("default_policy/fc_2/kernel:0", (5, 6)), ("default_policy/fc_2/bias:0", (6,)),
-        ("default_policy/fc_value_1/kernel:0", (4, 5)), ("default_policy/fc_value_1/bias:0", (5,)),
-        ("default_policy/fc_out/kernel:0", (6, 2)), ("default_policy/fc_out/bias:0", (2,)),
-        ("default_policy/fc_value_2/kernel:0", (5, 6)), ("default_policy/fc_value_2/bias:0", (6,)),
-        ("default_policy/value_out/kernel:0", (6, 1)), ("default_policy/value_out/bias:0", (1,)),
+        ("default_policy/fc_1/kernel:0", (4, 5)),
+        ("default_policy/fc_1/bias:0", (5,)),
+        ("default_policy/fc_2/kernel:0", (5, 6)),
+        ("default_policy/fc_2/bias:0", (6,)),
+        ("default_policy/fc_value_1/kernel:0", (4, 5)),
+        ("default_policy/fc_value_1/bias:0", (5,)),
+        ("default_policy/fc_out/kernel:0", (6, 2)),
+        ("default_policy/fc_out/bias:0", (2,)),
+        ("default_policy/fc_value_2/kernel:0", (5, 6)),
+        ("default_policy/fc_value_2/bias:0", (6,)),
+        ("default_policy/value_out/kernel:0", (6, 1)),
+        ("default_policy/value_out/bias:0", (1,)),
     ]
     assert list(model.variables(as_dict=True))[:3] == [
-        "log_std_var", "base_model.default_policy.fc_1.kernel:0", "base_model.default_policy.fc_1.bias:0"]
+        "log_std_var",
+        "base_model.default_policy.fc_1.kernel:0",
+        "base_model.default_policy.fc_1.bias:0",
+    ]
 
 
-@pytest.mark.parametrize("vf_share_layers, expected", [
-    (True, ["fc_1/kernel:0", "fc_1/bias:0", "fc_2/kernel:0", "fc_2/bias:0", "fc_out/kernel:0", "fc_out/bias:0",
-            "value_out/kernel:0", "value_out/bias:0"]),
-    (False, ["fc_1/kernel:0", "fc_1/bias:0", "fc_value_1/kernel:0", "fc_value_1/bias:0", "fc_2/kernel:0",
-             "fc_2/bias:0", "fc_value_2/kernel:0", "fc_value_2/bias:0", "fc_out/kernel:0", "fc_out/bias:0",
-             "value_out/kernel:0", "value_out/bias:0"]),
-])
+@pytest.mark.parametrize(
+    "vf_share_layers, expected",
+    [
+        (
+            True,
+            [
+                "fc_1/kernel:0",
+                "fc_1/bias:0",
+                "fc_2/kernel:0",
+                "fc_2/bias:0",
+                "fc_out/kernel:0",
+                "fc_out/bias:0",
+                "value_out/kernel:0",
+                "value_out/bias:0",
+            ],
+        ),
+        (
+            False,
+            [
+                "fc_1/kernel:0",
+                "fc_1/bias:0",
+                "fc_value_1/kernel:0",
+                "fc_value_1/bias:0",
+                "fc_2/kernel:0",
+                "fc_2/bias:0",
+                "fc_value_2/kernel:0",
+                "fc_value_2/bias:0",
+                "fc_out/kernel:0",
+                "fc_out/bias:0",
+                "value_out/kernel:0",
+                "value_out/bias:0",
+            ],
+        ),
+    ],
+)
 def test_fcnet_variable_order(rt, vf_share_layers, expected):
     c = cfg(fcnet_hiddens=[5, 6], vf_share_layers=vf_share_layers)
     model = rt.model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, c, "m")
     assert [v.name for v in model.variables()] == expected
     assert [v.name for v in model.trainable_variables()] == expected
-    assert list(model.trainable_variables(as_dict=True)) == ["base_model." + n.replace("/", ".") for n in expected]
+    assert list(model.trainable_variables(as_dict=True)) == [
+        "base_model." + n.replace("/", ".") for n in expected
+    ]
 
 
 def test_fcnet_without_num_outputs_exposes_last_hidden(rt):
-    model = rt.model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), None, cfg(fcnet_hiddens=[5, 3]), "m")
+    model = rt.model(
+        FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), None, cfg(fcnet_hiddens=[5, 3]), "m"
+    )
     assert model.num_outputs == 3
     w = rt.randomize(model)
     obs = np.ones((2, 4), np.float32)
     out, _, _ = rt.call(model, {"obs": obs})
-    np.testing.assert_allclose(out, dense(w, "fc_2", dense(w, "fc_1", obs, "tanh"), "tanh"), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        out, dense(w, "fc_2", dense(w, "fc_1", obs, "tanh"), "tanh"), rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.tf_eager_code
@@ -273,7 +328,10 @@ def test_fcnet_rejects_wrong_observation_shape(bad_shape, shown):
 def test_fcnet_rejects_wrong_observation_shape_in_graph():
     rt = Runner("graph")
     model = rt.model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, cfg(fcnet_hiddens=[3]), "m")
-    with rt.graph.as_default(), pytest.raises(ValueError, match=r"has shape \['\?', 7\] .* \[batch\] \+ \[4\]"):
+    with (
+        rt.graph.as_default(),
+        pytest.raises(ValueError, match=r"has shape \['\?', 7\] .* \[batch\] \+ \[4\]"),
+    ):
         model.forward({"obs_flat": tf1.placeholder(tf.float32, [None, 7])}, [], None)
 
 
@@ -335,10 +393,16 @@ def test_graph_and_eager_models_can_be_interleaved():
     e1 = eager_rt.model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, dict(c), "e1")
     obs = np.ones((2, 4), np.float32)
     w_g, w_e = graph_rt.randomize(g1), eager_rt.randomize(e1, seed=1)
-    np.testing.assert_allclose(graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5, atol=1e-6
+    )
     Runner("graph").model(FullyConnectedNetwork, OBS4, gym.spaces.Discrete(2), 2, dict(c), "g2")
-    np.testing.assert_allclose(eager_rt.call(e1, {"obs": obs})[0], fc_reference(w_e, c, obs)[0], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        eager_rt.call(e1, {"obs": obs})[0], fc_reference(w_e, c, obs)[0], rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        graph_rt.call(g1, {"obs": obs})[0], fc_reference(w_g, c, obs)[0], rtol=1e-5, atol=1e-6
+    )
 
 
 # --------------------------------------------------------------- visionnet
@@ -356,7 +420,7 @@ def conv_ref(x, k, b, padding):
     out = np.zeros((x.shape[0], out_h, out_w, k.shape[3]))
     for i in range(out_h):
         for j in range(out_w):
-            out[:, i, j] = np.einsum("bhwc,hwco->bo", x[:, i:i + kh, j:j + kw], k)
+            out[:, i, j] = np.einsum("bhwc,hwco->bo", x[:, i : i + kh, j : j + kw], k)
     return out + b
 
 
@@ -377,13 +441,41 @@ def test_visionnet_matches_numpy_convs(rt):
     np.testing.assert_allclose(value, dense(w, "value_out", features[:, 0, 0])[:, 0], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("vf_share_layers, expected", [
-    (True, ["conv1/kernel:0", "conv1/bias:0", "conv2/kernel:0", "conv2/bias:0", "conv_out/kernel:0",
-            "conv_out/bias:0", "value_out/kernel:0", "value_out/bias:0"]),
-    (False, ["conv_value_1/kernel:0", "conv_value_1/bias:0", "conv1/kernel:0", "conv1/bias:0",
-             "conv_value_2/kernel:0", "conv_value_2/bias:0", "conv2/kernel:0", "conv2/bias:0",
-             "conv_value_out/kernel:0", "conv_value_out/bias:0", "conv_out/kernel:0", "conv_out/bias:0"]),
-])
+@pytest.mark.parametrize(
+    "vf_share_layers, expected",
+    [
+        (
+            True,
+            [
+                "conv1/kernel:0",
+                "conv1/bias:0",
+                "conv2/kernel:0",
+                "conv2/bias:0",
+                "conv_out/kernel:0",
+                "conv_out/bias:0",
+                "value_out/kernel:0",
+                "value_out/bias:0",
+            ],
+        ),
+        (
+            False,
+            [
+                "conv_value_1/kernel:0",
+                "conv_value_1/bias:0",
+                "conv1/kernel:0",
+                "conv1/bias:0",
+                "conv_value_2/kernel:0",
+                "conv_value_2/bias:0",
+                "conv2/kernel:0",
+                "conv2/bias:0",
+                "conv_value_out/kernel:0",
+                "conv_value_out/bias:0",
+                "conv_out/kernel:0",
+                "conv_out/bias:0",
+            ],
+        ),
+    ],
+)
 def test_visionnet_default_filters_layout_and_shapes(rt, vf_share_layers, expected):
     space = gym.spaces.Box(0.0, 1.0, (10, 10, 3), np.float32)
     model_config = cfg(conv_filters=None, vf_share_layers=vf_share_layers)
@@ -407,12 +499,15 @@ def test_visionnet_errors():
     with pytest.raises(ValueError, match=r"into \[None, 3, 3, 3\], not \[B, 1, 1, 3\]"):
         VisionNetwork(IMG, gym.spaces.Discrete(3), 3, cfg(conv_filters=[[4, [3, 3], 1], [2, [2, 2], 1]]), "v")
     # No RLlib default for 7x7: a computed stack (models.utils.default_filter_config) is used.
-    model = VisionNetwork(gym.spaces.Box(0, 1, (7, 7, 1)), gym.spaces.Discrete(3), 3,
-                          cfg(conv_filters=None), "v")
+    model = VisionNetwork(
+        gym.spaces.Box(0, 1, (7, 7, 1)), gym.spaces.Discrete(3), 3, cfg(conv_filters=None), "v"
+    )
     out, _ = model({"obs": np.zeros((2, 7, 7, 1), np.float32)})
     assert tuple(out.shape) == (2, 3)
     model = VisionNetwork(IMG, gym.spaces.Discrete(3), 3, cfg(conv_filters=SMALL_FILTERS), "v")
-    with pytest.raises(ValueError, match=r"image observation has shape \[2, 4, 4, 3\] .* \[batch\] \+ \[4, 4, 2\]"):
+    with pytest.raises(
+        ValueError, match=r"image observation has shape \[2, 4, 4, 3\] .* \[batch\] \+ \[4, 4, 2\]"
+    ):
         model.forward({"obs": tf.zeros((2, 4, 4, 3))}, [], None)
 
 
@@ -458,8 +553,11 @@ def lstm(request):
 
 
 def lstm_inputs(rng, n):
-    return {"obs": rng.normal(size=(n, 4)).astype(np.float32), "prev_actions": rng.integers(0, 3, n),
-            "prev_rewards": rng.normal(size=n).astype(np.float32)}
+    return {
+        "obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "prev_actions": rng.integers(0, 3, n),
+        "prev_rewards": rng.normal(size=n).astype(np.float32),
+    }
 
 
 def test_lstm_wrapper_matches_numpy_with_prev_action_reward_and_masking(lstm):
@@ -471,8 +569,14 @@ def test_lstm_wrapper_matches_numpy_with_prev_action_reward_and_masking(lstm):
     h0, c0 = rng.normal(size=(B, CELL)).astype(np.float32), rng.normal(size=(B, CELL)).astype(np.float32)
     seq_lens = np.array([3, 2], np.int32)
     out, (h, c_out), value = rt.call(model, inputs, [h0, c0], seq_lens)
-    lstm_in = np.concatenate([dense(w, "fc_1", inputs["obs"], "tanh"), np.eye(3)[inputs["prev_actions"]],
-                              inputs["prev_rewards"][:, None]], 1)
+    lstm_in = np.concatenate(
+        [
+            dense(w, "fc_1", inputs["obs"], "tanh"),
+            np.eye(3)[inputs["prev_actions"]],
+            inputs["prev_rewards"][:, None],
+        ],
+        1,
+    )
     ref_out, ref_h, ref_c = lstm_reference(w, lstm_in.reshape(B, T, -1), h0, c0, seq_lens)
     valid = (np.arange(T)[None] < seq_lens[:, None]).reshape(-1)
     ref_out = ref_out.reshape(B * T, CELL)
@@ -502,20 +606,37 @@ def test_lstm_whole_sequence_equals_step_by_step(lstm):
 def test_lstm_layout_initial_state_and_view_requirements(lstm):
     rt, model = lstm
     assert [(v.name, tuple(v.shape)) for v in model.variables()] == [
-        ("fc_1/kernel:0", (4, 5)), ("fc_1/bias:0", (5,)), ("value_out/kernel:0", (5, 1)), ("value_out/bias:0", (1,)),
-        ("lstm/lstm_cell/kernel:0", (5 + 3 + 1, 4 * CELL)), ("lstm/lstm_cell/recurrent_kernel:0", (CELL, 4 * CELL)),
-        ("lstm/lstm_cell/bias:0", (4 * CELL,)), ("logits/kernel:0", (CELL, 2)), ("logits/bias:0", (2,)),
-        ("values/kernel:0", (CELL, 1)), ("values/bias:0", (1,)),
+        ("fc_1/kernel:0", (4, 5)),
+        ("fc_1/bias:0", (5,)),
+        ("value_out/kernel:0", (5, 1)),
+        ("value_out/bias:0", (1,)),
+        ("lstm/lstm_cell/kernel:0", (5 + 3 + 1, 4 * CELL)),
+        ("lstm/lstm_cell/recurrent_kernel:0", (CELL, 4 * CELL)),
+        ("lstm/lstm_cell/bias:0", (4 * CELL,)),
+        ("logits/kernel:0", (CELL, 2)),
+        ("logits/bias:0", (2,)),
+        ("values/kernel:0", (CELL, 1)),
+        ("values/bias:0", (1,)),
     ]
     init = model.get_initial_state()
     assert len(init) == 2 and all(s.shape == (CELL,) and s.dtype == np.float32 and not s.any() for s in init)
     vr = model.view_requirements
-    assert sorted(vr) == ["obs", "prev_actions", "prev_rewards", "state_in_0", "state_in_1", "state_out_0",
-                          "state_out_1"]
+    assert sorted(vr) == [
+        "obs",
+        "prev_actions",
+        "prev_rewards",
+        "state_in_0",
+        "state_in_1",
+        "state_out_0",
+        "state_out_1",
+    ]
     assert (vr["prev_actions"].data_col, vr["prev_actions"].shift) == ("actions", -1)
     assert (vr["prev_rewards"].data_col, vr["prev_rewards"].shift) == ("rewards", -1)
     assert (vr["state_in_1"].data_col, vr["state_in_1"].shift, vr["state_in_1"].batch_repeat_value) == (
-        "state_out_1", -1, 4)
+        "state_out_1",
+        -1,
+        4,
+    )
     assert vr["state_out_0"].space.shape == (CELL,)
 
 
@@ -542,21 +663,30 @@ def test_lstm_wrapper_alone_feeds_observations_to_the_lstm():
 # ------------------------------------------------------- complex input net
 
 DICT_SPACE = gym.spaces.Dict(
-    {"img": IMG, "d": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)})
+    {"img": IMG, "d": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+)
 
 
 def test_complex_input_net_matches_numpy(rt):
-    model = rt.model(ComplexInputNetwork, DICT_SPACE, gym.spaces.Discrete(2), 2, cfg(conv_filters=SMALL_FILTERS), "c")
+    model = rt.model(
+        ComplexInputNetwork, DICT_SPACE, gym.spaces.Discrete(2), 2, cfg(conv_filters=SMALL_FILTERS), "c"
+    )
     keys = list(model.variables(as_dict=True))
     rt.randomize(model)
     rng = np.random.default_rng(8)
-    obs = {"b": rng.normal(size=(3, 2)).astype(np.float32), "d": np.array([0, 2, 1]),
-           "img": rng.uniform(size=(3, 4, 4, 2)).astype(np.float32)}
+    obs = {
+        "b": rng.normal(size=(3, 2)).astype(np.float32),
+        "d": np.array([0, 2, 1]),
+        "img": rng.uniform(size=(3, 4, 4, 2)).astype(np.float32),
+    }
     out, state, value = rt.call(model, {"obs": obs})
 
     def layer_weights(keras_model, names):
-        return {f"{n}/{kind}:0": v for n in names
-                for kind, v in zip(("kernel", "bias"), rt.get(keras_model.get_layer(n).weights))}
+        return {
+            f"{n}/{kind}:0": v
+            for n in names
+            for kind, v in zip(("kernel", "bias"), rt.get(keras_model.get_layer(n).weights))
+        }
 
     cnn_w = layer_weights(model.cnns[2].base_model, ["conv1", "conv2"])
     concat = np.concatenate([obs["b"], np.eye(3)[obs["d"]], vision_reference(cnn_w, obs["img"])[:, 0, 0]], 1)
@@ -567,9 +697,13 @@ def test_complex_input_net_matches_numpy(rt):
     assert keys[:2] == ["cnns_2.base_model.conv_value_1.kernel:0", "cnns_2.base_model.conv_value_1.bias:0"]
     suffix = "_1" if rt.mode == "graph" else ""  # graph mode uniquifies the second "value_out"
     assert keys[-6:] == [
-        "post_fc_stack.base_model.value_out.kernel:0", "post_fc_stack.base_model.value_out.bias:0",
-        "logits_and_value_model.logits.kernel:0", "logits_and_value_model.logits.bias:0",
-        f"logits_and_value_model.value_out{suffix}.kernel:0", f"logits_and_value_model.value_out{suffix}.bias:0"]
+        "post_fc_stack.base_model.value_out.kernel:0",
+        "post_fc_stack.base_model.value_out.bias:0",
+        "logits_and_value_model.logits.kernel:0",
+        "logits_and_value_model.logits.bias:0",
+        f"logits_and_value_model.value_out{suffix}.kernel:0",
+        f"logits_and_value_model.value_out{suffix}.bias:0",
+    ]
 
 
 def test_complex_input_net_flat_preprocessed_obs_and_tuple_space(rt):
@@ -597,16 +731,24 @@ def test_complex_input_net_flat_preprocessed_obs_and_tuple_space(rt):
 
 def test_complex_input_net_rejects_spaces_without_fixed_shape():
     with pytest.raises(ValueError, match=r"cannot encode observation \(sub-\)space Text\("):
-        ComplexInputNetwork(gym.spaces.Tuple([OBS4, gym.spaces.Text(3)]), gym.spaces.Discrete(2), 2, cfg(), "c")
+        ComplexInputNetwork(
+            gym.spaces.Tuple([OBS4, gym.spaces.Text(3)]), gym.spaces.Discrete(2), 2, cfg(), "c"
+        )
 
 
-@pytest.mark.parametrize("space, obs, flat", [
-    # A plain 2-D Box is one component, flattened row-major.
-    (gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32), np.arange(12, dtype=np.float32).reshape(2, 2, 3) / 10,
-     np.arange(12, dtype=np.float32).reshape(2, 6) / 10),
-    # A raw Discrete observation (no preprocessor) is one-hot encoded.
-    (gym.spaces.Discrete(3), np.array([2, 0]), np.array([[0, 0, 1], [1, 0, 0]], np.float32)),
-])
+@pytest.mark.parametrize(
+    "space, obs, flat",
+    [
+        # A plain 2-D Box is one component, flattened row-major.
+        (
+            gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32),
+            np.arange(12, dtype=np.float32).reshape(2, 2, 3) / 10,
+            np.arange(12, dtype=np.float32).reshape(2, 6) / 10,
+        ),
+        # A raw Discrete observation (no preprocessor) is one-hot encoded.
+        (gym.spaces.Discrete(3), np.array([2, 0]), np.array([[0, 0, 1], [1, 0, 0]], np.float32)),
+    ],
+)
 def test_complex_input_net_plain_spaces(rt, space, obs, flat):
     model = rt.model(ComplexInputNetwork, space, gym.spaces.Discrete(2), 2, cfg(post_fcnet_hiddens=[3]), "c")
     variables = model.variables(as_dict=True)  # unique keys (two Keras layers are named value_out)
@@ -616,10 +758,14 @@ def test_complex_input_net_plain_spaces(rt, space, obs, flat):
     out, _, value = rt.call(model, {"obs": obs})
     fc, heads = "post_fc_stack.base_model.fc_1.", "logits_and_value_model."
     hidden = np.maximum(flat @ w[fc + "kernel:0"] + w[fc + "bias:0"], 0.0)  # post_fcnet_activation relu
-    np.testing.assert_allclose(out, hidden @ w[heads + "logits.kernel:0"] + w[heads + "logits.bias:0"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        out, hidden @ w[heads + "logits.kernel:0"] + w[heads + "logits.bias:0"], rtol=1e-5, atol=1e-6
+    )
     # In a graph the second "value_out" layer's variables get a "_1" suffix (Keras uniquifies names).
-    vk, vb = (next(k for k in w if k.startswith(heads + "value_out") and k.endswith(s)) for s in ("kernel:0", "bias:0"))
+    vk, vb = (
+        next(k for k in w if k.startswith(heads + "value_out") and k.endswith(s))
+        for s in ("kernel:0", "bias:0")
+    )
     expected_value = hidden @ w[vk] + w[vb]
     np.testing.assert_allclose(value, expected_value[:, 0], rtol=1e-5, atol=1e-6)
 

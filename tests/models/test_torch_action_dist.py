@@ -1,4 +1,5 @@
 """Torch action distributions against numpy/scipy reference formulas."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -38,8 +39,9 @@ def test_categorical_logp_entropy_kl_match_numpy(logits):
     d, o = TorchCategorical(t(logits), None), TorchCategorical(t(other), None)
     acts = np.array([0, 2, 1, 2])
     lp = log_softmax(logits, axis=1)
-    np.testing.assert_allclose(d.logp(torch.as_tensor(acts)).numpy(), lp[np.arange(4), acts],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        d.logp(torch.as_tensor(acts)).numpy(), lp[np.arange(4), acts], rtol=1e-5, atol=1e-6
+    )
     p = softmax(logits, axis=1)
     np.testing.assert_allclose(d.entropy().numpy(), -(p * lp).sum(1), rtol=1e-5, atol=1e-6)
     kl_ref = (p * (lp - log_softmax(other, axis=1))).sum(1)
@@ -49,8 +51,9 @@ def test_categorical_logp_entropy_kl_match_numpy(logits):
 def test_categorical_deterministic_sample_is_argmax(logits):
     d = TorchCategorical(t(logits), None)
     np.testing.assert_array_equal(d.deterministic_sample().numpy(), logits.argmax(1))
-    np.testing.assert_allclose(d.sampled_action_logp().numpy(),
-                               log_softmax(logits, 1).max(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        d.sampled_action_logp().numpy(), log_softmax(logits, 1).max(1), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_categorical_sample_frequencies_match_probs():
@@ -65,8 +68,9 @@ def test_categorical_temperature_divides_logits(logits):
     d = TorchCategorical(t(logits), None, temperature=2.0)
     np.testing.assert_allclose(d.dist.probs.numpy(), softmax(logits / 2.0, axis=1), rtol=1e-5, atol=1e-6)
     cls = get_torch_categorical_class_with_temperature(0.5)
-    np.testing.assert_allclose(cls(t(logits)).dist.probs.numpy(), softmax(logits / 0.5, 1),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        cls(t(logits)).dist.probs.numpy(), softmax(logits / 0.5, 1), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_categorical_accepts_numpy_and_does_not_modify_inputs(logits):
@@ -91,8 +95,9 @@ def test_multicategorical_logp_entropy_kl_sum_of_parts():
     q0, q1 = log_softmax(y[:, :2], 1), log_softmax(y[:, 2:], 1)
     kl = (np.exp(lp0) * (lp0 - q0)).sum(1) + (np.exp(lp1) * (lp1 - q1)).sum(1)
     np.testing.assert_allclose(d.kl(o).numpy(), kl, rtol=1e-4, atol=1e-6)
-    np.testing.assert_array_equal(d.deterministic_sample().numpy(),
-                                  np.stack([x[:, :2].argmax(1), x[:, 2:].argmax(1)], 1))
+    np.testing.assert_array_equal(
+        d.deterministic_sample().numpy(), np.stack([x[:, :2].argmax(1), x[:, 2:].argmax(1)], 1)
+    )
 
 
 def test_multicategorical_int_box_samples_have_box_shape():
@@ -112,10 +117,11 @@ def test_diag_gaussian_matches_scipy():
     x = RNG.normal(size=(4, 2))
     ref = stats.norm.logpdf(x, mean, np.exp(log_std)).sum(1)
     np.testing.assert_allclose(d.logp(t(x)).numpy(), ref, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(d.entropy().numpy(),
-                               stats.norm.entropy(mean, np.exp(log_std)).sum(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        d.entropy().numpy(), stats.norm.entropy(mean, np.exp(log_std)).sum(1), rtol=1e-5, atol=1e-6
+    )
     s1, s2 = np.exp(log_std), np.exp(log_std2)
-    kl = (np.log(s2 / s1) + (s1 ** 2 + (mean - mean2) ** 2) / (2 * s2 ** 2) - 0.5).sum(1)
+    kl = (np.log(s2 / s1) + (s1**2 + (mean - mean2) ** 2) / (2 * s2**2) - 0.5).sum(1)
     np.testing.assert_allclose(d.kl(o).numpy(), kl, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(d.deterministic_sample().numpy(), mean, rtol=1e-6, atol=1e-6)
 
@@ -141,11 +147,11 @@ def test_squashed_gaussian_logp_matches_change_of_variables():
     u = RNG.normal(size=(5, 2))
     x = (np.tanh(u) + 1) / 2 * (high - low) + low
     # RLlib's convention: Gaussian log density of u minus sum log(1 - tanh(u)^2 + eps).
-    ref = (stats.norm.logpdf(u, mean, np.exp(log_std))
-           - np.log(1 - np.tanh(u) ** 2 + SMALL)).sum(1)
+    ref = (stats.norm.logpdf(u, mean, np.exp(log_std)) - np.log(1 - np.tanh(u) ** 2 + SMALL)).sum(1)
     np.testing.assert_allclose(d.logp(t(x)).numpy(), ref, rtol=1e-3, atol=1e-3)
-    np.testing.assert_allclose(d.deterministic_sample().numpy(),
-                               (np.tanh(mean) + 1) / 2 * (high - low) + low, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        d.deterministic_sample().numpy(), (np.tanh(mean) + 1) / 2 * (high - low) + low, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_squashed_gaussian_samples_in_bounds_and_log_std_clipped():
@@ -170,12 +176,15 @@ def test_beta_logp_matches_scipy():
     d = TorchBeta(t(raw), None, low=low, high=high)
     y = RNG.uniform(0.05, 0.95, size=(4, 2))
     x = y * (high - low) + low
-    np.testing.assert_allclose(d.logp(t(x)).numpy(), stats.beta.logpdf(y, alpha, beta).sum(1),
-                               rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(d.deterministic_sample().numpy(),
-                               alpha / (alpha + beta) * (high - low) + low, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(d.entropy().numpy(), stats.beta.entropy(alpha, beta).sum(1),
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        d.logp(t(x)).numpy(), stats.beta.logpdf(y, alpha, beta).sum(1), rtol=1e-4, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        d.deterministic_sample().numpy(), alpha / (alpha + beta) * (high - low) + low, rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        d.entropy().numpy(), stats.beta.entropy(alpha, beta).sum(1), rtol=1e-4, atol=1e-5
+    )
 
 
 def test_beta_sample_mean():
@@ -200,8 +209,9 @@ def test_dirichlet_logp_matches_scipy():
     x = np.array([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8], [0.6, 0.3, 0.1]])
     ref = [stats.dirichlet.logpdf(xi, ci) for xi, ci in zip(x, conc)]
     np.testing.assert_allclose(d.logp(t(x)).numpy(), ref, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(d.entropy().numpy(), [stats.dirichlet.entropy(c) for c in conc],
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        d.entropy().numpy(), [stats.dirichlet.entropy(c) for c in conc], rtol=1e-4, atol=1e-5
+    )
     np.testing.assert_allclose(d.deterministic_sample().numpy().sum(1), 1.0, rtol=1e-6, atol=1e-6)
 
 
@@ -211,8 +221,12 @@ def multi():
     space = gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2,), np.float32)])
     inputs = RNG.normal(size=(4, 7)).astype(np.float32)
     d = TorchMultiActionDistribution(
-        t(inputs), None, child_distributions=[TorchCategorical, TorchDiagGaussian],
-        input_lens=[3, 4], action_space=space)
+        t(inputs),
+        None,
+        child_distributions=[TorchCategorical, TorchDiagGaussian],
+        input_lens=[3, 4],
+        action_space=space,
+    )
     return d, inputs
 
 
@@ -220,8 +234,9 @@ def test_multi_action_logp_is_sum_of_children(multi):
     d, x = multi
     cat = np.array([2, 0, 1, 1])
     box = RNG.normal(size=(4, 2))
-    ref = (log_softmax(x[:, :3], 1)[np.arange(4), cat]
-           + stats.norm.logpdf(box, x[:, 3:5], np.exp(x[:, 5:7])).sum(1))
+    ref = log_softmax(x[:, :3], 1)[np.arange(4), cat] + stats.norm.logpdf(
+        box, x[:, 3:5], np.exp(x[:, 5:7])
+    ).sum(1)
     np.testing.assert_allclose(d.logp((torch.as_tensor(cat), t(box))).numpy(), ref, rtol=1e-5, atol=1e-6)
     flat = np.concatenate([cat[:, None], box], 1)
     np.testing.assert_allclose(d.logp(t(flat)).numpy(), ref, rtol=1e-5, atol=1e-6)
@@ -239,29 +254,36 @@ def test_multi_action_sample_structure_and_entropy(multi):
 
 
 # ------------------------------------------------------ output shapes & errors
-@pytest.mark.parametrize("cls,space,expected", [
-    (TorchCategorical, gym.spaces.Discrete(5), 5),
-    (TorchMultiCategorical, gym.spaces.MultiDiscrete([2, 3]), 5),
-    (TorchMultiCategorical, gym.spaces.Box(0, 3, (2,), np.int64), 8),
-    (TorchDiagGaussian, gym.spaces.Box(-1, 1, (3,)), 6),
-    (TorchSquashedGaussian, gym.spaces.Box(-1, 1, (3,)), 6),
-    (TorchBeta, gym.spaces.Box(0, 1, (2,)), 4),
-    (TorchDeterministic, gym.spaces.Box(-1, 1, (3,)), 3),
-    (TorchDirichlet, gym.spaces.Box(0, 1, (4,)), 4),
-])
+@pytest.mark.parametrize(
+    "cls,space,expected",
+    [
+        (TorchCategorical, gym.spaces.Discrete(5), 5),
+        (TorchMultiCategorical, gym.spaces.MultiDiscrete([2, 3]), 5),
+        (TorchMultiCategorical, gym.spaces.Box(0, 3, (2,), np.int64), 8),
+        (TorchDiagGaussian, gym.spaces.Box(-1, 1, (3,)), 6),
+        (TorchSquashedGaussian, gym.spaces.Box(-1, 1, (3,)), 6),
+        (TorchBeta, gym.spaces.Box(0, 1, (2,)), 4),
+        (TorchDeterministic, gym.spaces.Box(-1, 1, (3,)), 3),
+        (TorchDirichlet, gym.spaces.Box(0, 1, (4,)), 4),
+    ],
+)
 def test_required_model_output_shape(cls, space, expected):
     assert int(cls.required_model_output_shape(space, {})) == expected
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: TorchCategorical(torch.zeros(2, 3), None, temperature=0.0), "temperature must be > 0"),
-    (lambda: TorchMultiCategorical(torch.zeros(2, 4), None, input_lens=[2, 3]),
-     "4 columns but input_lens"),
-    (lambda: TorchCategorical(torch.zeros(2, 3), None).sampled_action_logp(),
-     "before sample"),
-    (lambda: TorchSquashedGaussian(torch.zeros(2, 2), None, low=1.0, high=0.0), "low < high"),
-    (lambda: TorchBeta(torch.zeros(2, 2), None, low=1.0, high=1.0), "low < high"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: TorchCategorical(torch.zeros(2, 3), None, temperature=0.0), "temperature must be > 0"),
+        (
+            lambda: TorchMultiCategorical(torch.zeros(2, 4), None, input_lens=[2, 3]),
+            "4 columns but input_lens",
+        ),
+        (lambda: TorchCategorical(torch.zeros(2, 3), None).sampled_action_logp(), "before sample"),
+        (lambda: TorchSquashedGaussian(torch.zeros(2, 2), None, low=1.0, high=0.0), "low < high"),
+        (lambda: TorchBeta(torch.zeros(2, 2), None, low=1.0, high=1.0), "low < high"),
+    ],
+)
 def test_errors(make, match):
     with pytest.raises(ValueError, match=match):
         make()

@@ -7,6 +7,7 @@ of ``SlimFC`` stacks (``functional_plan``), and the fast module-tree helpers
 numpy formulas, ``torch.distributions`` / ``nn.Module`` themselves, or
 invariants; never from the code under test.
 """
+
 import copy
 
 import gymnasium as gym
@@ -28,8 +29,10 @@ ACT = gym.spaces.Discrete(3)
 
 def fcnet(seed=0, **model):
     torch.manual_seed(seed)
-    cfg = dict(MODEL_DEFAULTS, **dict(dict(fcnet_hiddens=[16, 16], fcnet_activation="tanh",
-                                           vf_share_layers=False), **model))
+    cfg = dict(
+        MODEL_DEFAULTS,
+        **dict(dict(fcnet_hiddens=[16, 16], fcnet_activation="tanh", vf_share_layers=False), **model),
+    )
     return FullyConnectedNetwork(OBS, ACT, 3, cfg, "m")
 
 
@@ -58,12 +61,14 @@ def test_normc_layers_have_row_norm_std_zero_bias_and_a_seeded_draw():
         assert np.isfinite(w).all()
     # Directions of a normc row are uniform on the sphere: entries of the 16x16
     # layers, rescaled by sqrt(fan_in), are ~N(0, 1) (mean 0, variance 1).
-    big = np.concatenate([layers[n].weight.detach().numpy().ravel() * 4.0
-                          for n in layers if n.endswith("1._model.0")])
+    big = np.concatenate(
+        [layers[n].weight.detach().numpy().ravel() * 4.0 for n in layers if n.endswith("1._model.0")]
+    )
     assert abs(big.mean()) < 0.15 and 0.8 < big.var() < 1.2
     same, other = fcnet(seed=3), fcnet(seed=4)
-    for (k, a), b, c in zip(model.state_dict().items(), same.state_dict().values(),
-                            other.state_dict().values()):
+    for (k, a), b, c in zip(
+        model.state_dict().items(), same.state_dict().values(), other.state_dict().values()
+    ):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
         if k.endswith("weight"):
             assert not torch.equal(a, c)
@@ -109,8 +114,9 @@ def test_lean_categorical_samples_follow_the_softmax_and_logp_matches_the_sample
     sample = d.sample()
     p = np.exp([0.0, 1.0, -1.0]) / np.exp([0.0, 1.0, -1.0]).sum()
     np.testing.assert_allclose(np.bincount(sample.numpy(), minlength=3) / 20000, p, atol=0.015)
-    np.testing.assert_allclose(d.sampled_action_logp().numpy(), np.log(p)[sample.numpy()],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        d.sampled_action_logp().numpy(), np.log(p)[sample.numpy()], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_a_subclass_that_sets_its_own_dist_gets_the_dist_based_methods():
@@ -133,9 +139,10 @@ def test_lean_diag_gaussian_matches_numpy_formulas():
     std, s2 = np.exp(log_std), np.exp(ls2)
     logp = (-0.5 * ((x - mean) / std) ** 2 - log_std - 0.5 * np.log(2 * np.pi)).sum(1)
     np.testing.assert_allclose(d.logp(torch.tensor(x)).numpy(), logp, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(d.entropy().numpy(), (log_std + 0.5 + 0.5 * np.log(2 * np.pi)).sum(1),
-                               rtol=1e-5, atol=1e-6)
-    kl = (np.log(s2 / std) + (std ** 2 + (mean - m2) ** 2) / (2 * s2 ** 2) - 0.5).sum(1)
+    np.testing.assert_allclose(
+        d.entropy().numpy(), (log_std + 0.5 + 0.5 * np.log(2 * np.pi)).sum(1), rtol=1e-5, atol=1e-6
+    )
+    kl = (np.log(s2 / std) + (std**2 + (mean - m2) ** 2) / (2 * s2**2) - 0.5).sum(1)
     np.testing.assert_allclose(d.kl(o).numpy(), kl, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(d.deterministic_sample().numpy(), mean)
     torch.manual_seed(1)
@@ -167,8 +174,7 @@ def test_plan_gradients_equal_calling_the_modules(activation):
     loss = logits.pow(2).sum() + model.value_function().sum()
     grads = torch.autograd.grad(loss, list(model.parameters()))
     ref_logits, ref_v = reference_forward(model, x)
-    ref_grads = torch.autograd.grad(ref_logits.pow(2).sum() + ref_v.sum(),
-                                    list(model.parameters()))
+    ref_grads = torch.autograd.grad(ref_logits.pow(2).sum() + ref_v.sum(), list(model.parameters()))
     torch.testing.assert_close(logits, ref_logits, rtol=0, atol=0)
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g, r, rtol=1e-6, atol=1e-7)
@@ -210,7 +216,7 @@ def test_slimfc_forward_with_activation_keeps_its_input_and_gradient():
     w, b = fc._model[0].weight.detach(), fc._model[0].bias.detach()
     expected = np.tanh(x.detach().numpy() @ w.numpy().T + b.numpy())
     np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-6, atol=1e-6)
-    dx = ((1.0 - expected ** 2) @ w.numpy())  # d/dx sum(tanh(xW^T + b))
+    dx = (1.0 - expected**2) @ w.numpy()  # d/dx sum(tanh(xW^T + b))
     np.testing.assert_allclose(x.grad.numpy(), dx, rtol=1e-5, atol=1e-6)
 
 
@@ -223,8 +229,7 @@ def test_hooks_swaps_and_parametrizations_are_honoured():
     h.remove()
     model._logits = SlimFC(16, 3, initializer=normc_initializer(0.01))  # swapped head
     torch.testing.assert_close(model({"obs": x})[0], reference_forward(model, x)[0], rtol=0, atol=0)
-    torch.nn.utils.parametrize.register_parametrization(
-        model._value_branch._model[0], "weight", _Double())
+    torch.nn.utils.parametrize.register_parametrization(model._value_branch._model[0], "weight", _Double())
     ref_v = reference_forward(model, x)[1]
     model({"obs": x})
     torch.testing.assert_close(model.value_function(), ref_v, rtol=0, atol=0)

@@ -1,4 +1,5 @@
 """Default torch models: parameter layout, numpy references, shapes, LSTM unrolling, errors."""
+
 import copy
 
 import gymnasium as gym
@@ -33,38 +34,56 @@ def layout(model):
 
 # ------------------------------------------------------ RLlib parameter layout
 FC_LAYOUT = [
-    ("_logits._model.0.weight", (3, 6)), ("_logits._model.0.bias", (3,)),
-    ("_hidden_layers.0._model.0.weight", (8, 4)), ("_hidden_layers.0._model.0.bias", (8,)),
-    ("_hidden_layers.1._model.0.weight", (6, 8)), ("_hidden_layers.1._model.0.bias", (6,)),
-    ("_value_branch._model.0.weight", (1, 6)), ("_value_branch._model.0.bias", (1,)),
+    ("_logits._model.0.weight", (3, 6)),
+    ("_logits._model.0.bias", (3,)),
+    ("_hidden_layers.0._model.0.weight", (8, 4)),
+    ("_hidden_layers.0._model.0.bias", (8,)),
+    ("_hidden_layers.1._model.0.weight", (6, 8)),
+    ("_hidden_layers.1._model.0.bias", (6,)),
+    ("_value_branch._model.0.weight", (1, 6)),
+    ("_value_branch._model.0.bias", (1,)),
 ]
 
 FC_FREE_LOG_STD_SEPARATE_VF_LAYOUT = [
-    ("_logits._model.0.weight", (2, 6)), ("_logits._model.0.bias", (2,)),
+    ("_logits._model.0.weight", (2, 6)),
+    ("_logits._model.0.bias", (2,)),
     ("_append_free_log_std.log_std", (2,)),
-    ("_hidden_layers.0._model.0.weight", (8, 4)), ("_hidden_layers.0._model.0.bias", (8,)),
-    ("_hidden_layers.1._model.0.weight", (6, 8)), ("_hidden_layers.1._model.0.bias", (6,)),
+    ("_hidden_layers.0._model.0.weight", (8, 4)),
+    ("_hidden_layers.0._model.0.bias", (8,)),
+    ("_hidden_layers.1._model.0.weight", (6, 8)),
+    ("_hidden_layers.1._model.0.bias", (6,)),
     ("_value_branch_separate.0._model.0.weight", (8, 4)),
     ("_value_branch_separate.0._model.0.bias", (8,)),
     ("_value_branch_separate.1._model.0.weight", (6, 8)),
     ("_value_branch_separate.1._model.0.bias", (6,)),
-    ("_value_branch._model.0.weight", (1, 6)), ("_value_branch._model.0.bias", (1,)),
+    ("_value_branch._model.0.weight", (1, 6)),
+    ("_value_branch._model.0.bias", (1,)),
 ]
 
 LSTM_LAYOUT = [
-    ("_hidden_layers.0._model.0.weight", (8, 4)), ("_hidden_layers.0._model.0.bias", (8,)),
-    ("_hidden_layers.1._model.0.weight", (6, 8)), ("_hidden_layers.1._model.0.bias", (6,)),
-    ("_value_branch._model.0.weight", (1, 5)), ("_value_branch._model.0.bias", (1,)),
-    ("lstm.weight_ih_l0", (20, 6)), ("lstm.weight_hh_l0", (20, 5)),
-    ("lstm.bias_ih_l0", (20,)), ("lstm.bias_hh_l0", (20,)),
-    ("_logits_branch._model.0.weight", (3, 5)), ("_logits_branch._model.0.bias", (3,)),
+    ("_hidden_layers.0._model.0.weight", (8, 4)),
+    ("_hidden_layers.0._model.0.bias", (8,)),
+    ("_hidden_layers.1._model.0.weight", (6, 8)),
+    ("_hidden_layers.1._model.0.bias", (6,)),
+    ("_value_branch._model.0.weight", (1, 5)),
+    ("_value_branch._model.0.bias", (1,)),
+    ("lstm.weight_ih_l0", (20, 6)),
+    ("lstm.weight_hh_l0", (20, 5)),
+    ("lstm.bias_ih_l0", (20,)),
+    ("lstm.bias_hh_l0", (20,)),
+    ("_logits_branch._model.0.weight", (3, 5)),
+    ("_logits_branch._model.0.bias", (3,)),
 ]
 
 VISION_LAYOUT = [
-    ("_logits._model.1.weight", (2, 32, 1, 1)), ("_logits._model.1.bias", (2,)),
-    ("_convs.0._model.1.weight", (16, 3, 5, 5)), ("_convs.0._model.1.bias", (16,)),
-    ("_convs.1._model.0.weight", (32, 16, 5, 5)), ("_convs.1._model.0.bias", (32,)),
-    ("_value_branch._model.0.weight", (1, 32)), ("_value_branch._model.0.bias", (1,)),
+    ("_logits._model.1.weight", (2, 32, 1, 1)),
+    ("_logits._model.1.bias", (2,)),
+    ("_convs.0._model.1.weight", (16, 3, 5, 5)),
+    ("_convs.0._model.1.bias", (16,)),
+    ("_convs.1._model.0.weight", (32, 16, 5, 5)),
+    ("_convs.1._model.0.bias", (32,)),
+    ("_value_branch._model.0.weight", (1, 32)),
+    ("_value_branch._model.0.bias", (1,)),
 ]
 
 
@@ -74,14 +93,16 @@ def test_fc_layout_is_rllibs():
 
 
 def test_fc_free_log_std_separate_vf_layout_is_rllibs():
-    m = FullyConnectedNetwork(BOX4, DISC2, 4, cfg(fcnet_hiddens=[8, 6], free_log_std=True,
-                                                  vf_share_layers=False), "fc")
+    m = FullyConnectedNetwork(
+        BOX4, DISC2, 4, cfg(fcnet_hiddens=[8, 6], free_log_std=True, vf_share_layers=False), "fc"
+    )
     assert layout(m) == FC_FREE_LOG_STD_SEPARATE_VF_LAYOUT
 
 
 def test_lstm_wrapped_fc_layout_is_rllibs():
-    m = ModelCatalog.get_model_v2(BOX4, DISC2, 3, cfg(fcnet_hiddens=[8, 6], use_lstm=True,
-                                                      lstm_cell_size=5), framework="torch")
+    m = ModelCatalog.get_model_v2(
+        BOX4, DISC2, 3, cfg(fcnet_hiddens=[8, 6], use_lstm=True, lstm_cell_size=5), framework="torch"
+    )
     assert type(m).__name__ == "FullyConnectedNetwork_as_LSTMWrapper"
     assert layout(m) == LSTM_LAYOUT
 
@@ -112,8 +133,7 @@ def test_fc_forward_and_value_match_numpy_mlp():
     value = h @ p["_value_branch._model.0.weight"].T + p["_value_branch._model.0.bias"]
     out, state = m({"obs": torch.from_numpy(x)})
     np.testing.assert_allclose(out.detach().numpy(), logits, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(m.value_function().detach().numpy(), value[:, 0], rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(m.value_function().detach().numpy(), value[:, 0], rtol=1e-5, atol=1e-6)
     assert state == []
 
 
@@ -121,10 +141,10 @@ def test_fc_normc_init_row_norms():
     torch.manual_seed(0)
     m = FullyConnectedNetwork(BOX4, DISC2, 3, cfg(fcnet_hiddens=[8, 6]), "fc")
     sd = m.state_dict()
-    np.testing.assert_allclose(sd["_hidden_layers.0._model.0.weight"].norm(dim=1).numpy(), 1.0,
-                               rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(sd["_logits._model.0.weight"].norm(dim=1).numpy(), 0.01,
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        sd["_hidden_layers.0._model.0.weight"].norm(dim=1).numpy(), 1.0, rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(sd["_logits._model.0.weight"].norm(dim=1).numpy(), 0.01, rtol=1e-5, atol=1e-7)
     assert float(sd["_hidden_layers.0._model.0.bias"].abs().sum()) == 0.0
 
 
@@ -137,8 +157,7 @@ def test_fc_free_log_std_appends_learned_log_std():
 
 
 def test_fc_no_final_linear_and_no_outputs():
-    m = FullyConnectedNetwork(BOX4, DISC2, 3, cfg(fcnet_hiddens=[8, 6], no_final_linear=True),
-                              "fc")
+    m = FullyConnectedNetwork(BOX4, DISC2, 3, cfg(fcnet_hiddens=[8, 6], no_final_linear=True), "fc")
     assert m._logits is None and m._hidden_layers[-1]._model[0].out_features == 3
     out, _ = m({"obs": torch.zeros(2, 4)})
     assert np.all(np.abs(out.detach().numpy()) <= 1.0)  # tanh on the last layer
@@ -151,7 +170,9 @@ def test_fc_separate_value_branch_uses_own_layers():
     x = torch.randn(3, 4)
     m({"obs": x})
     expected = m._value_branch(m._value_branch_separate(x)).squeeze(1)
-    np.testing.assert_allclose(m.value_function().detach().numpy(), expected.detach().numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        m.value_function().detach().numpy(), expected.detach().numpy(), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_variables_tower_stats_and_trainable():
@@ -167,6 +188,7 @@ def test_variables_tower_stats_and_trainable():
 def test_torch_model_without_nn_module_is_rejected():
     class NotAModule(TorchModelV2):
         pass
+
     with pytest.raises(ValueError, match="not nn.Module"):
         NotAModule(BOX4, DISC2, 2, cfg(), "x")
 
@@ -177,23 +199,26 @@ def _obs_batch(space, n=3):
     return prep.observation_space, np.stack([prep.transform(space.sample()) for _ in range(n)])
 
 
-@pytest.mark.parametrize("obs_space,cls_name", [
-    (BOX4, "FullyConnectedNetwork"),
-    (gym.spaces.Discrete(5), "FullyConnectedNetwork"),
-    (gym.spaces.MultiDiscrete([2, 3]), "FullyConnectedNetwork"),
-    (gym.spaces.Dict({"a": BOX4, "b": gym.spaces.Discrete(3)}), "FullyConnectedNetwork"),
-    (gym.spaces.Tuple([BOX4, gym.spaces.Discrete(3)]), "FullyConnectedNetwork"),
-    (IMG, "VisionNetwork"),
-    (gym.spaces.Dict({"img": IMG, "d": gym.spaces.Discrete(3)}), "ComplexInputNetwork"),
-    (gym.spaces.Tuple([IMG, BOX4, gym.spaces.MultiDiscrete([2, 2])]), "ComplexInputNetwork"),
-])
+@pytest.mark.parametrize(
+    "obs_space,cls_name",
+    [
+        (BOX4, "FullyConnectedNetwork"),
+        (gym.spaces.Discrete(5), "FullyConnectedNetwork"),
+        (gym.spaces.MultiDiscrete([2, 3]), "FullyConnectedNetwork"),
+        (gym.spaces.Dict({"a": BOX4, "b": gym.spaces.Discrete(3)}), "FullyConnectedNetwork"),
+        (gym.spaces.Tuple([BOX4, gym.spaces.Discrete(3)]), "FullyConnectedNetwork"),
+        (IMG, "VisionNetwork"),
+        (gym.spaces.Dict({"img": IMG, "d": gym.spaces.Discrete(3)}), "ComplexInputNetwork"),
+        (gym.spaces.Tuple([IMG, BOX4, gym.spaces.MultiDiscrete([2, 2])]), "ComplexInputNetwork"),
+    ],
+)
 @pytest.mark.parametrize("action_space", [DISC2, gym.spaces.Box(-1, 1, (2,), np.float32)])
 def test_output_shapes_per_space(obs_space, cls_name, action_space):
     flat_space, obs = _obs_batch(obs_space)
     _, n = ModelCatalog.get_action_dist(action_space, cfg(), framework="torch")
-    m = ModelCatalog.get_model_v2(flat_space, action_space, n,
-                                  cfg(fcnet_hiddens=[16], post_fcnet_hiddens=[8]),
-                                  framework="torch")
+    m = ModelCatalog.get_model_v2(
+        flat_space, action_space, n, cfg(fcnet_hiddens=[16], post_fcnet_hiddens=[8]), framework="torch"
+    )
     assert type(m).__name__ == cls_name
     out, state = m({"obs": torch.from_numpy(obs)})
     assert tuple(out.shape) == (3, n) and state == []
@@ -206,11 +231,11 @@ def test_complex_input_one_hot_from_ints_equals_float_one_hot():
     m = ComplexInputNetwork(flat_space, DISC2, 2, cfg(), "cin")
     img = torch.rand(2, 10, 10, 3)
     a, _ = m.forward({"obs": {"d": torch.tensor([0, 2]), "img": img}, "obs_flat": None}, [], None)
-    b, _ = m.forward({"obs": {"d": torch.tensor([[1.0, 0, 0], [0, 0, 1.0]]), "img": img},
-                      "obs_flat": None}, [], None)
+    b, _ = m.forward(
+        {"obs": {"d": torch.tensor([[1.0, 0, 0], [0, 0, 1.0]]), "img": img}, "obs_flat": None}, [], None
+    )
     np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-6, atol=1e-6)
-    assert [k for k in dict(m.named_children())] == ["cnn_1", "post_fc_stack", "logits_layer",
-                                                     "value_layer"]
+    assert [k for k in dict(m.named_children())] == ["cnn_1", "post_fc_stack", "logits_layer", "value_layer"]
 
 
 def test_complex_input_without_outputs_returns_concat():
@@ -230,12 +255,15 @@ def test_vision_without_outputs_flattens_and_bad_filters_error():
         bad({"obs": torch.zeros(1, 10, 10, 3)})
 
 
-@pytest.mark.parametrize("in_size,k,s,padding,out", [
-    ((10, 10), 5, 2, (1, 2, 1, 2), (5, 5)),       # pad 3 -> 1 left/top, 2 right/bottom
-    ((84, 84), [8, 8], 4, (2, 2, 2, 2), (21, 21)),
-    ((7, 9), [3, 3], 1, (1, 1, 1, 1), (7, 9)),
-    ((6, 6), 2, 2, (0, 0, 0, 0), (3, 3)),
-])
+@pytest.mark.parametrize(
+    "in_size,k,s,padding,out",
+    [
+        ((10, 10), 5, 2, (1, 2, 1, 2), (5, 5)),  # pad 3 -> 1 left/top, 2 right/bottom
+        ((84, 84), [8, 8], 4, (2, 2, 2, 2), (21, 21)),
+        ((7, 9), [3, 3], 1, (1, 1, 1, 1), (7, 9)),
+        ((6, 6), 2, 2, (0, 0, 0, 0), (3, 3)),
+    ],
+)
 def test_same_padding_matches_tf_rule(in_size, k, s, padding, out):
     assert same_padding(in_size, k, s) == (padding, out)
     x = torch.zeros(1, 1, *in_size)
@@ -257,10 +285,15 @@ def test_slim_fc_matches_its_layers(activation):
     fc = SlimFC(3, 4, initializer=normc_initializer(1.0), activation_fn=activation)
     x = torch.randn(5, 3)
     expected = x @ fc._model[0].weight.T + fc._model[0].bias
-    act = {None: lambda t: t, "linear": lambda t: t, "tanh": torch.tanh, "relu": torch.relu,
-           "swish": lambda t: t * torch.sigmoid(t), "elu": torch.nn.functional.elu}[activation]
-    np.testing.assert_allclose(fc(x).detach().numpy(), act(expected).detach().numpy(),
-                               rtol=1e-5, atol=1e-6)
+    act = {
+        None: lambda t: t,
+        "linear": lambda t: t,
+        "tanh": torch.tanh,
+        "relu": torch.relu,
+        "swish": lambda t: t * torch.sigmoid(t),
+        "elu": torch.nn.functional.elu,
+    }[activation]
+    np.testing.assert_allclose(fc(x).detach().numpy(), act(expected).detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_slim_fc_runs_hooks_and_follows_replaced_layers():
@@ -277,6 +310,7 @@ def test_slim_fc_runs_hooks_and_follows_replaced_layers():
     handle.remove()
     fc._model[1] = nn.ReLU()  # a swapped-in layer is used from then on
     assert float(fc(x).detach().min()) >= 0.0
+
     # A parametrized weight (here: doubled) is used as the parametrization says.
     class Double(nn.Module):
         def forward(self, w):
@@ -285,9 +319,12 @@ def test_slim_fc_runs_hooks_and_follows_replaced_layers():
     plain_out = fc(x).detach()
     torch.nn.utils.parametrize.register_parametrization(fc._model[0], "weight", Double())
     lin = fc._model[0]
-    np.testing.assert_allclose(fc(x).detach().numpy(),
-                               torch.relu(x @ (2.0 * lin.parametrizations.weight.original).T
-                                          + lin.bias).detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        fc(x).detach().numpy(),
+        torch.relu(x @ (2.0 * lin.parametrizations.weight.original).T + lin.bias).detach().numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     assert not torch.equal(fc(x).detach(), plain_out)
     torch.nn.utils.parametrize.remove_parametrizations(fc._model[0], "weight")
     # Deep copies (as made for towers) compute with their own weights.
@@ -304,16 +341,27 @@ def test_slim_fc_runs_hooks_and_follows_replaced_layers():
 def lstm_model():
     torch.manual_seed(0)
     return ModelCatalog.get_model_v2(
-        BOX4, DISC2, 3, cfg(fcnet_hiddens=[8, 6], use_lstm=True, lstm_cell_size=5,
-                            lstm_use_prev_action=True, lstm_use_prev_reward=True),
-        framework="torch")
+        BOX4,
+        DISC2,
+        3,
+        cfg(
+            fcnet_hiddens=[8, 6],
+            use_lstm=True,
+            lstm_cell_size=5,
+            lstm_use_prev_action=True,
+            lstm_use_prev_reward=True,
+        ),
+        framework="torch",
+    )
 
 
 def _lstm_inputs(rows):
     rng = np.random.default_rng(2)
-    return {"obs": torch.from_numpy(rng.normal(size=(rows, 4)).astype(np.float32)),
-            "prev_actions": torch.from_numpy(rng.integers(0, 2, size=rows)),
-            "prev_rewards": torch.from_numpy(rng.normal(size=rows).astype(np.float32))}
+    return {
+        "obs": torch.from_numpy(rng.normal(size=(rows, 4)).astype(np.float32)),
+        "prev_actions": torch.from_numpy(rng.integers(0, 2, size=rows)),
+        "prev_rewards": torch.from_numpy(rng.normal(size=rows).astype(np.float32)),
+    }
 
 
 def test_lstm_sequence_call_matches_step_by_step(lstm_model):
@@ -328,8 +376,7 @@ def test_lstm_sequence_call_matches_step_by_step(lstm_model):
         out, state = m(step_in, state, torch.ones(B, dtype=torch.int32))
         steps.append(out)
     stepped = torch.stack(steps, dim=1).reshape(B * T, 3)
-    np.testing.assert_allclose(full.detach().numpy(), stepped.detach().numpy(), rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(full.detach().numpy(), stepped.detach().numpy(), rtol=1e-5, atol=1e-6)
     for a, b in zip(full_state, state):
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
 
@@ -348,23 +395,30 @@ def test_lstm_carries_state_across_calls(lstm_model):
 
 def test_lstm_matches_numpy_lstm_step():
     torch.manual_seed(0)
-    m = ModelCatalog.get_model_v2(BOX4, DISC2, 3, cfg(fcnet_hiddens=[6], use_lstm=True,
-                                                      lstm_cell_size=5), framework="torch")
+    m = ModelCatalog.get_model_v2(
+        BOX4, DISC2, 3, cfg(fcnet_hiddens=[6], use_lstm=True, lstm_cell_size=5), framework="torch"
+    )
     p = {k: v.detach().numpy() for k, v in m.state_dict().items()}
     x = np.random.default_rng(3).normal(size=(2, 4)).astype(np.float32)
     h = np.random.default_rng(4).normal(size=(2, 5)).astype(np.float32)
     c = np.random.default_rng(5).normal(size=(2, 5)).astype(np.float32)
     feat = np.tanh(x @ p["_hidden_layers.0._model.0.weight"].T + p["_hidden_layers.0._model.0.bias"])
-    gates = (feat @ p["lstm.weight_ih_l0"].T + p["lstm.bias_ih_l0"]
-             + h @ p["lstm.weight_hh_l0"].T + p["lstm.bias_hh_l0"])
+    gates = (
+        feat @ p["lstm.weight_ih_l0"].T
+        + p["lstm.bias_ih_l0"]
+        + h @ p["lstm.weight_hh_l0"].T
+        + p["lstm.bias_hh_l0"]
+    )
     sig = lambda z: 1 / (1 + np.exp(-z))  # noqa: E731
     i, f, g, o = np.split(gates, 4, axis=1)  # torch gate order: input, forget, cell, output
     c_new = sig(f) * c + sig(i) * np.tanh(g)
     h_new = sig(o) * np.tanh(c_new)
     logits = h_new @ p["_logits_branch._model.0.weight"].T + p["_logits_branch._model.0.bias"]
-    out, (h_out, c_out) = m({"obs": torch.from_numpy(x)}, [torch.from_numpy(h),
-                                                           torch.from_numpy(c)],
-                            torch.ones(2, dtype=torch.int32))
+    out, (h_out, c_out) = m(
+        {"obs": torch.from_numpy(x)},
+        [torch.from_numpy(h), torch.from_numpy(c)],
+        torch.ones(2, dtype=torch.int32),
+    )
     np.testing.assert_allclose(out.detach().numpy(), logits, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(h_out.detach().numpy(), h_new, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(c_out.detach().numpy(), c_new, rtol=1e-4, atol=1e-5)
@@ -417,6 +471,7 @@ def test_bad_output_size_names_expected_and_received():
 # ------------------------------------------------------- models.utils helpers
 def test_get_activation_fn_torch_and_errors():
     from rlpolicy.models.utils import get_activation_fn
+
     assert get_activation_fn("relu", "torch") is nn.ReLU
     assert get_activation_fn("tanh", "torch") is nn.Tanh
     assert get_activation_fn("swish", "torch") is nn.SiLU
@@ -428,18 +483,26 @@ def test_get_activation_fn_torch_and_errors():
         get_activation_fn("relu", "caffe")
 
 
-@pytest.mark.parametrize("shape,first", [
-    ((84, 84, 3), [16, [8, 8], 4]), ((3, 84, 84), [16, [8, 8], 4]),
-    ((42, 42, 1), [16, [4, 4], 2]), ((10, 10, 3), [16, [5, 5], 2]),
-    ((96, 96, 3), [16, [8, 8], 4]), ((480, 640, 3), [16, [24, 32], [14, 18]]),
-])
+@pytest.mark.parametrize(
+    "shape,first",
+    [
+        ((84, 84, 3), [16, [8, 8], 4]),
+        ((3, 84, 84), [16, [8, 8], 4]),
+        ((42, 42, 1), [16, [4, 4], 2]),
+        ((10, 10, 3), [16, [5, 5], 2]),
+        ((96, 96, 3), [16, [8, 8], 4]),
+        ((480, 640, 3), [16, [24, 32], [14, 18]]),
+    ],
+)
 def test_get_filter_config(shape, first):
     from rlpolicy.models.utils import get_filter_config
+
     assert get_filter_config(shape)[0] == first
 
 
 def test_get_filter_config_unknown_and_initializer():
     from rlpolicy.models.utils import get_filter_config, get_initializer
+
     with pytest.raises(ValueError, match=r"no default conv_filters for observation shape \[11, 11, 3\]"):
         get_filter_config((11, 11, 3))
     assert get_initializer(None, "torch") is nn.init.xavier_uniform_
@@ -448,26 +511,37 @@ def test_get_filter_config_unknown_and_initializer():
         get_initializer("he", "torch")
 
 
-@pytest.mark.parametrize("shape, want", [
-    # Hand-worked: 3x3 stride-2 "same" layers halve (rounding up) while a side is > 6,
-    # at most 4 times; a last kernel covers the rest.
-    ((2, 2, 1), [[128, [2, 2], 1]]),
-    ((6, 5, 3), [[128, [6, 5], 1]]),
-    ((7, 7, 1), [[16, [3, 3], 2], [128, [4, 4], 1]]),
-    ((13, 30, 2), [[16, [3, 3], 2], [32, [3, 3], 2], [64, [3, 3], 2], [128, [2, 4], 1]]),
-    ((200, 200, 3), [[16, [3, 3], 2], [32, [3, 3], 2], [64, [3, 3], 2], [128, [3, 3], 2],
-                     [128, [13, 13], 1]]),
-    ((84, 84, 3), [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 1]]),  # RLlib's default
-])
+@pytest.mark.parametrize(
+    "shape, want",
+    [
+        # Hand-worked: 3x3 stride-2 "same" layers halve (rounding up) while a side is > 6,
+        # at most 4 times; a last kernel covers the rest.
+        ((2, 2, 1), [[128, [2, 2], 1]]),
+        ((6, 5, 3), [[128, [6, 5], 1]]),
+        ((7, 7, 1), [[16, [3, 3], 2], [128, [4, 4], 1]]),
+        ((13, 30, 2), [[16, [3, 3], 2], [32, [3, 3], 2], [64, [3, 3], 2], [128, [2, 4], 1]]),
+        (
+            (200, 200, 3),
+            [[16, [3, 3], 2], [32, [3, 3], 2], [64, [3, 3], 2], [128, [3, 3], 2], [128, [13, 13], 1]],
+        ),
+        ((84, 84, 3), [[16, [8, 8], 4], [32, [4, 4], 2], [256, [11, 11], 1]]),  # RLlib's default
+    ],
+)
 def test_default_filter_config(shape, want):
     from rlpolicy.models.utils import default_filter_config
+
     assert default_filter_config(shape) == want
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 1), (7, 7, 1), (5, 9, 2), (13, 30, 2)])
 def test_visionnet_builds_for_any_image_size(shape):
-    model = VisionNetwork(gym.spaces.Box(0, 1, shape), gym.spaces.Discrete(3), 3,
-                          {"conv_filters": None, "conv_activation": "relu"}, "v")
+    model = VisionNetwork(
+        gym.spaces.Box(0, 1, shape),
+        gym.spaces.Discrete(3),
+        3,
+        {"conv_filters": None, "conv_activation": "relu"},
+        "v",
+    )
     out, _ = model({"obs": torch.zeros((2,) + shape)})
     assert tuple(out.shape) == (2, 3)
     assert tuple(model.value_function().shape) == (2,)

@@ -1,4 +1,5 @@
 """rlpolicy.models.torch.modules.noisy_layer.NoisyLayer against numpy formulas."""
+
 import numpy as np
 import pytest
 
@@ -14,7 +15,9 @@ def test_parameters_shapes_and_init():
     assert layer.sigma_w.shape == layer.w.shape == (8, 3) and layer.b.shape == (3,)
     assert layer.sigma_w.abs().max() <= 1 / np.sqrt(8) and layer.w.abs().max() <= np.sqrt(6 / 11)
     assert layer.w.std() > 0.05  # not a constant fill (RLlib 1.11's bug)
-    np.testing.assert_allclose(layer.sigma_b.detach().numpy(), np.full(3, 0.5 / np.sqrt(8)), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        layer.sigma_b.detach().numpy(), np.full(3, 0.5 / np.sqrt(8)), rtol=1e-6, atol=1e-7
+    )
     out = layer(torch.randn(5, 8))
     assert out.shape == (5, 3) and (out >= 0).all()  # relu by default
 

@@ -2,6 +2,7 @@
 
 Skips when torch, tensorflow or the torch classes are missing.
 """
+
 import numpy as np
 import pytest
 
@@ -76,8 +77,9 @@ def test_torch_and_tf_fcnets_with_same_weights_agree(name):
     t_out, _ = t_model({"obs": torch.from_numpy(obs)})
     tf_out, _ = tf_model({"obs": tf.constant(obs)})
     np.testing.assert_allclose(tf_out.numpy(), t_out.detach().numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(tf_model.value_function().numpy(), t_model.value_function().detach().numpy(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        tf_model.value_function().numpy(), t_model.value_function().detach().numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 # ------------------------------------------------------ action distributions
@@ -108,41 +110,56 @@ def compare(tf_pair, other_pair, x, methods=("logp", "entropy", "kl", "determini
 
 def test_categorical_parity():
     x = np.array([0, 4, 2, 1])
-    compare(both(tfd.Categorical, torch_dists.TorchCategorical, LOGITS),
-            both(tfd.Categorical, torch_dists.TorchCategorical, LOGITS2), x)
+    compare(
+        both(tfd.Categorical, torch_dists.TorchCategorical, LOGITS),
+        both(tfd.Categorical, torch_dists.TorchCategorical, LOGITS2),
+        x,
+    )
 
 
 def test_multicategorical_parity():
     x = np.array([[0, 1], [1, 2], [1, 0], [0, 2]])
     kw = {"input_lens": [2, 3]}
-    compare(both(tfd.MultiCategorical, torch_dists.TorchMultiCategorical, LOGITS, **kw),
-            both(tfd.MultiCategorical, torch_dists.TorchMultiCategorical, LOGITS2, **kw), x)
+    compare(
+        both(tfd.MultiCategorical, torch_dists.TorchMultiCategorical, LOGITS, **kw),
+        both(tfd.MultiCategorical, torch_dists.TorchMultiCategorical, LOGITS2, **kw),
+        x,
+    )
 
 
 def test_diag_gaussian_parity():
     inputs, inputs2 = RNG.normal(size=(4, 6)).astype(np.float32), RNG.normal(size=(4, 6)).astype(np.float32)
-    compare(both(tfd.DiagGaussian, torch_dists.TorchDiagGaussian, inputs),
-            both(tfd.DiagGaussian, torch_dists.TorchDiagGaussian, inputs2), RNG.normal(size=(4, 3)).astype(np.float32))
+    compare(
+        both(tfd.DiagGaussian, torch_dists.TorchDiagGaussian, inputs),
+        both(tfd.DiagGaussian, torch_dists.TorchDiagGaussian, inputs2),
+        RNG.normal(size=(4, 3)).astype(np.float32),
+    )
 
 
 def test_squashed_gaussian_parity():
     inputs = RNG.normal(size=(4, 4)).astype(np.float32)
     pair = both(tfd.SquashedGaussian, torch_dists.TorchSquashedGaussian, inputs, low=-2.0, high=3.0)
-    compare(pair, pair, RNG.uniform(-1.9, 2.9, size=(4, 2)).astype(np.float32), ("logp", "deterministic_sample"))
+    compare(
+        pair, pair, RNG.uniform(-1.9, 2.9, size=(4, 2)).astype(np.float32), ("logp", "deterministic_sample")
+    )
 
 
 def test_beta_parity():
     inputs, inputs2 = RNG.normal(size=(4, 4)).astype(np.float32), RNG.normal(size=(4, 4)).astype(np.float32)
-    compare(both(tfd.Beta, torch_dists.TorchBeta, inputs, low=-1.0, high=2.0),
-            both(tfd.Beta, torch_dists.TorchBeta, inputs2, low=-1.0, high=2.0),
-            RNG.uniform(-0.9, 1.9, size=(4, 2)).astype(np.float32))
+    compare(
+        both(tfd.Beta, torch_dists.TorchBeta, inputs, low=-1.0, high=2.0),
+        both(tfd.Beta, torch_dists.TorchBeta, inputs2, low=-1.0, high=2.0),
+        RNG.uniform(-0.9, 1.9, size=(4, 2)).astype(np.float32),
+    )
 
 
 def test_dirichlet_parity():
     inputs, inputs2 = RNG.normal(size=(4, 3)).astype(np.float32), RNG.normal(size=(4, 3)).astype(np.float32)
-    compare(both(tfd.Dirichlet, torch_dists.TorchDirichlet, inputs),
-            both(tfd.Dirichlet, torch_dists.TorchDirichlet, inputs2),
-            RNG.dirichlet(np.ones(3), size=4).astype(np.float32))
+    compare(
+        both(tfd.Dirichlet, torch_dists.TorchDirichlet, inputs),
+        both(tfd.Dirichlet, torch_dists.TorchDirichlet, inputs2),
+        RNG.dirichlet(np.ones(3), size=4).astype(np.float32),
+    )
 
 
 def test_deterministic_parity():
@@ -157,11 +174,17 @@ def test_multi_action_parity():
     kw = dict(child_distributions=[tfd.Categorical, tfd.DiagGaussian], input_lens=[3, 4], action_space=space)
     t_kw = dict(kw, child_distributions=[torch_dists.TorchCategorical, torch_dists.TorchDiagGaussian])
     inputs, inputs2 = RNG.normal(size=(4, 7)).astype(np.float32), RNG.normal(size=(4, 7)).astype(np.float32)
-    pair = (tfd.MultiActionDistribution(tf.constant(inputs), None, **kw),
-            torch_dists.TorchMultiActionDistribution(torch.from_numpy(inputs), None, **t_kw))
-    other = (tfd.MultiActionDistribution(tf.constant(inputs2), None, **kw),
-             torch_dists.TorchMultiActionDistribution(torch.from_numpy(inputs2), None, **t_kw))
-    x = np.concatenate([np.array([[0], [2], [1], [1]], np.float32), RNG.normal(size=(4, 2)).astype(np.float32)], 1)
+    pair = (
+        tfd.MultiActionDistribution(tf.constant(inputs), None, **kw),
+        torch_dists.TorchMultiActionDistribution(torch.from_numpy(inputs), None, **t_kw),
+    )
+    other = (
+        tfd.MultiActionDistribution(tf.constant(inputs2), None, **kw),
+        torch_dists.TorchMultiActionDistribution(torch.from_numpy(inputs2), None, **t_kw),
+    )
+    x = np.concatenate(
+        [np.array([[0], [2], [1], [1]], np.float32), RNG.normal(size=(4, 2)).astype(np.float32)], 1
+    )
     compare(pair, other, x, ("logp", "entropy", "kl"))
 
 
@@ -170,9 +193,16 @@ def test_multi_action_parity():
 
 LSTM_ACTION_SPACES = {
     "discrete": (gym.spaces.Discrete(3), 3, lambda n: RNG.integers(0, 3, n)),
-    "multidiscrete": (gym.spaces.MultiDiscrete([2, 3]), 5, lambda n: np.stack([RNG.integers(0, 2, n),
-                                                                               RNG.integers(0, 3, n)], 1)),
-    "box": (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), 2, lambda n: RNG.normal(size=(n, 2)).astype(np.float32)),
+    "multidiscrete": (
+        gym.spaces.MultiDiscrete([2, 3]),
+        5,
+        lambda n: np.stack([RNG.integers(0, 2, n), RNG.integers(0, 3, n)], 1),
+    ),
+    "box": (
+        gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        2,
+        lambda n: RNG.normal(size=(n, 2)).astype(np.float32),
+    ),
 }
 
 
@@ -184,13 +214,20 @@ def test_torch_and_tf_lstm_wrappers_with_same_weights_agree(action_name):
     def wrap(lstm_cls, base):
         return type("Wrapped", (lstm_cls, base), {"_wrapped_forward": base.forward})
 
-    config = dict(MODEL_DEFAULTS, fcnet_hiddens=[5], lstm_cell_size=3, lstm_use_prev_action=True,
-                  lstm_use_prev_reward=True)
+    config = dict(
+        MODEL_DEFAULTS,
+        fcnet_hiddens=[5],
+        lstm_cell_size=3,
+        lstm_use_prev_action=True,
+        lstm_use_prev_reward=True,
+    )
     space, action_dim, make_actions = LSTM_ACTION_SPACES[action_name]
     t_model = wrap(torch_rnn.LSTMWrapper, torch_fcnet.FullyConnectedNetwork)(OBS, space, 2, dict(config), "t")
     tf_model = wrap(LSTMWrapper, TFFCNet)(OBS, space, 2, dict(config), "tf")
     tf_vars = {v.name: v for v in tf_model.variables()}
-    sd = {k: RNG.normal(size=tuple(v.shape)).astype(np.float32) * 0.5 for k, v in t_model.state_dict().items()}
+    sd = {
+        k: RNG.normal(size=tuple(v.shape)).astype(np.float32) * 0.5 for k, v in t_model.state_dict().items()
+    }
     t_model.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})
     pairs = {
         "fc_1/kernel:0": sd["_hidden_layers.0._model.0.weight"].T,
@@ -213,12 +250,20 @@ def test_torch_and_tf_lstm_wrappers_with_same_weights_agree(action_name):
     assert tf_vars["lstm/lstm_cell/kernel:0"].shape == (5 + action_dim + 1, 12)
     h0, c0 = RNG.normal(size=(2, B, 3)).astype(np.float32)
     seq_lens = np.full(B, T, np.int32)  # torch's LSTM does not mask: compare full-length sequences
-    t_out, t_state = t_model({"obs": torch.from_numpy(obs), "prev_actions": torch.from_numpy(prev_a),
-                              "prev_rewards": torch.from_numpy(prev_r)},
-                             [torch.from_numpy(h0), torch.from_numpy(c0)], torch.from_numpy(seq_lens))
-    tf_out, tf_state = tf_model({"obs": tf.constant(obs), "prev_actions": tf.constant(prev_a),
-                                 "prev_rewards": tf.constant(prev_r)},
-                                [tf.constant(h0), tf.constant(c0)], tf.constant(seq_lens))
+    t_out, t_state = t_model(
+        {
+            "obs": torch.from_numpy(obs),
+            "prev_actions": torch.from_numpy(prev_a),
+            "prev_rewards": torch.from_numpy(prev_r),
+        },
+        [torch.from_numpy(h0), torch.from_numpy(c0)],
+        torch.from_numpy(seq_lens),
+    )
+    tf_out, tf_state = tf_model(
+        {"obs": tf.constant(obs), "prev_actions": tf.constant(prev_a), "prev_rewards": tf.constant(prev_r)},
+        [tf.constant(h0), tf.constant(c0)],
+        tf.constant(seq_lens),
+    )
     assert_close(tf_out, t_out)
     assert_close(tf_model.value_function(), t_model.value_function())
     for a, b in zip(tf_state, t_state):
@@ -229,8 +274,13 @@ def test_tf_weights_load_into_torch_fcnet_with_multi_dim_obs():
     """The other direction (TF -> torch), with 2-D observations (flattened the same way)
     and post_fcnet_hiddens; checked against a numpy MLP as well."""
     obs_space = gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32)
-    config = dict(MODEL_DEFAULTS, fcnet_hiddens=[5], post_fcnet_hiddens=[4], fcnet_activation="relu",
-                  vf_share_layers=True)
+    config = dict(
+        MODEL_DEFAULTS,
+        fcnet_hiddens=[5],
+        post_fcnet_hiddens=[4],
+        fcnet_activation="relu",
+        vf_share_layers=True,
+    )
     action_space = gym.spaces.Discrete(3)
     t_model = torch_fcnet.FullyConnectedNetwork(obs_space, action_space, 3, dict(config), "torch")
     tf_model = TFFCNet(obs_space, action_space, 3, dict(config), "tf")
@@ -249,7 +299,10 @@ def test_tf_weights_load_into_torch_fcnet_with_multi_dim_obs():
     t_out, _ = t_model({"obs": torch.from_numpy(obs)})
     tf_out, _ = tf_model({"obs": tf.constant(obs)})
     relu = lambda x: np.maximum(x, 0.0)  # noqa: E731
-    h = relu(relu(obs.reshape(4, 6) @ w["fc_1/kernel:0"] + w["fc_1/bias:0"]) @ w["fc_2/kernel:0"] + w["fc_2/bias:0"])
+    h = relu(
+        relu(obs.reshape(4, 6) @ w["fc_1/kernel:0"] + w["fc_1/bias:0"]) @ w["fc_2/kernel:0"]
+        + w["fc_2/bias:0"]
+    )
     expected = h @ w["fc_out/kernel:0"] + w["fc_out/bias:0"]
     expected_v = (h @ w["value_out/kernel:0"] + w["value_out/bias:0"])[:, 0]
     np.testing.assert_allclose(t_out.detach().numpy(), expected, rtol=1e-5, atol=1e-6)

@@ -8,6 +8,7 @@ replacing ``ray.rllib`` with ``rlpolicy`` (and nothing else).
 - ``CQLStyleTorchPolicy``: a ``compute_gradients_fn`` that steps its own optimizer and
   converts its stats with ``policy._convert_to_numpy`` (RLlib 1.11's CQL does this).
 """
+
 import gymnasium as gym
 import numpy as np
 
@@ -37,18 +38,23 @@ ACTION_SPACE = gym.spaces.Discrete(2)
 
 # ---------------------------------------------------------------- PPO-like
 
+
 def ppo_like_loss(policy, model, dist_class, train_batch):
     logits, _ = model(train_batch)
     curr_dist = dist_class(logits, model)
-    logp_ratio = torch.exp(curr_dist.logp(train_batch[SampleBatch.ACTIONS])
-                           - train_batch[SampleBatch.ACTION_LOGP])
+    logp_ratio = torch.exp(
+        curr_dist.logp(train_batch[SampleBatch.ACTIONS]) - train_batch[SampleBatch.ACTION_LOGP]
+    )
     advantages = train_batch[Postprocessing.ADVANTAGES]
     clip = policy.config["clip_param"]
     surrogate = torch.min(advantages * logp_ratio, advantages * torch.clamp(logp_ratio, 1 - clip, 1 + clip))
     vf_loss = torch.pow(model.value_function() - train_batch[Postprocessing.VALUE_TARGETS], 2.0)
     entropy = curr_dist.entropy()
-    total = (-surrogate.mean() + policy.config["vf_loss_coeff"] * vf_loss.mean()
-             - policy.entropy_coeff * entropy.mean())
+    total = (
+        -surrogate.mean()
+        + policy.config["vf_loss_coeff"] * vf_loss.mean()
+        - policy.entropy_coeff * entropy.mean()
+    )
     model.tower_stats["total_loss"] = total
     model.tower_stats["mean_entropy"] = entropy.mean()
     return total
@@ -89,6 +95,7 @@ PPOLikeTorchPolicy = build_policy_class(
 
 # ---------------------------------------------------------------- a custom model
 
+
 class LinearLogitsModel(TorchModelV2, nn.Module):
     """logits = W obs + b (no hidden layer), value 0: gradients are easy to work out by hand."""
 
@@ -114,6 +121,7 @@ ModelCatalog.register_custom_model("ported_linear_logits", LinearLogitsModel)
 
 # ---------------------------------------------------------------- build_torch_policy user
 
+
 def pg_loss(policy, model, dist_class, train_batch):
     logits, _ = model(train_batch)
     logp = dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
@@ -130,11 +138,16 @@ def sgd_optimizer(policy, config):
 
 def make_pg_like_policy_class():
     """Builds the class (``build_torch_policy`` warns at each call, so tests call this)."""
-    return build_torch_policy(name="PGLikeTorchPolicy", loss_fn=pg_loss, optimizer_fn=sgd_optimizer,
-                              postprocess_fn=post_process_advantages)
+    return build_torch_policy(
+        name="PGLikeTorchPolicy",
+        loss_fn=pg_loss,
+        optimizer_fn=sgd_optimizer,
+        postprocess_fn=post_process_advantages,
+    )
 
 
 # ---------------------------------------------------------------- CQL-style gradients
+
 
 def cql_style_loss(policy, model, dist_class, train_batch):
     loss = pg_loss(policy, model, dist_class, train_batch)
@@ -150,8 +163,11 @@ def cql_style_loss(policy, model, dist_class, train_batch):
 
 
 def cql_style_stats(policy, train_batch):
-    return {"loss": policy.last_loss, "weight": policy.model.logits.weight.detach().clone(),
-            "batch_size": torch.tensor(train_batch.count)}
+    return {
+        "loss": policy.last_loss,
+        "weight": policy.model.logits.weight.detach().clone(),
+        "batch_size": torch.tensor(train_batch.count),
+    }
 
 
 def cql_style_compute_gradients_fn(policy, postprocessed_batch):
@@ -177,5 +193,12 @@ CQLStyleTorchPolicy = build_policy_class(
 )
 
 
-__all__ = ["PPOLikeTorchPolicy", "CQLStyleTorchPolicy", "LinearLogitsModel", "make_pg_like_policy_class",
-           "OBS_SPACE", "ACTION_SPACE", "TorchPolicy"]
+__all__ = [
+    "PPOLikeTorchPolicy",
+    "CQLStyleTorchPolicy",
+    "LinearLogitsModel",
+    "make_pg_like_policy_class",
+    "OBS_SPACE",
+    "ACTION_SPACE",
+    "TorchPolicy",
+]

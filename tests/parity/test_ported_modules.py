@@ -5,6 +5,7 @@ a CQL-style ``compute_gradients_fn``), plus ``utils.compression``, ``utils.from_
 
 Expected values are worked out here by hand or with numpy, never with the code under test.
 """
+
 import abc
 import base64
 import json
@@ -41,26 +42,39 @@ def _rollout(policy, n, seed):
     rng = np.random.default_rng(seed)
     obs = rng.uniform(-1, 1, (n + 1, 3)).astype(np.float32)
     actions, _, extra = policy.compute_actions(obs[:-1], explore=True)
-    batch = SampleBatch({
-        SampleBatch.OBS: obs[:-1], SampleBatch.NEXT_OBS: obs[1:], SampleBatch.ACTIONS: actions,
-        SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
-        SampleBatch.DONES: np.arange(n) == n - 1, **extra})
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: obs[:-1],
+            SampleBatch.NEXT_OBS: obs[1:],
+            SampleBatch.ACTIONS: actions,
+            SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
+            SampleBatch.DONES: np.arange(n) == n - 1,
+            **extra,
+        }
+    )
     return policy.postprocess_trajectory(batch)
 
 
 PPO_CONFIG = {
-    "model": {"fcnet_hiddens": [8]}, "lr": 0.01, "lr_schedule": [[0, 0.01], [100, 0.001]],
-    "entropy_coeff": 0.1, "entropy_coeff_schedule": [[0, 0.1], [200, 0.0]], "seed": 1,
+    "model": {"fcnet_hiddens": [8]},
+    "lr": 0.01,
+    "lr_schedule": [[0, 0.01], [100, 0.001]],
+    "entropy_coeff": 0.1,
+    "entropy_coeff_schedule": [[0, 0.1], [200, 0.0]],
+    "seed": 1,
 }
 
 
-@pytest.mark.parametrize("timestep, lr, entropy_coeff", [
-    # Piecewise-linear by hand: lr 0.01 -> 0.001 over [0, 100], then 0.001;
-    # entropy_coeff 0.1 -> 0.0 over [0, 200], then 0.0.
-    (50, 0.0055, 0.075),
-    (150, 0.001, 0.025),
-    (1000, 0.001, 0.0),
-])
+@pytest.mark.parametrize(
+    "timestep, lr, entropy_coeff",
+    [
+        # Piecewise-linear by hand: lr 0.01 -> 0.001 over [0, 100], then 0.001;
+        # entropy_coeff 0.1 -> 0.0 over [0, 200], then 0.0.
+        (50, 0.0055, 0.075),
+        (150, 0.001, 0.025),
+        (1000, 0.001, 0.0),
+    ],
+)
 def test_ppo_like_module_schedules_act_and_learn(ported, timestep, lr, entropy_coeff):
     from rlpolicy.policy.torch_policy import EntropyCoeffSchedule, LearningRateSchedule, TorchPolicy
 
@@ -92,10 +106,16 @@ def test_ppo_like_module_schedules_act_and_learn(ported, timestep, lr, entropy_c
 def _pg_batch(n, seed):
     rng = np.random.default_rng(seed)
     obs = rng.uniform(-1, 1, (n, 3)).astype(np.float32)
-    return SampleBatch({
-        SampleBatch.OBS: obs, SampleBatch.NEXT_OBS: obs[::-1].copy(),
-        SampleBatch.ACTIONS: rng.integers(0, 2, n), SampleBatch.REWARDS: np.ones(n, np.float32),
-        SampleBatch.DONES: np.zeros(n, bool), "advantages": rng.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: obs,
+            SampleBatch.NEXT_OBS: obs[::-1].copy(),
+            SampleBatch.ACTIONS: rng.integers(0, 2, n),
+            SampleBatch.REWARDS: np.ones(n, np.float32),
+            SampleBatch.DONES: np.zeros(n, bool),
+            "advantages": rng.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def _pg_loss_and_grads(w, b, batch):
@@ -114,11 +134,16 @@ def _linear_params(policy):
 
 
 def test_build_torch_policy_user(ported):
-    with pytest.warns(DeprecationWarning, match=r"build_torch_policy.*build_policy_class\(framework='torch'\)"):
+    with pytest.warns(
+        DeprecationWarning, match=r"build_torch_policy.*build_policy_class\(framework='torch'\)"
+    ):
         cls = ported.make_pg_like_policy_class()
     assert cls.__name__ == "PGLikeTorchPolicy" and issubclass(cls, ported.TorchPolicy)
-    policy = cls(ported.OBS_SPACE, ported.ACTION_SPACE,
-                 {"model": {"custom_model": "ported_linear_logits"}, "lr": 0.5, "seed": 2})
+    policy = cls(
+        ported.OBS_SPACE,
+        ported.ACTION_SPACE,
+        {"model": {"custom_model": "ported_linear_logits"}, "lr": 0.5, "seed": 2},
+    )
     w, b = _linear_params(policy)
     batch = _pg_batch(10, seed=3)
     _, gw, gb = _pg_loss_and_grads(w, b, batch)
@@ -134,8 +159,10 @@ def test_cql_style_compute_gradients_fn_uses_convert_to_numpy(ported):
     import torch
 
     policy = ported.CQLStyleTorchPolicy(
-        ported.OBS_SPACE, ported.ACTION_SPACE,
-        {"model": {"custom_model": "ported_linear_logits"}, "lr": 0.25, "train_batch_size": 6, "seed": 4})
+        ported.OBS_SPACE,
+        ported.ACTION_SPACE,
+        {"model": {"custom_model": "ported_linear_logits"}, "lr": 0.25, "train_batch_size": 6, "seed": 4},
+    )
     converted = policy._convert_to_numpy({"a": torch.tensor([1.5, 2.0]), "b": (torch.tensor(3),)})
     assert isinstance(converted["a"], np.ndarray) and converted["a"].tolist() == [1.5, 2.0]
     assert converted["b"][0] == 3 and not isinstance(converted["b"][0], torch.Tensor)
@@ -159,7 +186,7 @@ ARRAYS = [
     np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7,
     np.random.default_rng(0).integers(0, 256, (4, 8, 8, 3), dtype=np.uint8),
     np.array([True, False, True]),
-    np.array([2 ** 40, -1], dtype=np.int64),
+    np.array([2**40, -1], dtype=np.int64),
     np.zeros((0, 5), np.float64),
 ]
 
@@ -205,17 +232,22 @@ def test_pack_if_needed_and_unpack_if_needed():
     assert unpack_if_needed(array) is array and unpack_if_needed(None) is None
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("abc", True), (b"abc", True), (np.zeros(2), False), ({"a": 1}, False), (None, False), (3, False)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [("abc", True), (b"abc", True), (np.zeros(2), False), ({"a": 1}, False), (None, False), (3, False)],
+)
 def test_is_compressed(value, expected):
     assert is_compressed(value) is expected
 
 
-@pytest.mark.parametrize("bad, exc, match", [
-    ("not base64 !!", ValueError, "not base64"),
-    (base64.b64encode(b"plain bytes, not compressed").decode(), ValueError, "neither lz4 nor zlib"),
-    (np.zeros(3), ValueError, "got ndarray"),
-])
+@pytest.mark.parametrize(
+    "bad, exc, match",
+    [
+        ("not base64 !!", ValueError, "not base64"),
+        (base64.b64encode(b"plain bytes, not compressed").decode(), ValueError, "neither lz4 nor zlib"),
+        (np.zeros(3), ValueError, "got ndarray"),
+    ],
+)
 def test_unpack_bad_input(bad, exc, match):
     with pytest.raises(exc, match=match):
         unpack(bad)
@@ -229,6 +261,7 @@ def test_unpack_lz4_data_without_lz4_names_lz4():
 
 
 # ---------------------------------------------------------------- utils.from_config
+
 
 class Shape:
     """A 1.x-style configurable base: a registry of short names, as Exploration/Schedule use."""
@@ -258,8 +291,7 @@ class WithDefault(Shape):
 
 class AbstractShape(Shape, abc.ABC):
     @abc.abstractmethod
-    def area(self):
-        ...
+    def area(self): ...
 
 
 def test_from_config_dict_specs():
@@ -288,8 +320,9 @@ def test_from_config_hints():
     assert type(built) is OrderedDict and built == {"a": 1}
     from rlpolicy.utils.schedules import ConstantSchedule
 
-    sched = from_config(Shape, {"type": "rlpolicy.utils.schedules.ConstantSchedule", "value": 0.5,
-                                "framework": None})
+    sched = from_config(
+        Shape, {"type": "rlpolicy.utils.schedules.ConstantSchedule", "value": 0.5, "framework": None}
+    )
     assert isinstance(sched, ConstantSchedule) and sched.value(123) == 0.5
 
 
@@ -313,12 +346,15 @@ def test_from_config_default_constructor_and_abstract():
     assert from_config(AbstractShape) is None  # an abstract class builds nothing
 
 
-@pytest.mark.parametrize("spec, exc, match", [
-    ("NoSuchShape", ValueError, "'NoSuchShape' must be a valid filename"),
-    ("no.such.module.Klass", ValueError, "no.such.module.Klass"),
-    (42, TypeError, "invalid type 42"),
-    ("missing.json", FileNotFoundError, "missing.json"),
-])
+@pytest.mark.parametrize(
+    "spec, exc, match",
+    [
+        ("NoSuchShape", ValueError, "'NoSuchShape' must be a valid filename"),
+        ("no.such.module.Klass", ValueError, "no.such.module.Klass"),
+        (42, TypeError, "invalid type 42"),
+        ("missing.json", FileNotFoundError, "missing.json"),
+    ],
+)
 def test_from_config_errors(spec, exc, match, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(exc, match=match):
@@ -332,13 +368,19 @@ def test_from_config_bad_path_without_cls():
 
 # ---------------------------------------------------------------- small 1.11 details
 
+
 def _trajectory(dones):
     n = len(dones)
     obs = np.arange(n + 1, dtype=np.float32)[:, None]
-    return SampleBatch({SampleBatch.OBS: obs[:-1], SampleBatch.NEXT_OBS: obs[1:],
-                        SampleBatch.ACTIONS: np.zeros(n, np.int64),
-                        SampleBatch.REWARDS: np.array([1.0, 2.0, 4.0, 8.0][:n], np.float32),
-                        SampleBatch.DONES: np.array(dones)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: obs[:-1],
+            SampleBatch.NEXT_OBS: obs[1:],
+            SampleBatch.ACTIONS: np.zeros(n, np.int64),
+            SampleBatch.REWARDS: np.array([1.0, 2.0, 4.0, 8.0][:n], np.float32),
+            SampleBatch.DONES: np.array(dones),
+        }
+    )
 
 
 @pytest.mark.parametrize("exc", [AssertionError, ValueError])
@@ -365,8 +407,8 @@ def test_sample_batch_unequal_columns_raise():
         SampleBatch({"obs": np.zeros((3, 2)), "actions": np.zeros(2)})
 
 
-
 # ---------------------------------------------------------------- utils.debug
+
 
 def test_summarize_sample_batch_and_arrays():
     from collections import namedtuple
@@ -375,7 +417,9 @@ def test_summarize_sample_batch_and_arrays():
     from rlpolicy.utils.debug import summarize
 
     assert from_tf_policy is summarize
-    batch = SampleBatch({"obs": np.array([[0.0, 1.0], [2.0, 5.0]], np.float32), "names": np.array(["a", "b"])})
+    batch = SampleBatch(
+        {"obs": np.array([[0.0, 1.0], [2.0, 5.0]], np.float32), "names": np.array(["a", "b"])}
+    )
     text = summarize({"batch": batch, "empty": np.zeros((0, 3)), "pt": namedtuple("Pt", "x")(7)})
     assert "'type': 'SampleBatch'" in text
     assert "np.ndarray((2, 2), dtype=float32, min=0.0, max=5.0, mean=2.0)" in text  # mean of 0,1,2,5

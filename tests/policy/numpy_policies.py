@@ -3,6 +3,7 @@
 They show how a researcher subclasses ``rlpolicy.policy.policy.Policy``
 directly, without any deep-learning framework.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List
@@ -42,9 +43,18 @@ class LinearSoftmaxPolicy(Policy):
         self._initialize_loss_from_dummy_batch()
 
     # acting
-    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
-                        prev_reward_batch=None, info_batch=None, episodes=None, explore=None,
-                        timestep=None, **kwargs):
+    def compute_actions(
+        self,
+        obs_batch,
+        state_batches=None,
+        prev_action_batch=None,
+        prev_reward_batch=None,
+        info_batch=None,
+        episodes=None,
+        explore=None,
+        timestep=None,
+        **kwargs,
+    ):
         obs = np.asarray(obs_batch, np.float32)
         logits = obs @ self.W + self.b
         probs = softmax(logits)
@@ -53,8 +63,14 @@ class LinearSoftmaxPolicy(Policy):
             actions = np.array([self.rng.choice(len(p), p=p) for p in probs], np.int64)
         else:
             actions = probs.argmax(-1).astype(np.int64)
-        return actions, [], {SampleBatch.ACTION_PROB: probs[np.arange(len(actions)), actions],
-                             SampleBatch.ACTION_DIST_INPUTS: logits}
+        return (
+            actions,
+            [],
+            {
+                SampleBatch.ACTION_PROB: probs[np.arange(len(actions)), actions],
+                SampleBatch.ACTION_DIST_INPUTS: logits,
+            },
+        )
 
     def postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
         rewards = np.asarray(sample_batch[SampleBatch.REWARDS], np.float32)
@@ -107,12 +123,23 @@ class LinearSoftmaxPolicy(Policy):
     def get_state(self):
         state = super().get_state()
         # Laid out like a torch optimizer state_dict (int keys, tuples, scalars).
-        state["_optimizer_variables"] = [{
-            "state": {0: {"momentum_buffer": self.velocity["W"].copy(), "step": np.int64(self.opt_steps)},
-                      1: {"momentum_buffer": self.velocity["b"].copy(), "step": np.int64(self.opt_steps)}},
-            "param_groups": [{"lr": self.config["lr"], "betas": (0.9, 0.999), "params": [0, 1],
-                              "nesterov": False, "weight_decay": None}],
-        }]
+        state["_optimizer_variables"] = [
+            {
+                "state": {
+                    0: {"momentum_buffer": self.velocity["W"].copy(), "step": np.int64(self.opt_steps)},
+                    1: {"momentum_buffer": self.velocity["b"].copy(), "step": np.int64(self.opt_steps)},
+                },
+                "param_groups": [
+                    {
+                        "lr": self.config["lr"],
+                        "betas": (0.9, 0.999),
+                        "params": [0, 1],
+                        "nesterov": False,
+                        "weight_decay": None,
+                    }
+                ],
+            }
+        ]
         state["_exploration_state"] = {"temperature": np.float32(self.temperature), "seed": self.seed}
         return state
 
@@ -136,12 +163,30 @@ class StructuredActionPolicy(Policy):
         self.calls: List[dict] = []
         self.action_space.seed(0)
 
-    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
-                        prev_reward_batch=None, info_batch=None, episodes=None, explore=None,
-                        timestep=None, **kwargs):
-        self.calls.append(dict(obs=obs_batch, state=state_batches, prev_action=prev_action_batch,
-                               prev_reward=prev_reward_batch, info=info_batch, episodes=episodes,
-                               explore=explore, timestep=timestep))
+    def compute_actions(
+        self,
+        obs_batch,
+        state_batches=None,
+        prev_action_batch=None,
+        prev_reward_batch=None,
+        info_batch=None,
+        episodes=None,
+        explore=None,
+        timestep=None,
+        **kwargs,
+    ):
+        self.calls.append(
+            dict(
+                obs=obs_batch,
+                state=state_batches,
+                prev_action=prev_action_batch,
+                prev_reward=prev_reward_batch,
+                info=info_batch,
+                episodes=episodes,
+                explore=explore,
+                timestep=timestep,
+            )
+        )
         batch_size = len(tree.flatten(obs_batch)[0])
         samples = [self.action_space.sample() for _ in range(batch_size)]
         actions = tree.map_structure(lambda *xs: np.stack(xs), *samples)
@@ -160,8 +205,14 @@ def bandit_batch(policy: LinearSoftmaxPolicy, n: int, rng: np.random.Generator) 
     obs = np.ones((n, policy.observation_space.shape[0]), np.float32)
     actions, _, _ = policy.compute_actions(obs, explore=True)
     rewards = (actions == 1).astype(np.float32)
-    batch = SampleBatch({SampleBatch.OBS: obs, SampleBatch.ACTIONS: actions, SampleBatch.REWARDS: rewards,
-                         SampleBatch.DONES: np.ones(n, bool)})
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: obs,
+            SampleBatch.ACTIONS: actions,
+            SampleBatch.REWARDS: rewards,
+            SampleBatch.DONES: np.ones(n, bool),
+        }
+    )
     # One-step episodes: the return is the reward; centre it as a baseline.
     batch["advantages"] = rewards - rewards.mean()
     return batch

@@ -6,6 +6,7 @@ The policy below is written as 1.x client code: a SimpleQ-style Q-learning polic
 built with ``build_policy_class`` (torch) and ``build_tf_policy`` (tf, and ``as_eager()``
 for tf2), imported from RLlib's 1.11 paths.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,25 +16,33 @@ from rlpolicy.policy.sample_batch import SampleBatch
 
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT_SPACE = gym.spaces.Discrete(2)
-CONFIG = {"model": {"fcnet_hiddens": []}, "lr": 0.05, "seed": 0,
-          "exploration_config": {"type": "EpsilonGreedy"}}
+CONFIG = {
+    "model": {"fcnet_hiddens": []},
+    "lr": 0.05,
+    "seed": 0,
+    "exploration_config": {"type": "EpsilonGreedy"},
+}
 CALLS = []
 
 
 # ------------------------------------------------------------------ a 1.x SimpleQ-style module
 def build_q_model(policy, obs_space, action_space, config):
-    return ModelCatalog.get_model_v2(obs_space, action_space, action_space.n, config["model"],
-                                     framework=config["framework"], name="q_func")
+    return ModelCatalog.get_model_v2(
+        obs_space, action_space, action_space.n, config["model"], framework=config["framework"], name="q_func"
+    )
 
 
-def get_distribution_inputs_and_class(policy, q_model, obs_batch, *, explore=True,
-                                      is_training=True, **kwargs):
+def get_distribution_inputs_and_class(
+    policy, q_model, obs_batch, *, explore=True, is_training=True, **kwargs
+):
     CALLS.append({"explore": explore, "kwargs": sorted(kwargs)})
     q_vals, _ = q_model({"obs": obs_batch}, [], None)
     if policy.framework == "torch":
         from rlpolicy.models.torch.torch_action_dist import TorchCategorical
+
         return q_vals, TorchCategorical, []
     from rlpolicy.models.tf.tf_action_dist import Categorical
+
     return q_vals, Categorical, []
 
 
@@ -48,12 +57,12 @@ def torch_q_loss(policy, model, dist_class, train_batch):
 
 def tf_q_loss(policy, model, dist_class, train_batch):
     from rlpolicy.utils.framework import try_import_tf
+
     _, tf, _ = try_import_tf()
 
     q, _ = model(train_batch)
     one_hot = tf.one_hot(tf.cast(train_batch[SampleBatch.ACTIONS], tf.int32), 2)
-    policy.td_loss = tf.reduce_mean(
-        (tf.reduce_sum(q * one_hot, 1) - train_batch[SampleBatch.REWARDS]) ** 2)
+    policy.td_loss = tf.reduce_mean((tf.reduce_sum(q * one_hot, 1) - train_batch[SampleBatch.REWARDS]) ** 2)
     return policy.td_loss
 
 
@@ -63,20 +72,32 @@ def q_stats(policy, train_batch):
 
 def sgd_optimizer_torch(policy, config):
     import torch
+
     return torch.optim.SGD(policy.model.parameters(), lr=config["lr"])
 
 
 def make_policy_class(framework, action_distribution_fn=get_distribution_inputs_and_class):
     if framework == "torch":
         from rlpolicy.policy.policy_template import build_policy_class
+
         return build_policy_class(
-            "SimpleQTorchPolicy", "torch", loss_fn=torch_q_loss, stats_fn=q_stats,
-            make_model=build_q_model, action_distribution_fn=action_distribution_fn,
-            optimizer_fn=sgd_optimizer_torch)
+            "SimpleQTorchPolicy",
+            "torch",
+            loss_fn=torch_q_loss,
+            stats_fn=q_stats,
+            make_model=build_q_model,
+            action_distribution_fn=action_distribution_fn,
+            optimizer_fn=sgd_optimizer_torch,
+        )
     from rlpolicy.policy.tf_policy_template import build_tf_policy
+
     cls = build_tf_policy(
-        name="SimpleQTFPolicy", loss_fn=tf_q_loss, stats_fn=q_stats, make_model=build_q_model,
-        action_distribution_fn=action_distribution_fn)
+        name="SimpleQTFPolicy",
+        loss_fn=tf_q_loss,
+        stats_fn=q_stats,
+        make_model=build_q_model,
+        action_distribution_fn=action_distribution_fn,
+    )
     return cls.as_eager() if framework == "tf2" else cls
 
 
@@ -107,9 +128,14 @@ def obs_rows(n=6, seed=0):
 
 def train_batch(n=16):
     obs = obs_rows(n, seed=1)
-    return SampleBatch({SampleBatch.OBS: obs, SampleBatch.ACTIONS: np.arange(n) % 2,
-                        SampleBatch.REWARDS: (obs[:, 0] + 0.5).astype(np.float32),
-                        SampleBatch.DONES: np.zeros(n, bool)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: obs,
+            SampleBatch.ACTIONS: np.arange(n) % 2,
+            SampleBatch.REWARDS: (obs[:, 0] + 0.5).astype(np.float32),
+            SampleBatch.DONES: np.zeros(n, bool),
+        }
+    )
 
 
 def numpy_td_loss(policy, batch):

@@ -10,6 +10,7 @@ those views (recomputing the logits from the batch rows reproduces them), and th
 batch the loss sees holds one memory window per ``max_seq_len`` sequence, equal to the
 ``state_out_0`` of the steps before the sequence start.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -18,13 +19,28 @@ from rlpolicy.evaluation.postprocessing import compute_advantages
 from rlpolicy.policy.sample_batch import SampleBatch
 
 MEMORY, MAX_SEQ_LEN, N_PREV = 3, 4, 2
-ATTENTION = {"fcnet_hiddens": [8], "use_attention": True, "attention_dim": 8, "attention_num_heads": 1,
-             "attention_head_dim": 8, "attention_memory_inference": MEMORY,
-             "attention_memory_training": MEMORY, "attention_position_wise_mlp_dim": 8,
-             "attention_use_n_prev_actions": N_PREV, "attention_use_n_prev_rewards": N_PREV,
-             "max_seq_len": MAX_SEQ_LEN}
-GTRXL_KWARGS = {"num_transformer_units": 1, "attention_dim": 8, "num_heads": 2, "head_dim": 4,
-                "memory_inference": MEMORY, "memory_training": MEMORY, "position_wise_mlp_dim": 8}
+ATTENTION = {
+    "fcnet_hiddens": [8],
+    "use_attention": True,
+    "attention_dim": 8,
+    "attention_num_heads": 1,
+    "attention_head_dim": 8,
+    "attention_memory_inference": MEMORY,
+    "attention_memory_training": MEMORY,
+    "attention_position_wise_mlp_dim": 8,
+    "attention_use_n_prev_actions": N_PREV,
+    "attention_use_n_prev_rewards": N_PREV,
+    "max_seq_len": MAX_SEQ_LEN,
+}
+GTRXL_KWARGS = {
+    "num_transformer_units": 1,
+    "attention_dim": 8,
+    "num_heads": 2,
+    "head_dim": 4,
+    "memory_inference": MEMORY,
+    "memory_training": MEMORY,
+    "position_wise_mlp_dim": 8,
+}
 
 
 # ------------------------------------------------------------------ a 1.x-style PG policy module
@@ -41,8 +57,9 @@ def pg_torch_loss(policy, model, dist_class, train_batch):
     steps = torch.arange(logp.shape[0] // seq_lens.shape[0])  # the padded length T
     mask = torch.reshape(steps[None, :] < seq_lens[:, None], [-1]).float()
     loss = -torch.sum(logp * train_batch["advantages"] * mask) / torch.clamp(torch.sum(mask), min=1)
-    policy.seen_train_batches.append({k: train_batch[k].detach().cpu().numpy() for k in _SEEN
-                                      if k in train_batch})
+    policy.seen_train_batches.append(
+        {k: train_batch[k].detach().cpu().numpy() for k in _SEEN if k in train_batch}
+    )
     model.tower_stats["policy_loss"] = loss
     return loss
 
@@ -62,7 +79,9 @@ def pg_tf_loss(policy, model, dist_class, train_batch):
     seq_lens = train_batch[SampleBatch.SEQ_LENS]
     mask = tf.reshape(tf.sequence_mask(seq_lens, tf.shape(logp)[0] // tf.shape(seq_lens)[0]), [-1])
     mask = tf.cast(mask, tf.float32)
-    policy.policy_loss = -tf.reduce_sum(logp * train_batch["advantages"] * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+    policy.policy_loss = -tf.reduce_sum(logp * train_batch["advantages"] * mask) / tf.maximum(
+        tf.reduce_sum(mask), 1.0
+    )
     policy.train_views = {k: train_batch[k] for k in _SEEN}
     return policy.policy_loss
 
@@ -82,16 +101,23 @@ def _torch_policy_class():
     def after_init(policy, obs_space, action_space, config):
         policy.seen_train_batches = []
 
-    return build_policy_class(name="AttentionPGTorchPolicy", framework="torch", loss_fn=pg_torch_loss,
-                              stats_fn=pg_torch_stats, postprocess_fn=pg_postprocess, after_init=after_init,
-                              before_loss_init=after_init)
+    return build_policy_class(
+        name="AttentionPGTorchPolicy",
+        framework="torch",
+        loss_fn=pg_torch_loss,
+        stats_fn=pg_torch_stats,
+        postprocess_fn=pg_postprocess,
+        after_init=after_init,
+        before_loss_init=after_init,
+    )
 
 
 def _tf_policy_class():
     from rlpolicy.policy.tf_policy_template import build_tf_policy
 
-    return build_tf_policy(name="AttentionPGTFPolicy", loss_fn=pg_tf_loss, stats_fn=pg_tf_stats,
-                           postprocess_fn=pg_postprocess)
+    return build_tf_policy(
+        name="AttentionPGTFPolicy", loss_fn=pg_tf_loss, stats_fn=pg_tf_stats, postprocess_fn=pg_postprocess
+    )
 
 
 CASES = {
@@ -121,10 +147,21 @@ def sampled(request):
     from rlpolicy.evaluation.rollout_worker import RolloutWorker
 
     cls = _torch_policy_class() if fw == "torch" else _tf_policy_class()
-    config = {"framework": fw, "eager_tracing": tracing, "gamma": 0.9, "lr": 0.01,
-              "model": _model_config(kind, fw)}
-    worker = RolloutWorker(env_creator=lambda _: gym.make("CartPole-v1"), policy_spec=cls,
-                           policy_config=config, num_envs=2, rollout_fragment_length=50, seed=1)
+    config = {
+        "framework": fw,
+        "eager_tracing": tracing,
+        "gamma": 0.9,
+        "lr": 0.01,
+        "model": _model_config(kind, fw),
+    }
+    worker = RolloutWorker(
+        env_creator=lambda _: gym.make("CartPole-v1"),
+        policy_spec=cls,
+        policy_config=config,
+        num_envs=2,
+        rollout_fragment_length=50,
+        seed=1,
+    )
     batches = [worker.sample() for _ in range(3)]  # 300 steps, episodes cut across fragments
     return request.param, worker, batches
 
@@ -153,14 +190,19 @@ def test_views_of_every_sampled_row_are_the_previous_steps(sampled):
         eps, t = int(whole[SampleBatch.EPS_ID][i]), int(whole[SampleBatch.T][i])
         if t - MEMORY >= 0 and (t - MEMORY) not in rows[eps]:
             continue  # started before the first kept batch
-        np.testing.assert_array_equal(whole["state_in_0"][i],
-                                      _window(whole, rows, eps, t, "state_out_0", MEMORY, zero))
-        if "prev_actions" in worker.policy.view_requirements and \
-                worker.policy.view_requirements["prev_actions"].shift_from is not None:
-            np.testing.assert_array_equal(whole["prev_actions"][i],
-                                          _window(whole, rows, eps, t, SampleBatch.ACTIONS, N_PREV, 0))
-            np.testing.assert_array_equal(whole["prev_rewards"][i],
-                                          _window(whole, rows, eps, t, SampleBatch.REWARDS, N_PREV, 0.0))
+        np.testing.assert_array_equal(
+            whole["state_in_0"][i], _window(whole, rows, eps, t, "state_out_0", MEMORY, zero)
+        )
+        if (
+            "prev_actions" in worker.policy.view_requirements
+            and worker.policy.view_requirements["prev_actions"].shift_from is not None
+        ):
+            np.testing.assert_array_equal(
+                whole["prev_actions"][i], _window(whole, rows, eps, t, SampleBatch.ACTIONS, N_PREV, 0)
+            )
+            np.testing.assert_array_equal(
+                whole["prev_rewards"][i], _window(whole, rows, eps, t, SampleBatch.REWARDS, N_PREV, 0.0)
+            )
     assert np.abs(whole["state_out_0"]).max() > 0  # the memory carries data
 
 
@@ -169,11 +211,18 @@ def test_sampler_fed_the_model_exactly_these_views(sampled):
     _, worker, batches = sampled
     batch = batches[-1]
     pick = np.arange(0, batch.count, 7)
-    inputs = {k: batch[k][pick] for k in worker.policy.view_requirements
-              if k in batch and worker.policy.view_requirements[k].used_for_compute_actions}
+    inputs = {
+        k: batch[k][pick]
+        for k in worker.policy.view_requirements
+        if k in batch and worker.policy.view_requirements[k].used_for_compute_actions
+    }
     _, state_out, extra = worker.policy.compute_actions_from_input_dict(SampleBatch(inputs), explore=False)
-    np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], batch[SampleBatch.ACTION_DIST_INPUTS][pick],
-                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        extra[SampleBatch.ACTION_DIST_INPUTS],
+        batch[SampleBatch.ACTION_DIST_INPUTS][pick],
+        rtol=1e-4,
+        atol=1e-5,
+    )
     np.testing.assert_allclose(state_out[0], batch["state_out_0"][pick], rtol=1e-4, atol=1e-5)
 
 
@@ -200,8 +249,10 @@ def test_learn_on_batch_trains_on_one_memory_window_per_sequence(sampled):
     assert state_in.shape == (len(seq_lens), MEMORY, 8)
     starts = np.arange(len(seq_lens)) * MAX_SEQ_LEN  # padded to max_seq_len (a shift-range state)
     zero = np.zeros(8, np.float32)
-    eps_of = {(int(u), int(t)): int(e) for u, t, e in
-              zip(train[SampleBatch.UNROLL_ID], train[SampleBatch.T], train[SampleBatch.EPS_ID])}
+    eps_of = {
+        (int(u), int(t)): int(e)
+        for u, t, e in zip(train[SampleBatch.UNROLL_ID], train[SampleBatch.T], train[SampleBatch.EPS_ID])
+    }
     checked = 0
     for j, s in enumerate(starts):
         key = (int(seen[SampleBatch.UNROLL_ID][s]), int(seen[SampleBatch.T][s]))
@@ -249,13 +300,20 @@ def test_ppo_bootstraps_a_cut_fragment_with_the_next_memory_window(fw):
         from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy as PPOPolicy
     model = {k: v for k, v in ATTENTION.items() if not k.startswith("attention_use_n")}
     config = {"framework": fw, "gamma": 0.9, "lambda": 1.0, "model": {**model, "vf_share_layers": True}}
-    worker = RolloutWorker(env_creator=lambda _: gym.make("CartPole-v1"), policy_spec=PPOPolicy,
-                           policy_config=config, num_envs=1, rollout_fragment_length=6, seed=3)  # 6 % max_seq_len = 2
+    worker = RolloutWorker(
+        env_creator=lambda _: gym.make("CartPole-v1"),
+        policy_spec=PPOPolicy,
+        policy_config=config,
+        num_envs=1,
+        rollout_fragment_length=6,
+        seed=3,
+    )  # 6 % max_seq_len = 2
     batch = worker.sample()
     assert not batch[SampleBatch.DONES][-1]  # cut by the fragment length: bootstrapped
     # The step after the fragment, by hand: its obs and the last three memory outputs.
-    next_inputs = SampleBatch({"obs": batch[SampleBatch.NEXT_OBS][-1:],
-                               "state_in_0": batch["state_out_0"][None, -3:]})
+    next_inputs = SampleBatch(
+        {"obs": batch[SampleBatch.NEXT_OBS][-1:], "state_in_0": batch["state_out_0"][None, -3:]}
+    )
     _, _, extra = worker.policy.compute_actions_from_input_dict(next_inputs, explore=False)
     last_r = float(np.asarray(extra[SampleBatch.VF_PREDS]).reshape(-1)[0])
     expected = batch[SampleBatch.REWARDS][-1] + 0.9 * last_r
@@ -283,7 +341,8 @@ def test_compute_single_action_loop_with_a_rolling_memory(fw):
     assert np.shape(mem_out) == (8,) and not np.allclose(windows[-1], 0.0)
     np.testing.assert_array_equal(windows[-1], np.stack(outs[-4:-1]))  # the last three memory rows
     _, (batch_out,), extra = policy.compute_actions_from_input_dict(
-        SampleBatch({"obs": obs, "state_in_0": np.stack(windows)}), explore=False)
+        SampleBatch({"obs": obs, "state_in_0": np.stack(windows)}), explore=False
+    )
     np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], np.stack(logits), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(batch_out, np.stack(outs), rtol=1e-4, atol=1e-5)
 
@@ -294,10 +353,22 @@ def test_fake_gpu_towers_each_train_on_whole_sequences_with_their_memory():
     pytest.importorskip("torch")
     from rlpolicy.evaluation.rollout_worker import RolloutWorker
 
-    config = {"framework": "torch", "num_gpus": 2, "_fake_gpus": True, "gamma": 0.9, "lr": 0.01,
-              "model": dict(ATTENTION)}
-    worker = RolloutWorker(env_creator=lambda _: gym.make("CartPole-v1"), policy_spec=_torch_policy_class(),
-                           policy_config=config, num_envs=2, rollout_fragment_length=30, seed=2)
+    config = {
+        "framework": "torch",
+        "num_gpus": 2,
+        "_fake_gpus": True,
+        "gamma": 0.9,
+        "lr": 0.01,
+        "model": dict(ATTENTION),
+    }
+    worker = RolloutWorker(
+        env_creator=lambda _: gym.make("CartPole-v1"),
+        policy_spec=_torch_policy_class(),
+        policy_config=config,
+        num_envs=2,
+        rollout_fragment_length=30,
+        seed=2,
+    )
     batches = [worker.sample() for _ in range(2)]
     whole, rows = _episode_rows(batches)
     train = batches[-1]
@@ -306,8 +377,10 @@ def test_fake_gpu_towers_each_train_on_whole_sequences_with_their_memory():
     assert np.isfinite(info["learner_stats"]["policy_loss"])
     seen = worker.policy.seen_train_batches
     assert len(seen) == 2
-    eps_of = {(int(u), int(t)): int(e) for u, t, e in
-              zip(train[SampleBatch.UNROLL_ID], train[SampleBatch.T], train[SampleBatch.EPS_ID])}
+    eps_of = {
+        (int(u), int(t)): int(e)
+        for u, t, e in zip(train[SampleBatch.UNROLL_ID], train[SampleBatch.T], train[SampleBatch.EPS_ID])
+    }
     total, zero = 0, np.zeros(8, np.float32)
     for tower in seen:
         seq_lens = tower[SampleBatch.SEQ_LENS]
@@ -319,8 +392,9 @@ def test_fake_gpu_towers_each_train_on_whole_sequences_with_their_memory():
             eps, t0 = eps_of[key], key[1]
             if t0 - MEMORY >= 0 and (t0 - MEMORY) not in rows[eps]:
                 continue
-            np.testing.assert_array_equal(tower["state_in_0"][j],
-                                          _window(whole, rows, eps, t0, "state_out_0", MEMORY, zero))
+            np.testing.assert_array_equal(
+                tower["state_in_0"][j], _window(whole, rows, eps, t0, "state_out_0", MEMORY, zero)
+            )
     assert total == train.count
 
 
@@ -334,21 +408,32 @@ def test_weights_move_between_two_policies_in_one_process(fw):
     obs_space, act_space = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
     first, second = cls(obs_space, act_space, config), cls(obs_space, act_space, config)
     rng = np.random.default_rng(0)
-    inputs = SampleBatch({"obs": rng.uniform(-1, 1, (3, 4)).astype(np.float32),
-                          "state_in_0": rng.normal(size=(3, MEMORY, 8)).astype(np.float32),
-                          "state_in_1": rng.normal(size=(3, MEMORY, 8)).astype(np.float32),
-                          "prev_actions": np.array([[0, 1], [1, 1], [0, 0]]),
-                          "prev_rewards": np.ones((3, N_PREV), np.float32)})
-    logits = [p.compute_actions_from_input_dict(inputs.copy(), explore=False)[2][SampleBatch.ACTION_DIST_INPUTS]
-              for p in (first, second)]
+    inputs = SampleBatch(
+        {
+            "obs": rng.uniform(-1, 1, (3, 4)).astype(np.float32),
+            "state_in_0": rng.normal(size=(3, MEMORY, 8)).astype(np.float32),
+            "state_in_1": rng.normal(size=(3, MEMORY, 8)).astype(np.float32),
+            "prev_actions": np.array([[0, 1], [1, 1], [0, 0]]),
+            "prev_rewards": np.ones((3, N_PREV), np.float32),
+        }
+    )
+    logits = [
+        p.compute_actions_from_input_dict(inputs.copy(), explore=False)[2][SampleBatch.ACTION_DIST_INPUTS]
+        for p in (first, second)
+    ]
     assert not np.allclose(logits[0], logits[1])  # independently initialised
     if fw == "tf2":  # every variable has its own weight entry (none shadowed by a same-named one)
         m = first.model
-        keras_weights = {id(v) for part in (m.base_model, m.gtrxl.trxl_model, m._logits_branch, m._value_branch)
-                         for v in part.weights}
+        keras_weights = {
+            id(v)
+            for part in (m.base_model, m.gtrxl.trxl_model, m._logits_branch, m._value_branch)
+            for v in part.weights
+        }
         assert len(first.get_weights()) == len(keras_weights) == 4 + 2 + 2 * 27 + 4
     second.set_weights(first.get_weights())
-    again = second.compute_actions_from_input_dict(inputs.copy(), explore=False)[2][SampleBatch.ACTION_DIST_INPUTS]
+    again = second.compute_actions_from_input_dict(inputs.copy(), explore=False)[2][
+        SampleBatch.ACTION_DIST_INPUTS
+    ]
     np.testing.assert_allclose(again, logits[0], rtol=1e-5, atol=1e-6)
 
 
@@ -362,17 +447,21 @@ def test_eager_saved_model_takes_the_memory_window(tmp_path):
     if not tf1.executing_eagerly():
         pytest.skip("loading a SavedModel eagerly needs eager execution")
     model = {k: v for k, v in ATTENTION.items() if not k.startswith("attention_use_n")}
-    policy = _tf_policy_class().as_eager()(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2),
-                                           {"framework": "tf2", "model": model})
+    policy = _tf_policy_class().as_eager()(
+        gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), {"framework": "tf2", "model": model}
+    )
     rng = np.random.default_rng(1)
     obs = rng.uniform(-1, 1, (3, 4)).astype(np.float32)
     memory = rng.normal(size=(3, MEMORY, 8)).astype(np.float32)
     _, (mem_out,), extra = policy.compute_actions_from_input_dict(
-        SampleBatch({"obs": obs, "state_in_0": memory}), explore=False)
+        SampleBatch({"obs": obs, "state_in_0": memory}), explore=False
+    )
     policy.export_model(str(tmp_path / "m"))
     serve = tf.saved_model.load(str(tmp_path / "m")).signatures["serving_default"]
     got = serve(obs=tf.constant(obs), state_in_0=tf.constant(memory), seq_lens=tf.ones(3, tf.int32))
-    np.testing.assert_allclose(got["output"].numpy(), extra[SampleBatch.ACTION_DIST_INPUTS], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        got["output"].numpy(), extra[SampleBatch.ACTION_DIST_INPUTS], rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(got["state_out_0"].numpy(), mem_out, rtol=1e-5, atol=1e-6)
 
 
@@ -383,19 +472,32 @@ def test_a_batch_in_rllib_1_11_layout_trains_the_same():
     from rlpolicy.evaluation.rollout_worker import RolloutWorker
 
     config = {"framework": "torch", "gamma": 0.9, "lr": 0.01, "model": dict(ATTENTION)}
-    worker = RolloutWorker(env_creator=lambda _: gym.make("CartPole-v1"), policy_spec=_torch_policy_class(),
-                           policy_config=config, num_envs=1, rollout_fragment_length=22, seed=4)
+    worker = RolloutWorker(
+        env_creator=lambda _: gym.make("CartPole-v1"),
+        policy_spec=_torch_policy_class(),
+        policy_config=config,
+        num_envs=1,
+        rollout_fragment_length=22,
+        seed=4,
+    )
     batch = worker.sample()
     # Sequences by hand: a new one at every episode/unroll change and after MAX_SEQ_LEN rows.
     starts = [0]
     for i in range(1, batch.count):
-        new_run = (batch[SampleBatch.EPS_ID][i] != batch[SampleBatch.EPS_ID][i - 1]
-                   or batch[SampleBatch.UNROLL_ID][i] != batch[SampleBatch.UNROLL_ID][i - 1])
+        new_run = (
+            batch[SampleBatch.EPS_ID][i] != batch[SampleBatch.EPS_ID][i - 1]
+            or batch[SampleBatch.UNROLL_ID][i] != batch[SampleBatch.UNROLL_ID][i - 1]
+        )
         if new_run or i - starts[-1] >= MAX_SEQ_LEN:
             starts.append(i)
     seq_lens = np.diff(starts + [batch.count]).astype(np.int32)
-    strided = SampleBatch({**{k: v for k, v in batch.items() if k != "state_in_0"},
-                           "state_in_0": batch["state_in_0"][starts], SampleBatch.SEQ_LENS: seq_lens})
+    strided = SampleBatch(
+        {
+            **{k: v for k, v in batch.items() if k != "state_in_0"},
+            "state_in_0": batch["state_in_0"][starts],
+            SampleBatch.SEQ_LENS: seq_lens,
+        }
+    )
     policy = worker.policy
     weights = policy.get_weights()
     per_row = policy.learn_on_batch(batch.copy())["learner_stats"]["policy_loss"]

@@ -6,6 +6,7 @@ and leaves weights, global_timestep and optimizer state exactly as before.
 A wrong number of state batches is named by our check for torch/tf2 and by
 the feed check (listing the state placeholders) for the tf graph policy.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -31,9 +32,17 @@ def _make(framework, **extra):
 def _train_batch(policy, n=8):
     obs = np.random.default_rng(0).uniform(-1, 1, (n, 4)).astype(np.float32)
     actions, _, extra = policy.compute_actions(obs)
-    return SampleBatch({"obs": obs, "actions": actions, "rewards": np.ones(n, np.float32),
-                        "dones": np.zeros(n, bool), "advantages": np.linspace(-1, 1, n).astype(np.float32),
-                        "value_targets": np.ones(n, np.float32), **extra})
+    return SampleBatch(
+        {
+            "obs": obs,
+            "actions": actions,
+            "rewards": np.ones(n, np.float32),
+            "dones": np.zeros(n, bool),
+            "advantages": np.linspace(-1, 1, n).astype(np.float32),
+            "value_targets": np.ones(n, np.float32),
+            **extra,
+        }
+    )
 
 
 @pytest.fixture(scope="module", params=FRAMEWORKS)
@@ -48,8 +57,11 @@ def trained(request):
 def _snapshot(policy):
     state = policy.get_state()
     opt = [np.array(x, copy=True) for x in tree.flatten(state.get("_optimizer_variables", []))]
-    return {k: np.array(v, copy=True) for k, v in policy.get_state()["weights"].items()}, \
-        int(policy.global_timestep), opt
+    return (
+        {k: np.array(v, copy=True) for k, v in policy.get_state()["weights"].items()},
+        int(policy.global_timestep),
+        opt,
+    )
 
 
 def _assert_unchanged(policy, before):
@@ -86,45 +98,102 @@ def _other_state(p):
     state = p.get_state()
     state["_optimizer_variables"] = tree.map_structure(
         lambda x: x + 1 if isinstance(x, np.ndarray) and x.dtype.kind == "f" else x,
-        state["_optimizer_variables"])
+        state["_optimizer_variables"],
+    )
     state["global_timestep"] = int(state["global_timestep"]) + 7
     return state
 
 
 Z = np.zeros
 CASES = [
-    ("obs_shape", lambda p, b: p.compute_actions(Z((2, 5), np.float32)),
-     ValueError, r"(observation batch has shape|Cannot feed value of shape) \(2, 5\)"),
-    ("obs_no_batch_dim", lambda p, b: p.compute_actions(Z(4, np.float32)),
-     ValueError, r"(observation batch has shape|Cannot feed value of shape) \(4,\)"),
-    ("single_obs_shape", lambda p, b: p.compute_single_action([0.1, 0.2, 0.3]),
-     ValueError, r"(observation batch has shape|Cannot feed value of shape) \(1, 3\)"),
-    ("obs_dtype", lambda p, b: p.compute_actions(np.array([["a"] * 4] * 2)),
-     ValueError, r"compute_actions: column 'obs' has dtype <U1, but the observation space Box"),
-    ("input_dict_obs_dtype", lambda p, b: p.compute_actions_from_input_dict(
-        SampleBatch({"obs": np.array([["x"] * 4])})), ValueError, r"column 'obs' has dtype <U1"),
-    ("state_batches", lambda p, b: p.compute_actions(Z((2, 4), np.float32), state_batches=[Z((2, 3))]),
-     ValueError, r"(compute_actions: got 1 state batch\(es\), but this policy's model is not recurrent and "
-                 r"takes 0|RNN state batches for placeholders \[\], got 1 state batch\(es\))"),
-    ("input_dict_state", lambda p, b: p.compute_actions_from_input_dict(
-        SampleBatch({"obs": Z((2, 4), np.float32), "state_in_0": Z((2, 3), np.float32)})),
-     ValueError, r"(got 1 state batch\(es\).*takes 0|placeholders \[\], got 1 state batch\(es\))"),
-    ("learn_missing_advantages", lambda p, b: p.learn_on_batch(_drop(b, "advantages")),
-     ValueError, r"learn_on_batch: the train batch lacks column\(s\) \['advantages'\] that the loss reads; "
-                 r"it has \['action_dist_inputs', 'action_logp', 'action_prob', 'actions', 'dones', 'obs', "),
-    ("learn_missing_two", lambda p, b: p.learn_on_batch(_drop(b, "value_targets", "actions")),
-     ValueError, r"lacks column\(s\) \['actions', 'value_targets'\]"),
-    ("learn_obs_dtype", lambda p, b: p.learn_on_batch(SampleBatch({**b, "obs": np.full((8, 4), "a")})),
-     ValueError, r"learn_on_batch: column 'obs' has dtype <U1"),
-    ("set_weights_missing", lambda p, b: p.set_weights(_weights_without_first(p)),
-     ValueError, r"set_weights: .*missing keys \['[^']+'\]"),
-    ("set_weights_extra", lambda p, b: p.set_weights({**p.get_state()["weights"], "bogus": Z(3)}),
-     ValueError, r"set_weights: .*(unexpected|unknown) keys \['bogus'\]"),
-    ("set_weights_shape", lambda p, b: p.set_weights(_weights_with_bad_shape(p)),
-     ValueError, r"set_weights: '[^']+' has shape \(1, 1\)"),
-    ("set_state_bad_weights",
-     lambda p, b: p.set_state({**_other_state(p), "weights": _weights_with_bad_shape(p)}),
-     ValueError, r"has shape \(1, 1\)"),
+    (
+        "obs_shape",
+        lambda p, b: p.compute_actions(Z((2, 5), np.float32)),
+        ValueError,
+        r"(observation batch has shape|Cannot feed value of shape) \(2, 5\)",
+    ),
+    (
+        "obs_no_batch_dim",
+        lambda p, b: p.compute_actions(Z(4, np.float32)),
+        ValueError,
+        r"(observation batch has shape|Cannot feed value of shape) \(4,\)",
+    ),
+    (
+        "single_obs_shape",
+        lambda p, b: p.compute_single_action([0.1, 0.2, 0.3]),
+        ValueError,
+        r"(observation batch has shape|Cannot feed value of shape) \(1, 3\)",
+    ),
+    (
+        "obs_dtype",
+        lambda p, b: p.compute_actions(np.array([["a"] * 4] * 2)),
+        ValueError,
+        r"compute_actions: column 'obs' has dtype <U1, but the observation space Box",
+    ),
+    (
+        "input_dict_obs_dtype",
+        lambda p, b: p.compute_actions_from_input_dict(SampleBatch({"obs": np.array([["x"] * 4])})),
+        ValueError,
+        r"column 'obs' has dtype <U1",
+    ),
+    (
+        "state_batches",
+        lambda p, b: p.compute_actions(Z((2, 4), np.float32), state_batches=[Z((2, 3))]),
+        ValueError,
+        r"(compute_actions: got 1 state batch\(es\), but this policy's model is not recurrent and "
+        r"takes 0|RNN state batches for placeholders \[\], got 1 state batch\(es\))",
+    ),
+    (
+        "input_dict_state",
+        lambda p, b: p.compute_actions_from_input_dict(
+            SampleBatch({"obs": Z((2, 4), np.float32), "state_in_0": Z((2, 3), np.float32)})
+        ),
+        ValueError,
+        r"(got 1 state batch\(es\).*takes 0|placeholders \[\], got 1 state batch\(es\))",
+    ),
+    (
+        "learn_missing_advantages",
+        lambda p, b: p.learn_on_batch(_drop(b, "advantages")),
+        ValueError,
+        r"learn_on_batch: the train batch lacks column\(s\) \['advantages'\] that the loss reads; "
+        r"it has \['action_dist_inputs', 'action_logp', 'action_prob', 'actions', 'dones', 'obs', ",
+    ),
+    (
+        "learn_missing_two",
+        lambda p, b: p.learn_on_batch(_drop(b, "value_targets", "actions")),
+        ValueError,
+        r"lacks column\(s\) \['actions', 'value_targets'\]",
+    ),
+    (
+        "learn_obs_dtype",
+        lambda p, b: p.learn_on_batch(SampleBatch({**b, "obs": np.full((8, 4), "a")})),
+        ValueError,
+        r"learn_on_batch: column 'obs' has dtype <U1",
+    ),
+    (
+        "set_weights_missing",
+        lambda p, b: p.set_weights(_weights_without_first(p)),
+        ValueError,
+        r"set_weights: .*missing keys \['[^']+'\]",
+    ),
+    (
+        "set_weights_extra",
+        lambda p, b: p.set_weights({**p.get_state()["weights"], "bogus": Z(3)}),
+        ValueError,
+        r"set_weights: .*(unexpected|unknown) keys \['bogus'\]",
+    ),
+    (
+        "set_weights_shape",
+        lambda p, b: p.set_weights(_weights_with_bad_shape(p)),
+        ValueError,
+        r"set_weights: '[^']+' has shape \(1, 1\)",
+    ),
+    (
+        "set_state_bad_weights",
+        lambda p, b: p.set_state({**_other_state(p), "weights": _weights_with_bad_shape(p)}),
+        ValueError,
+        r"has shape \(1, 1\)",
+    ),
 ]
 
 
@@ -144,13 +213,19 @@ def test_non_finite_obs_rejected_when_configured(trained, monkeypatch, bad):
     obs = np.zeros((3, 4), np.float32)
     obs[1, 2] = bad
     before = _snapshot(policy)
-    with pytest.raises(ValueError, match=r"compute_actions: column 'obs' has NaN/inf values in "
-                                         r"row\(s\) \[1\] "
-                                         r"\(config _check_finite_obs=True\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"compute_actions: column 'obs' has NaN/inf values in "
+        r"row\(s\) \[1\] "
+        r"\(config _check_finite_obs=True\)",
+    ):
         policy.compute_actions(obs, explore=False)
     train = SampleBatch({**batch, "obs": np.where(np.arange(8)[:, None] == 5, bad, batch["obs"])})
-    with pytest.raises(ValueError, match=r"learn_on_batch: column 'obs' has NaN/inf values in "
-                                         r"row\(s\) \[5\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"learn_on_batch: column 'obs' has NaN/inf values in "
+        r"row\(s\) \[5\]",
+    ):
         policy.learn_on_batch(train)
     _assert_unchanged(policy, before)
 

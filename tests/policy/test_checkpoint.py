@@ -1,4 +1,5 @@
 """Pickle-free policy checkpoints: Policy.export_checkpoint / from_checkpoint."""
+
 import json
 import logging
 import os
@@ -47,16 +48,19 @@ def test_round_trip_restores_everything(trained, tmp_path):
     assert set(opt_a["state"]) == {0, 1}  # int keys survive
     np.testing.assert_array_equal(opt_a["state"][0]["momentum_buffer"], opt_b["state"][0]["momentum_buffer"])
     assert opt_a["state"][1]["step"] == 3 and isinstance(opt_a["state"][1]["step"], np.int64)
-    assert opt_a["param_groups"] == [{"lr": 0.5, "betas": (0.9, 0.999), "params": [0, 1],
-                                      "nesterov": False, "weight_decay": None}]
+    assert opt_a["param_groups"] == [
+        {"lr": 0.5, "betas": (0.9, 0.999), "params": [0, 1], "nesterov": False, "weight_decay": None}
+    ]
     assert after["_exploration_state"] == {"temperature": np.float32(1.0), "seed": 3}
     assert restored.observation_space == trained.observation_space
     assert restored.action_space == trained.action_space
     assert restored.config["lr"] == 0.5 and restored.config["callbacks"] is MyCallbacks
     assert isinstance(restored.callbacks, MyCallbacks)
     obs = np.array([[0.3, -0.2, 0.9]], np.float32)
-    np.testing.assert_array_equal(restored.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
-                                  trained.compute_actions(obs, explore=False)[2]["action_dist_inputs"])
+    np.testing.assert_array_equal(
+        restored.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
+        trained.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
+    )
 
 
 def test_files_hold_no_pickle(trained, tmp_path):
@@ -102,8 +106,10 @@ def test_failed_save_leaves_previous_checkpoint_intact(trained, tmp_path, monkey
     w_before = trained.W.copy()
     trained.set_weights({"W": trained.W + 5, "b": trained.b})
     if fail_at == "encode":
+
         def boom(arrays):
             raise OSError("disk full")
+
         monkeypatch.setattr(ckpt, "_npz_bytes", boom)
     else:
         real_replace, calls = os.replace, []
@@ -114,6 +120,7 @@ def test_failed_save_leaves_previous_checkpoint_intact(trained, tmp_path, monkey
             if (fail_at == "commit") == is_meta:
                 raise OSError("power cut")
             return real_replace(src, dst)
+
         monkeypatch.setattr(ckpt.os, "replace", flaky_replace)
     with pytest.raises(OSError):
         trained.export_checkpoint(str(tmp_path))
@@ -166,38 +173,84 @@ def _object_array_npz(d):
     # A well-formed archive whose array needs pickle, with a matching hash.
     import hashlib
     import io
+
     buf = io.BytesIO()
     np.savez(buf, a0=np.array([{"x": 1}], dtype=object))
     payload = buf.getvalue()
     (d / "evil.npz").write_bytes(payload)
-    _write_meta(d, lambda m: m.update(arrays_file="evil.npz", arrays_sha256=hashlib.sha256(payload).hexdigest()))
+    _write_meta(
+        d, lambda m: m.update(arrays_file="evil.npz", arrays_sha256=hashlib.sha256(payload).hexdigest())
+    )
 
 
-@pytest.mark.parametrize("damage, exc, match", [
-    (_corrupt_arrays, CheckpointError, "SHA-256 does not match"),
-    (lambda d: (d / "rlpolicy_checkpoint.json").write_text("{not json"), CheckpointError, "not valid JSON"),
-    (lambda d: (d / "rlpolicy_checkpoint.json").write_bytes(b"\x80\x04\x95pickle"), CheckpointError,
-     "not valid JSON"),
-    (lambda d: (d / "rlpolicy_checkpoint.json").write_text('{"format": "ray.rllib"}'), CheckpointError,
-     "not an rlpolicy policy checkpoint"),
-    (lambda d: (d / "rlpolicy_checkpoint.json").write_text("[1, 2]"), CheckpointError,
-     "not an rlpolicy policy checkpoint"),
-    (lambda d: _write_meta(d, lambda m: m.update(format_version=99)), CheckpointError, "format_version 99"),
-    (lambda d: os.remove(d / "rlpolicy_checkpoint.json"), CheckpointError, "rlpolicy_checkpoint.json is missing"),
-    (lambda d: [os.remove(d / f) for f in os.listdir(d) if f.endswith(".npz")], CheckpointError,
-     "cannot be read"),
-    (lambda d: _write_meta(d, lambda m: m.update(arrays_file="../x.npz")), CheckpointError, "bad arrays_file"),
-    (lambda d: _write_meta(d, lambda m: m.pop("state")), CheckpointError, "missing entry 'state'"),
-    (lambda d: _write_meta(d, lambda m: m["action_space"].update(type="Text")), CheckpointError,
-     "unknown space type 'Text'"),
-    (lambda d: _write_meta(d, lambda m: m.update(policy_class="no_such_module_xyz:P")), CheckpointError,
-     "cannot import the checkpoint's policy class"),
-    (lambda d: _write_meta(d, lambda m: m.update(policy_class="collections:OrderedDict")), CheckpointError,
-     "not a Policy subclass"),
-    (lambda d: _write_meta(d, lambda m: m.update(state={"__ndarray__": "a999"})), CheckpointError,
-     "array 'a999'"),
-    (_object_array_npz, CheckpointError, "cannot be read without pickle"),
-])
+@pytest.mark.parametrize(
+    "damage, exc, match",
+    [
+        (_corrupt_arrays, CheckpointError, "SHA-256 does not match"),
+        (
+            lambda d: (d / "rlpolicy_checkpoint.json").write_text("{not json"),
+            CheckpointError,
+            "not valid JSON",
+        ),
+        (
+            lambda d: (d / "rlpolicy_checkpoint.json").write_bytes(b"\x80\x04\x95pickle"),
+            CheckpointError,
+            "not valid JSON",
+        ),
+        (
+            lambda d: (d / "rlpolicy_checkpoint.json").write_text('{"format": "ray.rllib"}'),
+            CheckpointError,
+            "not an rlpolicy policy checkpoint",
+        ),
+        (
+            lambda d: (d / "rlpolicy_checkpoint.json").write_text("[1, 2]"),
+            CheckpointError,
+            "not an rlpolicy policy checkpoint",
+        ),
+        (
+            lambda d: _write_meta(d, lambda m: m.update(format_version=99)),
+            CheckpointError,
+            "format_version 99",
+        ),
+        (
+            lambda d: os.remove(d / "rlpolicy_checkpoint.json"),
+            CheckpointError,
+            "rlpolicy_checkpoint.json is missing",
+        ),
+        (
+            lambda d: [os.remove(d / f) for f in os.listdir(d) if f.endswith(".npz")],
+            CheckpointError,
+            "cannot be read",
+        ),
+        (
+            lambda d: _write_meta(d, lambda m: m.update(arrays_file="../x.npz")),
+            CheckpointError,
+            "bad arrays_file",
+        ),
+        (lambda d: _write_meta(d, lambda m: m.pop("state")), CheckpointError, "missing entry 'state'"),
+        (
+            lambda d: _write_meta(d, lambda m: m["action_space"].update(type="Text")),
+            CheckpointError,
+            "unknown space type 'Text'",
+        ),
+        (
+            lambda d: _write_meta(d, lambda m: m.update(policy_class="no_such_module_xyz:P")),
+            CheckpointError,
+            "cannot import the checkpoint's policy class",
+        ),
+        (
+            lambda d: _write_meta(d, lambda m: m.update(policy_class="collections:OrderedDict")),
+            CheckpointError,
+            "not a Policy subclass",
+        ),
+        (
+            lambda d: _write_meta(d, lambda m: m.update(state={"__ndarray__": "a999"})),
+            CheckpointError,
+            "array 'a999'",
+        ),
+        (_object_array_npz, CheckpointError, "cannot be read without pickle"),
+    ],
+)
 def test_corrupt_or_foreign_checkpoint_gets_clear_error(trained, tmp_path, damage, exc, match):
     trained.export_checkpoint(str(tmp_path))
     damage(tmp_path)
@@ -225,8 +278,9 @@ SPACES = {
     "multibinary": gym.spaces.MultiBinary(6),
     "multibinary-2d": gym.spaces.MultiBinary([2, 3]),
     "dict": gym.spaces.Dict({"z": gym.spaces.Discrete(2), "a": gym.spaces.Box(0, 1, (1,))}),
-    "tuple": gym.spaces.Tuple([gym.spaces.Discrete(3),
-                               gym.spaces.Dict({"x": gym.spaces.MultiDiscrete([2, 2])})]),
+    "tuple": gym.spaces.Tuple(
+        [gym.spaces.Discrete(3), gym.spaces.Dict({"x": gym.spaces.MultiDiscrete([2, 2])})]
+    ),
 }
 
 
@@ -256,12 +310,15 @@ def test_unsupported_space():
         space_to_json(gym.spaces.Text(5))
 
 
-@pytest.mark.parametrize("path, match", [
-    ("os:system", "builtin_function_or_method; only classes and Python functions"),
-    ("builtins:exec", "builtin_function_or_method"),
-    ("math:pi", "float"),
-    ("no_such_module_xyz:f", "cannot be imported here"),
-])
+@pytest.mark.parametrize(
+    "path, match",
+    [
+        ("os:system", "builtin_function_or_method; only classes and Python functions"),
+        ("builtins:exec", "builtin_function_or_method"),
+        ("math:pi", "float"),
+        ("no_such_module_xyz:f", "cannot be imported here"),
+    ],
+)
 def test_config_import_paths_restore_only_classes_and_functions(trained, tmp_path, path, match):
     trained.export_checkpoint(str(tmp_path))
     _write_meta(tmp_path, lambda m: m["config"].update(callbacks={"__import__": path}))
@@ -270,8 +327,15 @@ def test_config_import_paths_restore_only_classes_and_functions(trained, tmp_pat
 
 
 def test_none_config_values_and_nested_containers_round_trip(tmp_path):
-    p = make_linear_policy({"env_config": {"t": (1, [2.5, None], {"k": np.arange(3)}), "nan": float("nan"),
-                                           "inf": float("-inf")}})
+    p = make_linear_policy(
+        {
+            "env_config": {
+                "t": (1, [2.5, None], {"k": np.arange(3)}),
+                "nan": float("nan"),
+                "inf": float("-inf"),
+            }
+        }
+    )
     p.export_checkpoint(str(tmp_path))
     env_config = Policy.from_checkpoint(str(tmp_path)).config["env_config"]
     t = env_config["t"]
@@ -287,6 +351,7 @@ def test_loading_never_unpickles(trained, tmp_path, monkeypatch):
 
     def no_pickle(*args, **kwargs):
         raise AssertionError("pickle used while loading a checkpoint")
+
     for name in ("load", "loads", "Unpickler"):
         monkeypatch.setattr(pickle, name, no_pickle)
     restored = Policy.from_checkpoint(str(tmp_path))

@@ -9,6 +9,7 @@ with ``Policy.from_checkpoint`` and compared with the original: greedy actions,
 every weight, and the result of the next ``learn_on_batch`` on the same batch
 (which also needs the optimizer state back).
 """
+
 import json
 import logging
 
@@ -61,11 +62,20 @@ class GivenModelTorchPolicy(TorchPolicy):
     """Builds its model from the config dict it gets, as much 1.x code does."""
 
     def __init__(self, observation_space, action_space, config):
-        dist_class, num_outputs = ModelCatalog.get_action_dist(action_space, config["model"], framework="torch")
-        model = ModelCatalog.get_model_v2(observation_space, action_space, num_outputs, config["model"],
-                                          framework="torch", name="given_model")
-        super().__init__(observation_space, action_space, config, model=model,
-                         action_distribution_class=dist_class)
+        dist_class, num_outputs = ModelCatalog.get_action_dist(
+            action_space, config["model"], framework="torch"
+        )
+        model = ModelCatalog.get_model_v2(
+            observation_space,
+            action_space,
+            num_outputs,
+            config["model"],
+            framework="torch",
+            name="given_model",
+        )
+        super().__init__(
+            observation_space, action_space, config, model=model, action_distribution_class=dist_class
+        )
 
     def loss(self, model, dist_class, train_batch):
         return torch_pg_loss(self, model, dist_class, train_batch)
@@ -82,8 +92,9 @@ class GivenModelTFPolicy(DynamicTFPolicy):
 
         def make_model(policy, obs_space, action_space, _full_config):
             _, num_outputs = ModelCatalog.get_action_dist(action_space, given_model, framework="tf")
-            return ModelCatalog.get_model_v2(obs_space, action_space, num_outputs, given_model,
-                                             framework="tf", name="given_model")
+            return ModelCatalog.get_model_v2(
+                obs_space, action_space, num_outputs, given_model, framework="tf", name="given_model"
+            )
 
         super().__init__(obs_space, action_space, config, tf_pg_loss, make_model=make_model)
 
@@ -95,16 +106,22 @@ def model_from_given_config(policy, obs_space, action_space, config):
     # The model options the constructor was given (stashed by the subclass below).
     given = policy.given_model_config
     _, num_outputs = ModelCatalog.get_action_dist(action_space, given, framework=config["framework"])
-    return ModelCatalog.get_model_v2(obs_space, action_space, num_outputs, given,
-                                     framework=config["framework"], name="given_model")
+    return ModelCatalog.get_model_v2(
+        obs_space, action_space, num_outputs, given, framework=config["framework"], name="given_model"
+    )
 
 
-MyTorchPolicy = build_policy_class("MyTorchPolicy", "torch", loss_fn=torch_pg_loss,
-                                   postprocess_fn=reinforce_postprocess)
+MyTorchPolicy = build_policy_class(
+    "MyTorchPolicy", "torch", loss_fn=torch_pg_loss, postprocess_fn=reinforce_postprocess
+)
 RenamedTorchPolicy = MyTorchPolicy.with_updates(name="SomeOtherName")  # importable as this module's global
 MyTFPolicy = build_tf_policy("MyTFPolicy", loss_fn=tf_pg_loss, postprocess_fn=reinforce_postprocess)
-GivenModelBase = build_tf_policy("GivenModelBase", loss_fn=tf_pg_loss, postprocess_fn=reinforce_postprocess,
-                                 make_model=model_from_given_config)
+GivenModelBase = build_tf_policy(
+    "GivenModelBase",
+    loss_fn=tf_pg_loss,
+    postprocess_fn=reinforce_postprocess,
+    make_model=model_from_given_config,
+)
 
 
 class GivenModelEagerPolicy(GivenModelBase.as_eager()):
@@ -121,8 +138,9 @@ def _local_with_updates(base):
 def _built_in_function(framework):
     # A factory called inside a function: rebuilt by calling the factory again.
     if framework == "torch":
-        return build_policy_class("InFunctionTorch", "torch", loss_fn=torch_pg_loss,
-                                  postprocess_fn=reinforce_postprocess)
+        return build_policy_class(
+            "InFunctionTorch", "torch", loss_fn=torch_pg_loss, postprocess_fn=reinforce_postprocess
+        )
     return build_tf_policy("InFunctionTF", loss_fn=tf_pg_loss, postprocess_fn=reinforce_postprocess)
 
 
@@ -134,15 +152,20 @@ CASES = {
     "torch-with_updates-local": lambda: (_local_with_updates(MyTorchPolicy), {}),
     "torch-factory-in-function": lambda: (_built_in_function("torch"), {}),
     "torch-PG": lambda: (PGTorchPolicy, {}),
-    "torch-PPO": lambda: (PPOTorchPolicy, {"num_sgd_iter": 1, "sgd_minibatch_size": 8, "train_batch_size": 8}),
+    "torch-PPO": lambda: (
+        PPOTorchPolicy,
+        {"num_sgd_iter": 1, "sgd_minibatch_size": 8, "train_batch_size": 8},
+    ),
     "torch-DQN": lambda: (DQNTorchPolicy, {}),
     # tf (graph mode)
     "tf-subclass": lambda: (GivenModelTFPolicy, {"framework": "tf"}),
     "tf-build_tf_policy": lambda: (MyTFPolicy, {"framework": "tf"}),
     "tf-with_updates-local": lambda: (_local_with_updates(MyTFPolicy), {"framework": "tf"}),
     "tf-PG": lambda: (PGTFPolicy, {"framework": "tf"}),
-    "tf-PPO": lambda: (PPOTFPolicy, {"framework": "tf", "num_sgd_iter": 1, "sgd_minibatch_size": 8,
-                                     "train_batch_size": 8}),
+    "tf-PPO": lambda: (
+        PPOTFPolicy,
+        {"framework": "tf", "num_sgd_iter": 1, "sgd_minibatch_size": 8, "train_batch_size": 8},
+    ),
     "tf-DQN": lambda: (DQNTFPolicy, {"framework": "tf"}),
     # tf2 (eager)
     "tf2-subclass": lambda: (GivenModelEagerPolicy, {"framework": "tf2"}),
@@ -150,11 +173,21 @@ CASES = {
     "tf2-as_eager-traced": lambda: (MyTFPolicy.as_eager(), {"framework": "tf2", "eager_tracing": True}),
     "tf2-with_tracing": lambda: (MyTFPolicy.as_eager().with_tracing(), {"framework": "tf2"}),
     "tf2-with_updates-as_eager": lambda: (_local_with_updates(MyTFPolicy).as_eager(), {"framework": "tf2"}),
-    "tf2-as_eager-of-factory-in-function": lambda: (_built_in_function("tf").as_eager(), {"framework": "tf2"}),
+    "tf2-as_eager-of-factory-in-function": lambda: (
+        _built_in_function("tf").as_eager(),
+        {"framework": "tf2"},
+    ),
     "tf2-PG": lambda: (PGTFPolicy.as_eager(), {"framework": "tf2"}),
-    "tf2-PPO-traced": lambda: (PPOTFPolicy.as_eager(), {"framework": "tf2", "eager_tracing": True,
-                                                         "num_sgd_iter": 1, "sgd_minibatch_size": 8,
-                                                         "train_batch_size": 8}),
+    "tf2-PPO-traced": lambda: (
+        PPOTFPolicy.as_eager(),
+        {
+            "framework": "tf2",
+            "eager_tracing": True,
+            "num_sgd_iter": 1,
+            "sgd_minibatch_size": 8,
+            "train_batch_size": 8,
+        },
+    ),
     "tf2-DQN": lambda: (DQNTFPolicy.as_eager(), {"framework": "tf2"}),
 }
 
@@ -164,14 +197,20 @@ def _episode(policy, n=8, seed=0):
     rng = np.random.default_rng(seed)
     obs = rng.uniform(-1, 1, (n + 1, 3)).astype(np.float32)
     actions, _, extra = policy.compute_actions(obs[:-1], explore=True)
-    batch = SampleBatch({SampleBatch.OBS: obs[:-1], SampleBatch.NEXT_OBS: obs[1:],
-                         SampleBatch.ACTIONS: np.asarray(actions),
-                         SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
-                         SampleBatch.TERMINATEDS: np.arange(n) == n - 1,
-                         SampleBatch.TRUNCATEDS: np.zeros(n, bool),
-                         SampleBatch.EPS_ID: np.zeros(n, np.int64), SampleBatch.T: np.arange(n),
-                         SampleBatch.AGENT_INDEX: np.zeros(n, np.int64),
-                         **{k: np.asarray(v) for k, v in extra.items()}})
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: obs[:-1],
+            SampleBatch.NEXT_OBS: obs[1:],
+            SampleBatch.ACTIONS: np.asarray(actions),
+            SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
+            SampleBatch.TERMINATEDS: np.arange(n) == n - 1,
+            SampleBatch.TRUNCATEDS: np.zeros(n, bool),
+            SampleBatch.EPS_ID: np.zeros(n, np.int64),
+            SampleBatch.T: np.arange(n),
+            SampleBatch.AGENT_INDEX: np.zeros(n, np.int64),
+            **{k: np.asarray(v) for k, v in extra.items()},
+        }
+    )
     return policy.postprocess_trajectory(batch)
 
 
@@ -244,8 +283,9 @@ def test_partial_model_config_is_what_the_constructor_gets_back(tmp_path):
     restored = Policy.from_checkpoint(str(tmp_path), config_overrides={"lr": 0.5})
     assert restored.config["lr"] == 0.5
     # Built from the partial dict again: the model has the original's layer layout.
-    assert {k: v.shape for k, v in restored.get_weights().items()} == \
-        {k: v.shape for k, v in policy.get_weights().items()}
+    assert {k: v.shape for k, v in restored.get_weights().items()} == {
+        k: v.shape for k, v in policy.get_weights().items()
+    }
 
 
 def test_complete_config_is_not_stored_twice(tmp_path):
@@ -261,9 +301,14 @@ def test_derived_eager_classes_are_recorded_as_recipes(tmp_path):
     eager(OBS, ACT, {"framework": "tf2"}).export_checkpoint(str(tmp_path))
     meta = json.loads((tmp_path / "rlpolicy_checkpoint.json").read_text())
     assert meta["policy_class_recipe"] == {
-        "of": {"of": {"import": "rlpolicy.agents.ppo.ppo_tf_policy:PPOTFPolicy"}, "call": "as_eager",
-               "kwargs": {}},
-        "call": "with_tracing", "kwargs": {}}
+        "of": {
+            "of": {"import": "rlpolicy.agents.ppo.ppo_tf_policy:PPOTFPolicy"},
+            "call": "as_eager",
+            "kwargs": {},
+        },
+        "call": "with_tracing",
+        "kwargs": {},
+    }
     assert type(Policy.from_checkpoint(str(tmp_path))).__name__ == "PPOTFPolicy_eager_traced"
 
 
@@ -281,9 +326,14 @@ def test_with_updates_arguments_are_stored_by_import_path(tmp_path):
     local = _local_with_updates(MyTorchPolicy)
     local(OBS, ACT, {}).export_checkpoint(str(tmp_path))
     recipe = json.loads((tmp_path / "rlpolicy_checkpoint.json").read_text())["policy_class_recipe"]
-    assert recipe == {"of": {"import": f"{__name__}:MyTorchPolicy"}, "call": "with_updates",
-                      "kwargs": {"name": "MyTorchPolicyLocal",
-                                 "postprocess_fn": {"__import__": f"{__name__}:reinforce_postprocess"}}}
+    assert recipe == {
+        "of": {"import": f"{__name__}:MyTorchPolicy"},
+        "call": "with_updates",
+        "kwargs": {
+            "name": "MyTorchPolicyLocal",
+            "postprocess_fn": {"__import__": f"{__name__}:reinforce_postprocess"},
+        },
+    }
 
 
 def test_factory_call_is_stored_with_its_arguments(tmp_path):
@@ -300,7 +350,9 @@ def test_factory_call_is_stored_with_its_arguments(tmp_path):
 
 def test_unrebuildable_class_warns_at_save_and_names_the_fix_at_load(tmp_path, caplog):
     pytest.importorskip("torch")
-    cls = MyTorchPolicy.with_updates(name="WithLambda", postprocess_fn=lambda p, b, o=None, e=None: reinforce_postprocess(p, b))
+    cls = MyTorchPolicy.with_updates(
+        name="WithLambda", postprocess_fn=lambda p, b, o=None, e=None: reinforce_postprocess(p, b)
+    )
     with caplog.at_level(logging.WARNING, logger="rlpolicy.policy.policy"):
         cls(OBS, ACT, {}).export_checkpoint(str(tmp_path))
     assert "WithLambda.from_checkpoint(dir)" in caplog.text
@@ -309,16 +361,31 @@ def test_unrebuildable_class_warns_at_save_and_names_the_fix_at_load(tmp_path, c
     assert type(cls.from_checkpoint(str(tmp_path))) is cls
 
 
-@pytest.mark.parametrize("recipe, match", [
-    ({"of": {"import": f"{__name__}:MyTorchPolicy"}, "call": "__init_subclass__", "kwargs": {}}, "one of"),
-    ({"call": "with_updates"}, "invalid policy class recipe"),
-    ({"of": {"import": f"{__name__}:MyTorchPolicy"}, "call": "with_updates",
-      "kwargs": {"postprocess_fn": {"__import__": "os:system"}}}, "only classes and Python functions"),
-    ({"of": {"import": "collections:OrderedDict"}, "call": "as_eager", "kwargs": {}}, "not a Policy subclass"),
-    ("PPOTFPolicy", "invalid policy class recipe"),
-    ({"factory": "os:system", "kwargs": {"command": "true"}}, "which is not one"),
-    ({"factory": "no_such_module_xyz:f", "kwargs": {}}, "cannot import the checkpoint's policy factory"),
-])
+@pytest.mark.parametrize(
+    "recipe, match",
+    [
+        (
+            {"of": {"import": f"{__name__}:MyTorchPolicy"}, "call": "__init_subclass__", "kwargs": {}},
+            "one of",
+        ),
+        ({"call": "with_updates"}, "invalid policy class recipe"),
+        (
+            {
+                "of": {"import": f"{__name__}:MyTorchPolicy"},
+                "call": "with_updates",
+                "kwargs": {"postprocess_fn": {"__import__": "os:system"}},
+            },
+            "only classes and Python functions",
+        ),
+        (
+            {"of": {"import": "collections:OrderedDict"}, "call": "as_eager", "kwargs": {}},
+            "not a Policy subclass",
+        ),
+        ("PPOTFPolicy", "invalid policy class recipe"),
+        ({"factory": "os:system", "kwargs": {"command": "true"}}, "which is not one"),
+        ({"factory": "no_such_module_xyz:f", "kwargs": {}}, "cannot import the checkpoint's policy factory"),
+    ],
+)
 def test_bad_recipe_is_refused(recipe, match, tmp_path):
     pytest.importorskip("torch")
     MyTorchPolicy(OBS, ACT, {}).export_checkpoint(str(tmp_path))

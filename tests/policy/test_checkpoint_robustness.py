@@ -9,6 +9,7 @@
   available where these tests run; the real GPU-save/CPU-load case was not
   exercised, only the device-free format it relies on.)
 """
+
 import json
 import os
 import random
@@ -60,8 +61,12 @@ def _assert_consistent(policy):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sigkilled_writer_leaves_previous_checkpoint_loadable(tmp_path, seed):
     d = str(tmp_path / "ckpt")
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER.format(here=HERE, d=d)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER.format(here=HERE, d=d)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = proc.stdout.readline()  # blocks until one save has committed
         assert first.strip() == "1", proc.stderr.read()
@@ -146,17 +151,31 @@ def test_checkpoint_from_fake_gpu_towers_loads_on_one_cpu(tmp_path):
     from rlpolicy.policy.sample_batch import SampleBatch
 
     obs, act = gym.spaces.Box(-1.0, 1.0, (3,), np.float32), gym.spaces.Discrete(2)
-    cfg = {"seed": 0, "model": {"fcnet_hiddens": [4]}, "train_batch_size": 8,
-           "sgd_minibatch_size": 8, "num_sgd_iter": 1}
+    cfg = {
+        "seed": 0,
+        "model": {"fcnet_hiddens": [4]},
+        "train_batch_size": 8,
+        "sgd_minibatch_size": 8,
+        "num_sgd_iter": 1,
+    }
     towers = PPOTorchPolicy(obs, act, {**cfg, "num_gpus": 2, "_fake_gpus": True})
     rng = np.random.default_rng(0)
     o = rng.uniform(-1, 1, (8, 3)).astype(np.float32)
     a, _, f = towers.compute_actions(o)
-    batch = SampleBatch({"obs": o, "new_obs": o, "actions": a, "rewards": np.ones(8, np.float32),
-                         "dones": np.zeros(8, bool), "action_logp": f["action_logp"],
-                         "action_dist_inputs": f["action_dist_inputs"], "vf_preds": f["vf_preds"],
-                         "advantages": np.linspace(-1, 1, 8).astype(np.float32),
-                         "value_targets": np.ones(8, np.float32)})
+    batch = SampleBatch(
+        {
+            "obs": o,
+            "new_obs": o,
+            "actions": a,
+            "rewards": np.ones(8, np.float32),
+            "dones": np.zeros(8, bool),
+            "action_logp": f["action_logp"],
+            "action_dist_inputs": f["action_dist_inputs"],
+            "vf_preds": f["vf_preds"],
+            "advantages": np.linspace(-1, 1, 8).astype(np.float32),
+            "value_targets": np.ones(8, np.float32),
+        }
+    )
     towers.learn_on_batch(batch.copy())
     towers.export_checkpoint(str(tmp_path))
     single = Policy.from_checkpoint(str(tmp_path), {"num_gpus": 0, "_fake_gpus": False})

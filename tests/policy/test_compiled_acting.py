@@ -6,6 +6,7 @@ fetches (explore=False; explore=True from the same seed), that the compiled
 side really ran a traced graph, and that anything it cannot trace faithfully
 falls back to the eager result (logged once).
 """
+
 import logging
 
 import gymnasium as gym
@@ -55,12 +56,22 @@ CASES = {
     "fc-discrete": (gym.spaces.Discrete(4), {"fcnet_hiddens": [16, 16]}, None),
     "fc-box": (gym.spaces.Box(-2.0, 2.0, (3,), np.float32), {"fcnet_hiddens": [16]}, None),
     "fc-multidiscrete": (gym.spaces.MultiDiscrete([3, 2]), {"fcnet_hiddens": [16]}, None),
-    "lstm-discrete": (gym.spaces.Discrete(3), {"fcnet_hiddens": [16], "use_lstm": True,
-                                               "lstm_cell_size": 8}, None),
+    "lstm-discrete": (
+        gym.spaces.Discrete(3),
+        {"fcnet_hiddens": [16], "use_lstm": True, "lstm_cell_size": 8},
+        None,
+    ),
     "lstm-box-prev-action-reward": (
         gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
-        {"fcnet_hiddens": [8], "use_lstm": True, "lstm_cell_size": 4,
-         "lstm_use_prev_action": True, "lstm_use_prev_reward": True}, None),
+        {
+            "fcnet_hiddens": [8],
+            "use_lstm": True,
+            "lstm_cell_size": 4,
+            "lstm_use_prev_action": True,
+            "lstm_use_prev_reward": True,
+        },
+        None,
+    ),
     "custom-model": (gym.spaces.Discrete(5), {}, TwoHeadModel),
 }
 
@@ -72,8 +83,10 @@ def _make(act_space, model_config, model_cls=None, compiled=True, **config):
         config["torch_compile_acting"] = "jit"
     kwargs = {}
     if model_cls is not None:
-        kwargs = {"model": model_cls(OBS, act_space, act_space.n, config["model"], "custom"),
-                  "action_distribution_class": TorchCategorical}
+        kwargs = {
+            "model": model_cls(OBS, act_space, act_space.n, config["model"], "custom"),
+            "action_distribution_class": TorchCategorical,
+        }
     return TorchPolicy(OBS, act_space, config, **kwargs)
 
 
@@ -100,8 +113,9 @@ def _inputs(policy, rng, n):
 def _assert_same(a, b):
     actions_a, states_a, extra_a = a
     actions_b, states_b, extra_b = b
-    np.testing.assert_allclose(np.asarray(actions_a, np.float64),
-                               np.asarray(actions_b, np.float64), atol=ATOL)
+    np.testing.assert_allclose(
+        np.asarray(actions_a, np.float64), np.asarray(actions_b, np.float64), atol=ATOL
+    )
     assert len(states_a) == len(states_b)
     for sa, sb in zip(states_a, states_b):
         np.testing.assert_allclose(sa, sb, atol=ATOL)
@@ -127,13 +141,11 @@ def test_compiled_matches_eager_over_steps(case, explore):
     torch.manual_seed(7)  # one seed, then three steps: the same random draws in order
     runs_e = [None] * 3
     for i in range(3):
-        runs_e[i] = eager.compute_actions(obs[i:] if not states else obs, states_e,
-                                          explore=explore, **kwargs)
+        runs_e[i] = eager.compute_actions(obs[i:] if not states else obs, states_e, explore=explore, **kwargs)
         states_e = runs_e[i][1]
     torch.manual_seed(7)
     for i in range(3):
-        out = compiled.compute_actions(obs[i:] if not states else obs, states_c,
-                                       explore=explore, **kwargs)
+        out = compiled.compute_actions(obs[i:] if not states else obs, states_c, explore=explore, **kwargs)
         _assert_same(runs_e[i], out)
         states_c = out[1]
     assert _traces(compiled) >= 1
@@ -160,16 +172,19 @@ def test_explore_samples_follow_the_seed_and_differ_from_deterministic():
     # Sampled logp = log_softmax of the logits at the sampled action.
     logits = sampled[2]["action_dist_inputs"].astype(np.float64)
     log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    np.testing.assert_allclose(sampled[2]["action_logp"],
-                               log_softmax[np.arange(len(obs)), sampled[0]], atol=ATOL)
+    np.testing.assert_allclose(
+        sampled[2]["action_logp"], log_softmax[np.arange(len(obs)), sampled[0]], atol=ATOL
+    )
 
 
 def test_from_input_dict_matches_eager():
     eager, compiled = _pair("lstm-discrete")
     obs, states, _ = _inputs(eager, np.random.default_rng(4), 3)
     batch = {"obs": obs, "state_in_0": states[0], "state_in_1": states[1]}
-    _assert_same(eager.compute_actions_from_input_dict(dict(batch), explore=False),
-                 compiled.compute_actions_from_input_dict(dict(batch), explore=False))
+    _assert_same(
+        eager.compute_actions_from_input_dict(dict(batch), explore=False),
+        compiled.compute_actions_from_input_dict(dict(batch), explore=False),
+    )
     assert _traces(compiled) == 1
 
 
@@ -185,8 +200,7 @@ def test_one_graph_per_batch_size_and_explore_flag_bounded_cache():
     assert _traces(compiled) == 3  # (1, greedy), (7, greedy), (1, sampled)
     for n in range(2, 2 + compiled_acting.MAX_GRAPHS + 2):
         obs = rng.uniform(-1, 1, (n, 6)).astype(np.float32)
-        _assert_same(eager.compute_actions(obs, explore=False),
-                     compiled.compute_actions(obs, explore=False))
+        _assert_same(eager.compute_actions(obs, explore=False), compiled.compute_actions(obs, explore=False))
     assert len(compiled._compiled_acting.graphs) == compiled_acting.MAX_GRAPHS
 
 
@@ -207,11 +221,12 @@ def test_graphs_see_new_weights():
     assert _traces(compiled) == 1  # (the same graph, new parameter values)
     # Another model object in its place: new graphs for it, not the old model's.
     compiled.model = compiled.model_gpu_towers[0] = _make(
-        gym.spaces.Discrete(5), {}, TwoHeadModel, compiled=False).model
+        gym.spaces.Discrete(5), {}, TwoHeadModel, compiled=False
+    ).model
     eager.model = eager.model_gpu_towers[0] = _make(
-        gym.spaces.Discrete(5), {}, TwoHeadModel, compiled=False).model
-    _assert_same(eager.compute_actions(obs, explore=False),
-                 compiled.compute_actions(obs, explore=False))
+        gym.spaces.Discrete(5), {}, TwoHeadModel, compiled=False
+    ).model
+    _assert_same(eager.compute_actions(obs, explore=False), compiled.compute_actions(obs, explore=False))
     assert compiled._compiled_acting.model is compiled.model
     # An optimizer step changes the parameters in place: the graph follows too.
     with torch.no_grad():
@@ -219,8 +234,7 @@ def test_graphs_see_new_weights():
             p.mul_(0.5)
         for p in eager.model.parameters():
             p.mul_(0.5)
-    _assert_same(eager.compute_actions(obs, explore=False),
-                 compiled.compute_actions(obs, explore=False))
+    _assert_same(eager.compute_actions(obs, explore=False), compiled.compute_actions(obs, explore=False))
 
 
 def test_value_dependent_model_falls_back_to_eager(caplog):
@@ -232,8 +246,9 @@ def test_value_dependent_model_falls_back_to_eager(caplog):
     neg = -pos
     with caplog.at_level(logging.WARNING, logger=LOG):
         for obs in (pos, neg, pos, neg):
-            _assert_same(eager.compute_actions(obs, explore=False),
-                         compiled.compute_actions(obs, explore=False))
+            _assert_same(
+                eager.compute_actions(obs, explore=False), compiled.compute_actions(obs, explore=False)
+            )
     # Both branches: the logits of -obs are not the negated logits of obs, but the
     # greedy action comes from the branch, so the two policies agree on every call.
     messages = [r.getMessage() for r in caplog.records if "torch_compile_acting" in r.getMessage()]
@@ -259,13 +274,13 @@ def test_unsupported_policies_stay_eager(what, caplog):
     torch.manual_seed(0)
     eager = cls(OBS, gym.spaces.Discrete(3), dict(config), **kwargs)
     torch.manual_seed(0)
-    compiled = cls(OBS, gym.spaces.Discrete(3), dict(config, torch_compile_acting="jit"),
-                   **kwargs)
+    compiled = cls(OBS, gym.spaces.Discrete(3), dict(config, torch_compile_acting="jit"), **kwargs)
     obs = np.random.default_rng(8).uniform(-1, 1, (3, 6)).astype(np.float32)
     with caplog.at_level(logging.WARNING, logger=LOG):
         for _ in range(2):
-            _assert_same(eager.compute_actions(obs, explore=False),
-                         compiled.compute_actions(obs, explore=False))
+            _assert_same(
+                eager.compute_actions(obs, explore=False), compiled.compute_actions(obs, explore=False)
+            )
     messages = [r.getMessage() for r in caplog.records if "torch_compile_acting" in r.getMessage()]
     assert len(messages) == 1 and what in messages[0]
     assert compiled._compiled_acting is False
@@ -301,13 +316,16 @@ def test_default_is_eager():
     assert policy._compiled_acting is False
 
 
-DICT_OBS = gym.spaces.Dict({"a": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
-                            "b": gym.spaces.Discrete(4)})
+DICT_OBS = gym.spaces.Dict({"a": gym.spaces.Box(-1.0, 1.0, (3,), np.float32), "b": gym.spaces.Discrete(4)})
 NESTED = {
-    "dict-obs-tuple-action": (DICT_OBS, gym.spaces.Tuple(
-        [gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)])),
-    "box-obs-dict-action": (OBS, gym.spaces.Dict(
-        {"x": gym.spaces.Discrete(2), "y": gym.spaces.MultiDiscrete([2, 3])})),
+    "dict-obs-tuple-action": (
+        DICT_OBS,
+        gym.spaces.Tuple([gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,), np.float32)]),
+    ),
+    "box-obs-dict-action": (
+        OBS,
+        gym.spaces.Dict({"x": gym.spaces.Discrete(2), "y": gym.spaces.MultiDiscrete([2, 3])}),
+    ),
 }
 
 
@@ -319,8 +337,11 @@ def test_nested_observations_and_actions(case):
     policies = []
     for mode in (False, "jit"):
         torch.manual_seed(0)
-        policies.append(TorchPolicy(obs_space, act_space, {
-            "model": {"fcnet_hiddens": [16]}, "torch_compile_acting": mode}))
+        policies.append(
+            TorchPolicy(
+                obs_space, act_space, {"model": {"fcnet_hiddens": [16]}, "torch_compile_acting": mode}
+            )
+        )
     eager, compiled = policies
     compiled.set_weights(eager.get_weights())
     obs_space.seed(0)
@@ -333,8 +354,7 @@ def test_nested_observations_and_actions(case):
         tree.assert_same_structure(expected[0], got[0])
         assert type(got[0]) is type(expected[0])
         for a, b in zip(tree.flatten(expected[0]), tree.flatten(got[0])):
-            np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
-                                       atol=ATOL)
+            np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), atol=ATOL)
         for k in expected[2]:
             np.testing.assert_allclose(expected[2][k], got[2][k], atol=ATOL, err_msg=k)
     assert _traces(compiled) == 2
@@ -359,9 +379,11 @@ def test_graphs_keep_the_batch_is_training_flag():
     out = {}
     for flag in (False, True, False):
         expected = eager.compute_actions_from_input_dict(
-            SampleBatch({"obs": obs}, _is_training=flag), explore=False)
+            SampleBatch({"obs": obs}, _is_training=flag), explore=False
+        )
         got = compiled.compute_actions_from_input_dict(
-            SampleBatch({"obs": obs}, _is_training=flag), explore=False)
+            SampleBatch({"obs": obs}, _is_training=flag), explore=False
+        )
         _assert_same(expected, got)
         out[flag] = got[2]["action_dist_inputs"]
     np.testing.assert_allclose(out[True], 3.0 * out[False], atol=ATOL)
@@ -385,15 +407,13 @@ def test_built_policy_classes_pg_and_ppo_compile(vf_share_layers, caplog):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger=LOG):
             torch.manual_seed(0)  # (building runs compute_actions on a dummy batch)
-            compiled = cls(OBS, gym.spaces.Discrete(3),
-                           dict(config, torch_compile_acting="jit"))
+            compiled = cls(OBS, gym.spaces.Discrete(3), dict(config, torch_compile_acting="jit"))
             for explore in (False, True):
                 torch.manual_seed(2)
                 expected = eager.compute_actions(obs, explore=explore)
                 torch.manual_seed(2)
                 _assert_same(expected, compiled.compute_actions(obs, explore=explore))
-        messages = [r.getMessage() for r in caplog.records
-                    if "torch_compile_acting" in r.getMessage()]
+        messages = [r.getMessage() for r in caplog.records if "torch_compile_acting" in r.getMessage()]
         if cls is PGWithFetch:
             assert len(messages) == 1 and "extra_action_out" in messages[0]
             assert compiled._compiled_acting is False
@@ -416,7 +436,9 @@ def test_large_feedforward_batches_stay_eager_on_cpu_recurrent_ones_compile():
         eager, compiled = _pair(case)
         for n in (limit, limit + 1):
             obs, states, _ = _inputs(eager, rng, n)
-            _assert_same(eager.compute_actions(obs, states, explore=False),
-                         compiled.compute_actions(obs, states, explore=False))
+            _assert_same(
+                eager.compute_actions(obs, states, explore=False),
+                compiled.compute_actions(obs, states, explore=False),
+            )
         # Feed-forward: only the batch at the limit traced; recurrent: both.
         assert _traces(compiled) == expect_traces, case

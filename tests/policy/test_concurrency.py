@@ -8,6 +8,7 @@ observation whose entries sum to 1 is ``v * 1 + v = 2 v``: a forward pass that
 saw weights of two versions (torn weights) gives a row that is not
 ``2 v`` for a single integer ``v``.
 """
+
 import threading
 
 import gymnasium as gym
@@ -24,8 +25,7 @@ def _make(framework):
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")
     from rlpolicy.agents.ppo import PPOTFPolicy, PPOTorchPolicy
 
-    config = {"framework": framework, "seed": 0,
-              "model": {"fcnet_hiddens": [], "vf_share_layers": False}}
+    config = {"framework": framework, "seed": 0, "model": {"fcnet_hiddens": [], "vf_share_layers": False}}
     cls = {"torch": PPOTorchPolicy, "tf": PPOTFPolicy}.get(framework) or PPOTFPolicy.as_eager()
     return cls(OBS, ACT, config)
 
@@ -44,6 +44,7 @@ def _run_threads(targets):
                 fn()
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append(repr(e))
+
         return run
 
     threads = [threading.Thread(target=wrap(t)) for t in targets]

@@ -4,6 +4,7 @@ odd values; a bad value of a key the policy does read still raises, naming the k
 Written as client code: a 1.x-style torch policy (``build_policy_class``) and a TF one
 (``build_tf_policy``) get a 2.x-style config dict.
 """
+
 import warnings
 
 import gymnasium as gym
@@ -32,20 +33,22 @@ def torch_pg_loss(policy, model, dist_class, train_batch):
 
 def tf_pg_loss(policy, model, dist_class, train_batch):
     from rlpolicy.utils.framework import try_import_tf
+
     _, tf, _ = try_import_tf()
     logits, _ = model(train_batch)
     dist = dist_class(logits, model)
-    return -tf.reduce_mean(dist.logp(train_batch[SampleBatch.ACTIONS])
-                           * train_batch[SampleBatch.REWARDS])
+    return -tf.reduce_mean(dist.logp(train_batch[SampleBatch.ACTIONS]) * train_batch[SampleBatch.REWARDS])
 
 
 def sac_style_torch_optimizer(policy, config):
     import torch
+
     return torch.optim.Adam(policy.model.parameters(), lr=config["optimization"]["actor_learning_rate"])
 
 
 def sac_style_tf_optimizer(policy, config):
     from rlpolicy.utils.framework import get_keras, try_import_tf
+
     tf1, tf, _ = try_import_tf()
     rate = config["optimization"]["actor_learning_rate"]
     if policy.framework == "tf":
@@ -56,18 +59,29 @@ def sac_style_tf_optimizer(policy, config):
 def policy_class(framework, optimizer_fn=None):
     if framework == "torch":
         from rlpolicy.policy.policy_template import build_policy_class
-        return build_policy_class("PGTorchPolicy", "torch", loss_fn=torch_pg_loss,
-                                  optimizer_fn=optimizer_fn and sac_style_torch_optimizer)
+
+        return build_policy_class(
+            "PGTorchPolicy",
+            "torch",
+            loss_fn=torch_pg_loss,
+            optimizer_fn=optimizer_fn and sac_style_torch_optimizer,
+        )
     from rlpolicy.policy.tf_policy_template import build_tf_policy
-    cls = build_tf_policy("PGTFPolicy", loss_fn=tf_pg_loss,
-                          optimizer_fn=optimizer_fn and sac_style_tf_optimizer)
+
+    cls = build_tf_policy(
+        "PGTFPolicy", loss_fn=tf_pg_loss, optimizer_fn=optimizer_fn and sac_style_tf_optimizer
+    )
     return cls.as_eager() if framework == "tf2" else cls
 
 
 def batch(n=4):
-    return SampleBatch({SampleBatch.OBS: np.zeros((n, 3), np.float32),
-                        SampleBatch.ACTIONS: np.arange(n) % 2,
-                        SampleBatch.REWARDS: np.ones(n, np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: np.zeros((n, 3), np.float32),
+            SampleBatch.ACTIONS: np.arange(n) % 2,
+            SampleBatch.REWARDS: np.ones(n, np.float32),
+        }
+    )
 
 
 class EpisodeStatsCallbacks:
@@ -96,8 +110,7 @@ CONFIG_2X = {
     "lr": None,
     "optimization": {"actor_learning_rate": 3e-4, "critic_learning_rate": 3e-4},
     "callbacks": EpisodeStatsCallbacks,
-    "model": {"fcnet_hiddens": [8], "fcnet_weights_initializer": None,
-              "encoder_latent_dim": None},
+    "model": {"fcnet_hiddens": [8], "fcnet_weights_initializer": None, "encoder_latent_dim": None},
     "batch_mode": "complete_episodes",
 }
 
@@ -123,26 +136,34 @@ def test_2x_config_is_accepted_with_warnings(framework):
 def test_lr_none_raises_naming_lr_where_the_default_optimizer_reads_it(framework):
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")
     with pytest.raises(ValueError, match=r"config\['lr'\]=None is invalid; allowed: a finite number"):
-        policy_class(framework)(OBS, ACT, {"framework": framework, "lr": None,
-                                           "model": {"fcnet_hiddens": [8]}})
+        policy_class(framework)(
+            OBS, ACT, {"framework": framework, "lr": None, "model": {"fcnet_hiddens": [8]}}
+        )
     with pytest.raises(ValueError, match=r"config\['lr'\]='0.1' is invalid"):
-        policy_class(framework)(OBS, ACT, {"framework": framework, "lr": "0.1",
-                                           "model": {"fcnet_hiddens": [8]}})
+        policy_class(framework)(
+            OBS, ACT, {"framework": framework, "lr": "0.1", "model": {"fcnet_hiddens": [8]}}
+        )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_duck_typed_callbacks_get_the_learn_hook(framework):
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")
-    policy = policy_class(framework)(OBS, ACT, {"framework": framework, "model": {"fcnet_hiddens": [8]},
-                                                "callbacks": LearnCountingCallbacks})
+    policy = policy_class(framework)(
+        OBS,
+        ACT,
+        {"framework": framework, "model": {"fcnet_hiddens": [8]}, "callbacks": LearnCountingCallbacks},
+    )
     out = policy.learn_on_batch(batch(6))
     assert policy.callbacks.learn_calls == [6] and out["custom_metrics"] == {"seen": 6}
 
 
 def test_callbacks_factory_without_any_hook_is_refused():
     pytest.importorskip("torch")
-    with pytest.raises(ValueError, match=r"config\['callbacks'\]=<class 'dict'> made a dict object "
-                                         r"with none of the callback methods \(.*on_learn_on_batch"):
+    with pytest.raises(
+        ValueError,
+        match=r"config\['callbacks'\]=<class 'dict'> made a dict object "
+        r"with none of the callback methods \(.*on_learn_on_batch",
+    ):
         policy_class("torch")(OBS, ACT, {"model": {"fcnet_hiddens": [8]}, "callbacks": dict})
     with pytest.raises(ValueError, match=r"config\['callbacks'\]='MyCallbacks' is invalid"):
         policy_class("torch")(OBS, ACT, {"model": {"fcnet_hiddens": [8]}, "callbacks": "MyCallbacks"})
@@ -151,8 +172,12 @@ def test_callbacks_factory_without_any_hook_is_refused():
 def test_bad_values_of_keys_policies_read_still_raise():
     pytest.importorskip("torch")
     cls = policy_class("torch")
-    for override, key in [({"gamma": 1.5}, "gamma"), ({"model": {"max_seq_len": 0}}, "model.max_seq_len"),
-                          ({"num_gpus": -1}, "num_gpus"), ({"grad_clip": 0}, "grad_clip")]:
+    for override, key in [
+        ({"gamma": 1.5}, "gamma"),
+        ({"model": {"max_seq_len": 0}}, "model.max_seq_len"),
+        ({"num_gpus": -1}, "num_gpus"),
+        ({"grad_clip": 0}, "grad_clip"),
+    ]:
         with pytest.raises(ValueError, match=f"config\\['{key}'\\]"):
             cls(OBS, ACT, {"model": {"fcnet_hiddens": [8]}, **override})
 
@@ -160,9 +185,11 @@ def test_bad_values_of_keys_policies_read_still_raise():
 def test_unknown_model_key_warns_once_with_close_match():
     pytest.importorskip("torch")
     cls = policy_class("torch")
-    with pytest.warns(UnknownConfigKeyWarning,
-                      match=r"PGTorchPolicy: unknown key 'fcnet_hidden' in config\['model'\]; "
-                            r"did you mean 'fcnet_hiddens'\?"):
+    with pytest.warns(
+        UnknownConfigKeyWarning,
+        match=r"PGTorchPolicy: unknown key 'fcnet_hidden' in config\['model'\]; "
+        r"did you mean 'fcnet_hiddens'\?",
+    ):
         policy = cls(OBS, ACT, {"model": {"fcnet_hidden": [4]}})
     assert policy.config["model"]["fcnet_hidden"] == [4]  # kept, as unknown top-level keys are
     with warnings.catch_warnings():

@@ -3,6 +3,7 @@
 SGD steps are checked against numpy (linear logits, see tf_graph_policies);
 view-requirement pruning against the columns the loss reads.
 """
+
 import numpy as np
 import pytest
 
@@ -61,8 +62,9 @@ def test_explore_false_takes_the_argmax(pg):
     np.testing.assert_array_equal(actions, extra["action_dist_inputs"].argmax(axis=1))
     np.testing.assert_allclose(extra["action_logp"], np.zeros(7), rtol=1e-6, atol=1e-6)
     logp = pg.compute_log_likelihoods(actions, obs)
-    np.testing.assert_allclose(logp, log_softmax(extra["action_dist_inputs"])[np.arange(7), actions],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        logp, log_softmax(extra["action_dist_inputs"])[np.arange(7), actions], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_compute_single_action(pg):
@@ -77,8 +79,9 @@ def test_sgd_step_matches_numpy(clip):
     data = pg_batch(8, seed=1)
     w, b = sgd_pg_step(w0["fc_out/kernel"], w0["fc_out/bias"], data, 0.5, clip)
     out = pol.learn_on_batch(data.copy())
-    np.testing.assert_allclose(out["learner_stats"]["mean_reward"], data["rewards"].mean(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        out["learner_stats"]["mean_reward"], data["rewards"].mean(), rtol=1e-5, atol=1e-6
+    )
     w1 = pol.get_weights()
     np.testing.assert_allclose(w1["fc_out/kernel"], w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(w1["fc_out/bias"], b, rtol=1e-5, atol=1e-6)
@@ -123,8 +126,7 @@ def test_action_sampler_fn_needs_make_model_and_has_no_log_likelihood():
     def make_model(policy, obs_space, action_space, cfg):
         return ModelCatalog.get_model_v2(obs_space, action_space, 2, cfg["model"], framework="tf")
 
-    pol = DynamicTFPolicy(OBS, ACT, config(), None, action_sampler_fn=sampler,
-                          make_model=make_model)
+    pol = DynamicTFPolicy(OBS, ACT, config(), None, action_sampler_fn=sampler, make_model=make_model)
     actions, _, extra = pol.compute_actions(pg_batch(4)["obs"])
     assert actions.shape == (4,) and "action_dist_inputs" not in extra
     assert not pol.loss_initialized()
@@ -136,20 +138,37 @@ def test_action_distribution_fn_with_new_and_old_signatures():
     def make_model(policy, obs_space, action_space, cfg):
         return ModelCatalog.get_model_v2(obs_space, action_space, 2, cfg["model"], framework="tf")
 
-    def dist_fn_new(policy, model, input_dict, *, state_batches=None, seq_lens=None,
-                    explore=None, timestep=None, is_training=None):
+    def dist_fn_new(
+        policy,
+        model,
+        input_dict,
+        *,
+        state_batches=None,
+        seq_lens=None,
+        explore=None,
+        timestep=None,
+        is_training=None,
+    ):
         logits, state = model(input_dict)
         return logits * 2.0, Categorical, state
 
-    def dist_fn_old(policy, model, obs_batch, *, state_batches=None, seq_lens=None,
-                    prev_action_batch=None, prev_reward_batch=None, explore=None,
-                    is_training=None):
+    def dist_fn_old(
+        policy,
+        model,
+        obs_batch,
+        *,
+        state_batches=None,
+        seq_lens=None,
+        prev_action_batch=None,
+        prev_reward_batch=None,
+        explore=None,
+        is_training=None,
+    ):
         logits, state = model({"obs": obs_batch})
         return logits * 2.0, Categorical, state
 
     for fn in (dist_fn_new, dist_fn_old):
-        pol = DynamicTFPolicy(OBS, ACT, config(), pg_loss, action_distribution_fn=fn,
-                              make_model=make_model)
+        pol = DynamicTFPolicy(OBS, ACT, config(), pg_loss, action_distribution_fn=fn, make_model=make_model)
         assert pol.dist_class is Categorical
         _, _, extra = pol.compute_actions(pg_batch(3)["obs"])
         assert extra["action_dist_inputs"].shape == (3, 2)
@@ -159,20 +178,34 @@ def test_action_distribution_fn_without_a_class_is_refused():
     def make_model(policy, obs_space, action_space, cfg):
         return ModelCatalog.get_model_v2(obs_space, action_space, 2, cfg["model"], framework="tf")
 
-    def no_class(policy, model, input_dict, *, state_batches=None, seq_lens=None,
-                 explore=None, timestep=None, is_training=None):
+    def no_class(
+        policy,
+        model,
+        input_dict,
+        *,
+        state_batches=None,
+        seq_lens=None,
+        explore=None,
+        timestep=None,
+        is_training=None,
+    ):
         logits, state = model(input_dict)
         return logits, None, state
 
     with pytest.raises(ValueError, match="returned no action distribution class"):
-        DynamicTFPolicy(OBS, ACT, config(), pg_loss, action_distribution_fn=no_class,
-                        make_model=make_model)
+        DynamicTFPolicy(OBS, ACT, config(), pg_loss, action_distribution_fn=no_class, make_model=make_model)
 
 
 def test_deprecated_obs_include_prev_action_reward_and_divisibility_req():
     with pytest.warns(DeprecationWarning, match="obs_include_prev_action_reward"):
-        pol = DynamicTFPolicy(OBS, ACT, config(), pg_loss, obs_include_prev_action_reward=True,
-                              get_batch_divisibility_req=lambda policy: 4)
+        pol = DynamicTFPolicy(
+            OBS,
+            ACT,
+            config(),
+            pg_loss,
+            obs_include_prev_action_reward=True,
+            get_batch_divisibility_req=lambda policy: 4,
+        )
     assert pol.loss_initialized() and pol.batch_divisibility_req == 4
 
 
@@ -180,9 +213,11 @@ def test_copy_checks_its_inputs(pg):
     with pytest.raises(ValueError, match="copy\\(\\) got 1 input tensors for the 3 inputs"):
         pg.copy([pg._loss_input_dict["obs"]])
     with pg.graph.as_default():
-        bad = [("obs", tf1.placeholder(tf.float32, [None, 5])),
-               ("actions", pg._loss_input_dict["actions"]),
-               ("rewards", pg._loss_input_dict["rewards"])]
+        bad = [
+            ("obs", tf1.placeholder(tf.float32, [None, 5])),
+            ("actions", pg._loss_input_dict["actions"]),
+            ("rewards", pg._loss_input_dict["rewards"]),
+        ]
     with pytest.raises(ValueError, match=r"input 'obs' has shape \[None, 5\]"):
         pg.copy(bad)
 
@@ -206,9 +241,12 @@ def test_checkpoint_round_trip_rebuilds_the_class(pg, tmp_path):
     for k, v in pg.get_weights().items():
         np.testing.assert_array_equal(restored.get_weights()[k], v)
     obs = pg_batch(4)["obs"]
-    np.testing.assert_allclose(restored.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
-                               pg.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        restored.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
+        pg.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 # ---------------------------------------------------------------------- LSTM
@@ -260,12 +298,12 @@ def test_lstm_policy_learns_on_one_device_and_on_towers(lstm):
 
 def _numpy_lstm_step(w, obs, h, c):
     """One LSTM step of the model (tanh FC 8 -> Keras LSTM, gates i, f, c, o -> logits)."""
+
     def sigmoid(x):
         return 1.0 / (1.0 + np.exp(-x))
 
     x = np.tanh(obs @ w["fc_1/kernel"] + w["fc_1/bias"])
-    z = x @ w["lstm/lstm_cell/kernel"] + h @ w["lstm/lstm_cell/recurrent_kernel"] \
-        + w["lstm/lstm_cell/bias"]
+    z = x @ w["lstm/lstm_cell/kernel"] + h @ w["lstm/lstm_cell/recurrent_kernel"] + w["lstm/lstm_cell/bias"]
     i, f, g, o = np.split(z, 4, axis=1)
     c_new = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
     h_new = sigmoid(o) * np.tanh(c_new)
@@ -279,19 +317,23 @@ def test_lstm_export_saved_model_and_onnx_in_onnxruntime(lstm, tmp_path):
     assert (tmp_path / "sm" / "saved_model.pb").exists()
     lstm.export_model(str(tmp_path / "onnx"), onnx=13)
     sess = ort.InferenceSession(str(tmp_path / "onnx" / "saved_model.onnx"))
-    assert {i.name for i in sess.get_inputs()} == \
-        {"obs:0", "state_in_0:0", "state_in_1:0", "seq_lens:0"}
-    fetch = [lstm._sampled_action.name, lstm._dist_inputs.name] + \
-        [s.name for s in lstm._state_outputs]
+    assert {i.name for i in sess.get_inputs()} == {"obs:0", "state_in_0:0", "state_in_1:0", "seq_lens:0"}
+    fetch = [lstm._sampled_action.name, lstm._dist_inputs.name] + [s.name for s in lstm._state_outputs]
     weights = lstm.get_weights()
     rng = np.random.default_rng(3)
     for n in (1, 5):
         obs = pg_batch(n, seed=20 + n)["obs"]
         states = [rng.normal(0, 0.5, (n, 4)).astype(np.float32) for _ in range(2)]
         _, state_out, extra = lstm.compute_actions(obs, state_batches=states, explore=False)
-        actions, logits, h, c = sess.run(fetch, {
-            "obs:0": obs, "state_in_0:0": states[0], "state_in_1:0": states[1],
-            "seq_lens:0": np.ones(n, np.int32)})
+        actions, logits, h, c = sess.run(
+            fetch,
+            {
+                "obs:0": obs,
+                "state_in_0:0": states[0],
+                "state_in_1:0": states[1],
+                "seq_lens:0": np.ones(n, np.int32),
+            },
+        )
         # The policy's session and an independent numpy LSTM step agree with onnxruntime.
         np.testing.assert_allclose(logits, extra["action_dist_inputs"], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(h, state_out[0], rtol=1e-5, atol=1e-5)
@@ -304,12 +346,11 @@ def test_lstm_export_saved_model_and_onnx_in_onnxruntime(lstm, tmp_path):
     # One sequence of 5 steps: the ONNX loop runs 5 times (numpy unrolls it).
     obs = pg_batch(5, seed=30)["obs"]
     h, c = [rng.normal(0, 0.5, (1, 4)).astype(np.float32) for _ in range(2)]
-    feed = {"obs:0": obs, "state_in_0:0": h, "state_in_1:0": c,
-            "seq_lens:0": np.array([5], np.int32)}
+    feed = {"obs:0": obs, "state_in_0:0": h, "state_in_1:0": c, "seq_lens:0": np.array([5], np.int32)}
     _, logits, h_out, c_out = sess.run(fetch, feed)
     for t in range(5):
-        want, h, c = _numpy_lstm_step(weights, obs[t:t + 1], h, c)
-        np.testing.assert_allclose(logits[t:t + 1], want, rtol=1e-5, atol=1e-5)
+        want, h, c = _numpy_lstm_step(weights, obs[t : t + 1], h, c)
+        np.testing.assert_allclose(logits[t : t + 1], want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(h_out, h, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(c_out, c, rtol=1e-5, atol=1e-5)
 

@@ -6,6 +6,7 @@ code built with ``build_tf_policy``:
   ``split``) is a loss input, fed from the train batch column of that name;
 * ``LearningRateSchedule.__init__`` works in ``before_init``, before the session exists (R2D2).
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -26,17 +27,20 @@ CONFIG = {"framework": "tf", "model": {"fcnet_hiddens": [4]}, "seed": 0}
 
 def batch(n=6, **extra):
     r = np.random.default_rng(5)
-    cols = {SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
-            SampleBatch.ACTIONS: np.arange(n) % 2,
-            SampleBatch.REWARDS: np.linspace(-1, 1, n).astype(np.float32)}
+    cols = {
+        SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
+        SampleBatch.ACTIONS: np.arange(n) % 2,
+        SampleBatch.REWARDS: np.linspace(-1, 1, n).astype(np.float32),
+    }
     cols.update(extra)
     return SampleBatch(cols)
 
 
 def pg_loss(policy, model, dist_class, train_batch):
     logits, _ = model(train_batch)
-    policy.pg_loss = -tf.reduce_mean(dist_class(logits, model).logp(
-        train_batch[SampleBatch.ACTIONS]) * train_batch[SampleBatch.REWARDS])
+    policy.pg_loss = -tf.reduce_mean(
+        dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS]) * train_batch[SampleBatch.REWARDS]
+    )
     return policy.pg_loss
 
 
@@ -60,14 +64,20 @@ POST_SEEN = []
 
 
 def read_vf_preds(policy, sample_batch, other_agent_batches=None, episode=None):
-    POST_SEEN.append((np.asarray(sample_batch["vf_preds"]).shape,
-                      np.asarray(sample_batch["dyn_logits"]).shape))
+    POST_SEEN.append(
+        (np.asarray(sample_batch["vf_preds"]).shape, np.asarray(sample_batch["dyn_logits"]).shape)
+    )
     return sample_batch
 
 
 def test_construction_runs_no_compute_actions():
-    cls = build_tf_policy("NoActPolicy", loss_fn=pg_loss, mixins=[CountActs],
-                          extra_action_out_fn=vf_and_dynamic_fetches, postprocess_fn=read_vf_preds)
+    cls = build_tf_policy(
+        "NoActPolicy",
+        loss_fn=pg_loss,
+        mixins=[CountActs],
+        extra_action_out_fn=vf_and_dynamic_fetches,
+        postprocess_fn=read_vf_preds,
+    )
     POST_SEEN.clear()
     policy = cls(OBS, ACT, dict(CONFIG))
     assert policy.__dict__.get("acts", 0) == 0
@@ -77,7 +87,8 @@ def test_construction_runs_no_compute_actions():
     assert policy.view_requirements["vf_preds"].space.shape == ()
     assert policy.view_requirements["dyn_logits"].space.shape == (2,)
     _, _, extra = policy.compute_actions_from_input_dict(
-        SampleBatch({SampleBatch.OBS: batch()[SampleBatch.OBS]}))
+        SampleBatch({SampleBatch.OBS: batch()[SampleBatch.OBS]})
+    )
     assert policy.__dict__["acts"] == 1 and extra["dyn_logits"].shape == (6, 2)
 
 
@@ -90,8 +101,9 @@ def add_row_weights(policy, obs_space, action_space, config):
 def weighted_pg_loss(policy, model, dist_class, train_batch):
     logits, _ = model(train_batch)
     logp = dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
-    policy.weighted_loss = -tf.reduce_mean(logp * train_batch[SampleBatch.REWARDS]
-                                           * train_batch["row_weights"])
+    policy.weighted_loss = -tf.reduce_mean(
+        logp * train_batch[SampleBatch.REWARDS] * train_batch["row_weights"]
+    )
     return policy.weighted_loss
 
 
@@ -99,9 +111,13 @@ def weighted_stats(policy, train_batch):
     return {"loss": policy.weighted_loss}
 
 
-WeightedPG = build_tf_policy("WeightedPG", loss_fn=weighted_pg_loss, stats_fn=weighted_stats,
-                             before_loss_init=add_row_weights,
-                             optimizer_fn=lambda policy, config: tf1.train.GradientDescentOptimizer(0.1))
+WeightedPG = build_tf_policy(
+    "WeightedPG",
+    loss_fn=weighted_pg_loss,
+    stats_fn=weighted_stats,
+    before_loss_init=add_row_weights,
+    optimizer_fn=lambda policy, config: tf1.train.GradientDescentOptimizer(0.1),
+)
 
 
 def test_placeholders_added_to_loss_input_dict_are_fed():
@@ -115,8 +131,9 @@ def test_placeholders_added_to_loss_input_dict_are_fed():
     two = b.learn_on_batch(batch(n, row_weights=np.full(n, 2.0, np.float32), **rewards))
     # Same start weights: the fed column scales the loss exactly.
     assert float(one["learner_stats"]["loss"]) > 0.1
-    np.testing.assert_allclose(two["learner_stats"]["loss"], 2 * one["learner_stats"]["loss"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        two["learner_stats"]["loss"], 2 * one["learner_stats"]["loss"], rtol=1e-5, atol=1e-6
+    )
     # Zero weights: zero loss and gradient; the weights do not move.
     before = {k: v.copy() for k, v in a.get_weights().items()}
     zero = a.learn_on_batch(batch(n, row_weights=np.zeros(n, np.float32)))
@@ -132,8 +149,9 @@ def setup_early_mixins(policy, obs_space, action_space, config):
     LearningRateSchedule.__init__(policy, config["lr"], config["lr_schedule"])
 
 
-R2D2Like = build_tf_policy("R2D2LikeTFPolicy", loss_fn=pg_loss, before_init=setup_early_mixins,
-                           mixins=[LearningRateSchedule])
+R2D2Like = build_tf_policy(
+    "R2D2LikeTFPolicy", loss_fn=pg_loss, before_init=setup_early_mixins, mixins=[LearningRateSchedule]
+)
 
 
 def test_learning_rate_schedule_set_up_in_before_init():

@@ -8,6 +8,7 @@ checkpoints) give the later one a ``_<n>`` suffix, so every variable round-trips
 
 Client code here is a 1.x-style tf2 policy module with a custom Keras model.
 """
+
 import os
 
 import gymnasium as gym
@@ -63,8 +64,9 @@ ModelCatalog.register_custom_model("same_name_vars", SameNameModel)
 
 def pg_loss(policy, model, dist_class, train_batch):
     logits, _ = model(train_batch)
-    return -tf.reduce_mean(dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
-                           * train_batch[SampleBatch.REWARDS])
+    return -tf.reduce_mean(
+        dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS]) * train_batch[SampleBatch.REWARDS]
+    )
 
 
 SameNamePG = build_tf_policy("SameNamePG", loss_fn=pg_loss).as_eager()
@@ -73,8 +75,18 @@ SameNamePG = build_tf_policy("SameNamePG", loss_fn=pg_loss).as_eager()
 @pytest.fixture(params=[False, True], ids=["tf2", "traced"])
 def make(request):
     def _make(seed):
-        return SameNamePG(OBS, ACT, {"framework": "tf2", "eager_tracing": request.param, "seed": seed,
-                                     "lr": 0.1, "model": {"custom_model": "same_name_vars"}})
+        return SameNamePG(
+            OBS,
+            ACT,
+            {
+                "framework": "tf2",
+                "eager_tracing": request.param,
+                "seed": seed,
+                "lr": 0.1,
+                "model": {"custom_model": "same_name_vars"},
+            },
+        )
+
     return _make
 
 
@@ -130,8 +142,15 @@ def test_get_state_set_state_restores_both_same_named_variables(make):
 def test_checkpoint_round_trip_restores_both_same_named_variables(make, tmp_path):
     src = make(seed=1)
     _set_distinct(src)
-    src.learn_on_batch(SampleBatch({SampleBatch.OBS: OBS_BATCH, SampleBatch.ACTIONS: np.array([0, 1]),
-                                    SampleBatch.REWARDS: np.array([1.0, -1.0], np.float32)}))
+    src.learn_on_batch(
+        SampleBatch(
+            {
+                SampleBatch.OBS: OBS_BATCH,
+                SampleBatch.ACTIONS: np.array([0, 1]),
+                SampleBatch.REWARDS: np.array([1.0, -1.0], np.float32),
+            }
+        )
+    )
     trained = [v.numpy() for v in _two_w(src)]
     assert not np.allclose(trained[0], trained[1])  # still distinct after a step
     src.export_checkpoint(str(tmp_path))
@@ -143,7 +162,9 @@ def test_checkpoint_round_trip_restores_both_same_named_variables(make, tmp_path
 
     # The tf.train.Checkpoint files hold both variables too.
     other = make(seed=2)
-    make_tf_checkpoint(other.model, other._optimizers, 0).read(os.path.join(str(tmp_path), "model")).expect_partial()
+    make_tf_checkpoint(other.model, other._optimizers, 0).read(
+        os.path.join(str(tmp_path), "model")
+    ).expect_partial()
     for got, want in zip(_two_w(other), trained):
         np.testing.assert_array_equal(got.numpy(), want)
     np.testing.assert_allclose(_logits(other), _logits(src), atol=1e-6)

@@ -3,6 +3,7 @@
 Graph mode here is a ``tf1.Graph().as_default()`` block (what a TF1-mode process
 is in everywhere); the same code runs in the RLPOLICY_TF_V1 pass.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -61,8 +62,9 @@ def pg_loss(policy, model, dist_class, train_batch):
 
 
 def test_methods_of_built_classes_and_their_mixins_are_wrapped_once():
-    cls = build_eager_tf_policy("Counted", loss_fn=pg_loss, mixins=[Counter],
-                                before_loss_init=lambda p, o, a, c: Counter.__init__(p))
+    cls = build_eager_tf_policy(
+        "Counted", loss_fn=pg_loss, mixins=[Counter], before_loss_init=lambda p, o, a, c: Counter.__init__(p)
+    )
     for name in ("__init__", "compute_single_action", "learn_on_batch", "get_state", "hit"):
         fn = getattr(cls, name)
         assert getattr(fn, "_rlpolicy_runs_eagerly", False), name
@@ -80,13 +82,13 @@ def _arrays(weights):
 
 
 def test_an_eager_policy_built_and_used_from_graph_mode():
-    cls = build_eager_tf_policy("Counted2", loss_fn=pg_loss, mixins=[Counter],
-                                before_loss_init=lambda p, o, a, c: Counter.__init__(p))
+    cls = build_eager_tf_policy(
+        "Counted2", loss_fn=pg_loss, mixins=[Counter], before_loss_init=lambda p, o, a, c: Counter.__init__(p)
+    )
     obs_space, act_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32), gym.spaces.Discrete(2)
     obs = np.array([[0.5, -0.5, 1.0], [1.0, 0.0, -1.0]], np.float32)
     with tf1.Graph().as_default():
-        policy = cls(obs_space, act_space, {"framework": "tf2", "model": {"fcnet_hiddens": [4]},
-                                            "lr": 0.1})
+        policy = cls(obs_space, act_space, {"framework": "tf2", "model": {"fcnet_hiddens": [4]}, "lr": 0.1})
         before = _arrays(policy.get_weights())
         action, _, _ = policy.compute_single_action(obs[0], explore=False)
         assert act_space.contains(int(action))

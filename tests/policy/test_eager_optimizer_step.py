@@ -5,6 +5,7 @@ optimizer's update as a cached ``tf.function``: these tests check the result
 against a numpy Adam, that the step is traced once across calls, that a
 learning-rate change still applies, and that user subclasses stay eager.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,7 +27,7 @@ def _numpy_adam(w, grads, lr, b1=0.9, b2=0.999, eps=1e-7):
     for t, g in enumerate(grads, start=1):
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g * g
-        alpha = lr[t - 1] * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        alpha = lr[t - 1] * np.sqrt(1 - b2**t) / (1 - b1**t)
         w = w - alpha * m / (np.sqrt(v) + eps)
     return w
 
@@ -51,8 +52,7 @@ def test_traced_keras_adam_step_matches_numpy_and_traces_once(tf):
     for step, gs in enumerate(grads):
         if step == 2:
             opt.learning_rate = 0.02  # a schedule's change reaches the traced step
-        learning.step_optimizers([opt], [(tf.constant(g), v) for g, v in zip(gs, variables)],
-                                 multi=False)
+        learning.step_optimizers([opt], [(tf.constant(g), v) for g, v in zip(gs, variables)], multi=False)
     for i, var in enumerate(variables):
         want = _numpy_adam(start[i], [gs[i] for gs in grads], lrs)
         np.testing.assert_allclose(var.numpy(), want, atol=1e-5)
@@ -65,8 +65,9 @@ def test_none_gradients_skip_their_variables(tf):
     from rlpolicy.policy._eager import learning
 
     start, variables, opt, grads = _setup(tf)
-    learning.step_optimizers([opt], [(tf.constant(grads[0][0]), variables[0]),
-                                     (None, variables[1])], multi=False)
+    learning.step_optimizers(
+        [opt], [(tf.constant(grads[0][0]), variables[0]), (None, variables[1])], multi=False
+    )
     np.testing.assert_array_equal(variables[1].numpy(), start[1])
     want = _numpy_adam(start[0], [grads[0][0]], [0.1])
     np.testing.assert_allclose(variables[0].numpy(), want, atol=1e-5)
@@ -85,7 +86,6 @@ def test_user_optimizer_subclass_runs_eagerly(tf):
 
     _, variables, opt, grads = _setup(tf, CountingAdam)
     for gs in grads:
-        learning.step_optimizers([opt], [(tf.constant(g), v) for g, v in zip(gs, variables)],
-                                 multi=False)
+        learning.step_optimizers([opt], [(tf.constant(g), v) for g, v in zip(gs, variables)], multi=False)
     assert calls == [True, True, True]
     assert opt not in learning._APPLY_STEPS

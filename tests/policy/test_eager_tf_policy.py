@@ -4,6 +4,7 @@ Expected values come from numpy forward/backward passes of the model's
 weights (or a ``tf.GradientTape`` computation written here), never from the
 policy code under test.
 """
+
 import warnings
 
 import gymnasium as gym
@@ -21,8 +22,12 @@ OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(3)
 FC = {"fcnet_hiddens": [4]}  # one tanh layer, shared value branch
 LSTM = {"fcnet_hiddens": [4], "use_lstm": True, "lstm_cell_size": 3, "max_seq_len": 4}
-KEYS = ("base_model.fc_1.kernel:0", "base_model.fc_1.bias:0",
-        "base_model.fc_out.kernel:0", "base_model.fc_out.bias:0")
+KEYS = (
+    "base_model.fc_1.kernel:0",
+    "base_model.fc_1.bias:0",
+    "base_model.fc_out.kernel:0",
+    "base_model.fc_out.bias:0",
+)
 
 
 def pg_loss(policy, model, dist_class, train_batch):
@@ -47,16 +52,21 @@ SGDPG = PG.with_updates(optimizer_fn=sgd)
 def make(cls=PG, model=FC, seed=0, **config):
     policy = cls(OBS, ACT, {"model": dict(model), "lr": 0.1, **config})
     r = np.random.default_rng(seed)
-    policy.set_weights({k: r.normal(0, 0.7, v.shape).astype(np.float32)
-                        for k, v in policy.get_weights(as_dict=True).items()})
+    policy.set_weights(
+        {k: r.normal(0, 0.7, v.shape).astype(np.float32) for k, v in policy.get_weights(as_dict=True).items()}
+    )
     return policy
 
 
 def pg_batch(n, seed=1):
     r = np.random.default_rng(seed)
-    return SampleBatch({SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
-                        SampleBatch.ACTIONS: r.integers(0, 3, n),
-                        "advantages": r.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: r.integers(0, 3, n),
+            "advantages": r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def np_forward(w, obs):
@@ -75,9 +85,8 @@ def np_pg_grads(w, batch):
     h, logits = np_forward(w, x)
     probs = np.exp(log_softmax(logits))
     d_logits = -(adv / len(x))[:, None] * (np.eye(3)[a] - probs)
-    d_h = d_logits @ w[KEYS[2]].T * (1 - h ** 2)
-    return {KEYS[0]: x.T @ d_h, KEYS[1]: d_h.sum(0), KEYS[2]: h.T @ d_logits,
-            KEYS[3]: d_logits.sum(0)}
+    d_h = d_logits @ w[KEYS[2]].T * (1 - h**2)
+    return {KEYS[0]: x.T @ d_h, KEYS[1]: d_h.sum(0), KEYS[2]: h.T @ d_logits, KEYS[3]: d_logits.sum(0)}
 
 
 def assert_weights_close(a, b):
@@ -92,6 +101,7 @@ def tracing(request):
 
 
 # ------------------------------------------------------------------ acting
+
 
 def test_class_layout_and_basics():
     assert PG.__name__ == "PG_eager" and issubclass(PG, EagerTFPolicy)
@@ -138,6 +148,7 @@ def test_compute_log_likelihoods_match_numpy_log_softmax():
 
 # ------------------------------------------------------------------ learning
 
+
 def test_learn_on_batch_sgd_step_equals_numpy_gradient(tracing):
     policy = make(SGDPG, eager_tracing=tracing)
     before, batch = policy.get_weights(as_dict=True), pg_batch(8)
@@ -153,10 +164,9 @@ def test_grad_clip_clips_by_global_norm():
     before, batch = policy.get_weights(as_dict=True), pg_batch(8)
     policy.learn_on_batch(batch.copy())
     grads = np_pg_grads(before, batch)
-    norm = np.sqrt(sum((g ** 2).sum() for g in grads.values()))
+    norm = np.sqrt(sum((g**2).sum() for g in grads.values()))
     assert norm > 0.05
-    want = {k: before[k] - 0.1 * grads[k] * 0.05 / norm if k in grads else before[k]
-            for k in before}
+    want = {k: before[k] - 0.1 * grads[k] * 0.05 / norm if k in grads else before[k] for k in before}
     assert_weights_close(policy.get_weights(as_dict=True), want)
 
 
@@ -182,8 +192,9 @@ def test_tracing_on_and_off_give_equal_results():
     obs = pg_batch(7)[SampleBatch.OBS]
     e_out, t_out = eager.compute_actions(obs, explore=False), traced.compute_actions(obs, explore=False)
     np.testing.assert_array_equal(e_out[0], t_out[0])
-    np.testing.assert_allclose(e_out[2]["action_dist_inputs"], t_out[2]["action_dist_inputs"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        e_out[2]["action_dist_inputs"], t_out[2]["action_dist_inputs"], rtol=1e-5, atol=1e-6
+    )
     g_e, _ = eager.compute_gradients(pg_batch(6))
     g_t, _ = traced.compute_gradients(pg_batch(6))
     for x, y in zip(g_e, g_t):
@@ -208,7 +219,8 @@ def test_retrace_warning_fires_only_past_the_limit():
 
     def act(i):  # a new column name -> a new input structure -> a new trace
         policy.compute_actions_from_input_dict(
-            {SampleBatch.OBS: np.zeros((2, 3), np.float32), f"extra_{i}": np.zeros(2)})
+            {SampleBatch.OBS: np.zeros((2, 3), np.float32), f"extra_{i}": np.zeros(2)}
+        )
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -237,14 +249,15 @@ def test_learn_on_batch_calls_callback_and_reports_custom_metrics():
 def test_multiple_optimizers_each_apply_their_own_loss():
     def two_losses(policy, model, dist_class, train_batch):
         logits, _ = model(train_batch)
-        return [pg_loss(policy, model, dist_class, train_batch), tf.reduce_mean(logits ** 2)]
+        return [pg_loss(policy, model, dist_class, train_batch), tf.reduce_mean(logits**2)]
 
     def two_sgds(policy, config):
         keras = get_keras()
         return [keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.2)]
 
-    cls = build_eager_tf_policy("Two", loss_fn=two_losses, optimizer_fn=two_sgds,
-                                postprocess_fn=add_advantages)
+    cls = build_eager_tf_policy(
+        "Two", loss_fn=two_losses, optimizer_fn=two_sgds, postprocess_fn=add_advantages
+    )
     policy = make(cls, _tf_policy_handles_more_than_one_loss=True)
     before, batch = policy.get_weights(as_dict=True), pg_batch(6)
     # Independent gradients with a plain GradientTape on a copy of the weights.
@@ -254,11 +267,12 @@ def test_multiple_optimizers_each_apply_their_own_loss():
         logits = h @ ws[KEYS[2]] + ws[KEYS[3]]
         logp = tf.nn.log_softmax(logits)
         logp_a = tf.gather(logp, batch["actions"], batch_dims=1)
-        l1, l2 = -tf.reduce_mean(logp_a * batch["advantages"]), tf.reduce_mean(logits ** 2)
+        l1, l2 = -tf.reduce_mean(logp_a * batch["advantages"]), tf.reduce_mean(logits**2)
     g1, g2 = tape.gradient(l1, ws), tape.gradient(l2, ws)
     policy.learn_on_batch(batch.copy())
-    want = {k: before[k] - 0.1 * g1[k].numpy() - 0.2 * g2[k].numpy() if k in ws else before[k]
-            for k in before}
+    want = {
+        k: before[k] - 0.1 * g1[k].numpy() - 0.2 * g2[k].numpy() if k in ws else before[k] for k in before
+    }
     assert_weights_close(policy.get_weights(as_dict=True), want)
     one_loss = cls.with_updates(loss_fn=pg_loss)
     with pytest.raises(ValueError, match="loss_fn returned 1 losses for 2 optimizers"):
@@ -267,14 +281,14 @@ def test_multiple_optimizers_each_apply_their_own_loss():
 
 # ------------------------------------------------------------------ state
 
+
 def test_get_state_set_state_restores_adam_state_and_is_a_snapshot():
     a = make()
     for seed in (1, 2):
         a.learn_on_batch(pg_batch(6, seed))
     a.compute_actions(np.zeros((3, 3), np.float32))
     state = a.get_state()
-    assert set(state) == {"weights", "global_timestep", "_optimizer_variables",
-                          "_exploration_state"}
+    assert set(state) == {"weights", "global_timestep", "_optimizer_variables", "_exploration_state"}
     frozen = {k: np.copy(v) for k, v in state["weights"].items()}
     opt_frozen = [np.copy(v) for v in state["_optimizer_variables"]]
     a.learn_on_batch(pg_batch(6, 3))
@@ -290,7 +304,9 @@ def test_get_state_set_state_restores_adam_state_and_is_a_snapshot():
     fresh = make(seed=9)
     fresh.set_weights(state["weights"])  # same weights, fresh Adam: a different step
     fresh.learn_on_batch(pg_batch(6, 3))
-    diff = max(np.abs(fresh.get_weights(as_dict=True)[k] - a.get_weights(as_dict=True)[k]).max() for k in KEYS)
+    diff = max(
+        np.abs(fresh.get_weights(as_dict=True)[k] - a.get_weights(as_dict=True)[k]).max() for k in KEYS
+    )
     assert diff > 1e-4
 
 
@@ -304,14 +320,21 @@ def test_set_state_with_bad_optimizer_state_changes_nothing():
     assert_weights_close(b.get_weights(as_dict=True), before)
 
 
-@pytest.mark.parametrize("mutate, match", [
-    (lambda w: {k: v for k, v in w.items() if k != KEYS[0]},
-     r"missing keys \['base_model.fc_1.kernel:0'\], unknown keys \[\]"),
-    (lambda w: {**w, "bogus": np.zeros(1)}, r"missing keys \[\], unknown keys \['bogus'\]"),
-    (lambda w: {**w, KEYS[3]: np.zeros((9, 9))},
-     r"'base_model.fc_out.bias:0' has shape \(9, 9\) but the variable has shape \(3,\)"),
-    (lambda w: [np.zeros(1)], r"set_weights got 1 arrays for the model's 6 variables"),
-])
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (
+            lambda w: {k: v for k, v in w.items() if k != KEYS[0]},
+            r"missing keys \['base_model.fc_1.kernel:0'\], unknown keys \[\]",
+        ),
+        (lambda w: {**w, "bogus": np.zeros(1)}, r"missing keys \[\], unknown keys \['bogus'\]"),
+        (
+            lambda w: {**w, KEYS[3]: np.zeros((9, 9))},
+            r"'base_model.fc_out.bias:0' has shape \(9, 9\) but the variable has shape \(3,\)",
+        ),
+        (lambda w: [np.zeros(1)], r"set_weights got 1 arrays for the model's 6 variables"),
+    ],
+)
 def test_set_weights_errors_change_nothing(mutate, match):
     policy = make()
     before = policy.get_weights(as_dict=True)
@@ -329,6 +352,7 @@ def test_set_weights_accepts_rllib_list_in_variables_order():
 
 # ------------------------------------------------------------------ recurrent
 
+
 def test_lstm_acting_with_state_matches_model_on_the_whole_sequence(tracing):
     policy = make(model=LSTM, eager_tracing=tracing)
     assert policy.is_recurrent() and policy.num_state_tensors() == 2
@@ -342,21 +366,25 @@ def test_lstm_acting_with_state_matches_model_on_the_whole_sequence(tracing):
         step_logits.append(extra["action_dist_inputs"])
     assert [s.shape for s in state] == [(2, 3), (2, 3)] and np.abs(state[0]).sum() > 0
     h0 = [tf.zeros((2, 3)), tf.zeros((2, 3))]
-    logits, seq_state = policy.model({"obs": tf.constant(obs.reshape(6, 3))}, h0,
-                                     tf.constant([3, 3]))
-    np.testing.assert_allclose(np.stack(step_logits, 1), logits.numpy().reshape(2, 3, 3),
-                               rtol=1e-5, atol=1e-6)
+    logits, seq_state = policy.model({"obs": tf.constant(obs.reshape(6, 3))}, h0, tf.constant([3, 3]))
+    np.testing.assert_allclose(
+        np.stack(step_logits, 1), logits.numpy().reshape(2, 3, 3), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(state[0], seq_state[0].numpy(), rtol=1e-5, atol=1e-6)
 
 
 def lstm_batch():
     r = np.random.default_rng(2)
-    return SampleBatch({SampleBatch.OBS: r.uniform(-1, 1, (5, 3)).astype(np.float32),
-                        SampleBatch.ACTIONS: r.integers(0, 3, 5),
-                        "advantages": r.normal(size=5).astype(np.float32),
-                        "state_in_0": r.normal(size=(2, 3)).astype(np.float32),
-                        "state_in_1": r.normal(size=(2, 3)).astype(np.float32),
-                        SampleBatch.SEQ_LENS: np.array([3, 2], np.int32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (5, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: r.integers(0, 3, 5),
+            "advantages": r.normal(size=5).astype(np.float32),
+            "state_in_0": r.normal(size=(2, 3)).astype(np.float32),
+            "state_in_1": r.normal(size=(2, 3)).astype(np.float32),
+            SampleBatch.SEQ_LENS: np.array([3, 2], np.int32),
+        }
+    )
 
 
 def test_lstm_learning_traced_equals_eager_and_changes_weights():
@@ -372,6 +400,7 @@ def test_lstm_learning_traced_equals_eager_and_changes_weights():
 
 
 # ------------------------------------------------------------------ towers
+
 
 def test_fake_gpu_towers_step_equals_single_device_step_with_grad_clip():
     cfg = dict(train_batch_size=8, sgd_minibatch_size=4, grad_clip=0.05)

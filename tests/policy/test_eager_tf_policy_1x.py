@@ -4,6 +4,7 @@ dict), ``set_weights`` takes both, ``get_state``/checkpoints stay keyed, and
 
 Client code here is a 1.x-style tf2 policy module (``build_tf_policy(...).as_eager()``).
 """
+
 import os
 
 import gymnasium as gym
@@ -25,11 +26,13 @@ SEEN_TRAINING = []
 
 def pg_loss(policy, model, dist_class, train_batch):
     # 1.x loss code that asks the policy whether it is training (as PPO/IMPALA helpers do).
-    SEEN_TRAINING.append(bool(policy._get_is_training_placeholder().numpy())
-                         if tf.executing_eagerly() else None)
+    SEEN_TRAINING.append(
+        bool(policy._get_is_training_placeholder().numpy()) if tf.executing_eagerly() else None
+    )
     logits, _ = model(train_batch)
-    return -tf.reduce_mean(dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
-                           * train_batch[SampleBatch.REWARDS])
+    return -tf.reduce_mean(
+        dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS]) * train_batch[SampleBatch.REWARDS]
+    )
 
 
 PGEager = build_tf_policy("PG1x", loss_fn=pg_loss).as_eager()
@@ -41,9 +44,13 @@ def make(seed=0):
 
 def batch(n=6):
     r = np.random.default_rng(3)
-    return SampleBatch({SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
-                        SampleBatch.ACTIONS: np.arange(n) % 2,
-                        SampleBatch.REWARDS: np.linspace(-1, 1, n).astype(np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: np.arange(n) % 2,
+            SampleBatch.REWARDS: np.linspace(-1, 1, n).astype(np.float32),
+        }
+    )
 
 
 def test_get_weights_is_a_list_in_variables_order():
@@ -71,9 +78,12 @@ def test_set_weights_takes_the_list_and_the_dict():
         np.testing.assert_array_equal(got, want)
     a.set_weights(b.get_weights(as_dict=True))
     obs = batch()[SampleBatch.OBS]
-    np.testing.assert_allclose(a.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
-                               b.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        a.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
+        b.compute_actions(obs, explore=False)[2]["action_dist_inputs"],
+        rtol=1e-6,
+        atol=1e-6,
+    )
     with pytest.raises(ValueError, match="set_weights got 1 arrays"):
         a.set_weights(new[:1])
 

@@ -1,4 +1,5 @@
 """Eager TF policy export: SavedModel (loaded in a fresh process), ONNX, checkpoints."""
+
 import json
 import os
 import subprocess
@@ -34,8 +35,9 @@ PG = build_eager_tf_policy("ExportPG", loss_fn=pg_loss)
 def make(model, seed=0):
     policy = PG(OBS, ACT, {"model": dict(model), "lr": 0.05})
     r = np.random.default_rng(seed)
-    policy.set_weights({k: r.normal(0, 0.7, v.shape).astype(np.float32)
-                        for k, v in policy.get_weights(as_dict=True).items()})
+    policy.set_weights(
+        {k: r.normal(0, 0.7, v.shape).astype(np.float32) for k, v in policy.get_weights(as_dict=True).items()}
+    )
     return policy
 
 
@@ -71,22 +73,25 @@ def test_saved_model_reproduces_outputs_in_a_fresh_process(fc_policy, lstm_polic
     fc_policy.export_model(dirs["fc"])
     lstm_policy.export_model(dirs["lstm"])
     np.savez(dirs["fc"] + "_inputs.npz", obs=OBS_BATCH)
-    np.savez(dirs["lstm"] + "_inputs.npz", obs=OBS_BATCH, state_in_0=STATE[0],
-             state_in_1=STATE[1], seq_lens=np.ones(5, np.int32))
+    np.savez(
+        dirs["lstm"] + "_inputs.npz",
+        obs=OBS_BATCH,
+        state_in_0=STATE[0],
+        state_in_1=STATE[1],
+        seq_lens=np.ones(5, np.int32),
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    proc = subprocess.run([sys.executable, "-c", LOADER, json.dumps(dirs)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADER, json.dumps(dirs)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.split("RESULT", 1)[1])
     _, _, fc_extra = fc_policy.compute_actions(OBS_BATCH, explore=False)
-    np.testing.assert_allclose(got["fc"]["output"], fc_extra["action_dist_inputs"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["fc"]["output"], fc_extra["action_dist_inputs"], rtol=1e-5, atol=1e-6)
     _, state_out, lstm_extra = lstm_policy.compute_actions(OBS_BATCH, STATE, explore=False)
-    np.testing.assert_allclose(got["lstm"]["output"], lstm_extra["action_dist_inputs"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["lstm"]["output"], lstm_extra["action_dist_inputs"], rtol=1e-5, atol=1e-6)
     for i in range(2):
-        np.testing.assert_allclose(got["lstm"][f"state_out_{i}"], state_out[i], rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(got["lstm"][f"state_out_{i}"], state_out[i], rtol=1e-5, atol=1e-6)
 
 
 def test_onnx_export_runs_in_onnxruntime(lstm_policy, tmp_path):
@@ -96,8 +101,10 @@ def test_onnx_export_runs_in_onnxruntime(lstm_policy, tmp_path):
     sess = ort.InferenceSession(str(tmp_path / "model.onnx"))
     assert [i.name for i in sess.get_inputs()] == ["obs", "state_in_0", "state_in_1", "seq_lens"]
     assert [o.name for o in sess.get_outputs()] == ["output", "state_out_0", "state_out_1"]
-    out, h, c = sess.run(None, {"obs": OBS_BATCH, "state_in_0": STATE[0], "state_in_1": STATE[1],
-                                "seq_lens": np.ones(5, np.int32)})
+    out, h, c = sess.run(
+        None,
+        {"obs": OBS_BATCH, "state_in_0": STATE[0], "state_in_1": STATE[1], "seq_lens": np.ones(5, np.int32)},
+    )
     _, state_out, extra = lstm_policy.compute_actions(OBS_BATCH, STATE, explore=False)
     np.testing.assert_allclose(out, extra["action_dist_inputs"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(h, state_out[0], rtol=1e-5, atol=1e-5)
@@ -113,8 +120,13 @@ def test_onnx_without_tf2onnx_is_a_clear_error(fc_policy, tmp_path, monkeypatch)
 
 def test_export_checkpoint_restores_with_tf_checkpoint_and_from_checkpoint(tmp_path):
     a = make(FC)
-    batch = SampleBatch({SampleBatch.OBS: OBS_BATCH, SampleBatch.ACTIONS: np.arange(5) % 3,
-                         SampleBatch.REWARDS: np.linspace(-1, 1, 5).astype(np.float32)})
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: OBS_BATCH,
+            SampleBatch.ACTIONS: np.arange(5) % 3,
+            SampleBatch.REWARDS: np.linspace(-1, 1, 5).astype(np.float32),
+        }
+    )
     a.learn_on_batch(batch.copy())
     a.compute_actions(OBS_BATCH)
     a.export_checkpoint(str(tmp_path), filename_prefix="ckpt")

@@ -1,4 +1,5 @@
 """``build_eager_tf_policy``: signature, hook order, deprecated arguments, mixins, errors."""
+
 import inspect
 import warnings
 
@@ -20,12 +21,30 @@ CONFIG = {"model": {"fcnet_hiddens": [4]}, "lr": 0.1}
 
 # RLlib 1.11's build_eager_tf_policy parameters, in order (= build_tf_policy's).
 RLLIB_PARAMS = [
-    "name", "loss_fn", "get_default_config", "postprocess_fn", "stats_fn", "optimizer_fn",
-    "compute_gradients_fn", "apply_gradients_fn", "grad_stats_fn", "extra_learn_fetches_fn",
-    "extra_action_out_fn", "validate_spaces", "before_init", "before_loss_init", "after_init",
-    "make_model", "action_sampler_fn", "action_distribution_fn", "mixins",
-    "get_batch_divisibility_req", "obs_include_prev_action_reward", "extra_action_fetches_fn",
-    "gradients_fn"]
+    "name",
+    "loss_fn",
+    "get_default_config",
+    "postprocess_fn",
+    "stats_fn",
+    "optimizer_fn",
+    "compute_gradients_fn",
+    "apply_gradients_fn",
+    "grad_stats_fn",
+    "extra_learn_fetches_fn",
+    "extra_action_out_fn",
+    "validate_spaces",
+    "before_init",
+    "before_loss_init",
+    "after_init",
+    "make_model",
+    "action_sampler_fn",
+    "action_distribution_fn",
+    "mixins",
+    "get_batch_divisibility_req",
+    "obs_include_prev_action_reward",
+    "extra_action_fetches_fn",
+    "gradients_fn",
+]
 
 
 def pg_loss(policy, model, dist_class, train_batch):
@@ -36,17 +55,24 @@ def pg_loss(policy, model, dist_class, train_batch):
 
 def batch(n=4):
     r = np.random.default_rng(0)
-    return SampleBatch({SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
-                        SampleBatch.ACTIONS: r.integers(0, 2, n),
-                        SampleBatch.REWARDS: r.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: r.integers(0, 2, n),
+            SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def test_signature_is_rllibs():
     sig = inspect.signature(build_eager_tf_policy)
     assert list(sig.parameters) == RLLIB_PARAMS
     assert sig.parameters["obs_include_prev_action_reward"].default == DEPRECATED_VALUE
-    assert all(p.default is None for n, p in sig.parameters.items()
-               if n not in ("name", "loss_fn", "obs_include_prev_action_reward"))
+    assert all(
+        p.default is None
+        for n, p in sig.parameters.items()
+        if n not in ("name", "loss_fn", "obs_include_prev_action_reward")
+    )
 
 
 def recording_hooks(calls):
@@ -54,12 +80,12 @@ def recording_hooks(calls):
         def hook(*args, **kwargs):
             calls.append(name)
             return result() if callable(result) else result
+
         return hook
 
     def make_model(policy, obs_space, action_space, config):
         calls.append("make_model")
-        return ModelCatalog.get_model_v2(obs_space, action_space, 2, config["model"],
-                                         framework="tf2")
+        return ModelCatalog.get_model_v2(obs_space, action_space, 2, config["model"], framework="tf2")
 
     def loss(policy, model, dist_class, train_batch):
         calls.append("loss_fn")
@@ -78,16 +104,22 @@ def recording_hooks(calls):
         return sample_batch
 
     return dict(
-        loss_fn=loss, get_default_config=rec("get_default_config", lambda: {"gamma": 0.5}),
-        postprocess_fn=postprocess, stats_fn=rec("stats_fn", lambda: {"s": tf.constant(1.0)}),
+        loss_fn=loss,
+        get_default_config=rec("get_default_config", lambda: {"gamma": 0.5}),
+        postprocess_fn=postprocess,
+        stats_fn=rec("stats_fn", lambda: {"s": tf.constant(1.0)}),
         optimizer_fn=rec("optimizer_fn", lambda: get_keras().optimizers.SGD(0.1)),
-        compute_gradients_fn=compute_gradients, apply_gradients_fn=apply_gradients,
-        grad_stats_fn=rec("grad_stats_fn", dict), extra_learn_fetches_fn=rec(
-            "extra_learn_fetches_fn", lambda: {"extra": 2}),
+        compute_gradients_fn=compute_gradients,
+        apply_gradients_fn=apply_gradients,
+        grad_stats_fn=rec("grad_stats_fn", dict),
+        extra_learn_fetches_fn=rec("extra_learn_fetches_fn", lambda: {"extra": 2}),
         extra_action_out_fn=rec("extra_action_out_fn", lambda: {"x": tf.zeros(1)}),
-        validate_spaces=rec("validate_spaces"), before_init=rec("before_init"),
-        before_loss_init=rec("before_loss_init"), after_init=rec("after_init"),
-        make_model=make_model)
+        validate_spaces=rec("validate_spaces"),
+        before_init=rec("before_init"),
+        before_loss_init=rec("before_loss_init"),
+        after_init=rec("after_init"),
+        make_model=make_model,
+    )
 
 
 def test_hooks_run_in_rllib_eager_order():
@@ -95,22 +127,40 @@ def test_hooks_run_in_rllib_eager_order():
     cls = build_eager_tf_policy("Rec", **recording_hooks(calls))
     policy = cls(OBS, ACT, dict(CONFIG))
     # RLlib 1.11's eager order: the optimizer is made before the dummy-batch loss init.
-    assert calls == ["get_default_config", "validate_spaces", "before_init", "make_model",
-                     "before_loss_init", "optimizer_fn", "extra_action_out_fn", "postprocess_fn",
-                     "loss_fn", "stats_fn", "after_init"]
+    assert calls == [
+        "get_default_config",
+        "validate_spaces",
+        "before_init",
+        "make_model",
+        "before_loss_init",
+        "optimizer_fn",
+        "extra_action_out_fn",
+        "postprocess_fn",
+        "loss_fn",
+        "stats_fn",
+        "after_init",
+    ]
     assert policy.config["gamma"] == 0.5
     calls.clear()
     out = policy.learn_on_batch(batch())
-    assert calls == ["loss_fn", "compute_gradients_fn", "stats_fn", "extra_learn_fetches_fn",
-                     "grad_stats_fn", "apply_gradients_fn"]
+    assert calls == [
+        "loss_fn",
+        "compute_gradients_fn",
+        "stats_fn",
+        "extra_learn_fetches_fn",
+        "grad_stats_fn",
+        "apply_gradients_fn",
+    ]
     assert out["learner_stats"] == {"s": 1.0} and out["extra"] == 2
     calls.clear()
     _, _, extra = policy.compute_actions(np.zeros((2, 3), np.float32))
     assert calls == ["extra_action_out_fn"] and "x" in extra
 
 
-@pytest.mark.parametrize("kwarg, new", [("extra_action_fetches_fn", "extra_action_out_fn"),
-                                        ("gradients_fn", "compute_gradients_fn")])
+@pytest.mark.parametrize(
+    "kwarg, new",
+    [("extra_action_fetches_fn", "extra_action_out_fn"), ("gradients_fn", "compute_gradients_fn")],
+)
 def test_deprecated_hooks_warn_and_are_used(kwarg, new):
     calls = []
 
@@ -162,8 +212,7 @@ def init_mixin(policy, obs_space, action_space, config):
 
 
 def test_mixins_come_first_and_with_updates_rebuilds():
-    cls = build_eager_tf_policy("Mixed", loss_fn=pg_loss, mixins=[CountingMixin],
-                                before_loss_init=init_mixin)
+    cls = build_eager_tf_policy("Mixed", loss_fn=pg_loss, mixins=[CountingMixin], before_loss_init=init_mixin)
     assert cls.__mro__[1:3] == (CountingMixin, EagerTFPolicy)
     policy = cls(OBS, ACT, dict(CONFIG))
     assert policy.bump() == 1 and isinstance(policy._optimizer, get_keras().optimizers.SGD)
@@ -174,20 +223,41 @@ def test_mixins_come_first_and_with_updates_rebuilds():
     assert cls.with_tracing().with_updates(name="T").__name__ == "T_eager_traced"
 
 
-@pytest.mark.parametrize("build, exc, match", [
-    (lambda: build_eager_tf_policy("bad name", loss_fn=pg_loss), TypeError,
-     "name must be a class name"),
-    (lambda: build_eager_tf_policy("M", loss_fn=pg_loss, mixins=[object()]), TypeError,
-     "mixins must be classes"),
-    (lambda: build_eager_tf_policy("M", loss_fn=pg_loss).with_updates(lossfn=pg_loss),
-     TypeError, r"unknown argument\(s\) \['lossfn'\]"),
-    (lambda: build_eager_tf_policy("M", loss_fn=pg_loss, action_sampler_fn=lambda *a, **k: None)(
-        OBS, ACT, dict(CONFIG)), ValueError, "`make_model` is required if `action_sampler_fn`"),
-    (lambda: build_eager_tf_policy("M", loss_fn=None)(OBS, ACT, dict(CONFIG)).learn_on_batch(batch()),
-     ValueError, "M_eager has no loss"),
-    (lambda: build_eager_tf_policy("M", loss_fn=pg_loss, make_model=lambda *a: object())(
-        OBS, ACT, dict(CONFIG)), TypeError, "the model must be a TFModelV2"),
-])
+@pytest.mark.parametrize(
+    "build, exc, match",
+    [
+        (lambda: build_eager_tf_policy("bad name", loss_fn=pg_loss), TypeError, "name must be a class name"),
+        (
+            lambda: build_eager_tf_policy("M", loss_fn=pg_loss, mixins=[object()]),
+            TypeError,
+            "mixins must be classes",
+        ),
+        (
+            lambda: build_eager_tf_policy("M", loss_fn=pg_loss).with_updates(lossfn=pg_loss),
+            TypeError,
+            r"unknown argument\(s\) \['lossfn'\]",
+        ),
+        (
+            lambda: build_eager_tf_policy("M", loss_fn=pg_loss, action_sampler_fn=lambda *a, **k: None)(
+                OBS, ACT, dict(CONFIG)
+            ),
+            ValueError,
+            "`make_model` is required if `action_sampler_fn`",
+        ),
+        (
+            lambda: build_eager_tf_policy("M", loss_fn=None)(OBS, ACT, dict(CONFIG)).learn_on_batch(batch()),
+            ValueError,
+            "M_eager has no loss",
+        ),
+        (
+            lambda: build_eager_tf_policy("M", loss_fn=pg_loss, make_model=lambda *a: object())(
+                OBS, ACT, dict(CONFIG)
+            ),
+            TypeError,
+            "the model must be a TFModelV2",
+        ),
+    ],
+)
 def test_factory_and_construction_errors(build, exc, match):
     with pytest.raises(exc, match=match):
         build()
@@ -204,16 +274,23 @@ def test_action_distribution_fn_sets_dist_class_and_log_likelihoods():
     from rlpolicy.models.tf.tf_action_dist import Categorical
 
     def make_model(policy, obs_space, action_space, config):
-        return ModelCatalog.get_model_v2(obs_space, action_space, 2, config["model"],
-                                         framework="tf2")
+        return ModelCatalog.get_model_v2(obs_space, action_space, 2, config["model"], framework="tf2")
 
-    def dist_fn(policy, model, input_dict, *, state_batches=None, seq_lens=None, explore=None,
-                timestep=None, is_training=False):
+    def dist_fn(
+        policy,
+        model,
+        input_dict,
+        *,
+        state_batches=None,
+        seq_lens=None,
+        explore=None,
+        timestep=None,
+        is_training=False,
+    ):
         logits, state_out = model(input_dict, state_batches or [], seq_lens)
         return logits * 0.0 + tf.constant([0.0, np.log(3.0)], tf.float32), Categorical, state_out
 
-    cls = build_eager_tf_policy("D", loss_fn=pg_loss, make_model=make_model,
-                                action_distribution_fn=dist_fn)
+    cls = build_eager_tf_policy("D", loss_fn=pg_loss, make_model=make_model, action_distribution_fn=dist_fn)
     policy = cls(OBS, ACT, dict(CONFIG))
     assert policy.dist_class is Categorical
     logp = policy.compute_log_likelihoods(np.array([0, 1]), np.zeros((2, 3), np.float32))
@@ -222,8 +299,7 @@ def test_action_distribution_fn_sets_dist_class_and_log_likelihoods():
 
 def test_action_sampler_fn_provides_actions_and_logp():
     def make_model(policy, obs_space, action_space, config):
-        return ModelCatalog.get_model_v2(obs_space, action_space, 2, config["model"],
-                                         framework="tf2")
+        return ModelCatalog.get_model_v2(obs_space, action_space, 2, config["model"], framework="tf2")
 
     def sampler(policy, model, obs, *, explore, timestep, episodes=None):
         n = tf.shape(obs)[0]
@@ -232,8 +308,9 @@ def test_action_sampler_fn_provides_actions_and_logp():
     def mean_logits_loss(policy, model, dist_class, train_batch):  # no dist_class here
         return tf.reduce_mean(model(train_batch)[0])
 
-    cls = build_eager_tf_policy("S", loss_fn=mean_logits_loss, make_model=make_model,
-                                action_sampler_fn=sampler)
+    cls = build_eager_tf_policy(
+        "S", loss_fn=mean_logits_loss, make_model=make_model, action_sampler_fn=sampler
+    )
     actions, _, extra = cls(OBS, ACT, dict(CONFIG)).compute_actions(np.zeros((3, 3), np.float32))
     np.testing.assert_array_equal(actions, [1, 1, 1])
     np.testing.assert_allclose(extra["action_logp"], [-0.5] * 3, rtol=1e-6, atol=1e-6)
@@ -262,10 +339,10 @@ def test_tf_mixins_work_on_eager_policies():
         pytest.skip(f"tf_mixins not importable: {e}")
 
     def make_model(policy, obs_space, action_space, config):
-        policy.target_model = ModelCatalog.get_model_v2(obs_space, action_space, 2,
-                                                        config["model"], framework="tf2")
-        return ModelCatalog.get_model_v2(obs_space, action_space, 2, config["model"],
-                                         framework="tf2")
+        policy.target_model = ModelCatalog.get_model_v2(
+            obs_space, action_space, 2, config["model"], framework="tf2"
+        )
+        return ModelCatalog.get_model_v2(obs_space, action_space, 2, config["model"], framework="tf2")
 
     def setup(policy, obs_space, action_space, config):
         LearningRateSchedule.__init__(policy, config["lr"], [[0, 0.4], [10, 0.0]])
@@ -275,8 +352,13 @@ def test_tf_mixins_work_on_eager_policies():
         TargetNetworkMixin.__init__(policy)
 
     cls = build_eager_tf_policy(
-        "WithMixins", loss_fn=pg_loss, make_model=make_model, before_loss_init=setup,
-        after_init=sync, mixins=[LearningRateSchedule, EntropyCoeffSchedule, TargetNetworkMixin])
+        "WithMixins",
+        loss_fn=pg_loss,
+        make_model=make_model,
+        before_loss_init=setup,
+        after_init=sync,
+        mixins=[LearningRateSchedule, EntropyCoeffSchedule, TargetNetworkMixin],
+    )
     policy = cls(OBS, ACT, dict(CONFIG))
     np.testing.assert_allclose(float(policy._optimizer.learning_rate.numpy()), 0.4, rtol=1e-6)
     policy.on_global_var_update({"timestep": 5})
@@ -286,5 +368,5 @@ def test_tf_mixins_work_on_eager_policies():
     target_keys = [k for k in weights if k.startswith("target_model.")]
     assert len(target_keys) == len(policy.model.variables())
     for k in target_keys:  # hard-synced by TargetNetworkMixin.__init__
-        np.testing.assert_array_equal(weights[k], weights[k[len("target_model."):]])
+        np.testing.assert_array_equal(weights[k], weights[k[len("target_model.") :]])
     policy.set_weights(weights)  # the target's keys round-trip

@@ -6,6 +6,7 @@ cached path returns what the plain Python function computes (checked with
 numpy), keeps nested outputs (None leaves included), counts traces the way
 tf.function does, and never caches what it cannot key.
 """
+
 import numpy as np
 import pytest
 
@@ -23,8 +24,10 @@ def _body(batch, states, flag, scale):
 
 def _args(rows, seed=0, states=()):
     rng = np.random.default_rng(seed)
-    batch = {"obs": tf.constant(rng.normal(size=(rows, 2)).astype(np.float32)),
-             "actions": tf.constant(rng.integers(0, 3, rows))}
+    batch = {
+        "obs": tf.constant(rng.normal(size=(rows, 2)).astype(np.float32)),
+        "actions": tf.constant(rng.integers(0, 3, rows)),
+    }
     return batch, [tf.constant(s) for s in states], True, tf.constant(2.0)
 
 

@@ -2,6 +2,7 @@
 ``dones``, so RLlib 2.x-style losses that read them (DQN, SAC: no bootstrap after a real
 termination) work on the dummy batch at construction and in learn_on_batch (torch, tf, tf2).
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -18,19 +19,26 @@ def torch_loss(policy, model, dist_class, train_batch):
     logits, _ = model(train_batch)
     alive = 1.0 - train_batch[SampleBatch.TERMINATEDS].float()
     SEEN.append((len(train_batch), set(train_batch.keys())))
-    policy.masked_loss = -(dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
-                           * train_batch[SampleBatch.REWARDS] * alive).mean()
+    policy.masked_loss = -(
+        dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
+        * train_batch[SampleBatch.REWARDS]
+        * alive
+    ).mean()
     return policy.masked_loss
 
 
 def tf_loss(policy, model, dist_class, train_batch):
     from rlpolicy.utils.framework import try_import_tf
+
     _, tf, _ = try_import_tf()
     logits, _ = model(train_batch)
     alive = 1.0 - tf.cast(train_batch[SampleBatch.TERMINATEDS], tf.float32)
     SEEN.append((len(train_batch), set(train_batch.keys())))
-    policy.masked_loss = -tf.reduce_mean(dist_class(logits, model).logp(
-        train_batch[SampleBatch.ACTIONS]) * train_batch[SampleBatch.REWARDS] * alive)
+    policy.masked_loss = -tf.reduce_mean(
+        dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS])
+        * train_batch[SampleBatch.REWARDS]
+        * alive
+    )
     return policy.masked_loss
 
 
@@ -41,9 +49,11 @@ def stats(policy, train_batch):
 def make(framework):
     if framework == "torch":
         from rlpolicy.policy.policy_template import build_policy_class
+
         cls = build_policy_class("TermTorch", "torch", loss_fn=torch_loss, stats_fn=stats)
     else:
         from rlpolicy.policy.tf_policy_template import build_tf_policy
+
         cls = build_tf_policy("TermTF", loss_fn=tf_loss, stats_fn=stats)
         cls = cls.as_eager() if framework == "tf2" else cls
     return cls(OBS, ACT, dict(CONFIG, framework=framework))
@@ -52,10 +62,15 @@ def make(framework):
 def batch(terminated, n=6):
     r = np.random.default_rng(2)
     term = np.full(n, terminated, bool)
-    return SampleBatch({SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
-                        SampleBatch.ACTIONS: np.arange(n) % 2,
-                        SampleBatch.REWARDS: np.ones(n, np.float32),
-                        SampleBatch.TERMINATEDS: term, SampleBatch.TRUNCATEDS: ~term})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: np.arange(n) % 2,
+            SampleBatch.REWARDS: np.ones(n, np.float32),
+            SampleBatch.TERMINATEDS: term,
+            SampleBatch.TRUNCATEDS: ~term,
+        }
+    )
 
 
 @pytest.mark.parametrize("framework", ["torch", "tf", "tf2"])

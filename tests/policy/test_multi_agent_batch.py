@@ -1,4 +1,5 @@
 """MultiAgentBatch: counts, wrapping, concat, lockstep timeslices, copies, compression."""
+
 import numpy as np
 import pytest
 
@@ -7,17 +8,26 @@ from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, Sam
 
 def _agent_batch(eps, ts, agent, values):
     n = len(ts)
-    return SampleBatch({"eps_id": np.full(n, eps), "t": np.array(ts), "agent_index": np.full(n, agent),
-                        "obs": np.array(values, dtype=np.float32)})
+    return SampleBatch(
+        {
+            "eps_id": np.full(n, eps),
+            "t": np.array(ts),
+            "agent_index": np.full(n, agent),
+            "obs": np.array(values, dtype=np.float32),
+        }
+    )
 
 
 @pytest.fixture
 def three_agents():
     # agent1 acts at t=1,2,3; agent2 at t=1,3; agent3 only at t=3 (all in episode 0)
-    return MultiAgentBatch({
-        "p1": _agent_batch(0, [1, 2, 3], 0, [11, 12, 13]),
-        "p2": concat_samples([_agent_batch(0, [1, 3], 1, [21, 23]), _agent_batch(0, [3], 2, [33])]),
-    }, env_steps=3)
+    return MultiAgentBatch(
+        {
+            "p1": _agent_batch(0, [1, 2, 3], 0, [11, 12, 13]),
+            "p2": concat_samples([_agent_batch(0, [1, 3], 1, [21, 23]), _agent_batch(0, [3], 2, [33])]),
+        },
+        env_steps=3,
+    )
 
 
 def test_counts(three_agents):

@@ -1,4 +1,5 @@
 """Observation-shape errors report the real shape of what the caller passed (lists included)."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -27,13 +28,17 @@ def box4_policy(request):
 
 def test_compute_actions_with_list_of_wrong_observations_names_real_shape(box4_policy):
     # torch/tf2: the model's check; tf (graph): the feed check. Both name (4, 3).
-    with pytest.raises(ValueError, match=r"(observation batch has shape|Cannot feed value of shape) \(4, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"(observation batch has shape|Cannot feed value of shape) \(4, 3\)"
+    ):
         box4_policy.compute_actions([[1, 2, 3]] * 4)
 
 
 def test_compute_single_action_with_short_list_names_real_shape(box4_policy):
     # Previously the list was batched number by number and reported as shape (3, 1).
-    with pytest.raises(ValueError, match=r"(observation batch has shape|Cannot feed value of shape) \(1, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"(observation batch has shape|Cannot feed value of shape) \(1, 3\)"
+    ):
         box4_policy.compute_single_action([0.1, 0.2, 0.3])
 
 
@@ -42,5 +47,6 @@ def test_compute_single_action_accepts_a_list_observation(box4_policy):
     from_list = box4_policy.compute_single_action(obs, explore=False)
     from_array = box4_policy.compute_single_action(np.array(obs, np.float32), explore=False)
     assert from_list[0] == from_array[0]
-    np.testing.assert_allclose(from_list[2]["action_dist_inputs"], from_array[2]["action_dist_inputs"],
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        from_list[2]["action_dist_inputs"], from_array[2]["action_dist_inputs"], rtol=1e-6, atol=1e-6
+    )

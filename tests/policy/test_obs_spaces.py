@@ -5,6 +5,7 @@ layout RLlib 1.11's preprocessors give: Dict keys in the space's order,
 Discrete as ``n`` one-hot slots, MultiDiscrete as ``sum(nvec)``, Box and
 MultiBinary flattened row-major), never from the code under test.
 """
+
 from __future__ import annotations
 
 import copy
@@ -47,14 +48,14 @@ def np_flatten(obs, space):
 
 # ---------------------------------------------------------------- preprocessors
 
+
 def test_hand_worked_tuple_one_hot():
     prep = get_preprocessor(TUPLE_SPACE)(TUPLE_SPACE)
     want = [0, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1]
     obs = (1, np.array([0, 3, 2]))
     np.testing.assert_array_equal(prep.transform(obs), want)
     batch = (np.array([1, 2]), np.array([[0, 3, 2], [1, 0, 0]]))
-    np.testing.assert_array_equal(prep.transform_batch(batch),
-                                  [want, [0, 0, 1, 0, 1, 1, 0, 0, 0, 1, 0, 0]])
+    np.testing.assert_array_equal(prep.transform_batch(batch), [want, [0, 0, 1, 0, 1, 1, 0, 0, 0, 1, 0, 0]])
 
 
 def test_discrete_and_multidiscrete_start_offsets():
@@ -65,13 +66,15 @@ def test_discrete_and_multidiscrete_start_offsets():
     np.testing.assert_array_equal(prep.transform_batch((np.array([7]), np.array([[-1, 11]]))), [want])
 
 
-@pytest.mark.parametrize("space", [TUPLE_SPACE, DICT_SPACE, NESTED_SPACE,
-                                   Dict({"img": Box(0, 1, (4, 4, 2)), "d": Discrete(2)})])
+@pytest.mark.parametrize(
+    "space", [TUPLE_SPACE, DICT_SPACE, NESTED_SPACE, Dict({"img": Box(0, 1, (4, 4, 2)), "d": Discrete(2)})]
+)
 def test_batch_transform_matches_reference_and_rows(space):
     space.seed(3)
     rows = [space.sample() for _ in range(6)]
     prep = get_preprocessor(space)(space)
     from rlpolicy.policy._obs_prep import stack_rows
+
     batch = prep.transform_batch(stack_rows(rows, space))
     assert batch.shape == (6, prep.size) and batch.dtype == np.float32
     for i, row in enumerate(rows):
@@ -79,15 +82,24 @@ def test_batch_transform_matches_reference_and_rows(space):
         np.testing.assert_allclose(batch[i], prep.transform(row), atol=0)
 
 
-@pytest.mark.parametrize("bad, match", [
-    ({"a": np.zeros((1, 2, 3)), "b": np.zeros((1, 4))}, r"missing \['c'\]"),
-    ({"a": np.zeros((1, 3, 2)), "b": np.zeros((1, 4)), "c": np.zeros(1)},
-     r"observation\['a'\]: expected shape \(1, 2, 3\)"),
-    ({"a": np.zeros((1, 2, 3)), "b": np.zeros((1, 4)), "c": np.array([7])},
-     r"observation\['c'\]: row 0 holds \[7\], outside Discrete\(5\)"),
-    ({"a": np.zeros((1, 2, 3)), "b": np.zeros((1, 4)), "c": np.array([1.5])},
-     r"observation\['c'\]: values of Discrete\(5\) must be integers"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"a": np.zeros((1, 2, 3)), "b": np.zeros((1, 4))}, r"missing \['c'\]"),
+        (
+            {"a": np.zeros((1, 3, 2)), "b": np.zeros((1, 4)), "c": np.zeros(1)},
+            r"observation\['a'\]: expected shape \(1, 2, 3\)",
+        ),
+        (
+            {"a": np.zeros((1, 2, 3)), "b": np.zeros((1, 4)), "c": np.array([7])},
+            r"observation\['c'\]: row 0 holds \[7\], outside Discrete\(5\)",
+        ),
+        (
+            {"a": np.zeros((1, 2, 3)), "b": np.zeros((1, 4)), "c": np.array([1.5])},
+            r"observation\['c'\]: values of Discrete\(5\) must be integers",
+        ),
+    ],
+)
 def test_batch_transform_errors_name_the_path(bad, match):
     prep = get_preprocessor(DICT_SPACE)(DICT_SPACE)
     with pytest.raises(ValueError, match=match):
@@ -96,13 +108,21 @@ def test_batch_transform_errors_name_the_path(bad, match):
 
 # ---------------------------------------------------------------- policies
 
+
 def _make(framework, obs_space, action_space=Discrete(3), config=None):
-    cfg = {"model": {"fcnet_hiddens": [16]}, "train_batch_size": 8,
-           "sgd_minibatch_size": 8, "num_sgd_iter": 1, **(config or {})}
+    cfg = {
+        "model": {"fcnet_hiddens": [16]},
+        "train_batch_size": 8,
+        "sgd_minibatch_size": 8,
+        "num_sgd_iter": 1,
+        **(config or {}),
+    }
     if framework == "torch":
         from rlpolicy.agents.ppo import PPOTorchPolicy
+
         return PPOTorchPolicy(obs_space, action_space, cfg)
     from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy
+
     if framework == "tf":
         return PPOTFPolicy(obs_space, action_space, {**cfg, "framework": "tf"})
     return PPOTFPolicy.as_eager()(obs_space, action_space, {**cfg, "framework": "tf2"})
@@ -120,6 +140,7 @@ def policies():
         if (framework, name) not in cache:
             cache[(framework, name)] = _make(framework, SPACES[name])
         return cache[(framework, name)]
+
     return get
 
 
@@ -143,9 +164,9 @@ def test_raw_nested_obs_act_like_flat_reference(policies, framework, name):
     # A list of raw observations, and the stacked structure, give the same actions.
     got, _, fetch_list = policy.compute_actions(rows, explore=False)
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_allclose(fetch_list["action_dist_inputs"], fetch["action_dist_inputs"],
-                               atol=ATOL)
+    np.testing.assert_allclose(fetch_list["action_dist_inputs"], fetch["action_dist_inputs"], atol=ATOL)
     from rlpolicy.policy._obs_prep import stack_rows
+
     got, _, _ = policy.compute_actions(stack_rows(rows, space), explore=False)
     np.testing.assert_array_equal(got, want)
     for i in (0, 6):
@@ -161,12 +182,20 @@ def test_raw_nested_obs_act_like_flat_reference(policies, framework, name):
 def _train_batch(policy, rows, space):
     actions, _, fetch = policy.compute_actions(rows, explore=True)
     n = len(rows)
-    return SampleBatch({
-        "obs": rows, "new_obs": rows, "actions": actions,
-        "rewards": np.ones(n, np.float32), "dones": np.zeros(n, bool),
-        "action_logp": fetch["action_logp"], "action_dist_inputs": fetch["action_dist_inputs"],
-        "vf_preds": fetch["vf_preds"], "advantages": np.linspace(-1, 1, n).astype(np.float32),
-        "value_targets": np.ones(n, np.float32)})
+    return SampleBatch(
+        {
+            "obs": rows,
+            "new_obs": rows,
+            "actions": actions,
+            "rewards": np.ones(n, np.float32),
+            "dones": np.zeros(n, bool),
+            "action_logp": fetch["action_logp"],
+            "action_dist_inputs": fetch["action_dist_inputs"],
+            "vf_preds": fetch["vf_preds"],
+            "advantages": np.linspace(-1, 1, n).astype(np.float32),
+            "value_targets": np.ones(n, np.float32),
+        }
+    )
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -177,10 +206,10 @@ def test_learn_on_raw_nested_batch_equals_flat_batch(framework):
     rows = _samples(space, 8, seed=1)
     flat = np.stack([np_flatten(r, space) for r in rows]).astype(np.float32)
     from rlpolicy.policy._obs_prep import stack_rows
+
     raw_batch = _train_batch(a, rows, space)
     raw_batch["obs"] = raw_batch["new_obs"] = stack_rows(rows, space)
-    flat_batch = SampleBatch({**{k: raw_batch[k] for k in raw_batch.keys()}, "obs": flat,
-                              "new_obs": flat})
+    flat_batch = SampleBatch({**{k: raw_batch[k] for k in raw_batch.keys()}, "obs": flat, "new_obs": flat})
     stats_a = a.learn_on_batch(raw_batch)["learner_stats"]
     stats_b = b.learn_on_batch(flat_batch)["learner_stats"]
     assert np.isfinite(stats_a["total_loss"])
@@ -191,6 +220,7 @@ def test_learn_on_raw_nested_batch_equals_flat_batch(framework):
 
 def _flat_weights(policy):
     import tree
+
     w = policy.get_weights()
     return [np.asarray(x) for x in tree.flatten(w)]
 
@@ -215,8 +245,9 @@ def test_bad_nested_obs_named_and_state_unchanged(policies, framework):
 def test_image_part_goes_through_complex_input_net():
     pytest.importorskip("torch")
     space = Dict({"img": Box(0.0, 1.0, (10, 10, 3)), "d": Discrete(4)})
-    policy = _make("torch", space, config={"model": {"conv_filters": [[4, [3, 3], 2]],
-                                                      "post_fcnet_hiddens": [8]}})
+    policy = _make(
+        "torch", space, config={"model": {"conv_filters": [[4, [3, 3], 2]], "post_fcnet_hiddens": [8]}}
+    )
     assert type(policy.model).__name__ == "ComplexInputNetwork"
     rows = _samples(space, 3)
     flat = np.stack([np_flatten(r, space) for r in rows])
@@ -227,13 +258,17 @@ def test_image_part_goes_through_complex_input_net():
 
 def test_disable_preprocessor_api_keeps_raw_space():
     pytest.importorskip("torch")
-    policy = _make("torch", Dict({"a": Box(-1.0, 1.0, (3,)), "c": Discrete(5)}),
-                   config={"_disable_preprocessor_api": True})
+    policy = _make(
+        "torch",
+        Dict({"a": Box(-1.0, 1.0, (3,)), "c": Discrete(5)}),
+        config={"_disable_preprocessor_api": True},
+    )
     assert isinstance(policy.observation_space, Dict)
     assert not hasattr(policy.observation_space, "original_space")
 
 
 # ---------------------------------------------------------------- RolloutWorker agreement
+
 
 class _LoggingDictEnv(gym.Env):
     observation_space = NESTED_SPACE
@@ -270,10 +305,18 @@ def test_rollout_worker_preprocessing_agrees_with_the_policy(framework):
         envs.append(_LoggingDictEnv())
         return envs[-1]
 
-    worker = RolloutWorker(env_creator=creator, policy_spec=policy_cls,
-                           rollout_fragment_length=8, batch_mode="complete_episodes",
-                           policy_config={"model": {"fcnet_hiddens": [16]}, "train_batch_size": 8,
-                                          "sgd_minibatch_size": 8, "framework": framework})
+    worker = RolloutWorker(
+        env_creator=creator,
+        policy_spec=policy_cls,
+        rollout_fragment_length=8,
+        batch_mode="complete_episodes",
+        policy_config={
+            "model": {"fcnet_hiddens": [16]},
+            "train_batch_size": 8,
+            "sgd_minibatch_size": 8,
+            "framework": framework,
+        },
+    )
     batch = worker.sample()
     env = envs[-1]
     # Every observation of the batch is the hand-flattened raw env observation.
@@ -295,8 +338,9 @@ def test_rollout_worker_preprocessing_agrees_with_the_policy(framework):
     direct.set_weights(worker_policy.get_weights())
     rows = _samples(NESTED_SPACE, 5, seed=7)
     a1, _, f1 = direct.compute_actions(rows, explore=False)
-    a2, _, f2 = worker_policy.compute_actions(np.stack([np_flatten(r, NESTED_SPACE) for r in rows]),
-                                              explore=False)
+    a2, _, f2 = worker_policy.compute_actions(
+        np.stack([np_flatten(r, NESTED_SPACE) for r in rows]), explore=False
+    )
     np.testing.assert_array_equal(a1, a2)
     np.testing.assert_allclose(f1["vf_preds"], f2["vf_preds"], atol=ATOL)
     stats = worker_policy.learn_on_batch(batch)["learner_stats"]
@@ -350,11 +394,19 @@ def test_postprocess_raw_nested_batch_equals_flat(policies, framework):
     rows = _samples(NESTED_SPACE, 5, seed=9)
     flat = np.stack([np_flatten(r, NESTED_SPACE) for r in rows]).astype(np.float32)
     actions, _, fetch = policy.compute_actions(flat, explore=False)
-    common = {"actions": actions, "rewards": np.arange(5, dtype=np.float32),
-              "dones": np.array([0, 0, 0, 0, 0], bool), "vf_preds": fetch["vf_preds"],
-              "action_logp": fetch["action_logp"], "action_dist_inputs": fetch["action_dist_inputs"]}
-    raw = policy.postprocess_trajectory(SampleBatch({**common, "obs": stack_rows(rows, NESTED_SPACE),
-                                                     "new_obs": stack_rows(rows, NESTED_SPACE)}))
+    common = {
+        "actions": actions,
+        "rewards": np.arange(5, dtype=np.float32),
+        "dones": np.array([0, 0, 0, 0, 0], bool),
+        "vf_preds": fetch["vf_preds"],
+        "action_logp": fetch["action_logp"],
+        "action_dist_inputs": fetch["action_dist_inputs"],
+    }
+    raw = policy.postprocess_trajectory(
+        SampleBatch(
+            {**common, "obs": stack_rows(rows, NESTED_SPACE), "new_obs": stack_rows(rows, NESTED_SPACE)}
+        )
+    )
     ref = policy.postprocess_trajectory(SampleBatch({**common, "obs": flat, "new_obs": flat}))
     np.testing.assert_allclose(np.asarray(raw["obs"]), flat, atol=0)
     np.testing.assert_allclose(raw["advantages"], ref["advantages"], atol=ATOL)

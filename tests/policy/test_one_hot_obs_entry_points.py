@@ -2,6 +2,7 @@
 one-hot Box (RLlib 1.11's preprocessor); outside the worker (evaluation, export
 checks, user code) it is handed the env's raw integer observations and must
 encode them the way the worker did."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,8 +16,9 @@ from rlpolicy.agents.pg.pg_torch_policy import PGTorchPolicy  # noqa: E402
 
 def _policy(obs_space):
     torch.manual_seed(0)
-    return PGTorchPolicy(worker_observation_space(obs_space), gym.spaces.Discrete(3),
-                         {"model": {"fcnet_hiddens": [8]}})
+    return PGTorchPolicy(
+        worker_observation_space(obs_space), gym.spaces.Discrete(3), {"model": {"fcnet_hiddens": [8]}}
+    )
 
 
 def _greedy_logits(policy, obs):

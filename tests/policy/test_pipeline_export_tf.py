@@ -4,6 +4,7 @@ by its real consumers (tf.saved_model.load, TF1's loader into a session in graph
 mode, onnxruntime.InferenceSession) and checked against the policy and numpy
 formulas. The file also runs in a TF1-mode process (RLPOLICY_TF_V1=1); one test
 runs a graph export in such a process itself."""
+
 import json
 import os
 import subprocess
@@ -30,9 +31,13 @@ from rlpolicy.policy.tf_policy_template import build_tf_policy  # noqa: E402
 
 BOX4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 BOX_ACT = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32))
-DICT_OBS = gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
-                            "mode": gym.spaces.Discrete(3),
-                            "grid": gym.spaces.MultiDiscrete([2, 3])})
+DICT_OBS = gym.spaces.Dict(
+    {
+        "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "mode": gym.spaces.Discrete(3),
+        "grid": gym.spaces.MultiDiscrete([2, 3]),
+    }
+)
 TUPLE_OBS = gym.spaces.Tuple((gym.spaces.Discrete(4), gym.spaces.Box(-2.0, 2.0, (3,), np.float32)))
 DICT_ACT = gym.spaces.Dict({"move": BOX_ACT, "pick": gym.spaces.Discrete(3)})
 TUPLE_ACT = gym.spaces.Tuple((gym.spaces.MultiDiscrete([2, 3]), BOX_ACT))
@@ -51,8 +56,11 @@ def _loss(policy, model, dist_class, train_batch):
 
 GraphPolicy = build_tf_policy("PipeGraphPolicy", loss_fn=_loss)
 EagerPolicy = build_eager_tf_policy("PipeEagerPolicy", loss_fn=_loss)
-FLAVOURS = {"tf": (GraphPolicy, {}), "tf2": (EagerPolicy, {"framework": "tf2"}),
-            "traced": (EagerPolicy, {"framework": "tf2", "eager_tracing": True})}
+FLAVOURS = {
+    "tf": (GraphPolicy, {}),
+    "tf2": (EagerPolicy, {"framework": "tf2"}),
+    "traced": (EagerPolicy, {"framework": "tf2", "eager_tracing": True}),
+}
 
 
 def _policy(flavour, obs_space, act_space, config, scale=1.0, seed=0):
@@ -62,8 +70,9 @@ def _policy(flavour, obs_space, act_space, config, scale=1.0, seed=0):
     rng = np.random.default_rng(seed)
     weights = policy.get_weights()
     if isinstance(weights, dict):
-        policy.set_weights({k: (rng.normal(0.0, 0.5, np.shape(v)) * scale).astype(np.float32)
-                            for k, v in weights.items()})
+        policy.set_weights(
+            {k: (rng.normal(0.0, 0.5, np.shape(v)) * scale).astype(np.float32) for k, v in weights.items()}
+        )
     return policy
 
 
@@ -96,12 +105,13 @@ def _load(export_dir):
         graph = tf.Graph()
         sess = tf.compat.v1.Session(graph=graph)
         with graph.as_default():
-            sig = tf.compat.v1.saved_model.load(sess, ["serve"], path).signature_def[
-                "serving_default"]
+            sig = tf.compat.v1.saved_model.load(sess, ["serve"], path).signature_def["serving_default"]
 
         def run(feeds):
-            return sess.run({k: v.name for k, v in sig.outputs.items()},
-                            {sig.inputs[k].name: feeds[k] for k in in_names})
+            return sess.run(
+                {k: v.name for k, v in sig.outputs.items()}, {sig.inputs[k].name: feeds[k] for k in in_names}
+            )
+
     return contract, run
 
 
@@ -126,8 +136,7 @@ def _to_env(action, space, normalize, clip):
     if not (isinstance(space, gym.spaces.Box) and space.dtype == np.float32):
         return action
     if normalize:
-        return np.clip(space.low + (action + 1.0) * (space.high - space.low) / 2.0,
-                       space.low, space.high)
+        return np.clip(space.low + (action + 1.0) * (space.high - space.low) / 2.0, space.low, space.high)
     return np.clip(action, space.low, space.high) if clip else action
 
 
@@ -151,8 +160,13 @@ CASES = {
     "tf-multidiscrete": ("tf", "onnx", BOX4, gym.spaces.MultiDiscrete([2, 3, 4]), {}),
     "traced-multidiscrete": ("traced", "savedmodel", BOX4, gym.spaces.MultiDiscrete([2, 3, 4]), {}),
     "tf-box-normalized": ("tf", "savedmodel", BOX4, BOX_ACT, {"normalize_actions": True}),
-    "tf2-box-clipped": ("tf2", "savedmodel", BOX4, BOX_ACT,
-                        {"normalize_actions": False, "clip_actions": True}),
+    "tf2-box-clipped": (
+        "tf2",
+        "savedmodel",
+        BOX4,
+        BOX_ACT,
+        {"normalize_actions": False, "clip_actions": True},
+    ),
     "tf-box-raw": ("tf", "onnx", BOX4, BOX_ACT, {"normalize_actions": False}),
     "tf2-dict-actions": ("tf2", "onnx", BOX4, DICT_ACT, {}),
     "tf-tuple-actions": ("tf", "savedmodel", BOX4, TUPLE_ACT, {}),
@@ -161,8 +175,7 @@ CASES = {
     "tf-conv": ("tf", "savedmodel", IMAGE, gym.spaces.Discrete(4), {}),
     "tf2-conv": ("tf2", "onnx", IMAGE, gym.spaces.Discrete(4), {}),
     "tf-lstm-box": ("tf", "onnx", BOX4, BOX_ACT, {"model": LSTM}),
-    "tf2-lstm-dict-obs": ("tf2", "savedmodel", DICT_OBS, gym.spaces.MultiDiscrete([3, 2]),
-                          {"model": LSTM}),
+    "tf2-lstm-dict-obs": ("tf2", "savedmodel", DICT_OBS, gym.spaces.MultiDiscrete([3, 2]), {"model": LSTM}),
     "traced-lstm": ("traced", "onnx", BOX4, gym.spaces.Discrete(3), {"model": LSTM}),
 }
 
@@ -192,10 +205,8 @@ def test_pipeline_reproduces_compute_actions(case, tmp_path):
         feeds = contract.feeds(obs, state)
         got = run(feeds)
         states = [feeds[k] for k in contract.names("state")]
-        want, want_state, extra = policy.compute_actions(obs, state_batches=states or None,
-                                                         explore=False)
-        for name, a, space in zip(contract.names("action", outputs=True), _flat(want),
-                                  leaf_spaces):
+        want, want_state, extra = policy.compute_actions(obs, state_batches=states or None, explore=False)
+        for name, a, space in zip(contract.names("action", outputs=True), _flat(want), leaf_spaces):
             expected = _to_env(np.asarray(a), space, normalize, clip)
             if np.issubdtype(expected.dtype, np.integer):
                 np.testing.assert_array_equal(got[name], expected)
@@ -203,8 +214,7 @@ def test_pipeline_reproduces_compute_actions(case, tmp_path):
             else:
                 np.testing.assert_allclose(got[name], expected, atol=1e-4)
                 assert np.all(got[name] >= space.low - 1e-6) if (normalize or clip) else True
-        np.testing.assert_allclose(got["action_dist_inputs"], extra["action_dist_inputs"],
-                                   atol=1e-4)
+        np.testing.assert_allclose(got["action_dist_inputs"], extra["action_dist_inputs"], atol=1e-4)
         out_state = [got[k] for k in contract.names("state", outputs=True)]
         assert len(out_state) == len(want_state)
         for g, w in zip(out_state, want_state):
@@ -212,8 +222,7 @@ def test_pipeline_reproduces_compute_actions(case, tmp_path):
         state = out_state or None
 
 
-@pytest.mark.parametrize("flavour,fmt", [("tf", "savedmodel"), ("tf2", "onnx"),
-                                         ("traced", "savedmodel")])
+@pytest.mark.parametrize("flavour,fmt", [("tf", "savedmodel"), ("tf2", "onnx"), ("traced", "savedmodel")])
 def test_sampled_actions_with_given_noise_match_numpy_formulas(flavour, fmt, tmp_path):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
@@ -222,23 +231,32 @@ def test_sampled_actions_with_given_noise_match_numpy_formulas(flavour, fmt, tmp
     policy.export_model(str(tmp_path), onnx=13 if fmt == "onnx" else None, pipeline=True)
     contract, run = _load(str(tmp_path))
     assert [(s.kind, s.size, s.distribution) for s in contract.noise] == [
-        ("uniform", 1, "Categorical"), ("uniform", 2, "MultiCategorical"),
-        ("normal", 2, "DiagGaussian")]
+        ("uniform", 1, "Categorical"),
+        ("uniform", 2, "MultiCategorical"),
+        ("normal", 2, "DiagGaussian"),
+    ]
     obs = sample_observations(BOX4, 64, seed=3)
     noise = contract.draw_noise(64, np.random.default_rng(0))
     assert noise.shape == (64, 5)
     got = run(contract.feeds(obs, noise=noise))
     _, _, extra = policy.compute_actions(obs, explore=False)
     logits = extra["action_dist_inputs"]  # [4 | 3, 2 | mean 2, log std 2]
-    np.testing.assert_array_equal(got["sampled_actions_0"],
-                                  _inverse_cdf(_softmax(logits[:, :4]), noise[:, 0]))
-    np.testing.assert_array_equal(got["sampled_actions_1"], np.stack(
-        [_inverse_cdf(_softmax(logits[:, 4:7]), noise[:, 1]),
-         _inverse_cdf(_softmax(logits[:, 7:9]), noise[:, 2])], axis=1))
+    np.testing.assert_array_equal(
+        got["sampled_actions_0"], _inverse_cdf(_softmax(logits[:, :4]), noise[:, 0])
+    )
+    np.testing.assert_array_equal(
+        got["sampled_actions_1"],
+        np.stack(
+            [
+                _inverse_cdf(_softmax(logits[:, 4:7]), noise[:, 1]),
+                _inverse_cdf(_softmax(logits[:, 7:9]), noise[:, 2]),
+            ],
+            axis=1,
+        ),
+    )
     assert len(set(got["sampled_actions_0"].tolist())) > 1  # (the draws matter)
     raw = logits[:, 9:11] + np.exp(logits[:, 11:13]) * noise[:, 3:5]
-    np.testing.assert_allclose(got["sampled_actions_2"], _to_env(raw, BOX_ACT, True, False),
-                               atol=1e-4)
+    np.testing.assert_allclose(got["sampled_actions_2"], _to_env(raw, BOX_ACT, True, False), atol=1e-4)
     zero = run(contract.feeds(obs, noise=np.zeros_like(noise)))  # normal draws 0: the mean
     np.testing.assert_allclose(zero["sampled_actions_2"], zero["actions_2"], atol=1e-6)
 
@@ -268,8 +286,7 @@ def test_squashed_gaussian_and_deterministic_distributions(flavour, tmp_path):
     got = run(contract.feeds(obs))
     np.testing.assert_array_equal(got["sampled_actions"], got["actions"])
     _, _, extra = det.compute_actions(obs, explore=False)
-    np.testing.assert_allclose(got["actions"], np.clip(extra["action_dist_inputs"], -1, 1),
-                               atol=1e-5)
+    np.testing.assert_allclose(got["actions"], np.clip(extra["action_dist_inputs"], -1, 1), atol=1e-5)
 
 
 def _off_by_one(cls):
@@ -289,8 +306,11 @@ def test_a_pipeline_that_differs_from_the_policy_is_refused_and_not_written(flav
     policy = _off_by_one(cls)(BOX4, gym.spaces.Discrete(5), {**extra})
     (tmp_path / "keep.txt").write_text("mine")
     for onnx in (None, 13):
-        with pytest.raises(PipelineMismatchError, match=r"batch size 1, step 0: output 'actions' "
-                                                        r"differs from compute_actions\(explore=False\)"):
+        with pytest.raises(
+            PipelineMismatchError,
+            match=r"batch size 1, step 0: output 'actions' "
+            r"differs from compute_actions\(explore=False\)",
+        ):
             policy.export_model(str(tmp_path), onnx=onnx, pipeline=True)
         assert sorted(os.listdir(tmp_path)) == ["keep.txt"]  # no artifact, no temporary file
     with pytest.raises(PipelineMismatchError):
@@ -301,10 +321,14 @@ def test_a_pipeline_that_differs_from_the_policy_is_refused_and_not_written(flav
 @pytest.mark.parametrize("flavour", ["tf", "tf2"])
 def test_unexportable_policies_are_refused_naming_the_reason(flavour, tmp_path):
     unbounded = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-    with pytest.raises(ValueError, match=r"normalize_actions=True unsquashes onto the bounds of "
-                                         r"Box\(-inf, inf, \(2,\), float32\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"normalize_actions=True unsquashes onto the bounds of "
+        r"Box\(-inf, inf, \(2,\), float32\)",
+    ):
         _policy(flavour, BOX4, unbounded, {"normalize_actions": True}).export_model(
-            str(tmp_path), pipeline=True)
+            str(tmp_path), pipeline=True
+        )
     beta = _policy(flavour, BOX4, BOX_ACT, {"model": {"custom_action_dist": "pipe_tf_beta"}})
     with pytest.raises(ValueError, match="cannot sample Beta from explicit noise"):
         beta.export_model(str(tmp_path), pipeline=True)
@@ -321,23 +345,22 @@ def _model_loss(policy, model, dist_class, train_batch):
 
 
 def _make_model(policy, obs_space, action_space, config):
-    return ModelCatalog.get_model_v2(obs_space, action_space, 3, config["model"],
-                                     framework=config.get("framework", "tf"))
+    return ModelCatalog.get_model_v2(
+        obs_space, action_space, 3, config["model"], framework=config.get("framework", "tf")
+    )
 
 
 @pytest.mark.parametrize("flavour", ["tf", "tf2"])
 def test_a_policy_with_an_action_sampler_fn_is_refused(flavour, tmp_path):
     builder = build_tf_policy if flavour == "tf" else build_eager_tf_policy
-    cls = builder("PipeSampler", loss_fn=_model_loss, make_model=_make_model,
-                  action_sampler_fn=_sampler)
+    cls = builder("PipeSampler", loss_fn=_model_loss, make_model=_make_model, action_sampler_fn=_sampler)
     policy = cls(BOX4, gym.spaces.Discrete(3), dict(FLAVOURS[flavour][1]))
     with pytest.raises(ValueError, match="action_sampler_fn"):
         policy.export_model(str(tmp_path), pipeline=True)
     assert os.listdir(tmp_path) == []
 
 
-def _greedy_on_doubled_logits(policy, model, input_dict, state_batches=None, explore=None,
-                              **kwargs):
+def _greedy_on_doubled_logits(policy, model, input_dict, state_batches=None, explore=None, **kwargs):
     out, state = model(input_dict, state_batches or [], None)
     return out * 2.0, tf_action_dist.Categorical, state
 
@@ -345,8 +368,9 @@ def _greedy_on_doubled_logits(policy, model, input_dict, state_batches=None, exp
 @pytest.mark.parametrize("flavour", ["tf", "tf2"])
 def test_an_action_distribution_fn_is_part_of_the_pipeline(flavour, tmp_path):
     builder = build_tf_policy if flavour == "tf" else build_eager_tf_policy
-    cls = builder("PipeDistFn", loss_fn=_loss, make_model=_make_model,
-                  action_distribution_fn=_greedy_on_doubled_logits)
+    cls = builder(
+        "PipeDistFn", loss_fn=_loss, make_model=_make_model, action_distribution_fn=_greedy_on_doubled_logits
+    )
     policy = cls(BOX4, gym.spaces.Discrete(3), dict(FLAVOURS[flavour][1]))
     policy.export_model(str(tmp_path), pipeline=True)
     contract, run = _load(str(tmp_path))
@@ -393,8 +417,13 @@ TF1_SCRIPT = textwrap.dedent("""
 def test_graph_policy_export_in_a_tf1_mode_process(tmp_path):
     pytest.importorskip("onnxruntime")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", TF1_SCRIPT, str(tmp_path / "x")], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", TF1_SCRIPT, str(tmp_path / "x")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.split("RESULT", 1)[1])
     assert got["None"]["consumer"] == "tf.compat.v1.saved_model.load (Session)"
@@ -410,14 +439,21 @@ def test_metadata_and_a_second_export_replacing_the_first(tmp_path):
     with open(tmp_path / "pipeline.json", encoding="utf-8") as f:
         meta = json.load(f)
     assert [(i["name"], i["dtype"], i["shape"], i["path"]) for i in meta["inputs"]] == [
-        ("obs_0", "int64", [None, 2], ["grid"]), ("obs_1", "int64", [None], ["mode"]),
-        ("obs_2", "float32", [None, 2], ["pos"]), ("state_in_0", "float32", [None, 4], []),
-        ("state_in_1", "float32", [None, 4], []), ("seq_lens", "int32", [None], []),
-        ("noise", "float32", [None, 2], [])]
+        ("obs_0", "int64", [None, 2], ["grid"]),
+        ("obs_1", "int64", [None], ["mode"]),
+        ("obs_2", "float32", [None, 2], ["pos"]),
+        ("state_in_0", "float32", [None, 4], []),
+        ("state_in_1", "float32", [None, 4], []),
+        ("seq_lens", "int32", [None], []),
+        ("noise", "float32", [None, 2], []),
+    ]
     assert [(o["name"], o["dtype"], o["shape"]) for o in meta["outputs"]] == [
-        ("actions", "int64", [None, 2]), ("sampled_actions", "int64", [None, 2]),
-        ("action_dist_inputs", "float32", [None, 5]), ("state_out_0", "float32", [None, 4]),
-        ("state_out_1", "float32", [None, 4])]
+        ("actions", "int64", [None, 2]),
+        ("sampled_actions", "int64", [None, 2]),
+        ("action_dist_inputs", "float32", [None, 5]),
+        ("state_out_0", "float32", [None, 4]),
+        ("state_out_1", "float32", [None, 4]),
+    ]
     assert meta["format"] == "savedmodel" and meta["artifact"] == "pipeline_savedmodel"
     assert meta["dist_class"] == "MultiCategorical" and meta["initial_state"] == [[0.0] * 4] * 2
     assert meta["verified"]["consumer"] == "tf.saved_model.load"
@@ -441,21 +477,47 @@ def _cli(argv, capsys):
 def test_cli_export_pipeline(framework, tmp_path, capsys):
     pytest.importorskip("onnxruntime")
     run = tmp_path / "run"
-    code, out, err = _cli(["train", "--algo", "pg", "--env", "CartPole-v1", "--framework",
-                           framework, "--stop-timesteps", "100", "--stop-reward", "1e9",
-                           "--eval-episodes", "1", "--out", str(run), "--progress-bar", "off",
-                           "--config", json.dumps({"train_batch_size": 100,
-                                                   "model": {"fcnet_hiddens": [8]}})], capsys)
+    code, out, err = _cli(
+        [
+            "train",
+            "--algo",
+            "pg",
+            "--env",
+            "CartPole-v1",
+            "--framework",
+            framework,
+            "--stop-timesteps",
+            "100",
+            "--stop-reward",
+            "1e9",
+            "--eval-episodes",
+            "1",
+            "--out",
+            str(run),
+            "--progress-bar",
+            "off",
+            "--config",
+            json.dumps({"train_batch_size": 100, "model": {"fcnet_hiddens": [8]}}),
+        ],
+        capsys,
+    )
     assert code == 1, err  # the step budget ends the run
-    consumer = "tf.saved_model.load" if tf.executing_eagerly() or framework == "tf2" \
+    consumer = (
+        "tf.saved_model.load"
+        if tf.executing_eagerly() or framework == "tf2"
         else "tf.compat.v1.saved_model.load (Session)"
-    for fmt, artifact, loader in (("savedmodel", "pipeline_savedmodel", consumer),
-                                  ("onnx", "pipeline.onnx", "onnxruntime.InferenceSession")):
+    )
+    for fmt, artifact, loader in (
+        ("savedmodel", "pipeline_savedmodel", consumer),
+        ("onnx", "pipeline.onnx", "onnxruntime.InferenceSession"),
+    ):
         code, out, err = _cli(["export", str(run), "--format", fmt, "--pipeline"], capsys)
         assert code == 0, err
         folder = run / f"export_{fmt}_pipeline"
-        assert f"exported {fmt} pipeline to {folder / artifact}; verified: loaded back with " \
-               f"{loader}, max |actions - compute_actions| = " in out
+        assert (
+            f"exported {fmt} pipeline to {folder / artifact}; verified: loaded back with "
+            f"{loader}, max |actions - compute_actions| = " in out
+        )
         contract, run_artifact = _load(str(folder))
         obs = np.array([[0.01, -0.02, 0.03, 0.0], [0.1, 0.5, -0.1, -0.4]], np.float32)
         actions = run_artifact(contract.feeds(obs))["actions"]

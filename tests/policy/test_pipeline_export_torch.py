@@ -1,6 +1,7 @@
 """TorchPolicy.export_model(..., pipeline=True): the whole action pipeline as one
 TorchScript / ONNX artifact, loaded here by its real consumers (torch.jit.load,
 onnxruntime.InferenceSession) and checked against the policy and numpy formulas."""
+
 import json
 import os
 import warnings
@@ -27,9 +28,13 @@ from rlpolicy.policy.torch_policy import TorchPolicy  # noqa: E402
 
 BOX4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 BOX_ACT = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32))
-DICT_OBS = gym.spaces.Dict({"pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
-                            "mode": gym.spaces.Discrete(3),
-                            "grid": gym.spaces.MultiDiscrete([2, 4])})
+DICT_OBS = gym.spaces.Dict(
+    {
+        "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "mode": gym.spaces.Discrete(3),
+        "grid": gym.spaces.MultiDiscrete([2, 4]),
+    }
+)
 TUPLE_OBS = gym.spaces.Tuple((gym.spaces.Discrete(4), gym.spaces.Box(-2.0, 2.0, (3,), np.float32)))
 DICT_ACT = gym.spaces.Dict({"move": BOX_ACT, "pick": gym.spaces.Discrete(3)})
 TUPLE_ACT = gym.spaces.Tuple((gym.spaces.MultiDiscrete([2, 3]), BOX_ACT))
@@ -56,9 +61,11 @@ CASES = {
     "fc-tuple-actions": (BOX4, TUPLE_ACT, {}),
     "dict-obs": (DICT_OBS, gym.spaces.Discrete(2), {}),
     "tuple-obs": (TUPLE_OBS, BOX_ACT, {}),
-    "dict-atari-ram-obs": (gym.spaces.Dict({"ram": gym.spaces.Box(0, 255, (128,), np.uint8),
-                                            "lives": gym.spaces.Discrete(4)}),
-                           gym.spaces.Discrete(3), {}),
+    "dict-atari-ram-obs": (
+        gym.spaces.Dict({"ram": gym.spaces.Box(0, 255, (128,), np.uint8), "lives": gym.spaces.Discrete(4)}),
+        gym.spaces.Discrete(3),
+        {},
+    ),
     "one-hot-obs": (_one_hot_box(gym.spaces.Discrete(6)), gym.spaces.Discrete(2), {}),
     "discrete-obs": (gym.spaces.Discrete(5), gym.spaces.Discrete(3), {}),
     "conv-discrete": (IMAGE, gym.spaces.Discrete(4), {}),
@@ -99,6 +106,7 @@ def _load(export_dir):
             with torch.no_grad():
                 outs = module(*[torch.from_numpy(feeds[k]) for k in in_names])
             return {k: v.numpy() for k, v in zip(out_names, outs)}
+
     return contract, run
 
 
@@ -124,8 +132,7 @@ def _to_env(action, space, normalize, clip):
     if not (isinstance(space, gym.spaces.Box) and space.dtype == np.float32):
         return action
     if normalize:
-        return np.clip(space.low + (action + 1.0) * (space.high - space.low) / 2.0,
-                       space.low, space.high)
+        return np.clip(space.low + (action + 1.0) * (space.high - space.low) / 2.0, space.low, space.high)
     return np.clip(action, space.low, space.high) if clip else action
 
 
@@ -144,7 +151,8 @@ def test_pipeline_reproduces_compute_actions(case, fmt, tmp_path):
     policy.export_model(str(tmp_path), onnx=13 if fmt == "onnx" else None, pipeline=True)
     assert policy.global_timestep == ts  # the export's checks leave the policy as it was
     assert sorted(os.listdir(tmp_path)) == sorted(
-        ["pipeline.json", "pipeline.onnx" if fmt == "onnx" else "pipeline.pt"])
+        ["pipeline.json", "pipeline.onnx" if fmt == "onnx" else "pipeline.pt"]
+    )
     contract, run = _load(str(tmp_path))
     normalize = policy.config["normalize_actions"]
     clip = policy.config["clip_actions"]
@@ -157,7 +165,8 @@ def test_pipeline_reproduces_compute_actions(case, fmt, tmp_path):
             feeds = contract.feeds(obs, state)
             got = run(feeds)
             actions, state_out, extra = policy.compute_actions(
-                obs, state_batches=state or None, explore=False)
+                obs, state_batches=state or None, explore=False
+            )
             want = [_to_env(a, s, normalize, clip) for a, s in zip(_flat(actions), leaf_spaces)]
             names = contract.names("action", outputs=True)
             assert len(names) == len(want)
@@ -169,23 +178,24 @@ def test_pipeline_reproduces_compute_actions(case, fmt, tmp_path):
                     assert got[name].dtype == np.int64
                     np.testing.assert_array_equal(got[name], w)
                 assert got[name].shape[0] == n
-            np.testing.assert_allclose(got["action_dist_inputs"], extra["action_dist_inputs"],
-                                       atol=1e-4, rtol=1e-4)
+            np.testing.assert_allclose(
+                got["action_dist_inputs"], extra["action_dist_inputs"], atol=1e-4, rtol=1e-4
+            )
             assert len(state_out) == len(contract.names("state", outputs=True))
             for name, s in zip(contract.names("state", outputs=True), state_out):
                 np.testing.assert_allclose(got[name], s, atol=1e-4, rtol=1e-4)
             # Sampled actions: the deterministic ones' shapes and dtypes, inside the
             # space wherever the mapping bounds them (or the space is discrete).
-            for det, smp, s in zip(names, contract.names("sampled_action", outputs=True),
-                                   leaf_spaces):
+            for det, smp, s in zip(names, contract.names("sampled_action", outputs=True), leaf_spaces):
                 assert got[smp].shape == got[det].shape and got[smp].dtype == got[det].dtype
                 if not isinstance(s, gym.spaces.Box) or normalize or clip:
                     assert all(s.contains(np.asarray(a, s.dtype)) for a in got[smp])
             state = [got[name] for name in contract.names("state", outputs=True)]
 
 
-@pytest.mark.parametrize("dqn_config", [{}, {"dueling": False},
-                                        {"num_atoms": 3, "v_min": -1.0, "v_max": 1.0}])
+@pytest.mark.parametrize(
+    "dqn_config", [{}, {"dueling": False}, {"num_atoms": 3, "v_min": -1.0, "v_max": 1.0}]
+)
 def test_dqn_pipeline_acts_greedily_on_the_q_values(dqn_config, tmp_path):
     # DQN's action_distribution_fn (Q-values as categorical inputs) is part of the pipeline.
     from rlpolicy.agents.dqn import DEFAULT_CONFIG
@@ -218,8 +228,12 @@ def test_metadata_names_the_interface(tmp_path):
     policy = _policy(DICT_OBS, DICT_ACT, {"model": LSTM})
     policy.export_model(str(tmp_path), onnx=13, pipeline=True)
     meta = json.loads((tmp_path / "pipeline.json").read_text())
-    assert (meta["format"], meta["artifact"], meta["framework"], meta["opset"]) == \
-        ("onnx", "pipeline.onnx", "torch", 13)
+    assert (meta["format"], meta["artifact"], meta["framework"], meta["opset"]) == (
+        "onnx",
+        "pipeline.onnx",
+        "torch",
+        13,
+    )
     inputs = {i["name"]: (i["dtype"], i["shape"], i["role"], i["path"]) for i in meta["inputs"]}
     # Dict observations: one input per leaf in the space's key order (gymnasium sorts).
     assert inputs == {
@@ -243,10 +257,9 @@ def test_metadata_names_the_interface(tmp_path):
     ]
     # "move" (a Gaussian over 2 dims) takes 2 normal draws, "pick" one uniform.
     assert meta["noise"] == [
-        {"start": 0, "size": 2, "kind": "normal", "action": "actions_0",
-         "distribution": "TorchDiagGaussian"},
-        {"start": 2, "size": 1, "kind": "uniform", "action": "actions_1",
-         "distribution": "TorchCategorical"}]
+        {"start": 0, "size": 2, "kind": "normal", "action": "actions_0", "distribution": "TorchDiagGaussian"},
+        {"start": 2, "size": 1, "kind": "uniform", "action": "actions_1", "distribution": "TorchCategorical"},
+    ]
     assert meta["noise_dim"] == 3
     assert meta["initial_state"] == [[0.0] * 8, [0.0] * 8]
     assert meta["verified"]["batch_sizes"] == [1, 3, 8]
@@ -290,15 +303,22 @@ def test_sampled_actions_with_given_noise_match_numpy_formulas(fmt, tmp_path):
     got = run(contract.feeds(obs, noise=noise))
     _, _, extra = policy.compute_actions(obs, explore=False)
     logits = extra["action_dist_inputs"]  # [4 | 3, 2 | mean 2, log std 2]
-    np.testing.assert_array_equal(got["sampled_actions_0"],
-                                  _inverse_cdf(_softmax(logits[:, :4]), noise[:, 0]))
-    np.testing.assert_array_equal(got["sampled_actions_1"], np.stack(
-        [_inverse_cdf(_softmax(logits[:, 4:7]), noise[:, 1]),
-         _inverse_cdf(_softmax(logits[:, 7:9]), noise[:, 2])], axis=1))
+    np.testing.assert_array_equal(
+        got["sampled_actions_0"], _inverse_cdf(_softmax(logits[:, :4]), noise[:, 0])
+    )
+    np.testing.assert_array_equal(
+        got["sampled_actions_1"],
+        np.stack(
+            [
+                _inverse_cdf(_softmax(logits[:, 4:7]), noise[:, 1]),
+                _inverse_cdf(_softmax(logits[:, 7:9]), noise[:, 2]),
+            ],
+            axis=1,
+        ),
+    )
     mean, log_std = logits[:, 9:11], logits[:, 11:13]
     raw = mean + np.exp(log_std) * noise[:, 3:5]
-    np.testing.assert_allclose(got["sampled_actions_2"],
-                               _to_env(raw, BOX_ACT, True, False), atol=1e-5)
+    np.testing.assert_allclose(got["sampled_actions_2"], _to_env(raw, BOX_ACT, True, False), atol=1e-5)
     # Zero normal draws give the mean: the deterministic action.
     zero = run(contract.feeds(obs, noise=np.zeros_like(noise)))
     np.testing.assert_allclose(zero["sampled_actions_2"], zero["actions_2"], atol=1e-6)
@@ -359,8 +379,9 @@ def test_gaussian_sample_moments_match_the_model(tmp_path):
     contract, run = _load(str(tmp_path))
     n = 20000
     one = sample_observations(BOX4, 1, seed=7)
-    got = run(contract.feeds(np.repeat(one, n, axis=0),
-                             noise=contract.draw_noise(n, np.random.default_rng(2))))
+    got = run(
+        contract.feeds(np.repeat(one, n, axis=0), noise=contract.draw_noise(n, np.random.default_rng(2)))
+    )
     _, _, extra = policy.compute_actions(one, explore=False)
     mean, std = extra["action_dist_inputs"][0, :2], np.exp(extra["action_dist_inputs"][0, 2:])
     samples = got["sampled_actions"]
@@ -396,8 +417,11 @@ def test_a_pipeline_that_differs_from_the_policy_is_refused_and_not_written(tmp_
     policy = TorchPolicy(space, gym.spaces.Discrete(5), {}, model=model)
     (tmp_path / "keep.txt").write_text("mine")
     for onnx in (None, 13):
-        with pytest.raises(PipelineMismatchError, match=r"batch size 1, step 0: output 'actions' "
-                                                        r"differs from compute_actions\(explore=False\)"):
+        with pytest.raises(
+            PipelineMismatchError,
+            match=r"batch size 1, step 0: output 'actions' "
+            r"differs from compute_actions\(explore=False\)",
+        ):
             policy.export_model(str(tmp_path), onnx=onnx, pipeline=True)
         assert sorted(os.listdir(tmp_path)) == ["keep.txt"]  # no artifact, no temporary file
     with pytest.raises(PipelineMismatchError):
@@ -407,17 +431,18 @@ def test_a_pipeline_that_differs_from_the_policy_is_refused_and_not_written(tmp_
 
 def test_unexportable_policies_are_refused_naming_the_reason(tmp_path):
     unbounded = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-    with pytest.raises(ValueError, match=r"normalize_actions=True unsquashes onto the bounds of "
-                                         r"Box\(-inf, inf, \(2,\), float32\)"):
-        _policy(BOX4, unbounded, {"normalize_actions": True}).export_model(
-            str(tmp_path), pipeline=True)
+    with pytest.raises(
+        ValueError,
+        match=r"normalize_actions=True unsquashes onto the bounds of "
+        r"Box\(-inf, inf, \(2,\), float32\)",
+    ):
+        _policy(BOX4, unbounded, {"normalize_actions": True}).export_model(str(tmp_path), pipeline=True)
     beta = TorchPolicy(BOX4, BOX_ACT, {}, action_distribution_class=TorchBeta)
     with pytest.raises(ValueError, match="cannot sample TorchBeta from explicit noise"):
         beta.export_model(str(tmp_path), pipeline=True)
     assert os.listdir(tmp_path) == []
     # Without normalize_actions an unbounded Box exports (the actions are passed through).
-    _policy(BOX4, unbounded, {"normalize_actions": False}).export_model(
-        str(tmp_path), pipeline=True)
+    _policy(BOX4, unbounded, {"normalize_actions": False}).export_model(str(tmp_path), pipeline=True)
     assert sorted(os.listdir(tmp_path)) == ["pipeline.json", "pipeline.pt"]
 
 
@@ -472,19 +497,40 @@ def _cli(argv, capsys):
 def test_cli_export_pipeline(tmp_path, capsys):
     pytest.importorskip("onnxruntime")
     run = tmp_path / "run"
-    code, out, err = _cli(["train", "--algo", "pg", "--env", "CartPole-v1", "--stop-timesteps", "200",
-                           "--stop-reward", "1e9", "--eval-episodes", "1", "--out", str(run),
-                           "--progress-bar", "off", "--config",
-                           json.dumps({"train_batch_size": 200, "model": {"fcnet_hiddens": [8]}})],
-                          capsys)
+    code, out, err = _cli(
+        [
+            "train",
+            "--algo",
+            "pg",
+            "--env",
+            "CartPole-v1",
+            "--stop-timesteps",
+            "200",
+            "--stop-reward",
+            "1e9",
+            "--eval-episodes",
+            "1",
+            "--out",
+            str(run),
+            "--progress-bar",
+            "off",
+            "--config",
+            json.dumps({"train_batch_size": 200, "model": {"fcnet_hiddens": [8]}}),
+        ],
+        capsys,
+    )
     assert code == 1, err  # the step budget ends the run
-    for fmt, artifact, consumer in (("torchscript", "pipeline.pt", "torch.jit.load"),
-                                    ("onnx", "pipeline.onnx", "onnxruntime.InferenceSession")):
+    for fmt, artifact, consumer in (
+        ("torchscript", "pipeline.pt", "torch.jit.load"),
+        ("onnx", "pipeline.onnx", "onnxruntime.InferenceSession"),
+    ):
         code, out, err = _cli(["export", str(run), "--format", fmt, "--pipeline"], capsys)
         assert code == 0, err
         folder = run / f"export_{fmt}_pipeline"  # (CHECKPOINT is the run folder)
-        assert f"exported {fmt} pipeline to {folder / artifact}; verified: loaded back with " \
-               f"{consumer}, max |actions - compute_actions| = " in out
+        assert (
+            f"exported {fmt} pipeline to {folder / artifact}; verified: loaded back with "
+            f"{consumer}, max |actions - compute_actions| = " in out
+        )
         contract, run_artifact = _load(str(folder))
         obs = np.array([[0.01, -0.02, 0.03, 0.0], [0.1, 0.5, -0.1, -0.4]], np.float32)
         assert run_artifact(contract.feeds(obs))["actions"].dtype == np.int64

@@ -1,4 +1,5 @@
 """rlpolicy.policy.policy: the framework-independent Policy base class."""
+
 import copy
 
 import gymnasium as gym
@@ -23,10 +24,16 @@ ACTION_SPACES = {
     "box": gym.spaces.Box(-2.0, 2.0, shape=(3,), dtype=np.float32),
     "discrete": gym.spaces.Discrete(4),
     "multidiscrete": gym.spaces.MultiDiscrete([3, 5]),
-    "dict": gym.spaces.Dict({"move": gym.spaces.Discrete(3),
-                             "aim": gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}),
-    "tuple": gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.MultiDiscrete([2, 2]),
-                               gym.spaces.Dict({"x": gym.spaces.Box(0.0, 1.0, (1,), np.float32)})]),
+    "dict": gym.spaces.Dict(
+        {"move": gym.spaces.Discrete(3), "aim": gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}
+    ),
+    "tuple": gym.spaces.Tuple(
+        [
+            gym.spaces.Discrete(2),
+            gym.spaces.MultiDiscrete([2, 2]),
+            gym.spaces.Dict({"x": gym.spaces.Box(0.0, 1.0, (1,), np.float32)}),
+        ]
+    ),
 }
 
 
@@ -71,13 +78,16 @@ def test_complete_config_is_copied_not_shared():
     assert full == snapshot and q.config["model"]["fcnet_hiddens"] == [256, 256]
 
 
-@pytest.mark.parametrize("obs_space, config, exc, match", [
-    (OBS, {"gamma": 2.0}, ValueError, "gamma"),
-    (OBS, {"framework": "mxnet"}, ValueError, "framework"),
-    (OBS, {"model": {"max_seq_len": 0}}, ValueError, "model.max_seq_len"),
-    (OBS, [("lr", 1)], TypeError, "config must be a dict"),
-    ((2,), {}, TypeError, "observation_space must be a gymnasium"),
-])
+@pytest.mark.parametrize(
+    "obs_space, config, exc, match",
+    [
+        (OBS, {"gamma": 2.0}, ValueError, "gamma"),
+        (OBS, {"framework": "mxnet"}, ValueError, "framework"),
+        (OBS, {"model": {"max_seq_len": 0}}, ValueError, "model.max_seq_len"),
+        (OBS, [("lr", 1)], TypeError, "config must be a dict"),
+        ((2,), {}, TypeError, "observation_space must be a gymnasium"),
+    ],
+)
 def test_bad_arguments(obs_space, config, exc, match):
     with pytest.raises(exc, match=match):
         StructuredActionPolicy(obs_space, gym.spaces.Discrete(2), config)
@@ -133,11 +143,17 @@ def test_policy_spec_defaults():
 # ------------------------------------------------------------------ compute_single_action
 def _same_structure(value, space):
     if isinstance(space, gym.spaces.Dict):
-        return isinstance(value, dict) and list(value) == list(space.spaces) and all(
-            _same_structure(value[k], s) for k, s in space.spaces.items())
+        return (
+            isinstance(value, dict)
+            and list(value) == list(space.spaces)
+            and all(_same_structure(value[k], s) for k, s in space.spaces.items())
+        )
     if isinstance(space, gym.spaces.Tuple):
-        return isinstance(value, tuple) and len(value) == len(space.spaces) and all(
-            _same_structure(v, s) for v, s in zip(value, space.spaces))
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(space.spaces)
+            and all(_same_structure(v, s) for v, s in zip(value, space.spaces))
+        )
     return np.shape(value) == space.shape
 
 
@@ -162,8 +178,15 @@ def test_compute_single_action_forwards_everything():
     p = StructuredActionPolicy(OBS, gym.spaces.Discrete(2), {})
     episode = object()
     _, state_out, _ = p.compute_single_action(
-        np.zeros(2, np.float32), [np.array([1.0, 2.0]), np.array([5.0])], prev_action=1, prev_reward=0.5,
-        info={"x": 3}, episode=episode, explore=False, timestep=42)
+        np.zeros(2, np.float32),
+        [np.array([1.0, 2.0]), np.array([5.0])],
+        prev_action=1,
+        prev_reward=0.5,
+        info={"x": 3},
+        episode=episode,
+        explore=False,
+        timestep=42,
+    )
     call = p.calls[-1]
     assert [s.shape for s in call["state"]] == [(1, 2), (1, 1)]
     np.testing.assert_array_equal(call["prev_action"], [1])
@@ -184,8 +207,12 @@ def test_compute_single_action_from_input_dict():
 
 def test_compute_single_action_with_linear_policy_matches_numpy():
     p = make_linear_policy({"explore": False})
-    p.set_weights({"W": np.array([[1.0, -1.0], [0.0, 2.0], [0.5, 0.5]], np.float32),
-                   "b": np.array([0.0, 0.1], np.float32)})
+    p.set_weights(
+        {
+            "W": np.array([[1.0, -1.0], [0.0, 2.0], [0.5, 0.5]], np.float32),
+            "b": np.array([0.0, 0.1], np.float32),
+        }
+    )
     obs = np.array([0.2, 0.3, -0.4], np.float32)
     logits = obs @ p.W + p.b  # = [0.0, 0.5]
     action, _, info = p.compute_single_action(obs)
@@ -216,8 +243,14 @@ def test_compute_single_action_rejects_multi_row_output():
 
 def test_compute_actions_from_input_dict_default_passes_columns():
     p = StructuredActionPolicy(OBS, gym.spaces.Discrete(2), {})
-    batch = SampleBatch({"obs": np.zeros((3, 2)), "state_in_0": np.ones((3, 1)), "prev_actions": np.arange(3),
-                         "prev_rewards": np.ones(3)})
+    batch = SampleBatch(
+        {
+            "obs": np.zeros((3, 2)),
+            "state_in_0": np.ones((3, 1)),
+            "prev_actions": np.arange(3),
+            "prev_rewards": np.ones(3),
+        }
+    )
     actions, _, _ = p.compute_actions_from_input_dict(batch, explore=True, timestep=5)
     call = p.calls[-1]
     assert len(actions) == 3 and call["explore"] is True and call["timestep"] == 5
@@ -239,16 +272,23 @@ def test_numpy_gradient_matches_finite_differences():
     p = make_linear_policy({"seed": 1})
     rng = np.random.default_rng(1)
     p.set_weights({"W": rng.normal(size=(3, 2)).astype(np.float32), "b": np.zeros(2, np.float32)})
-    batch = SampleBatch({"obs": rng.normal(size=(5, 3)).astype(np.float32), "actions": np.array([0, 1, 1, 0, 1]),
-                         "advantages": rng.normal(size=5).astype(np.float32)})
+    batch = SampleBatch(
+        {
+            "obs": rng.normal(size=(5, 3)).astype(np.float32),
+            "actions": np.array([0, 1, 1, 0, 1]),
+            "advantages": rng.normal(size=5).astype(np.float32),
+        }
+    )
     (g_w, _), _ = p.compute_gradients(batch)
     eps, w0 = 1e-3, p.W.astype(np.float64).copy()
     for i, j in [(0, 0), (2, 1)]:
+
         def loss_at(delta, i=i, j=j):
             w = w0.copy()
             w[i, j] += delta
             p.W = w
             return p.loss(None, None, batch)
+
         num = (loss_at(eps) - loss_at(-eps)) / (2 * eps)
         np.testing.assert_allclose(g_w[i, j], num, rtol=1e-2, atol=1e-4)
 
@@ -295,17 +335,20 @@ def test_simple_defaults():
     assert p.apply(lambda pol, x, y=0: (pol, x + y), 1, y=2) == (p, 3)
 
 
-@pytest.mark.parametrize("method, args", [
-    ("compute_log_likelihoods", (np.zeros(1), np.zeros((1, 2)))),
-    ("loss", (None, None, None)),
-    ("load_batch_into_buffer", (None,)),
-    ("get_num_samples_loaded_into_buffer", ()),
-    ("learn_on_loaded_batch", ()),
-    ("compute_gradients", (None,)),
-    ("apply_gradients", (None,)),
-    ("export_model", ("/tmp/x",)),
-    ("import_model_from_h5", ("/tmp/x.h5",)),
-])
+@pytest.mark.parametrize(
+    "method, args",
+    [
+        ("compute_log_likelihoods", (np.zeros(1), np.zeros((1, 2)))),
+        ("loss", (None, None, None)),
+        ("load_batch_into_buffer", (None,)),
+        ("get_num_samples_loaded_into_buffer", ()),
+        ("learn_on_loaded_batch", ()),
+        ("compute_gradients", (None,)),
+        ("apply_gradients", (None,)),
+        ("export_model", ("/tmp/x",)),
+        ("import_model_from_h5", ("/tmp/x.h5",)),
+    ],
+)
 def test_unimplemented_base_methods(method, args):
     p = StructuredActionPolicy(OBS, gym.spaces.Discrete(2), {})
     with pytest.raises(NotImplementedError):
@@ -321,8 +364,11 @@ def test_get_weights_and_set_weights_are_abstract_in_base():
 
 
 def test_create_exploration_from_config():
-    p = StructuredActionPolicy(OBS, gym.spaces.Discrete(2), {
-        "framework": "torch", "exploration_config": {"type": "EpsilonGreedy", "initial_epsilon": 0.7}})
+    p = StructuredActionPolicy(
+        OBS,
+        gym.spaces.Discrete(2),
+        {"framework": "torch", "exploration_config": {"type": "EpsilonGreedy", "initial_epsilon": 0.7}},
+    )
     p.exploration = p._create_exploration()
     assert type(p.exploration).__name__ == "EpsilonGreedy"
     assert p._create_exploration() is p.exploration  # built once
@@ -334,11 +380,25 @@ def test_linear_policy_view_requirements_after_dummy_init():
     p = make_linear_policy()
     vrs = p.view_requirements
     # The loss reads obs/actions/advantages; postprocessing reads rewards, dones, action_prob.
-    assert sorted(vrs) == sorted(["obs", "actions", "advantages", "action_prob", "rewards", "dones",
-                                  "terminateds", "truncateds", "infos", "eps_id", "unroll_id",
-                                  "agent_index",
-                                  # read by the default compute_actions_from_input_dict:
-                                  "prev_actions", "prev_rewards"])
+    assert sorted(vrs) == sorted(
+        [
+            "obs",
+            "actions",
+            "advantages",
+            "action_prob",
+            "rewards",
+            "dones",
+            "terminateds",
+            "truncateds",
+            "infos",
+            "eps_id",
+            "unroll_id",
+            "agent_index",
+            # read by the default compute_actions_from_input_dict:
+            "prev_actions",
+            "prev_rewards",
+        ]
+    )
     for gone in ("new_obs", "t", "action_dist_inputs"):
         assert gone not in vrs
     assert vrs["action_prob"].used_for_training is False  # postprocessing only

@@ -1,4 +1,5 @@
 """rlpolicy.policy.policy_template.build_policy_class (torch)."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -35,8 +36,9 @@ def pg_stats(policy, train_batch):
 
 
 # Module level, so checkpoints can name it by import path.
-PGPolicy = build_policy_class("PGPolicy", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
-                              stats_fn=pg_stats)
+PGPolicy = build_policy_class(
+    "PGPolicy", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages, stats_fn=pg_stats
+)
 
 
 # ------------------------------------------------------------------ class identity
@@ -56,12 +58,14 @@ def test_builder_has_the_reference_signature():
     assert params["loss_fn"].default is inspect.Parameter.empty
     assert all(p.default is None for n, p in params.items() if n not in ("name", "framework", "loss_fn"))
     # The parameter list of the reference's signature line, verbatim.
-    reference = ("name, framework, *, loss_fn, get_default_config=None, stats_fn=None, postprocess_fn=None, "
-                 "extra_action_out_fn=None, extra_grad_process_fn=None, extra_learn_fetches_fn=None, "
-                 "optimizer_fn=None, validate_spaces=None, before_init=None, before_loss_init=None, "
-                 "after_init=None, _after_loss_init=None, action_sampler_fn=None, action_distribution_fn=None, "
-                 "make_model=None, make_model_and_action_dist=None, compute_gradients_fn=None, "
-                 "apply_gradients_fn=None, mixins=None, get_batch_divisibility_req=None")
+    reference = (
+        "name, framework, *, loss_fn, get_default_config=None, stats_fn=None, postprocess_fn=None, "
+        "extra_action_out_fn=None, extra_grad_process_fn=None, extra_learn_fetches_fn=None, "
+        "optimizer_fn=None, validate_spaces=None, before_init=None, before_loss_init=None, "
+        "after_init=None, _after_loss_init=None, action_sampler_fn=None, action_distribution_fn=None, "
+        "make_model=None, make_model_and_action_dist=None, compute_gradients_fn=None, "
+        "apply_gradients_fn=None, mixins=None, get_batch_divisibility_req=None"
+    )
     names = [part.split("=")[0] for part in reference.split(", ") if part != "*"]
     assert list(params) == names
 
@@ -75,6 +79,7 @@ class Recorder:
         def fn(*args, **kwargs):
             self.calls.append((name, args, kwargs))
             return result(*args, **kwargs) if callable(result) else result
+
         return fn
 
     def names(self):
@@ -95,28 +100,51 @@ def _recorded_class(rec, **overrides):
         return pg_loss(policy, model, dist_class, train_batch)
 
     def post(policy, batch, other_agent_batches=None, episode=None):
-        rec.calls.append(("postprocess_fn", (policy, batch, other_agent_batches, episode),
-                          {"grad_enabled": torch.is_grad_enabled()}))
+        rec.calls.append(
+            (
+                "postprocess_fn",
+                (policy, batch, other_agent_batches, episode),
+                {"grad_enabled": torch.is_grad_enabled()},
+            )
+        )
         return centred_advantages(policy, batch)
 
     kwargs = dict(
-        loss_fn=loss, postprocess_fn=post, make_model=make_model,
+        loss_fn=loss,
+        postprocess_fn=post,
+        make_model=make_model,
         get_default_config=rec.hook("get_default_config", lambda: {"lr": 0.01, "my_key": 1}),
         stats_fn=rec.hook("stats_fn", {"s": 1.0}),
-        extra_action_out_fn=rec.hook("extra_action_out_fn", lambda *a: {"extra": torch.zeros(len(a[1]["obs"]))}),
+        extra_action_out_fn=rec.hook(
+            "extra_action_out_fn", lambda *a: {"extra": torch.zeros(len(a[1]["obs"]))}
+        ),
         extra_grad_process_fn=rec.hook("extra_grad_process_fn", {"gp": 2.0}),
         extra_learn_fetches_fn=rec.hook("extra_learn_fetches_fn", {"fetch": torch.tensor(3.0)}),
         optimizer_fn=rec.hook("optimizer_fn", lambda p, c: torch.optim.SGD(p.model.parameters(), lr=c["lr"])),
-        validate_spaces=rec.hook("validate_spaces"), before_init=rec.hook("before_init"),
-        before_loss_init=rec.hook("before_loss_init"), _after_loss_init=rec.hook("_after_loss_init"),
-        get_batch_divisibility_req=rec.hook("get_batch_divisibility_req", 1))
+        validate_spaces=rec.hook("validate_spaces"),
+        before_init=rec.hook("before_init"),
+        before_loss_init=rec.hook("before_loss_init"),
+        _after_loss_init=rec.hook("_after_loss_init"),
+        get_batch_divisibility_req=rec.hook("get_batch_divisibility_req", 1),
+    )
     kwargs.update(overrides)
     return build_policy_class("Recorded", "torch", **kwargs)
 
 
-INIT_ORDER = ["get_default_config", "validate_spaces", "before_init", "make_model", "optimizer_fn",
-              "get_batch_divisibility_req", "before_loss_init", "extra_action_out_fn", "postprocess_fn",
-              "loss_fn", "stats_fn", "_after_loss_init"]
+INIT_ORDER = [
+    "get_default_config",
+    "validate_spaces",
+    "before_init",
+    "make_model",
+    "optimizer_fn",
+    "get_batch_divisibility_req",
+    "before_loss_init",
+    "extra_action_out_fn",
+    "postprocess_fn",
+    "loss_fn",
+    "stats_fn",
+    "_after_loss_init",
+]
 
 
 def test_init_calls_every_hook_in_reference_order_with_reference_arguments():
@@ -156,8 +184,13 @@ def test_learn_on_batch_hook_order_and_results():
     assert rec.names()[-1] == "extra_action_out_fn"  # acting calls it
     rec.calls.clear()
     out = p.learn_on_batch(p.postprocess_trajectory(batch))
-    assert rec.names() == ["postprocess_fn", "loss_fn", "extra_grad_process_fn", "stats_fn",
-                           "extra_learn_fetches_fn"]
+    assert rec.names() == [
+        "postprocess_fn",
+        "loss_fn",
+        "extra_grad_process_fn",
+        "stats_fn",
+        "extra_learn_fetches_fn",
+    ]
     assert rec.args("extra_grad_process_fn")[0] is p
     assert isinstance(rec.args("extra_grad_process_fn")[1], torch.optim.SGD)
     assert torch.is_tensor(rec.args("extra_grad_process_fn")[2])  # the loss
@@ -167,8 +200,11 @@ def test_learn_on_batch_hook_order_and_results():
 
 def test_compute_and_apply_gradients_hooks_replace_the_parent_methods():
     rec = Recorder()
-    cls = _recorded_class(rec, compute_gradients_fn=rec.hook("compute_gradients_fn", (["g"], {"i": 1})),
-                          apply_gradients_fn=rec.hook("apply_gradients_fn"))
+    cls = _recorded_class(
+        rec,
+        compute_gradients_fn=rec.hook("compute_gradients_fn", (["g"], {"i": 1})),
+        apply_gradients_fn=rec.hook("apply_gradients_fn"),
+    )
     p = cls(OBS, ACT, dict(SMALL))
     assert p.compute_gradients("batch") == (["g"], {"i": 1})
     p.apply_gradients(["g"])
@@ -180,7 +216,9 @@ def test_after_init_is_the_deprecated_before_loss_init():
     cls = _recorded_class(rec, before_loss_init=None, after_init=rec.hook("after_init"))
     cls(OBS, ACT, dict(SMALL))
     names = rec.names()
-    assert names.index("get_batch_divisibility_req") < names.index("after_init") < names.index("postprocess_fn")
+    assert (
+        names.index("get_batch_divisibility_req") < names.index("after_init") < names.index("postprocess_fn")
+    )
 
 
 def test_make_model_and_action_dist_hook():
@@ -190,10 +228,17 @@ def test_make_model_and_action_dist_hook():
         pass
 
     def make(policy, obs_space, action_space, config):
-        return ModelCatalog.get_model_v2(obs_space, action_space, 2, config["model"], framework="torch"), MyDist
+        return ModelCatalog.get_model_v2(
+            obs_space, action_space, 2, config["model"], framework="torch"
+        ), MyDist
 
-    p = build_policy_class("WithDist", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
-                           make_model_and_action_dist=make)(OBS, ACT, dict(SMALL))
+    p = build_policy_class(
+        "WithDist",
+        "torch",
+        loss_fn=pg_loss,
+        postprocess_fn=centred_advantages,
+        make_model_and_action_dist=make,
+    )(OBS, ACT, dict(SMALL))
     assert p.dist_class is MyDist
 
 
@@ -209,8 +254,9 @@ def test_global_timestep_reset_after_init():
     def bump(policy, *args):
         policy.global_timestep = 99
 
-    p = build_policy_class("Bump", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
-                           _after_loss_init=bump)(OBS, ACT, dict(SMALL))
+    p = build_policy_class(
+        "Bump", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages, _after_loss_init=bump
+    )(OBS, ACT, dict(SMALL))
     assert p.global_timestep == 0
 
 
@@ -251,8 +297,9 @@ class MixinB:
 
 
 def test_mixins_take_precedence_in_order():
-    cls = build_policy_class("Mixed", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
-                             mixins=[MixinA, MixinB])
+    cls = build_policy_class(
+        "Mixed", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages, mixins=[MixinA, MixinB]
+    )
     assert cls.__mro__[:4] == (cls, MixinA, MixinB, TorchPolicy)
     p = cls(OBS, ACT, dict(SMALL))
     assert p.who() == "A" and p.what() == "B"
@@ -261,8 +308,14 @@ def test_mixins_take_precedence_in_order():
 
 
 def test_hook_beats_mixin():
-    cls = build_policy_class("HookWins", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
-                             mixins=[MixinA], optimizer_fn=lambda p, c: torch.optim.Adam(p.model.parameters()))
+    cls = build_policy_class(
+        "HookWins",
+        "torch",
+        loss_fn=pg_loss,
+        postprocess_fn=centred_advantages,
+        mixins=[MixinA],
+        optimizer_fn=lambda p, c: torch.optim.Adam(p.model.parameters()),
+    )
     p = cls(OBS, ACT, dict(SMALL))
     assert isinstance(p._optimizers[0], torch.optim.Adam) and not hasattr(p, "mixin_optimizer_called")
 
@@ -272,11 +325,16 @@ def test_built_class_as_mixin_of_another_built_class():
         batch["advantages"] = batch["advantages"] + 10.0
         return batch
 
-    outer = build_policy_class("Outer", "torch", loss_fn=pg_loss, postprocess_fn=second_post, mixins=[PGPolicy])
+    outer = build_policy_class(
+        "Outer", "torch", loss_fn=pg_loss, postprocess_fn=second_post, mixins=[PGPolicy]
+    )
     p = outer(OBS, ACT, dict(SMALL))
-    batch = p.postprocess_trajectory(SampleBatch({"obs": np.zeros((2, 3), np.float32),
-                                                  "rewards": np.array([1.0, 3.0], np.float32)}))
-    np.testing.assert_allclose(batch["advantages"], [9.0, 11.0], rtol=1e-6, atol=1e-6)  # inner (centring) first, then outer
+    batch = p.postprocess_trajectory(
+        SampleBatch({"obs": np.zeros((2, 3), np.float32), "rewards": np.array([1.0, 3.0], np.float32)})
+    )
+    np.testing.assert_allclose(
+        batch["advantages"], [9.0, 11.0], rtol=1e-6, atol=1e-6
+    )  # inner (centring) first, then outer
     assert p.extra_grad_info(SampleBatch({"advantages": np.array([1.0, 3.0])}))["mean_adv"] == 2.0
 
 
@@ -285,14 +343,21 @@ def _bad_model(policy, obs_space, action_space, config):
     return torch.nn.Linear(3, 2)
 
 
-@pytest.mark.parametrize("args, kwargs, exc, match", [
-    (("P", "jax"), {}, ValueError, "framework='jax' needs a JAX policy"),
-    (("P", "tf"), {}, ValueError, r"framework='tf' is not supported; supported: \['torch'\]"),
-    (("P", "torch"), {"make_model": _bad_model, "make_model_and_action_dist": _bad_model}, ValueError,
-     "pass make_model or make_model_and_action_dist, not both"),
-    (("my policy", "torch"), {}, TypeError, "name must be a class name"),
-    (("P", "torch"), {"mixins": ["notaclass"]}, TypeError, "mixins must be classes"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, exc, match",
+    [
+        (("P", "jax"), {}, ValueError, "framework='jax' needs a JAX policy"),
+        (("P", "tf"), {}, ValueError, r"framework='tf' is not supported; supported: \['torch'\]"),
+        (
+            ("P", "torch"),
+            {"make_model": _bad_model, "make_model_and_action_dist": _bad_model},
+            ValueError,
+            "pass make_model or make_model_and_action_dist, not both",
+        ),
+        (("my policy", "torch"), {}, TypeError, "name must be a class name"),
+        (("P", "torch"), {"mixins": ["notaclass"]}, TypeError, "mixins must be classes"),
+    ],
+)
 def test_build_errors(args, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         build_policy_class(*args, loss_fn=pg_loss, **kwargs)
@@ -312,8 +377,14 @@ def _bandit_batch(policy, n, explore=True):
     obs = np.ones((n, policy.observation_space.shape[0]), np.float32)
     actions, _, _ = policy.compute_actions(obs, explore=explore)
     rewards = (np.asarray(actions) == 1).astype(np.float32)
-    return SampleBatch({SampleBatch.OBS: obs, SampleBatch.ACTIONS: np.asarray(actions),
-                        SampleBatch.REWARDS: rewards, SampleBatch.DONES: np.ones(n, bool)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: obs,
+            SampleBatch.ACTIONS: np.asarray(actions),
+            SampleBatch.REWARDS: rewards,
+            SampleBatch.DONES: np.ones(n, bool),
+        }
+    )
 
 
 def _right_prob(policy):
@@ -323,7 +394,9 @@ def _right_prob(policy):
 
 def _eval_loss(policy, eval_batch):
     with torch.no_grad():
-        return pg_loss(policy, policy.model, policy.dist_class, policy._lazy_tensor_dict(eval_batch.copy())).item()
+        return pg_loss(
+            policy, policy.model, policy.dist_class, policy._lazy_tensor_dict(eval_batch.copy())
+        ).item()
 
 
 def test_pg_policy_learns_bandit(device_config):
@@ -331,8 +404,13 @@ def test_pg_policy_learns_bandit(device_config):
     config = {"model": {"fcnet_hiddens": [16]}, "lr": 0.05, "seed": 0, **device_config}
     p = PGPolicy(BANDIT_OBS, ACT, config)
     assert len(p.devices) == max(1, device_config["num_gpus"])
-    eval_batch = SampleBatch({"obs": np.ones((2, 1), np.float32), "actions": np.array([0, 1]),
-                              "advantages": np.array([-1.0, 1.0], np.float32)})
+    eval_batch = SampleBatch(
+        {
+            "obs": np.ones((2, 1), np.float32),
+            "actions": np.array([0, 1]),
+            "advantages": np.array([-1.0, 1.0], np.float32),
+        }
+    )
     start_p, start_loss = _right_prob(p), _eval_loss(p, eval_batch)
     assert abs(start_p - 0.5) < 0.1
     for _ in range(40):
@@ -387,10 +465,16 @@ ACTION_SPACES = {
     "box": gym.spaces.Box(-2.0, 2.0, shape=(3,), dtype=np.float32),
     "discrete": gym.spaces.Discrete(4),
     "multidiscrete": gym.spaces.MultiDiscrete([3, 5]),
-    "dict": gym.spaces.Dict({"move": gym.spaces.Discrete(3),
-                             "aim": gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}),
-    "tuple": gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.MultiDiscrete([2, 2]),
-                               gym.spaces.Dict({"x": gym.spaces.Box(0.0, 1.0, (1,), np.float32)})]),
+    "dict": gym.spaces.Dict(
+        {"move": gym.spaces.Discrete(3), "aim": gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)}
+    ),
+    "tuple": gym.spaces.Tuple(
+        [
+            gym.spaces.Discrete(2),
+            gym.spaces.MultiDiscrete([2, 2]),
+            gym.spaces.Dict({"x": gym.spaces.Box(0.0, 1.0, (1,), np.float32)}),
+        ]
+    ),
 }
 
 
@@ -434,8 +518,9 @@ def test_class_built_in_a_function_survives_cloudpickle():
     import pickle
 
     def make():
-        return build_policy_class("Local", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
-                                  mixins=[MixinB])
+        return build_policy_class(
+            "Local", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages, mixins=[MixinB]
+        )
 
     cls = pickle.loads(cloudpickle.dumps(make()))
     p = cls(OBS, ACT, dict(SMALL))
@@ -447,14 +532,23 @@ def test_class_built_in_a_function_survives_cloudpickle():
 def test_action_distribution_fn_hook_drives_acting():
     calls = []
 
-    def dist_fn(policy, model, input_dict=None, state_batches=None, seq_lens=None, explore=None,
-                timestep=None, is_training=False):
+    def dist_fn(
+        policy,
+        model,
+        input_dict=None,
+        state_batches=None,
+        seq_lens=None,
+        explore=None,
+        timestep=None,
+        is_training=False,
+    ):
         calls.append((policy, model, explore))
         logits = torch.tensor([[0.0, 50.0]]).repeat(len(input_dict["obs"]), 1)  # always action 1
         return logits, policy.dist_class, []
 
-    cls = build_policy_class("DistFn", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
-                             action_distribution_fn=dist_fn)
+    cls = build_policy_class(
+        "DistFn", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages, action_distribution_fn=dist_fn
+    )
     p = cls(OBS, ACT, dict(SMALL))
     assert calls and calls[0][0] is p and calls[0][1] is p.model and calls[0][2] is False  # dummy run
     assert p.compute_single_action(np.zeros(3, np.float32), explore=True)[0] == 1
@@ -468,8 +562,9 @@ def test_action_sampler_fn_hook_drives_acting():
         n = len(input_dict["obs"])
         return torch.zeros(n, dtype=torch.int64), torch.zeros(n), []
 
-    cls = build_policy_class("Sampler", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages,
-                             action_sampler_fn=sampler)
+    cls = build_policy_class(
+        "Sampler", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages, action_sampler_fn=sampler
+    )
     p = cls(OBS, ACT, dict(SMALL))
     assert calls and calls[0] == (p, p.model)
     assert p.compute_single_action(np.zeros(3, np.float32))[0] == 0

@@ -9,6 +9,7 @@ tracing). Expected values: a numpy forward pass of the pooling model written
 here from the policy's weights, the reference flat encoding, and invariances
 (item order, padding contents).
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -32,7 +33,7 @@ def encode(obs):
     out = np.zeros(FLAT, np.float32)
     out[0] = len(obs)
     for i, item in enumerate(obs):
-        out[1 + i * ITEM_DIM:1 + (i + 1) * ITEM_DIM] = item
+        out[1 + i * ITEM_DIM : 1 + (i + 1) * ITEM_DIM] = item
     return out
 
 
@@ -47,6 +48,7 @@ def np_logits(flat, w):
 
 
 # ---------------------------------------------------------------- 1.x-style models
+
 
 def _torch_model_cls():
     from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
@@ -69,7 +71,7 @@ def _torch_model_cls():
         def forward(self, input_dict, state, seq_lens):
             obs = input_dict["obs"]
             SEEN_OBS_TYPES.add(("torch", isinstance(obs, RepeatedValues)))
-            hidden = torch.relu(self.embed(obs.values))                       # [B, N, H]
+            hidden = torch.relu(self.embed(obs.values))  # [B, N, H]
             mask = (torch.arange(obs.max_len)[None, :] < obs.lengths[:, None]).float()
             count = mask.sum(1, keepdim=True).clamp(min=1.0)
             self._pooled = (hidden * mask.unsqueeze(-1)).sum(1) / count
@@ -97,8 +99,12 @@ def _tf_model_cls():
             items = keras.layers.Input(shape=(space.max_len, space.child_space.shape[0]))
             mask = keras.layers.Input(shape=(space.max_len,))
             hidden = keras.layers.Dense(HIDDEN, activation="relu", name="embed")(items)
-            pooled = keras.layers.Lambda(lambda t: tf.reduce_sum(t[0] * t[1][..., None], 1) / tf.maximum(
-                tf.reduce_sum(t[1], 1, keepdims=True), 1.0))([hidden, mask])
+            pooled = keras.layers.Lambda(
+                lambda t: (
+                    tf.reduce_sum(t[0] * t[1][..., None], 1)
+                    / tf.maximum(tf.reduce_sum(t[1], 1, keepdims=True), 1.0)
+                )
+            )([hidden, mask])
             logits = keras.layers.Dense(num_outputs, name="logits")(pooled)
             value = keras.layers.Dense(1, name="value")(pooled)
             self.base_model = keras.Model([items, mask], [logits, value])
@@ -118,6 +124,7 @@ def _tf_model_cls():
 
 # ---------------------------------------------------------------- 1.x-style policies
 
+
 def add_returns(policy, batch, other_agent_batches=None, episode=None):
     rewards = np.asarray(batch[SampleBatch.REWARDS], np.float32)
     batch["advantages"] = rewards - rewards.mean()
@@ -136,8 +143,13 @@ def _torch_policy_cls():
         policy.pg_loss = -torch.mean(logp * train_batch["advantages"])
         return policy.pg_loss
 
-    return build_policy_class("ItemPoolPGTorch", "torch", loss_fn=pg_loss, postprocess_fn=add_returns,
-                              stats_fn=lambda policy, batch: {"policy_loss": policy.pg_loss})
+    return build_policy_class(
+        "ItemPoolPGTorch",
+        "torch",
+        loss_fn=pg_loss,
+        postprocess_fn=add_returns,
+        stats_fn=lambda policy, batch: {"policy_loss": policy.pg_loss},
+    )
 
 
 def _tf_policy_cls():
@@ -152,22 +164,28 @@ def _tf_policy_cls():
         policy.pg_loss = -tf.reduce_mean(logp * train_batch["advantages"])
         return policy.pg_loss
 
-    return build_tf_policy("ItemPoolPGTF", loss_fn=pg_loss, postprocess_fn=add_returns,
-                           stats_fn=lambda policy, batch: {"policy_loss": policy.pg_loss})
+    return build_tf_policy(
+        "ItemPoolPGTF",
+        loss_fn=pg_loss,
+        postprocess_fn=add_returns,
+        stats_fn=lambda policy, batch: {"policy_loss": policy.pg_loss},
+    )
 
 
-MODES = {"torch": ("torch", {}), "tf": ("tf", {}), "tf2": ("tf2", {}),
-         "tf2-traced": ("tf2", {"eager_tracing": True})}
+MODES = {
+    "torch": ("torch", {}),
+    "tf": ("tf", {}),
+    "tf2": ("tf2", {}),
+    "tf2-traced": ("tf2", {"eager_tracing": True}),
+}
 
 
 def _make(mode):
     framework, extra = MODES[mode]
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")
     name = f"item_pool_{'torch' if framework == 'torch' else 'tf'}"
-    ModelCatalog.register_custom_model(
-        name, _torch_model_cls() if framework == "torch" else _tf_model_cls())
-    config = {"framework": framework, "model": {"custom_model": name}, "lr": 0.1, "seed": 0,
-              **extra}
+    ModelCatalog.register_custom_model(name, _torch_model_cls() if framework == "torch" else _tf_model_cls())
+    config = {"framework": framework, "model": {"custom_model": name}, "lr": 0.1, "seed": 0, **extra}
     if framework == "torch":
         return _torch_policy_cls()(OBS_SPACE, ACT_SPACE, config)
     cls = _tf_policy_cls()
@@ -183,8 +201,12 @@ def _named_weights(mode, policy):
     """{embed_w, embed_b, logits_w, logits_b} as numpy ([in, out] kernels)."""
     if mode == "torch":
         sd = {k: v.detach().numpy().copy() for k, v in policy.model.state_dict().items()}
-        return {"embed_w": sd["embed.weight"].T, "embed_b": sd["embed.bias"],
-                "logits_w": sd["logits.weight"].T, "logits_b": sd["logits.bias"]}
+        return {
+            "embed_w": sd["embed.weight"].T,
+            "embed_b": sd["embed.bias"],
+            "logits_w": sd["logits.weight"].T,
+            "logits_b": sd["logits.bias"],
+        }
     # Graph tf: {"embed/kernel": ...}; eager: {"base_model.embed.kernel:0": ...}.
     weights = policy.get_weights() if mode == "tf" else policy.get_weights(as_dict=True)
 
@@ -192,14 +214,19 @@ def _named_weights(mode, policy):
         (key,) = [k for k in weights if f"{layer}/{kind}" in k.replace(".", "/")]
         return np.array(weights[key], copy=True)
 
-    return {f"{layer}_{short}": find(layer, kind) for layer in ("embed", "logits")
-            for short, kind in (("w", "kernel"), ("b", "bias"))}
+    return {
+        f"{layer}_{short}": find(layer, kind)
+        for layer in ("embed", "logits")
+        for short, kind in (("w", "kernel"), ("b", "bias"))
+    }
 
 
 def _raw_rows(n, seed):
     rng = np.random.default_rng(seed)
-    rows = [[rng.uniform(-1, 1, ITEM_DIM).astype(np.float32) for _ in range(int(k))]
-            for k in rng.integers(0, MAX_LEN + 1, n)]
+    rows = [
+        [rng.uniform(-1, 1, ITEM_DIM).astype(np.float32) for _ in range(int(k))]
+        for k in rng.integers(0, MAX_LEN + 1, n)
+    ]
     rows[0] = []
     return rows
 
@@ -210,6 +237,7 @@ def _logits(policy, obs):
 
 
 # ---------------------------------------------------------------- tests
+
 
 def test_builds_on_the_flat_space_with_the_custom_model(mode_policy):
     mode, policy = mode_policy
@@ -226,12 +254,14 @@ def test_raw_list_observations_act_like_the_numpy_reference(mode_policy):
     rows = _raw_rows(6, seed=1)
     flat = np.stack([encode(r) for r in rows])
     want = np_logits(flat, _named_weights(mode, policy))
-    np.testing.assert_allclose(_logits(policy, rows), want, atol=ATOL)   # raw lists of items
-    np.testing.assert_allclose(_logits(policy, flat), want, atol=ATOL)   # flat rows, unchanged
+    np.testing.assert_allclose(_logits(policy, rows), want, atol=ATOL)  # raw lists of items
+    np.testing.assert_allclose(_logits(policy, flat), want, atol=ATOL)  # flat rows, unchanged
     same_length = np.stack([np.stack(r) for r in rows if len(r) == len(rows[1])])  # [b, n, 3]
-    np.testing.assert_allclose(_logits(policy, same_length),
-                               np_logits(np.stack([encode(r) for r in same_length]),
-                                         _named_weights(mode, policy)), atol=ATOL)
+    np.testing.assert_allclose(
+        _logits(policy, same_length),
+        np_logits(np.stack([encode(r) for r in same_length]), _named_weights(mode, policy)),
+        atol=ATOL,
+    )
     action, _, extra = policy.compute_single_action(rows[3], explore=False)
     assert ACT_SPACE.contains(int(action))
     np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], want[3], atol=ATOL)
@@ -244,7 +274,7 @@ def test_the_model_reads_only_valid_items(mode_policy):
     np.testing.assert_allclose(swapped[0], swapped[1], atol=ATOL)  # pooling: order-free
     clean = encode([a])
     noisy = clean.copy()
-    noisy[1 + ITEM_DIM:] = 0.77  # garbage in the padded slots: masked out by .lengths
+    noisy[1 + ITEM_DIM :] = 0.77  # garbage in the padded slots: masked out by .lengths
     out = _logits(policy, np.stack([clean, noisy, encode([a, b])]))
     np.testing.assert_allclose(out[0], out[1], atol=ATOL)
     assert np.abs(out[0] - out[2]).max() > 1e-4
@@ -253,14 +283,18 @@ def test_the_model_reads_only_valid_items(mode_policy):
 def test_learns_finite_loss_and_weights_change(mode_policy):
     mode, policy = mode_policy
     rows = _raw_rows(16, seed=2)
-    batch = SampleBatch({
-        SampleBatch.OBS: np.stack([encode(r) for r in rows]),
-        SampleBatch.ACTIONS: np.arange(16) % N_ACTIONS,
-        SampleBatch.REWARDS: np.linspace(-1.0, 1.0, 16).astype(np.float32),
-        SampleBatch.DONES: np.zeros(16, bool)})
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: np.stack([encode(r) for r in rows]),
+            SampleBatch.ACTIONS: np.arange(16) % N_ACTIONS,
+            SampleBatch.REWARDS: np.linspace(-1.0, 1.0, 16).astype(np.float32),
+            SampleBatch.DONES: np.zeros(16, bool),
+        }
+    )
     before = _named_weights(mode, policy)
     stats = policy.learn_on_batch(policy.postprocess_trajectory(batch))
     from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
+
     loss = float(np.asarray(stats[LEARNER_STATS_KEY]["policy_loss"]))
     assert np.isfinite(loss)
     after = _named_weights(mode, policy)
@@ -307,11 +341,14 @@ def test_rollout_worker_samples_flat_rows_and_the_policy_learns(mode):
     batch = worker.sample()
     (env,) = envs
     assert batch[SampleBatch.OBS].shape == (6, FLAT)
-    np.testing.assert_allclose(batch[SampleBatch.OBS], np.stack([encode(o) for o in env.emitted[:6]]),
-                               atol=ATOL)
-    np.testing.assert_allclose(batch[SampleBatch.NEXT_OBS],
-                               np.stack([encode(o) for o in env.emitted[1:7]]), atol=ATOL)
+    np.testing.assert_allclose(
+        batch[SampleBatch.OBS], np.stack([encode(o) for o in env.emitted[:6]]), atol=ATOL
+    )
+    np.testing.assert_allclose(
+        batch[SampleBatch.NEXT_OBS], np.stack([encode(o) for o in env.emitted[1:7]]), atol=ATOL
+    )
     from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
+
     stats = policy.learn_on_batch(batch)
     assert np.isfinite(float(np.asarray(stats[LEARNER_STATS_KEY]["policy_loss"])))
 
@@ -343,10 +380,13 @@ def test_checkpoint_round_trip_keeps_the_repeated_space(tmp_path):
 # ---------------------------------------------------------------- 1.11's RPG-style spy model
 
 MAX_PLAYERS, MAX_ITEMS = 3, 2
-PLAYER = gym.spaces.Dict({
-    "location": gym.spaces.Box(-100.0, 100.0, (2,), np.float32),
-    "status": gym.spaces.Box(-1.0, 1.0, (10,), np.float32),
-    "items": Repeated(gym.spaces.Box(-5.0, 5.0, (5,), np.float32), max_len=MAX_ITEMS)})
+PLAYER = gym.spaces.Dict(
+    {
+        "location": gym.spaces.Box(-100.0, 100.0, (2,), np.float32),
+        "status": gym.spaces.Box(-1.0, 1.0, (10,), np.float32),
+        "items": Repeated(gym.spaces.Box(-5.0, 5.0, (5,), np.float32), max_len=MAX_ITEMS),
+    }
+)
 PLAYERS = Repeated(PLAYER, max_len=MAX_PLAYERS)
 
 
@@ -384,8 +424,13 @@ def _spy_model_cls(framework):
             bases[0].__init__(self, obs_space, action_space, num_outputs, model_config, name)
             if len(bases) > 1:
                 bases[1].__init__(self)
-            self.fc = FullyConnectedNetwork(obs_space.original_space.child_space["location"],
-                                            action_space, num_outputs, model_config, name + "_fc")
+            self.fc = FullyConnectedNetwork(
+                obs_space.original_space.child_space["location"],
+                action_space,
+                num_outputs,
+                model_config,
+                name + "_fc",
+            )
 
         def forward(self, input_dict, state, seq_lens):
             obs = input_dict["obs"]
@@ -429,10 +474,13 @@ def test_model_sees_the_sampled_nested_lists(framework):
     samples[1][0]["items"] = []  # a player without items
     spy = _spy_model_cls(framework)
     ModelCatalog.register_custom_model(f"repeated_spy_{framework}", spy)
-    config = {"framework": framework, "model": {"custom_model": f"repeated_spy_{framework}",
-                                                "fcnet_hiddens": [4]}}
+    config = {
+        "framework": framework,
+        "model": {"custom_model": f"repeated_spy_{framework}", "fcnet_hiddens": [4]},
+    }
     policy = (_torch_policy_cls() if framework == "torch" else _tf_policy_cls().as_eager())(
-        PLAYERS, PlayersEnv.action_space, config)
+        PLAYERS, PlayersEnv.action_space, config
+    )
     spy.seen.clear()  # (calls made by the loss initialisation)
     worker = RolloutWorker(lambda ctx=None: PlayersEnv(samples), policy, rollout_fragment_length=4)
     batch = worker.sample()
@@ -447,6 +495,7 @@ def test_torchscript_export_serves_flat_rows(tmp_path):
     policy = _make("torch")
     policy.export_model(str(tmp_path))
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch>=2.9 flags torch.jit
         loaded = torch.jit.load(str(tmp_path / "model.pt"))

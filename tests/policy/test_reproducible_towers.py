@@ -13,6 +13,7 @@ Invariants checked:
   float32 tolerance);
 - bad values raise naming the key.
 """
+
 import numpy as np
 import pytest
 
@@ -48,12 +49,12 @@ def test_plan_rows_hand_worked_and_independent_of_device_count():
         assert all(len(s.minibatches) == 3 for s in shares)
         assert all(len(s) == 3 * (8 // k) for s in shares)
         # Minibatch m of all devices together, in chunk order.
-        layouts[k] = [[(c.position, _rows(c), c.num_samples, c.total_samples)
-                       for s in shares for c in s.minibatches[m]] for m in range(3)]
-    assert layouts[1][0] == [(0, [0, 1], 2, 8), (1, [2, 3], 2, 8), (2, [4, 5], 2, 8),
-                             (3, [6, 7], 2, 8)]
-    assert layouts[1][2] == [(0, [16], 1, 4), (1, [17], 1, 4), (2, [18], 1, 4),
-                             (3, [19], 1, 4)]
+        layouts[k] = [
+            [(c.position, _rows(c), c.num_samples, c.total_samples) for s in shares for c in s.minibatches[m]]
+            for m in range(3)
+        ]
+    assert layouts[1][0] == [(0, [0, 1], 2, 8), (1, [2, 3], 2, 8), (2, [4, 5], 2, 8), (3, [6, 7], 2, 8)]
+    assert layouts[1][2] == [(0, [16], 1, 4), (1, [17], 1, 4), (2, [18], 1, 4), (3, [19], 1, 4)]
     assert layouts[2] == layouts[1] and layouts[4] == layouts[1]
     # Device 1 of 2 holds chunks 2 and 3 of every minibatch.
     two = plan_exact_chunks(batch, 8, 4, 2)
@@ -65,8 +66,9 @@ def test_plan_sequences_go_to_the_minibatch_of_their_last_row():
     # seq_lens [3, 2, 4, 1, 2, 3, 1]: ends at rows 3, 5, 9, 10, 12, 15, 16; with 8-row
     # minibatches the third sequence (rows 5-8) crosses row 8 and joins minibatch 1.
     lens = np.array([3, 2, 4, 1, 2, 3, 1], np.int32)
-    batch = SampleBatch({"obs": np.arange(16), "seq_lens": lens,
-                         "state_in_0": np.arange(7, dtype=np.float32)[:, None]})
+    batch = SampleBatch(
+        {"obs": np.arange(16), "seq_lens": lens, "state_in_0": np.arange(7, dtype=np.float32)[:, None]}
+    )
     (share,) = plan_exact_chunks(batch, minibatch_size=8, num_chunks=2, num_devices=1)
     mb0, mb1 = share.minibatches
     assert [_rows(c) for c in mb0] == [[0, 1, 2], [3, 4]]
@@ -96,8 +98,7 @@ def test_chunked_slice_offsets():
     buffers = TowerBuffers(1, 2)
     assert buffers.store(0, shares) == 8  # 2 minibatches x 4 rows per device
     second = buffers.minibatches(0, offset=4, device_batch_size=4)
-    assert [[_rows(c) for c in chunks] for chunks in second] == [[[8, 9, 10, 11]],
-                                                                  [[12, 13, 14, 15]]]
+    assert [[_rows(c) for c in chunks] for chunks in second] == [[[8, 9, 10, 11]], [[12, 13, 14, 15]]]
     with pytest.raises(ValueError, match="multiple of the per-device minibatch size 4"):
         buffers.minibatches(0, offset=2, device_batch_size=4)
     with pytest.raises(ValueError, match="offset 8 is outside the 8 samples"):
@@ -107,18 +108,24 @@ def test_chunked_slice_offsets():
     assert isinstance(shares[0].map_batches(lambda b: b), ChunkedSlice)
 
 
-@pytest.mark.parametrize("value, devices, expected", [
-    (False, 2, 0), (None, 4, 0), (0, 1, 0), (True, 4, 4), (True, 2, 4), (8, 4, 8), (3, 1, 3)])
+@pytest.mark.parametrize(
+    "value, devices, expected",
+    [(False, 2, 0), (None, 4, 0), (0, 1, 0), (True, 4, 4), (True, 2, 4), (8, 4, 8), (3, 1, 3)],
+)
 def test_exact_chunk_count(value, devices, expected):
     assert exact_chunk_count({"_deterministic_towers": value}, devices) == expected
 
 
-@pytest.mark.parametrize("value, devices, match", [
-    (3, 2, "3 chunks, which 2 towers cannot share"),
-    (True, 8, "4 chunks, which 8 towers"),
-    ("yes", 1, "'yes' is invalid"),
-    (-1, 1, "-1 is invalid"),
-    (2.0, 1, "2.0 is invalid")])
+@pytest.mark.parametrize(
+    "value, devices, match",
+    [
+        (3, 2, "3 chunks, which 2 towers cannot share"),
+        (True, 8, "4 chunks, which 8 towers"),
+        ("yes", 1, "'yes' is invalid"),
+        (-1, 1, "-1 is invalid"),
+        (2.0, 1, "2.0 is invalid"),
+    ],
+)
 def test_exact_chunk_count_rejects(value, devices, match):
     with pytest.raises(ValueError, match=r"_deterministic_towers.*" + match):
         exact_chunk_count({"_deterministic_towers": value}, devices)
@@ -129,9 +136,11 @@ def test_exact_chunk_count_rejects(value, devices, match):
 
 def _train_batch(lstm: bool) -> dict:
     rng = np.random.default_rng(3)
-    cols = {"obs": rng.uniform(-1, 1, (N, 4)).astype(np.float32),
-            "actions": rng.integers(0, 3, N),
-            "advantages": rng.normal(size=N).astype(np.float32)}
+    cols = {
+        "obs": rng.uniform(-1, 1, (N, 4)).astype(np.float32),
+        "actions": rng.integers(0, 3, N),
+        "advantages": rng.normal(size=N).astype(np.float32),
+    }
     if lstm:
         cols["seq_lens"] = SEQ_LENS.copy()
         cols["state_in_0"] = rng.normal(size=(len(SEQ_LENS), CELL)).astype(np.float32)
@@ -140,11 +149,17 @@ def _train_batch(lstm: bool) -> dict:
 
 
 def _config(k: int, exact, lstm: bool, minibatch=MINIBATCH) -> dict:
-    cfg = {"num_gpus": k, "_fake_gpus": True, "seed": 7, "train_batch_size": N,
-           "sgd_minibatch_size": minibatch, "lr": 0.01, "_deterministic_towers": exact}
+    cfg = {
+        "num_gpus": k,
+        "_fake_gpus": True,
+        "seed": 7,
+        "train_batch_size": N,
+        "sgd_minibatch_size": minibatch,
+        "lr": 0.01,
+        "_deterministic_towers": exact,
+    }
     if lstm:
-        cfg["model"] = {"use_lstm": True, "lstm_cell_size": CELL, "max_seq_len": 8,
-                        "fcnet_hiddens": [16]}
+        cfg["model"] = {"use_lstm": True, "lstm_cell_size": CELL, "max_seq_len": 8, "fcnet_hiddens": [16]}
     else:
         cfg["model"] = {"fcnet_hiddens": [16, 16]}
     return cfg
@@ -169,8 +184,9 @@ def _assert_bitwise(a: dict, b: dict, what: str):
     assert list(a) == list(b)
     for name in a:
         assert a[name].dtype == b[name].dtype
-        assert np.array_equal(a[name], b[name]), f"{what}: {name} differs by " \
-            f"{np.abs(a[name] - b[name]).max()}"
+        assert np.array_equal(a[name], b[name]), (
+            f"{what}: {name} differs by {np.abs(a[name] - b[name]).max()}"
+        )
 
 
 def _assert_close(a: dict, b: dict, atol: float):
@@ -183,7 +199,7 @@ def _reference_steps(policy, cols, epochs: int) -> dict:
     batch = SampleBatch({k: v.copy() for k, v in cols.items()})
     for _ in range(epochs):
         for start in range(0, N, MINIBATCH):
-            policy.learn_on_batch(batch[start:start + MINIBATCH])  # snaps to sequence starts
+            policy.learn_on_batch(batch[start : start + MINIBATCH])  # snaps to sequence starts
     return _weights(policy)
 
 
@@ -268,8 +284,7 @@ def test_torch_default_mode_keeps_its_float_tolerance():
     start = one.get_weights()
     expected = _buffered_sgd(one, cols, epochs=1)
     for k in (2, 4):
-        got = _buffered_sgd(_make_torch(cls, _config(k, False, False, minibatch=N), start),
-                            cols, epochs=1)
+        got = _buffered_sgd(_make_torch(cls, _config(k, False, False, minibatch=N), start), cols, epochs=1)
         _assert_close(expected, got, atol=1e-5)
 
 
@@ -312,11 +327,9 @@ def _make_tf(cls, cfg, weights=None, framework="tf"):
 
     if framework == "tf2":
         cls = cls.as_eager()
-    policy = cls(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3),
-                 dict(cfg, framework=framework))
+    policy = cls(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(3), dict(cfg, framework=framework))
     if weights is not None:
-        policy.set_weights(weights if isinstance(policy.get_weights(), dict)
-                           else list(weights.values()))
+        policy.set_weights(weights if isinstance(policy.get_weights(), dict) else list(weights.values()))
     return policy
 
 

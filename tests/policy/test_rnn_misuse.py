@@ -8,6 +8,7 @@ and ``Trainer.compute_single_action`` both), so the call fails inside the model
 ("needs seq_lens", an IndexError, a placeholder dump); rlpolicy keeps 1.11's
 rule (no state is filled in) and raises a ValueError naming the argument.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ def _make(framework, **model):
     else:
         pytest.importorskip("tensorflow")
         from rlpolicy.agents.pg.pg_tf_policy import PGTFPolicy as cls
+
         if framework == "tf2":
             cls = cls.as_eager()
     return cls(OBS, ACT, {"framework": framework, "seed": 0, "model": {**MODEL, **model}})
@@ -65,29 +67,41 @@ def test_correct_call_works(lstm_policy):
 def test_single_action_without_state_names_get_initial_state(lstm_policy):
     _, policy = lstm_policy
     before = _weights(policy)
-    with pytest.raises(ValueError, match=r"compute_single_action: this policy's model is recurrent and "
-                                         r"takes 2 state input\(s\).*none were given; pass "
-                                         r"state=policy.get_initial_state\(\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"compute_single_action: this policy's model is recurrent and "
+        r"takes 2 state input\(s\).*none were given; pass "
+        r"state=policy.get_initial_state\(\)",
+    ):
         policy.compute_single_action(OBS1, prev_action=0)
     _unchanged(policy, before)
 
 
 def test_batch_without_state_names_get_initial_state(lstm_policy):
     _, policy = lstm_policy
-    with pytest.raises(ValueError, match=r"compute_actions: this policy's model is recurrent.*"
-                                         r"policy.get_initial_state\(\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"compute_actions: this policy's model is recurrent.*"
+        r"policy.get_initial_state\(\)",
+    ):
         policy.compute_actions(np.stack([OBS1, OBS1]), prev_action_batch=np.zeros(2, np.int64))
 
 
 def test_state_of_wrong_size_names_index_and_shapes(lstm_policy):
     _, policy = lstm_policy
     h, _ = policy.get_initial_state()
-    with pytest.raises(ValueError, match=r"compute_single_action: state\[1\] has shape \(5,\), but the "
-                                         r"model's state 1 has shape \(4,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"compute_single_action: state\[1\] has shape \(5,\), but the "
+        r"model's state 1 has shape \(4,\)",
+    ):
         policy.compute_single_action(OBS1, [h, np.zeros(5, np.float32)], prev_action=0)
     batch = [np.zeros((2, CELL), np.float32), np.zeros((2, CELL + 3), np.float32)]
-    with pytest.raises(ValueError, match=r"compute_actions: state_batches\[1\] has shape \(2, 7\).*"
-                                         r"state 1 has shape \(4,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"compute_actions: state_batches\[1\] has shape \(2, 7\).*"
+        r"state 1 has shape \(4,\)",
+    ):
         policy.compute_actions(np.stack([OBS1, OBS1]), batch, prev_action_batch=np.zeros(2, np.int64))
 
 
@@ -102,16 +116,24 @@ def test_missing_prev_action_names_the_argument_and_model_option(lstm_policy):
     _, policy = lstm_policy
     before = _weights(policy)
     state = policy.get_initial_state()
-    with pytest.raises(ValueError, match=r"compute_single_action: the model reads the previous action "
-                                         r"\(model option lstm_use_prev_action=True\), but no "
-                                         r"prev_action was given; pass prev_action="):
+    with pytest.raises(
+        ValueError,
+        match=r"compute_single_action: the model reads the previous action "
+        r"\(model option lstm_use_prev_action=True\), but no "
+        r"prev_action was given; pass prev_action=",
+    ):
         policy.compute_single_action(OBS1, state)
     with pytest.raises(ValueError, match=r"compute_actions: .*lstm_use_prev_action=True.*prev_action_batch="):
         policy.compute_actions(np.stack([OBS1]), [s[None] for s in state])
     with pytest.raises(ValueError, match=r"lstm_use_prev_action=True.*'prev_actions' input-dict column"):
         policy.compute_actions_from_input_dict(
-            {"obs": np.stack([OBS1]), "state_in_0": state[0][None], "state_in_1": state[1][None],
-             "seq_lens": np.ones(1, np.int32)})
+            {
+                "obs": np.stack([OBS1]),
+                "state_in_0": state[0][None],
+                "state_in_1": state[1][None],
+                "seq_lens": np.ones(1, np.int32),
+            }
+        )
     _unchanged(policy, before)
 
 
@@ -122,8 +144,11 @@ def test_lstm_without_prev_action_option_needs_none(framework):
     assert ACT.contains(int(action))
     # The model option is what asks for the previous reward, named in the error.
     rewards = _make(framework, lstm_use_prev_reward=True)
-    with pytest.raises(ValueError, match=r"previous reward \(model option lstm_use_prev_reward=True\).*"
-                                         r"prev_reward="):
+    with pytest.raises(
+        ValueError,
+        match=r"previous reward \(model option lstm_use_prev_reward=True\).*"
+        r"prev_reward=",
+    ):
         rewards.compute_single_action(OBS1, rewards.get_initial_state())
 
 

@@ -1,4 +1,5 @@
 """rnn_sequencing: chopping, zero-padding (incl. the spec's two-device example), time dims."""
+
 import numpy as np
 import pytest
 
@@ -29,11 +30,13 @@ def _reference_pad(rows, seq_lens, t):
 @pytest.fixture
 def spec_batch():
     """The 28-step, 5-sequence batch of TorchPolicy.load_batch_into_buffer (seq_lens 4,7,4,10,3)."""
-    return SampleBatch({
-        "obs": np.arange(1, 29, dtype=np.float32),
-        "state_in_0": np.array([10.0, 20.0, 30.0, 40.0, 50.0]),
-        "seq_lens": [4, 7, 4, 10, 3],
-    })
+    return SampleBatch(
+        {
+            "obs": np.arange(1, 29, dtype=np.float32),
+            "state_in_0": np.array([10.0, 20.0, 30.0, 40.0, 50.0]),
+            "seq_lens": [4, 7, 4, 10, 3],
+        }
+    )
 
 
 # ------------------------------------------------------------------ spec example
@@ -81,8 +84,11 @@ def test_padded_slices_slice_again_by_whole_sequences(spec_batch):
 
 
 def test_pad_is_noop_when_already_zero_padded():
-    b = SampleBatch({"obs": np.arange(4.0), "state_in_0": np.zeros(2), "seq_lens": [1, 1]},
-                    _zero_padded=True, _max_seq_len=2)
+    b = SampleBatch(
+        {"obs": np.arange(4.0), "state_in_0": np.zeros(2), "seq_lens": [1, 1]},
+        _zero_padded=True,
+        _max_seq_len=2,
+    )
     before = b["obs"].copy()
     pad_batch_to_sequences_of_same_size(b, max_seq_len=2, view_requirements=RNN_REQS)
     np.testing.assert_array_equal(b["obs"], before)
@@ -104,12 +110,14 @@ def test_pad_simple_batch_shuffle():
 
 def test_pad_rnn_without_seq_lens_chops_at_episodes_and_max_len():
     # episode 0 has 5 steps (longer than max_seq_len=3 -> chopped), episode 1 has 2 steps
-    b = SampleBatch({
-        "obs": np.arange(1, 8, dtype=np.float32),
-        "eps_id": np.array([0, 0, 0, 0, 0, 1, 1]),
-        "state_in_0": np.arange(7) * 10.0,  # per-step states: keep the value at each start
-        "infos": [{"i": i} for i in range(7)],
-    })
+    b = SampleBatch(
+        {
+            "obs": np.arange(1, 8, dtype=np.float32),
+            "eps_id": np.array([0, 0, 0, 0, 0, 1, 1]),
+            "state_in_0": np.arange(7) * 10.0,  # per-step states: keep the value at each start
+            "infos": [{"i": i} for i in range(7)],
+        }
+    )
     pad_batch_to_sequences_of_same_size(b, max_seq_len=3, view_requirements=RNN_REQS)
     assert b["seq_lens"].tolist() == [3, 2, 2]
     assert b["obs"].tolist() == [1, 2, 3, 4, 5, 0, 6, 7, 0]
@@ -132,8 +140,13 @@ def test_pad_nested_observations():
 
 def test_pad_batch_divisibility_req_multi_agent():
     # 7 rows are not divisible by 4: chop into sequences of <= 4 per episode, pad each to 4
-    b = SampleBatch({"obs": np.arange(1, 8.0), "eps_id": np.array([0, 0, 0, 1, 1, 1, 1]),
-                     "agent_index": np.zeros(7, dtype=np.int64)})
+    b = SampleBatch(
+        {
+            "obs": np.arange(1, 8.0),
+            "eps_id": np.array([0, 0, 0, 1, 1, 1, 1]),
+            "agent_index": np.zeros(7, dtype=np.int64),
+        }
+    )
     pad_batch_to_sequences_of_same_size(b, max_seq_len=20, batch_divisibility_req=4)
     assert b["seq_lens"].tolist() == [3, 4]
     assert b["obs"].tolist() == [1, 2, 3, 0, 4, 5, 6, 7]
@@ -166,8 +179,12 @@ def test_pad_random_batch_matches_reference():
 
 
 def test_chop_by_episode_and_max_len():
-    f, s, lens = chop_into_sequences(feature_columns=[np.arange(7)], state_columns=[np.arange(7) * 10],
-                                     episode_ids=[0, 0, 0, 0, 0, 1, 1], max_seq_len=3)
+    f, s, lens = chop_into_sequences(
+        feature_columns=[np.arange(7)],
+        state_columns=[np.arange(7) * 10],
+        episode_ids=[0, 0, 0, 0, 0, 1, 1],
+        max_seq_len=3,
+    )
     assert lens.tolist() == [3, 2, 2] and lens.dtype == np.int32
     assert f[0].tolist() == [0, 1, 2, 3, 4, 0, 5, 6, 0]
     assert s[0].tolist() == [0, 30, 50]
@@ -175,45 +192,72 @@ def test_chop_by_episode_and_max_len():
 
 def test_chop_splits_at_unroll_and_agent_boundaries():
     _, _, lens = chop_into_sequences(
-        feature_columns=[np.arange(6)], state_columns=[], max_seq_len=10,
-        episode_ids=[5, 5, 5, 5, 5, 5], unroll_ids=[0, 0, 1, 1, 1, 1], agent_indices=[0, 0, 0, 1, 1, 1])
+        feature_columns=[np.arange(6)],
+        state_columns=[],
+        max_seq_len=10,
+        episode_ids=[5, 5, 5, 5, 5, 5],
+        unroll_ids=[0, 0, 1, 1, 1, 1],
+        agent_indices=[0, 0, 0, 1, 1, 1],
+    )
     assert lens.tolist() == [2, 1, 3]
 
 
 def test_chop_separates_episode_agent_pairs_that_sum_equal():
     # (eps 1, agent 0) then (eps 0, agent 1): different sequences even though eps+agent match
-    _, _, lens = chop_into_sequences(feature_columns=[np.arange(2)], state_columns=[], max_seq_len=10,
-                                     episode_ids=[1, 0], agent_indices=[0, 1])
+    _, _, lens = chop_into_sequences(
+        feature_columns=[np.arange(2)],
+        state_columns=[],
+        max_seq_len=10,
+        episode_ids=[1, 0],
+        agent_indices=[0, 1],
+    )
     assert lens.tolist() == [1, 1]
 
 
 def test_chop_fixed_max_and_extra_padding():
-    f, _, _ = chop_into_sequences(feature_columns=[np.arange(1, 4)], state_columns=[], max_seq_len=4,
-                                  seq_lens=[1, 2], dynamic_max=False)
+    f, _, _ = chop_into_sequences(
+        feature_columns=[np.arange(1, 4)], state_columns=[], max_seq_len=4, seq_lens=[1, 2], dynamic_max=False
+    )
     assert f[0].tolist() == [1, 0, 0, 0, 2, 3, 0, 0]
-    f, _, _ = chop_into_sequences(feature_columns=[np.arange(1, 4)], state_columns=[], max_seq_len=4,
-                                  seq_lens=[1, 2], _extra_padding=1)
+    f, _, _ = chop_into_sequences(
+        feature_columns=[np.arange(1, 4)], state_columns=[], max_seq_len=4, seq_lens=[1, 2], _extra_padding=1
+    )
     assert f[0].tolist() == [1, 0, 0, 2, 3, 0]
 
 
 def test_chop_states_already_reduced_and_object_columns():
-    f, s, _ = chop_into_sequences(feature_columns=[np.array(["a", "b", "c"], dtype=object)],
-                                  state_columns=[np.array([7, 8])], max_seq_len=2, seq_lens=[1, 2],
-                                  states_already_reduced_to_init=True)
+    f, s, _ = chop_into_sequences(
+        feature_columns=[np.array(["a", "b", "c"], dtype=object)],
+        state_columns=[np.array([7, 8])],
+        max_seq_len=2,
+        seq_lens=[1, 2],
+        states_already_reduced_to_init=True,
+    )
     assert f[0] == ["a", None, "b", "c"]
     assert s[0].tolist() == [7, 8]
 
 
 def test_chop_handle_nested_data():
-    f, _, _ = chop_into_sequences(feature_columns=[{"a": np.arange(3), "b": np.arange(3) + 10}],
-                                  state_columns=[], max_seq_len=2, seq_lens=[2, 1], handle_nested_data=True)
+    f, _, _ = chop_into_sequences(
+        feature_columns=[{"a": np.arange(3), "b": np.arange(3) + 10}],
+        state_columns=[],
+        max_seq_len=2,
+        seq_lens=[2, 1],
+        handle_nested_data=True,
+    )
     assert [leaf.tolist() for leaf in f[0]] == [[0, 1, 2, 0], [10, 11, 12, 0]]
 
 
 def test_chop_shuffle_keeps_sequences_aligned():
     np.random.seed(1)
-    f, s, lens = chop_into_sequences(feature_columns=[np.arange(1, 10)], state_columns=[np.array([100, 200, 300])],
-                                     max_seq_len=3, seq_lens=[3, 3, 3], shuffle=True, states_already_reduced_to_init=True)
+    f, s, lens = chop_into_sequences(
+        feature_columns=[np.arange(1, 10)],
+        state_columns=[np.array([100, 200, 300])],
+        max_seq_len=3,
+        seq_lens=[3, 3, 3],
+        shuffle=True,
+        states_already_reduced_to_init=True,
+    )
     seqs = f[0].reshape(3, 3)
     assert sorted(seqs[:, 0].tolist()) == [1, 4, 7]
     for row, state in zip(seqs, s[0]):  # sequence starting at 1/4/7 keeps state 100/200/300
@@ -221,17 +265,21 @@ def test_chop_shuffle_keeps_sequences_aligned():
 
 
 def test_chop_empty():
-    f, s, lens = chop_into_sequences(feature_columns=[np.zeros((0, 2))], state_columns=[np.zeros((0, 3))],
-                                     max_seq_len=4)
+    f, s, lens = chop_into_sequences(
+        feature_columns=[np.zeros((0, 2))], state_columns=[np.zeros((0, 3))], max_seq_len=4
+    )
     assert f[0].shape == (0, 2) and s[0].shape == (0, 3) and lens.tolist() == []
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"seq_lens": [2, 2]}, r"seq_lens \[2, 2\] sum to 4 but the feature columns have 5 rows"),
-    ({"max_seq_len": 0}, r"max_seq_len must be an int >= 1, got 0"),
-    ({"seq_lens": [4, 1], "dynamic_max": False, "max_seq_len": 3}, r"longer than max_seq_len=3"),
-    ({"episode_ids": [0, 0]}, r"got 2 episode/unroll/agent ids for 5 rows"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"seq_lens": [2, 2]}, r"seq_lens \[2, 2\] sum to 4 but the feature columns have 5 rows"),
+        ({"max_seq_len": 0}, r"max_seq_len must be an int >= 1, got 0"),
+        ({"seq_lens": [4, 1], "dynamic_max": False, "max_seq_len": 3}, r"longer than max_seq_len=3"),
+        ({"episode_ids": [0, 0]}, r"got 2 episode/unroll/agent ids for 5 rows"),
+    ],
+)
 def test_chop_errors(kwargs, match):
     args = {"feature_columns": [np.arange(5)], "state_columns": [], "max_seq_len": 4, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -269,7 +317,9 @@ def test_add_time_dimension_tf_eager(padded):
     def traced(x, lens):
         return add_time_dimension(x, seq_lens=lens, framework="tf")
 
-    np.testing.assert_array_equal(traced(padded, np.array([1, 1, 1], np.int32)).numpy(), padded.reshape(3, 4, 2))
+    np.testing.assert_array_equal(
+        traced(padded, np.array([1, 1, 1], np.int32)).numpy(), padded.reshape(3, 4, 2)
+    )
 
 
 def test_add_time_dimension_errors(padded):
@@ -284,9 +334,15 @@ def test_add_time_dimension_errors(padded):
 
 @pytest.fixture
 def twelve_steps():
-    return SampleBatch({"obs": np.arange(12), "state_in_0": np.arange(12) * 10.0,
-                        "state_out_0": np.arange(12) * 10.0 + 5, "eps_id": np.zeros(12, np.int64),
-                        "seq_lens": [5, 5, 2]})
+    return SampleBatch(
+        {
+            "obs": np.arange(12),
+            "state_in_0": np.arange(12) * 10.0,
+            "state_out_0": np.arange(12) * 10.0 + 5,
+            "eps_id": np.zeros(12, np.int64),
+            "seq_lens": [5, 5, 2],
+        }
+    )
 
 
 def test_overlap_slices_documented_example(twelve_steps):
@@ -308,8 +364,14 @@ def test_overlap_slices_states_from_previous_state_out(twelve_steps):
 
 
 def test_overlap_slices_zero_rows_of_an_earlier_episode():
-    b = SampleBatch({"obs": np.arange(1, 7), "eps_id": np.array([0, 0, 0, 1, 1, 1]),
-                     "state_in_0": np.ones(6), "state_out_0": np.ones(6)})
+    b = SampleBatch(
+        {
+            "obs": np.arange(1, 7),
+            "eps_id": np.array([0, 0, 0, 1, 1, 1]),
+            "state_in_0": np.ones(6),
+            "state_out_0": np.ones(6),
+        }
+    )
     slices = timeslice_along_seq_lens_with_overlap(b, seq_lens=[3, 3], pre_overlap=2, zero_init_states=False)
     assert slices[1]["obs"].tolist() == [0, 0, 4, 5, 6]  # rows 2,3 (episode 0) -> zeros
     assert slices[1]["state_in_0"].tolist() == [0.0]
@@ -330,8 +392,9 @@ def test_overlap_slices_without_seq_lens_uses_chunks():
 
 def test_given_sequence_longer_than_max_seq_len():
     def make():
-        return SampleBatch({"obs": np.arange(1, 16, dtype=np.float32), "state_in_0": np.zeros((2, 1)),
-                            "seq_lens": [12, 3]})
+        return SampleBatch(
+            {"obs": np.arange(1, 16, dtype=np.float32), "state_in_0": np.zeros((2, 1)), "seq_lens": [12, 3]}
+        )
 
     rnn = make()
     pad_batch_to_sequences_of_same_size(rnn, max_seq_len=10, view_requirements=RNN_REQS)
@@ -348,12 +411,19 @@ def test_given_sequence_longer_than_max_seq_len():
 
 
 def test_episode_longer_than_max_seq_len_is_chopped_into_several_sequences():
-    b = SampleBatch({"obs": np.arange(1, 24, dtype=np.float32), "eps_id": np.zeros(23, np.int64),
-                     "state_in_0": np.arange(23.0)})
+    b = SampleBatch(
+        {
+            "obs": np.arange(1, 24, dtype=np.float32),
+            "eps_id": np.zeros(23, np.int64),
+            "state_in_0": np.arange(23.0),
+        }
+    )
     pad_batch_to_sequences_of_same_size(b, max_seq_len=10, view_requirements=ATTN_REQS)
     assert b["seq_lens"].tolist() == [10, 10, 3]
     assert b["state_in_0"].tolist() == [0.0, 10.0, 20.0]  # each chunk starts from the state at its start
-    np.testing.assert_array_equal(b["obs"], _reference_pad(np.arange(1, 24, dtype=np.float32), [10, 10, 3], 10))
+    np.testing.assert_array_equal(
+        b["obs"], _reference_pad(np.arange(1, 24, dtype=np.float32), [10, 10, 3], 10)
+    )
 
 
 def test_pad_single_step_and_empty_batches():
@@ -380,7 +450,9 @@ def test_batch_divisibility_req_with_nested_obs_and_the_padded_length():
 
 
 def test_feature_keys_limits_what_is_padded():
-    b = SampleBatch({"obs": np.arange(1, 4.0), "other": np.arange(3), "state_in_0": np.zeros((2, 1)), "seq_lens": [1, 2]})
+    b = SampleBatch(
+        {"obs": np.arange(1, 4.0), "other": np.arange(3), "state_in_0": np.zeros((2, 1)), "seq_lens": [1, 2]}
+    )
     pad_batch_to_sequences_of_same_size(b, max_seq_len=2, feature_keys=["obs"], view_requirements=ATTN_REQS)
     assert b["obs"].tolist() == [1, 0, 2, 3]
     assert b["other"].tolist() == [0, 1, 2]  # not a feature key: untouched

@@ -1,4 +1,5 @@
 """SampleBatch: construction, validation, slicing, timeslices, copies, key tracking."""
+
 import pickle
 
 import numpy as np
@@ -13,18 +14,25 @@ SPEC_SEQ_LENS = [4, 7, 4, 10, 3]  # the 28-step example of TorchPolicy.load_batc
 @pytest.fixture
 def spec_batch():
     """28 rows, 5 sequences; obs = 1..28, state_in_0 one row per sequence."""
-    return SampleBatch({
-        "obs": np.arange(1, 29, dtype=np.float32),
-        "actions": np.arange(28) % 3,
-        "state_in_0": np.array([[10.0], [20.0], [30.0], [40.0], [50.0]]),
-        "seq_lens": SPEC_SEQ_LENS,
-    })
+    return SampleBatch(
+        {
+            "obs": np.arange(1, 29, dtype=np.float32),
+            "actions": np.arange(28) % 3,
+            "state_in_0": np.array([[10.0], [20.0], [30.0], [40.0], [50.0]]),
+            "seq_lens": SPEC_SEQ_LENS,
+        }
+    )
 
 
 @pytest.fixture
 def flat_batch():
-    return SampleBatch({"a": np.arange(10), "b": np.arange(10) * 2.0,
-                        "nested": {"x": np.arange(10), "y": (np.ones((10, 2)), np.zeros(10))}})
+    return SampleBatch(
+        {
+            "a": np.arange(10),
+            "b": np.arange(10) * 2.0,
+            "nested": {"x": np.arange(10), "y": (np.ones((10, 2)), np.zeros(10))},
+        }
+    )
 
 
 # ------------------------------------------------------------------ constants / construction
@@ -32,13 +40,28 @@ def flat_batch():
 
 def test_column_constants():
     expected = {
-        "OBS": "obs", "CUR_OBS": "obs", "NEXT_OBS": "new_obs", "ACTIONS": "actions",
-        "REWARDS": "rewards", "PREV_ACTIONS": "prev_actions", "PREV_REWARDS": "prev_rewards",
-        "DONES": "dones", "TERMINATEDS": "terminateds", "TRUNCATEDS": "truncateds",
-        "INFOS": "infos", "SEQ_LENS": "seq_lens", "T": "t", "ACTION_DIST_INPUTS": "action_dist_inputs",
-        "ACTION_PROB": "action_prob", "ACTION_LOGP": "action_logp", "EPS_ID": "eps_id",
-        "UNROLL_ID": "unroll_id", "AGENT_INDEX": "agent_index", "VF_PREDS": "vf_preds",
-        "ENV_ID": "env_id", "OBS_EMBEDS": "obs_embeds",
+        "OBS": "obs",
+        "CUR_OBS": "obs",
+        "NEXT_OBS": "new_obs",
+        "ACTIONS": "actions",
+        "REWARDS": "rewards",
+        "PREV_ACTIONS": "prev_actions",
+        "PREV_REWARDS": "prev_rewards",
+        "DONES": "dones",
+        "TERMINATEDS": "terminateds",
+        "TRUNCATEDS": "truncateds",
+        "INFOS": "infos",
+        "SEQ_LENS": "seq_lens",
+        "T": "t",
+        "ACTION_DIST_INPUTS": "action_dist_inputs",
+        "ACTION_PROB": "action_prob",
+        "ACTION_LOGP": "action_logp",
+        "EPS_ID": "eps_id",
+        "UNROLL_ID": "unroll_id",
+        "AGENT_INDEX": "agent_index",
+        "VF_PREDS": "vf_preds",
+        "ENV_ID": "env_id",
+        "OBS_EMBEDS": "obs_embeds",
     }
     for name, value in expected.items():
         assert getattr(SampleBatch, name) == value
@@ -91,13 +114,19 @@ def test_dones_derived_from_terminateds_and_truncateds():
     assert explicit["dones"].tolist() == [True, True]
 
 
-@pytest.mark.parametrize("data, match", [
-    ({"obs": np.zeros(4), "actions": np.zeros(3)}, r"'actions' has 3 rows but 'obs' has 4"),
-    ({"obs": np.zeros(4), "nested": {"x": np.zeros(4), "y": np.zeros(5)}}, r"'nested/y' has 5 rows but 'obs' has 4"),
-    ({"obs": np.zeros(4), "t": (np.zeros(4), np.zeros(2))}, r"'t/1' has 2 rows but 'obs' has 4"),
-    ({"obs": np.zeros(4), "infos": [{}] * 3}, r"'infos' has 3 rows but 'obs' has 4"),
-    ({"obs": np.zeros(5), "seq_lens": [2, 2]}, r"seq_lens \[2, 2\] sum to 4 but column 'obs' has 5 rows"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        ({"obs": np.zeros(4), "actions": np.zeros(3)}, r"'actions' has 3 rows but 'obs' has 4"),
+        (
+            {"obs": np.zeros(4), "nested": {"x": np.zeros(4), "y": np.zeros(5)}},
+            r"'nested/y' has 5 rows but 'obs' has 4",
+        ),
+        ({"obs": np.zeros(4), "t": (np.zeros(4), np.zeros(2))}, r"'t/1' has 2 rows but 'obs' has 4"),
+        ({"obs": np.zeros(4), "infos": [{}] * 3}, r"'infos' has 3 rows but 'obs' has 4"),
+        ({"obs": np.zeros(5), "seq_lens": [2, 2]}, r"seq_lens \[2, 2\] sum to 4 but column 'obs' has 5 rows"),
+    ],
+)
 def test_constructor_rejects_inconsistent_lengths(data, match):
     with pytest.raises(ValueError, match=match):
         SampleBatch(data)
@@ -198,20 +227,31 @@ def test_concat_samples_with_seq_lens_and_nested(spec_batch):
 
 def test_concat_samples_with_multi_agent_input():
     sb = SampleBatch({"a": np.array([1, 2])})
-    ma = MultiAgentBatch({DEFAULT_POLICY_ID: SampleBatch({"a": np.array([3])}),
-                          "p1": SampleBatch({"a": np.array([9, 9])})}, env_steps=2)
+    ma = MultiAgentBatch(
+        {DEFAULT_POLICY_ID: SampleBatch({"a": np.array([3])}), "p1": SampleBatch({"a": np.array([9, 9])})},
+        env_steps=2,
+    )
     out = concat_samples([sb, ma])
     assert isinstance(out, MultiAgentBatch)
     assert out.policy_batches[DEFAULT_POLICY_ID]["a"].tolist() == [1, 2, 3]
     assert out.env_steps() == 4 and out.agent_steps() == 5
 
 
-@pytest.mark.parametrize("samples, match", [
-    ([SampleBatch({"a": np.zeros(2), "b": np.zeros(2)}), SampleBatch({"a": np.zeros(1)})], r"column 'b' .*missing from sample 1"),
-    ([SampleBatch({"a": np.zeros(2)}, _time_major=True), SampleBatch({"a": np.zeros(1)})], r"time_major"),
-    ([SampleBatch({"a": np.zeros(2), "seq_lens": [2]}), SampleBatch({"a": np.zeros(1)})], r"some samples have seq_lens"),
-    ([SampleBatch({"a": np.zeros(2)}), {"a": np.zeros(2)}], r"sample 1 is a dict"),
-])
+@pytest.mark.parametrize(
+    "samples, match",
+    [
+        (
+            [SampleBatch({"a": np.zeros(2), "b": np.zeros(2)}), SampleBatch({"a": np.zeros(1)})],
+            r"column 'b' .*missing from sample 1",
+        ),
+        ([SampleBatch({"a": np.zeros(2)}, _time_major=True), SampleBatch({"a": np.zeros(1)})], r"time_major"),
+        (
+            [SampleBatch({"a": np.zeros(2), "seq_lens": [2]}), SampleBatch({"a": np.zeros(1)})],
+            r"some samples have seq_lens",
+        ),
+        ([SampleBatch({"a": np.zeros(2)}), {"a": np.zeros(2)}], r"sample 1 is a dict"),
+    ],
+)
 def test_concat_samples_errors(samples, match):
     with pytest.raises(ValueError, match=match):
         concat_samples(samples)
@@ -298,12 +338,15 @@ def test_timeslices_k_is_deprecated_alias(flat_batch):
     assert [len(p) for p in parts] == [5, 5]
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"num_slices": 11}, r"only 10 rows, fewer than the number of slices"),
-    ({"num_slices": 0}, r"num_slices must be an int >= 1"),
-    ({"size": 0}, r"size must be an int >= 1"),
-    ({}, r"needs `size` or `num_slices`"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_slices": 11}, r"only 10 rows, fewer than the number of slices"),
+        ({"num_slices": 0}, r"num_slices must be an int >= 1"),
+        ({"size": 0}, r"size must be an int >= 1"),
+        ({}, r"needs `size` or `num_slices`"),
+    ],
+)
 def test_timeslices_errors(flat_batch, kwargs, match):
     with pytest.raises(ValueError, match=match):
         flat_batch.timeslices(**kwargs)
@@ -338,8 +381,13 @@ def test_shuffle_with_seq_lens_is_refused(spec_batch):
 def test_split_by_episode():
     b = SampleBatch({"a": np.arange(5), "eps_id": np.array([7, 7, 3, 3, 9])})
     assert [s["a"].tolist() for s in b.split_by_episode()] == [[0, 1], [2, 3], [4]]
-    d = SampleBatch({"a": np.arange(5), "terminateds": np.array([0, 0, 1, 0, 0], bool),
-                     "truncateds": np.array([1, 0, 0, 0, 0], bool)})
+    d = SampleBatch(
+        {
+            "a": np.arange(5),
+            "terminateds": np.array([0, 0, 1, 0, 0], bool),
+            "truncateds": np.array([1, 0, 0, 0, 0], bool),
+        }
+    )
     assert [s["a"].tolist() for s in d.split_by_episode()] == [[0], [1, 2], [3, 4]]
     with pytest.raises(KeyError, match="neither 'eps_id' nor"):
         SampleBatch({"a": np.arange(2)}).split_by_episode()
@@ -382,7 +430,10 @@ def test_compress_round_trip():
     for bulk in (False, True):
         b = SampleBatch({"obs": obs.copy(), "new_obs": obs.copy() + 1, "r": np.arange(6)})
         b.compress(bulk=bulk, columns={"obs", "new_obs"})
-        assert not isinstance(dict.__getitem__(b, "obs"), np.ndarray) or dict.__getitem__(b, "obs").dtype == object
+        assert (
+            not isinstance(dict.__getitem__(b, "obs"), np.ndarray)
+            or dict.__getitem__(b, "obs").dtype == object
+        )
         b.decompress_if_needed(columns={"obs", "new_obs"})
         np.testing.assert_array_equal(b["obs"], obs)
         np.testing.assert_array_equal(b["new_obs"], obs + 1)
@@ -400,11 +451,20 @@ def test_as_multi_agent():
 
 
 def test_get_single_step_input_dict():
-    b = SampleBatch({"obs": np.array([0, 1, 2]), "new_obs": np.array([1, 2, 3]),
-                     "actions": np.array([5, 6, 7]), "rewards": np.array([0.5, 0.6, 0.7])})
-    reqs = {"obs": ViewRequirement(), "prev_actions": ViewRequirement("actions", shift=-1),
-            "prev_rewards": ViewRequirement("rewards", shift=-1),
-            "rewards": ViewRequirement(used_for_compute_actions=False)}
+    b = SampleBatch(
+        {
+            "obs": np.array([0, 1, 2]),
+            "new_obs": np.array([1, 2, 3]),
+            "actions": np.array([5, 6, 7]),
+            "rewards": np.array([0.5, 0.6, 0.7]),
+        }
+    )
+    reqs = {
+        "obs": ViewRequirement(),
+        "prev_actions": ViewRequirement("actions", shift=-1),
+        "prev_rewards": ViewRequirement("rewards", shift=-1),
+        "rewards": ViewRequirement(used_for_compute_actions=False),
+    }
     last = b.get_single_step_input_dict(reqs)
     assert last["obs"].tolist() == [3] and last["prev_actions"].tolist() == [7]
     assert last["prev_rewards"].tolist() == [0.7] and "rewards" not in last
@@ -431,7 +491,9 @@ def test_concat_and_copy_of_zero_padded_batches():
     assert c["seq_lens"].tolist() == [1, 2, 2]
     d = c.copy()
     assert d.zero_padded and d.max_seq_len == 3 and d["obs"].tolist() == c["obs"].tolist()
-    with pytest.raises(ValueError, match=r"zero_padded=False, time_major=None but sample 0 has zero_padded=True"):
+    with pytest.raises(
+        ValueError, match=r"zero_padded=False, time_major=None but sample 0 has zero_padded=True"
+    ):
         concat_samples([a, SampleBatch({"obs": np.zeros(2)})])
 
 
@@ -445,8 +507,10 @@ def test_import_does_not_pull_in_frameworks():
     import subprocess
     import sys
 
-    code = ("import sys; import rlpolicy.policy.sample_batch, rlpolicy.policy.rnn_sequencing, "
-            "rlpolicy.policy.view_requirement; print('torch' in sys.modules, 'tensorflow' in sys.modules)")
+    code = (
+        "import sys; import rlpolicy.policy.sample_batch, rlpolicy.policy.rnn_sequencing, "
+        "rlpolicy.policy.view_requirement; print('torch' in sys.modules, 'tensorflow' in sys.modules)"
+    )
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -478,7 +542,9 @@ def _reference_rows_of_snapped_slice(seq_lens, start, stop):
 def test_slices_with_seq_lens_match_reference_for_all_bounds():
     seq_lens = [3, 1, 5, 2, 4]
     n = sum(seq_lens)
-    b = SampleBatch({"obs": np.arange(n) * 10, "state_in_0": np.arange(len(seq_lens)) + 100, "seq_lens": seq_lens})
+    b = SampleBatch(
+        {"obs": np.arange(n) * 10, "state_in_0": np.arange(len(seq_lens)) + 100, "seq_lens": seq_lens}
+    )
     for start in range(n + 1):
         for stop in range(start, n + 1):
             rows, lens = _reference_rows_of_snapped_slice(seq_lens, start, stop)
@@ -486,7 +552,9 @@ def test_slices_with_seq_lens_match_reference_for_all_bounds():
             assert s["obs"].tolist() == [r * 10 for r in rows], (start, stop)
             assert s["seq_lens"].tolist() == lens and len(s) == len(rows) == sum(lens)
             first_seq = [i for i in range(len(seq_lens)) if sum(seq_lens[:i]) == (rows[0] if rows else -1)]
-            assert s["state_in_0"].tolist() == ([100 + first_seq[0] + k for k in range(len(lens))] if lens else [])
+            assert s["state_in_0"].tolist() == (
+                [100 + first_seq[0] + k for k in range(len(lens))] if lens else []
+            )
 
 
 @pytest.mark.parametrize("num_slices", [1, 2, 3, 5])
@@ -528,7 +596,10 @@ def test_single_step_batch_edges():
 
 def test_nested_observations_through_timeslices_and_padding():
     seq_lens = [2, 3, 1]
-    obs = {"pos": np.arange(6.0), "cam": (np.arange(12).reshape(6, 2), np.array([b"a", b"b", b"c", b"d", b"e", b"f"]))}
+    obs = {
+        "pos": np.arange(6.0),
+        "cam": (np.arange(12).reshape(6, 2), np.array([b"a", b"b", b"c", b"d", b"e", b"f"])),
+    }
     b = SampleBatch({"obs": obs, "infos": [{"i": i} for i in range(6)], "seq_lens": seq_lens})
     first, second = b.timeslices(num_slices=2)  # cut at row 3 snaps back to row 2
     assert first["obs"]["pos"].tolist() == [0.0, 1.0] and second["seq_lens"].tolist() == [3, 1]
@@ -536,15 +607,29 @@ def test_nested_observations_through_timeslices_and_padding():
     assert [d["i"] for d in second["infos"]] == [2, 3, 4, 5]
     second.right_zero_pad(4)
     assert second["obs"]["pos"].tolist() == [2.0, 3.0, 4.0, 0.0, 5.0, 0.0, 0.0, 0.0]
-    assert second["obs"]["cam"][0].tolist() == [[4, 5], [6, 7], [8, 9], [0, 0], [10, 11], [0, 0], [0, 0], [0, 0]]
+    assert second["obs"]["cam"][0].tolist() == [
+        [4, 5],
+        [6, 7],
+        [8, 9],
+        [0, 0],
+        [10, 11],
+        [0, 0],
+        [0, 0],
+        [0, 0],
+    ]
     assert second["obs"]["cam"][1].tolist() == [b"c", b"d", b"e", b"", b"f", b"", b"", b""]
     assert [d and d["i"] for d in second["infos"]] == [2, 3, 4, None, 5, None, None, None]
     assert isinstance(second["obs"]["cam"], tuple) and len(second) == 4
 
 
 def test_right_zero_pad_object_and_per_row_state_columns():
-    b = SampleBatch({"o": np.array(["x", 1, None], dtype=object), "state_in_0": np.array([1.0, 2.0, 3.0]),
-                     "seq_lens": [2, 1]})
+    b = SampleBatch(
+        {
+            "o": np.array(["x", 1, None], dtype=object),
+            "state_in_0": np.array([1.0, 2.0, 3.0]),
+            "seq_lens": [2, 1],
+        }
+    )
     b.right_zero_pad(2, exclude_states=False)
     assert b["o"].dtype == object and b["o"].tolist() == ["x", 1, None, None]
     assert b["state_in_0"].tolist() == [1.0, 2.0, 3.0, 0.0]  # per-row states are padded when not excluded
@@ -559,7 +644,9 @@ def test_slices_keep_flags_but_not_key_tracking():
     t = SampleBatch({"obs": np.arange(4.0)}, _is_training=True)[1:3]
     assert t.is_training is True and t.count == 2 and "seq_lens" not in t
     back = pickle.loads(pickle.dumps(s))  # slices pickle like constructed batches
-    assert back["obs"].tolist() == [2.0, 3.0] and back["seq_lens"].tolist() == [2] and back.is_training is True
+    assert (
+        back["obs"].tolist() == [2.0, 3.0] and back["seq_lens"].tolist() == [2] and back.is_training is True
+    )
 
 
 def test_slice_of_torch_batch():

@@ -1,4 +1,5 @@
 """SampleBatch slicing follows Python/numpy semantics (bounds past the end, negative bounds)."""
+
 import numpy as np
 import pytest
 
@@ -10,9 +11,14 @@ SEQ_LENS = [3, 1, 4, 2]  # 10 rows; sequences start at rows 0, 3, 4, 8
 
 
 def _plain():
-    return SampleBatch({"obs": np.arange(N, dtype=np.float32) * 10, "actions": np.arange(N) % 3,
-                        "nested": {"x": np.arange(N * 2).reshape(N, 2), "y": (np.arange(N) + 0.5,)},
-                        "infos": [{"i": i} for i in range(N)]})
+    return SampleBatch(
+        {
+            "obs": np.arange(N, dtype=np.float32) * 10,
+            "actions": np.arange(N) % 3,
+            "nested": {"x": np.arange(N * 2).reshape(N, 2), "y": (np.arange(N) + 0.5,)},
+            "infos": [{"i": i} for i in range(N)],
+        }
+    )
 
 
 def _python_bounds(start, stop):
@@ -53,7 +59,7 @@ def test_slice_method_matches_numpy_on_plain_batch():
 def test_tail_minibatches_like_ported_code():
     """`for i in range(0, len(b), mb): b[i:i + mb]` covers every row once; the last one is short."""
     b = _plain()
-    parts = [b[i:i + 4] for i in range(0, len(b), 4)]
+    parts = [b[i : i + 4] for i in range(0, len(b), 4)]
     assert [len(p) for p in parts] == [4, 4, 2]
     np.testing.assert_array_equal(np.concatenate([p["obs"] for p in parts]), b["obs"])
     parts = [b.slice(i, i + 3) for i in range(0, len(b), 3)]
@@ -62,8 +68,9 @@ def test_tail_minibatches_like_ported_code():
 
 
 def _seq_batch():
-    return SampleBatch({"obs": np.arange(N) * 10, "state_in_0": np.arange(len(SEQ_LENS)) + 100,
-                        "seq_lens": SEQ_LENS})
+    return SampleBatch(
+        {"obs": np.arange(N) * 10, "state_in_0": np.arange(len(SEQ_LENS)) + 100, "seq_lens": SEQ_LENS}
+    )
 
 
 def _snap(row):
@@ -92,13 +99,16 @@ def _check_seq_getitem(batch, start, stop):
     assert len(s) == r1 - r0 == sum(SEQ_LENS[s0:s1]), (start, stop)
 
 
-@pytest.mark.parametrize("start, stop, rows, lens, states", [
-    (5, 100, range(5, 10), [3, 2], [102, 103]),    # clamped at the end; seq 2 cut at its front
-    (0, 11, range(0, 10), SEQ_LENS, [100, 101, 102, 103]),
-    (4, -2, range(4, 8), [4], [102]),               # negative end counts from the end
-    (9, 100, range(9, 10), [1], [103]),
-    (3, 3, range(0), [], []),
-])
+@pytest.mark.parametrize(
+    "start, stop, rows, lens, states",
+    [
+        (5, 100, range(5, 10), [3, 2], [102, 103]),  # clamped at the end; seq 2 cut at its front
+        (0, 11, range(0, 10), SEQ_LENS, [100, 101, 102, 103]),
+        (4, -2, range(4, 8), [4], [102]),  # negative end counts from the end
+        (9, 100, range(9, 10), [1], [103]),
+        (3, 3, range(0), [], []),
+    ],
+)
 def test_slice_method_with_seq_lens_clamps_end(start, stop, rows, lens, states):
     s = _seq_batch().slice(start, stop)
     np.testing.assert_array_equal(s["obs"], (np.arange(N) * 10)[list(rows)])

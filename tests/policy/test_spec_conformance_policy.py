@@ -8,6 +8,7 @@ extra kwargs), ``compute_single_action``'s ``input_dict`` path, the default
 ``_create_exploration`` (worker index/count reach the exploration).
 Expectations are hand-written.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -27,15 +28,33 @@ class Recording(Policy):
         self.calls = []
         self.weights = {"w": np.zeros(2, np.float32)}
 
-    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
-                        prev_reward_batch=None, info_batch=None, episodes=None, explore=None,
-                        timestep=None, **kwargs):
-        self.calls.append(dict(obs=obs_batch, state=state_batches, prev_action=prev_action_batch,
-                               prev_reward=prev_reward_batch, info=info_batch, episodes=episodes,
-                               explore=explore, timestep=timestep, kwargs=kwargs))
+    def compute_actions(
+        self,
+        obs_batch,
+        state_batches=None,
+        prev_action_batch=None,
+        prev_reward_batch=None,
+        info_batch=None,
+        episodes=None,
+        explore=None,
+        timestep=None,
+        **kwargs,
+    ):
+        self.calls.append(
+            dict(
+                obs=obs_batch,
+                state=state_batches,
+                prev_action=prev_action_batch,
+                prev_reward=prev_reward_batch,
+                info=info_batch,
+                episodes=episodes,
+                explore=explore,
+                timestep=timestep,
+                kwargs=kwargs,
+            )
+        )
         n = len(obs_batch)
-        return (np.arange(n), [np.asarray(s) + 1 for s in (state_batches or [])],
-                {"row": np.arange(n) * 10})
+        return (np.arange(n), [np.asarray(s) + 1 for s in (state_batches or [])], {"row": np.arange(n) * 10})
 
     def get_weights(self):
         return {k: v.copy() for k, v in self.weights.items()}
@@ -46,9 +65,22 @@ class Recording(Policy):
 
 def test_default_view_requirements_layout():
     vr = Recording().view_requirements
-    assert set(vr) == {"obs", "new_obs", "actions", "prev_actions", "rewards", "prev_rewards",
-                       "dones", "terminateds", "truncateds", "infos", "eps_id", "unroll_id",
-                       "agent_index", "t"}
+    assert set(vr) == {
+        "obs",
+        "new_obs",
+        "actions",
+        "prev_actions",
+        "rewards",
+        "prev_rewards",
+        "dones",
+        "terminateds",
+        "truncateds",
+        "infos",
+        "eps_id",
+        "unroll_id",
+        "agent_index",
+        "t",
+    }
     assert vr["obs"].space == OBS and vr["obs"].shift == 0
     assert vr["new_obs"].data_col == "obs" and vr["new_obs"].shift == 1
     assert vr["new_obs"].space == OBS
@@ -59,9 +91,12 @@ def test_default_view_requirements_layout():
 
 
 def test_base_attributes_and_action_space_struct():
-    space = gym.spaces.Dict({"a": gym.spaces.Discrete(2),
-                             "b": gym.spaces.Tuple([gym.spaces.Discrete(4),
-                                                    gym.spaces.Box(0, 1, (2,))])})
+    space = gym.spaces.Dict(
+        {
+            "a": gym.spaces.Discrete(2),
+            "b": gym.spaces.Tuple([gym.spaces.Discrete(4), gym.spaces.Box(0, 1, (2,))]),
+        }
+    )
     p = Recording(OBS, space, {"framework": "torch"})
     assert p.observation_space is OBS and p.action_space is space
     assert set(p.action_space_struct) == {"a", "b"}
@@ -85,16 +120,19 @@ def test_default_recurrence_and_postprocessing():
 def test_compute_actions_from_input_dict_passes_everything_through():
     p = Recording()
     episodes = [object(), object()]
-    input_dict = SampleBatch({
-        "obs": np.zeros((2, 2), np.float32),
-        "state_in_1": np.full((2, 1), 1.0),
-        "state_in_0": np.full((2, 3), 0.0),
-        "prev_actions": np.array([2, 1]),
-        "prev_rewards": np.array([0.5, -0.5]),
-        "infos": np.array([{"i": 0}, {"i": 1}]),
-    })
-    out = p.compute_actions_from_input_dict(input_dict, explore=False, timestep=11,
-                                            episodes=episodes, custom=7)
+    input_dict = SampleBatch(
+        {
+            "obs": np.zeros((2, 2), np.float32),
+            "state_in_1": np.full((2, 1), 1.0),
+            "state_in_0": np.full((2, 3), 0.0),
+            "prev_actions": np.array([2, 1]),
+            "prev_rewards": np.array([0.5, -0.5]),
+            "infos": np.array([{"i": 0}, {"i": 1}]),
+        }
+    )
+    out = p.compute_actions_from_input_dict(
+        input_dict, explore=False, timestep=11, episodes=episodes, custom=7
+    )
     call = p.calls[-1]
     assert call["explore"] is False and call["timestep"] == 11
     assert call["episodes"] is episodes and call["kwargs"] == {"custom": 7}
@@ -119,9 +157,14 @@ def test_compute_single_action_input_dict_wins_and_outputs_are_unbatched():
     p = Recording()
     ep = object()
     action, state_out, info = p.compute_single_action(
-        obs=np.full(2, 9.0), state=[np.zeros(5)], prev_action=1,
+        obs=np.full(2, 9.0),
+        state=[np.zeros(5)],
+        prev_action=1,
         input_dict={"obs": np.array([1.0, 2.0]), "state_in_0": np.array([3.0, 4.0])},
-        episode=ep, explore=True, timestep=3)
+        episode=ep,
+        explore=True,
+        timestep=3,
+    )
     call = p.calls[-1]
     np.testing.assert_array_equal(call["obs"], [[1.0, 2.0]])
     np.testing.assert_array_equal(call["state"][0], [[3.0, 4.0]])
@@ -174,26 +217,41 @@ def test_get_exploration_state_is_the_explorations_state():
     torch = pytest.importorskip("torch")  # noqa: F841
     from rlpolicy.policy.torch_policy import TorchPolicy
 
-    p = TorchPolicy(OBS, ACT, {"model": {"fcnet_hiddens": [4]},
-                               "exploration_config": {"type": "EpsilonGreedy",
-                                                      "epsilon_timesteps": 10}})
+    p = TorchPolicy(
+        OBS,
+        ACT,
+        {
+            "model": {"fcnet_hiddens": [4]},
+            "exploration_config": {"type": "EpsilonGreedy", "epsilon_timesteps": 10},
+        },
+    )
     assert p.get_exploration_state() == p.exploration.get_state()
     assert p._create_exploration() is p.exploration  # existing one is re-used
 
 
-@pytest.mark.parametrize("worker_index, expected", [
-    (0, 0.0),                           # the local worker does not explore
-    (1, 0.4),                           # 0.4 ** (1 + 0/3 * 7)
-    (2, 0.4 ** (1 + 1 / 3 * 7)),
-    (4, 0.4 ** 8),
-])
+@pytest.mark.parametrize(
+    "worker_index, expected",
+    [
+        (0, 0.0),  # the local worker does not explore
+        (1, 0.4),  # 0.4 ** (1 + 0/3 * 7)
+        (2, 0.4 ** (1 + 1 / 3 * 7)),
+        (4, 0.4**8),
+    ],
+)
 def test_create_exploration_passes_worker_index_and_count(worker_index, expected):
     pytest.importorskip("torch")
     from rlpolicy.policy.torch_policy import TorchPolicy
 
-    p = TorchPolicy(OBS, ACT, {"model": {"fcnet_hiddens": [4]}, "num_workers": 4,
-                               "worker_index": worker_index,
-                               "exploration_config": {"type": "PerWorkerEpsilonGreedy"}})
+    p = TorchPolicy(
+        OBS,
+        ACT,
+        {
+            "model": {"fcnet_hiddens": [4]},
+            "num_workers": 4,
+            "worker_index": worker_index,
+            "exploration_config": {"type": "PerWorkerEpsilonGreedy"},
+        },
+    )
     assert type(p.exploration).__name__ == "PerWorkerEpsilonGreedy"
     assert float(p.exploration.epsilon_schedule(0)) == pytest.approx(expected, rel=1e-9, abs=1e-12)
-    assert float(p.exploration.epsilon_schedule(10 ** 7)) == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert float(p.exploration.epsilon_schedule(10**7)) == pytest.approx(expected, rel=1e-9, abs=1e-12)

@@ -7,6 +7,7 @@ and in evaluation mode), target models per tower through ``make_model`` and
 ``TargetNetworkMixin``, the default-config merge and learning on fake GPUs.
 Expectations are hand-worked or computed with numpy.
 """
+
 import copy
 
 import gymnasium as gym
@@ -40,21 +41,26 @@ def add_advantages(policy, batch, other_agent_batches=None, episode=None):
 
 
 def tensor_stats(policy, train_batch):
-    return {"adv_sum": torch.sum(torch.as_tensor(train_batch["advantages"])),
-            "nested": {"two": torch.tensor([2.0, 2.0])}}
+    return {
+        "adv_sum": torch.sum(torch.as_tensor(train_batch["advantages"])),
+        "nested": {"two": torch.tensor([2.0, 2.0])},
+    }
 
 
-PG = build_policy_class("SpecPG", "torch", loss_fn=pg_loss, postprocess_fn=add_advantages,
-                        stats_fn=tensor_stats)
+PG = build_policy_class(
+    "SpecPG", "torch", loss_fn=pg_loss, postprocess_fn=add_advantages, stats_fn=tensor_stats
+)
 
 
 def batch_of(n, seed=0):
     r = np.random.default_rng(seed)
-    return SampleBatch({
-        SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
-        SampleBatch.ACTIONS: r.integers(0, 2, n),
-        SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
-    })
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: r.integers(0, 2, n),
+            SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 # ------------------------------------------------------------------ hook outputs
@@ -121,8 +127,9 @@ def test_postprocess_trajectory_direct_call_runs_under_no_grad_and_returns_fn_ou
 
 
 def test_get_default_config_is_merged_under_the_given_config():
-    cls = PG.with_updates(name="DefPG", get_default_config=lambda: {"lr": 0.123, "tau": 0.5,
-                                                                      "model": {"fcnet_hiddens": [4]}})
+    cls = PG.with_updates(
+        name="DefPG", get_default_config=lambda: {"lr": 0.123, "tau": 0.5, "model": {"fcnet_hiddens": [4]}}
+    )
     policy = cls(OBS, ACT, {"tau": 0.9})
     assert policy.config["lr"] == 0.123 and policy.config["tau"] == 0.9
     assert policy.config["model"]["fcnet_hiddens"] == [4]
@@ -139,11 +146,16 @@ def test_view_requirements_pruned_to_what_acting_postprocessing_and_loss_read():
     # Read by acting (obs), by the loss (actions, advantages), added by
     # postprocessing (advantages), read by postprocessing (rewards), plus the
     # sampler columns RLlib always keeps.
-    kept = {"obs", "actions", "advantages", "rewards", "dones", "infos", "eps_id",
-            "unroll_id", "agent_index"}
+    kept = {"obs", "actions", "advantages", "rewards", "dones", "infos", "eps_id", "unroll_id", "agent_index"}
     assert kept <= set(vr)
-    for gone in ("new_obs", "prev_actions", "prev_rewards", SampleBatch.ACTION_DIST_INPUTS,
-                 SampleBatch.ACTION_LOGP, SampleBatch.ACTION_PROB):
+    for gone in (
+        "new_obs",
+        "prev_actions",
+        "prev_rewards",
+        SampleBatch.ACTION_DIST_INPUTS,
+        SampleBatch.ACTION_LOGP,
+        SampleBatch.ACTION_PROB,
+    ):
         assert gone not in vr, gone
     assert vr["obs"].used_for_compute_actions is True
     assert vr["actions"].used_for_compute_actions is False
@@ -178,10 +190,12 @@ def test_in_evaluation_keeps_all_view_requirements():
 
 def _make_model_with_target(policy, obs_space, action_space, config):
     _, n = ModelCatalog.get_action_dist(action_space, config["model"], framework="torch")
-    model = ModelCatalog.get_model_v2(obs_space, action_space, n, config["model"],
-                                      framework="torch", name="main")
-    policy.target_model = ModelCatalog.get_model_v2(obs_space, action_space, n, config["model"],
-                                                    framework="torch", name="target")
+    model = ModelCatalog.get_model_v2(
+        obs_space, action_space, n, config["model"], framework="torch", name="main"
+    )
+    policy.target_model = ModelCatalog.get_model_v2(
+        obs_space, action_space, n, config["model"], framework="torch", name="target"
+    )
     return model
 
 
@@ -190,9 +204,14 @@ def _setup_target(policy, obs_space, action_space, config):
 
 
 TargetPG = build_policy_class(
-    "TargetPG", "torch", loss_fn=pg_loss, postprocess_fn=add_advantages,
-    make_model=_make_model_with_target, before_loss_init=_setup_target,
-    mixins=[TargetNetworkMixin])
+    "TargetPG",
+    "torch",
+    loss_fn=pg_loss,
+    postprocess_fn=add_advantages,
+    make_model=_make_model_with_target,
+    before_loss_init=_setup_target,
+    mixins=[TargetNetworkMixin],
+)
 
 
 @pytest.mark.parametrize("devices", [{}, FAKE2], ids=["cpu", "fake-gpu-x2"])
@@ -213,8 +232,9 @@ def test_target_models_per_tower_via_make_model(devices):
     policy.update_target()  # tau from the config: 0.25
     for target in policy.target_models.values():
         for k, v in target.state_dict().items():
-            np.testing.assert_allclose(v.numpy(), 0.25 * new_main[k] + 0.75 * old_target[k],
-                                       rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(
+                v.numpy(), 0.25 * new_main[k] + 0.75 * old_target[k], rtol=1e-6, atol=1e-7
+            )
 
 
 class _Mixin:
@@ -229,14 +249,16 @@ class _Mixin:
 
 
 def test_mixin_methods_not_in_the_template_body_beat_torch_policy():
-    cls = build_policy_class("MixPG", "torch", loss_fn=pg_loss, postprocess_fn=add_advantages,
-                             mixins=[_Mixin])
+    cls = build_policy_class(
+        "MixPG", "torch", loss_fn=pg_loss, postprocess_fn=add_advantages, mixins=[_Mixin]
+    )
     assert cls.__mro__.index(_Mixin) < cls.__mro__.index(TorchPolicy)
     policy = cls(OBS, ACT, dict(SMALL))
     assert policy.get_initial_state() == ["mixin-state"]  # plain MRO lookup
     with_stats = cls.with_updates(name="MixPG2", stats_fn=lambda p, b: {"from": "stats_fn"})
-    assert with_stats(OBS, ACT, dict(SMALL)).extra_grad_info(
-        SampleBatch({"advantages": np.zeros(2)})) == {"from": "stats_fn"}
+    assert with_stats(OBS, ACT, dict(SMALL)).extra_grad_info(SampleBatch({"advantages": np.zeros(2)})) == {
+        "from": "stats_fn"
+    }
 
 
 # ------------------------------------------------------------------ learning on fake GPUs
@@ -262,8 +284,13 @@ def test_built_policy_learns_a_bandit_on_two_fake_gpus():
     start = p_right()
     for _ in range(15):
         actions, _, _ = policy.compute_actions(obs, explore=True)
-        b = SampleBatch({SampleBatch.OBS: obs, SampleBatch.ACTIONS: actions,
-                         SampleBatch.REWARDS: np.where(actions == 1, 1.0, -1.0).astype(np.float32)})
+        b = SampleBatch(
+            {
+                SampleBatch.OBS: obs,
+                SampleBatch.ACTIONS: actions,
+                SampleBatch.REWARDS: np.where(actions == 1, 1.0, -1.0).astype(np.float32),
+            }
+        )
         b = policy.postprocess_trajectory(b)
         assert policy.load_batch_into_buffer(b) == 32
         fetches = policy.learn_on_loaded_batch(0)

@@ -7,6 +7,7 @@ learn_on_batch call order and result layout, the offset/minibatch rules of
 split, state/weights round trips and bad input. Every expectation is worked
 out by hand or with numpy, never with the code under test.
 """
+
 import copy
 
 import gymnasium as gym
@@ -40,8 +41,9 @@ def reference_grads(model, batch):
     """PG-loss gradients on an independent deep copy of ``model`` (plain torch)."""
     model = copy.deepcopy(model)
     logits = model({SampleBatch.OBS: torch.as_tensor(np.asarray(batch[SampleBatch.OBS]))})[0]
-    logp = torch.log_softmax(logits, -1)[torch.arange(len(logits)),
-                                         torch.as_tensor(np.asarray(batch[SampleBatch.ACTIONS]))]
+    logp = torch.log_softmax(logits, -1)[
+        torch.arange(len(logits)), torch.as_tensor(np.asarray(batch[SampleBatch.ACTIONS]))
+    ]
     loss = -(logp * torch.as_tensor(np.asarray(batch[SampleBatch.REWARDS]))).mean()
     params = list(model.parameters())
     grads = torch.autograd.grad(loss, params, allow_unused=True)
@@ -107,8 +109,7 @@ def test_timestep_defaults_to_global_timestep_and_batch_size_increments_it():
     assert policy.global_timestep == 15
 
 
-EPS = {"type": "EpsilonGreedy", "initial_epsilon": 1.0, "final_epsilon": 0.0,
-       "epsilon_timesteps": 100}
+EPS = {"type": "EpsilonGreedy", "initial_epsilon": 1.0, "final_epsilon": 0.0, "epsilon_timesteps": 100}
 
 
 def test_epsilon_greedy_follows_the_given_timestep():
@@ -130,8 +131,7 @@ def test_get_state_keys_and_exploration_state_round_trip():
     policy = make(exploration_config=dict(EPS))
     policy.compute_actions(np.zeros((3, 4), np.float32), explore=True, timestep=40)
     state = policy.get_state()
-    assert set(state) == {"weights", "global_timestep", "_optimizer_variables",
-                          "_exploration_state"}
+    assert set(state) == {"weights", "global_timestep", "_optimizer_variables", "_exploration_state"}
     assert state["global_timestep"] == 3
     assert state["_exploration_state"]["last_timestep"] == 40
     assert state["_exploration_state"]["cur_epsilon"] == pytest.approx(0.6, abs=1e-6)
@@ -181,8 +181,7 @@ def test_on_global_var_update_sets_global_timestep():
 def test_prev_action_reward_and_is_training_reach_the_forward_pass():
     seen = {}
 
-    def dist_fn(policy, model, input_dict, *, state_batches, seq_lens, explore, timestep,
-                is_training):
+    def dist_fn(policy, model, input_dict, *, state_batches, seq_lens, explore, timestep, is_training):
         seen["keys"] = set(input_dict.keys())
         seen["prev_a"] = input_dict[SampleBatch.PREV_ACTIONS].numpy()
         seen["prev_r"] = input_dict[SampleBatch.PREV_REWARDS].numpy()
@@ -193,8 +192,9 @@ def test_prev_action_reward_and_is_training_reach_the_forward_pass():
 
     torch.manual_seed(0)
     policy = PG(OBS, ACT, dict(BASE), action_distribution_fn=dist_fn)
-    policy.compute_actions(np.zeros((2, 4), np.float32), prev_action_batch=[1, 2],
-                           prev_reward_batch=[0.5, -1.0], explore=False)
+    policy.compute_actions(
+        np.zeros((2, 4), np.float32), prev_action_batch=[1, 2], prev_reward_batch=[0.5, -1.0], explore=False
+    )
     np.testing.assert_array_equal(seen["prev_a"], [1, 2])
     np.testing.assert_allclose(seen["prev_r"], [0.5, -1.0], rtol=1e-6, atol=1e-6)
     assert seen["is_training"] is False and seen["state_batches"] == []
@@ -214,7 +214,8 @@ def test_input_dict_state_columns_become_state_batches():
     s0 = np.arange(6, dtype=np.float32).reshape(2, 3)
     s1 = -np.ones((2, 2), np.float32)
     _, state_out, _ = policy.compute_actions_from_input_dict(
-        {SampleBatch.OBS: np.zeros((2, 4), np.float32), "state_in_0": s0, "state_in_1": s1})
+        {SampleBatch.OBS: np.zeros((2, 4), np.float32), "state_in_0": s0, "state_in_1": s1}
+    )
     np.testing.assert_array_equal(seen["states"][0], s0)
     np.testing.assert_array_equal(seen["states"][1], s1)
     np.testing.assert_array_equal(state_out[0], s0 + 1)
@@ -225,8 +226,9 @@ def test_action_sampler_fn_four_outputs_and_spec_arguments():
     calls = []
 
     def sampler(policy, model, input_dict, state_batches, explore, timestep):
-        calls.append(dict(policy=policy, model=model, explore=explore, timestep=timestep,
-                          state_batches=state_batches))
+        calls.append(
+            dict(policy=policy, model=model, explore=explore, timestep=timestep, state_batches=state_batches)
+        )
         n = len(input_dict[SampleBatch.OBS])
         logp = torch.log(torch.full((n,), 0.25))
         dist_inputs = torch.arange(n * 3, dtype=torch.float32).reshape(n, 3)
@@ -241,8 +243,9 @@ def test_action_sampler_fn_four_outputs_and_spec_arguments():
     np.testing.assert_array_equal(actions, [1, 1])
     np.testing.assert_allclose(extra[SampleBatch.ACTION_PROB], [0.25, 0.25], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(extra[SampleBatch.ACTION_LOGP], np.log([0.25, 0.25]), rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(extra[SampleBatch.ACTION_DIST_INPUTS],
-                                  np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(
+        extra[SampleBatch.ACTION_DIST_INPUTS], np.arange(6, dtype=np.float32).reshape(2, 3)
+    )
     assert policy.global_timestep == 2
 
 
@@ -250,8 +253,7 @@ def test_action_distribution_fn_old_obs_signature_still_works():
     seen = {}
 
     def old_fn(policy, model, obs_batch, *, explore, timestep, is_training):
-        seen.update(obs=obs_batch.numpy().copy(), explore=explore, timestep=timestep,
-                    is_training=is_training)
+        seen.update(obs=obs_batch.numpy().copy(), explore=explore, timestep=timestep, is_training=is_training)
         return torch.tensor([[0.0, 0.0, 9.0]]).repeat(len(obs_batch), 1), TorchCategorical, []
 
     torch.manual_seed(0)
@@ -269,19 +271,23 @@ def test_compute_actions_numpy_outputs_and_probs_match_softmax():
     obs = pg_batch(50, seed=2)[SampleBatch.OBS]
     actions, state_out, extra = policy.compute_actions(obs, explore=True)
     assert isinstance(actions, np.ndarray) and state_out == []
-    assert {SampleBatch.ACTION_DIST_INPUTS, SampleBatch.ACTION_LOGP,
-            SampleBatch.ACTION_PROB} <= set(extra)
+    assert {SampleBatch.ACTION_DIST_INPUTS, SampleBatch.ACTION_LOGP, SampleBatch.ACTION_PROB} <= set(extra)
     assert all(isinstance(v, np.ndarray) for v in extra.values())
     lp = log_softmax(extra[SampleBatch.ACTION_DIST_INPUTS].astype(np.float64))
-    np.testing.assert_allclose(extra[SampleBatch.ACTION_LOGP], lp[np.arange(50), actions],
-                               rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(extra[SampleBatch.ACTION_PROB],
-                               np.exp(extra[SampleBatch.ACTION_LOGP]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        extra[SampleBatch.ACTION_LOGP], lp[np.arange(50), actions], rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        extra[SampleBatch.ACTION_PROB], np.exp(extra[SampleBatch.ACTION_LOGP]), rtol=1e-6, atol=1e-6
+    )
     assert extra[SampleBatch.ACTION_PROB].dtype == np.float32
 
 
-@pytest.mark.parametrize("bad", [np.zeros((2, 5), np.float32), np.zeros((2,), np.float32)],
-                         ids=["wrong-feature-dim", "missing-batch-dim"])
+@pytest.mark.parametrize(
+    "bad",
+    [np.zeros((2, 5), np.float32), np.zeros((2,), np.float32)],
+    ids=["wrong-feature-dim", "missing-batch-dim"],
+)
 def test_obs_of_wrong_shape_names_both_shapes_and_changes_nothing(bad):
     policy = make()
     with pytest.raises(ValueError) as info:
@@ -306,8 +312,7 @@ def test_log_likelihoods_gaussian_unnormalized_actions_vs_numpy():
     unsquashed = (env_a + 3.0) / 2.0 - 1.0
 
     def gauss(x):
-        return (-0.5 * ((x - mean) / np.exp(log_std)) ** 2 - log_std
-                - 0.5 * np.log(2 * np.pi)).sum(-1)
+        return (-0.5 * ((x - mean) / np.exp(log_std)) ** 2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
 
     got = policy.compute_log_likelihoods(env_a, obs, actions_normalized=False)
     np.testing.assert_allclose(np.asarray(got), gauss(unsquashed), rtol=1e-4, atol=1e-5)
@@ -373,8 +378,7 @@ def test_learn_on_batch_call_order_and_result_objects():
     assert fetches["extra_fetch"] == 7 and fetches["model"] == {}
     stats = fetches[LEARNER_STATS_KEY]
     assert stats["allreduce_latency"] == 0.0
-    assert stats["mean_reward"] == pytest.approx(
-        float(np.mean(pg_batch(10)[SampleBatch.REWARDS])), abs=1e-6)
+    assert stats["mean_reward"] == pytest.approx(float(np.mean(pg_batch(10)[SampleBatch.REWARDS])), abs=1e-6)
 
 
 def test_compute_gradients_returns_grads_and_info_without_stepping():
@@ -385,8 +389,11 @@ def test_compute_gradients_returns_grads_and_info_without_stepping():
     grads, info = policy.compute_gradients(batch)
     assert len(grads) == len(before)
     for g, e in zip(grads, expected):
-        got = np.zeros_like(e) if g is None else np.asarray(
-            g.detach().cpu().numpy() if torch.is_tensor(g) else g)
+        got = (
+            np.zeros_like(e)
+            if g is None
+            else np.asarray(g.detach().cpu().numpy() if torch.is_tensor(g) else g)
+        )
         np.testing.assert_allclose(got, e, rtol=1e-5, atol=1e-7)
     assert info[LEARNER_STATS_KEY] == {"allreduce_latency": 0.0}
     for p, w in zip(params_np(policy), before):  # no step taken
@@ -423,8 +430,7 @@ def test_param_groups_of_one_optimizer_use_their_own_lr():
     class Groups(PG):
         def optimizer(self):
             ps = list(self.model.parameters())
-            return torch.optim.SGD([{"params": ps[:2], "lr": 0.1},
-                                    {"params": ps[2:], "lr": 0.01}])
+            return torch.optim.SGD([{"params": ps[:2], "lr": 0.1}, {"params": ps[2:], "lr": 0.01}])
 
     policy = make(Groups)
     n = len(list(policy.model.parameters()))
@@ -462,9 +468,11 @@ def test_optimizer_list_and_loss_list_pair_up_in_order():
         lr = 0.1 if i < 2 else 0.2
         np.testing.assert_allclose(after[i], before[i] - lr * ref[i], rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="2 optimizers"):
+
         class Bad(Two):
             def loss(self, model, dist_class, train_batch):
                 return PG.loss(self, model, dist_class, train_batch)
+
         make(Bad).learn_on_batch(pg_batch(4))
 
 
@@ -485,8 +493,9 @@ def test_get_weights_is_a_numpy_copy_and_round_trips():
     out_a = other.compute_actions(np.ones((1, 4), np.float32), explore=False)[2]
     policy.set_weights(w)
     out_b = policy.compute_actions(np.ones((1, 4), np.float32), explore=False)[2]
-    np.testing.assert_array_equal(out_a[SampleBatch.ACTION_DIST_INPUTS],
-                                  out_b[SampleBatch.ACTION_DIST_INPUTS])
+    np.testing.assert_array_equal(
+        out_a[SampleBatch.ACTION_DIST_INPUTS], out_b[SampleBatch.ACTION_DIST_INPUTS]
+    )
 
 
 def _bad_weights(kind, w):
@@ -510,10 +519,12 @@ def test_set_weights_with_bad_entries_names_the_key(kind):
         policy.set_weights(bad)
 
 
-SET_WEIGHTS_XFAIL = ("TorchPolicy.set_weights -> load_state_dict_fast falls back to torch's "
-                     "strict load_state_dict, which copies every matching tensor before raising "
-                     "on a missing/unexpected key or a wrong shape: a failed set_weights leaves "
-                     "the model half-overwritten")
+SET_WEIGHTS_XFAIL = (
+    "TorchPolicy.set_weights -> load_state_dict_fast falls back to torch's "
+    "strict load_state_dict, which copies every matching tensor before raising "
+    "on a missing/unexpected key or a wrong shape: a failed set_weights leaves "
+    "the model half-overwritten"
+)
 
 
 @pytest.mark.parametrize("kind", ["extra-key", "missing-key", "wrong-shape"])
@@ -549,8 +560,7 @@ def test_fc_versus_lstm_recurrence_api():
     assert rnn.max_seq_len == 10
     # Acting without state after acting with state keeps the model recurrent
     # in the API sense (num_state_tensors comes from the model).
-    _, state_out, _ = rnn.compute_actions(np.zeros((2, 4), np.float32),
-                                          [np.zeros((2, 4), np.float32)] * 2)
+    _, state_out, _ = rnn.compute_actions(np.zeros((2, 4), np.float32), [np.zeros((2, 4), np.float32)] * 2)
     assert [s.shape for s in state_out] == [(2, 4), (2, 4)]
     assert rnn.num_state_tensors() == 2
 
@@ -566,15 +576,17 @@ def _spec_28_batch():
     n = 28
     obs = np.zeros((n, 4), np.float32)
     obs[:, 0] = np.arange(1, n + 1)  # row id (1-based, 0 marks padding)
-    return SampleBatch({
-        SampleBatch.OBS: obs,
-        SampleBatch.ACTIONS: np.zeros(n, np.int64),
-        SampleBatch.REWARDS: np.ones(n, np.float32),
-        SampleBatch.EPS_ID: np.repeat(np.arange(5), seq_lens),
-        SampleBatch.SEQ_LENS: np.array(seq_lens, np.int32),
-        "state_in_0": np.zeros((5, 4), np.float32),
-        "state_in_1": np.zeros((5, 4), np.float32),
-    }), seq_lens
+    return SampleBatch(
+        {
+            SampleBatch.OBS: obs,
+            SampleBatch.ACTIONS: np.zeros(n, np.int64),
+            SampleBatch.REWARDS: np.ones(n, np.float32),
+            SampleBatch.EPS_ID: np.repeat(np.arange(5), seq_lens),
+            SampleBatch.SEQ_LENS: np.array(seq_lens, np.int32),
+            "state_in_0": np.zeros((5, 4), np.float32),
+            "state_in_1": np.zeros((5, 4), np.float32),
+        }
+    ), seq_lens
 
 
 def test_spec_28_step_rnn_batch_on_two_fake_gpus():
@@ -594,7 +606,7 @@ def test_spec_28_step_rnn_batch_on_two_fake_gpus():
         width = max(lens)
         assert rows.shape == (len(lens) * width,)
         for j, ln in enumerate(lens):
-            seq = rows[j * width:(j + 1) * width]
+            seq = rows[j * width : (j + 1) * width]
             assert (seq[ln:] == 0).all() and (seq[:ln] > 0).all()
             all_ids.extend(seq[:ln].astype(int).tolist())
         assert len(s) == sum(lens)  # count in (unpadded) timesteps
@@ -613,12 +625,15 @@ def _obs_seen(policy):
     return [np.asarray(t.tower_stats["obs_seen"]) for t in policy.model_gpu_towers]
 
 
-@pytest.mark.parametrize("minibatch, offset, rows", [
-    (64, 8, slice(0, 16)),   # minibatch >= loaded: whole buffer, offset ignored
-    (16, 8, slice(0, 16)),   # exactly the loaded size: whole buffer
-    (4, 8, slice(8, 12)),    # [offset:offset + 4]
-    (4, 14, slice(14, 16)),  # runs past the end: truncated
-])
+@pytest.mark.parametrize(
+    "minibatch, offset, rows",
+    [
+        (64, 8, slice(0, 16)),  # minibatch >= loaded: whole buffer, offset ignored
+        (16, 8, slice(0, 16)),  # exactly the loaded size: whole buffer
+        (4, 8, slice(8, 12)),  # [offset:offset + 4]
+        (4, 14, slice(14, 16)),  # runs past the end: truncated
+    ],
+)
 def test_cpu_learn_on_loaded_batch_slicing(minibatch, offset, rows):
     policy = make(sgd_minibatch_size=minibatch)
     batch = pg_batch(16)
@@ -628,15 +643,18 @@ def test_cpu_learn_on_loaded_batch_slicing(minibatch, offset, rows):
     np.testing.assert_array_equal(_obs_seen(policy)[0], obs[rows])
 
 
-@pytest.mark.parametrize("minibatch, offset, rows", [
-    # device_batch_size = minibatch // 2; whole buffers only if it is >= the
-    # SUM of all devices' loaded rows (16), else [offset:offset + size].
-    (32, 4, (slice(0, 8), slice(8, 16))),
-    # size 12 < 16: sliced [4:16] on 8-row device batches, truncated to [4:8].
-    (24, 4, (slice(4, 8), slice(12, 16))),
-    (8, 4, (slice(4, 8), slice(12, 16))),
-    (4, 2, (slice(2, 4), slice(10, 12))),
-])
+@pytest.mark.parametrize(
+    "minibatch, offset, rows",
+    [
+        # device_batch_size = minibatch // 2; whole buffers only if it is >= the
+        # SUM of all devices' loaded rows (16), else [offset:offset + size].
+        (32, 4, (slice(0, 8), slice(8, 16))),
+        # size 12 < 16: sliced [4:16] on 8-row device batches, truncated to [4:8].
+        (24, 4, (slice(4, 8), slice(12, 16))),
+        (8, 4, (slice(4, 8), slice(12, 16))),
+        (4, 2, (slice(2, 4), slice(10, 12))),
+    ],
+)
 def test_fake_gpu_learn_on_loaded_batch_slicing(minibatch, offset, rows):
     policy = make(sgd_minibatch_size=minibatch, **FAKE2)
     batch = pg_batch(16)
@@ -672,7 +690,8 @@ def test_fake_gpu_per_tower_learner_stats():
     for i, part in enumerate((obs[:8], obs[8:])):
         assert set(fetches[f"tower_{i}"]) == {LEARNER_STATS_KEY}
         assert fetches[f"tower_{i}"][LEARNER_STATS_KEY]["obs_mean"] == pytest.approx(
-            float(part.mean()), rel=1e-5, abs=1e-6)
+            float(part.mean()), rel=1e-5, abs=1e-6
+        )
 
 
 def test_fake_gpu_step_is_mean_of_tower_grads():
@@ -735,10 +754,15 @@ def test_batch_divisibility_req_pads_the_train_batch(req):
     n = 10
     obs = np.zeros((n, 4), np.float32)
     obs[:, 0] = np.arange(1, n + 1)
-    batch = SampleBatch({SampleBatch.OBS: obs, SampleBatch.ACTIONS: np.zeros(n, np.int64),
-                         SampleBatch.REWARDS: np.ones(n, np.float32),
-                         SampleBatch.EPS_ID: np.zeros(n, np.int64),
-                         SampleBatch.AGENT_INDEX: np.zeros(n, np.int64)})
+    batch = SampleBatch(
+        {
+            SampleBatch.OBS: obs,
+            SampleBatch.ACTIONS: np.zeros(n, np.int64),
+            SampleBatch.REWARDS: np.ones(n, np.float32),
+            SampleBatch.EPS_ID: np.zeros(n, np.int64),
+            SampleBatch.AGENT_INDEX: np.zeros(n, np.int64),
+        }
+    )
     policy.learn_on_batch(batch)
     seen = np.asarray(policy.model.tower_stats["obs_seen"])[:, 0]
     # 10 rows of one episode -> chunks of 4, 4, 2, each padded to 4 rows.
@@ -756,8 +780,7 @@ def test_lstm_log_likelihoods_use_the_given_state():
     _, _, extra = policy.compute_actions(obs, state, explore=False)
     expected = log_softmax(extra[SampleBatch.ACTION_DIST_INPUTS].astype(np.float64))
     got = policy.compute_log_likelihoods(actions, obs, state)
-    np.testing.assert_allclose(np.asarray(got), expected[np.arange(3), actions], rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got), expected[np.arange(3), actions], rtol=1e-5, atol=1e-6)
     # A different state gives different likelihoods (the state is used).
     other = policy.compute_log_likelihoods(actions, obs, [np.zeros((3, 4), np.float32)] * 2)
     assert not np.allclose(np.asarray(other), np.asarray(got), atol=1e-6)
@@ -850,8 +873,7 @@ def test_box_actions_deterministic_and_sampled_logp_vs_numpy():
     np.testing.assert_array_equal(extra[SampleBatch.ACTION_PROB], np.ones(6))
     actions, _, extra = policy.compute_actions(obs, explore=True)
     mean, log_std = np.split(extra[SampleBatch.ACTION_DIST_INPUTS].astype(np.float64), 2, -1)
-    expected = (-0.5 * ((actions - mean) / np.exp(log_std)) ** 2 - log_std
-                - 0.5 * np.log(2 * np.pi)).sum(-1)
+    expected = (-0.5 * ((actions - mean) / np.exp(log_std)) ** 2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
     np.testing.assert_allclose(extra[SampleBatch.ACTION_LOGP], expected, rtol=1e-4, atol=1e-5)
     assert actions.shape == (6, 2)
 
@@ -884,7 +906,7 @@ def test_spec_28_step_rnn_batch_on_cpu_loads_whole():
     rows = np.asarray(loaded[SampleBatch.OBS])[:, 0]
     assert rows.shape == (5 * 10,)  # dynamic max = 10 (the longest sequence)
     for j, ln in enumerate(seq_lens):
-        seq = rows[j * 10:(j + 1) * 10]
+        seq = rows[j * 10 : (j + 1) * 10]
         start = sum(seq_lens[:j]) + 1
         np.testing.assert_array_equal(seq[:ln], np.arange(start, start + ln))
         assert (seq[ln:] == 0).all()

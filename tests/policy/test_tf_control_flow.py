@@ -5,6 +5,7 @@ variables. The invariant checked here: the pruned graph has fewer loop
 variables, none of the accumulators, and computes the same outputs as the
 original frozen graph when both run in fresh TF sessions.
 """
+
 import numpy as np
 import pytest
 
@@ -20,8 +21,9 @@ tf1, tf, _ = try_import_tf()
 
 # The module prunes functional (v2) While loops; TF1 control flow (after
 # tf1.disable_v2_behavior() or disable_control_flow_v2()) builds none.
-pytestmark = pytest.mark.skipif(not tf1.control_flow_v2_enabled(),
-                                reason="TF1 control flow builds no functional While loops")
+pytestmark = pytest.mark.skipif(
+    not tf1.control_flow_v2_enabled(), reason="TF1 control flow builds no functional While loops"
+)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +91,5 @@ def test_keep_functional_control_flow_clears_lowering_everywhere(frozen_lstm):
     graph_def.CopyFrom(frozen)
     keep_functional_control_flow(graph_def)
     nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-    flags = [n.attr["_lower_using_switch_merge"].b for n in nodes
-             if "_lower_using_switch_merge" in n.attr]
+    flags = [n.attr["_lower_using_switch_merge"].b for n in nodes if "_lower_using_switch_merge" in n.attr]
     assert flags and not any(flags)

@@ -6,6 +6,7 @@ schedule values against hand-computed piecewise values, the KL rule against
 hand-worked numbers, ``_value`` against a numpy forward pass, and
 ``update_target(tau)`` against ``tau * model + (1 - tau) * target``.
 """
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -62,7 +63,10 @@ class _Host:
 
     def build_models(self, *names):
         def build():
-            return [ModelCatalog.get_model_v2(OBS, ACT, 2, dict(MODEL), framework="tf", name=n) for n in names]
+            return [
+                ModelCatalog.get_model_v2(OBS, ACT, 2, dict(MODEL), framework="tf", name=n) for n in names
+            ]
+
         if self._sess is None:
             return build()
         with self._sess.graph.as_default():
@@ -109,12 +113,15 @@ def test_constant_lr_and_entropy_coeff_without_schedules(mode):
     assert not host.cur_lr.trainable and host.cur_lr.dtype.base_dtype == tf.float32
 
 
-@pytest.mark.parametrize("schedule, timestep, expected", [
-    ([[0, 0.5], [10, 0.1]], 5, 0.3),
-    ([[0, 0.5], [10, 0.1]], 99, 0.1),  # outside: the last value
-    (100, 25, 0.3),  # the older int form: 0.4 decays linearly to 0 at t=100
-    (100, 500, 0.0),
-])
+@pytest.mark.parametrize(
+    "schedule, timestep, expected",
+    [
+        ([[0, 0.5], [10, 0.1]], 5, 0.3),
+        ([[0, 0.5], [10, 0.1]], 99, 0.1),  # outside: the last value
+        (100, 25, 0.3),  # the older int form: 0.4 decays linearly to 0 at t=100
+        (100, 500, 0.0),
+    ],
+)
 def test_entropy_coeff_schedule(mode, schedule, timestep, expected):
     host = Sched(mode, {"lr": 0.1, "entropy_coeff": 0.4}, ent_schedule=schedule)
     assert host.read(host.entropy_coeff) == pytest.approx(0.4 if isinstance(schedule, int) else 0.5, abs=1e-7)
@@ -160,8 +167,10 @@ class KL(KLCoeffMixin, _Host):
         KLCoeffMixin.__init__(self, config)
 
 
-@pytest.mark.parametrize("sampled_kl, expected", [(0.05, 0.3), (0.0201, 0.3), (0.02, 0.2), (0.01, 0.2),
-                                                  (0.005, 0.2), (0.0049, 0.1)])
+@pytest.mark.parametrize(
+    "sampled_kl, expected",
+    [(0.05, 0.3), (0.0201, 0.3), (0.02, 0.2), (0.01, 0.2), (0.005, 0.2), (0.0049, 0.1)],
+)
 def test_kl_coeff_update_rule(mode, sampled_kl, expected):
     host = KL(mode, {"kl_coeff": 0.2, "kl_target": 0.01})
     assert host.update_kl(sampled_kl) == pytest.approx(expected, rel=1e-6, abs=1e-6)
@@ -214,7 +223,7 @@ def _numpy_value(w, obs):
 @pytest.mark.parametrize("signature", ["rllib-tf", "torch-style"])
 def test_value_matches_numpy_forward_pass(mode, signature):
     host = Value(mode, {"use_gae": True})
-    host.model, = host.build_models("value_model")
+    (host.model,) = host.build_models("value_model")
     if signature == "rllib-tf":
         ValueNetworkMixin.__init__(host, OBS, ACT, host.config)
     else:
@@ -287,14 +296,13 @@ def test_graph_update_target_before_variable_init_initialises_then_syncs():
         host.model = ModelCatalog.get_model_v2(OBS, ACT, 2, dict(MODEL), framework="tf", name="a")
         host.target_model = ModelCatalog.get_model_v2(OBS, ACT, 2, dict(MODEL), framework="tf", name="b")
     TargetNetworkMixin.__init__(host)
-    for t, m in zip(host.weights(host.target_model).values(), host.weights(host.model).values(),
-                    strict=True):
+    for t, m in zip(host.weights(host.target_model).values(), host.weights(host.model).values(), strict=True):
         np.testing.assert_array_equal(t, m)
 
 
 def test_update_target_errors():
     host = Target("eager", {})
-    host.model, = host.build_models("only")
+    (host.model,) = host.build_models("only")
     with pytest.raises(ValueError, match="has no target_model"):
         host.update_target()
     small = dict(MODEL, fcnet_hiddens=[3])

@@ -5,6 +5,7 @@ read back), invariants (graph size, state round trips, compute+apply ==
 learn) and real consumers (tf1 Saver in a fresh graph, tf.saved_model.load in
 a fresh process, onnxruntime).
 """
+
 import json
 import os
 import subprocess
@@ -51,17 +52,32 @@ def build_policy(cls=TFPolicy, losses=1, **config):
         loss = -tf.reduce_mean(dist.logp(act) * adv)
         if losses == 2:
             loss = [loss, tf.reduce_mean(tf.square(model.value_function() - adv))]
-    return cls(OBS, ACT, cfg, sess, obs, dist.sample(), loss,
-               [("obs", obs), ("actions", act), ("advantages", adv)], model=model,
-               sampled_action_logp=dist.sampled_action_logp(), action_input=act,
-               dist_inputs=logits, dist_class=Categorical)
+    return cls(
+        OBS,
+        ACT,
+        cfg,
+        sess,
+        obs,
+        dist.sample(),
+        loss,
+        [("obs", obs), ("actions", act), ("advantages", adv)],
+        model=model,
+        sampled_action_logp=dist.sampled_action_logp(),
+        action_input=act,
+        dist_inputs=logits,
+        dist_class=Categorical,
+    )
 
 
 def batch(n=6, seed=0):
     rng = np.random.default_rng(seed)
-    return SampleBatch({"obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
-                        "actions": rng.integers(0, 3, n),
-                        "advantages": rng.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            "obs": rng.uniform(-1, 1, (n, 4)).astype(np.float32),
+            "actions": rng.integers(0, 3, n),
+            "advantages": rng.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +102,9 @@ def test_compute_log_likelihoods_is_the_log_softmax(policy):
     _, _, extra = policy.compute_actions(obs)
     logits = extra["action_dist_inputs"].astype(np.float64)
     logp = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
-    np.testing.assert_allclose(policy.compute_log_likelihoods(acts, obs),
-                               logp[np.arange(6), acts], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        policy.compute_log_likelihoods(acts, obs), logp[np.arange(6), acts], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_learn_on_batch_runs_callbacks_and_returns_stats(policy):
@@ -112,8 +129,16 @@ def test_compute_plus_apply_gradients_equals_learn_on_batch():
 
 def test_get_set_weights_do_not_grow_the_graph(policy):
     weights = policy.get_weights()
-    assert list(weights) == ["fc_1/kernel", "fc_1/bias", "fc_value_1/kernel", "fc_value_1/bias",
-                             "fc_out/kernel", "fc_out/bias", "value_out/kernel", "value_out/bias"]
+    assert list(weights) == [
+        "fc_1/kernel",
+        "fc_1/bias",
+        "fc_value_1/kernel",
+        "fc_value_1/bias",
+        "fc_out/kernel",
+        "fc_out/bias",
+        "value_out/kernel",
+        "value_out/bias",
+    ]
     n_ops = len(policy.graph.get_operations())
     for _ in range(1000):
         policy.set_weights(policy.get_weights())
@@ -124,11 +149,17 @@ def test_get_set_weights_do_not_grow_the_graph(policy):
     policy.set_weights(weights)
 
 
-@pytest.mark.parametrize("weights,match", [
-    ({"fc_1/kernel": np.zeros((2, 2), np.float32)}, r"'fc_1/kernel' has shape \(2, 2\), the variable's is \(4, 8\)"),
-    ({"nope": np.zeros(1)}, "none of the keys"),
-    ([np.zeros(1)], "list of 1 values for 8 variables"),
-])
+@pytest.mark.parametrize(
+    "weights,match",
+    [
+        (
+            {"fc_1/kernel": np.zeros((2, 2), np.float32)},
+            r"'fc_1/kernel' has shape \(2, 2\), the variable's is \(4, 8\)",
+        ),
+        ({"nope": np.zeros(1)}, "none of the keys"),
+        ([np.zeros(1)], "list of 1 values for 8 variables"),
+    ],
+)
 def test_set_weights_rejects_bad_input(policy, weights, match):
     before = policy.get_weights()
     with pytest.raises(ValueError, match=match):
@@ -207,14 +238,16 @@ def test_errors_of_the_constructor_and_compute_methods():
         TFPolicy(OBS, ACT, {}, sess, obs, action, [], [], state_inputs=[h], state_outputs=[h])
     with pytest.raises(ValueError, match="ModelV2|tf.keras.Model"):
         TFPolicy(OBS, ACT, {}, sess, obs, action, [], [], model="not a model")
-    pol = TFPolicy(OBS, ACT, {}, sess, obs, action, [], [], state_inputs=[h],
-                   state_outputs=[h], seq_lens=seq)
+    pol = TFPolicy(OBS, ACT, {}, sess, obs, action, [], [], state_inputs=[h], state_outputs=[h], seq_lens=seq)
     assert pol.is_recurrent() and pol.num_state_tensors() == 1 and not pol.loss_initialized()
     o = np.zeros((2, 4), np.float32)
     acts, states, _ = pol.compute_actions(o, state_batches=[np.ones((2, 2), np.float32)])
     assert acts.tolist() == [0, 0] and states[0].shape == (2, 2)
-    with pytest.raises(ValueError, match=r"compute_actions: this policy's model is recurrent and takes 1 "
-                                         r"state input\(s\).*none were given"):
+    with pytest.raises(
+        ValueError,
+        match=r"compute_actions: this policy's model is recurrent and takes 1 "
+        r"state input\(s\).*none were given",
+    ):
         pol.compute_actions(o)
     with pytest.raises(ValueError, match="w/o a self._log_likelihood op"):
         pol.compute_log_likelihoods(np.zeros(2), o)
@@ -234,9 +267,22 @@ def test_wrong_number_of_state_batches_for_log_likelihoods_names_placeholders():
         act = tf1.placeholder(tf.int64, [None], name="act")
         logits = obs[:, :3] + h
         dist = Categorical(logits, None)
-    pol = TFPolicy(OBS, ACT, {}, sess, obs, dist.sample(), [], [], action_input=act,
-                   dist_inputs=logits, dist_class=Categorical, state_inputs=[h],
-                   state_outputs=[h], seq_lens=seq)
+    pol = TFPolicy(
+        OBS,
+        ACT,
+        {},
+        sess,
+        obs,
+        dist.sample(),
+        [],
+        [],
+        action_input=act,
+        dist_inputs=logits,
+        dist_class=Categorical,
+        state_inputs=[h],
+        state_outputs=[h],
+        seq_lens=seq,
+    )
     o = np.zeros((2, 4), np.float32)
     with pytest.raises(ValueError, match=r"placeholders \['state_h:0'\], got 2"):
         pol.compute_log_likelihoods(np.zeros(2), o, state_batches=[o, o])
@@ -273,14 +319,17 @@ def test_saved_model_loads_in_a_fresh_process_and_reproduces_outputs(policy, tmp
     _, _, extra = policy.compute_actions(obs)
     policy.export_model(str(tmp_path / "sm"))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", _LOAD_SCRIPT, str(tmp_path / "sm"),
-                           json.dumps(obs.tolist())], capture_output=True, text=True, env=env,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOAD_SCRIPT, str(tmp_path / "sm"), json.dumps(obs.tolist())],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(out) == {"actions_0", "action_prob", "action_logp", "action_dist_inputs"}
-    np.testing.assert_allclose(out["action_dist_inputs"], extra["action_dist_inputs"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out["action_dist_inputs"], extra["action_dist_inputs"], rtol=1e-5, atol=1e-6)
     assert all(0 <= a < 3 for a in out["actions_0"])
     with pytest.raises(FileExistsError, match="not empty"):
         policy.export_model(str(tmp_path / "sm"))
@@ -339,8 +388,11 @@ def test_onnx_export_of_image_policy_takes_nchw_inputs(tmp_path):
     from tf_graph_policies import PGGraphPolicy
 
     obs_space = gym.spaces.Box(0.0, 1.0, (6, 6, 2), np.float32)
-    policy = PGGraphPolicy(obs_space, gym.spaces.Discrete(3), {
-        "model": {"conv_filters": [[4, [3, 3], 2], [3, [3, 3], 1]]}, "seed": 0})
+    policy = PGGraphPolicy(
+        obs_space,
+        gym.spaces.Discrete(3),
+        {"model": {"conv_filters": [[4, [3, 3], 2], [3, [3, 3], 1]]}, "seed": 0},
+    )
     obs = np.random.default_rng(3).uniform(0, 1, (2, 6, 6, 2)).astype(np.float32)
     _, _, extra = policy.compute_actions(obs, explore=False)
     policy.export_model(str(tmp_path), onnx=13)

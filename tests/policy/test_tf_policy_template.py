@@ -5,6 +5,7 @@ One recording class is built with every hook; each hook appends its name to a
 log, so the construction order can be checked against the documented one.
 Built policies are module-scoped (graph building is the slow part).
 """
+
 import copy
 import warnings
 
@@ -35,6 +36,7 @@ def record(name, result=None):
     def hook(*args, **kwargs):
         LOG.append(name)
         return result(*args, **kwargs) if result is not None else None
+
     hook.__name__ = name
     return hook
 
@@ -76,8 +78,9 @@ HOOKS = dict(
     loss_fn=record("loss_fn", _pg_loss),
     stats_fn=record("stats_fn", lambda p, b: {"loss_copy": p.rec_loss}),
     optimizer_fn=record("optimizer_fn", lambda p, c: tf1.train.GradientDescentOptimizer(c["lr"])),
-    compute_gradients_fn=record("compute_gradients_fn", lambda p, o, loss: o.compute_gradients(
-        loss, p.model.trainable_variables())),
+    compute_gradients_fn=record(
+        "compute_gradients_fn", lambda p, o, loss: o.compute_gradients(loss, p.model.trainable_variables())
+    ),
     apply_gradients_fn=record("apply_gradients_fn", lambda p, o, gv: o.apply_gradients(gv)),
     grad_stats_fn=record("grad_stats_fn", lambda p, b, g: {"num_grads": tf.constant(len(g))}),
     extra_learn_fetches_fn=record("extra_learn_fetches_fn", lambda p: {"extra": tf.constant(7.0)}),
@@ -96,9 +99,13 @@ Recording = build_tf_policy("Recording", mixins=[GreetMixin], **HOOKS)
 
 def batch_of(n, seed=0):
     r = np.random.default_rng(seed)
-    return SampleBatch({SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
-                        SampleBatch.ACTIONS: r.integers(0, 2, n),
-                        SampleBatch.REWARDS: r.normal(size=n).astype(np.float32)})
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: r.integers(0, 2, n),
+            SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +126,30 @@ def test_signature_is_the_specs():
 
     params = list(inspect.signature(build_tf_policy).parameters.values())
     assert [p.name for p in params] == [
-        "name", "loss_fn", "get_default_config", "postprocess_fn", "stats_fn", "optimizer_fn",
-        "compute_gradients_fn", "apply_gradients_fn", "grad_stats_fn", "extra_action_out_fn",
-        "extra_learn_fetches_fn", "validate_spaces", "before_init", "before_loss_init", "after_init",
-        "make_model", "action_sampler_fn", "action_distribution_fn", "mixins",
-        "get_batch_divisibility_req", "obs_include_prev_action_reward", "extra_action_fetches_fn",
-        "gradients_fn"]
+        "name",
+        "loss_fn",
+        "get_default_config",
+        "postprocess_fn",
+        "stats_fn",
+        "optimizer_fn",
+        "compute_gradients_fn",
+        "apply_gradients_fn",
+        "grad_stats_fn",
+        "extra_action_out_fn",
+        "extra_learn_fetches_fn",
+        "validate_spaces",
+        "before_init",
+        "before_loss_init",
+        "after_init",
+        "make_model",
+        "action_sampler_fn",
+        "action_distribution_fn",
+        "mixins",
+        "get_batch_divisibility_req",
+        "obs_include_prev_action_reward",
+        "extra_action_fetches_fn",
+        "gradients_fn",
+    ]
     assert params[0].kind is params[0].POSITIONAL_OR_KEYWORD
     assert all(p.kind is p.KEYWORD_ONLY for p in params[1:])
     assert params[1].default is params[1].empty  # loss_fn is required
@@ -134,16 +159,36 @@ def test_signature_is_the_specs():
 def test_hooks_run_in_documented_order(built):
     _, log, _, _ = built
     first = {name: log.index(name) for name in dict.fromkeys(log)}
-    chain = ["get_default_config", "validate_spaces", "before_init", "make_model", "before_loss_init",
-             "extra_action_out_fn", "postprocess_fn", "loss_fn", "stats_fn", "compute_gradients_fn",
-             "apply_gradients_fn", "grad_stats_fn", "after_init"]
+    chain = [
+        "get_default_config",
+        "validate_spaces",
+        "before_init",
+        "make_model",
+        "before_loss_init",
+        "extra_action_out_fn",
+        "postprocess_fn",
+        "loss_fn",
+        "stats_fn",
+        "compute_gradients_fn",
+        "apply_gradients_fn",
+        "grad_stats_fn",
+        "after_init",
+    ]
     missing = [name for name in chain if name not in first]
     assert not missing, f"hooks never called during construction: {missing}; log: {log}"
     assert [first[n] for n in chain] == sorted(first[n] for n in chain), log
     # The optimizer is made after before_loss_init and before any gradient.
     assert first["before_loss_init"] < first["optimizer_fn"] < first["compute_gradients_fn"]
-    for once in ("get_default_config", "validate_spaces", "before_init", "make_model",
-                 "before_loss_init", "extra_action_out_fn", "after_init", "optimizer_fn"):
+    for once in (
+        "get_default_config",
+        "validate_spaces",
+        "before_init",
+        "make_model",
+        "before_loss_init",
+        "extra_action_out_fn",
+        "after_init",
+        "optimizer_fn",
+    ):
         assert log.count(once) == 1, (once, log)
     assert log[-1] == "after_init"
 
@@ -231,8 +276,13 @@ def _needs_mixin_column(policy, batch, other_agent_batches=None, episode=None):
 
 @pytest.fixture(scope="module")
 def updated():
-    cls = Recording.with_updates(name="Updated", optimizer_fn=None, mixins=[SGDMixin],
-                                 postprocess_fn=_needs_mixin_column, get_default_config=None)
+    cls = Recording.with_updates(
+        name="Updated",
+        optimizer_fn=None,
+        mixins=[SGDMixin],
+        postprocess_fn=_needs_mixin_column,
+        get_default_config=None,
+    )
     return cls, cls(OBS, ACT, {"model": {"fcnet_hiddens": [4]}})
 
 
@@ -256,10 +306,13 @@ def test_with_updates_rejects_unknown_arguments():
         Recording.with_updates(loss_function=None)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"name": "not a name"}, "name must be a class name"),
-    ({"name": "Ok", "mixins": [object()]}, "mixins must be classes"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"name": "not a name"}, "name must be a class name"),
+        ({"name": "Ok", "mixins": [object()]}, "mixins must be classes"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(TypeError, match=match):
         build_tf_policy(loss_fn=_pg_loss, **kwargs)
@@ -268,8 +321,13 @@ def test_bad_arguments(kwargs, match):
 def test_as_eager_gives_a_working_eager_class():
     pytest.importorskip("rlpolicy.policy.eager_tf_policy")
     eager_cls = Recording.with_updates(
-        name="RecordingEager", optimizer_fn=None, compute_gradients_fn=None, apply_gradients_fn=None,
-        grad_stats_fn=None, extra_learn_fetches_fn=None).as_eager()
+        name="RecordingEager",
+        optimizer_fn=None,
+        compute_gradients_fn=None,
+        apply_gradients_fn=None,
+        grad_stats_fn=None,
+        extra_learn_fetches_fn=None,
+    ).as_eager()
     assert not issubclass(eager_cls, DynamicTFPolicy)
     policy = eager_cls(OBS, ACT, {"framework": "tf2", "lr": 0.1})
     assert policy.greet().startswith("hello from")
@@ -296,10 +354,15 @@ def test_deprecated_arguments_warn_and_map_onto_their_replacements():
 
     with pytest.warns(DeprecationWarning) as record_:
         cls = build_tf_policy(
-            "OldStyle", loss_fn=_pg_loss, postprocess_fn=_add_advantages,
-            get_default_config=lambda: DEFAULTS, extra_action_out_fn=lambda p: {"new_fetch": 1},
-            obs_include_prev_action_reward=True, extra_action_fetches_fn=old_fetches,
-            gradients_fn=old_gradients)
+            "OldStyle",
+            loss_fn=_pg_loss,
+            postprocess_fn=_add_advantages,
+            get_default_config=lambda: DEFAULTS,
+            extra_action_out_fn=lambda p: {"new_fetch": 1},
+            obs_include_prev_action_reward=True,
+            extra_action_fetches_fn=old_fetches,
+            gradients_fn=old_gradients,
+        )
     messages = " | ".join(str(w.message) for w in record_)
     assert "`obs_include_prev_action_reward` has been deprecated" in messages
     assert "`extra_action_fetches_fn` has been deprecated. Use `extra_action_out_fn`" in messages
@@ -336,8 +399,9 @@ def test_tower_copies_get_no_extra_action_fetches_and_learn():
         return {"vf": policy.model.value_function()}
 
     cls = Recording.with_updates(name="TowerRec", extra_action_out_fn=fetches)
-    policy = cls(OBS, ACT, {"num_gpus": 2, "_fake_gpus": True, "sgd_minibatch_size": 8,
-                            "train_batch_size": 16})
+    policy = cls(
+        OBS, ACT, {"num_gpus": 2, "_fake_gpus": True, "sgd_minibatch_size": 8, "train_batch_size": 16}
+    )
     assert calls == [False]  # the main policy only; towers skip the hook
     towers = policy.multi_gpu_tower_stacks[0].get_device_losses()
     assert len(towers) == 2

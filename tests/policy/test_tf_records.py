@@ -5,6 +5,7 @@ targets and with what value, the errors that name the bad column or
 placeholders, and that assigning one of RLlib's attribute names on a TFPolicy
 replaces its record instead of changing the old one.
 """
+
 import dataclasses
 
 import numpy as np
@@ -36,8 +37,12 @@ def _ph(name, shape=(None, 2), dtype=None):
 
 
 def test_acting_feed_of_a_hand_built_policy_maps_columns_and_adds_unit_seq_lens(graph):
-    obs, state, seq, prev_a = _ph("obs"), _ph("state_in_0", (None, 3)), \
-        tf1.placeholder(tf.int32, [None], name="seq_lens"), _ph("prev_a", (None,))
+    obs, state, seq, prev_a = (
+        _ph("obs"),
+        _ph("state_in_0", (None, 3)),
+        tf1.placeholder(tf.int32, [None], name="seq_lens"),
+        _ph("prev_a", (None,)),
+    )
     acting = ActingGraph(obs=obs, state_inputs=[state], seq_lens=seq, prev_action=prev_a)
     o, s, p = np.zeros((4, 2)), np.ones((4, 3)), np.arange(4.0)
     feed = acting.feed({"obs": o, "state_in_0": s, "prev_actions": p, "infos": [None] * 4})
@@ -50,8 +55,11 @@ def test_acting_feed_of_a_hand_built_policy_maps_columns_and_adds_unit_seq_lens(
 
 
 def test_acting_feed_rejects_a_wrong_number_of_state_columns_naming_the_placeholders(graph):
-    acting = ActingGraph(obs=_ph("obs"), state_inputs=[_ph("h", (None, 3)), _ph("c", (None, 3))],
-                         seq_lens=tf1.placeholder(tf.int32, [None], name="seq_lens"))
+    acting = ActingGraph(
+        obs=_ph("obs"),
+        state_inputs=[_ph("h", (None, 3)), _ph("c", (None, 3))],
+        seq_lens=tf1.placeholder(tf.int32, [None], name="seq_lens"),
+    )
     with pytest.raises(ValueError, match=r"placeholders \['h:0', 'c:0'\], got 1 state batch"):
         acting.feed({"obs": np.zeros((1, 2)), "state_in_0": np.zeros((1, 3))})
     with pytest.raises(ValueError, match="got 0 state batch"):
@@ -74,8 +82,7 @@ def test_acting_feed_with_placeholder_columns_feeds_only_the_needed_ones(graph):
 def test_flags_feed_feeds_a_placeholder_explore_but_not_a_python_bool(graph):
     explore = tf1.placeholder_with_default(True, (), name="is_exploring")
     step = tf1.placeholder_with_default(tf.zeros((), tf.int64), (), name="timestep")
-    assert ActingGraph(is_exploring=explore, timestep=step).flags_feed(False, 7) == \
-        {explore: False, step: 7}
+    assert ActingGraph(is_exploring=explore, timestep=step).flags_feed(False, 7) == {explore: False, step: 7}
     assert ActingGraph(is_exploring=False, timestep=step).flags_feed(True, None) == {}
 
 
@@ -83,12 +90,10 @@ def test_loss_input_dicts_split_rnn_inputs_and_name_state_columns(graph):
     obs, adv = _ph("obs"), _ph("adv", (None,))
     h = _ph("h", (None, 3))
     seq = tf1.placeholder(tf.int32, [None], name="seq_lens")
-    with_rnn, no_rnn = LossGraph.input_dicts([("obs", obs), ("advantages", adv), ("seq_lens", seq)],
-                                             [h], seq)
+    with_rnn, no_rnn = LossGraph.input_dicts([("obs", obs), ("advantages", adv), ("seq_lens", seq)], [h], seq)
     assert no_rnn == {"obs": obs, "advantages": adv}
     assert with_rnn == {"obs": obs, "advantages": adv, "seq_lens": seq, "state_in_0": h}
-    loss = LossGraph(loss_input_dict=with_rnn, loss_input_dict_no_rnn=no_rnn, state_inputs=[h],
-                     seq_lens=seq)
+    loss = LossGraph(loss_input_dict=with_rnn, loss_input_dict_no_rnn=no_rnn, state_inputs=[h], seq_lens=seq)
     assert [n for n, _ in loss.tower_inputs()] == ["obs", "advantages", "state_in_0", "seq_lens"]
     assert [t for _, t in loss.tower_inputs()] == [obs, adv, h, seq]
 

@@ -12,6 +12,7 @@ export_checkpoint/from_checkpoint, SavedModel (loaded with the TF1 loader) and O
 Also: constructing graph policies (batch-norm update ops included) leaves no
 "changed by setting attribute after it was run by a session" warning.
 """
+
 import os
 import subprocess
 import sys
@@ -25,8 +26,10 @@ pytest.importorskip("gymnasium")
 
 ROOT = Path(__file__).resolve().parents[2]
 # These tests start their own processes: the RLPOLICY_TF_V1 pass need not repeat them.
-pytestmark = pytest.mark.skipif(os.environ.get("RLPOLICY_TF_V1", "") not in ("", "0", "false"),
-                                reason="runs its own fresh processes (normal pass)")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("RLPOLICY_TF_V1", "") not in ("", "0", "false"),
+    reason="runs its own fresh processes (normal pass)",
+)
 
 CLIENT = textwrap.dedent('''
     import os, sys, tempfile
@@ -184,19 +187,32 @@ CLIENT = textwrap.dedent('''
 
 
 def _run(code, *args, log_level="3", timeout=420):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=log_level, OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL=log_level,
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     env.pop("RLPOLICY_TF_V1", None)
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env=env, cwd=str(ROOT), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(ROOT),
+        timeout=timeout,
+    )
 
 
-@pytest.mark.parametrize("mode, kinds", [
-    # Every kind where TF1 code puts the process; two kinds for each single switch.
-    ("disable_v2_behavior", "tf,tf2,traced"),
-    ("disable_v2_tensorshape", "tf,traced"),
-    ("disable_eager_execution", "tf,tf2"),
-])
+@pytest.mark.parametrize(
+    "mode, kinds",
+    [
+        # Every kind where TF1 code puts the process; two kinds for each single switch.
+        ("disable_v2_behavior", "tf,tf2,traced"),
+        ("disable_v2_tensorshape", "tf,traced"),
+        ("disable_eager_execution", "tf,tf2"),
+    ],
+)
 def test_policies_work_in_a_tf1_mode_process(mode, kinds):
     proc = _run(CLIENT, mode, kinds)
     assert proc.returncode == 0, proc.stderr[-4000:]

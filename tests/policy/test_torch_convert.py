@@ -1,6 +1,7 @@
 """The fast torch <-> numpy helpers of TorchPolicy's hot paths (``policy/_torch/convert``):
 each must give exactly what the generic path (torch's own state_dict/load_state_dict,
 convert_to_non_torch_type) gives."""
+
 import numpy as np
 import pytest
 
@@ -67,11 +68,14 @@ def test_load_state_dict_fast_runs_load_hooks():
     assert calls == [1]
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda s: s.update({"extra": torch.zeros(1)}), r"unexpected keys \['extra'\]"),
-    (lambda s: s.pop("0.bias"), r"missing keys \['0.bias'\]"),
-    (lambda s: s.update({"0.bias": torch.zeros(7)}), r"'0.bias' has shape \(7,\)"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda s: s.update({"extra": torch.zeros(1)}), r"unexpected keys \['extra'\]"),
+        (lambda s: s.pop("0.bias"), r"missing keys \['0.bias'\]"),
+        (lambda s: s.update({"0.bias": torch.zeros(7)}), r"'0.bias' has shape \(7,\)"),
+    ],
+)
 def test_load_state_dict_fast_bad_state_names_the_key_and_changes_nothing(change, match):
     # Stricter than torch's load_state_dict, which copies the matching tensors before raising.
     torch.manual_seed(0)
@@ -86,8 +90,12 @@ def test_load_state_dict_fast_bad_state_names_the_key_and_changes_nothing(change
 
 
 def test_to_torch_fast():
-    x = {"a": np.arange(3, dtype=np.float64), "b": {"c": np.ones(2, np.int64)},
-         "d": 2.5, "e": np.array(["s"], dtype=object)}
+    x = {
+        "a": np.arange(3, dtype=np.float64),
+        "b": {"c": np.ones(2, np.int64)},
+        "d": 2.5,
+        "e": np.array(["s"], dtype=object),
+    }
     out = to_torch_fast(x, None)
     assert out["a"].dtype == torch.float32 and out["b"]["c"].dtype == torch.int64
     assert out["e"] is x["e"]
@@ -103,8 +111,9 @@ def test_to_torch_fast():
 
 def test_to_non_torch_fast_and_numpy_copy():
     t = torch.arange(3.0, requires_grad=True) * 2
-    out = to_non_torch_fast({"t": t, "s": torch.tensor(1.5), "l": [torch.ones(1)], "n": None,
-                             "x": np.ones(1), "k": "str"})
+    out = to_non_torch_fast(
+        {"t": t, "s": torch.tensor(1.5), "l": [torch.ones(1)], "n": None, "x": np.ones(1), "k": "str"}
+    )
     np.testing.assert_array_equal(out["t"], [0.0, 2.0, 4.0])
     assert out["s"] == 1.5 and isinstance(out["s"], float)
     assert isinstance(out["l"], list) and isinstance(out["l"][0], np.ndarray)

@@ -1,5 +1,6 @@
 """TorchPolicy.export_model: TorchScript and ONNX, each loaded by its real consumer
 (torch.jit.load / onnxruntime) in a fresh Python process."""
+
 import os
 import subprocess
 import sys
@@ -67,8 +68,10 @@ def _reference(policy, obs, states):
     """The policy model's own outputs (what the exports must reproduce)."""
     with torch.no_grad():
         out, state_outs = policy.model(
-            {SampleBatch.OBS: torch.from_numpy(obs)}, [torch.from_numpy(s) for s in states],
-            torch.ones(len(obs), dtype=torch.int32))
+            {SampleBatch.OBS: torch.from_numpy(obs)},
+            [torch.from_numpy(s) for s in states],
+            torch.ones(len(obs), dtype=torch.int32),
+        )
     return out.numpy(), [s.numpy() for s in state_outs]
 
 
@@ -97,9 +100,12 @@ def exported(tmp_path_factory):
         cases[name] = (d, policy, runs)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     dirs = [str(c[0]) for c in cases.values()]
-    procs = [subprocess.Popen([sys.executable, "-c", code, *dirs], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for code in (TORCHSCRIPT_CONSUMER, ONNX_CONSUMER)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, *dirs], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for code in (TORCHSCRIPT_CONSUMER, ONNX_CONSUMER)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=180)
         assert p.returncode == 0, err.decode()[-3000:]
@@ -138,10 +144,15 @@ def test_export_does_not_change_training_mode_or_weights(tmp_path):
 def test_select_export_inputs():
     vr_obs = type("VR", (), {"used_for_compute_actions": True})()
     vr_unused = type("VR", (), {"used_for_compute_actions": False})()
-    batch = {"obs": np.zeros((3, 4)), "rewards": np.zeros(3), "state_in_0": np.ones((3, 2)),
-             "infos": np.array([{}] * 3)}
+    batch = {
+        "obs": np.zeros((3, 4)),
+        "rewards": np.zeros(3),
+        "state_in_0": np.ones((3, 2)),
+        "infos": np.array([{}] * 3),
+    }
     inputs, states, seq_lens = select_export_inputs(
-        {"obs": vr_obs, "rewards": vr_unused, "state_in_0": vr_obs, "infos": vr_obs}, batch)
+        {"obs": vr_obs, "rewards": vr_unused, "state_in_0": vr_obs, "infos": vr_obs}, batch
+    )
     assert list(inputs) == ["obs"] and len(states) == 1 and states[0].shape == (3, 2)
     np.testing.assert_array_equal(seq_lens, [1, 1, 1])
     inputs, states, seq_lens = select_export_inputs({"obs": vr_obs}, {"obs": np.zeros((2, 4))})

@@ -1,4 +1,5 @@
 """Torch policy mixins: schedules, KL coefficient, value network, target network."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -24,8 +25,9 @@ class SchedPolicy(LearningRateSchedule, EntropyCoeffSchedule, TorchPolicy):
     def __init__(self, obs_space, action_space, config):
         TorchPolicy.__init__(self, obs_space, action_space, config)
         LearningRateSchedule.__init__(self, config["lr"], config.get("lr_schedule"))
-        EntropyCoeffSchedule.__init__(self, config.get("entropy_coeff", 0.0),
-                                      config.get("entropy_coeff_schedule"))
+        EntropyCoeffSchedule.__init__(
+            self, config.get("entropy_coeff", 0.0), config.get("entropy_coeff_schedule")
+        )
 
 
 @pytest.mark.parametrize(
@@ -72,8 +74,10 @@ class KLPolicy(KLCoeffMixin, TorchPolicy):
         KLCoeffMixin.__init__(self, config)
 
 
-@pytest.mark.parametrize("sampled_kl, expected", [(0.05, 0.3), (0.005, 0.2), (0.0049, 0.1),
-                                                  (0.0201, 0.3), (0.02, 0.2), (0.01, 0.2)])
+@pytest.mark.parametrize(
+    "sampled_kl, expected",
+    [(0.05, 0.3), (0.005, 0.2), (0.0049, 0.1), (0.0201, 0.3), (0.02, 0.2), (0.01, 0.2)],
+)
 def test_kl_coeff_update(sampled_kl, expected):
     policy = KLPolicy(OBS, ACT, {**BASE, "kl_coeff": 0.2, "kl_target": 0.01})
     assert policy.update_kl(sampled_kl) == pytest.approx(expected, abs=1e-6)
@@ -119,8 +123,13 @@ def _policy_with_target(device_config, tau=None):
         def __init__(self, obs_space, action_space, config):
             torch.manual_seed(3)
             self.target_model = ModelCatalog.get_model_v2(
-                obs_space, action_space, 2, {**MODEL_DEFAULTS, "fcnet_hiddens": [8]}, framework="torch",
-                name="target")
+                obs_space,
+                action_space,
+                2,
+                {**MODEL_DEFAULTS, "fcnet_hiddens": [8]},
+                framework="torch",
+                name="target",
+            )
             torch.manual_seed(4)
             TorchPolicy.__init__(self, obs_space, action_space, config)
             TargetNetworkMixin.__init__(self)

@@ -1,4 +1,5 @@
 """TorchPolicy on CPU and on two fake-GPU towers (device_config fixture)."""
+
 import copy
 import threading
 import time
@@ -114,8 +115,12 @@ def test_compute_single_action_and_input_dict(device_config):
     batch_actions, _, batch_extra = policy.compute_actions(obs, explore=False)
     a, state, extra = policy.compute_single_action(obs[1], explore=False)
     assert int(a) == batch_actions[1] and state == []
-    np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS],
-                               batch_extra[SampleBatch.ACTION_DIST_INPUTS][1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        extra[SampleBatch.ACTION_DIST_INPUTS],
+        batch_extra[SampleBatch.ACTION_DIST_INPUTS][1],
+        rtol=1e-6,
+        atol=1e-6,
+    )
     acts, _, _ = policy.compute_actions_from_input_dict({SampleBatch.OBS: obs}, explore=False)
     np.testing.assert_array_equal(acts, batch_actions)
 
@@ -142,8 +147,7 @@ def test_compute_log_likelihoods_box_actions(normalized):
     # normalize_actions=True (default): env-space actions map onto [-1, 1].
     scaled = (env_actions - box.low) / (box.high - box.low) * 2.0 - 1.0
     x = env_actions if normalized else scaled
-    expected = (-0.5 * ((x - mean) / np.exp(log_std)) ** 2 - log_std
-                - 0.5 * np.log(2 * np.pi)).sum(-1)
+    expected = (-0.5 * ((x - mean) / np.exp(log_std)) ** 2 - log_std - 0.5 * np.log(2 * np.pi)).sum(-1)
     logp = policy.compute_log_likelihoods(env_actions, obs, actions_normalized=normalized)
     np.testing.assert_allclose(logp.numpy(), expected, rtol=1e-4, atol=1e-5)
 
@@ -180,8 +184,7 @@ def test_action_sampler_fn_path():
 def test_action_distribution_fn_path_and_extra_action_out():
     seen = {}
 
-    def dist_fn(policy, model, input_dict, *, state_batches, seq_lens, explore, timestep=None,
-                is_training):
+    def dist_fn(policy, model, input_dict, *, state_batches, seq_lens, explore, timestep=None, is_training):
         seen.update(explore=explore, is_training=is_training)
         n = len(input_dict[SampleBatch.OBS])
         return torch.tensor([[0.0, 5.0, 0.0]]).repeat(n, 1), TorchCategorical, []
@@ -197,8 +200,9 @@ def test_action_distribution_fn_path_and_extra_action_out():
     np.testing.assert_array_equal(extra["sampled"], [10, 10])
     assert seen == {"explore": False, "is_training": False}
     logp = policy.compute_log_likelihoods(np.array([1, 0]), np.zeros((2, 4), np.float32))
-    np.testing.assert_allclose(logp.numpy(), log_softmax(np.array([[0.0, 5.0, 0.0]]))[0, [1, 0]],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        logp.numpy(), log_softmax(np.array([[0.0, 5.0, 0.0]]))[0, [1, 0]], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_bad_dist_class_from_distribution_fn():
@@ -217,14 +221,14 @@ def _reference_pg_grads(policy, batch):
     """Gradients of the PG loss on an independent copy of the model (plain torch)."""
     model = copy.deepcopy(policy.model)
     logits = model({SampleBatch.OBS: torch.as_tensor(batch[SampleBatch.OBS])})[0]
-    logp = torch.log_softmax(logits, -1)[torch.arange(len(batch)),
-                                         torch.as_tensor(batch[SampleBatch.ACTIONS])]
+    logp = torch.log_softmax(logits, -1)[
+        torch.arange(len(batch)), torch.as_tensor(batch[SampleBatch.ACTIONS])
+    ]
     loss = -(logp * torch.as_tensor(batch[SampleBatch.REWARDS])).mean()
     params = list(model.parameters())
     # The value branch is not part of the loss: its gradient is zero.
     grads = torch.autograd.grad(loss, params, allow_unused=True)
-    return [np.zeros(p.shape, np.float32) if g is None else g.numpy()
-            for p, g in zip(params, grads)]
+    return [np.zeros(p.shape, np.float32) if g is None else g.numpy() for p, g in zip(params, grads)]
 
 
 def test_learn_on_batch_is_one_sgd_step(device_config):
@@ -255,8 +259,9 @@ def test_default_optimizer_is_adam_and_its_first_step_is_lr_times_sign(device_co
     grads = _reference_pg_grads(policy, batch)
     policy.learn_on_batch(batch)
     for p, w, g in zip(policy.model.parameters(), before, grads):
-        np.testing.assert_allclose(p.detach().numpy(), w - 0.05 * g / (np.abs(g) + 1e-8),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            p.detach().numpy(), w - 0.05 * g / (np.abs(g) + 1e-8), rtol=1e-5, atol=1e-6
+        )
 
 
 FUSED_ON_CPU = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 4)
@@ -266,7 +271,7 @@ def _numpy_adam(w, grads, lr, eps=1e-8, b1=0.9, b2=0.999):
     m, v = np.zeros_like(w), np.zeros_like(w)
     for t, g in enumerate(grads, 1):
         m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        w = w - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        w = w - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps)
     return w
 
 
@@ -283,8 +288,9 @@ def test_default_adam_runs_fused_where_torch_can_and_follows_the_adam_formula():
     for g in grads:
         param.grad = torch.tensor(g)
         opt.step()
-    np.testing.assert_allclose(param.detach().numpy(), _numpy_adam(w0, grads, 0.01, eps=1e-6),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        param.detach().numpy(), _numpy_adam(w0, grads, 0.01, eps=1e-6), rtol=1e-5, atol=1e-6
+    )
     # A device without a fused kernel gets the per-tensor Adam.
     meta = default_adam([torch.nn.Parameter(torch.empty(2, device="meta"))], lr=0.1)
     assert type(meta) is torch.optim.Adam and not meta.param_groups[0]["fused"]
@@ -316,8 +322,7 @@ def test_compute_then_apply_gradients(device_config):
     grads, fetches = policy.compute_gradients(batch)
     assert "learner_stats" in fetches
     for g, e in zip(grads, expected):
-        np.testing.assert_allclose(np.zeros_like(e) if g is None else g.numpy(), e,
-                                   rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(np.zeros_like(e) if g is None else g.numpy(), e, rtol=1e-5, atol=1e-7)
     other = make(SGDPG, seed=3, **device_config)
     other.set_weights(policy.get_weights())
     other.apply_gradients([None if g is None else g.numpy() for g in grads])  # numpy grads
@@ -330,7 +335,7 @@ def test_compute_then_apply_gradients(device_config):
 def test_grad_clip_limits_the_step():
     policy = make(SGDPG, grad_clip=1e-3)
     batch = pg_batch(16)
-    norm = np.sqrt(sum((g ** 2).sum() for g in _reference_pg_grads(policy, batch)))
+    norm = np.sqrt(sum((g**2).sum() for g in _reference_pg_grads(policy, batch)))
     before = np.concatenate([p.detach().numpy().ravel() for p in policy.model.parameters()])
     fetches = policy.learn_on_batch(batch)
     after = np.concatenate([p.detach().numpy().ravel() for p in policy.model.parameters()])
@@ -347,7 +352,7 @@ def test_grad_clip_clips_the_averaged_tower_gradient():
     batch = pg_batch(16)
     halves = [_reference_pg_grads(policy, half) for half in (batch[:8], batch[8:])]
     mean = [(a + b) / 2 for a, b in zip(*halves)]
-    norm = np.sqrt(sum((g ** 2).sum() for g in mean))
+    norm = np.sqrt(sum((g**2).sum() for g in mean))
     expected_grad = [g * min(1.0, clip / (norm + 1e-6)) for g in mean]
     before = [p.detach().numpy().copy() for p in policy.model.parameters()]
     policy.load_batch_into_buffer(batch)
@@ -405,8 +410,7 @@ def test_multiple_optimizers(device_config):
     # keep their grad from loss 1 plus the accumulated one from loss 2 (RLlib).
     for i in range(n):
         factor = 3.0 if i < 2 else 2.0
-        np.testing.assert_allclose(after[i], before[i] - 0.1 * factor * ref[i], rtol=1e-4,
-                                   atol=1e-6)
+        np.testing.assert_allclose(after[i], before[i] - 0.1 * factor * ref[i], rtol=1e-4, atol=1e-6)
 
 
 # ------------------------------------------------------------------ buffers and towers
@@ -464,7 +468,7 @@ def test_offsets_walk_the_buffer(device_config):
         seen = [t.tower_stats["obs_seen"].numpy() for t in policy.model_gpu_towers]
         for d in range(n):
             start = d * per_device + offset  # device d holds rows [d*per_device, ...)
-            np.testing.assert_array_equal(seen[d], obs[start:start + size])
+            np.testing.assert_array_equal(seen[d], obs[start : start + size])
 
 
 def test_get_tower_stats(device_config):
@@ -515,8 +519,9 @@ def test_state_round_trip_restores_adam(device_config):
         p.learn_on_batch(pg_batch(8, seed=10))
     assert_weights_close(original.get_weights(), restored.get_weights(), rtol=1e-6, atol=1e-7)
     # Adam's moments matter: restoring only the weights gives different weights.
-    diff = max(np.abs(original.get_weights()[k] - weights_only.get_weights()[k]).max()
-               for k in state["weights"])
+    diff = max(
+        np.abs(original.get_weights()[k] - weights_only.get_weights()[k]).max() for k in state["weights"]
+    )
     assert diff > 1e-4
     # get_state() is a snapshot: later learning did not change it.
     for k in state["weights"]:
@@ -633,9 +638,8 @@ def test_lstm_state_round_trip(device_config):
     # Same trajectory, batched one step at a time through compute_actions.
     bstate = [s[None] for s in init]
     for t in range(3):
-        _, bstate, extra = policy.compute_actions(obs[t:t + 1], bstate, explore=False)
-        np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS][0], singles[t],
-                                   rtol=1e-5, atol=1e-6)
+        _, bstate, extra = policy.compute_actions(obs[t : t + 1], bstate, explore=False)
+        np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS][0], singles[t], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(bstate[0][0], state[0], rtol=1e-5, atol=1e-6)
     # The state carries memory: a fresh state gives different logits at t=2.
     _, _, fresh = policy.compute_single_action(obs[2], init, explore=False)

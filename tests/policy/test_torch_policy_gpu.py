@@ -1,4 +1,5 @@
 """TorchPolicy towers on real CUDA devices (skipped cleanly without CUDA)."""
+
 import numpy as np
 import pytest
 
@@ -83,8 +84,9 @@ def test_cuda_export_torchscript(tmp_path):
     loaded = torch.jit.load(str(tmp_path / "model.pt"), map_location="cuda:0")
     obs = torch.from_numpy(pg_batch(3)[SampleBatch.OBS]).cuda()
     with torch.no_grad():
-        out, _ = loaded({"obs": obs}, [torch.ones(3, device="cuda:0")],
-                        torch.ones(3, dtype=torch.int32, device="cuda:0"))
+        out, _ = loaded(
+            {"obs": obs}, [torch.ones(3, device="cuda:0")], torch.ones(3, dtype=torch.int32, device="cuda:0")
+        )
         ref, _ = policy.model({"obs": obs}, [], torch.ones(3, dtype=torch.int32))
     np.testing.assert_allclose(out.cpu().numpy(), ref.cpu().numpy(), rtol=1e-5, atol=1e-6)
 

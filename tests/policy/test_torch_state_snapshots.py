@@ -7,6 +7,7 @@ state tensors when their layout matches (else through
 ``state_dict`` / ``load_state_dict`` and from a second, independently
 trained policy.
 """
+
 import copy
 
 import numpy as np
@@ -44,9 +45,10 @@ def live_tensors(policy):
 def torch_state_as_numpy(opt):
     """What get_state should hold for ``opt``: its own state_dict, as numpy copies."""
     sd = opt.state_dict()
-    return {"state": {i: {k: v.detach().numpy().copy() for k, v in s.items()}
-                      for i, s in sd["state"].items()},
-            "param_groups": copy.deepcopy(sd["param_groups"])}
+    return {
+        "state": {i: {k: v.detach().numpy().copy() for k, v in s.items()} for i, s in sd["state"].items()},
+        "param_groups": copy.deepcopy(sd["param_groups"]),
+    }
 
 
 def test_get_state_is_a_copy_equal_to_torchs_state_dict():
@@ -54,7 +56,8 @@ def test_get_state_is_a_copy_equal_to_torchs_state_dict():
     state = policy.get_state()
     live = live_tensors(policy)
     arrays = list(state["weights"].values()) + [
-        v for s in state["_optimizer_variables"][0]["state"].values() for v in s.values()]
+        v for s in state["_optimizer_variables"][0]["state"].values() for v in s.values()
+    ]
     assert all(not np.shares_memory(a, t.numpy()) for a in arrays for t in live)
     want = torch_state_as_numpy(policy._optimizers[0])
     got = state["_optimizer_variables"][0]
@@ -76,13 +79,20 @@ def test_set_state_into_a_trained_policy_equals_torch_load_state_dict():
     reference = trained(3)  # loaded the stock way: torch's load_state_dict
     reference.model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state["weights"].items()})
     opt_state = state["_optimizer_variables"][0]
-    reference._optimizers[0].load_state_dict({
-        "param_groups": opt_state["param_groups"],
-        "state": {i: {k: torch.from_numpy(v.copy()) for k, v in s.items()}
-                  for i, s in opt_state["state"].items()}})
+    reference._optimizers[0].load_state_dict(
+        {
+            "param_groups": opt_state["param_groups"],
+            "state": {
+                i: {k: torch.from_numpy(v.copy()) for k, v in s.items()}
+                for i, s in opt_state["state"].items()
+            },
+        }
+    )
     assert target._optimizers[0].param_groups[0]["lr"] == 0.0123
-    assert torch_state_as_numpy(target._optimizers[0])["param_groups"] == \
-        torch_state_as_numpy(reference._optimizers[0])["param_groups"]
+    assert (
+        torch_state_as_numpy(target._optimizers[0])["param_groups"]
+        == torch_state_as_numpy(reference._optimizers[0])["param_groups"]
+    )
     # Nothing shared with the state dict: mutating it now changes neither policy.
     for v in state["weights"].values():
         v += 100.0
@@ -93,13 +103,17 @@ def test_set_state_into_a_trained_policy_equals_torch_load_state_dict():
         p.learn_on_batch(pg_batch(8, seed=99))
     for k, v in reference.get_weights().items():
         np.testing.assert_allclose(target.get_weights()[k], v, rtol=1e-6, atol=1e-7, err_msg=k)
-    for (i, s), (_, r) in zip(torch_state_as_numpy(target._optimizers[0])["state"].items(),
-                              torch_state_as_numpy(reference._optimizers[0])["state"].items()):
+    for (i, s), (_, r) in zip(
+        torch_state_as_numpy(target._optimizers[0])["state"].items(),
+        torch_state_as_numpy(reference._optimizers[0])["state"].items(),
+    ):
         for k in s:
             np.testing.assert_allclose(s[k], r[k], rtol=1e-6, atol=1e-7, err_msg=f"{i}.{k}")
     # The source's snapshot stayed as it was.
-    np.testing.assert_array_equal(snapshot["weights"][next(iter(snapshot["weights"]))] + 100.0,
-                                  state["weights"][next(iter(state["weights"]))])
+    np.testing.assert_array_equal(
+        snapshot["weights"][next(iter(snapshot["weights"]))] + 100.0,
+        state["weights"][next(iter(state["weights"]))],
+    )
 
 
 def test_set_state_with_another_layout_falls_back_to_load_state_dict():
@@ -124,9 +138,11 @@ def test_set_state_into_a_fresh_policy_then_again_in_place():
     fresh.set_state(state)  # now in place
     np.testing.assert_array_equal(
         optimizer_states(fresh._optimizers)[0]["state"][0]["exp_avg"],
-        state["_optimizer_variables"][0]["state"][0]["exp_avg"])
-    assert not any(np.shares_memory(t.numpy(), a) for t in live_tensors(fresh)
-                   for a in state["weights"].values())
+        state["_optimizer_variables"][0]["state"][0]["exp_avg"],
+    )
+    assert not any(
+        np.shares_memory(t.numpy(), a) for t in live_tensors(fresh) for a in state["weights"].values()
+    )
 
 
 def test_buffered_minibatches_learn_like_learn_on_batch():
@@ -135,7 +151,7 @@ def test_buffered_minibatches_learn_like_learn_on_batch():
     a.load_batch_into_buffer(batch.copy(), buffer_index=0)
     for offset in (0, 8):
         a.learn_on_loaded_batch(offset=offset, buffer_index=0)
-        b.learn_on_batch(SampleBatch({k: v[offset:offset + 8] for k, v in batch.items()}))
+        b.learn_on_batch(SampleBatch({k: v[offset : offset + 8] for k, v in batch.items()}))
     for k, v in b.get_weights().items():
         np.testing.assert_allclose(a.get_weights()[k], v, rtol=1e-6, atol=1e-7, err_msg=k)
 

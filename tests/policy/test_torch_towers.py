@@ -1,4 +1,5 @@
 """Tower helpers (rlpolicy.policy._torch.towers) and TorchPolicy's multi-tower SGD path."""
+
 import copy
 import threading
 
@@ -19,8 +20,7 @@ from rlpolicy.policy._torch.towers import (  # noqa: E402
 
 
 def _net():
-    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4),
-                               torch.nn.Linear(4, 2))
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
 
 
 def test_sync_tower_weights_copies_params_and_buffers_in_place():
@@ -43,8 +43,10 @@ def test_mean_reduce_grads_matches_numpy():
     rng = np.random.default_rng(0)
     a = [rng.normal(size=(2, 3)).astype(np.float32) for _ in range(3)]
     b = [rng.normal(size=(2, 3)).astype(np.float32) for _ in range(3)]
-    tg = [[torch.tensor(a[0]), None, torch.tensor(a[2])],
-          [torch.tensor(b[0]), torch.tensor(b[1]), torch.tensor(b[2])]]
+    tg = [
+        [torch.tensor(a[0]), None, torch.tensor(a[2])],
+        [torch.tensor(b[0]), torch.tensor(b[1]), torch.tensor(b[2])],
+    ]
     out = mean_reduce_grads(tg, "cpu")
     np.testing.assert_allclose(out[0].numpy(), (a[0] + b[0]) / 2, rtol=1e-6, atol=1e-6)
     assert out[1] is None  # None in tower 0 stays None (RLlib 1.11)
@@ -68,17 +70,25 @@ def test_compute_tower_grads_linear_regression():
         return [((m(xb).squeeze(-1) - yb) ** 2).mean()]
 
     seen = []
-    grads, info, losses = compute_tower_grads(loss_fn, model, (torch.tensor(x), torch.tensor(y)),
-                                      [opt], [{0}], lambda o, _loss: seen.append(o) or {"gp": 1})
+    grads, info, losses = compute_tower_grads(
+        loss_fn,
+        model,
+        (torch.tensor(x), torch.tensor(y)),
+        [opt],
+        [{0}],
+        lambda o, _loss: seen.append(o) or {"gp": 1},
+    )
     expected = 2.0 / 8 * x.T @ (x @ w - y)
     np.testing.assert_allclose(grads[0].numpy().reshape(-1), expected, rtol=1e-5, atol=1e-6)
     assert grads[0] is model.weight.grad
     assert info == {"allreduce_latency": 0.0, "gp": 1} and seen == [opt]
-    assert len(losses) == 1 and losses[0].item() == pytest.approx(((x @ w - y) ** 2).mean(),
-                                                                   rel=1e-5, abs=1e-6)
+    assert len(losses) == 1 and losses[0].item() == pytest.approx(
+        ((x @ w - y) ** 2).mean(), rel=1e-5, abs=1e-6
+    )
     # Without grad_process only the raw gradients are computed.
-    assert compute_tower_grads(loss_fn, model, (torch.tensor(x), torch.tensor(y)),
-                               [opt], [{0}]).info == {"allreduce_latency": 0.0}
+    assert compute_tower_grads(loss_fn, model, (torch.tensor(x), torch.tensor(y)), [opt], [{0}]).info == {
+        "allreduce_latency": 0.0
+    }
 
 
 def test_compute_tower_grads_two_optimizers_own_their_params():
@@ -104,8 +114,9 @@ def test_compute_tower_grads_rejects_wrong_loss_count():
     model = torch.nn.Linear(1, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     with pytest.raises(ValueError, match="returned 2 loss terms for 1 optimizers"):
-        compute_tower_grads(lambda m, b: [m.weight.sum(), m.bias.sum()], model, None,
-                            [opt], [{0, 1}], lambda o, _loss: {})
+        compute_tower_grads(
+            lambda m, b: [m.weight.sum(), m.bias.sum()], model, None, [opt], [{0, 1}], lambda o, _loss: {}
+        )
 
 
 def test_tower_runner_threads_grad_mode_and_pool_reuse():
@@ -188,8 +199,7 @@ SEQ_LEN = 4
 CELL = 8
 MODELS = {
     "ff": {"fcnet_hiddens": [8]},
-    "lstm": {"fcnet_hiddens": [8], "use_lstm": True, "lstm_cell_size": CELL,
-             "max_seq_len": SEQ_LEN},
+    "lstm": {"fcnet_hiddens": [8], "use_lstm": True, "lstm_cell_size": CELL, "max_seq_len": SEQ_LEN},
 }
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 
@@ -214,8 +224,15 @@ def _batch(model_name):
 
 def _policy(model_name, opt, grad_clip, num_gpus):
     torch.manual_seed(0)
-    config = {"lr": 0.05, "seed": 0, "model": dict(MODELS[model_name]), "grad_clip": grad_clip,
-              "_test_optimizer": opt, "train_batch_size": N_ROWS, "sgd_minibatch_size": N_ROWS}
+    config = {
+        "lr": 0.05,
+        "seed": 0,
+        "model": dict(MODELS[model_name]),
+        "grad_clip": grad_clip,
+        "_test_optimizer": opt,
+        "train_batch_size": N_ROWS,
+        "sgd_minibatch_size": N_ROWS,
+    }
     if num_gpus:
         config.update(num_gpus=num_gpus, _fake_gpus=True)
     return OptPG(OBS, ACT, config, max_seq_len=SEQ_LEN)
@@ -270,8 +287,9 @@ def _grads_np(grads):
 
 def _assert_grads_close(actual, expected):
     assert [g is None for g in actual] == [g is None for g in expected]
-    _assert_all_close([g for g in _grads_np(actual) if g is not None],
-                      [g for g in _grads_np(expected) if g is not None])
+    _assert_all_close(
+        [g for g in _grads_np(actual) if g is not None], [g for g in _grads_np(expected) if g is not None]
+    )
 
 
 def _reference_norm_exceeds_clip(stats, grad_clip):
@@ -292,8 +310,9 @@ def test_learn_on_batch_equals_single_device(pair, grad_clip):
 def _per_tower_clipped_mean(single, batch, num_towers):
     """RLlib 1.11's multi-tower result: each tower clips its own gradients."""
     size = N_ROWS // num_towers
-    per_tower = [_grads_np(single.compute_gradients(batch()[i * size:(i + 1) * size])[0])
-                 for i in range(num_towers)]
+    per_tower = [
+        _grads_np(single.compute_gradients(batch()[i * size : (i + 1) * size])[0]) for i in range(num_towers)
+    ]
     return [None if g[0] is None else np.mean(g, axis=0) for g in zip(*per_tower)]
 
 
@@ -305,13 +324,13 @@ def test_compute_gradients_equals_single_device(pair, grad_clip, num_towers):
     if grad_clip and num_towers > 1:
         # Clipping per tower would give a measurably different result.
         old = _per_tower_clipped_mean(single, batch, num_towers)
-        assert max(np.abs(a - e.numpy()).max() for a, e in zip(old, expected)
-                   if e is not None) > 1e-3
+        assert max(np.abs(a - e.numpy()).max() for a, e in zip(old, expected) if e is not None) > 1e-3
     grads, info = towers.compute_gradients(batch())
     _assert_grads_close(grads, expected)
     if grad_clip:
         assert float(info["learner_stats"]["grad_gnorm"]) == pytest.approx(
-            float(single.compute_gradients(batch())[1]["learner_stats"]["grad_gnorm"]), rel=1e-4, abs=1e-5)
+            float(single.compute_gradients(batch())[1]["learner_stats"]["grad_gnorm"]), rel=1e-4, abs=1e-5
+        )
     # The averaged gradients are left in the main model for apply_gradients.
     _assert_grads_close([p.grad for p in towers.model.parameters()], expected)
 
@@ -333,8 +352,7 @@ def test_every_tower_sees_its_share_in_learn_on_batch():
     for i, tower in enumerate(policy.model_gpu_towers):
         # ModelV2.__call__ bypasses nn.Module hooks: hook the first layer instead.
         first = next(m for m in tower.modules() if isinstance(m, torch.nn.Linear))
-        first.register_forward_hook(
-            lambda m, args, out, i=i: seen.setdefault(i, []).append(len(out)))
+        first.register_forward_hook(lambda m, args, out, i=i: seen.setdefault(i, []).append(len(out)))
     batch = pg_batch(13, seed=1)  # 13 // 3 = 4 rows per tower, one dropped
     policy.learn_on_batch(batch)
     assert seen == {0: [4], 1: [4], 2: [4]}
@@ -350,7 +368,7 @@ def test_towers_differ_from_tower0_only_run_fails():
     alone = _policy("ff", "sgd", None, 0)
     alone.set_weights(towers.get_weights())
     towers.learn_on_batch(pg_batch(N_ROWS, seed=5))
-    alone.learn_on_batch(pg_batch(N_ROWS, seed=5)[:N_ROWS // 2])
+    alone.learn_on_batch(pg_batch(N_ROWS, seed=5)[: N_ROWS // 2])
     diff = max(np.abs(a - b).max() for a, b in zip(_params(towers), _params(alone)))
     assert diff > 1e-4
 
@@ -388,5 +406,8 @@ def test_dict_is_taken_as_sample_batch(dict_pair):
 @pytest.mark.parametrize("value", [0, -1, 1.5, True, "2"])
 def test_bad_tower_stack_count_fails_at_construction(value):
     with pytest.raises(ValueError, match=r"config\['num_multi_gpu_tower_stacks'\]=.* is invalid"):
-        OptPG(OBS, ACT, {"num_multi_gpu_tower_stacks": value, "_test_optimizer": "sgd",
-                         "model": {"fcnet_hiddens": [8]}})
+        OptPG(
+            OBS,
+            ACT,
+            {"num_multi_gpu_tower_stacks": value, "_test_optimizer": "sgd", "model": {"fcnet_hiddens": [8]}},
+        )

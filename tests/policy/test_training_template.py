@@ -3,6 +3,7 @@
 The expected values are worked by hand (linear model, plain SGD with momentum),
 independently of the template.
 """
+
 from __future__ import annotations
 
 import threading
@@ -37,8 +38,9 @@ class NumpyTemplatePolicy(TrainingTemplate, Policy):
     """y = obs @ w; loss 0.5 * mean((y - targets)^2); SGD with momentum 0.5, lr 0.1."""
 
     def __init__(self, num_devices=1, **config):
-        super().__init__(gym.spaces.Box(-10, 10, (3,), np.float32),
-                         gym.spaces.Box(-100, 100, (1,), np.float32), config)
+        super().__init__(
+            gym.spaces.Box(-10, 10, (3,), np.float32), gym.spaces.Box(-100, 100, (1,), np.float32), config
+        )
         self.w = np.zeros(3, np.float32)
         self.velocity = np.zeros(3, np.float32)
         self._loss_columns = ["obs", "targets"]
@@ -62,14 +64,22 @@ class NumpyTemplatePolicy(TrainingTemplate, Policy):
 
     def _compute_actions_step(self, input_dict, state_batches, explore, timestep, episodes):
         self.last_input = input_dict
-        self.events.append(("act", explore, timestep, [np.asarray(s).tolist() for s in state_batches],
-                            _lock_held_elsewhere(self)))
+        self.events.append(
+            (
+                "act",
+                explore,
+                timestep,
+                [np.asarray(s).tolist() for s in state_batches],
+                _lock_held_elsewhere(self),
+            )
+        )
         obs = np.asarray(input_dict[SampleBatch.OBS], np.float32)
         self.global_timestep += len(obs)
         return (obs @ self.w)[:, None], [np.asarray(s) + 1 for s in state_batches], {}
 
-    def _log_likelihoods_step(self, actions, obs_batch, state_batches, prev_action_batch,
-                              prev_reward_batch, actions_normalized):
+    def _log_likelihoods_step(
+        self, actions, obs_batch, state_batches, prev_action_batch, prev_reward_batch, actions_normalized
+    ):
         mean = np.asarray(obs_batch, np.float32) @ self.w
         return -0.5 * (np.asarray(actions)[:, 0] - mean) ** 2
 
@@ -80,15 +90,16 @@ class NumpyTemplatePolicy(TrainingTemplate, Policy):
         grad = obs.T @ err / len(obs)
         self.velocity = 0.5 * self.velocity + grad
         self.w = self.w - 0.1 * self.velocity
-        return {"loss": float(0.5 * np.mean(err ** 2))}
+        return {"loss": float(0.5 * np.mean(err**2))}
 
     def _device_slices(self, batch):
         n = len(batch) // self._tower_buffers.num_devices
-        return [batch[i * n:(i + 1) * n] for i in range(self._tower_buffers.num_devices)]
+        return [batch[i * n : (i + 1) * n] for i in range(self._tower_buffers.num_devices)]
 
     def _learn_on_device_batches(self, batches, buffer_index):
-        self.events.append(("device_batches", buffer_index,
-                            [np.asarray(b["targets"]).tolist() for b in batches]))
+        self.events.append(
+            ("device_batches", buffer_index, [np.asarray(b["targets"]).tolist() for b in batches])
+        )
         return {"rows": [len(b) for b in batches]}
 
     def get_weights(self):
@@ -140,7 +151,7 @@ def test_learn_on_batch_runs_check_callback_step_in_order_under_the_lock():
     obs, targets = batch["obs"], batch["targets"]
     grad = -(obs.T @ targets) / 4
     np.testing.assert_allclose(policy.w, -0.1 * grad, atol=1e-6)
-    assert stats["loss"] == pytest.approx(0.5 * np.mean(targets ** 2), abs=1e-5)
+    assert stats["loss"] == pytest.approx(0.5 * np.mean(targets**2), abs=1e-5)
 
 
 def test_learn_on_batch_rejects_before_callback_and_changes_nothing():
@@ -158,8 +169,9 @@ def test_learn_on_batch_rejects_before_callback_and_changes_nothing():
 
 
 def test_buffers_check_index_first_and_slice_minibatches_per_device():
-    policy = NumpyTemplatePolicy(num_devices=2, num_multi_gpu_tower_stacks=2,
-                                 train_batch_size=8, sgd_minibatch_size=4)
+    policy = NumpyTemplatePolicy(
+        num_devices=2, num_multi_gpu_tower_stacks=2, train_batch_size=8, sgd_minibatch_size=4
+    )
     with pytest.raises(IndexError, match="buffer_index=2 is out of range"):
         policy.load_batch_into_buffer(_batch(8), buffer_index=2)
     assert policy.events == []  # the index is checked before the batch is touched
@@ -232,8 +244,9 @@ def test_input_dict_path_checks_and_resolves_the_same_way():
     policy = NumpyTemplatePolicy(explore=True)
     policy.num_states = 2
     policy.global_timestep = 3
-    policy.compute_actions_from_input_dict({"obs": np.zeros((2, 3), np.float32),
-                                            "state_in_1": np.ones((2, 1)), "state_in_0": np.zeros((2, 1))})
+    policy.compute_actions_from_input_dict(
+        {"obs": np.zeros((2, 3), np.float32), "state_in_1": np.ones((2, 1)), "state_in_0": np.zeros((2, 1))}
+    )
     assert policy.events[-1][:4] == ("act", True, 3, [[[0.0], [0.0]], [[1.0], [1.0]]])
     with pytest.raises(ValueError, match="compute_actions_from_input_dict: column 'obs' has dtype"):
         policy.compute_actions_from_input_dict({"obs": np.array([["x", "y", "z"]])})
@@ -266,7 +279,6 @@ def test_with_lock_makes_one_reentrant_lock_lazily():
     lock = b.outer()  # re-entrant: inner takes the lock outer holds
     assert isinstance(lock, type(threading.RLock()))
     assert b.outer() is lock
-
 
 
 def test_torch_policy_with_lock_is_the_same_decorator():

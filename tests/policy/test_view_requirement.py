@@ -1,4 +1,5 @@
 """ViewRequirement: defaults and shift parsing."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -17,13 +18,16 @@ def test_defaults():
     assert vr.shift_arr.tolist() == [0]
 
 
-@pytest.mark.parametrize("shift, arr, frm, to", [
-    (-1, [-1], None, None),
-    ([-3, -2, -1, 0], [-3, -2, -1, 0], None, None),
-    ("-50:-1", list(range(-50, 0)), -50, -1),
-    ("0:3", [0, 1, 2, 3], 0, 3),
-    ("-4:0:2", [-4, -2, 0], -4, 0),
-])
+@pytest.mark.parametrize(
+    "shift, arr, frm, to",
+    [
+        (-1, [-1], None, None),
+        ([-3, -2, -1, 0], [-3, -2, -1, 0], None, None),
+        ("-50:-1", list(range(-50, 0)), -50, -1),
+        ("0:3", [0, 1, 2, 3], 0, 3),
+        ("-4:0:2", [-4, -2, 0], -4, 0),
+    ],
+)
 def test_shift_parsing(shift, arr, frm, to):
     vr = ViewRequirement("obs", shift=shift)
     assert vr.shift_arr.tolist() == arr
@@ -37,21 +41,31 @@ def test_list_shift_kept_as_array():
 
 def test_custom_fields():
     space = gym.spaces.Discrete(3)
-    vr = ViewRequirement("actions", space=space, shift=-1, index=2, batch_repeat_value=20,
-                         used_for_compute_actions=False, used_for_training=False)
+    vr = ViewRequirement(
+        "actions",
+        space=space,
+        shift=-1,
+        index=2,
+        batch_repeat_value=20,
+        used_for_compute_actions=False,
+        used_for_training=False,
+    )
     assert vr.data_col == "actions" and vr.space is space and vr.index == 2
     assert vr.batch_repeat_value == 20
     assert not vr.used_for_compute_actions and not vr.used_for_training
 
 
-@pytest.mark.parametrize("shift, match", [
-    ("-5", r"shift='-5': a range string must look like 'from:to'"),
-    ("a:b", r"shift='a:b': a range string"),
-    ("1:2:3:4", r"a range string"),
-    ("0:4:0", r"step must not be 0"),
-    (1.5, r"shift=1.5: expected an int, a list of ints or a 'from:to' string"),
-    ([1, "x"], r"expected an int, a list of ints"),
-])
+@pytest.mark.parametrize(
+    "shift, match",
+    [
+        ("-5", r"shift='-5': a range string must look like 'from:to'"),
+        ("a:b", r"shift='a:b': a range string"),
+        ("1:2:3:4", r"a range string"),
+        ("0:4:0", r"step must not be 0"),
+        (1.5, r"shift=1.5: expected an int, a list of ints or a 'from:to' string"),
+        ([1, "x"], r"expected an int, a list of ints"),
+    ],
+)
 def test_bad_shift(shift, match):
     with pytest.raises(ValueError, match=match):
         ViewRequirement(shift=shift)

@@ -5,6 +5,7 @@
 With ``fcnet_hiddens=[]`` the logits are linear in the observation, so one
 SGD step can be checked against the numpy formula in ``sgd_pg_step``.
 """
+
 import numpy as np
 
 from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy
@@ -22,8 +23,7 @@ ACT = gym.spaces.Discrete(2)
 def pg_loss(policy, model, dist_class, train_batch):
     logits, _ = model(train_batch)
     dist = dist_class(logits, model)
-    return -tf.reduce_mean(dist.logp(train_batch[SampleBatch.ACTIONS])
-                           * train_batch[SampleBatch.REWARDS])
+    return -tf.reduce_mean(dist.logp(train_batch[SampleBatch.ACTIONS]) * train_batch[SampleBatch.REWARDS])
 
 
 def pg_stats(policy, train_batch):
@@ -34,9 +34,16 @@ class PGGraphPolicy(DynamicTFPolicy):
     """PG with the Adam default optimizer (a build_tf_policy-style constructor)."""
 
     def __init__(self, obs_space, action_space, config, existing_inputs=None, existing_model=None):
-        DynamicTFPolicy.__init__(self, obs_space, action_space, config, pg_loss,
-                                 stats_fn=pg_stats, existing_inputs=existing_inputs,
-                                 existing_model=existing_model)
+        DynamicTFPolicy.__init__(
+            self,
+            obs_space,
+            action_space,
+            config,
+            pg_loss,
+            stats_fn=pg_stats,
+            existing_inputs=existing_inputs,
+            existing_model=existing_model,
+        )
 
 
 class SGDPGGraphPolicy(PGGraphPolicy):
@@ -47,19 +54,20 @@ class SGDPGGraphPolicy(PGGraphPolicy):
 
 
 def config(**overrides):
-    base = {"model": {"fcnet_hiddens": [8]}, "lr": 0.05, "train_batch_size": 8,
-            "seed": 0}
+    base = {"model": {"fcnet_hiddens": [8]}, "lr": 0.05, "train_batch_size": 8, "seed": 0}
     base.update(overrides)
     return base
 
 
 def pg_batch(n, seed=0):
     rng = np.random.default_rng(seed)
-    return SampleBatch({
-        SampleBatch.OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
-        SampleBatch.ACTIONS: rng.integers(0, 2, n),
-        SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
-    })
+    return SampleBatch(
+        {
+            SampleBatch.OBS: rng.uniform(-1, 1, (n, 3)).astype(np.float32),
+            SampleBatch.ACTIONS: rng.integers(0, 2, n),
+            SampleBatch.REWARDS: rng.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def log_softmax(x):
@@ -76,7 +84,7 @@ def sgd_pg_step(w, b, batch, lr, clip=None):
     dlogits = -(rew[:, None] / len(obs)) * (onehot - probs)
     gw, gb = obs.T @ dlogits, dlogits.sum(axis=0)
     if clip:
-        norm = np.sqrt((gw ** 2).sum() + (gb ** 2).sum())
+        norm = np.sqrt((gw**2).sum() + (gb**2).sum())
         scale = clip / max(norm, clip)
         gw, gb = gw * scale, gb * scale
     return w - lr * gw, b - lr * gb

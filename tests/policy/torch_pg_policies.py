@@ -1,4 +1,5 @@
 """Tiny policy-gradient TorchPolicies and batches shared by the TorchPolicy test files."""
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -28,11 +29,13 @@ class SGDPG(PG):
 
 def pg_batch(n, seed=0):
     r = np.random.default_rng(seed)
-    return SampleBatch({
-        SampleBatch.OBS: r.uniform(-1, 1, (n, 4)).astype(np.float32),
-        SampleBatch.ACTIONS: r.integers(0, 3, n),
-        SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
-    })
+    return SampleBatch(
+        {
+            SampleBatch.OBS: r.uniform(-1, 1, (n, 4)).astype(np.float32),
+            SampleBatch.ACTIONS: r.integers(0, 3, n),
+            SampleBatch.REWARDS: r.normal(size=n).astype(np.float32),
+        }
+    )
 
 
 def log_softmax(x):

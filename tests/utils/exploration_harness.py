@@ -8,6 +8,7 @@ framework does: torch and tf2 call it directly; "tf" builds the ops once in a
 private ``tf1.Graph`` (inputs, timestep and explore fed through placeholders)
 and runs them in that graph's Session.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,8 @@ class TFFakeCategorical:
         self.inputs, self.model = inputs, model
         self._sample = tf.squeeze(tf.random.categorical(inputs, 1), axis=1)
         self._logp = tf.reduce_sum(
-            tf.nn.log_softmax(inputs) * tf.one_hot(self._sample, tf.shape(inputs)[1]), axis=1)
+            tf.nn.log_softmax(inputs) * tf.one_hot(self._sample, tf.shape(inputs)[1]), axis=1
+        )
 
     def sample(self):
         return self._sample
@@ -201,7 +203,8 @@ class Driver:
     def _build(self, timestep: Any) -> Any:
         dist = self.dist_cls(self.inputs_ph)
         return self.exploration.get_exploration_action(
-            action_distribution=dist, timestep=timestep, explore=self.explore_ph)
+            action_distribution=dist, timestep=timestep, explore=self.explore_ph
+        )
 
     def act(self, inputs: np.ndarray, timestep: Optional[int], explore: bool = True):
         """Returns (actions, logp) as numpy structures."""
@@ -220,7 +223,8 @@ class Driver:
         else:
             dist = self.dist_cls(_tf()[1].constant(inputs))
         out = self.exploration.get_exploration_action(
-            action_distribution=dist, timestep=timestep, explore=explore)
+            action_distribution=dist, timestep=timestep, explore=explore
+        )
         return tree.map_structure(_to_numpy, out)
 
     def get_state(self) -> dict:
@@ -247,5 +251,12 @@ def _to_numpy(x: Any) -> Any:
 
 def exploration_kwargs(action_space: gym.Space, framework: str, **extra: Any) -> dict:
     """The constructor keywords a policy passes, plus ``extra``."""
-    return dict(action_space=action_space, framework=framework, policy_config={},
-                model=None, num_workers=0, worker_index=0, **extra)
+    return dict(
+        action_space=action_space,
+        framework=framework,
+        policy_config={},
+        model=None,
+        num_workers=0,
+        worker_index=0,
+        **extra,
+    )

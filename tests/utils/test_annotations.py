@@ -1,4 +1,5 @@
 """rlpolicy.utils.annotations: `override` verifies the parent method; API markers are transparent."""
+
 import pytest
 
 from rlpolicy.utils.annotations import (
@@ -77,6 +78,7 @@ def test_override_of_a_missing_method_raises_naming_it(name):
 
 def test_override_typo_fails_when_the_class_body_runs():
     with pytest.raises(NameError, match="'compute_action' does not override"):
+
         class Child(Parent):  # noqa: F841
             @override(Parent)
             def compute_action(self):

@@ -4,6 +4,7 @@
 show where they show one (code in ``__main__``, pytest, ``-W default``) and
 logs the message where they hide it (library code), never both.
 """
+
 import os
 import subprocess
 import sys
@@ -19,10 +20,17 @@ MSG = "`OldThing` has been deprecated. Use `NewThing` instead."
 
 
 def _stderr(code, *flags):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    )
     env.pop("PYTHONWARNINGS", None)
-    proc = subprocess.run([sys.executable, *flags, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, *flags, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     return proc.returncode, proc.stderr
 
 

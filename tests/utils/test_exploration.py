@@ -3,6 +3,7 @@
 Noise explorations are in test_exploration_noise.py; explorations driven by the
 real action distributions in test_exploration_real_dists.py.
 """
+
 import warnings
 
 import gymnasium as gym
@@ -26,8 +27,9 @@ DISCRETE4 = gym.spaces.Discrete(4)
 
 
 def factory_kwargs(space=DISCRETE4, framework="torch", **over):
-    kw = dict(action_space=space, policy_config={}, model=None, num_workers=0,
-              worker_index=0, framework=framework)
+    kw = dict(
+        action_space=space, policy_config={}, model=None, num_workers=0, worker_index=0, framework=framework
+    )
     kw.update(over)
     return kw
 
@@ -41,8 +43,9 @@ class CustomExploration(Exploration):
 # ----------------------------------------------------------------------------
 # Factory.
 # ----------------------------------------------------------------------------
-@pytest.mark.parametrize("type_spec", [
-    EpsilonGreedy, "EpsilonGreedy", "rlpolicy.utils.exploration.epsilon_greedy.EpsilonGreedy"])
+@pytest.mark.parametrize(
+    "type_spec", [EpsilonGreedy, "EpsilonGreedy", "rlpolicy.utils.exploration.epsilon_greedy.EpsilonGreedy"]
+)
 def test_factory_resolves_class_name_and_path(type_spec):
     cfg = {"type": type_spec, "initial_epsilon": 0.5, "epsilon_timesteps": 7}
     expl = create_exploration(cfg, **factory_kwargs())
@@ -70,30 +73,45 @@ def test_factory_returns_an_exploration_object_unchanged():
     assert create_exploration(expl, **factory_kwargs()) is expl
 
 
-@pytest.mark.parametrize("cfg, exc, match", [
-    ({"type": "NoSuchExploration"}, ValueError,
-     r"'NoSuchExploration' is unknown; use a class, one of \[.*'EpsilonGreedy'.*"
-     r"'StochasticSampling'"),
-    ({"type": "no.such.module.Cls"}, ValueError, r"'no\.such\.module\.Cls' is unknown"),
-    ({"type": dict}, ValueError, r"not a subclass of Exploration"),
-    ({"type": 3}, ValueError, r"must be a class or a string, got 3"),
-    ({"epsilon": 0.1}, ValueError, r"has no 'type' key; known types: \[.*'Random'"),
-    ("EpsilonGreedy", ValueError, r"must be a dict with a 'type' key"),
-    ({"type": "EpsilonGreedy", "framework": "tf"}, ValueError, r"sets \['framework'\]"),
-    ({"type": "EpsilonGreedy", "epsilon": 0.3}, TypeError,
-     r"EpsilonGreedy config: .*unexpected keyword argument 'epsilon'"),
-    ({"type": "EpsilonGreedy", "epsilon_schedule": {"type": "Bogus"}}, ValueError,
-     r"schedule 'type'='Bogus' is unknown; use a class, one of \[.*'ConstantSchedule'"),
-])
+@pytest.mark.parametrize(
+    "cfg, exc, match",
+    [
+        (
+            {"type": "NoSuchExploration"},
+            ValueError,
+            r"'NoSuchExploration' is unknown; use a class, one of \[.*'EpsilonGreedy'.*"
+            r"'StochasticSampling'",
+        ),
+        ({"type": "no.such.module.Cls"}, ValueError, r"'no\.such\.module\.Cls' is unknown"),
+        ({"type": dict}, ValueError, r"not a subclass of Exploration"),
+        ({"type": 3}, ValueError, r"must be a class or a string, got 3"),
+        ({"epsilon": 0.1}, ValueError, r"has no 'type' key; known types: \[.*'Random'"),
+        ("EpsilonGreedy", ValueError, r"must be a dict with a 'type' key"),
+        ({"type": "EpsilonGreedy", "framework": "tf"}, ValueError, r"sets \['framework'\]"),
+        (
+            {"type": "EpsilonGreedy", "epsilon": 0.3},
+            TypeError,
+            r"EpsilonGreedy config: .*unexpected keyword argument 'epsilon'",
+        ),
+        (
+            {"type": "EpsilonGreedy", "epsilon_schedule": {"type": "Bogus"}},
+            ValueError,
+            r"schedule 'type'='Bogus' is unknown; use a class, one of \[.*'ConstantSchedule'",
+        ),
+    ],
+)
 def test_factory_errors(cfg, exc, match):
     with pytest.raises(exc, match=match):
         create_exploration(cfg, **factory_kwargs())
 
 
-@pytest.mark.parametrize("cls, space, match", [
-    (EpsilonGreedy, gym.spaces.Box(-1, 1, (2,)), r"EpsilonGreedy needs a Discrete"),
-    (GaussianNoise, DISCRETE4, r"GaussianNoise needs a Box action space"),
-])
+@pytest.mark.parametrize(
+    "cls, space, match",
+    [
+        (EpsilonGreedy, gym.spaces.Box(-1, 1, (2,)), r"EpsilonGreedy needs a Discrete"),
+        (GaussianNoise, DISCRETE4, r"GaussianNoise needs a Box action space"),
+    ],
+)
 def test_wrong_action_space_is_rejected(cls, space, match):
     with pytest.raises(ValueError, match=match):
         cls(**exploration_kwargs(space, "torch"))
@@ -109,8 +127,7 @@ def test_unknown_framework_is_rejected(cls):
 # Base class hooks.
 # ----------------------------------------------------------------------------
 def test_base_hooks_are_pass_throughs():
-    expl = Exploration(DISCRETE4, **{k: v for k, v in factory_kwargs().items()
-                                     if k != "action_space"})
+    expl = Exploration(DISCRETE4, **{k: v for k, v in factory_kwargs().items() if k != "action_space"})
     opts, loss, batch = ["opt"], ["loss"], {"obs": np.zeros(2)}
     assert expl.get_exploration_optimizer(opts) is opts
     assert expl.get_exploration_loss(loss, batch) is loss
@@ -137,8 +154,9 @@ def test_torch_exploration_takes_the_model_device():
 # ----------------------------------------------------------------------------
 RANDOM_SPACES = {
     "box": gym.spaces.Box(-2.0, 3.0, (3,), np.float32),
-    "box-half-bounded": gym.spaces.Box(np.array([0.0, -np.inf], np.float32),
-                                       np.array([np.inf, np.inf], np.float32)),
+    "box-half-bounded": gym.spaces.Box(
+        np.array([0.0, -np.inf], np.float32), np.array([np.inf, np.inf], np.float32)
+    ),
     "box-int": gym.spaces.Box(0, 3, (2,), np.int64),
     "discrete-start": gym.spaces.Discrete(3, start=2),
     "multidiscrete": gym.spaces.MultiDiscrete([3, 4]),
@@ -167,8 +185,12 @@ def test_random_actions_lie_in_the_space(framework, space_id):
     space = RANDOM_SPACES[space_id]
     space.seed(0)
     batch = 300
-    driver = Driver(framework, lambda: Random(**exploration_kwargs(space, framework)),
-                    struct_dist_class(space, framework), in_dim=4)
+    driver = Driver(
+        framework,
+        lambda: Random(**exploration_kwargs(space, framework)),
+        struct_dist_class(space, framework),
+        in_dim=4,
+    )
     actions, logp = driver.act(np.zeros((batch, 4)), timestep=0, explore=True)
     assert all(space.contains(_rows(actions, space, i)) for i in range(batch))
     np.testing.assert_array_equal(logp, np.zeros(batch, np.float32))
@@ -193,8 +215,12 @@ def _space_struct(space):
 
 def test_random_bounded_box_is_uniform(framework):
     space = RANDOM_SPACES["box"]
-    driver = Driver(framework, lambda: Random(**exploration_kwargs(space, framework)),
-                    struct_dist_class(space, framework), in_dim=4)
+    driver = Driver(
+        framework,
+        lambda: Random(**exploration_kwargs(space, framework)),
+        struct_dist_class(space, framework),
+        in_dim=4,
+    )
     actions, _ = driver.act(np.zeros((4000, 4)), timestep=0)
     # U(-2, 3): mean 0.5, std 5 / sqrt(12).
     np.testing.assert_allclose(actions.mean(axis=0), 0.5, atol=0.15)
@@ -203,8 +229,12 @@ def test_random_bounded_box_is_uniform(framework):
 
 def test_random_without_explore_is_deterministic(framework):
     space = RANDOM_SPACES["dict"]
-    driver = Driver(framework, lambda: Random(**exploration_kwargs(space, framework)),
-                    struct_dist_class(space, framework), in_dim=4)
+    driver = Driver(
+        framework,
+        lambda: Random(**exploration_kwargs(space, framework)),
+        struct_dist_class(space, framework),
+        in_dim=4,
+    )
     actions, logp = driver.act(np.zeros((5, 4)), timestep=0, explore=False)
     np.testing.assert_array_equal(actions["a"], np.zeros(5))
     np.testing.assert_array_equal(actions["b"], np.zeros((5, 2)))
@@ -215,8 +245,12 @@ def test_random_without_explore_is_deterministic(framework):
 # StochasticSampling.
 # ----------------------------------------------------------------------------
 def _ss_driver(framework, **kw):
-    return Driver(framework, lambda: StochasticSampling(
-        **exploration_kwargs(DISCRETE4, framework, **kw)), fake_dist("categorical", framework), 4)
+    return Driver(
+        framework,
+        lambda: StochasticSampling(**exploration_kwargs(DISCRETE4, framework, **kw)),
+        fake_dist("categorical", framework),
+        4,
+    )
 
 
 def test_stochastic_sampling_without_explore_is_deterministic_sample(framework):
@@ -262,13 +296,16 @@ def test_stochastic_sampling_random_timesteps(framework, pass_timestep):
 # ----------------------------------------------------------------------------
 # initial 1.0 for 10 warm-up steps, then linear to 0.1 at t=30 (hand-computed values).
 EPS_KW = dict(initial_epsilon=1.0, final_epsilon=0.1, warmup_timesteps=10, epsilon_timesteps=20)
-EPS_EXPECTED = {0: 1.0, 5: 1.0, 10: 1.0, 15: 0.775, 20: 0.55, 25: 0.325, 29: 0.145,
-                30: 0.1, 1000: 0.1}
+EPS_EXPECTED = {0: 1.0, 5: 1.0, 10: 1.0, 15: 0.775, 20: 0.55, 25: 0.325, 29: 0.145, 30: 0.1, 1000: 0.1}
 
 
 def _eg_driver(framework, cls=EpsilonGreedy, **kw):
-    return Driver(framework, lambda: cls(**exploration_kwargs(DISCRETE4, framework, **kw)),
-                  fake_dist("categorical", framework), 4)
+    return Driver(
+        framework,
+        lambda: cls(**exploration_kwargs(DISCRETE4, framework, **kw)),
+        fake_dist("categorical", framework),
+        4,
+    )
 
 
 def test_epsilon_follows_its_schedule(framework):
@@ -306,8 +343,11 @@ def test_set_state_without_timestep_names_the_key(framework):
 @pytest.mark.parametrize("schedule", ["object", "config"])
 def test_random_action_frequency_matches_epsilon(framework, schedule):
     eps, batch = 0.3, 6000
-    sched = ConstantSchedule(eps, framework=framework) if schedule == "object" else \
-        {"type": "ConstantSchedule", "value": eps}
+    sched = (
+        ConstantSchedule(eps, framework=framework)
+        if schedule == "object"
+        else {"type": "ConstantSchedule", "value": eps}
+    )
     driver = _eg_driver(framework, epsilon_schedule=sched)
     # Greedy action 2; action 3 is masked out (FLOAT_MIN) and must never be picked.
     q = np.tile(np.array([[0.0, 1.0, 5.0, FLOAT_MIN]], np.float32), (batch, 1))
@@ -336,8 +376,9 @@ def test_epsilon_greedy_in_a_tf_function():
 
     @tf.function
     def act(q, t, explore):
-        return expl.get_exploration_action(action_distribution=TFFakeCategorical(q),
-                                           timestep=t, explore=explore)
+        return expl.get_exploration_action(
+            action_distribution=TFFakeCategorical(q), timestep=t, explore=explore
+        )
 
     q = tf.constant(np.tile([[0.0, 1.0, 5.0, 2.0]], (2000, 1)).astype(np.float32))
     for t in (0, 20, 30):
@@ -349,26 +390,39 @@ def test_epsilon_greedy_in_a_tf_function():
         assert non_greedy == pytest.approx(EPS_EXPECTED[t] * 0.75, abs=0.05)
 
 
-@pytest.mark.parametrize("num_workers, worker_index, expected", [
-    (4, 0, 0.0),
-    (4, 1, 0.4),
-    (4, 2, 0.4 ** (1 + 1 / 3 * 7)),
-    (4, 4, 0.4 ** 8),
-    (1, 1, 0.4),
-    (0, 0, 1.0),  # No remote workers: the regular schedule (initial_epsilon=1.0).
-])
+@pytest.mark.parametrize(
+    "num_workers, worker_index, expected",
+    [
+        (4, 0, 0.0),
+        (4, 1, 0.4),
+        (4, 2, 0.4 ** (1 + 1 / 3 * 7)),
+        (4, 4, 0.4**8),
+        (1, 1, 0.4),
+        (0, 0, 1.0),  # No remote workers: the regular schedule (initial_epsilon=1.0).
+    ],
+)
 def test_per_worker_epsilon(framework, num_workers, worker_index, expected):
-    driver = Driver(framework, lambda: PerWorkerEpsilonGreedy(**{
-        **exploration_kwargs(DISCRETE4, framework), "num_workers": num_workers,
-        "worker_index": worker_index}), fake_dist("categorical", framework), 4)
+    driver = Driver(
+        framework,
+        lambda: PerWorkerEpsilonGreedy(
+            **{
+                **exploration_kwargs(DISCRETE4, framework),
+                "num_workers": num_workers,
+                "worker_index": worker_index,
+            }
+        ),
+        fake_dist("categorical", framework),
+        4,
+    )
     driver.act(np.zeros((1, 4), np.float32), timestep=0)
     assert float(driver.get_state()["cur_epsilon"]) == pytest.approx(expected, rel=1e-5, abs=1e-6)
 
 
 def test_per_worker_epsilon_rejects_index_above_num_workers():
     with pytest.raises(ValueError, match="worker_index=5 is larger than num_workers=2"):
-        PerWorkerEpsilonGreedy(**{**exploration_kwargs(DISCRETE4, "torch"),
-                                  "num_workers": 2, "worker_index": 5})
+        PerWorkerEpsilonGreedy(
+            **{**exploration_kwargs(DISCRETE4, "torch"), "num_workers": 2, "worker_index": 5}
+        )
 
 
 def test_tf_graph_explorations_keep_separate_state_variables():
@@ -384,8 +438,9 @@ def test_tf_graph_explorations_keep_separate_state_variables():
         first = EpsilonGreedy(**exploration_kwargs(DISCRETE4, "tf", **EPS_KW))
         second = EpsilonGreedy(**exploration_kwargs(DISCRETE4, "tf", **EPS_KW))
         q = tf.constant([[0.0, 1.0, 5.0, 2.0]])
-        op, _ = first.get_exploration_action(action_distribution=TFFakeCategorical(q),
-                                             timestep=tf.constant(15, tf.int64), explore=True)
+        op, _ = first.get_exploration_action(
+            action_distribution=TFFakeCategorical(q), timestep=tf.constant(15, tf.int64), explore=True
+        )
         assert not tf1.trainable_variables()
         assert len(tf1.global_variables()) == 2
         sess = tf1.Session(graph=graph)

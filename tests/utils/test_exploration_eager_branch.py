@@ -6,6 +6,7 @@ branch. These tests check that the results are the ones the tf.cond path gives
 (numpy references on fixed logits), that the timestep state still advances, and
 that the untaken branch's ops are not run (counted with a TF op callback).
 """
+
 from __future__ import annotations
 
 import collections
@@ -38,9 +39,15 @@ def _dist(tf, logits=LOGITS):
 def _stochastic(random_timesteps=0):
     from rlpolicy.utils.exploration.stochastic_sampling import StochasticSampling
 
-    return StochasticSampling(gym.spaces.Discrete(3), framework="tf2", model=None,
-                              policy_config={}, num_workers=0, worker_index=0,
-                              random_timesteps=random_timesteps)
+    return StochasticSampling(
+        gym.spaces.Discrete(3),
+        framework="tf2",
+        model=None,
+        policy_config={},
+        num_workers=0,
+        worker_index=0,
+        random_timesteps=random_timesteps,
+    )
 
 
 def _ops_run(fn):
@@ -66,8 +73,9 @@ def test_stochastic_sampling_explore_samples_with_their_logp(tf, flag):
     explore = True if flag == "python" else tf.constant(True)
     tf.random.set_seed(3)
     dist = _dist(tf)  # (a TF distribution draws its sample when built)
-    (actions, logp), ops_run = _ops_run(lambda: exp.get_exploration_action(
-        action_distribution=dist, timestep=None, explore=explore))
+    (actions, logp), ops_run = _ops_run(
+        lambda: exp.get_exploration_action(action_distribution=dist, timestep=None, explore=explore)
+    )
     actions, logp = actions.numpy(), logp.numpy()
     assert actions.shape == (3,) and set(actions) <= {0, 1, 2}
     np.testing.assert_allclose(logp, _log_softmax(LOGITS)[np.arange(3), actions], atol=1e-5)
@@ -83,14 +91,13 @@ def test_stochastic_sampling_traced_keeps_the_tensor_branches(tf):
 
     @tf.function
     def traced(x, explore):
-        return exp.get_exploration_action(action_distribution=_dist(tf, x),
-                                          timestep=None, explore=explore)
+        return exp.get_exploration_action(action_distribution=_dist(tf, x), timestep=None, explore=explore)
 
     logits = tf.constant(np.tile(LOGITS, (20, 1)))
     actions, logp = traced(logits, tf.constant(True))
-    np.testing.assert_allclose(logp.numpy(),
-                               _log_softmax(logits.numpy())[np.arange(60), actions.numpy()],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        logp.numpy(), _log_softmax(logits.numpy())[np.arange(60), actions.numpy()], atol=1e-5
+    )
     greedy, zeros = traced(logits, tf.constant(False))
     np.testing.assert_array_equal(greedy.numpy(), np.tile([0, 1, 2], 20))
     np.testing.assert_array_equal(zeros.numpy(), np.zeros(60, np.float32))
@@ -103,8 +110,11 @@ def test_stochastic_sampling_no_explore_is_argmax_with_zero_logp(tf, flag):
     exp = _stochastic()
     explore = tf.constant(False) if flag == "tensor" else False
     dist = _dist(tf)
-    (actions, logp), ops_run = _ops_run(lambda: exp.get_exploration_action(
-        action_distribution=dist, timestep=tf.constant(7, tf.int64), explore=explore))
+    (actions, logp), ops_run = _ops_run(
+        lambda: exp.get_exploration_action(
+            action_distribution=dist, timestep=tf.constant(7, tf.int64), explore=explore
+        )
+    )
     np.testing.assert_array_equal(actions.numpy(), [0, 1, 2])
     assert logp.numpy().dtype == np.float32
     np.testing.assert_array_equal(logp.numpy(), np.zeros(3, np.float32))
@@ -120,8 +130,9 @@ def test_stochastic_sampling_random_phase_then_sampling(tf):
     logits = np.array([[-50.0, 50.0, -50.0]] * 64, np.float32)
     seen_random = []
     for step in range(1, 5):
-        actions, logp = exp.get_exploration_action(action_distribution=_dist(tf, logits),
-                                                   timestep=None, explore=True)
+        actions, logp = exp.get_exploration_action(
+            action_distribution=_dist(tf, logits), timestep=None, explore=True
+        )
         assert exp.last_timestep.numpy() == step
         if step < 3:
             np.testing.assert_array_equal(logp.numpy(), np.zeros(64, np.float32))
@@ -136,8 +147,7 @@ def test_stochastic_sampling_random_phase_then_sampling(tf):
 def test_stochastic_sampling_timestep_given_as_python_int(tf):
     exp = _stochastic(random_timesteps=5)
     logits = np.array([[-50.0, 50.0, -50.0]] * 8, np.float32)
-    actions, _ = exp.get_exploration_action(action_distribution=_dist(tf, logits),
-                                            timestep=10, explore=True)
+    actions, _ = exp.get_exploration_action(action_distribution=_dist(tf, logits), timestep=10, explore=True)
     np.testing.assert_array_equal(actions.numpy(), np.ones(8))  # past the random phase
     assert exp.last_timestep.numpy() == 10
 
@@ -145,20 +155,30 @@ def test_stochastic_sampling_timestep_given_as_python_int(tf):
 def test_epsilon_greedy_eager_branches(tf):
     from rlpolicy.utils.exploration.epsilon_greedy import EpsilonGreedy
 
-    exp = EpsilonGreedy(gym.spaces.Discrete(3), framework="tf2", model=None, policy_config={},
-                        num_workers=0, worker_index=0, initial_epsilon=1.0,
-                        final_epsilon=1.0, epsilon_timesteps=10)
+    exp = EpsilonGreedy(
+        gym.spaces.Discrete(3),
+        framework="tf2",
+        model=None,
+        policy_config={},
+        num_workers=0,
+        worker_index=0,
+        initial_epsilon=1.0,
+        final_epsilon=1.0,
+        epsilon_timesteps=10,
+    )
     logits = np.tile(LOGITS, (40, 1))
     dist = _dist(tf, logits)
-    (greedy, logp), ops_run = _ops_run(lambda: exp.get_exploration_action(
-        action_distribution=dist, timestep=None, explore=False))
+    (greedy, logp), ops_run = _ops_run(
+        lambda: exp.get_exploration_action(action_distribution=dist, timestep=None, explore=False)
+    )
     np.testing.assert_array_equal(greedy.numpy(), np.tile([0, 1, 2], 40))
     np.testing.assert_array_equal(logp.numpy(), np.zeros(120, np.float32))
     assert ops_run["Multinomial"] == 0 and ops_run["RandomUniform"] == 0, dict(ops_run)
     assert exp.last_timestep.numpy() == 1
     # epsilon = 1: every action is uniform over the 3 actions.
-    actions, _ = exp.get_exploration_action(action_distribution=_dist(tf, logits),
-                                            timestep=None, explore=tf.constant(True))
+    actions, _ = exp.get_exploration_action(
+        action_distribution=_dist(tf, logits), timestep=None, explore=tf.constant(True)
+    )
     assert exp.last_timestep.numpy() == 2
     counts = np.bincount(actions.numpy(), minlength=3) / 120
     assert np.abs(counts - 1 / 3).max() < 0.15

@@ -1,4 +1,5 @@
 """GaussianNoise, OrnsteinUhlenbeckNoise and their per-worker variants (torch, tf, tf2)."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -15,8 +16,12 @@ from rlpolicy.utils.schedules import ConstantSchedule
 
 def _driver(framework, cls, space, **kw):
     dim = int(np.prod(space.shape))
-    return Driver(framework, lambda: cls(**exploration_kwargs(space, framework, **kw)),
-                  fake_dist("deterministic", framework), dim)
+    return Driver(
+        framework,
+        lambda: cls(**exploration_kwargs(space, framework, **kw)),
+        fake_dist("deterministic", framework),
+        dim,
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -69,8 +74,14 @@ def test_gaussian_noise_statistics(framework):
 
 def test_gaussian_noise_is_clipped_to_the_box(framework):
     space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    driver = _driver(framework, GaussianNoise, space, stddev=1.0, random_timesteps=0,
-                     scale_schedule=ConstantSchedule(1.0, framework=framework))
+    driver = _driver(
+        framework,
+        GaussianNoise,
+        space,
+        stddev=1.0,
+        random_timesteps=0,
+        scale_schedule=ConstantSchedule(1.0, framework=framework),
+    )
     actions, _ = driver.act(np.full((2000, 2), 0.95, np.float32), timestep=5)
     assert actions.min() >= -1.0 and actions.max() <= 1.0
     assert np.mean(actions == 1.0) == pytest.approx(0.48, abs=0.04)  # P(N(0,1) > 0.05)
@@ -103,8 +114,13 @@ OU_KW = dict(random_timesteps=0, ou_theta=0.15, ou_sigma=0.2, ou_base_scale=0.1)
 
 
 def _ou_driver(framework, space=WIDE, scale=0.5, **kw):
-    return _driver(framework, OrnsteinUhlenbeckNoise, space,
-                   scale_schedule=ConstantSchedule(scale, framework=framework), **{**OU_KW, **kw})
+    return _driver(
+        framework,
+        OrnsteinUhlenbeckNoise,
+        space,
+        scale_schedule=ConstantSchedule(scale, framework=framework),
+        **{**OU_KW, **kw},
+    )
 
 
 def test_ou_process_follows_its_update_rule(framework):
@@ -146,12 +162,14 @@ def test_ou_state_only_moves_when_its_noise_is_used(framework):
     assert not np.allclose(driver.get_state()["ou_state"], start, atol=1e-6)
 
 
-@pytest.mark.parametrize("state, exc, match", [
-    ({"last_timestep": 3}, KeyError, "no 'ou_state' key"),
-    ({"last_timestep": 3, "ou_state": np.zeros(5)}, ValueError,
-     r"'ou_state' has 5 values, expected 2"),
-    ({"ou_state": np.zeros(2)}, KeyError, "no 'last_timestep' key"),
-])
+@pytest.mark.parametrize(
+    "state, exc, match",
+    [
+        ({"last_timestep": 3}, KeyError, "no 'ou_state' key"),
+        ({"last_timestep": 3, "ou_state": np.zeros(5)}, ValueError, r"'ou_state' has 5 values, expected 2"),
+        ({"ou_state": np.zeros(2)}, KeyError, "no 'last_timestep' key"),
+    ],
+)
 def test_ou_set_state_errors_change_nothing(framework, state, exc, match):
     driver = _driver(framework, OrnsteinUhlenbeckNoise, BOX10, **GAUSS_KW)
     with pytest.raises(exc, match=match):
@@ -165,18 +183,29 @@ def test_ou_set_state_errors_change_nothing(framework, state, exc, match):
 # Per-worker scales.
 # ----------------------------------------------------------------------------
 @pytest.mark.parametrize("cls", [PerWorkerGaussianNoise, PerWorkerOrnsteinUhlenbeckNoise])
-@pytest.mark.parametrize("num_workers, worker_index, expected", [
-    (3, 0, 0.0),
-    (3, 1, 0.4 ** 4.5),
-    (3, 2, 0.4 ** 8),
-    (1, 1, 0.4 ** 8),
-    (0, 0, 0.02),  # No remote workers: the regular schedule (final_scale after it ends).
-])
+@pytest.mark.parametrize(
+    "num_workers, worker_index, expected",
+    [
+        (3, 0, 0.0),
+        (3, 1, 0.4**4.5),
+        (3, 2, 0.4**8),
+        (1, 1, 0.4**8),
+        (0, 0, 0.02),  # No remote workers: the regular schedule (final_scale after it ends).
+    ],
+)
 def test_per_worker_noise_scale(framework, cls, num_workers, worker_index, expected):
-    driver = Driver(framework, lambda: cls(**{
-        **exploration_kwargs(BOX10, framework, random_timesteps=0, scale_timesteps=10),
-        "num_workers": num_workers, "worker_index": worker_index}),
-        fake_dist("deterministic", framework), 2)
+    driver = Driver(
+        framework,
+        lambda: cls(
+            **{
+                **exploration_kwargs(BOX10, framework, random_timesteps=0, scale_timesteps=10),
+                "num_workers": num_workers,
+                "worker_index": worker_index,
+            }
+        ),
+        fake_dist("deterministic", framework),
+        2,
+    )
     det = np.full((4, 2), 1.5, np.float32)
     actions, _ = driver.act(det, timestep=100)
     assert float(driver.get_state()["cur_scale"]) == pytest.approx(expected, rel=1e-5, abs=1e-6)

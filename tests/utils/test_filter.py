@@ -2,6 +2,7 @@
 observation normalization: one filter per policy, worker buffers merged by a driver).
 
 Expected values are numpy's mean/std of the stream (ddof=1), computed independently."""
+
 import pickle
 import threading
 
@@ -23,7 +24,7 @@ ATOL = 1e-6
 
 def _stream(n, shape=(3,), seed=0):
     rng = np.random.default_rng(seed)
-    return rng.normal(loc=[1.0, -2.0, 5.0][:shape[0]] if shape else 0.0, scale=3.0, size=(n, *shape))
+    return rng.normal(loc=[1.0, -2.0, 5.0][: shape[0]] if shape else 0.0, scale=3.0, size=(n, *shape))
 
 
 # ---------------------------------------------------------------------- RunningStat
@@ -99,7 +100,7 @@ def test_filter_output_is_normalized_by_stats_including_the_current_obs():
     f = MeanStdFilter((3,), clip=None)
     outs = [f(x) for x in xs]
     for t in (5, 19):
-        seen = xs[:t + 1].astype(np.float64)
+        seen = xs[: t + 1].astype(np.float64)
         expect = (xs[t] - seen.mean(0)) / (seen.std(0, ddof=1) + 1e-6)
         np.testing.assert_allclose(outs[t], expect, atol=1e-5)
     assert outs[0].dtype == np.float32

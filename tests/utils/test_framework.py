@@ -1,4 +1,5 @@
 """rlpolicy.utils.framework: optional torch/tf imports; TF's eager mode is left on."""
+
 import os
 import subprocess
 import sys
@@ -26,9 +27,11 @@ def test_try_import_tf_returns_tf1_tf_and_major_version():
     assert version == int(tf.__version__.split(".")[0]) == 2
 
 
-@pytest.mark.skipif(os.environ.get("RLPOLICY_TF_V1", "").strip().lower() not in ("", "0", "false", "tensorshape"),
-                    reason="RLPOLICY_TF_V1 turned eager execution off for this process on purpose "
-                           "(the TF1-mode pass); this test checks the default process")
+@pytest.mark.skipif(
+    os.environ.get("RLPOLICY_TF_V1", "").strip().lower() not in ("", "0", "false", "tensorshape"),
+    reason="RLPOLICY_TF_V1 turned eager execution off for this process on purpose "
+    "(the TF1-mode pass); this test checks the default process",
+)
 def test_try_import_tf_keeps_eager_execution_enabled():
     tf = pytest.importorskip("tensorflow")
     tf1, _, _ = try_import_tf()
@@ -42,24 +45,35 @@ def test_try_import_tf_keeps_eager_execution_enabled():
 
 def _run(env_extra, body):
     env = dict(os.environ, **env_extra)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(body)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.strip()
 
 
 def test_eager_is_on_in_a_fresh_process_after_try_import_tf():
     pytest.importorskip("tensorflow")
-    out = _run({}, """
+    out = _run(
+        {},
+        """
         from rlpolicy.utils.framework import try_import_tf
         tf1, tf, v = try_import_tf()
         print(tf.executing_eagerly(), v)
-    """)
+    """,
+    )
     assert out.splitlines()[-1] == "True 2"
 
 
 def test_missing_frameworks_give_nones_and_error_flag_raises():
-    out = _run({"RLPOLICY_NO_TORCH": "1", "RLPOLICY_NO_TF": "1"}, """
+    out = _run(
+        {"RLPOLICY_NO_TORCH": "1", "RLPOLICY_NO_TF": "1"},
+        """
         import sys
         from rlpolicy.utils.framework import try_import_tf, try_import_torch
         torch, nn = try_import_torch()
@@ -74,5 +88,6 @@ def test_missing_frameworks_give_nones_and_error_flag_raises():
             except ImportError as e:
                 print("ImportError", "PyTorch" in str(e) or "TensorFlow" in str(e))
         print("torch" in sys.modules, "tensorflow" in sys.modules)
-    """)
+    """,
+    )
     assert out.splitlines() == ["True True", "True", "ImportError True", "ImportError True", "False False"]

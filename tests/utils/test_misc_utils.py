@@ -1,4 +1,5 @@
 """rlpolicy.utils: force_list, add_mixins, NullContextManager, deprecation helpers, learner-info keys."""
+
 import collections
 import logging
 
@@ -9,14 +10,17 @@ from rlpolicy.utils.deprecation import DEPRECATED_VALUE, deprecation_warning
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
 
 
-@pytest.mark.parametrize("value, expected", [
-    (None, []),
-    (5, [5]),
-    ("ab", ["ab"]),  # strings are single elements, not sequences of characters
-    ([1, 2], [1, 2]),
-    ((1, 2), [1, 2]),
-    ({"k": 1}, [{"k": 1}]),  # a dict is one element
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, []),
+        (5, [5]),
+        ("ab", ["ab"]),  # strings are single elements, not sequences of characters
+        ([1, 2], [1, 2]),
+        ((1, 2), [1, 2]),
+        ({"k": 1}, [{"k": 1}]),  # a dict is one element
+    ],
+)
 def test_force_list(value, expected):
     assert force_list(value) == expected
     assert force_list(value, to_tuple=True) == tuple(expected)
@@ -101,7 +105,9 @@ def test_deprecated_value_is_rllibs_sentinel():
 
 def test_deprecation_warning_warns_naming_old_and_new(caplog):
     with caplog.at_level(logging.WARNING):
-        with pytest.warns(DeprecationWarning, match=r"`old_arg` has been deprecated\. Use `new_arg` instead\."):
+        with pytest.warns(
+            DeprecationWarning, match=r"`old_arg` has been deprecated\. Use `new_arg` instead\."
+        ):
             deprecation_warning("old_arg", "new_arg")
     # Shown as a warning, so not logged as well (one message; see test_deprecation_message_once).
     assert "old_arg" not in caplog.text

@@ -1,4 +1,5 @@
 """rlpolicy.utils.numpy against hand-worked cases and independent formulas."""
+
 import sys
 from types import MappingProxyType
 
@@ -18,20 +19,24 @@ def test_constants():
 def test_module_import_does_not_load_frameworks():
     import subprocess
 
-    code = ("import sys, rlpolicy.utils.numpy, rlpolicy.utils.spaces.space_utils, "
-            "rlpolicy.utils.schedules, rlpolicy.agents.callbacks, rlpolicy.evaluation, "
-            "rlpolicy.agents, rlpolicy._core.config; "
-            "print('torch' in sys.modules, 'tensorflow' in sys.modules)")
+    code = (
+        "import sys, rlpolicy.utils.numpy, rlpolicy.utils.spaces.space_utils, "
+        "rlpolicy.utils.schedules, rlpolicy.agents.callbacks, rlpolicy.evaluation, "
+        "rlpolicy.agents, rlpolicy._core.config; "
+        "print('torch' in sys.modules, 'tensorflow' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
 
 
 def test_one_hot_hand_worked():
-    np.testing.assert_array_equal(rnp.one_hot(np.array([0, 2, 1]), depth=3),
-                                  [[1, 0, 0], [0, 0, 1], [0, 1, 0]])
+    np.testing.assert_array_equal(
+        rnp.one_hot(np.array([0, 2, 1]), depth=3), [[1, 0, 0], [0, 0, 1], [0, 1, 0]]
+    )
     np.testing.assert_array_equal(rnp.one_hot(2), [0, 0, 1])  # depth inferred: max + 1
-    np.testing.assert_array_equal(rnp.one_hot(np.array([[1], [0]]), depth=2, on_value=5.0, off_value=-1.0),
-                                  [[[-1, 5]], [[5, -1]]])
+    np.testing.assert_array_equal(
+        rnp.one_hot(np.array([[1], [0]]), depth=2, on_value=5.0, off_value=-1.0), [[[-1, 5]], [[5, -1]]]
+    )
     # Bool input: always depth 2.
     np.testing.assert_array_equal(rnp.one_hot(np.array([True, False])), [[0, 1], [1, 0]])
 
@@ -43,15 +48,23 @@ def test_one_hot_out_of_range_raises():
 
 def test_activations_and_losses():
     x = np.array([-2.0, -0.5, 0.0, 0.5, 3.0])
-    np.testing.assert_allclose(rnp.sigmoid(x), [1 / (1 + np.exp(2.0)), 1 / (1 + np.exp(0.5)), 0.5,
-                                                1 / (1 + np.exp(-0.5)), 1 / (1 + np.exp(-3.0))], rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(rnp.sigmoid(np.array([0.25]), derivative=True), [0.1875], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        rnp.sigmoid(x),
+        [1 / (1 + np.exp(2.0)), 1 / (1 + np.exp(0.5)), 0.5, 1 / (1 + np.exp(-0.5)), 1 / (1 + np.exp(-3.0))],
+        rtol=1e-10,
+        atol=1e-12,
+    )
+    np.testing.assert_allclose(
+        rnp.sigmoid(np.array([0.25]), derivative=True), [0.1875], rtol=1e-10, atol=1e-12
+    )
     np.testing.assert_array_equal(rnp.relu(x), [0, 0, 0, 0.5, 3.0])
     np.testing.assert_allclose(rnp.relu(x, alpha=0.1), [-0.2, -0.05, 0, 0.5, 3.0], rtol=1e-10, atol=1e-12)
     np.testing.assert_array_equal(x, [-2.0, -0.5, 0.0, 0.5, 3.0])  # input untouched
     # Huber, delta=1: |x|<1 -> x^2/2, else |x|-0.5.
     np.testing.assert_allclose(rnp.huber_loss(x), [1.5, 0.125, 0.0, 0.125, 2.5], rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(rnp.huber_loss(x, delta=2.0), [2.0, 0.125, 0, 0.125, 4.0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        rnp.huber_loss(x, delta=2.0), [2.0, 0.125, 0, 0.125, 4.0], rtol=1e-10, atol=1e-12
+    )
     assert rnp.l2_loss(np.array([1.0, 2.0, 3.0])) == pytest.approx(7.0, abs=1e-12)
 
 
@@ -68,7 +81,9 @@ def test_softmax():
 def test_fc_numpy_and_torch_layout():
     rng = np.random.default_rng(0)
     x, w, b = rng.normal(size=(4, 3)), rng.normal(size=(3, 2)), rng.normal(size=2)
-    expected = np.array([[sum(x[i, k] * w[k, j] for k in range(3)) + b[j] for j in range(2)] for i in range(4)])
+    expected = np.array(
+        [[sum(x[i, k] * w[k, j] for k in range(3)) + b[j] for j in range(2)] for i in range(4)]
+    )
     np.testing.assert_allclose(rnp.fc(x, w, b), expected, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(rnp.fc(x, w), expected - b, rtol=1e-10, atol=1e-12)
     # torch stores [out, in]: transposed automatically.
@@ -87,9 +102,9 @@ def _manual_lstm_step(x_t, h, c, W, b, units, forget_bias):
     """Gates written out one by one: kernel columns are [i, j(candidate), f, o]."""
     z = np.concatenate([x_t, h], axis=1) @ W + b
     i = 1 / (1 + np.exp(-z[:, :units]))
-    j = np.tanh(z[:, units:2 * units])
-    f = 1 / (1 + np.exp(-(z[:, 2 * units:3 * units] + forget_bias)))
-    o = 1 / (1 + np.exp(-z[:, 3 * units:]))
+    j = np.tanh(z[:, units : 2 * units])
+    f = 1 / (1 + np.exp(-(z[:, 2 * units : 3 * units] + forget_bias)))
+    o = 1 / (1 + np.exp(-z[:, 3 * units :]))
     c_new = f * c + i * j
     return o * np.tanh(c_new), c_new
 
@@ -134,8 +149,12 @@ def test_lstm_zero_state_and_forget_bias():
 
 def test_convert_to_numpy_nested_torch():
     torch = pytest.importorskip("torch")
-    data = {"a": torch.tensor([1.0, 2.0], dtype=torch.float64), "b": (torch.tensor(3), [np.int64(4)]),
-            "c": np.arange(3, dtype=np.int64), "img": np.zeros(2, dtype=np.uint8)}
+    data = {
+        "a": torch.tensor([1.0, 2.0], dtype=torch.float64),
+        "b": (torch.tensor(3), [np.int64(4)]),
+        "c": np.arange(3, dtype=np.int64),
+        "img": np.zeros(2, dtype=np.uint8),
+    }
     out = rnp.convert_to_numpy(data)
     assert out["a"].dtype == np.float32 and out["a"].tolist() == [1.0, 2.0]
     assert out["b"][0] == 3 and isinstance(out["b"][0], int)  # 0-D tensor -> python number
@@ -159,23 +178,30 @@ def test_convert_to_numpy_deprecated_reduce_floats():
 
 
 def test_flatten_inputs_to_1d_tensor():
-    spaces = {"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1, 1, (2, 2)),
-              "c": gym.spaces.MultiDiscrete([2, 3])}
-    inputs = {"a": np.array([2, 0]), "b": np.arange(8.0).reshape(2, 2, 2),
-              "c": np.array([[1, 0], [0, 2]])}
+    spaces = {
+        "a": gym.spaces.Discrete(3),
+        "b": gym.spaces.Box(-1, 1, (2, 2)),
+        "c": gym.spaces.MultiDiscrete([2, 3]),
+    }
+    inputs = {"a": np.array([2, 0]), "b": np.arange(8.0).reshape(2, 2, 2), "c": np.array([[1, 0], [0, 2]])}
     out = rnp.flatten_inputs_to_1d_tensor(inputs, spaces)
     # dm-tree order: a, b, c.
-    expected = np.array([[0, 0, 1, 0, 1, 2, 3, 0, 1, 1, 0, 0],
-                         [1, 0, 0, 4, 5, 6, 7, 1, 0, 0, 0, 1]], dtype=np.float32)
+    expected = np.array(
+        [[0, 0, 1, 0, 1, 2, 3, 0, 1, 1, 0, 0], [1, 0, 0, 4, 5, 6, 7, 1, 0, 0, 0, 1]], dtype=np.float32
+    )
     np.testing.assert_array_equal(out, expected)
     assert out.dtype == np.float32
     # With a time axis: [B=1, T=2].
-    timed = rnp.flatten_inputs_to_1d_tensor({"a": np.array([[2, 0]]), "b": np.arange(8.0).reshape(1, 2, 2, 2),
-                                             "c": np.array([[[1, 0], [0, 2]]])}, spaces, time_axis=True)
+    timed = rnp.flatten_inputs_to_1d_tensor(
+        {"a": np.array([[2, 0]]), "b": np.arange(8.0).reshape(1, 2, 2, 2), "c": np.array([[[1, 0], [0, 2]]])},
+        spaces,
+        time_axis=True,
+    )
     np.testing.assert_array_equal(timed, expected[None])
     # Without spaces everything is just flattened.
-    np.testing.assert_array_equal(rnp.flatten_inputs_to_1d_tensor([np.ones((2, 3)), np.zeros((2, 1))]),
-                                  [[1, 1, 1, 0], [1, 1, 1, 0]])
+    np.testing.assert_array_equal(
+        rnp.flatten_inputs_to_1d_tensor([np.ones((2, 3)), np.zeros((2, 1))]), [[1, 1, 1, 0], [1, 1, 1, 0]]
+    )
 
 
 def test_make_action_immutable():

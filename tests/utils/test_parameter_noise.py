@@ -1,6 +1,7 @@
 """ParameterNoise on DQN policies: the noise put on / taken off the weights equals
 the stored draws, LayerNorms are left alone, the stddev adapts in the right
 direction, the batch is not changed, and bad spaces are rejected."""
+
 import numpy as np
 import pytest
 
@@ -14,8 +15,7 @@ CONFIG = {"model": {"fcnet_hiddens": [8]}, "hiddens": [8]}
 
 
 def _policy(framework, **exploration):
-    cfg = dict(CONFIG, framework=framework,
-               exploration_config={"type": "ParameterNoise", **exploration})
+    cfg = dict(CONFIG, framework=framework, exploration_config={"type": "ParameterNoise", **exploration})
     if framework == "torch":
         pytest.importorskip("torch")
         from rlpolicy.agents.dqn.dqn_torch_policy import DQNTorchPolicy
@@ -88,9 +88,18 @@ def test_parameter_noise_errors():
     from rlpolicy.utils.exploration.parameter_noise import ParameterNoise
 
     with pytest.raises(ValueError, match=r"ParameterNoise needs the policy's model \(got model=None\)"):
-        ParameterNoise(ACT, framework="torch", policy_config={"explore": True}, model=None,
-                       num_workers=0, worker_index=0)
+        ParameterNoise(
+            ACT, framework="torch", policy_config={"explore": True}, model=None, num_workers=0, worker_index=0
+        )
     pol = _policy("torch")
-    with pytest.raises(UnsupportedSpaceException, match=r"no default sub_exploration for action space MultiDiscrete"):
-        ParameterNoise(gym.spaces.MultiDiscrete([2, 2]), framework="torch", policy_config=pol.config,
-                       model=pol.model, num_workers=0, worker_index=0)
+    with pytest.raises(
+        UnsupportedSpaceException, match=r"no default sub_exploration for action space MultiDiscrete"
+    ):
+        ParameterNoise(
+            gym.spaces.MultiDiscrete([2, 2]),
+            framework="torch",
+            policy_config=pol.config,
+            model=pol.model,
+            num_workers=0,
+            worker_index=0,
+        )

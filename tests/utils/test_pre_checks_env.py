@@ -1,4 +1,5 @@
 """``check_env`` (RLlib's ``utils.pre_checks.env``) on 1.x-style user envs, gymnasium API."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -38,17 +39,28 @@ def test_good_envs_pass():
     check_env(gym.make("CartPole-v1"))
 
 
-@pytest.mark.parametrize("fault, exc, match", [
-    ("old_reset", ValueError, r"reset\(\) returned ndarray; gymnasium's API is reset\(\*, seed=None"),
-    ("old_step", ValueError, r"step\(\) returned a 4-tuple; gymnasium's API is step\(action\) -> \(obs, reward, "
-                             r"terminated, truncated, info\)"),
-    ("obs_out_of_space", ValueError, r"observation from step\(sampled_action\) is not in the env's observation"),
-    ("reward_str", AssertionError, "reward from step\\(\\) must be an int or float, got '1'"),
-    ("reward_bool", AssertionError, "reward from step\\(\\) must be an int or float, got True"),
-    ("int_done", AssertionError, "terminated flag from step\\(\\) must be a bool, got 0"),
-    ("info", AssertionError, "info from step\\(\\) must be a dict, got NoneType"),
-    ("reset_info", AssertionError, "info from reset\\(\\) must be a dict"),
-])
+@pytest.mark.parametrize(
+    "fault, exc, match",
+    [
+        ("old_reset", ValueError, r"reset\(\) returned ndarray; gymnasium's API is reset\(\*, seed=None"),
+        (
+            "old_step",
+            ValueError,
+            r"step\(\) returned a 4-tuple; gymnasium's API is step\(action\) -> \(obs, reward, "
+            r"terminated, truncated, info\)",
+        ),
+        (
+            "obs_out_of_space",
+            ValueError,
+            r"observation from step\(sampled_action\) is not in the env's observation",
+        ),
+        ("reward_str", AssertionError, "reward from step\\(\\) must be an int or float, got '1'"),
+        ("reward_bool", AssertionError, "reward from step\\(\\) must be an int or float, got True"),
+        ("int_done", AssertionError, "terminated flag from step\\(\\) must be a bool, got 0"),
+        ("info", AssertionError, "info from step\\(\\) must be a dict, got NoneType"),
+        ("reset_info", AssertionError, "info from reset\\(\\) must be a dict"),
+    ],
+)
 def test_faulty_env(fault, exc, match):
     with pytest.raises(exc, match=match):
         check_env(CorridorEnv(fault))
@@ -98,14 +110,25 @@ def test_good_multiagent_env_passes():
     check_env(TwoAgentEnv())
 
 
-@pytest.mark.parametrize("fault, exc, match", [
-    ("old_reset", ValueError, r"reset\(\) returned dict; gymnasium's API is reset\(\*, seed=None, options=None\) "
-                              r"-> \(obs, infos\)"),
-    ("stranger", ValueError, r"reset\(\) obs has keys \['c'\] that are not agent ids of the env \(\['a', 'b'\]\)"),
-    ("no_all", ValueError, "terminateds must have the key '__all__'"),
-    ("obs_out_of_space", ValueError, r"observation from step\(sampled_actions\) for agent 'b' is not in"),
-    ("reward", AssertionError, r"reward from step\(\) for agent 'b' must be an int or float, got None"),
-])
+@pytest.mark.parametrize(
+    "fault, exc, match",
+    [
+        (
+            "old_reset",
+            ValueError,
+            r"reset\(\) returned dict; gymnasium's API is reset\(\*, seed=None, options=None\) "
+            r"-> \(obs, infos\)",
+        ),
+        (
+            "stranger",
+            ValueError,
+            r"reset\(\) obs has keys \['c'\] that are not agent ids of the env \(\['a', 'b'\]\)",
+        ),
+        ("no_all", ValueError, "terminateds must have the key '__all__'"),
+        ("obs_out_of_space", ValueError, r"observation from step\(sampled_actions\) for agent 'b' is not in"),
+        ("reward", AssertionError, r"reward from step\(\) for agent 'b' must be an int or float, got None"),
+    ],
+)
 def test_faulty_multiagent_env(fault, exc, match):
     with pytest.raises(exc, match=match):
         check_env(TwoAgentEnv(fault))

@@ -1,4 +1,5 @@
 """rlpolicy.utils.schedules: hand-worked values in python, torch, eager tf and TF graph mode."""
+
 import math
 
 import pytest
@@ -15,16 +16,24 @@ from rlpolicy.utils.schedules import (
 # (schedule factory, [(t, expected value)]) worked out by hand.
 CASES = {
     "constant": (lambda fw: ConstantSchedule(0.3, framework=fw), [(0, 0.3), (10**6, 0.3)]),
-    "linear": (lambda fw: LinearSchedule(schedule_timesteps=100, final_p=0.1, initial_p=1.1, framework=fw),
-               [(0, 1.1), (50, 0.6), (100, 0.1), (500, 0.1)]),
+    "linear": (
+        lambda fw: LinearSchedule(schedule_timesteps=100, final_p=0.1, initial_p=1.1, framework=fw),
+        [(0, 1.1), (50, 0.6), (100, 0.1), (500, 0.1)],
+    ),
     # 0.0 + 1.0 * (1 - t/10)^2
-    "poly": (lambda fw: PolynomialSchedule(schedule_timesteps=10, final_p=0.0, framework=fw),
-             [(0, 1.0), (5, 0.25), (8, 0.04), (20, 0.0)]),
+    "poly": (
+        lambda fw: PolynomialSchedule(schedule_timesteps=10, final_p=0.0, framework=fw),
+        [(0, 1.0), (5, 0.25), (8, 0.04), (20, 0.0)],
+    ),
     # 2 * 0.5^(t/10)
-    "exp": (lambda fw: ExponentialSchedule(schedule_timesteps=10, initial_p=2.0, decay_rate=0.5, framework=fw),
-            [(0, 2.0), (10, 1.0), (20, 0.5), (5, 2.0 * math.sqrt(0.5))]),
-    "piecewise": (lambda fw: PiecewiseSchedule([(0, 1.0), (10, 0.5), (30, 0.1)], outside_value=0.05, framework=fw),
-                  [(0, 1.0), (5, 0.75), (10, 0.5), (20, 0.3), (29, 0.5 - 0.4 * 19 / 20), (30, 0.05), (-1, 0.05)]),
+    "exp": (
+        lambda fw: ExponentialSchedule(schedule_timesteps=10, initial_p=2.0, decay_rate=0.5, framework=fw),
+        [(0, 2.0), (10, 1.0), (20, 0.5), (5, 2.0 * math.sqrt(0.5))],
+    ),
+    "piecewise": (
+        lambda fw: PiecewiseSchedule([(0, 1.0), (10, 0.5), (30, 0.1)], outside_value=0.05, framework=fw),
+        [(0, 1.0), (5, 0.75), (10, 0.5), (20, 0.3), (29, 0.5 - 0.4 * 19 / 20), (30, 0.05), (-1, 0.05)],
+    ),
 }
 
 
@@ -60,7 +69,9 @@ def test_eager_tf_values(case, tf_modules):
         assert tf.is_tensor(out)
         assert float(out.numpy()) == pytest.approx(v, rel=1e-6, abs=1e-6)
     # A tf tensor t also gives tf ops without a tf framework.
-    assert float(make(None)(tf.constant(expected[1][0])).numpy()) == pytest.approx(expected[1][1], rel=1e-6, abs=1e-6)
+    assert float(make(None)(tf.constant(expected[1][0])).numpy()) == pytest.approx(
+        expected[1][1], rel=1e-6, abs=1e-6
+    )
 
 
 def test_graph_tf_values(case, tf_modules):
@@ -76,19 +87,23 @@ def test_graph_tf_values(case, tf_modules):
 
 
 def test_piecewise_custom_interpolation():
-    step = PiecewiseSchedule([(0, 1.0), (10, 2.0)], interpolation=lambda left, right, alpha: left,
-                             outside_value=9.0)
+    step = PiecewiseSchedule(
+        [(0, 1.0), (10, 2.0)], interpolation=lambda left, right, alpha: left, outside_value=9.0
+    )
     assert step(9) == 1.0 and step(10) == 9.0
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda: PiecewiseSchedule([(10, 1.0), (0, 2.0)]), "sorted"),
-    (lambda: PiecewiseSchedule([]), "non-empty"),
-    (lambda: PolynomialSchedule(schedule_timesteps=0, final_p=0.0), "schedule_timesteps"),
-    (lambda: LinearSchedule(schedule_timesteps=-1, final_p=0.0), "schedule_timesteps"),
-    (lambda: ExponentialSchedule(schedule_timesteps=0), "schedule_timesteps"),
-    (lambda: PiecewiseSchedule([(0, 1.0), (10, 2.0)])(11), "outside_value"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: PiecewiseSchedule([(10, 1.0), (0, 2.0)]), "sorted"),
+        (lambda: PiecewiseSchedule([]), "non-empty"),
+        (lambda: PolynomialSchedule(schedule_timesteps=0, final_p=0.0), "schedule_timesteps"),
+        (lambda: LinearSchedule(schedule_timesteps=-1, final_p=0.0), "schedule_timesteps"),
+        (lambda: ExponentialSchedule(schedule_timesteps=0), "schedule_timesteps"),
+        (lambda: PiecewiseSchedule([(0, 1.0), (10, 2.0)])(11), "outside_value"),
+    ],
+)
 def test_errors(make, match):
     with pytest.raises(ValueError, match=match):
         make()

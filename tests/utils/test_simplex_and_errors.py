@@ -1,4 +1,5 @@
 """Simplex space (contains / sample / equality) and rlpolicy.utils.error."""
+
 import numpy as np
 import pytest
 
@@ -18,14 +19,17 @@ def test_samples_lie_on_the_simplex_and_follow_the_concentration():
     np.testing.assert_array_equal(same_seed.sample(), draws[0])
 
 
-@pytest.mark.parametrize("x,ok", [
-    ([0.2, 0.3, 0.5], True),
-    ([1.0, 0.0, 0.0], True),
-    ([0.2, 0.3, 0.4], False),     # sums to 0.9
-    ([1.2, -0.2, 0.0], False),    # a negative coordinate
-    ([0.5, 0.5], False),          # wrong shape
-    ("abc", False),
-])
+@pytest.mark.parametrize(
+    "x,ok",
+    [
+        ([0.2, 0.3, 0.5], True),
+        ([1.0, 0.0, 0.0], True),
+        ([0.2, 0.3, 0.4], False),  # sums to 0.9
+        ([1.2, -0.2, 0.0], False),  # a negative coordinate
+        ([0.5, 0.5], False),  # wrong shape
+        ("abc", False),
+    ],
+)
 def test_contains(x, ok):
     assert Simplex((3,)).contains(x) is ok
 
@@ -39,12 +43,15 @@ def test_equality_repr_and_json():
     np.testing.assert_allclose(back, samples, rtol=1e-6)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"shape": 3}, r"shape must be a non-empty tuple/list of positive ints, got 3"),
-    ({"shape": (2, 0)}, r"shape must be a non-empty tuple/list of positive ints"),
-    ({"shape": (3,), "concentration": [1.0, 1.0]}, r"concentration must hold 3 positive values"),
-    ({"shape": (2,), "concentration": [1.0, -1.0]}, r"concentration must hold 2 positive values"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"shape": 3}, r"shape must be a non-empty tuple/list of positive ints, got 3"),
+        ({"shape": (2, 0)}, r"shape must be a non-empty tuple/list of positive ints"),
+        ({"shape": (3,), "concentration": [1.0, 1.0]}, r"concentration must hold 3 positive values"),
+        ({"shape": (2,), "concentration": [1.0, -1.0]}, r"concentration must hold 2 positive values"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Simplex(**kwargs)

@@ -1,4 +1,5 @@
 """rlpolicy.utils.spaces.space_utils: structure helpers and action (un)squashing round trips."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -16,11 +17,13 @@ from rlpolicy.utils.spaces.space_utils import (
 
 BOX = gym.spaces.Box(low=np.array([-2.0, 0.0], np.float32), high=np.array([2.0, 10.0], np.float32))
 DISC = gym.spaces.Discrete(4)
-NESTED = gym.spaces.Dict({
-    "b": gym.spaces.Tuple((BOX, DISC)),
-    "a": gym.spaces.MultiDiscrete([2, 3]),
-    "c": gym.spaces.MultiBinary(3),
-})
+NESTED = gym.spaces.Dict(
+    {
+        "b": gym.spaces.Tuple((BOX, DISC)),
+        "a": gym.spaces.MultiDiscrete([2, 3]),
+        "c": gym.spaces.MultiBinary(3),
+    }
+)
 
 
 def test_flatten_space_order():
@@ -100,7 +103,9 @@ def test_normalize_unsquash_round_trip():
 def test_normalize_hand_worked():
     # low=[-2, 0], high=[2, 10]: midpoint -> 0, low -> -1, high -> 1.
     np.testing.assert_allclose(normalize_action(np.array([0.0, 5.0]), BOX), [0.0, 0.0], rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(normalize_action(np.array([-2.0, 10.0]), BOX), [-1.0, 1.0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        normalize_action(np.array([-2.0, 10.0]), BOX), [-1.0, 1.0], rtol=1e-6, atol=1e-6
+    )
     np.testing.assert_allclose(unsquash_action(np.array([0.5, -0.5]), BOX), [1.0, 2.5], rtol=1e-6, atol=1e-6)
     # Out-of-range squashed values are clipped into the space.
     np.testing.assert_allclose(unsquash_action(np.array([3.0, -7.0]), BOX), [2.0, 0.0], rtol=1e-6, atol=1e-6)
@@ -113,8 +118,10 @@ def test_clip_action():
     np.testing.assert_array_equal(clip_action(np.array([-5.0, 11.0]), BOX), [-2.0, 10.0])
     np.testing.assert_array_equal(clip_action(np.array([1.0, 1.0]), BOX), [1.0, 1.0])
     assert clip_action(7, DISC) == 7  # non-Box untouched
-    nested = clip_action({"a": np.array([1, 2]), "b": (np.array([9.0, -1.0]), 3), "c": np.zeros(3)},
-                         get_base_struct_from_space(NESTED))
+    nested = clip_action(
+        {"a": np.array([1, 2]), "b": (np.array([9.0, -1.0]), 3), "c": np.zeros(3)},
+        get_base_struct_from_space(NESTED),
+    )
     np.testing.assert_array_equal(nested["b"][0], [2.0, 0.0])
 
 

@@ -3,6 +3,7 @@
 Expected outcomes are hand-worked (which comparisons must pass or fail, which
 frameworks a loop must visit, which actions are outside a space).
 """
+
 import copy
 import math
 from types import SimpleNamespace
@@ -24,21 +25,33 @@ OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 BOX_ACT = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
 DISCRETE_ACT = gym.spaces.Discrete(3)
 SMALL_MODEL = {"fcnet_hiddens": [8]}
-LSTM_MODEL = {"fcnet_hiddens": [8], "use_lstm": True, "lstm_cell_size": 4, "max_seq_len": 4,
-              "lstm_use_prev_action": True, "lstm_use_prev_reward": True}
+LSTM_MODEL = {
+    "fcnet_hiddens": [8],
+    "use_lstm": True,
+    "lstm_cell_size": 4,
+    "max_seq_len": 4,
+    "lstm_use_prev_action": True,
+    "lstm_use_prev_reward": True,
+}
 
 
 # ----------------------------------------------------------------------------------------
 # check
 # ----------------------------------------------------------------------------------------
 
-NESTED = {"a": [1, 2.5, np.array([0.1, 0.2], np.float32)], "b": (None, "x", True),
-          "c": {"d": np.zeros((2, 2)), "e": np.array(["u", "v"])}}
+NESTED = {
+    "a": [1, 2.5, np.array([0.1, 0.2], np.float32)],
+    "b": (None, "x", True),
+    "c": {"d": np.zeros((2, 2)), "e": np.array(["u", "v"])},
+}
 
 
 def _nested_copy(eps=0.0):
-    return {"a": [1, 2.5 + eps, np.array([0.1, 0.2], np.float64)], "b": (None, "x", True),
-            "c": {"d": np.zeros((2, 2)) + eps, "e": np.array(["u", "v"])}}
+    return {
+        "a": [1, 2.5 + eps, np.array([0.1, 0.2], np.float64)],
+        "b": (None, "x", True),
+        "c": {"d": np.zeros((2, 2)) + eps, "e": np.array(["u", "v"])},
+    }
 
 
 def test_check_nested_structures_pass_and_fail():
@@ -48,18 +61,21 @@ def test_check_nested_structures_pass_and_fail():
         check(NESTED, _nested_copy(eps=1e-3))
 
 
-@pytest.mark.parametrize("x, y, match", [
-    ({"a": 1}, {"a": 1, "b": 2}, r"y has key\(s\) \['b'\] that x lacks"),
-    ({"a": 1, "b": 2}, {"a": 1}, r"y lacks x's key\(s\) \['b'\]"),
-    ({"a": {"b": 1}}, {"a": [1]}, r"x\['a'\] is a dict but y\['a'\] is a list"),
-    ([1, 2], [1, 2, 3], r"x has length 2 but y has length 3"),
-    ([1, 2], np.array([1, 2]), r"x is a list but y is a ndarray"),
-    ((1, "s"), (1, "t"), r"x\[1\] \('s'\) is not the same as y\[1\] \('t'\)"),
-    ({"k": [True]}, {"k": [False]}, r"x\['k'\]\[0\] \(True\) is not the same as"),
-    (3, 4, r"x \(3\) is not the same as y \(4\)"),
-    (None, 0.0, r"x \(None\) is not the same as y \(0.0\)"),
-    (np.array(["a", "b"]), np.array(["a", "c"]), r"x and y differ"),
-])
+@pytest.mark.parametrize(
+    "x, y, match",
+    [
+        ({"a": 1}, {"a": 1, "b": 2}, r"y has key\(s\) \['b'\] that x lacks"),
+        ({"a": 1, "b": 2}, {"a": 1}, r"y lacks x's key\(s\) \['b'\]"),
+        ({"a": {"b": 1}}, {"a": [1]}, r"x\['a'\] is a dict but y\['a'\] is a list"),
+        ([1, 2], [1, 2, 3], r"x has length 2 but y has length 3"),
+        ([1, 2], np.array([1, 2]), r"x is a list but y is a ndarray"),
+        ((1, "s"), (1, "t"), r"x\[1\] \('s'\) is not the same as y\[1\] \('t'\)"),
+        ({"k": [True]}, {"k": [False]}, r"x\['k'\]\[0\] \(True\) is not the same as"),
+        (3, 4, r"x \(3\) is not the same as y \(4\)"),
+        (None, 0.0, r"x \(None\) is not the same as y \(0.0\)"),
+        (np.array(["a", "b"]), np.array(["a", "c"]), r"x and y differ"),
+    ],
+)
 def test_check_mismatches_name_where(x, y, match):
     with pytest.raises(AssertionError, match=match):
         check(x, y)
@@ -86,10 +102,19 @@ def test_check_decimals_vs_atol_rtol():
     check(np.array([1e6]), np.array([1e6 + 1]), atol=0.95)
 
 
-@pytest.mark.parametrize("x, y", [
-    (1.0, 2.0), (np.array([1.0, 2.0]), np.array([1.0, 2.1])), (True, False), ("a", "b"),
-    (None, 1), (3, 4), ({"a": [1.0]}, {"a": [1.5]}), (np.array(["a"]), np.array(["b"])),
-])
+@pytest.mark.parametrize(
+    "x, y",
+    [
+        (1.0, 2.0),
+        (np.array([1.0, 2.0]), np.array([1.0, 2.1])),
+        (True, False),
+        ("a", "b"),
+        (None, 1),
+        (3, 4),
+        ({"a": [1.0]}, {"a": [1.5]}),
+        (np.array(["a"]), np.array(["b"])),
+    ],
+)
 def test_check_false_passes_on_different_values_and_fails_on_equal(x, y):
     check(x, y, false=True)
     with pytest.raises(AssertionError, match="is the same as"):
@@ -141,6 +166,7 @@ def test_check_tf_graph_tensors_use_the_session(tf_modules):
 # framework_iterator
 # ----------------------------------------------------------------------------------------
 
+
 def test_framework_iterator_default_order_and_config(tf_modules):
     pytest.importorskip("torch")
     config = {"num_gpus": 2, "_fake_gpus": True, "model": {"fcnet_hiddens": [4]}, "lr": 0.1}
@@ -152,8 +178,13 @@ def test_framework_iterator_default_order_and_config(tf_modules):
     # "tfe" is dropped in favour of "tf2" on TF 2 (1.11).
     assert seen == ["tf2", "tf", "torch"]
     # Untouched keys; "framework" keeps the last value (as 1.11).
-    assert config == {"num_gpus": 2, "_fake_gpus": True, "model": {"fcnet_hiddens": [4]},
-                      "lr": 0.1, "framework": "torch"}
+    assert config == {
+        "num_gpus": 2,
+        "_fake_gpus": True,
+        "model": {"fcnet_hiddens": [4]},
+        "lr": 0.1,
+        "framework": "torch",
+    }
 
 
 def test_framework_iterator_modes(tf_modules):
@@ -204,8 +235,9 @@ def test_framework_iterator_eager_tracing_and_timing(tf_modules):
     pytest.importorskip("torch")
     config = {"eager_tracing": True}
     seen, times = [], {}
-    for fw in framework_iterator(config, frameworks=("tf2", "tf", "torch"), with_eager_tracing=True,
-                                 time_iterations=times):
+    for fw in framework_iterator(
+        config, frameworks=("tf2", "tf", "torch"), with_eager_tracing=True, time_iterations=times
+    ):
         seen.append((fw, config["eager_tracing"]))
     # 1.11: traced first, then untraced; tf and torch leave the key as it is.
     assert seen == [("tf2", True), ("tf2", False), ("tf", False), ("torch", False)]
@@ -246,6 +278,7 @@ def test_framework_iterator_skips_missing_and_rejects_unknown(monkeypatch, caplo
 # ----------------------------------------------------------------------------------------
 # check_compute_single_action
 # ----------------------------------------------------------------------------------------
+
 
 def _pg_class(fw):
     if fw == "torch":
@@ -306,17 +339,31 @@ class RecordingRandomPolicy(Policy):
     def _state_vr(self):
         from rlpolicy.policy.view_requirement import ViewRequirement
 
-        return ViewRequirement("state_out_0", shift=-1,
-                               space=gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+        return ViewRequirement("state_out_0", shift=-1, space=gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
 
     def get_initial_state(self):
         return [np.zeros(2, np.float32)]
 
-    def compute_actions(self, obs_batch, state_batches=None, prev_action_batch=None,
-                        prev_reward_batch=None, info_batch=None, episodes=None, explore=None,
-                        timestep=None, **kwargs):
-        self.calls.append({"explore": explore, "state": state_batches,
-                           "prev_action": prev_action_batch, "prev_reward": prev_reward_batch})
+    def compute_actions(
+        self,
+        obs_batch,
+        state_batches=None,
+        prev_action_batch=None,
+        prev_reward_batch=None,
+        info_batch=None,
+        episodes=None,
+        explore=None,
+        timestep=None,
+        **kwargs,
+    ):
+        self.calls.append(
+            {
+                "explore": explore,
+                "state": state_batches,
+                "prev_action": prev_action_batch,
+                "prev_reward": prev_reward_batch,
+            }
+        )
         n = len(obs_batch)
         if self.bad_action is not None:
             actions = [self.bad_action for _ in range(n)]
@@ -351,15 +398,21 @@ def test_check_compute_single_action_exercises_every_combination():
     assert all(not c["state"] and c["prev_action"] is None for c in policy.calls)
 
 
-@pytest.mark.parametrize("act_space, bad_action, config, match", [
-    (DISCRETE_ACT, 7, {}, r"action \S*7\S* of RecordingRandomPolicy is not in the action space"),
-    (gym.spaces.MultiDiscrete([2, 2]), np.array([0, 2]), {}, "is not in the action space"),
-    # A normalized Box action must stay near [-1, 1].
-    (BOX_ACT, np.array([10.0, 0.0], np.float32), {"normalize_actions": True},
-     "should be in normalized space"),
-])
-def test_check_compute_single_action_fails_on_out_of_space_actions(act_space, bad_action, config,
-                                                                    match):
+@pytest.mark.parametrize(
+    "act_space, bad_action, config, match",
+    [
+        (DISCRETE_ACT, 7, {}, r"action \S*7\S* of RecordingRandomPolicy is not in the action space"),
+        (gym.spaces.MultiDiscrete([2, 2]), np.array([0, 2]), {}, "is not in the action space"),
+        # A normalized Box action must stay near [-1, 1].
+        (
+            BOX_ACT,
+            np.array([10.0, 0.0], np.float32),
+            {"normalize_actions": True},
+            "should be in normalized space",
+        ),
+    ],
+)
+def test_check_compute_single_action_fails_on_out_of_space_actions(act_space, bad_action, config, match):
     policy = RecordingRandomPolicy(OBS, act_space, config, bad_action=bad_action)
     with pytest.raises(ValueError, match=match):
         check_compute_single_action(policy)
@@ -368,8 +421,9 @@ def test_check_compute_single_action_fails_on_out_of_space_actions(act_space, ba
 def test_check_compute_single_action_box_out_of_bounds_is_clipped_not_flagged():
     # 1.11: a raw Box action outside the bounds is fine unless clipping/unsquashing
     # was asked for, and those bring it inside.
-    policy = RecordingRandomPolicy(OBS, BOX_ACT, {"normalize_actions": False},
-                                   bad_action=np.array([2.5, -2.5], np.float32))
+    policy = RecordingRandomPolicy(
+        OBS, BOX_ACT, {"normalize_actions": False}, bad_action=np.array([2.5, -2.5], np.float32)
+    )
     check_compute_single_action(policy)
 
 
@@ -385,17 +439,33 @@ class MiniTrainer:
     def get_policy(self, policy_id="default_policy"):
         return self.policy_map[policy_id]
 
-    def compute_single_action(self, observation, state=None, *, prev_action=None, prev_reward=None,
-                              explore=None, timestep=None, unsquash_action=None, clip_action=None,
-                              policy_id="default_policy", full_fetch=False):
+    def compute_single_action(
+        self,
+        observation,
+        state=None,
+        *,
+        prev_action=None,
+        prev_reward=None,
+        explore=None,
+        timestep=None,
+        unsquash_action=None,
+        clip_action=None,
+        policy_id="default_policy",
+        full_fetch=False,
+    ):
         from rlpolicy.utils.spaces.space_utils import clip_action as clip_fn
         from rlpolicy.utils.spaces.space_utils import unsquash_action as unsquash_fn
 
         policy = self.get_policy(policy_id)
         self.calls.append((policy_id, full_fetch, unsquash_action, clip_action))
         action, state_out, extra = policy.compute_single_action(
-            observation, state, prev_action=prev_action, prev_reward=prev_reward, explore=explore,
-            timestep=timestep)
+            observation,
+            state,
+            prev_action=prev_action,
+            prev_reward=prev_reward,
+            explore=explore,
+            timestep=timestep,
+        )
         unsquash = policy.config["normalize_actions"] if unsquash_action is None else unsquash_action
         clip = policy.config["clip_actions"] if clip_action is None else clip_action
         if unsquash:
@@ -406,15 +476,22 @@ class MiniTrainer:
 
 
 def test_check_compute_single_action_with_a_trainer_like_object():
-    policy = RecordingRandomPolicy(OBS, BOX_ACT, {"normalize_actions": False},
-                                   bad_action=np.array([2.5, 0.0], np.float32))
+    policy = RecordingRandomPolicy(
+        OBS, BOX_ACT, {"normalize_actions": False}, bad_action=np.array([2.5, 0.0], np.float32)
+    )
     trainer = MiniTrainer(policy)
     check_compute_single_action(trainer, include_state=True)
     assert {c[0] for c in trainer.calls} == {"main"}
     assert {c[1] for c in trainer.calls} == {False, True}
-    assert {(c[2], c[3]) for c in trainer.calls} == {(True, False), (False, True), (False, False),
-                                                     (False, None), (None, True), (None, False),
-                                                     (None, None)}
+    assert {(c[2], c[3]) for c in trainer.calls} == {
+        (True, False),
+        (False, True),
+        (False, False),
+        (False, None),
+        (None, True),
+        (None, False),
+        (None, None),
+    }
     with pytest.raises(ValueError, match="of MiniTrainer is not in the action space"):
         check_compute_single_action(MiniTrainer(policy, clip_ignored=True))
 
@@ -430,6 +507,7 @@ def test_check_compute_single_action_policy_attribute_and_bad_input():
 # ----------------------------------------------------------------------------------------
 # check_learning_achieved / check_train_results
 # ----------------------------------------------------------------------------------------
+
 
 def _trial(reward, eval_reward=None):
     result = {"episode_reward_mean": reward}
@@ -476,9 +554,15 @@ def _pg_learner_info():
 
     policy = _pg_class("torch")(OBS, DISCRETE_ACT, {"model": SMALL_MODEL})
     n = 8
-    batch = SampleBatch({"obs": np.zeros((n, 3), np.float32), "actions": np.arange(n) % 3,
-                         "rewards": np.ones(n, np.float32), "dones": np.zeros(n, bool),
-                         "advantages": np.ones(n, np.float32)})
+    batch = SampleBatch(
+        {
+            "obs": np.zeros((n, 3), np.float32),
+            "actions": np.arange(n) % 3,
+            "rewards": np.ones(n, np.float32),
+            "dones": np.zeros(n, bool),
+            "advantages": np.ones(n, np.float32),
+        }
+    )
     builder = LearnerInfoBuilder()
     builder.add_learn_on_batch_results(policy.learn_on_batch(batch))
     return builder.finalize()
@@ -493,16 +577,25 @@ def test_check_train_results_on_a_policys_learner_info():
         check_train_results(results)
 
 
-@pytest.mark.parametrize("results, match", [
-    ({}, "no 'info' dict"),
-    ({"info": {}}, r"'learner' not in train_results\['info'\]"),
-    ({"info": {"learner": {"default_policy": {"loss": 1.0}}}}, "'learner_stats' not in"),
-    ({"info": {"learner": {"p1": {"learner_stats": {}}}}, "config": {"multiagent": {}}},
-     "'default_policy' not found"),
-    ({"info": {"learner": {"default_policy": {"learner_stats": {}, "td_error": np.zeros(4)}}},
-      "config": {"train_batch_size": 32, "model": {"max_seq_len": 4}, "burn_in": 0}},
-     r"\['td_error'\] has 4 rows"),
-])
+@pytest.mark.parametrize(
+    "results, match",
+    [
+        ({}, "no 'info' dict"),
+        ({"info": {}}, r"'learner' not in train_results\['info'\]"),
+        ({"info": {"learner": {"default_policy": {"loss": 1.0}}}}, "'learner_stats' not in"),
+        (
+            {"info": {"learner": {"p1": {"learner_stats": {}}}}, "config": {"multiagent": {}}},
+            "'default_policy' not found",
+        ),
+        (
+            {
+                "info": {"learner": {"default_policy": {"learner_stats": {}, "td_error": np.zeros(4)}}},
+                "config": {"train_batch_size": 32, "model": {"max_seq_len": 4}, "burn_in": 0},
+            },
+            r"\['td_error'\] has 4 rows",
+        ),
+    ],
+)
 def test_check_train_results_rejects_bad_layouts(results, match):
     with pytest.raises(AssertionError, match=match):
         check_train_results(results)
@@ -510,9 +603,16 @@ def test_check_train_results_rejects_bad_layouts(results, match):
 
 def test_check_train_results_multi_agent_and_r2d2_layouts():
     stats = {"learner_stats": {"min_q": 0.5}}
-    check_train_results({"info": {"learner": {"p1": stats, "p2": stats, "batch_count": 3}},
-                         "config": {"multiagent": {"policies": {"p1": None, "p2": None}}}})
+    check_train_results(
+        {
+            "info": {"learner": {"p1": stats, "p2": stats, "batch_count": 3}},
+            "config": {"multiagent": {"policies": {"p1": None, "p2": None}}},
+        }
+    )
     # R2D2: one td-error per sequence of max_seq_len + burn_in steps (32 / 8 = 4).
-    check_train_results({"info": {"learner": {"default_policy": {**stats, "td_error": np.zeros(4)}}},
-                         "config": {"train_batch_size": 32, "model": {"max_seq_len": 6},
-                                    "burn_in": 2}})
+    check_train_results(
+        {
+            "info": {"learner": {"default_policy": {**stats, "td_error": np.zeros(4)}}},
+            "config": {"train_batch_size": 32, "model": {"max_seq_len": 6}, "burn_in": 2},
+        }
+    )

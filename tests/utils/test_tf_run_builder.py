@@ -1,4 +1,5 @@
 """rlpolicy.utils.tf_run_builder.TFRunBuilder in a private tf1.Graph."""
+
 import numpy as np
 import pytest
 
@@ -37,12 +38,15 @@ def test_fetch_indices_and_single_run(graph_ops):
     assert ops["sess"].run(ops["counter"]) == 1.0
 
 
-@pytest.mark.parametrize("action, exc, match", [
-    ("double_feed", ValueError, "added twice"),
-    ("bad_fetch", ValueError, "unsupported fetch type"),
-    ("feed_after_run", RuntimeError, "after the run"),
-    ("fetch_after_run", RuntimeError, "after the run"),
-])
+@pytest.mark.parametrize(
+    "action, exc, match",
+    [
+        ("double_feed", ValueError, "added twice"),
+        ("bad_fetch", ValueError, "unsupported fetch type"),
+        ("feed_after_run", RuntimeError, "after the run"),
+        ("fetch_after_run", RuntimeError, "after the run"),
+    ],
+)
 def test_errors(graph_ops, action, exc, match):
     ops = graph_ops
     builder = TFRunBuilder(ops["sess"], "my_debug_name")

@@ -1,4 +1,5 @@
 """TFRunBuilder's cached session callables give what ``session.run`` gives."""
+
 import numpy as np
 import pytest
 
@@ -23,9 +24,18 @@ def graph_ops(tf_modules):
         picked = tf.where(flag, total, -total)
         sess = tf1.Session(graph=graph)
         sess.run(tf1.global_variables_initializer())
-        yield {"x": x, "flag": flag, "step": step, "inc": inc, "total": total, "picked": picked,
-               "sess": sess, "counter": counter, "tf": tf,
-               "double_step": double_step}
+        yield {
+            "x": x,
+            "flag": flag,
+            "step": step,
+            "inc": inc,
+            "total": total,
+            "picked": picked,
+            "sess": sess,
+            "counter": counter,
+            "tf": tf,
+            "double_step": double_step,
+        }
         sess.close()
 
 
@@ -40,9 +50,11 @@ def test_nested_fetches_ops_and_conversions(graph_ops):
     ops = graph_ops
     obs = np.array([[1.0, 2.0], [3.0, -4.0]], dtype=np.float64)  # converted to float32
     for i, flag in enumerate([True, False, True]):
-        out = _run(ops, {ops["x"]: obs, ops["flag"]: flag, ops["step"]: i},
-                   [ops["picked"], {"stats": {"t": ops["total"], "s": ops["double_step"]}},
-                    ops["inc"].op])
+        out = _run(
+            ops,
+            {ops["x"]: obs, ops["flag"]: flag, ops["step"]: i},
+            [ops["picked"], {"stats": {"t": ops["total"], "s": ops["double_step"]}}, ops["inc"].op],
+        )
         sign = 1.0 if flag else -1.0
         np.testing.assert_allclose(out[0], sign * np.array([3.0, -1.0]), rtol=1e-6, atol=1e-6)
         assert out[0].dtype == np.float32

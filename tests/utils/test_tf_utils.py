@@ -1,4 +1,5 @@
 """rlpolicy.utils.tf_utils in TF graph mode (own tf1.Graph) and eagerly, against numpy references."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -24,29 +25,37 @@ def test_eager_losses_and_explained_variance(tf_modules):
     y = rng.normal(size=40).astype(np.float32)
     pred = (y + 0.5 * rng.normal(size=40)).astype(np.float32)
     expected = max(-1.0, 1 - np.var(y - pred) / np.var(y))  # biased variances, as tf.nn.moments
-    assert float(tfu.explained_variance(tf.constant(y), tf.constant(pred))) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    assert float(tfu.explained_variance(tf.constant(y), tf.constant(pred))) == pytest.approx(
+        expected, rel=1e-5, abs=1e-6
+    )
     assert float(tfu.explained_variance(tf.constant(y), tf.constant(-5 * y))) == -1.0
     x = np.array([-2.0, -0.5, 0.25, 3.0], np.float32)
-    np.testing.assert_allclose(tfu.huber_loss(tf.constant(x)).numpy(), [1.5, 0.125, 0.03125, 2.5], rtol=1e-6, atol=1e-6)
-    assert float(tfu.l2_loss(tf.constant(x))) == pytest.approx(0.5 * np.sum(x ** 2), abs=1e-6)
+    np.testing.assert_allclose(
+        tfu.huber_loss(tf.constant(x)).numpy(), [1.5, 0.125, 0.03125, 2.5], rtol=1e-6, atol=1e-6
+    )
+    assert float(tfu.l2_loss(tf.constant(x))) == pytest.approx(0.5 * np.sum(x**2), abs=1e-6)
     masked = tf.constant([[1.0, tf.float32.min, 5.0]])
     assert float(tfu.reduce_mean_ignore_inf(masked)) == pytest.approx(3.0, abs=1e-6)
 
 
 def test_eager_one_hot_and_flatten(tf_modules):
     _, tf = tf_modules
-    np.testing.assert_array_equal(tfu.one_hot(tf.constant([1, 0]), gym.spaces.Discrete(2)).numpy(),
-                                  [[0, 1], [1, 0]])
     np.testing.assert_array_equal(
-        tfu.one_hot(tf.constant([[1, 2]]), gym.spaces.MultiDiscrete([2, 3])).numpy(), [[0, 1, 0, 0, 1]])
+        tfu.one_hot(tf.constant([1, 0]), gym.spaces.Discrete(2)).numpy(), [[0, 1], [1, 0]]
+    )
+    np.testing.assert_array_equal(
+        tfu.one_hot(tf.constant([[1, 2]]), gym.spaces.MultiDiscrete([2, 3])).numpy(), [[0, 1, 0, 0, 1]]
+    )
     with pytest.raises(ValueError, match="Unsupported space"):
         tfu.one_hot(tf.constant([1.0]), gym.spaces.Box(0, 1, (1,)))
     spaces = {"a": gym.spaces.Discrete(3), "b": gym.spaces.Box(-1, 1, (2,))}
-    out = tfu.flatten_inputs_to_1d_tensor({"a": tf.constant([2, 1]), "b": tf.constant([[0.5, 1.0], [2.0, 3.0]])},
-                                          spaces)
+    out = tfu.flatten_inputs_to_1d_tensor(
+        {"a": tf.constant([2, 1]), "b": tf.constant([[0.5, 1.0], [2.0, 3.0]])}, spaces
+    )
     np.testing.assert_array_equal(out.numpy(), [[0, 0, 1, 0.5, 1.0], [0, 1, 0, 2.0, 3.0]])
-    timed = tfu.flatten_inputs_to_1d_tensor({"a": tf.constant([[2, 1]]), "b": tf.constant([[[0.5, 1.0], [2.0, 3.0]]])},
-                                            spaces, time_axis=True)
+    timed = tfu.flatten_inputs_to_1d_tensor(
+        {"a": tf.constant([[2, 1]]), "b": tf.constant([[[0.5, 1.0], [2.0, 3.0]]])}, spaces, time_axis=True
+    )
     np.testing.assert_array_equal(timed.numpy(), [[[0, 0, 1, 0.5, 1.0], [0, 1, 0, 2.0, 3.0]]])
 
 
@@ -82,8 +91,11 @@ def test_make_tf_callable_graph(graph_session, tf_modules):
     out = affine(np.ones((2, 3), np.float32), np.float32(2.0), bias={"b": np.float32(0.5)})
     np.testing.assert_allclose(out, np.full((2, 3), 2.5), rtol=1e-6, atol=1e-6)
     # Second call with another batch size reuses the same placeholders/ops.
-    out = affine(np.arange(5, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32), np.float32(3.0),
-                 bias={"b": np.float32(1.0)})
+    out = affine(
+        np.arange(5, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32),
+        np.float32(3.0),
+        bias={"b": np.float32(1.0)},
+    )
     np.testing.assert_allclose(out[:, 0], np.arange(5) * 3.0 + 1.0, rtol=1e-6, atol=1e-6)
     assert len(calls) == 1
     assert not tf.executing_eagerly()  # the fixture keeps us inside the graph
@@ -161,8 +173,12 @@ def test_eager_minimize_and_clip_zero_small_and_unused_gradients(tf_modules):
     """Eagerly: a zero gradient stays zero (no NaN), one under the limit is kept as it
     is, a variable the loss does not use is dropped (numbers worked by hand)."""
     _, tf = tf_modules
-    w, z, small, unused = (tf.Variable([3.0, 4.0]), tf.Variable([1.0, 2.0]),
-                           tf.Variable([0.3, 0.4]), tf.Variable([1.0]))
+    w, z, small, unused = (
+        tf.Variable([3.0, 4.0]),
+        tf.Variable([1.0, 2.0]),
+        tf.Variable([0.3, 0.4]),
+        tf.Variable([1.0]),
+    )
 
     class Opt:
         pass

@@ -1,4 +1,5 @@
 """rlpolicy.utils.torch_utils against numpy references."""
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -40,21 +41,26 @@ def test_explained_variance_vs_numpy():
 def test_global_norm_vs_numpy():
     rng = np.random.default_rng(1)
     arrays = [rng.normal(size=(3, 4)), rng.normal(size=5), rng.normal(size=())]
-    expected = np.sqrt(sum(np.sum(a ** 2) for a in arrays))
+    expected = np.sqrt(sum(np.sum(a**2) for a in arrays))
     assert float(tu.global_norm([torch.tensor(a) for a in arrays])) == pytest.approx(expected, abs=1e-6)
 
 
 def test_losses_vs_numpy():
     x = np.array([-3.0, -0.2, 0.0, 0.7, 2.0])
-    expected = np.where(np.abs(x) < 1.5, 0.5 * x ** 2, 1.5 * (np.abs(x) - 0.75))
-    np.testing.assert_allclose(tu.huber_loss(torch.tensor(x), delta=1.5).numpy(), expected, rtol=1e-6, atol=1e-6)
-    assert float(tu.l2_loss(torch.tensor(x))) == pytest.approx(0.5 * np.sum(x ** 2), abs=1e-6)
+    expected = np.where(np.abs(x) < 1.5, 0.5 * x**2, 1.5 * (np.abs(x) - 0.75))
+    np.testing.assert_allclose(
+        tu.huber_loss(torch.tensor(x), delta=1.5).numpy(), expected, rtol=1e-6, atol=1e-6
+    )
+    assert float(tu.l2_loss(torch.tensor(x))) == pytest.approx(0.5 * np.sum(x**2), abs=1e-6)
     logits = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
     labels = np.array([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
     log_sm = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     np.testing.assert_allclose(
         tu.softmax_cross_entropy_with_logits(torch.tensor(logits), torch.tensor(labels)).numpy(),
-        -(labels * log_sm).sum(-1), rtol=1e-6, atol=1e-6)
+        -(labels * log_sm).sum(-1),
+        rtol=1e-6,
+        atol=1e-6,
+    )
 
 
 def test_reduce_mean_ignore_inf_and_atanh():
@@ -67,8 +73,9 @@ def test_reduce_mean_ignore_inf_and_atanh():
 
 
 def test_one_hot():
-    np.testing.assert_array_equal(tu.one_hot(torch.tensor([2, 0]), gym.spaces.Discrete(3)).numpy(),
-                                  [[0, 0, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(
+        tu.one_hot(torch.tensor([2, 0]), gym.spaces.Discrete(3)).numpy(), [[0, 0, 1], [1, 0, 0]]
+    )
     md = tu.one_hot(torch.tensor([[1, 0], [0, 2]]), gym.spaces.MultiDiscrete([2, 3]))
     np.testing.assert_array_equal(md.numpy(), [[0, 1, 1, 0, 0], [1, 0, 0, 0, 1]])
     with pytest.raises(ValueError, match="Unsupported space"):
@@ -78,8 +85,9 @@ def test_one_hot():
 def test_flatten_inputs_to_1d_tensor_time_axis():
     spaces = (gym.spaces.Discrete(3), gym.spaces.Box(-1, 1, (2, 2)), gym.spaces.MultiDiscrete([2, 2]))
     inputs = (np.array([[1, 2]]), np.arange(8.0).reshape(1, 2, 2, 2), np.array([[[0, 1], [1, 1]]]))
-    expected = np.array([[[0, 1, 0, 0, 1, 2, 3, 1, 0, 0, 1],
-                          [0, 0, 1, 4, 5, 6, 7, 0, 1, 0, 1]]], dtype=np.float32)
+    expected = np.array(
+        [[[0, 1, 0, 0, 1, 2, 3, 1, 0, 0, 1], [0, 0, 1, 4, 5, 6, 7, 0, 1, 0, 1]]], dtype=np.float32
+    )
     out = tu.flatten_inputs_to_1d_tensor(tuple(torch.tensor(i) for i in inputs), spaces, time_axis=True)
     assert out.shape == (1, 2, 3 + 4 + 4) and out.dtype == torch.float32
     np.testing.assert_array_equal(out.numpy(), expected)
@@ -88,8 +96,13 @@ def test_flatten_inputs_to_1d_tensor_time_axis():
 def test_convert_to_torch_tensor_nested():
     ro = np.ones(2)
     ro.setflags(write=False)
-    data = {"f": np.zeros((2, 3)), "i": [np.array([1, 2], dtype=np.int64), 3], "ro": ro,
-            "obj": np.array([{"a": 1}, None], dtype=object), "t": torch.ones(1, dtype=torch.float64)}
+    data = {
+        "f": np.zeros((2, 3)),
+        "i": [np.array([1, 2], dtype=np.int64), 3],
+        "ro": ro,
+        "obj": np.array([{"a": 1}, None], dtype=object),
+        "t": torch.ones(1, dtype=torch.float64),
+    }
     out = tu.convert_to_torch_tensor(data, device="cpu")
     assert out["f"].dtype == torch.float32 and out["f"].shape == (2, 3)
     assert out["i"][0].dtype == torch.int64 and int(out["i"][1]) == 3
@@ -101,8 +114,10 @@ def test_convert_to_torch_tensor_nested():
 def test_convert_to_torch_tensor_sample_batch():
     from rlpolicy.policy.sample_batch import SampleBatch
 
-    batch = SampleBatch({"obs": np.zeros((3, 2)), "actions": np.array([0, 1, 1]), "seq_lens": np.array([1, 2])},
-                        _max_seq_len=2)
+    batch = SampleBatch(
+        {"obs": np.zeros((3, 2)), "actions": np.array([0, 1, 1]), "seq_lens": np.array([1, 2])},
+        _max_seq_len=2,
+    )
     out = tu.convert_to_torch_tensor(batch)
     assert isinstance(out, SampleBatch) and out is not batch
     assert torch.is_tensor(out["obs"]) and out["obs"].dtype == torch.float32
@@ -130,13 +145,21 @@ def test_convert_to_torch_tensor_does_not_mark_keys_accessed():
     accessed_keys holding only the columns a loss really read."""
     from rlpolicy.policy.sample_batch import SampleBatch
 
-    batch = SampleBatch({"obs": np.zeros((2, 2)), "actions": np.array([0, 1]),
-                         "nested": {"x": np.ones(2)}, "infos": np.array([{}, {}], dtype=object)})
+    batch = SampleBatch(
+        {
+            "obs": np.zeros((2, 2)),
+            "actions": np.array([0, 1]),
+            "nested": {"x": np.ones(2)},
+            "infos": np.array([{}, {}], dtype=object),
+        }
+    )
     _ = batch["actions"]
     out = tu.convert_to_torch_tensor(batch, device="cpu")
     assert batch.accessed_keys == {"actions"}
     assert out.accessed_keys is batch.accessed_keys  # the copy still shares tracking (as RLlib's copy)
-    assert torch.is_tensor(dict.__getitem__(out, "obs")) and torch.is_tensor(dict.__getitem__(out, "nested")["x"])
+    assert torch.is_tensor(dict.__getitem__(out, "obs")) and torch.is_tensor(
+        dict.__getitem__(out, "nested")["x"]
+    )
     assert isinstance(dict.__getitem__(out, "infos"), np.ndarray)  # object column left alone
     assert out.added_keys == set() and out.deleted_keys == set()
     _ = out["obs"]  # reading the converted batch is tracked as usual
@@ -216,8 +239,11 @@ def test_concat_multi_gpu_td_errors():
 
     class P:
         device = torch.device("cpu")
-        model_gpu_towers = [Tower({"td_error": torch.tensor([1.0, 2.0])}), Tower({}),
-                            Tower({"td_error": torch.tensor([3.0])})]
+        model_gpu_towers = [
+            Tower({"td_error": torch.tensor([1.0, 2.0])}),
+            Tower({}),
+            Tower({"td_error": torch.tensor([3.0])}),
+        ]
 
     p = P()
     out = tu.concat_multi_gpu_td_errors(p)

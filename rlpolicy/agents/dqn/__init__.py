@@ -1,5 +1,6 @@
 """Deep Q-Networks (DQN, with the Rainbow options), built with ``build_policy_class``
 (torch) and ``build_tf_policy`` (tf/tf2). Policy classes are loaded lazily."""
+
 from __future__ import annotations
 
 import importlib

@@ -8,6 +8,7 @@ heads on those features: ``q_value_head`` (advantages / Q-values, with
 Noisy nets (``use_noisy``), distributional outputs (``num_atoms > 1``) and
 LayerNorms for parameter noise (``add_layer_norm``) are options.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence, Tuple
@@ -28,11 +29,23 @@ tf1, tf, tfv = try_import_tf()
 class DistributionalQTFModel(TFModelV2):
     """Adds DQN's Q (and dueling state-value) heads to a base model's output features."""
 
-    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: int, model_config: ModelConfigDict, name: str, *,
-                 q_hiddens: Sequence[int] = (256,), dueling: bool = False, num_atoms: int = 1,
-                 use_noisy: bool = False, v_min: float = -10.0, v_max: float = 10.0,
-                 sigma0: float = 0.5, add_layer_norm: bool = False):
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        name: str,
+        *,
+        q_hiddens: Sequence[int] = (256,),
+        dueling: bool = False,
+        num_atoms: int = 1,
+        use_noisy: bool = False,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+        sigma0: float = 0.5,
+        add_layer_norm: bool = False,
+    ):
         """Initializes the heads; arguments as ``DQNTorchModel`` (no ``dueling_hiddens``).
 
         Raises:
@@ -44,16 +57,16 @@ class DistributionalQTFModel(TFModelV2):
         if not isinstance(num_atoms, int) or num_atoms < 1:
             raise ValueError(f"DistributionalQTFModel: num_atoms must be an int >= 1, got {num_atoms!r}")
         if num_atoms > 1 and not v_min < v_max:
-            raise ValueError(f"DistributionalQTFModel: v_min ({v_min}) must be < v_max ({v_max}) "
-                             "for num_atoms > 1")
+            raise ValueError(
+                f"DistributionalQTFModel: v_min ({v_min}) must be < v_max ({v_max}) for num_atoms > 1"
+            )
         self.num_atoms, self.dueling = num_atoms, dueling
         self.v_min, self.v_max = float(v_min), float(v_max)
         self._opts = dict(hiddens=list(q_hiddens), noisy=use_noisy, sigma0=sigma0, layer_norm=add_layer_norm)
         keras = get_keras()
         model_out = keras.layers.Input(shape=(self.num_outputs,), name="model_out")
         n_scores = int(action_space.n) * num_atoms
-        scores = self._head(keras, "A", model_out, n_scores,
-                            skip_output=not q_hiddens and not use_noisy)
+        scores = self._head(keras, "A", model_out, n_scores, skip_output=not q_hiddens and not use_noisy)
         self.q_value_head = keras.Model(model_out, scores)
         # Eager calls of the heads replay their layers (models/tf/functional_replay.py)
         # where that is exact; noisy or LayerNorm heads go through Keras.
@@ -87,8 +100,9 @@ class DistributionalQTFModel(TFModelV2):
         if self.num_atoms == 1:
             ones = tf.expand_dims(tf.ones_like(action_scores), -1)
             return action_scores, ones, ones
-        z = self.v_min + tf.range(self.num_atoms, dtype=tf.float32) * \
-            (self.v_max - self.v_min) / float(self.num_atoms - 1)
+        z = self.v_min + tf.range(self.num_atoms, dtype=tf.float32) * (self.v_max - self.v_min) / float(
+            self.num_atoms - 1
+        )
         support_logits = tf.reshape(action_scores, (-1, self.action_space.n, self.num_atoms))
         support_probs = tf.nn.softmax(support_logits)
         scores = tf.reduce_sum(z * support_probs, axis=-1)
@@ -101,8 +115,10 @@ class DistributionalQTFModel(TFModelV2):
             ValueError: If the model was built without ``dueling``.
         """
         if not self.dueling:
-            raise ValueError(f"{type(self).__name__}.get_state_value: the model has no value "
-                             "head; build it with dueling=True")
+            raise ValueError(
+                f"{type(self).__name__}.get_state_value: the model has no value "
+                "head; build it with dueling=True"
+            )
         with self.context():
             return self._value_head_replay(self.state_value_head, model_out)
 

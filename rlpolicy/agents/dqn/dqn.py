@@ -18,6 +18,7 @@ seed 0, evaluations of 20 episodes with ``explore=False`` every 5000 steps)
 reached a mean of 500.0 after 35,000 sampled steps, in 239 s wall time on a
 shared 2-core CPU (OMP_NUM_THREADS=1).
 """
+
 from __future__ import annotations
 
 import random
@@ -58,12 +59,15 @@ def make_replay_buffer(config: dict) -> Any:
     if config.get("buffer_size") not in (None, DEPRECATED_VALUE):
         capacity = config["buffer_size"]  # the old name, as RLlib 1.11 still honours it
     return LocalReplayBuffer(
-        num_shards=1, learning_starts=config["learning_starts"], capacity=capacity,
+        num_shards=1,
+        learning_starts=config["learning_starts"],
+        capacity=capacity,
         replay_batch_size=config["train_batch_size"],
         prioritized_replay_alpha=config["prioritized_replay_alpha"] if config["prioritized_replay"] else 0.0,
         prioritized_replay_beta=config["prioritized_replay_beta"],
         prioritized_replay_eps=config["prioritized_replay_eps"],
-        replay_sequence_length=config["replay_sequence_length"])
+        replay_sequence_length=config["replay_sequence_length"],
+    )
 
 
 def train_steps_per_sample(config: dict, num_envs: int) -> float:
@@ -92,8 +96,14 @@ class SimpleDQNTrainer:
         num_envs: Environments stepped in lock-step (default ``num_envs_per_worker``).
     """
 
-    def __init__(self, env_creator: Callable[[], Any], config: Optional[dict] = None, *,
-                 seed: Optional[int] = None, num_envs: Optional[int] = None):
+    def __init__(
+        self,
+        env_creator: Callable[[], Any],
+        config: Optional[dict] = None,
+        *,
+        seed: Optional[int] = None,
+        num_envs: Optional[int] = None,
+    ):
         from rlpolicy.evaluation.rollout_worker import RolloutWorker
 
         config = dict(config or {})
@@ -102,9 +112,13 @@ class SimpleDQNTrainer:
         self.policy = cls(env.observation_space, env.action_space, config)
         self.config = self.policy.config
         self.num_envs = num_envs or self.config["num_envs_per_worker"]
-        self.worker = RolloutWorker(env_creator, self.policy, num_envs=self.num_envs,
-                                    rollout_fragment_length=self.config["rollout_fragment_length"],
-                                    seed=seed)
+        self.worker = RolloutWorker(
+            env_creator,
+            self.policy,
+            num_envs=self.num_envs,
+            rollout_fragment_length=self.config["rollout_fragment_length"],
+            seed=seed,
+        )
         self.replay_buffer = make_replay_buffer(self.config)
         self._train_ratio = train_steps_per_sample(self.config, self.num_envs)
         self._train_credit = 0.0
@@ -161,7 +175,7 @@ class SimpleDQNTrainer:
         if BATCH_INDEXES in batch and "td_error" in info:
             td_error = np.asarray(info["td_error"]).reshape(-1)
             # Several towers drop the rows beyond an equal share per tower.
-            indexes = np.asarray(batch[BATCH_INDEXES])[:len(td_error)]
+            indexes = np.asarray(batch[BATCH_INDEXES])[: len(td_error)]
             self.replay_buffer.update_priorities({DEFAULT_POLICY_ID: (indexes, td_error)})
         if self.steps_sampled - self.last_target_update >= self.config["target_network_update_freq"]:
             self.policy.update_target()
@@ -177,13 +191,19 @@ class SimpleDQNTrainer:
             self.step()
         self.iteration += 1
         m = self.worker.metrics()
-        return IterationResult(self.iteration, self.steps_sampled, m["episode_reward_mean"],
-                               m["episodes_total"] + self._episodes_offset, dict(self.learner_stats),
-                               time.perf_counter() - self._start)
+        return IterationResult(
+            self.iteration,
+            self.steps_sampled,
+            m["episode_reward_mean"],
+            m["episodes_total"] + self._episodes_offset,
+            dict(self.learner_stats),
+            time.perf_counter() - self._start,
+        )
 
 
-def evaluate_policy(policy: Any, env_creator: Callable[[], Any], num_episodes: int = 20,
-                    seed: int = 10_000) -> List[float]:
+def evaluate_policy(
+    policy: Any, env_creator: Callable[[], Any], num_episodes: int = 20, seed: int = 10_000
+) -> List[float]:
     """Returns of ``num_episodes`` greedy (``explore=False``) episodes, one env each,
     stepped in lock-step. The policy's ``global_timestep`` is left unchanged."""
     envs = [env_creator() for _ in range(num_episodes)]
@@ -215,10 +235,17 @@ class DQNRunResult:
     trainer: Optional[SimpleDQNTrainer] = None
 
 
-def train_dqn(env_creator: Callable[[], Any], config: Optional[dict] = None, *,
-              max_timesteps: int = 200_000, stop_reward: float = 475.0, eval_interval: int = 5000,
-              eval_episodes: int = 20, seed: int = 0,
-              log: Optional[Callable[[str], None]] = None) -> DQNRunResult:
+def train_dqn(
+    env_creator: Callable[[], Any],
+    config: Optional[dict] = None,
+    *,
+    max_timesteps: int = 200_000,
+    stop_reward: float = 475.0,
+    eval_interval: int = 5000,
+    eval_episodes: int = 20,
+    seed: int = 0,
+    log: Optional[Callable[[str], None]] = None,
+) -> DQNRunResult:
     """Trains DQN until a greedy evaluation's mean return reaches ``stop_reward``.
 
     Every ``eval_interval`` sampled steps the policy plays ``eval_episodes``
@@ -248,17 +275,24 @@ def train_dqn(env_creator: Callable[[], Any], config: Optional[dict] = None, *,
         next_eval += eval_interval
         mean = float(np.mean(evaluate_policy(trainer.policy, env_creator, eval_episodes, seed=10_000 + seed)))
         m = trainer.worker.metrics()
-        evaluations.append({"timesteps": trainer.steps_sampled, "eval_mean": mean,
-                            "train_mean": m["episode_reward_mean"],
-                            "time_s": time.perf_counter() - start})
+        evaluations.append(
+            {
+                "timesteps": trainer.steps_sampled,
+                "eval_mean": mean,
+                "train_mean": m["episode_reward_mean"],
+                "time_s": time.perf_counter() - start,
+            }
+        )
         if log is not None:
-            log(f"steps={trainer.steps_sampled} eval_mean={mean:.1f} "
-                f"train_mean={m['episode_reward_mean']:.1f} t={time.perf_counter() - start:.0f}s")
+            log(
+                f"steps={trainer.steps_sampled} eval_mean={mean:.1f} "
+                f"train_mean={m['episode_reward_mean']:.1f} t={time.perf_counter() - start:.0f}s"
+            )
         if mean >= stop_reward:
-            return DQNRunResult(True, trainer.steps_sampled, time.perf_counter() - start, mean,
-                                evaluations, trainer)
-    return DQNRunResult(False, trainer.steps_sampled, time.perf_counter() - start, mean,
-                        evaluations, trainer)
+            return DQNRunResult(
+                True, trainer.steps_sampled, time.perf_counter() - start, mean, evaluations, trainer
+            )
+    return DQNRunResult(False, trainer.steps_sampled, time.perf_counter() - start, mean, evaluations, trainer)
 
 
 def _seed_frameworks(seed: int, framework: str) -> None:

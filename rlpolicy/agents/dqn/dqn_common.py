@@ -3,6 +3,7 @@
 RLlib 1.11 keeps these in ``dqn_tf_policy``; rlpolicy re-exports them there so
 that the torch policy does not have to import TensorFlow.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
@@ -25,13 +26,15 @@ def check_dqn_action_space(action_space: gym.Space, who: str = "DQN") -> None:
     """Raises UnsupportedSpaceException unless ``action_space`` is Discrete."""
     if not isinstance(action_space, gym.spaces.Discrete):
         raise UnsupportedSpaceException(
-            f"Action space {action_space} is not supported for {who}; supported: Discrete")
+            f"Action space {action_space} is not supported for {who}; supported: Discrete"
+        )
     if int(action_space.start) != 0:
         # Q-values are indexed by action; an offset would need every Q op to shift.
         raise UnsupportedSpaceException(
             f"Action space {action_space} (start={int(action_space.start)}) is not supported for "
             f"{who}: its actions must be 0..n-1; use Discrete({int(action_space.n)}) and add "
-            f"{int(action_space.start)} to the action in the env (e.g. a gymnasium ActionWrapper)")
+            f"{int(action_space.start)} to the action in the env (e.g. a gymnasium ActionWrapper)"
+        )
 
 
 def q_model_num_outputs(config: dict, action_space: gym.spaces.Discrete) -> int:
@@ -49,18 +52,28 @@ def q_model_num_outputs(config: dict, action_space: gym.spaces.Discrete) -> int:
 
 def q_model_kwargs(config: dict, add_layer_norm: bool) -> Dict[str, Any]:
     """The DQN model-interface keyword arguments read from the config."""
-    return dict(q_hiddens=config["hiddens"], dueling=config["dueling"],
-                num_atoms=config["num_atoms"], use_noisy=config["noisy"],
-                v_min=config["v_min"], v_max=config["v_max"], sigma0=config["sigma0"],
-                add_layer_norm=add_layer_norm)
+    return dict(
+        q_hiddens=config["hiddens"],
+        dueling=config["dueling"],
+        num_atoms=config["num_atoms"],
+        use_noisy=config["noisy"],
+        v_min=config["v_min"],
+        v_max=config["v_max"],
+        sigma0=config["sigma0"],
+        add_layer_norm=add_layer_norm,
+    )
 
 
 def uses_parameter_noise(policy: Any, config: dict) -> bool:
     """Whether the policy explores with ParameterNoise (its model then gets LayerNorms)."""
     exploration_type = (config.get("exploration_config") or {}).get("type")
-    name = exploration_type if isinstance(exploration_type, str) else getattr(exploration_type, "__name__", "")
-    return type(getattr(policy, "exploration", None)).__name__ == "ParameterNoise" or \
-        name.rsplit(".", 1)[-1] == "ParameterNoise"
+    name = (
+        exploration_type if isinstance(exploration_type, str) else getattr(exploration_type, "__name__", "")
+    )
+    return (
+        type(getattr(policy, "exploration", None)).__name__ == "ParameterNoise"
+        or name.rsplit(".", 1)[-1] == "ParameterNoise"
+    )
 
 
 def terminal_flags(batch: SampleBatch) -> Any:
@@ -71,9 +84,12 @@ def terminal_flags(batch: SampleBatch) -> Any:
     return batch[SampleBatch.DONES]
 
 
-def postprocess_nstep_and_prio(policy: Any, batch: SampleBatch,
-                               other_agent: Optional[Dict[AgentID, Tuple[Any, SampleBatch]]] = None,
-                               episode: Any = None) -> SampleBatch:
+def postprocess_nstep_and_prio(
+    policy: Any,
+    batch: SampleBatch,
+    other_agent: Optional[Dict[AgentID, Tuple[Any, SampleBatch]]] = None,
+    episode: Any = None,
+) -> SampleBatch:
     """DQN's trajectory postprocessing.
 
     1. With ``n_step > 1``: the n-step rewrite of ``adjust_nstep`` (rewards
@@ -97,8 +113,13 @@ def postprocess_nstep_and_prio(policy: Any, batch: SampleBatch,
         batch[PRIO_WEIGHTS] = np.ones_like(batch[SampleBatch.REWARDS], dtype=np.float32)
     if batch.count > 0 and config["worker_side_prioritization"]:
         td_errors = policy.compute_td_error(
-            batch[SampleBatch.OBS], batch[SampleBatch.ACTIONS], batch[SampleBatch.REWARDS],
-            batch[SampleBatch.NEXT_OBS], terminal_flags(batch), batch[PRIO_WEIGHTS])
+            batch[SampleBatch.OBS],
+            batch[SampleBatch.ACTIONS],
+            batch[SampleBatch.REWARDS],
+            batch[SampleBatch.NEXT_OBS],
+            terminal_flags(batch),
+            batch[PRIO_WEIGHTS],
+        )
         new_priorities = np.abs(convert_to_numpy(td_errors)) + config["prioritized_replay_eps"]
         batch[PRIO_WEIGHTS] = new_priorities.astype(np.float32)
     return batch
@@ -115,8 +136,9 @@ def check_num_atoms(config: dict) -> None:
     if not isinstance(num_atoms, int) or isinstance(num_atoms, bool) or num_atoms < 1:
         raise ValueError(f"DQN config: num_atoms must be an int >= 1, got {num_atoms!r}")
     if num_atoms > 1 and not config["v_min"] < config["v_max"]:
-        raise ValueError(f"DQN config: v_min ({config['v_min']}) must be < v_max "
-                         f"({config['v_max']}) when num_atoms > 1")
+        raise ValueError(
+            f"DQN config: v_min ({config['v_min']}) must be < v_max ({config['v_max']}) when num_atoms > 1"
+        )
 
 
 __all__ = ["PRIO_WEIGHTS", "Q_SCOPE", "Q_TARGET_SCOPE", "postprocess_nstep_and_prio"]

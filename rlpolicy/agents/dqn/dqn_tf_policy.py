@@ -6,6 +6,7 @@ double Q, dueling, noisy nets, n-step, C51, Huber loss with importance
 weights, and ``td_error`` in the learn results. As in RLlib, TF clips each
 gradient by its own norm (``grad_clip``), where torch clips the global norm.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -43,33 +44,50 @@ tf1, tf, tfv = try_import_tf()
 class QLoss:
     """The Q-learning loss of one batch (RLlib 1.11's TF ``QLoss``); see the torch QLoss."""
 
-    def __init__(self, q_t_selected: TensorType, q_logits_t_selected: TensorType,
-                 q_tp1_best: TensorType, q_dist_tp1_best: TensorType,
-                 importance_weights: TensorType, rewards: TensorType, done_mask: TensorType,
-                 gamma: float = 0.99, n_step: int = 1, num_atoms: int = 1,
-                 v_min: float = -10.0, v_max: float = 10.0):
-        discount = gamma ** n_step
+    def __init__(
+        self,
+        q_t_selected: TensorType,
+        q_logits_t_selected: TensorType,
+        q_tp1_best: TensorType,
+        q_dist_tp1_best: TensorType,
+        importance_weights: TensorType,
+        rewards: TensorType,
+        done_mask: TensorType,
+        gamma: float = 0.99,
+        n_step: int = 1,
+        num_atoms: int = 1,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+    ):
+        discount = gamma**n_step
         weights = tf.cast(importance_weights, tf.float32)
         rewards = tf.cast(rewards, tf.float32)
         if num_atoms > 1:
             z = v_min + tf.range(num_atoms, dtype=tf.float32) * (v_max - v_min) / float(num_atoms - 1)
-            r_tau = tf.expand_dims(rewards, -1) + discount * tf.expand_dims(1.0 - done_mask, -1) * tf.expand_dims(z, 0)
+            r_tau = tf.expand_dims(rewards, -1) + discount * tf.expand_dims(
+                1.0 - done_mask, -1
+            ) * tf.expand_dims(z, 0)
             m = project_distribution(r_tau, q_dist_tp1_best, v_min, v_max, num_atoms)
             self.td_error = tf.nn.softmax_cross_entropy_with_logits(
-                labels=tf.stop_gradient(m), logits=q_logits_t_selected)
+                labels=tf.stop_gradient(m), logits=q_logits_t_selected
+            )
             self.loss = tf.reduce_mean(self.td_error * weights)
             self.stats = {"mean_td_error": tf.reduce_mean(self.td_error)}
             return
         target = rewards + discount * (1.0 - done_mask) * q_tp1_best
         self.td_error = q_t_selected - tf.stop_gradient(target)
         self.loss = tf.reduce_mean(weights * huber_loss(self.td_error))
-        self.stats = {"mean_q": tf.reduce_mean(q_t_selected), "min_q": tf.reduce_min(q_t_selected),
-                      "max_q": tf.reduce_max(q_t_selected),
-                      "mean_td_error": tf.reduce_mean(self.td_error)}
+        self.stats = {
+            "mean_q": tf.reduce_mean(q_t_selected),
+            "min_q": tf.reduce_min(q_t_selected),
+            "max_q": tf.reduce_max(q_t_selected),
+            "mean_td_error": tf.reduce_mean(self.td_error),
+        }
 
 
-def project_distribution(r_tau: TensorType, probs: TensorType, v_min: float, v_max: float,
-                         num_atoms: int) -> TensorType:
+def project_distribution(
+    r_tau: TensorType, probs: TensorType, v_min: float, v_max: float, num_atoms: int
+) -> TensorType:
     """C51 projection of atoms ``r_tau`` with masses ``probs`` onto the fixed support."""
     r_tau = tf.clip_by_value(r_tau, v_min, v_max)
     b = (r_tau - v_min) / ((v_max - v_min) / float(num_atoms - 1))
@@ -82,8 +100,9 @@ def project_distribution(r_tau: TensorType, probs: TensorType, v_min: float, v_m
     return ml + mu
 
 
-def build_q_model(policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                  config: TrainerConfigDict) -> ModelV2:
+def build_q_model(
+    policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+) -> ModelV2:
     """Builds ``policy.q_model`` (returned) and ``policy.target_model``.
 
     Raises:
@@ -96,19 +115,37 @@ def build_q_model(policy: Policy, obs_space: gym.spaces.Space, action_space: gym
     kwargs = q_model_kwargs(config, uses_parameter_noise(policy, config))
     framework = "tf" if config["framework"] == "tf" else "tf2"
     policy.q_model = ModelCatalog.get_model_v2(
-        obs_space=obs_space, action_space=action_space, num_outputs=num_outputs,
-        model_config=config["model"], framework=framework, model_interface=DistributionalQTFModel,
-        name=Q_SCOPE, **kwargs)
+        obs_space=obs_space,
+        action_space=action_space,
+        num_outputs=num_outputs,
+        model_config=config["model"],
+        framework=framework,
+        model_interface=DistributionalQTFModel,
+        name=Q_SCOPE,
+        **kwargs,
+    )
     policy.target_model = ModelCatalog.get_model_v2(
-        obs_space=obs_space, action_space=action_space, num_outputs=num_outputs,
-        model_config=config["model"], framework=framework, model_interface=DistributionalQTFModel,
-        name=Q_TARGET_SCOPE, **kwargs)
+        obs_space=obs_space,
+        action_space=action_space,
+        num_outputs=num_outputs,
+        model_config=config["model"],
+        framework=framework,
+        model_interface=DistributionalQTFModel,
+        name=Q_TARGET_SCOPE,
+        **kwargs,
+    )
     return policy.q_model
 
 
-def compute_q_values(policy: Policy, model: ModelV2, input_batch: Dict[str, TensorType],
-                     state_batches: Optional[List[TensorType]] = None, seq_lens: Optional[TensorType] = None,
-                     explore: Optional[bool] = None, is_training: bool = False) -> Tuple[TensorType, ...]:
+def compute_q_values(
+    policy: Policy,
+    model: ModelV2,
+    input_batch: Dict[str, TensorType],
+    state_batches: Optional[List[TensorType]] = None,
+    seq_lens: Optional[TensorType] = None,
+    explore: Optional[bool] = None,
+    is_training: bool = False,
+) -> Tuple[TensorType, ...]:
     """``(q_values, logits, probs_or_logits, state_out)``; see the torch version."""
     model_out, state = model(input_batch, state_batches or [], seq_lens)
     if policy.config["num_atoms"] > 1:
@@ -127,8 +164,9 @@ def compute_q_values(policy: Policy, model: ModelV2, input_batch: Dict[str, Tens
     return state_score + centered, logits, dist, state
 
 
-def get_distribution_inputs_and_class(policy: Policy, model: ModelV2, input_dict: SampleBatch, *,
-                                      explore: bool = True, **kwargs: Any) -> Tuple[TensorType, type, list]:
+def get_distribution_inputs_and_class(
+    policy: Policy, model: ModelV2, input_dict: SampleBatch, *, explore: bool = True, **kwargs: Any
+) -> Tuple[TensorType, type, list]:
     """The Q-values as inputs of a Categorical (argmax / epsilon-greedy)."""
     q_vals = compute_q_values(policy, model, input_dict, explore=explore)[0]
     policy.q_values = q_vals
@@ -143,7 +181,8 @@ def build_q_losses(policy: Policy, model: ModelV2, _: Any, train_batch: SampleBa
     """DQN's loss; keeps the QLoss in ``policy.q_loss`` (for stats and ``td_error``)."""
     config, n_actions = policy.config, policy.action_space.n
     q_t, q_logits_t, _, _ = compute_q_values(
-        policy, model, SampleBatch({"obs": train_batch[SampleBatch.CUR_OBS]}), explore=False)
+        policy, model, SampleBatch({"obs": train_batch[SampleBatch.CUR_OBS]}), explore=False
+    )
     next_obs = SampleBatch({"obs": train_batch[SampleBatch.NEXT_OBS]})
     q_tp1, _, q_dist_tp1, _ = compute_q_values(policy, policy.target_model, next_obs, explore=False)
     if not hasattr(policy, "target_q_func_vars"):
@@ -158,10 +197,20 @@ def build_q_losses(policy: Policy, model: ModelV2, _: Any, train_batch: SampleBa
         best = tf.one_hot(tf.argmax(q_tp1, 1), n_actions)
     q_tp1_best = _select(q_tp1, best)
     q_dist_tp1_best = tf.reduce_sum(q_dist_tp1 * tf.expand_dims(best, -1), 1)
-    policy.q_loss = QLoss(q_t_selected, q_logits_t_selected, q_tp1_best, q_dist_tp1_best,
-                          train_batch[PRIO_WEIGHTS], train_batch[SampleBatch.REWARDS],
-                          tf.cast(terminal_flags(train_batch), tf.float32), config["gamma"],
-                          config["n_step"], config["num_atoms"], config["v_min"], config["v_max"])
+    policy.q_loss = QLoss(
+        q_t_selected,
+        q_logits_t_selected,
+        q_tp1_best,
+        q_dist_tp1_best,
+        train_batch[PRIO_WEIGHTS],
+        train_batch[SampleBatch.REWARDS],
+        tf.cast(terminal_flags(train_batch), tf.float32),
+        config["gamma"],
+        config["n_step"],
+        config["num_atoms"],
+        config["v_min"],
+        config["v_max"],
+    )
     return policy.q_loss.loss
 
 
@@ -178,8 +227,9 @@ def clip_gradients(policy: Policy, optimizer: Any, loss: TensorType) -> List[Tup
     """Gradients of the Q-model's variables, each clipped to norm ``grad_clip``."""
     if not hasattr(policy, "q_func_vars"):
         policy.q_func_vars = policy.model.variables()
-    return minimize_and_clip(optimizer, loss, var_list=policy.q_func_vars,
-                             clip_val=policy.config["grad_clip"])
+    return minimize_and_clip(
+        optimizer, loss, var_list=policy.q_func_vars, clip_val=policy.config["grad_clip"]
+    )
 
 
 def build_q_stats(policy: Policy, batch: SampleBatch) -> Dict[str, TensorType]:
@@ -195,13 +245,19 @@ class ComputeTDErrorMixin:
         @make_tf_callable(self.get_session(), dynamic_shape=True)
         def compute_td_error(obs_t, act_t, rew_t, obs_tp1, done_mask, importance_weights):
             train_loss = getattr(self, "q_loss", None)
-            build_q_losses(self, self.model, None, {
-                SampleBatch.CUR_OBS: tf.convert_to_tensor(obs_t),
-                SampleBatch.ACTIONS: tf.convert_to_tensor(act_t),
-                SampleBatch.REWARDS: tf.convert_to_tensor(rew_t),
-                SampleBatch.NEXT_OBS: tf.convert_to_tensor(obs_tp1),
-                SampleBatch.DONES: tf.convert_to_tensor(done_mask),
-                PRIO_WEIGHTS: tf.convert_to_tensor(importance_weights)})
+            build_q_losses(
+                self,
+                self.model,
+                None,
+                {
+                    SampleBatch.CUR_OBS: tf.convert_to_tensor(obs_t),
+                    SampleBatch.ACTIONS: tf.convert_to_tensor(act_t),
+                    SampleBatch.REWARDS: tf.convert_to_tensor(rew_t),
+                    SampleBatch.NEXT_OBS: tf.convert_to_tensor(obs_tp1),
+                    SampleBatch.DONES: tf.convert_to_tensor(done_mask),
+                    PRIO_WEIGHTS: tf.convert_to_tensor(importance_weights),
+                },
+            )
             td_error = self.q_loss.td_error
             if train_loss is not None:  # keep the training loss' tensors for the fetches
                 self.q_loss = train_loss
@@ -210,14 +266,16 @@ class ComputeTDErrorMixin:
         self.compute_td_error = compute_td_error
 
 
-def setup_mid_mixins(policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                     config: TrainerConfigDict) -> None:
+def setup_mid_mixins(
+    policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+) -> None:
     LearningRateSchedule.__init__(policy, config["lr"], config["lr_schedule"])
     ComputeTDErrorMixin.__init__(policy)
 
 
-def setup_late_mixins(policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                      config: TrainerConfigDict) -> None:
+def setup_late_mixins(
+    policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+) -> None:
     TargetNetworkMixin.__init__(policy, obs_space, action_space, config)
 
 
@@ -246,5 +304,14 @@ DQNTFPolicy = build_tf_policy(
     mixins=[TargetNetworkMixin, ComputeTDErrorMixin, LearningRateSchedule],
 )
 
-__all__ = ["DQNTFPolicy", "PRIO_WEIGHTS", "Q_SCOPE", "Q_TARGET_SCOPE", "QLoss", "build_q_losses",
-           "build_q_model", "compute_q_values", "postprocess_nstep_and_prio"]
+__all__ = [
+    "DQNTFPolicy",
+    "PRIO_WEIGHTS",
+    "Q_SCOPE",
+    "Q_TARGET_SCOPE",
+    "QLoss",
+    "build_q_losses",
+    "build_q_model",
+    "compute_q_values",
+    "postprocess_nstep_and_prio",
+]

@@ -13,6 +13,7 @@ subclass of it, and this class adds the Q heads on top of those features:
 
 The policy combines the streams (``compute_q_values`` in ``dqn_torch_policy``).
 """
+
 from __future__ import annotations
 
 from typing import Sequence, Tuple
@@ -33,12 +34,24 @@ torch, nn = try_import_torch()
 class DQNTorchModel(TorchModelV2, nn.Module):
     """Adds DQN's advantage and (dueling) value heads to a base model's output features."""
 
-    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: int, model_config: ModelConfigDict, name: str, *,
-                 q_hiddens: Sequence[int] = (256,), dueling: bool = False,
-                 dueling_hiddens: Sequence[int] = None, num_atoms: int = 1,
-                 use_noisy: bool = False, v_min: float = -10.0, v_max: float = 10.0,
-                 sigma0: float = 0.5, add_layer_norm: bool = False):
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        name: str,
+        *,
+        q_hiddens: Sequence[int] = (256,),
+        dueling: bool = False,
+        dueling_hiddens: Sequence[int] = None,
+        num_atoms: int = 1,
+        use_noisy: bool = False,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+        sigma0: float = 0.5,
+        add_layer_norm: bool = False,
+    ):
         """Initializes the Q heads.
 
         Args:
@@ -77,20 +90,24 @@ class DQNTorchModel(TorchModelV2, nn.Module):
         self.use_noisy = use_noisy
         n_actions = int(action_space.n)
         q_hiddens = list(q_hiddens)
-        self.advantage_module = self._head("A", q_hiddens, n_actions * num_atoms, add_layer_norm,
-                                           skip_output=not q_hiddens and not use_noisy)
+        self.advantage_module = self._head(
+            "A", q_hiddens, n_actions * num_atoms, add_layer_norm, skip_output=not q_hiddens and not use_noisy
+        )
         if dueling:
             v_hiddens = q_hiddens if dueling_hiddens is None else list(dueling_hiddens)
             self.value_module = self._head("V", v_hiddens, num_atoms, add_layer_norm)
 
-    def _head(self, tag: str, hiddens: Sequence[int], out_size: int, layer_norm: bool,
-              skip_output: bool = False) -> "nn.Sequential":
+    def _head(
+        self, tag: str, hiddens: Sequence[int], out_size: int, layer_norm: bool, skip_output: bool = False
+    ) -> "nn.Sequential":
         """``hiddens`` ReLU layers (named ``dueling_{tag}_{i}``) and a linear output ``tag``."""
         head = nn.Sequential()
         ins = self.num_outputs
         for i, n in enumerate(hiddens):
             if self.use_noisy:
-                head.add_module(f"dueling_{tag}_{i}", NoisyLayer(ins, n, sigma0=self.sigma0, activation="relu"))
+                head.add_module(
+                    f"dueling_{tag}_{i}", NoisyLayer(ins, n, sigma0=self.sigma0, activation="relu")
+                )
             else:
                 head.add_module(f"dueling_{tag}_{i}", SlimFC(ins, n, activation_fn=nn.ReLU))
                 if layer_norm:
@@ -136,8 +153,10 @@ class DQNTorchModel(TorchModelV2, nn.Module):
             ValueError: If the model was built without ``dueling``.
         """
         if not self.dueling:
-            raise ValueError(f"{type(self).__name__}.get_state_value: the model has no value "
-                             "head; build it with dueling=True")
+            raise ValueError(
+                f"{type(self).__name__}.get_state_value: the model has no value "
+                "head; build it with dueling=True"
+            )
         return self.value_module(model_out)
 
 

@@ -5,6 +5,7 @@ heads, noisy nets, n-step returns, distributional C51 (``num_atoms > 1``),
 the Huber loss weighted by prioritized-replay importance weights, and the TD
 errors handed back for new priorities (``td_error`` in the learn results).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple, Type
@@ -60,15 +61,26 @@ class QLoss:
     ``self.stats`` holds the mean/min/max Q (or the mean TD error).
     """
 
-    def __init__(self, q_t_selected: TensorType, q_logits_t_selected: TensorType,
-                 q_tp1_best: TensorType, q_probs_tp1_best: TensorType,
-                 importance_weights: TensorType, rewards: TensorType, done_mask: TensorType,
-                 gamma: float = 0.99, n_step: int = 1, num_atoms: int = 1,
-                 v_min: float = -10.0, v_max: float = 10.0):
-        discount = gamma ** n_step
+    def __init__(
+        self,
+        q_t_selected: TensorType,
+        q_logits_t_selected: TensorType,
+        q_tp1_best: TensorType,
+        q_probs_tp1_best: TensorType,
+        importance_weights: TensorType,
+        rewards: TensorType,
+        done_mask: TensorType,
+        gamma: float = 0.99,
+        n_step: int = 1,
+        num_atoms: int = 1,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+    ):
+        discount = gamma**n_step
         if num_atoms > 1:
-            z = v_min + torch.arange(num_atoms, dtype=torch.float32, device=rewards.device) \
-                * (v_max - v_min) / float(num_atoms - 1)
+            z = v_min + torch.arange(num_atoms, dtype=torch.float32, device=rewards.device) * (
+                v_max - v_min
+            ) / float(num_atoms - 1)
             r_tau = rewards.unsqueeze(-1) + discount * (1.0 - done_mask).unsqueeze(-1) * z.unsqueeze(0)
             m = project_distribution(r_tau, q_probs_tp1_best, v_min, v_max, num_atoms)
             self.td_error = softmax_cross_entropy_with_logits(logits=q_logits_t_selected, labels=m.detach())
@@ -78,12 +90,16 @@ class QLoss:
         target = rewards + discount * (1.0 - done_mask) * q_tp1_best
         self.td_error = q_t_selected - target.detach()
         self.loss = torch.mean(importance_weights.float() * huber_loss(self.td_error))
-        self.stats = {"mean_q": torch.mean(q_t_selected), "min_q": torch.min(q_t_selected),
-                      "max_q": torch.max(q_t_selected)}
+        self.stats = {
+            "mean_q": torch.mean(q_t_selected),
+            "min_q": torch.min(q_t_selected),
+            "max_q": torch.max(q_t_selected),
+        }
 
 
-def project_distribution(r_tau: TensorType, probs: TensorType, v_min: float, v_max: float,
-                         num_atoms: int) -> TensorType:
+def project_distribution(
+    r_tau: TensorType, probs: TensorType, v_min: float, v_max: float, num_atoms: int
+) -> TensorType:
     """Projects the distribution with atoms ``r_tau`` [B, N] and masses ``probs``
     [B, N] onto the fixed support ``linspace(v_min, v_max, N)`` (C51).
 
@@ -102,9 +118,9 @@ def project_distribution(r_tau: TensorType, probs: TensorType, v_min: float, v_m
     return m
 
 
-def build_q_model_and_distribution(policy: Policy, obs_space: gym.spaces.Space,
-                                   action_space: gym.spaces.Space,
-                                   config: TrainerConfigDict) -> Tuple[ModelV2, Type[TorchCategorical]]:
+def build_q_model_and_distribution(
+    policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+) -> Tuple[ModelV2, Type[TorchCategorical]]:
     """Builds the Q-model (``policy.q_model``) and its target copy (``policy.target_model``).
 
     Raises:
@@ -116,20 +132,38 @@ def build_q_model_and_distribution(policy: Policy, obs_space: gym.spaces.Space,
     num_outputs = q_model_num_outputs(config, action_space)
     kwargs = q_model_kwargs(config, uses_parameter_noise(policy, config))
     policy.q_model = ModelCatalog.get_model_v2(
-        obs_space=obs_space, action_space=action_space, num_outputs=num_outputs,
-        model_config=config["model"], framework="torch", model_interface=DQNTorchModel,
-        name=Q_SCOPE, **kwargs)
+        obs_space=obs_space,
+        action_space=action_space,
+        num_outputs=num_outputs,
+        model_config=config["model"],
+        framework="torch",
+        model_interface=DQNTorchModel,
+        name=Q_SCOPE,
+        **kwargs,
+    )
     # Set before TorchPolicy.__init__, which gives every tower its target model.
     policy.target_model = ModelCatalog.get_model_v2(
-        obs_space=obs_space, action_space=action_space, num_outputs=num_outputs,
-        model_config=config["model"], framework="torch", model_interface=DQNTorchModel,
-        name=Q_TARGET_SCOPE, **kwargs)
+        obs_space=obs_space,
+        action_space=action_space,
+        num_outputs=num_outputs,
+        model_config=config["model"],
+        framework="torch",
+        model_interface=DQNTorchModel,
+        name=Q_TARGET_SCOPE,
+        **kwargs,
+    )
     return policy.q_model, TorchCategorical
 
 
-def compute_q_values(policy: Policy, model: ModelV2, input_dict: Dict[str, TensorType],
-                     state_batches: Optional[List[TensorType]] = None, seq_lens: Optional[TensorType] = None,
-                     explore: Optional[bool] = None, is_training: bool = False) -> Tuple[TensorType, ...]:
+def compute_q_values(
+    policy: Policy,
+    model: ModelV2,
+    input_dict: Dict[str, TensorType],
+    state_batches: Optional[List[TensorType]] = None,
+    seq_lens: Optional[TensorType] = None,
+    explore: Optional[bool] = None,
+    is_training: bool = False,
+) -> Tuple[TensorType, ...]:
     """Q-values of ``model`` for ``input_dict["obs"]``.
 
     Dueling: ``Q = V + (A - mean_a A)`` (the mean ignores ``-inf`` advantages);
@@ -142,8 +176,7 @@ def compute_q_values(policy: Policy, model: ModelV2, input_dict: Dict[str, Tenso
     """
     model_out, state = model(input_dict, state_batches or [], seq_lens)
     if policy.config["num_atoms"] > 1:
-        action_scores, z, support_logits, logits, probs_or_logits = \
-            model.get_q_value_distributions(model_out)
+        action_scores, z, support_logits, logits, probs_or_logits = model.get_q_value_distributions(model_out)
     else:
         action_scores, logits, probs_or_logits = model.get_q_value_distributions(model_out)
     if not policy.config["dueling"]:
@@ -158,9 +191,15 @@ def compute_q_values(policy: Policy, model: ModelV2, input_dict: Dict[str, Tenso
     return state_score + centered, logits, probs_or_logits, state
 
 
-def get_distribution_inputs_and_class(policy: Policy, model: ModelV2, input_dict: SampleBatch, *,
-                                      explore: bool = True, is_training: bool = False,
-                                      **kwargs: Any) -> Tuple[TensorType, type, List[TensorType]]:
+def get_distribution_inputs_and_class(
+    policy: Policy,
+    model: ModelV2,
+    input_dict: SampleBatch,
+    *,
+    explore: bool = True,
+    is_training: bool = False,
+    **kwargs: Any,
+) -> Tuple[TensorType, type, List[TensorType]]:
     """The Q-values as the inputs of a categorical (argmax / epsilon-greedy) distribution."""
     q_vals = compute_q_values(policy, model, input_dict, explore=explore, is_training=is_training)[0]
     model.tower_stats["q_values"] = q_vals
@@ -179,10 +218,12 @@ def build_q_losses(policy: Policy, model: ModelV2, _: Any, train_batch: SampleBa
     tower's target model; stores ``td_error`` and ``q_loss`` in ``model.tower_stats``."""
     config = policy.config
     q_t, q_logits_t, _, _ = compute_q_values(
-        policy, model, {"obs": train_batch[SampleBatch.CUR_OBS]}, explore=False, is_training=True)
+        policy, model, {"obs": train_batch[SampleBatch.CUR_OBS]}, explore=False, is_training=True
+    )
     target = policy.target_models[model]
     q_tp1, _, q_probs_tp1, _ = compute_q_values(
-        policy, target, {"obs": train_batch[SampleBatch.NEXT_OBS]}, explore=False, is_training=True)
+        policy, target, {"obs": train_batch[SampleBatch.NEXT_OBS]}, explore=False, is_training=True
+    )
     n_actions = policy.action_space.n
     one_hot_selection = F.one_hot(train_batch[SampleBatch.ACTIONS].long(), n_actions)
     q_t_selected = _select(q_t, one_hot_selection)
@@ -190,17 +231,28 @@ def build_q_losses(policy: Policy, model: ModelV2, _: Any, train_batch: SampleBa
     if config["double_q"]:
         # The online network picks a*, the target network evaluates it.
         q_tp1_online, _, _, _ = compute_q_values(
-            policy, model, {"obs": train_batch[SampleBatch.NEXT_OBS]}, explore=False, is_training=True)
+            policy, model, {"obs": train_batch[SampleBatch.NEXT_OBS]}, explore=False, is_training=True
+        )
         best = torch.argmax(q_tp1_online, 1)
     else:
         best = torch.argmax(q_tp1, 1)
     best_one_hot = F.one_hot(best, n_actions)
     q_tp1_best = _select(q_tp1, best_one_hot)
     q_probs_tp1_best = torch.sum(q_probs_tp1 * best_one_hot.unsqueeze(-1), 1)
-    q_loss = QLoss(q_t_selected, q_logits_t_selected, q_tp1_best, q_probs_tp1_best,
-                   train_batch[PRIO_WEIGHTS], train_batch[SampleBatch.REWARDS],
-                   terminal_flags(train_batch).float(), config["gamma"], config["n_step"],
-                   config["num_atoms"], config["v_min"], config["v_max"])
+    q_loss = QLoss(
+        q_t_selected,
+        q_logits_t_selected,
+        q_tp1_best,
+        q_probs_tp1_best,
+        train_batch[PRIO_WEIGHTS],
+        train_batch[SampleBatch.REWARDS],
+        terminal_flags(train_batch).float(),
+        config["gamma"],
+        config["n_step"],
+        config["num_atoms"],
+        config["v_min"],
+        config["v_max"],
+    )
     # Per tower, so that towers computing in parallel do not overwrite each other.
     model.tower_stats["td_error"] = q_loss.td_error
     model.tower_stats["q_loss"] = q_loss
@@ -213,8 +265,9 @@ def build_q_stats(policy: Policy, batch: SampleBatch) -> Dict[str, TensorType]:
     stats: Dict[str, Any] = {}
     if towers:
         for key in towers[0].tower_stats["q_loss"].stats:
-            stats[key] = torch.mean(torch.stack(
-                [t.tower_stats["q_loss"].stats[key].to(policy.device) for t in towers]))
+            stats[key] = torch.mean(
+                torch.stack([t.tower_stats["q_loss"].stats[key].to(policy.device) for t in towers])
+            )
     stats["cur_lr"] = policy.cur_lr
     return stats
 
@@ -232,8 +285,9 @@ def grad_process_and_td_error_fn(policy: Policy, optimizer: Any, loss: TensorTyp
     return apply_grad_clipping(policy, optimizer, loss)
 
 
-def extra_action_out_fn(policy: Policy, input_dict: Any, state_batches: Any, model: ModelV2,
-                        action_dist: Any) -> Dict[str, TensorType]:
+def extra_action_out_fn(
+    policy: Policy, input_dict: Any, state_batches: Any, model: ModelV2, action_dist: Any
+) -> Dict[str, TensorType]:
     """Adds the ``q_values`` of each step to the sampled batch."""
     return {"q_values": model.tower_stats["q_values"]}
 
@@ -243,12 +297,19 @@ class ComputeTDErrorMixin:
     importance_weights) -> td_errors`` (used for worker-side prioritization)."""
 
     def __init__(self):
-        def compute_td_error(obs_t: Any, act_t: Any, rew_t: Any, obs_tp1: Any, done_mask: Any,
-                             importance_weights: Any) -> TensorType:
-            batch = self._lazy_tensor_dict({
-                SampleBatch.CUR_OBS: obs_t, SampleBatch.ACTIONS: act_t,
-                SampleBatch.REWARDS: rew_t, SampleBatch.NEXT_OBS: obs_tp1,
-                SampleBatch.DONES: np.asarray(done_mask), PRIO_WEIGHTS: importance_weights})
+        def compute_td_error(
+            obs_t: Any, act_t: Any, rew_t: Any, obs_tp1: Any, done_mask: Any, importance_weights: Any
+        ) -> TensorType:
+            batch = self._lazy_tensor_dict(
+                {
+                    SampleBatch.CUR_OBS: obs_t,
+                    SampleBatch.ACTIONS: act_t,
+                    SampleBatch.REWARDS: rew_t,
+                    SampleBatch.NEXT_OBS: obs_tp1,
+                    SampleBatch.DONES: np.asarray(done_mask),
+                    PRIO_WEIGHTS: importance_weights,
+                }
+            )
             with torch.no_grad():
                 build_q_losses(self, self.model, None, batch)
             return self.model.tower_stats["q_loss"].td_error
@@ -256,13 +317,15 @@ class ComputeTDErrorMixin:
         self.compute_td_error = compute_td_error
 
 
-def setup_early_mixins(policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                       config: TrainerConfigDict) -> None:
+def setup_early_mixins(
+    policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+) -> None:
     LearningRateSchedule.__init__(policy, config["lr"], config["lr_schedule"])
 
 
-def before_loss_init(policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                     config: TrainerConfigDict) -> None:
+def before_loss_init(
+    policy: Policy, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, config: TrainerConfigDict
+) -> None:
     ComputeTDErrorMixin.__init__(policy)
     TargetNetworkMixin.__init__(policy)
 
@@ -285,5 +348,12 @@ DQNTorchPolicy = build_policy_class(
     mixins=[TargetNetworkMixin, ComputeTDErrorMixin, LearningRateSchedule],
 )
 
-__all__ = ["DQNTorchPolicy", "QLoss", "build_q_losses", "build_q_model_and_distribution",
-           "compute_q_values", "get_distribution_inputs_and_class", "postprocess_nstep_and_prio"]
+__all__ = [
+    "DQNTorchPolicy",
+    "QLoss",
+    "build_q_losses",
+    "build_q_model_and_distribution",
+    "compute_q_values",
+    "get_distribution_inputs_and_class",
+    "postprocess_nstep_and_prio",
+]

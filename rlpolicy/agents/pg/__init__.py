@@ -1,5 +1,6 @@
 """Vanilla policy gradient (REINFORCE): ``PGTorchPolicy`` (``build_policy_class``) and ``PGTFPolicy``
 (``build_tf_policy``; ``PGTFPolicy.as_eager()`` for tf2)."""
+
 from rlpolicy.agents.pg.pg import DEFAULT_CONFIG
 
 __all__ = ["DEFAULT_CONFIG", "PGTFPolicy", "PGTorchPolicy"]

@@ -1,4 +1,5 @@
 """PG's TF policy (graph mode; ``PGTFPolicy.as_eager()`` for tf2): loss = -mean(log pi(a|s) * advantage)."""
+
 from __future__ import annotations
 
 from typing import Dict, Type
@@ -17,8 +18,9 @@ from rlpolicy.utils.typing import TensorType
 tf1, tf, tfv = try_import_tf()
 
 
-def pg_tf_loss(policy: Policy, model: ModelV2, dist_class: Type[ActionDistribution],
-               train_batch: SampleBatch) -> TensorType:
+def pg_tf_loss(
+    policy: Policy, model: ModelV2, dist_class: Type[ActionDistribution], train_batch: SampleBatch
+) -> TensorType:
     """The REINFORCE loss; kept as ``policy.policy_loss`` for ``pg_loss_stats``."""
     logits, _ = model(train_batch)
     dist = dist_class(logits, model)

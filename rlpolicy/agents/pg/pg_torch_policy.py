@@ -1,4 +1,5 @@
 """PG's torch policy: loss = -mean(log pi(a|s) * advantage)."""
+
 from __future__ import annotations
 
 from typing import Dict, Type
@@ -17,8 +18,9 @@ from rlpolicy.utils.typing import TensorType
 torch, _ = try_import_torch()
 
 
-def pg_torch_loss(policy: Policy, model: ModelV2, dist_class: Type[TorchDistributionWrapper],
-                  train_batch: SampleBatch) -> TensorType:
+def pg_torch_loss(
+    policy: Policy, model: ModelV2, dist_class: Type[TorchDistributionWrapper], train_batch: SampleBatch
+) -> TensorType:
     """The REINFORCE loss, its value kept in the tower stats for ``stats_fn``."""
     logits, _ = model(train_batch)
     dist = dist_class(logits, model)

@@ -1,5 +1,6 @@
 """Proximal Policy Optimization (PPO): ``PPOTorchPolicy`` (``build_policy_class``) and ``PPOTFPolicy``
 (``build_tf_policy``; ``PPOTFPolicy.as_eager()`` for tf2)."""
+
 from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG
 
 __all__ = ["DEFAULT_CONFIG", "PPOTFPolicy", "PPOTorchPolicy"]

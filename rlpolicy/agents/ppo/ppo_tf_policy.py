@@ -7,6 +7,7 @@ clipped VF error - entropy_coeff * entropy, averaged over valid steps.
 RLlib 1.11. The loss and its stats are ``PPOLossMixin``'s methods (the loss
 terms are the policy's own attributes); the 1.11 module functions call them.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Type, Union
@@ -49,8 +50,9 @@ class PPOLossMixin:
     other mixins' ``__init__``).
     """
 
-    def ppo_loss(self, model: ModelV2, dist_class: Type[ActionDistribution],
-                 train_batch: SampleBatch) -> TensorType:
+    def ppo_loss(
+        self, model: ModelV2, dist_class: Type[ActionDistribution], train_batch: SampleBatch
+    ) -> TensorType:
         """-clipped surrogate + kl_coeff * KL + vf_loss_coeff * clipped VF error
         - entropy_coeff * entropy, averaged over valid steps."""
         config = self.config
@@ -59,12 +61,12 @@ class PPOLossMixin:
         mean_valid = _mean_valid_fn(train_batch, state)
 
         prev_dist = dist_class(train_batch[SampleBatch.ACTION_DIST_INPUTS], model)
-        ratio = tf.exp(curr_dist.logp(train_batch[SampleBatch.ACTIONS])
-                       - train_batch[SampleBatch.ACTION_LOGP])
+        ratio = tf.exp(
+            curr_dist.logp(train_batch[SampleBatch.ACTIONS]) - train_batch[SampleBatch.ACTION_LOGP]
+        )
         advantages = train_batch[Postprocessing.ADVANTAGES]
         clip = config["clip_param"]
-        surrogate = tf.minimum(advantages * ratio,
-                               advantages * tf.clip_by_value(ratio, 1 - clip, 1 + clip))
+        surrogate = tf.minimum(advantages * ratio, advantages * tf.clip_by_value(ratio, 1 - clip, 1 + clip))
 
         use_kl = config["kl_coeff"] > 0.0
         action_kl = prev_dist.kl(curr_dist) if use_kl else tf.constant(0.0)
@@ -74,16 +76,23 @@ class PPOLossMixin:
             value_fn_out = model.value_function()
             vf_clipped = tf.clip_by_value(
                 tf.math.square(value_fn_out - train_batch[Postprocessing.VALUE_TARGETS]),
-                0, config["vf_clip_param"])
+                0,
+                config["vf_clip_param"],
+            )
             self._mean_vf_loss = mean_valid(vf_clipped)
             self._vf_explained_var = explained_variance(
-                train_batch[Postprocessing.VALUE_TARGETS], value_fn_out)
+                train_batch[Postprocessing.VALUE_TARGETS], value_fn_out
+            )
         else:
             value_fn_out = vf_clipped = tf.constant(0.0)
             self._mean_vf_loss = self._vf_explained_var = value_fn_out
 
-        total = mean_valid(-surrogate + self.kl_coeff * action_kl
-                           + config["vf_loss_coeff"] * vf_clipped - self.entropy_coeff * entropy)
+        total = mean_valid(
+            -surrogate
+            + self.kl_coeff * action_kl
+            + config["vf_loss_coeff"] * vf_clipped
+            - self.entropy_coeff * entropy
+        )
         self._total_loss = total
         self._mean_policy_loss = mean_valid(-surrogate)
         self._mean_entropy = mean_valid(entropy)
@@ -107,8 +116,9 @@ class PPOLossMixin:
         }
 
 
-def ppo_surrogate_loss(policy: Policy, model: ModelV2, dist_class: Type[ActionDistribution],
-                       train_batch: SampleBatch) -> Union[TensorType, List[TensorType]]:
+def ppo_surrogate_loss(
+    policy: Policy, model: ModelV2, dist_class: Type[ActionDistribution], train_batch: SampleBatch
+) -> Union[TensorType, List[TensorType]]:
     """PPO's loss (``PPOLossMixin.ppo_loss``); the loss terms are kept on the
     policy for ``kl_and_loss_stats``."""
     return PPOLossMixin.ppo_loss(policy, model, dist_class, train_batch)  # type: ignore[arg-type]
@@ -150,7 +160,9 @@ def compute_and_clip_gradients(policy: Policy, optimizer: Any, loss: TensorType)
     return list(zip(clipped, [v for _, v in grads_and_vars]))
 
 
-def setup_mixins(policy: Policy, obs_space: gym.Space, action_space: gym.Space, config: TrainerConfigDict) -> None:
+def setup_mixins(
+    policy: Policy, obs_space: gym.Space, action_space: gym.Space, config: TrainerConfigDict
+) -> None:
     ValueNetworkMixin.__init__(policy, obs_space, action_space, config)
     KLCoeffMixin.__init__(policy, config)
     EntropyCoeffSchedule.__init__(policy, config["entropy_coeff"], config["entropy_coeff_schedule"])
@@ -169,9 +181,18 @@ PPOTFPolicy = build_tf_policy(
     stats_fn=kl_and_loss_stats,
     extra_action_out_fn=vf_preds_fetches,
     before_loss_init=setup_mixins,
-    mixins=[PPOLossMixin, LearningRateSchedule, EntropyCoeffSchedule, KLCoeffMixin,
-            ValueNetworkMixin],
+    mixins=[PPOLossMixin, LearningRateSchedule, EntropyCoeffSchedule, KLCoeffMixin, ValueNetworkMixin],
 )
 
-__all__ = ["PPOTFPolicy", "PPOLossMixin", "KLCoeffMixin", "ValueNetworkMixin", "ppo_surrogate_loss", "kl_and_loss_stats",
-           "vf_preds_fetches", "compute_and_clip_gradients", "setup_mixins", "postprocess_ppo_gae"]
+__all__ = [
+    "PPOTFPolicy",
+    "PPOLossMixin",
+    "KLCoeffMixin",
+    "ValueNetworkMixin",
+    "ppo_surrogate_loss",
+    "kl_and_loss_stats",
+    "vf_preds_fetches",
+    "compute_and_clip_gradients",
+    "setup_mixins",
+    "postprocess_ppo_gae",
+]

@@ -1,4 +1,5 @@
 """PPO's torch policy: the clipped surrogate loss with value-function and KL terms."""
+
 from __future__ import annotations
 
 from typing import Dict, List, Type, Union
@@ -25,8 +26,9 @@ from rlpolicy.utils.typing import TensorType, TrainerConfigDict
 torch, nn = try_import_torch()
 
 
-def ppo_surrogate_loss(policy: Policy, model: ModelV2, dist_class: Type[TorchDistributionWrapper],
-                       train_batch: SampleBatch) -> Union[TensorType, List[TensorType]]:
+def ppo_surrogate_loss(
+    policy: Policy, model: ModelV2, dist_class: Type[TorchDistributionWrapper], train_batch: SampleBatch
+) -> Union[TensorType, List[TensorType]]:
     """PPO's loss: -clipped surrogate + kl_coeff * KL + vf_coeff * clipped VF error - entropy bonus."""
     logits, state = model(train_batch)
     curr_dist = dist_class(logits, model)
@@ -49,8 +51,12 @@ def ppo_surrogate_loss(policy: Policy, model: ModelV2, dist_class: Type[TorchDis
     else:
         vf_clipped = torch.tensor(0.0, device=logits.device)
 
-    total = masked_mean(-surrogate + policy.kl_coeff * action_kl
-                        + policy.config["vf_loss_coeff"] * vf_clipped - policy.entropy_coeff * entropy)
+    total = masked_mean(
+        -surrogate
+        + policy.kl_coeff * action_kl
+        + policy.config["vf_loss_coeff"] * vf_clipped
+        - policy.entropy_coeff * entropy
+    )
 
     # The stats are reported only: no autograd bookkeeping for them.
     with torch.no_grad():
@@ -58,9 +64,11 @@ def ppo_surrogate_loss(policy: Policy, model: ModelV2, dist_class: Type[TorchDis
         stats["total_loss"] = total
         stats["mean_policy_loss"] = masked_mean(-surrogate)
         stats["mean_vf_loss"] = masked_mean(vf_clipped) if policy.config["use_critic"] else vf_clipped
-        stats["vf_explained_var"] = explained_variance(
-            train_batch[Postprocessing.VALUE_TARGETS], value_fn_out) if policy.config["use_critic"] \
+        stats["vf_explained_var"] = (
+            explained_variance(train_batch[Postprocessing.VALUE_TARGETS], value_fn_out)
+            if policy.config["use_critic"]
             else torch.tensor(0.0)
+        )
         stats["mean_entropy"] = masked_mean(entropy)
         stats["mean_kl_loss"] = masked_mean(action_kl) if use_kl else action_kl
     return total
@@ -81,22 +89,29 @@ def kl_and_loss_stats(policy: Policy, train_batch: SampleBatch) -> Dict[str, Ten
     """Learner stats: tower means of the loss terms, plus the current coefficients."""
     # (stat, tower_stats key): the tower means are turned into python floats
     # with a single conversion (one device sync) rather than one per stat.
-    means = [("total_loss", "total_loss"), ("policy_loss", "mean_policy_loss"),
-             ("vf_loss", "mean_vf_loss"), ("vf_explained_var", "vf_explained_var"),
-             ("kl", "mean_kl_loss"), ("entropy", "mean_entropy")]
+    means = [
+        ("total_loss", "total_loss"),
+        ("policy_loss", "mean_policy_loss"),
+        ("vf_loss", "mean_vf_loss"),
+        ("vf_explained_var", "vf_explained_var"),
+        ("kl", "mean_kl_loss"),
+        ("entropy", "mean_entropy"),
+    ]
     with torch.no_grad():
         scalars = _single_tower_scalars(policy, [key for _, key in means])
         if scalars is None:
             scalars = [_tower_mean(policy, key).detach() for _, key in means]
         values = torch.stack(scalars).tolist()
-    return {"cur_kl_coeff": policy.kl_coeff, "cur_lr": policy.cur_lr,
-            **{name: v for (name, _), v in zip(means, values)},
-            "entropy_coeff": policy.entropy_coeff}
+    return {
+        "cur_kl_coeff": policy.kl_coeff,
+        "cur_lr": policy.cur_lr,
+        **{name: v for (name, _), v in zip(means, values)},
+        "entropy_coeff": policy.entropy_coeff,
+    }
 
 
 def _tower_mean(policy: Policy, name: str) -> TensorType:
-    values = [torch.as_tensor(v, dtype=torch.float32).to(policy.device)
-              for v in policy.get_tower_stats(name)]
+    values = [torch.as_tensor(v, dtype=torch.float32).to(policy.device) for v in policy.get_tower_stats(name)]
     if len(values) == 1 and values[0].dim() == 0:
         return values[0]  # the mean of one scalar is that scalar
     return torch.mean(torch.stack(values))
@@ -112,14 +127,20 @@ def _single_tower_scalars(policy: Policy, keys: List[str]):
     out = []
     for key in keys:
         v = stats.get(key)
-        if (not isinstance(v, torch.Tensor) or v.dim() != 0 or v.dtype != torch.float32
-                or v.device != policy.device):
+        if (
+            not isinstance(v, torch.Tensor)
+            or v.dim() != 0
+            or v.dtype != torch.float32
+            or v.device != policy.device
+        ):
             return None
         out.append(v.detach())
     return out
 
 
-def vf_preds_fetches(policy: Policy, input_dict, state_batches, model: ModelV2, action_dist) -> Dict[str, TensorType]:
+def vf_preds_fetches(
+    policy: Policy, input_dict, state_batches, model: ModelV2, action_dist
+) -> Dict[str, TensorType]:
     """Adds the value estimate of each step to the sampled batch."""
     return {SampleBatch.VF_PREDS: model.value_function()}
 
@@ -130,7 +151,9 @@ def vf_preds_fetches(policy: Policy, input_dict, state_batches, model: ModelV2, 
 vf_preds_fetches.compiled_acting_value_fetch = SampleBatch.VF_PREDS  # type: ignore[attr-defined]
 
 
-def setup_mixins(policy: Policy, obs_space: gym.Space, action_space: gym.Space, config: TrainerConfigDict) -> None:
+def setup_mixins(
+    policy: Policy, obs_space: gym.Space, action_space: gym.Space, config: TrainerConfigDict
+) -> None:
     ValueNetworkMixin.__init__(policy, config)
     KLCoeffMixin.__init__(policy, config)
     EntropyCoeffSchedule.__init__(policy, config["entropy_coeff"], config["entropy_coeff_schedule"])

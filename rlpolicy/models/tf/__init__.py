@@ -2,6 +2,7 @@
 
 Names are loaded lazily: importing this package does not import tensorflow.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -18,6 +18,7 @@
 The Keras models are built where the model is constructed: inside the
 policy's ``tf1.Graph`` (graph mode) or eagerly.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -54,8 +55,7 @@ keras = get_keras() if tf is not None else None
 class PositionwiseFeedforward(keras.layers.Layer if keras is not None else object):
     """Dense(hidden_dim, relu) -> Dense(out_dim, output_activation), applied per timestep [1]."""
 
-    def __init__(self, out_dim: int, hidden_dim: int, output_activation: Optional[Any] = None,
-                 **kwargs: Any):
+    def __init__(self, out_dim: int, hidden_dim: int, output_activation: Optional[Any] = None, **kwargs: Any):
         """Initializes a PositionwiseFeedforward layer.
 
         Args:
@@ -93,10 +93,19 @@ class TrXLNet(RecurrentNetwork):
     follows.
     """
 
-    def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: int, model_config: ModelConfigDict, name: str,
-                 num_transformer_units: int, attention_dim: int, num_heads: int, head_dim: int,
-                 position_wise_mlp_dim: int):
+    def __init__(
+        self,
+        observation_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        name: str,
+        num_transformer_units: int,
+        attention_dim: int,
+        num_heads: int,
+        head_dim: int,
+        position_wise_mlp_dim: int,
+    ):
         """Initializes a TrXLNet.
 
         Args:
@@ -116,10 +125,16 @@ class TrXLNet(RecurrentNetwork):
         """
         super().__init__(observation_space, action_space, num_outputs, model_config, name)
         owner = f"TrXLNet({name!r})"
-        check_positive_ints(owner, num_outputs=num_outputs, num_transformer_units=num_transformer_units,
-                            attention_dim=attention_dim, num_heads=num_heads, head_dim=head_dim,
-                            position_wise_mlp_dim=position_wise_mlp_dim,
-                            max_seq_len=model_config.get("max_seq_len"))
+        check_positive_ints(
+            owner,
+            num_outputs=num_outputs,
+            num_transformer_units=num_transformer_units,
+            attention_dim=attention_dim,
+            num_heads=num_heads,
+            head_dim=head_dim,
+            position_wise_mlp_dim=position_wise_mlp_dim,
+            max_seq_len=model_config.get("max_seq_len"),
+        )
         self.num_transformer_units = num_transformer_units
         self.attention_dim = attention_dim
         self.num_heads = num_heads
@@ -129,23 +144,33 @@ class TrXLNet(RecurrentNetwork):
         inputs = keras.layers.Input(shape=(self.max_seq_len, self.obs_dim), name="inputs")
         out = keras.layers.Dense(attention_dim, name="input_projection")(inputs)
         for i in range(num_transformer_units):
-            out = SkipConnection(RelativeMultiHeadAttention(
-                out_dim=attention_dim, num_heads=num_heads, head_dim=head_dim,
-                input_layernorm=False, output_activation=None, name=f"attention_{i + 1}"),
-                name=f"mha_{i + 1}")(out)
-            out = SkipConnection(PositionwiseFeedforward(attention_dim, position_wise_mlp_dim, name=f"mlp_{i + 1}"),
-                                 name=f"pos_wise_mlp_{i + 1}")(out)
+            out = SkipConnection(
+                RelativeMultiHeadAttention(
+                    out_dim=attention_dim,
+                    num_heads=num_heads,
+                    head_dim=head_dim,
+                    input_layernorm=False,
+                    output_activation=None,
+                    name=f"attention_{i + 1}",
+                ),
+                name=f"mha_{i + 1}",
+            )(out)
+            out = SkipConnection(
+                PositionwiseFeedforward(attention_dim, position_wise_mlp_dim, name=f"mlp_{i + 1}"),
+                name=f"pos_wise_mlp_{i + 1}",
+            )(out)
             out = keras.layers.LayerNormalization(axis=-1, name=f"layer_norm_{i + 1}")(out)
         logits = keras.layers.Dense(self.num_outputs, activation=None, name="logits")(out)
         self.base_model = keras.models.Model([inputs], [logits])
 
     @override(RecurrentNetwork)
-    def forward_rnn(self, inputs: TensorType, state: List[TensorType],
-                    seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def forward_rnn(
+        self, inputs: TensorType, state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         """Appends ``inputs`` [B, T, obs] to the kept observations; logits of the last T steps."""
-        observations = tf.concat([tf.cast(state[0], inputs.dtype), inputs], axis=1)[:, -self.max_seq_len:]
+        observations = tf.concat([tf.cast(state[0], inputs.dtype), inputs], axis=1)[:, -self.max_seq_len :]
         logits = self.base_model([observations])
-        return logits[:, -tf.shape(inputs)[1]:], [observations]
+        return logits[:, -tf.shape(inputs)[1] :], [observations]
 
     @override(RecurrentNetwork)
     def get_initial_state(self) -> List[np.ndarray]:
@@ -153,8 +178,16 @@ class TrXLNet(RecurrentNetwork):
         return [np.zeros((self.max_seq_len, self.obs_dim), np.float32)]
 
 
-def _gtrxl_keras_model(obs_dim: int, num_units: int, dim: int, num_heads: int, head_dim: int,
-                       mlp_dim: int, gate_bias: float, num_outputs: Optional[int]) -> Tuple[Any, Any]:
+def _gtrxl_keras_model(
+    obs_dim: int,
+    num_units: int,
+    dim: int,
+    num_heads: int,
+    head_dim: int,
+    mlp_dim: int,
+    gate_bias: float,
+    num_outputs: Optional[int],
+) -> Tuple[Any, Any]:
     """The GTrXL of [2] as a Keras model, and its logits tensor (None without heads).
 
     Inputs ``inputs`` [B, T, obs_dim] and ``memory_in_i`` [B, Tau, dim]; outputs
@@ -162,24 +195,40 @@ def _gtrxl_keras_model(obs_dim: int, num_units: int, dim: int, num_heads: int, h
     L memory outputs (the input of every unit: the projection, then units 1..L-1).
     """
     input_layer = keras.layers.Input(shape=(None, obs_dim), name="inputs")
-    memory_ins = [keras.layers.Input(shape=(None, dim), dtype=tf.float32, name=f"memory_in_{i}")
-                  for i in range(num_units)]
+    memory_ins = [
+        keras.layers.Input(shape=(None, dim), dtype=tf.float32, name=f"memory_in_{i}")
+        for i in range(num_units)
+    ]
     # Every layer is named, uniquely within the model: the weight keys are then the same
     # for every instance, and no two variables share a name (eager names are not made unique).
     out = keras.layers.Dense(dim, name="input_projection")(input_layer)
     memory_outs = [out]
     for i in range(num_units):
         out = SkipConnection(
-            RelativeMultiHeadAttention(out_dim=dim, num_heads=num_heads, head_dim=head_dim,
-                                       input_layernorm=True, output_activation=tf.nn.relu,
-                                       name=f"attention_{i + 1}"),
-            fan_in_layer=GRUGate(gate_bias, name="gru_gate"), name=f"mha_{i + 1}")(out, memory=memory_ins[i])
+            RelativeMultiHeadAttention(
+                out_dim=dim,
+                num_heads=num_heads,
+                head_dim=head_dim,
+                input_layernorm=True,
+                output_activation=tf.nn.relu,
+                name=f"attention_{i + 1}",
+            ),
+            fan_in_layer=GRUGate(gate_bias, name="gru_gate"),
+            name=f"mha_{i + 1}",
+        )(out, memory=memory_ins[i])
         out = SkipConnection(
-            keras.Sequential((keras.layers.LayerNormalization(axis=-1, name=f"layer_norm_{i + 1}"),
-                              PositionwiseFeedforward(out_dim=dim, hidden_dim=mlp_dim,
-                                                      output_activation=tf.nn.relu, name=f"mlp_{i + 1}")),
-                             name=f"mlp_block_{i + 1}"),
-            fan_in_layer=GRUGate(gate_bias, name="gru_gate"), name=f"pos_wise_mlp_{i + 1}")(out)
+            keras.Sequential(
+                (
+                    keras.layers.LayerNormalization(axis=-1, name=f"layer_norm_{i + 1}"),
+                    PositionwiseFeedforward(
+                        out_dim=dim, hidden_dim=mlp_dim, output_activation=tf.nn.relu, name=f"mlp_{i + 1}"
+                    ),
+                ),
+                name=f"mlp_block_{i + 1}",
+            ),
+            fan_in_layer=GRUGate(gate_bias, name="gru_gate"),
+            name=f"pos_wise_mlp_{i + 1}",
+        )(out)
         memory_outs.append(out)
     logits = None
     if num_outputs is not None:
@@ -205,11 +254,23 @@ class GTrXLNet(RecurrentNetwork):
     ``trxl_model`` (inputs ``inputs``, ``memory_in_i``).
     """
 
-    def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: Optional[int], model_config: ModelConfigDict, name: str, *,
-                 num_transformer_units: int = 1, attention_dim: int = 64, num_heads: int = 2,
-                 memory_inference: int = 50, memory_training: int = 50, head_dim: int = 32,
-                 position_wise_mlp_dim: int = 32, init_gru_gate_bias: float = 2.0):
+    def __init__(
+        self,
+        observation_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: Optional[int],
+        model_config: ModelConfigDict,
+        name: str,
+        *,
+        num_transformer_units: int = 1,
+        attention_dim: int = 64,
+        num_heads: int = 2,
+        memory_inference: int = 50,
+        memory_training: int = 50,
+        head_dim: int = 32,
+        position_wise_mlp_dim: int = 32,
+        init_gru_gate_bias: float = 2.0,
+    ):
         """Initializes a GTrXLNet.
 
         Args:
@@ -235,11 +296,17 @@ class GTrXLNet(RecurrentNetwork):
         """
         super().__init__(observation_space, action_space, num_outputs, model_config, name)
         owner = f"GTrXLNet({name!r})"
-        check_positive_ints(owner, num_transformer_units=num_transformer_units, attention_dim=attention_dim,
-                            num_heads=num_heads, memory_inference=memory_inference,
-                            memory_training=memory_training, head_dim=head_dim,
-                            position_wise_mlp_dim=position_wise_mlp_dim,
-                            max_seq_len=model_config.get("max_seq_len"))
+        check_positive_ints(
+            owner,
+            num_transformer_units=num_transformer_units,
+            attention_dim=attention_dim,
+            num_heads=num_heads,
+            memory_inference=memory_inference,
+            memory_training=memory_training,
+            head_dim=head_dim,
+            position_wise_mlp_dim=position_wise_mlp_dim,
+            max_seq_len=model_config.get("max_seq_len"),
+        )
         self.num_transformer_units = num_transformer_units
         self.attention_dim = attention_dim
         self.num_heads = num_heads
@@ -250,30 +317,43 @@ class GTrXLNet(RecurrentNetwork):
         self.obs_dim = flat_obs_dim(owner, observation_space)
         self._logits = None
         self._value_out = None
-        self.trxl_model = self._build_trxl_model(num_heads, head_dim, position_wise_mlp_dim,
-                                                 init_gru_gate_bias)
-        self.view_requirements.update(memory_view_requirements(
-            num_transformer_units, attention_dim, memory_inference, self.max_seq_len))
+        self.trxl_model = self._build_trxl_model(
+            num_heads, head_dim, position_wise_mlp_dim, init_gru_gate_bias
+        )
+        self.view_requirements.update(
+            memory_view_requirements(num_transformer_units, attention_dim, memory_inference, self.max_seq_len)
+        )
 
     def _build_trxl_model(self, num_heads: int, head_dim: int, mlp_dim: int, gate_bias: float) -> Any:
         """Keras model [inputs, memory_in_0..L-1] -> [logits, values,] memory outs (RLlib's layout)."""
-        model, logits = _gtrxl_keras_model(self.obs_dim, self.num_transformer_units, self.attention_dim,
-                                           num_heads, head_dim, mlp_dim, gate_bias, self.num_outputs)
+        model, logits = _gtrxl_keras_model(
+            self.obs_dim,
+            self.num_transformer_units,
+            self.attention_dim,
+            num_heads,
+            head_dim,
+            mlp_dim,
+            gate_bias,
+            self.num_outputs,
+        )
         self._logits = logits
         if self.num_outputs is None:
             self.num_outputs = self.attention_dim
         return model
 
     @override(ModelV2)
-    def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         """[B*T, obs] + L memories [B, Tau, dim] -> [B*T, num_outputs], L memory rows [B*T, dim].
 
         Raises:
             ValueError: seq_lens is None or the state holds the wrong number of memories.
         """
         if len(state) != self.num_transformer_units:
-            raise ValueError(f"GTrXLNet({self.name!r}): expected {self.num_transformer_units} memory tensors (state_in_0..{self.num_transformer_units - 1}) of shape [B, Tau, {self.attention_dim}], got {len(state)}")
+            raise ValueError(
+                f"GTrXLNet({self.name!r}): expected {self.num_transformer_units} memory tensors (state_in_0..{self.num_transformer_units - 1}) of shape [B, Tau, {self.attention_dim}], got {len(state)}"
+            )
         observations = _sequences_of(tf.cast(input_dict["obs"], tf.float32), seq_lens)
         all_out = self.trxl_model([observations] + [tf.cast(s, tf.float32) for s in state])
         all_out = all_out if isinstance(all_out, (list, tuple)) else [all_out]
@@ -299,7 +379,9 @@ class GTrXLNet(RecurrentNetwork):
             ValueError: Before ``forward()`` or without a value head.
         """
         if self._value_out is None:
-            raise ValueError(f"GTrXLNet({self.name!r}): value_function() needs a forward() call first and a value head (num_outputs not None)")
+            raise ValueError(
+                f"GTrXLNet({self.name!r}): value_function() needs a forward() call first and a value head (num_outputs not None)"
+            )
         return tf.reshape(self._value_out, [-1])
 
 
@@ -313,8 +395,9 @@ def encode_prev_actions(prev_actions: Any, action_space: gym.Space, n: int) -> T
     if isinstance(prev_actions, (dict, tuple, list)):
         from rlpolicy.utils.tf_utils import flatten_inputs_to_1d_tensor
 
-        flat = flatten_inputs_to_1d_tensor(prev_actions, spaces_struct=get_base_struct_from_space(action_space),
-                                           time_axis=True)
+        flat = flatten_inputs_to_1d_tensor(
+            prev_actions, spaces_struct=get_base_struct_from_space(action_space), time_axis=True
+        )
         return tf.reshape(flat, [tf.shape(flat)[0], -1])
     x = tf.convert_to_tensor(prev_actions)
     b = tf.shape(x)[0]
@@ -336,8 +419,14 @@ class AttentionWrapper(TFModelV2):
     keys of MODEL_DEFAULTS and ``max_seq_len``.
     """
 
-    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, num_outputs: int,
-                 model_config: ModelConfigDict, name: str):
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        name: str,
+    ):
         """Builds the wrapped model (with no output layer), the GTrXL and the two heads.
 
         Raises:
@@ -358,23 +447,30 @@ class AttentionWrapper(TFModelV2):
         self.num_outputs = num_outputs
         features = keras.layers.Input(shape=(self.gtrxl.num_outputs,))
         self._logits_branch = keras.models.Model(
-            [features], [keras.layers.Dense(self.num_outputs, activation=None, name="logits")(features)])
+            [features], [keras.layers.Dense(self.num_outputs, activation=None, name="logits")(features)]
+        )
         self._value_branch = keras.models.Model(
-            [features], [keras.layers.Dense(1, activation=None, name="values")(features)])
+            [features], [keras.layers.Dense(1, activation=None, name="values")(features)]
+        )
         self._features = None
         self.view_requirements = self.gtrxl.view_requirements
         self.view_requirements["obs"].space = self.obs_space
-        self.view_requirements.update(prev_action_reward_view_requirements(
-            action_space, self.use_n_prev_actions, self.use_n_prev_rewards))
+        self.view_requirements.update(
+            prev_action_reward_view_requirements(
+                action_space, self.use_n_prev_actions, self.use_n_prev_rewards
+            )
+        )
 
-    def _wrapped_forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                         seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def _wrapped_forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         """Identity stand-in, used only when AttentionWrapper is instantiated unwrapped."""
         return input_dict["obs_flat"], state
 
     @override(ModelV2)
-    def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         """Wrapped model -> concat previous actions/rewards -> GTrXL -> logits.
 
         Raises:
@@ -382,7 +478,9 @@ class AttentionWrapper(TFModelV2):
                 column the config asks for is missing.
         """
         if seq_lens is None:
-            raise ValueError(f"AttentionWrapper({self.name!r}): seq_lens is required (one entry per sequence; ones when acting)")
+            raise ValueError(
+                f"AttentionWrapper({self.name!r}): seq_lens is required (one entry per sequence; ones when acting)"
+            )
         wrapped_out, _ = self._wrapped_forward(input_dict, [], None)
         extra = []
         if self.use_n_prev_actions:
@@ -416,7 +514,9 @@ class AttentionWrapper(TFModelV2):
 
 def _require(input_dict: Dict[str, TensorType], key: str, model: AttentionWrapper) -> TensorType:
     if key not in input_dict:
-        raise ValueError(f"AttentionWrapper({model.name!r}): input_dict has no {key!r} column but the model config asks for it (attention_use_n_prev_actions / attention_use_n_prev_rewards); provided: {sorted(input_dict.keys())}")
+        raise ValueError(
+            f"AttentionWrapper({model.name!r}): input_dict has no {key!r} column but the model config asks for it (attention_use_n_prev_actions / attention_use_n_prev_rewards); provided: {sorted(input_dict.keys())}"
+        )
     return input_dict[key]
 
 
@@ -430,10 +530,22 @@ class Keras_GTrXLNet(keras.Model if keras is not None else object):
     attention_dim]. ``view_requirements`` are those of :class:`GTrXLNet`.
     """
 
-    def __init__(self, input_space: gym.spaces.Space, action_space: gym.spaces.Space, *, name: str,
-                 max_seq_len: int = 20, num_transformer_units: int = 1, attention_dim: int = 64,
-                 num_heads: int = 2, memory_inference: int = 50, memory_training: int = 50,
-                 head_dim: int = 32, position_wise_mlp_dim: int = 32, init_gru_gate_bias: float = 2.0):
+    def __init__(
+        self,
+        input_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        *,
+        name: str,
+        max_seq_len: int = 20,
+        num_transformer_units: int = 1,
+        attention_dim: int = 64,
+        num_heads: int = 2,
+        memory_inference: int = 50,
+        memory_training: int = 50,
+        head_dim: int = 32,
+        position_wise_mlp_dim: int = 32,
+        init_gru_gate_bias: float = 2.0,
+    ):
         """Initializes a Keras_GTrXLNet (arguments as :class:`GTrXLNet`'s, plus ``max_seq_len``).
 
         Raises:
@@ -441,10 +553,17 @@ class Keras_GTrXLNet(keras.Model if keras is not None else object):
         """
         super().__init__(name=name)
         owner = f"Keras_GTrXLNet({name!r})"
-        check_positive_ints(owner, max_seq_len=max_seq_len, num_transformer_units=num_transformer_units,
-                            attention_dim=attention_dim, num_heads=num_heads, memory_inference=memory_inference,
-                            memory_training=memory_training, head_dim=head_dim,
-                            position_wise_mlp_dim=position_wise_mlp_dim)
+        check_positive_ints(
+            owner,
+            max_seq_len=max_seq_len,
+            num_transformer_units=num_transformer_units,
+            attention_dim=attention_dim,
+            num_heads=num_heads,
+            memory_inference=memory_inference,
+            memory_training=memory_training,
+            head_dim=head_dim,
+            position_wise_mlp_dim=position_wise_mlp_dim,
+        )
         self.num_transformer_units = num_transformer_units
         self.attention_dim = attention_dim
         self.num_heads = num_heads
@@ -453,13 +572,22 @@ class Keras_GTrXLNet(keras.Model if keras is not None else object):
         self.head_dim = head_dim
         self.max_seq_len = max_seq_len
         self.obs_dim = flat_obs_dim(owner, input_space)
-        self.trxl_model, _ = _gtrxl_keras_model(self.obs_dim, num_transformer_units, attention_dim, num_heads,
-                                                head_dim, position_wise_mlp_dim, init_gru_gate_bias, None)
+        self.trxl_model, _ = _gtrxl_keras_model(
+            self.obs_dim,
+            num_transformer_units,
+            attention_dim,
+            num_heads,
+            head_dim,
+            position_wise_mlp_dim,
+            init_gru_gate_bias,
+            None,
+        )
         from rlpolicy.policy.view_requirement import ViewRequirement
 
         self.view_requirements = {"obs": ViewRequirement(space=input_space)}
-        self.view_requirements.update(memory_view_requirements(
-            num_transformer_units, attention_dim, memory_inference, max_seq_len))
+        self.view_requirements.update(
+            memory_view_requirements(num_transformer_units, attention_dim, memory_inference, max_seq_len)
+        )
 
     def call(self, inputs: TensorType, memory_ins: List[TensorType]) -> Tuple[TensorType, List[TensorType]]:
         """[B*T, obs_dim] + L memories [B, Tau, dim] -> features [B*T, dim], L memory rows [B*T, dim]."""
@@ -483,13 +611,27 @@ class Keras_AttentionWrapper(keras.Model if keras is not None else object):
     values})``.
     """
 
-    def __init__(self, input_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: Optional[int] = None, *, name: str, wrapped_cls: type,
-                 max_seq_len: int = 20, attention_num_transformer_units: int = 1, attention_dim: int = 64,
-                 attention_num_heads: int = 1, attention_head_dim: int = 32,
-                 attention_memory_inference: int = 50, attention_memory_training: int = 50,
-                 attention_position_wise_mlp_dim: int = 32, attention_init_gru_gate_bias: float = 2.0,
-                 attention_use_n_prev_actions: int = 0, attention_use_n_prev_rewards: int = 0, **kwargs: Any):
+    def __init__(
+        self,
+        input_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: Optional[int] = None,
+        *,
+        name: str,
+        wrapped_cls: type,
+        max_seq_len: int = 20,
+        attention_num_transformer_units: int = 1,
+        attention_dim: int = 64,
+        attention_num_heads: int = 1,
+        attention_head_dim: int = 32,
+        attention_memory_inference: int = 50,
+        attention_memory_training: int = 50,
+        attention_position_wise_mlp_dim: int = 32,
+        attention_init_gru_gate_bias: float = 2.0,
+        attention_use_n_prev_actions: int = 0,
+        attention_use_n_prev_rewards: int = 0,
+        **kwargs: Any,
+    ):
         """Initializes a Keras_AttentionWrapper (the ``attention_*`` model config keys as kwargs).
 
         Raises:
@@ -498,9 +640,14 @@ class Keras_AttentionWrapper(keras.Model if keras is not None else object):
         super().__init__(name=name)
         owner = f"Keras_AttentionWrapper({name!r})"
         check_positive_ints(owner, num_outputs=num_outputs)
-        check_non_negative_ints(owner, attention_use_n_prev_actions=attention_use_n_prev_actions,
-                                attention_use_n_prev_rewards=attention_use_n_prev_rewards)
-        self.wrapped_keras_model = wrapped_cls(input_space, action_space, None, name="wrapped_" + name, **kwargs)
+        check_non_negative_ints(
+            owner,
+            attention_use_n_prev_actions=attention_use_n_prev_actions,
+            attention_use_n_prev_rewards=attention_use_n_prev_rewards,
+        )
+        self.wrapped_keras_model = wrapped_cls(
+            input_space, action_space, None, name="wrapped_" + name, **kwargs
+        )
         self.action_space = action_space
         self.max_seq_len = max_seq_len
         self.use_n_prev_actions = int(attention_use_n_prev_actions)
@@ -511,27 +658,41 @@ class Keras_AttentionWrapper(keras.Model if keras is not None else object):
         in_size += self.use_n_prev_actions * self.action_dim + self.use_n_prev_rewards
         in_space = gym.spaces.Box(float("-inf"), float("inf"), shape=(in_size,), dtype=np.float32)
         self.gtrxl = Keras_GTrXLNet(
-            in_space, action_space, name="gtrxl", max_seq_len=max_seq_len,
-            num_transformer_units=attention_num_transformer_units, attention_dim=attention_dim,
-            num_heads=attention_num_heads, head_dim=attention_head_dim,
-            memory_inference=attention_memory_inference, memory_training=attention_memory_training,
+            in_space,
+            action_space,
+            name="gtrxl",
+            max_seq_len=max_seq_len,
+            num_transformer_units=attention_num_transformer_units,
+            attention_dim=attention_dim,
+            num_heads=attention_num_heads,
+            head_dim=attention_head_dim,
+            memory_inference=attention_memory_inference,
+            memory_training=attention_memory_training,
             position_wise_mlp_dim=attention_position_wise_mlp_dim,
-            init_gru_gate_bias=attention_init_gru_gate_bias)
+            init_gru_gate_bias=attention_init_gru_gate_bias,
+        )
         self._logits_layer = keras.layers.Dense(num_outputs, activation=None, name="logits")
         self._value_layer = keras.layers.Dense(1, activation=None, name="values")
         self.view_requirements = self.gtrxl.view_requirements
         self.view_requirements["obs"].space = input_space
-        self.view_requirements.update(prev_action_reward_view_requirements(
-            action_space, self.use_n_prev_actions, self.use_n_prev_rewards))
+        self.view_requirements.update(
+            prev_action_reward_view_requirements(
+                action_space, self.use_n_prev_actions, self.use_n_prev_rewards
+            )
+        )
 
-    def call(self, input_dict: Dict[str, TensorType]) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
+    def call(
+        self, input_dict: Dict[str, TensorType]
+    ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]:
         """input_dict (obs, state_in_i, seq_lens, prev_actions/rewards) -> logits, memory outs, vf_preds.
 
         Raises:
             ValueError: Without ``seq_lens`` or a prev column the config asks for.
         """
         if input_dict.get("seq_lens") is None:
-            raise ValueError(f"Keras_AttentionWrapper({self.name!r}): input_dict needs 'seq_lens' (one entry per sequence; ones when acting)")
+            raise ValueError(
+                f"Keras_AttentionWrapper({self.name!r}): input_dict needs 'seq_lens' (one entry per sequence; ones when acting)"
+            )
         wrapped_out, _, _ = self.wrapped_keras_model(input_dict)
         extra = []
         if self.use_n_prev_actions:
@@ -558,9 +719,17 @@ def _keras_output_size(model: Any, input_space: gym.spaces.Space) -> int:
     outputs = getattr(model.layers[-1], "outputs", None)
     shape = outputs[0].shape if outputs else None
     if shape is None or len(shape) != 2 or shape[1] is None:
-        raise ValueError(f"Keras_AttentionWrapper: cannot tell the output size of the wrapped model {type(model).__name__}: its last layer must be a built Keras model/layer with one [B, n] output")
+        raise ValueError(
+            f"Keras_AttentionWrapper: cannot tell the output size of the wrapped model {type(model).__name__}: its last layer must be a built Keras model/layer with one [B, n] output"
+        )
     return int(shape[1])
 
 
-__all__ = ["PositionwiseFeedforward", "TrXLNet", "GTrXLNet", "AttentionWrapper", "Keras_GTrXLNet",
-           "Keras_AttentionWrapper"]
+__all__ = [
+    "PositionwiseFeedforward",
+    "TrXLNet",
+    "GTrXLNet",
+    "AttentionWrapper",
+    "Keras_GTrXLNet",
+    "Keras_AttentionWrapper",
+]

@@ -11,6 +11,7 @@ Deviation: RLlib builds the sub-models through ``ModelCatalog.get_model_v2``;
 for these configs the catalog returns exactly the default ``VisionNetwork`` /
 ``FullyConnectedNetwork``, which we instantiate directly.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
@@ -81,7 +82,10 @@ class ComplexInputNetwork(TFModelV2):
         }
         self.post_fc_stack = FullyConnectedNetwork(
             Box(float("-inf"), float("inf"), shape=(concat_size,), dtype=np.float32),
-            self.action_space, None, post_fc_stack_config, name="post_fc_stack",
+            self.action_space,
+            None,
+            post_fc_stack_config,
+            name="post_fc_stack",
         )
         self.logits_and_value_model = None
         self._value_out: Optional[TensorType] = None
@@ -97,7 +101,8 @@ class ComplexInputNetwork(TFModelV2):
             if isinstance(component, Box) and len(component.shape) == 3:
                 config = {
                     "conv_filters": model_config["conv_filters"]
-                    if model_config.get("conv_filters") else default_filter_config(component.shape),
+                    if model_config.get("conv_filters")
+                    else default_filter_config(component.shape),
                     "conv_activation": model_config.get("conv_activation"),
                     "post_fcnet_hiddens": [],
                 }
@@ -182,7 +187,7 @@ def _build_heads(in_size: int, num_outputs: int):
     keras = get_keras()
     concat_layer = keras.layers.Input((in_size,))
     logits = keras.layers.Dense(num_outputs, activation=keras.activations.linear, name="logits")(concat_layer)
-    value = keras.layers.Dense(1, name="value_out", activation=None, kernel_initializer=normc_initializer(0.01))(
-        concat_layer
-    )
+    value = keras.layers.Dense(
+        1, name="value_out", activation=None, kernel_initializer=normc_initializer(0.01)
+    )(concat_layer)
     return keras.models.Model(concat_layer, [logits, value])

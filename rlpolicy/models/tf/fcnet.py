@@ -9,6 +9,7 @@ weights saved from an RLlib policy load unchanged:
 * the value head ``value_out``,
 * with ``free_log_std`` a free variable ``log_std`` (created first).
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
@@ -61,7 +62,9 @@ class FullyConnectedNetwork(TFModelV2):
         """
         super().__init__(obs_space, action_space, num_outputs, model_config, name)
         keras = get_keras()
-        hiddens = list(model_config.get("fcnet_hiddens", [])) + list(model_config.get("post_fcnet_hiddens", []))
+        hiddens = list(model_config.get("fcnet_hiddens", [])) + list(
+            model_config.get("post_fcnet_hiddens", [])
+        )
         act_name = model_config.get("fcnet_activation")
         if not model_config.get("fcnet_hiddens", []):
             act_name = model_config.get("post_fcnet_activation")
@@ -88,9 +91,16 @@ class FullyConnectedNetwork(TFModelV2):
         if free_log_std and logits_out is not None:
             logits_out = self._append_free_log_std(keras, inputs, logits_out)
 
-        value_out = _value_head(keras, inputs if not vf_share_layers else last_layer, hiddens, activation,
-                                separate=not vf_share_layers)
-        self.base_model = keras.Model(inputs, [logits_out if logits_out is not None else last_layer, value_out])
+        value_out = _value_head(
+            keras,
+            inputs if not vf_share_layers else last_layer,
+            hiddens,
+            activation,
+            separate=not vf_share_layers,
+        )
+        self.base_model = keras.Model(
+            inputs, [logits_out if logits_out is not None else last_layer, value_out]
+        )
         self._value_out: Optional[TensorType] = None
         # Eager calls of base_model skip Keras' per-layer call machinery (exactly).
         self._base_replay = KerasReplay()

@@ -34,6 +34,7 @@ The replay is used only where it computes exactly what the Keras call does:
 ``replay_disabled()`` switches the replay off in a block (benchmarks compare
 both paths with it; tests use it to get the Keras results).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -210,6 +211,7 @@ def replayable(model: Any) -> Tuple[bool, Optional[str]]:
 
 # ----------------------------------------------------------------- model and layer checks
 
+
 def _is_keras_tensor(x: Any) -> bool:
     return hasattr(x, "_keras_history")
 
@@ -223,11 +225,12 @@ def _check_model_class(model: Any) -> None:
     cls = type(model)
     if not isinstance(model, functional.Functional):
         raise CannotReplay(f"{cls.__name__} is not a functional Keras model")
-    if (cls.call is not functional.Functional.call
-            or cls._run_internal_graph is not functional.Functional._run_internal_graph):
+    if (
+        cls.call is not functional.Functional.call
+        or cls._run_internal_graph is not functional.Functional._run_internal_graph
+    ):
         raise CannotReplay(f"{cls.__name__} overrides call()")
-    if cls.__call__ not in (training.Model.__call__, base_layer.Layer.__call__,
-                            base_layer_v1.Layer.__call__):
+    if cls.__call__ not in (training.Model.__call__, base_layer.Layer.__call__, base_layer_v1.Layer.__call__):
         raise CannotReplay(f"{cls.__name__} overrides __call__()")
     if getattr(model, "_layout_map", None) is not None:
         raise CannotReplay("the model has a DTensor layout map")
@@ -273,6 +276,7 @@ def _check_node_inputs(node: Any, layer: Any, what: str) -> None:
 #
 # Each maker returns ``call(values)`` where ``values`` are the node's Keras
 # tensor arguments in ``node.flat_input_ids`` order.
+
 
 def _packer(node: Any) -> Callable[[List[Any]], Tuple[tuple, dict]]:
     """``values -> (args, kwargs)``: the node's arguments with ``values`` in its tensors' places.
@@ -326,8 +330,12 @@ def _replay_dense(layer: Any, node: Any, what: str) -> Callable[[List[Any]], Any
 
     def call(values: List[Any]) -> Any:
         x, kernel = values[0], layer.kernel
-        if (type(kernel) is not _RESOURCE_VARIABLE or x.dtype != kernel.dtype
-                or x.shape.rank != 2 or not isinstance(x, tf.Tensor)):
+        if (
+            type(kernel) is not _RESOURCE_VARIABLE
+            or x.dtype != kernel.dtype
+            or x.shape.rank != 2
+            or not isinstance(x, tf.Tensor)
+        ):
             return layer.call(x)
         y = mat_mul(x, kernel.value())
         if layer.use_bias:
@@ -349,8 +357,7 @@ _UNKNOWN = object()
 def _raw_ops() -> Tuple[Any, ...]:
     from tensorflow.python.ops import gen_math_ops, gen_nn_ops
 
-    return gen_math_ops.mat_mul, gen_nn_ops.bias_add, gen_math_ops.tanh, gen_nn_ops.relu, \
-        gen_math_ops.sigmoid
+    return gen_math_ops.mat_mul, gen_nn_ops.bias_add, gen_math_ops.tanh, gen_nn_ops.relu, gen_math_ops.sigmoid
 
 
 def _raw_activations() -> Dict[Any, Any]:
@@ -395,8 +402,7 @@ def _replay_slicing_op(layer: Any, node: Any, what: str) -> Callable[[List[Any]]
     def call(values: List[Any]) -> Any:
         args, kwargs = pack(values)
         kwargs.pop("name", None)
-        return layer.function(*[_slices(a) for a in args],
-                              **{k: _slices(v) for k, v in kwargs.items()})
+        return layer.function(*[_slices(a) for a in args], **{k: _slices(v) for k, v in kwargs.items()})
 
     return call
 
@@ -442,8 +448,17 @@ def _replayers() -> Dict[type, Callable[[Any, Any, str], Callable[[List[Any]], A
     layers = keras.layers
     table: Dict[type, Callable[[Any, Any, str], Callable[[List[Any]], Any]]] = {}
     table[layers.Dense] = _replay_dense
-    for name in ("Conv1D", "Conv2D", "Flatten", "Reshape", "Activation",
-                 "Concatenate", "Add", "Subtract", "Multiply"):
+    for name in (
+        "Conv1D",
+        "Conv2D",
+        "Flatten",
+        "Reshape",
+        "Activation",
+        "Concatenate",
+        "Add",
+        "Subtract",
+        "Multiply",
+    ):
         table[getattr(layers, name)] = _replay_call_method
     table[layers.Lambda] = _replay_lambda
     try:

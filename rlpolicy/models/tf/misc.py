@@ -3,6 +3,7 @@
 
 Everything here works both inside a ``tf1.Graph`` (graph mode) and eagerly.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Tuple

@@ -8,6 +8,7 @@ builds ``class X(LSTMWrapper, <default model>)`` and sets
 (plus optional one-hot previous action / previous reward) feeds an LSTM whose
 output goes to a ``logits`` and a ``values`` dense layer.
 """
+
 from __future__ import annotations
 
 import logging
@@ -142,15 +143,20 @@ class LSTMWrapper(RecurrentNetwork):
         from rlpolicy.policy.view_requirement import ViewRequirement
 
         if self.use_prev_action:
-            self.view_requirements[_PREV_ACTIONS] = ViewRequirement("actions", space=self.action_space, shift=-1)
+            self.view_requirements[_PREV_ACTIONS] = ViewRequirement(
+                "actions", space=self.action_space, shift=-1
+            )
         if self.use_prev_reward:
             self.view_requirements[_PREV_REWARDS] = ViewRequirement("rewards", shift=-1)
         space = gym.spaces.Box(-1.0, 1.0, shape=(self.cell_size,), dtype=np.float32)
         for i in range(2):
             # As the policy adds them from get_initial_state() (RLlib 1.11).
             self.view_requirements[f"state_in_{i}"] = ViewRequirement(
-                f"state_out_{i}", shift=-1, used_for_compute_actions=True,
-                batch_repeat_value=model_config.get("max_seq_len", 20), space=space,
+                f"state_out_{i}",
+                shift=-1,
+                used_for_compute_actions=True,
+                batch_repeat_value=model_config.get("max_seq_len", 20),
+                space=space,
             )
             self.view_requirements[f"state_out_{i}"] = ViewRequirement(space=space, used_for_training=True)
 

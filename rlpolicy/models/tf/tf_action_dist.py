@@ -14,6 +14,7 @@ than one dimension, MultiBinary, a MultiDiscrete with a multi-dimensional
 ``nvec``) are served by distributions over the flattened action: samples
 come back in the space's shape and ``logp`` flattens its input first.
 """
+
 from __future__ import annotations
 
 import functools
@@ -41,9 +42,18 @@ from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
 
-__all__ = ["TFActionDistribution", "Categorical", "get_categorical_class_with_temperature",
-           "MultiCategorical", "DiagGaussian", "SquashedGaussian", "Beta", "Deterministic",
-           "MultiActionDistribution", "Dirichlet"]
+__all__ = [
+    "TFActionDistribution",
+    "Categorical",
+    "get_categorical_class_with_temperature",
+    "MultiCategorical",
+    "DiagGaussian",
+    "SquashedGaussian",
+    "Beta",
+    "Deterministic",
+    "MultiActionDistribution",
+    "Dirichlet",
+]
 
 
 @DeveloperAPI
@@ -72,7 +82,9 @@ class Categorical(TFActionDistribution):
     @override(ActionDistribution)
     def logp(self, x: TensorType) -> TensorType:
         """log softmax(logits)[x], one value per row."""
-        return -tf.nn.sparse_softmax_cross_entropy_with_logits(logits=self.inputs, labels=tf.cast(x, tf.int32))
+        return -tf.nn.sparse_softmax_cross_entropy_with_logits(
+            logits=self.inputs, labels=tf.cast(x, tf.int32)
+        )
 
     @override(ActionDistribution)
     def entropy(self) -> TensorType:
@@ -167,8 +179,10 @@ class MultiCategorical(TFActionDistribution):
         if isinstance(actions, np.ndarray):
             actions = tf.convert_to_tensor(actions)
         if isinstance(actions, tf.Tensor):
-            if (isinstance(self.action_space, gym.spaces.Box)
-                    or space_action_shape(self.action_space) is not None):
+            if (
+                isinstance(self.action_space, gym.spaces.Box)
+                or space_action_shape(self.action_space) is not None
+            ):
                 actions = tf.reshape(actions, [-1, int(np.prod(self.action_space.shape))])
             elif isinstance(self.action_space, gym.spaces.MultiDiscrete):
                 actions.set_shape((None, len(self.cats)))
@@ -198,7 +212,9 @@ class MultiCategorical(TFActionDistribution):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         """sum(nvec) for MultiDiscrete; size * (high - low + 1) for an integer Box;
         2 * size for MultiBinary.
 
@@ -223,7 +239,9 @@ class MultiCategorical(TFActionDistribution):
 class DiagGaussian(TFActionDistribution):
     """Gaussian with diagonal covariance; inputs are [means, log_stds] halves."""
 
-    def __init__(self, inputs: List[TensorType], model: ModelV2, *, action_space: Optional[gym.spaces.Space] = None):
+    def __init__(
+        self, inputs: List[TensorType], model: ModelV2, *, action_space: Optional[gym.spaces.Space] = None
+    ):
         """Splits ``inputs`` [B, 2k] into ``mean`` and ``log_std`` [B, k].
 
         Args:
@@ -272,7 +290,8 @@ class DiagGaussian(TFActionDistribution):
         return tf.reduce_sum(
             other.log_std
             - self.log_std
-            + (tf.math.square(self.std) + tf.math.square(self.mean - other.mean)) / (2.0 * tf.math.square(other.std))
+            + (tf.math.square(self.std) + tf.math.square(self.mean - other.mean))
+            / (2.0 * tf.math.square(other.std))
             - 0.5,
             axis=1,
         )
@@ -290,7 +309,9 @@ class DiagGaussian(TFActionDistribution):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return np.prod(action_space.shape, dtype=np.int32) * 2
 
 
@@ -353,7 +374,9 @@ class SquashedGaussian(TFActionDistribution):
         """
         z = self._normal_sample()
         actions = self._squash(z)
-        logp = tf.reduce_sum(self._normal_logp(z) - tf.math.log(1 - actions * actions + SMALL_NUMBER), axis=-1)
+        logp = tf.reduce_sum(
+            self._normal_logp(z) - tf.math.log(1 - actions * actions + SMALL_NUMBER), axis=-1
+        )
         return actions, logp
 
     @override(ActionDistribution)
@@ -374,7 +397,9 @@ class SquashedGaussian(TFActionDistribution):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return np.prod(action_space.shape, dtype=np.int32) * 2
 
 
@@ -382,8 +407,9 @@ class SquashedGaussian(TFActionDistribution):
 class Deterministic(TFActionDistribution):
     """Returns the inputs as the action (a Gaussian with zero std); needs only the means."""
 
-    def __init__(self, inputs: List[TensorType], model: ModelV2, *,
-                 action_space: Optional[gym.spaces.Space] = None):
+    def __init__(
+        self, inputs: List[TensorType], model: ModelV2, *, action_space: Optional[gym.spaces.Space] = None
+    ):
         """Args: inputs: the actions [B, k]; model; action_space: a Box with more than
         one dimension makes the actions come back as [B, *shape] (optional)."""
         self.action_shape = space_action_shape(action_space)
@@ -406,7 +432,9 @@ class Deterministic(TFActionDistribution):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return np.prod(action_space.shape, dtype=np.int32)
 
 

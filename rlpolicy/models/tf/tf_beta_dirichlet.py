@@ -3,6 +3,7 @@
 No tensorflow_probability: the densities are written out here and samples
 come from ``tf.random.gamma``.
 """
+
 from __future__ import annotations
 
 from math import log
@@ -71,8 +72,11 @@ class Beta(TFActionDistribution):
         a1, b1, a2, b2 = self.alpha, self.beta, other.alpha, other.beta
         dg = tf.math.digamma
         per_dim = (
-            _lbeta(a2, b2) - _lbeta(a1, b1)
-            + (a1 - a2) * dg(a1) + (b1 - b2) * dg(b1) + (a2 - a1 + b2 - b1) * dg(a1 + b1)
+            _lbeta(a2, b2)
+            - _lbeta(a1, b1)
+            + (a1 - a2) * dg(a1)
+            + (b1 - b2) * dg(b1)
+            + (a2 - a1 + b2 - b1) * dg(a1 + b1)
         )
         return tf.reduce_sum(per_dim, axis=-1)
 
@@ -84,9 +88,10 @@ class Beta(TFActionDistribution):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return np.prod(action_space.shape, dtype=np.int32) * 2
-
 
 
 @DeveloperAPI
@@ -132,7 +137,8 @@ class Dirichlet(TFActionDistribution):
         a0 = tf.reduce_sum(a, axis=-1, keepdims=True)
         dg = tf.math.digamma
         return (
-            _log_multivariate_beta(b) - _log_multivariate_beta(a)
+            _log_multivariate_beta(b)
+            - _log_multivariate_beta(a)
             + tf.reduce_sum((a - b) * (dg(a) - dg(a0)), axis=-1)
         )
 
@@ -144,9 +150,10 @@ class Dirichlet(TFActionDistribution):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return np.prod(action_space.shape, dtype=np.int32)
-
 
 
 def _lbeta(a: TensorType, b: TensorType) -> TensorType:

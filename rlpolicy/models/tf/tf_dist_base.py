@@ -4,6 +4,7 @@ Kept apart from ``tf_action_dist`` (which re-exports it) so that the
 distribution modules stay small; it also holds the helpers that map flat
 distribution samples onto multi-dimensional action spaces and back.
 """
+
 from __future__ import annotations
 
 from typing import List, Optional, Tuple
@@ -20,6 +21,7 @@ from rlpolicy.utils.typing import TensorType
 tf1, tf, tfv = try_import_tf()
 
 HALF_LOG_2PI = 0.5 * np.log(2.0 * np.pi)
+
 
 @DeveloperAPI
 class TFActionDistribution(ActionDistribution):
@@ -55,11 +57,11 @@ class TFActionDistribution(ActionDistribution):
 def space_action_shape(action_space: Optional[gym.Space]) -> Optional[Tuple[int, ...]]:
     """The shape flat samples are reshaped to for ``action_space`` (None: keep them flat)."""
     from rlpolicy.models.action_dist import multi_dim_action_shape
+
     return multi_dim_action_shape(action_space)
 
 
-def reshape_to_space(flat: TensorType, shape: Tuple[int, ...], dtype: Optional[object] = None
-                     ) -> TensorType:
+def reshape_to_space(flat: TensorType, shape: Tuple[int, ...], dtype: Optional[object] = None) -> TensorType:
     """Reshapes flat samples [B, prod(shape)] to [B, *shape], cast to ``dtype`` if given."""
     out = tf.reshape(flat, [-1] + list(shape))
     return out if dtype is None else tf.cast(out, dtype)

@@ -11,6 +11,7 @@ Variables are discovered automatically by walking the instance attributes
 (Keras models, ``tf.Module``s, ``tf.Variable``s, nested TFModelV2s, lists and
 dicts of those), in attribute creation order, with the keys RLlib uses.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -190,8 +191,11 @@ def select_keras_classes(model: TFModelV2, use_v2: bool) -> None:
     keras = get_keras()
     # The layer classes are found once per set of the model's layer-holding attributes
     # (the walk is most of this function's cost; it runs before every model call).
-    signature = tuple(id(v) for v in model.__dict__.values()
-                      if isinstance(v, (keras.layers.Layer, list, dict, tuple, TFModelV2)))
+    signature = tuple(
+        id(v)
+        for v in model.__dict__.values()
+        if isinstance(v, (keras.layers.Layer, list, dict, tuple, TFModelV2))
+    )
     try:
         cached = _LAYER_CLASSES.get(model)
     except TypeError:  # (a model that cannot be weakly referenced: no cache)
@@ -219,8 +223,9 @@ def select_keras_classes(model: TFModelV2, use_v2: bool) -> None:
 
 
 # Per model: (signature of its layer-holding attributes, ((layer class, is a Model), ...)).
-_LAYER_CLASSES: "weakref.WeakKeyDictionary[Any, Tuple[Tuple[int, ...], Tuple[Tuple[type, bool], ...]]]" = \
+_LAYER_CLASSES: "weakref.WeakKeyDictionary[Any, Tuple[Tuple[int, ...], Tuple[Tuple[type, bool], ...]]]" = (
     weakref.WeakKeyDictionary()
+)
 
 
 def _keras_layers_in(struct: Any, layer_cls: type, seen: set) -> List[Any]:
@@ -266,10 +271,14 @@ def _sub_module_variables(current_key: str, struct: Any) -> List[Tuple[str, Tens
     if isinstance(struct, tf.Variable):
         return [(current_key, struct)]
     if isinstance(struct, (tuple, list)):
-        return [pair for i, value in enumerate(struct)
-                for pair in _sub_module_variables(f"{current_key}_{i}", value)]
+        return [
+            pair
+            for i, value in enumerate(struct)
+            for pair in _sub_module_variables(f"{current_key}_{i}", value)
+        ]
     if isinstance(struct, dict):
         prefix = current_key + "_" if current_key else ""
-        return [pair for key, value in struct.items()
-                for pair in _sub_module_variables(prefix + str(key), value)]
+        return [
+            pair for key, value in struct.items() for pair in _sub_module_variables(prefix + str(key), value)
+        ]
     return []

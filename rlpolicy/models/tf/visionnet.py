@@ -6,6 +6,7 @@ logits, optional ``post_fcnet_{i}`` dense layers, and the value head
 ``value_out`` (shared trunk) or ``conv_value_{i}`` + ``conv_value_out``
 (separate trunk). Inputs are NHWC ("channels_last").
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -91,12 +92,19 @@ class VisionNetwork(TFModelV2):
         # Eager calls of base_model skip Keras' per-layer call machinery (exactly).
         self._base_replay = KerasReplay()
 
-    def _no_final_linear_head(self, keras, last_layer, last_filter, activation, post_hiddens, post_act, num_outputs):
+    def _no_final_linear_head(
+        self, keras, last_layer, last_filter, activation, post_hiddens, post_act, num_outputs
+    ):
         """Last conv ``conv_out`` has the activation and emits the outputs directly."""
         out_size, kernel, stride = last_filter
         last_layer = keras.layers.Conv2D(
-            out_size if post_hiddens else num_outputs, kernel, strides=_pair(stride),
-            activation=activation, padding="valid", data_format="channels_last", name="conv_out",
+            out_size if post_hiddens else num_outputs,
+            kernel,
+            strides=_pair(stride),
+            activation=activation,
+            padding="valid",
+            data_format="channels_last",
+            name="conv_out",
         )(last_layer)
         feature_out = last_layer
         sizes = post_hiddens[:-1] + ([num_outputs] if post_hiddens else [])
@@ -111,35 +119,53 @@ class VisionNetwork(TFModelV2):
         """Last filter as ``conv{n}``, then a 1x1 ``conv_out`` (or a flatten)."""
         out_size, kernel, stride = filters[-1]
         last_layer = keras.layers.Conv2D(
-            out_size, kernel, strides=_pair(stride), activation=activation, padding="valid",
-            data_format="channels_last", name=f"conv{len(filters)}",
+            out_size,
+            kernel,
+            strides=_pair(stride),
+            activation=activation,
+            padding="valid",
+            data_format="channels_last",
+            name=f"conv{len(filters)}",
         )(last_layer)
         if not num_outputs:
             self.last_layer_is_flattened = True
             last_layer = keras.layers.Flatten(data_format="channels_last")(last_layer)
             for i, size in enumerate(post_hiddens):
                 last_layer = keras.layers.Dense(
-                    size, name=f"post_fcnet_{i}", activation=post_act, kernel_initializer=normc_initializer(1.0)
+                    size,
+                    name=f"post_fcnet_{i}",
+                    activation=post_act,
+                    kernel_initializer=normc_initializer(1.0),
                 )(last_layer)
             self.num_outputs = int(last_layer.shape[1])
             return last_layer, last_layer
         if post_hiddens:
             last_cnn = last_layer = keras.layers.Conv2D(
-                post_hiddens[0], [1, 1], activation=post_act, padding="same",
-                data_format="channels_last", name="conv_out",
+                post_hiddens[0],
+                [1, 1],
+                activation=post_act,
+                padding="same",
+                data_format="channels_last",
+                name="conv_out",
             )(last_layer)
             sizes = post_hiddens[1:] + [num_outputs]
             for i, size in enumerate(sizes):
                 feature_out = last_layer
                 last_layer = keras.layers.Dense(
-                    size, name=f"post_fcnet_{i + 1}",
+                    size,
+                    name=f"post_fcnet_{i + 1}",
                     activation=post_act if i < len(post_hiddens) - 1 else None,
                     kernel_initializer=normc_initializer(1.0),
                 )(last_layer)
         else:
             feature_out = last_layer
             last_cnn = last_layer = keras.layers.Conv2D(
-                num_outputs, [1, 1], activation=None, padding="same", data_format="channels_last", name="conv_out"
+                num_outputs,
+                [1, 1],
+                activation=None,
+                padding="same",
+                data_format="channels_last",
+                name="conv_out",
             )(last_layer)
         if last_cnn.shape[1] != 1 or last_cnn.shape[2] != 1:
             raise ValueError(
@@ -184,8 +210,13 @@ def _conv_stack(keras, x, filters: Sequence, activation, name_fmt: str):
     """'same'-padded Conv2D layers named ``name_fmt.format(i)`` (i from 1)."""
     for i, (out_size, kernel, stride) in enumerate(filters, 1):
         x = keras.layers.Conv2D(
-            out_size, kernel, strides=_pair(stride), activation=activation, padding="same",
-            data_format="channels_last", name=name_fmt.format(i),
+            out_size,
+            kernel,
+            strides=_pair(stride),
+            activation=activation,
+            padding="same",
+            data_format="channels_last",
+            name=name_fmt.format(i),
         )(x)
     return x
 
@@ -194,9 +225,9 @@ def _shared_value_head(keras, feature_out, squeeze: bool):
     """``value_out`` on the policy trunk's features ([B, 1, 1, C] squeezed first)."""
     if squeeze:
         feature_out = keras.layers.Lambda(lambda x: tf.squeeze(x, axis=[1, 2]))(feature_out)
-    return keras.layers.Dense(1, name="value_out", activation=None, kernel_initializer=normc_initializer(0.01))(
-        feature_out
-    )
+    return keras.layers.Dense(
+        1, name="value_out", activation=None, kernel_initializer=normc_initializer(0.01)
+    )(feature_out)
 
 
 def _separate_value_trunk(keras, inputs, filters: Sequence, activation):
@@ -204,8 +235,13 @@ def _separate_value_trunk(keras, inputs, filters: Sequence, activation):
     x = _conv_stack(keras, inputs, filters[:-1], activation, "conv_value_{}")
     out_size, kernel, stride = filters[-1]
     x = keras.layers.Conv2D(
-        out_size, kernel, strides=_pair(stride), activation=activation, padding="valid",
-        data_format="channels_last", name=f"conv_value_{len(filters)}",
+        out_size,
+        kernel,
+        strides=_pair(stride),
+        activation=activation,
+        padding="valid",
+        data_format="channels_last",
+        name=f"conv_value_{len(filters)}",
     )(x)
     x = keras.layers.Conv2D(
         1, [1, 1], activation=None, padding="same", data_format="channels_last", name="conv_value_out"

@@ -14,6 +14,7 @@ requirements (see :mod:`rlpolicy.models._attention_views`).
 ``AttentionWrapper`` is what the catalog puts on top of a default model when
 ``use_attention=True``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -64,11 +65,23 @@ class GTrXLNet(RecurrentNetwork, nn.Module):
     memory rows [B*T, attention_dim] (unit i's input at every step).
     """
 
-    def __init__(self, observation_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: Optional[int], model_config: ModelConfigDict, name: str, *,
-                 num_transformer_units: int = 1, attention_dim: int = 64, num_heads: int = 2,
-                 memory_inference: int = 50, memory_training: int = 50, head_dim: int = 32,
-                 position_wise_mlp_dim: int = 32, init_gru_gate_bias: float = 2.0):
+    def __init__(
+        self,
+        observation_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: Optional[int],
+        model_config: ModelConfigDict,
+        name: str,
+        *,
+        num_transformer_units: int = 1,
+        attention_dim: int = 64,
+        num_heads: int = 2,
+        memory_inference: int = 50,
+        memory_training: int = 50,
+        head_dim: int = 32,
+        position_wise_mlp_dim: int = 32,
+        init_gru_gate_bias: float = 2.0,
+    ):
         """Initializes a GTrXLNet.
 
         Args:
@@ -95,11 +108,17 @@ class GTrXLNet(RecurrentNetwork, nn.Module):
         nn.Module.__init__(self)
         super().__init__(observation_space, action_space, num_outputs, model_config, name)
         owner = f"GTrXLNet({name!r})"
-        check_positive_ints(owner, num_transformer_units=num_transformer_units, attention_dim=attention_dim,
-                            num_heads=num_heads, memory_inference=memory_inference,
-                            memory_training=memory_training, head_dim=head_dim,
-                            position_wise_mlp_dim=position_wise_mlp_dim,
-                            max_seq_len=model_config.get("max_seq_len"))
+        check_positive_ints(
+            owner,
+            num_transformer_units=num_transformer_units,
+            attention_dim=attention_dim,
+            num_heads=num_heads,
+            memory_inference=memory_inference,
+            memory_training=memory_training,
+            head_dim=head_dim,
+            position_wise_mlp_dim=position_wise_mlp_dim,
+            max_seq_len=model_config.get("max_seq_len"),
+        )
         self.num_transformer_units = num_transformer_units
         self.attention_dim = attention_dim
         self.num_heads = num_heads
@@ -110,8 +129,9 @@ class GTrXLNet(RecurrentNetwork, nn.Module):
         self.obs_dim = flat_obs_dim(owner, observation_space)
         self._build_layers(num_heads, head_dim, position_wise_mlp_dim, init_gru_gate_bias)
         self._build_heads()
-        self.view_requirements.update(memory_view_requirements(
-            num_transformer_units, attention_dim, memory_inference, self.max_seq_len))
+        self.view_requirements.update(
+            memory_view_requirements(num_transformer_units, attention_dim, memory_inference, self.max_seq_len)
+        )
 
     def _build_layers(self, num_heads: int, head_dim: int, mlp_dim: int, gate_bias: float) -> None:
         """The input projection and the 2 * L gated sub-layers (RLlib 1.11's module names)."""
@@ -120,14 +140,24 @@ class GTrXLNet(RecurrentNetwork, nn.Module):
         blocks = []
         for _ in range(self.num_transformer_units):
             attention = SkipConnection(
-                RelativeMultiHeadAttention(in_dim=dim, out_dim=dim, num_heads=num_heads, head_dim=head_dim,
-                                           input_layernorm=True, output_activation=nn.ReLU),
-                fan_in_layer=GRUGate(dim, gate_bias))
+                RelativeMultiHeadAttention(
+                    in_dim=dim,
+                    out_dim=dim,
+                    num_heads=num_heads,
+                    head_dim=head_dim,
+                    input_layernorm=True,
+                    output_activation=nn.ReLU,
+                ),
+                fan_in_layer=GRUGate(dim, gate_bias),
+            )
             mlp = SkipConnection(
-                nn.Sequential(nn.LayerNorm(dim),
-                              SlimFC(in_size=dim, out_size=mlp_dim, use_bias=False, activation_fn=nn.ReLU),
-                              SlimFC(in_size=mlp_dim, out_size=dim, use_bias=False, activation_fn=nn.ReLU)),
-                fan_in_layer=GRUGate(dim, gate_bias))
+                nn.Sequential(
+                    nn.LayerNorm(dim),
+                    SlimFC(in_size=dim, out_size=mlp_dim, use_bias=False, activation_fn=nn.ReLU),
+                    SlimFC(in_size=mlp_dim, out_size=dim, use_bias=False, activation_fn=nn.ReLU),
+                ),
+                fan_in_layer=GRUGate(dim, gate_bias),
+            )
             blocks.extend([attention, mlp])
         self.attention_layers = nn.Sequential(*blocks)
 
@@ -137,15 +167,15 @@ class GTrXLNet(RecurrentNetwork, nn.Module):
         self.values_out = None
         self._value_out = None
         if self.num_outputs is not None:
-            self.logits = SlimFC(in_size=self.attention_dim, out_size=self.num_outputs,
-                                 activation_fn=nn.ReLU)
+            self.logits = SlimFC(in_size=self.attention_dim, out_size=self.num_outputs, activation_fn=nn.ReLU)
             self.values_out = SlimFC(in_size=self.attention_dim, out_size=1, activation_fn=None)
         else:
             self.num_outputs = self.attention_dim
 
     @override(ModelV2)
-    def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         """[B*T, obs] + L memories [B, Tau, dim] -> [B*T, num_outputs], L memory rows [B*T, dim].
 
         Raises:
@@ -156,9 +186,13 @@ class GTrXLNet(RecurrentNetwork, nn.Module):
         obs = input_dict["obs"].float()
         rows = int(obs.shape[0])
         if b == 0 or rows % b != 0:
-            raise ValueError(f"GTrXLNet({self.name!r}): {rows} observation rows do not split into {b} sequences (len(seq_lens))")
+            raise ValueError(
+                f"GTrXLNet({self.name!r}): {rows} observation rows do not split into {b} sequences (len(seq_lens))"
+            )
         if len(state) != self.num_transformer_units:
-            raise ValueError(f"GTrXLNet({self.name!r}): expected {self.num_transformer_units} memory tensors (state_in_0..{self.num_transformer_units - 1}) of shape [B, Tau, {self.attention_dim}], got {len(state)}")
+            raise ValueError(
+                f"GTrXLNet({self.name!r}): expected {self.num_transformer_units} memory tensors (state_in_0..{self.num_transformer_units - 1}) of shape [B, Tau, {self.attention_dim}], got {len(state)}"
+            )
         out = torch.reshape(obs, (b, rows // b) + tuple(obs.shape[1:]))
         out = self.linear_layer(out)
         memory_outs = [out]
@@ -171,8 +205,10 @@ class GTrXLNet(RecurrentNetwork, nn.Module):
         if self.logits is not None:
             self._value_out = self.values_out(out)
             out = self.logits(out)
-        return (torch.reshape(out, (-1, self.num_outputs)),
-                [torch.reshape(m, (-1, self.attention_dim)) for m in memory_outs])
+        return (
+            torch.reshape(out, (-1, self.num_outputs)),
+            [torch.reshape(m, (-1, self.attention_dim)) for m in memory_outs],
+        )
 
     @override(RecurrentNetwork)
     def get_initial_state(self) -> List[np.ndarray]:
@@ -187,7 +223,9 @@ class GTrXLNet(RecurrentNetwork, nn.Module):
             ValueError: Before ``forward()`` or without a value head.
         """
         if self._value_out is None:
-            raise ValueError(f"GTrXLNet({self.name!r}): value_function() needs a forward() call first and a value head (num_outputs not None)")
+            raise ValueError(
+                f"GTrXLNet({self.name!r}): value_function() needs a forward() call first and a value head (num_outputs not None)"
+            )
         return torch.reshape(self._value_out, [-1])
 
 
@@ -201,8 +239,9 @@ def encode_prev_actions(prev_actions: Any, action_space: gym.Space, n: int) -> T
     if isinstance(prev_actions, (dict, tuple, list)):
         from rlpolicy.utils.torch_utils import flatten_inputs_to_1d_tensor
 
-        flat = flatten_inputs_to_1d_tensor(prev_actions, spaces_struct=get_base_struct_from_space(action_space),
-                                           time_axis=True)
+        flat = flatten_inputs_to_1d_tensor(
+            prev_actions, spaces_struct=get_base_struct_from_space(action_space), time_axis=True
+        )
         return torch.reshape(flat, (flat.shape[0], -1))
     x = torch.as_tensor(prev_actions)
     b = x.shape[0]
@@ -231,8 +270,14 @@ class AttentionWrapper(TorchModelV2, nn.Module):
     ``attention_*`` keys of MODEL_DEFAULTS and ``max_seq_len``.
     """
 
-    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space, num_outputs: int,
-                 model_config: ModelConfigDict, name: str):
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        name: str,
+    ):
         """Builds the wrapped model (with no output layer), the GTrXL and the two heads.
 
         Raises:
@@ -252,24 +297,34 @@ class AttentionWrapper(TorchModelV2, nn.Module):
         in_space = gym.spaces.Box(float("-inf"), float("inf"), shape=(self.num_outputs,), dtype=np.float32)
         self.gtrxl = GTrXLNet(in_space, action_space, None, model_config, "gtrxl", **gtrxl_kwargs)
         self.num_outputs = num_outputs
-        self._logits_branch = SlimFC(in_size=self.attention_dim, out_size=self.num_outputs,
-                                     activation_fn=None, initializer=nn.init.xavier_uniform_)
-        self._value_branch = SlimFC(in_size=self.attention_dim, out_size=1, activation_fn=None,
-                                    initializer=nn.init.xavier_uniform_)
+        self._logits_branch = SlimFC(
+            in_size=self.attention_dim,
+            out_size=self.num_outputs,
+            activation_fn=None,
+            initializer=nn.init.xavier_uniform_,
+        )
+        self._value_branch = SlimFC(
+            in_size=self.attention_dim, out_size=1, activation_fn=None, initializer=nn.init.xavier_uniform_
+        )
         self._features = None
         self.view_requirements = self.gtrxl.view_requirements
         self.view_requirements["obs"].space = self.obs_space
-        self.view_requirements.update(prev_action_reward_view_requirements(
-            action_space, self.use_n_prev_actions, self.use_n_prev_rewards))
+        self.view_requirements.update(
+            prev_action_reward_view_requirements(
+                action_space, self.use_n_prev_actions, self.use_n_prev_rewards
+            )
+        )
 
-    def _wrapped_forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                         seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def _wrapped_forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         """Identity stand-in, used only when AttentionWrapper is instantiated unwrapped."""
         return input_dict["obs_flat"], state
 
     @override(ModelV2)
-    def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         """Wrapped model -> concat previous actions/rewards -> GTrXL -> logits.
 
         Raises:
@@ -310,7 +365,9 @@ class AttentionWrapper(TorchModelV2, nn.Module):
 
 def _require(input_dict: Dict[str, TensorType], key: str, model: AttentionWrapper) -> TensorType:
     if key not in input_dict:
-        raise ValueError(f"AttentionWrapper({model.name!r}): input_dict has no {key!r} column but the model config asks for it (attention_use_n_prev_actions / attention_use_n_prev_rewards); provided: {sorted(input_dict.keys())}")
+        raise ValueError(
+            f"AttentionWrapper({model.name!r}): input_dict has no {key!r} column but the model config asks for it (attention_use_n_prev_actions / attention_use_n_prev_rewards); provided: {sorted(input_dict.keys())}"
+        )
     return input_dict[key]
 
 

@@ -1,4 +1,5 @@
 """Small helpers of the torch action distributions (``torch_action_dist``)."""
+
 from __future__ import annotations
 
 from math import log, pi
@@ -73,8 +74,17 @@ def flatten_actions(actions: Any, shape: Optional[Tuple[int, ...]]) -> Any:
     return torch.reshape(actions, (-1, int(np.prod(shape))))
 
 
-_TORCH_DTYPES = {"int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
-                 "int32": torch.int32, "int64": torch.int64} if torch is not None else {}
+_TORCH_DTYPES = (
+    {
+        "int8": torch.int8,
+        "uint8": torch.uint8,
+        "int16": torch.int16,
+        "int32": torch.int32,
+        "int64": torch.int64,
+    }
+    if torch is not None
+    else {}
+)
 
 
 def check_bounds(low: Any, high: Any, name: str) -> None:
@@ -89,5 +99,8 @@ def flat_action_widths(action_space: Any) -> List[int]:
     import gymnasium as gym
 
     from rlpolicy.utils.spaces.space_utils import flatten_space
-    return [1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(s.shape))
-            for s in flatten_space(action_space)]
+
+    return [
+        1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(s.shape))
+        for s in flatten_space(action_space)
+    ]

@@ -9,6 +9,7 @@ weights saved from RLlib's default torch model load unchanged::
     _value_branch_separate.{i}._model.0.weight/.bias   # vf_share_layers=False only
     _value_branch._model.0.weight / .bias
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
@@ -30,8 +31,11 @@ def _hidden_stack(in_size: int, sizes: List[int], activation: object) -> Tuple[L
     """Returns normc(1.0)-initialised SlimFC layers of ``sizes`` and the final width."""
     layers = []
     for size in sizes:
-        layers.append(SlimFC(in_size=in_size, out_size=size, initializer=normc_initializer(1.0),
-                             activation_fn=activation))
+        layers.append(
+            SlimFC(
+                in_size=in_size, out_size=size, initializer=normc_initializer(1.0), activation_fn=activation
+            )
+        )
         in_size = size
     return layers, in_size
 
@@ -47,12 +51,19 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
     sets ``self.num_outputs`` to that width.
     """
 
-    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: Optional[int], model_config: ModelConfigDict, name: str):
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: Optional[int],
+        model_config: ModelConfigDict,
+        name: str,
+    ):
         TorchModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name)
         init_module(self)  # (= nn.Module.__init__(self))
-        hiddens = (list(model_config.get("fcnet_hiddens", []))
-                   + list(model_config.get("post_fcnet_hiddens", [])))
+        hiddens = list(model_config.get("fcnet_hiddens", [])) + list(
+            model_config.get("post_fcnet_hiddens", [])
+        )
         activation = model_config.get("fcnet_activation")
         if not model_config.get("fcnet_hiddens", []):
             activation = model_config.get("post_fcnet_activation")
@@ -70,8 +81,12 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
         else:
             layers, out_size = _hidden_stack(in_size, hiddens, activation)
             if num_outputs:
-                self._logits = SlimFC(in_size=out_size, out_size=num_outputs,
-                                      initializer=normc_initializer(0.01), activation_fn=None)
+                self._logits = SlimFC(
+                    in_size=out_size,
+                    out_size=num_outputs,
+                    initializer=normc_initializer(0.01),
+                    activation_fn=None,
+                )
             else:
                 self.num_outputs = out_size
         if self.free_log_std and self._logits:
@@ -84,8 +99,9 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
             # num_outputs here, which crashes whenever it differs from hiddens[-1]).
             vf_layers, vf_in = _hidden_stack(in_size, hiddens, activation)
             self._value_branch_separate = nn.Sequential(*vf_layers)
-        self._value_branch = SlimFC(in_size=vf_in, out_size=1,
-                                    initializer=normc_initializer(0.01), activation_fn=None)
+        self._value_branch = SlimFC(
+            in_size=vf_in, out_size=1, initializer=normc_initializer(0.01), activation_fn=None
+        )
         d["_features"] = d["_last_flat_in"] = d["_planned_features"] = None
         d["_plan"] = self._build_plan()
 
@@ -93,26 +109,31 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
         """The functional replay of the hidden, logits and value stacks (see
         ``functional_plan``); None if some layer cannot be replayed."""
         separate = self._value_branch_separate
-        value_layers = ([*separate, self._value_branch] if separate is not None
-                        else [self._value_branch])
-        return build_plan(self, {
-            "hidden": ([self._hidden_layers], list(self._hidden_layers)),
-            "logits": ([], [self._logits] if self._logits is not None else []),
-            "value": ([separate] if separate is not None else [], value_layers),
-        })
+        value_layers = [*separate, self._value_branch] if separate is not None else [self._value_branch]
+        return build_plan(
+            self,
+            {
+                "hidden": ([self._hidden_layers], list(self._hidden_layers)),
+                "logits": ([], [self._logits] if self._logits is not None else []),
+                "value": ([separate] if separate is not None else [], value_layers),
+            },
+        )
 
     def _split_free_log_std(self, num_outputs: Optional[int]) -> Optional[int]:
         """With free_log_std, the network computes only the means (half the outputs)."""
         if not self.free_log_std:
             return num_outputs
         if not num_outputs or num_outputs % 2 != 0:
-            raise ValueError(f"free_log_std=True needs an even num_outputs (means + log stds), "
-                             f"got num_outputs={num_outputs}")
+            raise ValueError(
+                f"free_log_std=True needs an even num_outputs (means + log stds), "
+                f"got num_outputs={num_outputs}"
+            )
         return num_outputs // 2
 
     @override(TorchModelV2)
-    def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         obs = input_dict["obs_flat"].float()
         flat_in = obs if obs.dim() == 2 else obs.reshape(obs.shape[0], -1)
         plan = self.__dict__.get("_plan")
@@ -137,8 +158,7 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
         plan = self.__dict__.get("_plan")
         # The check made by the forward pass that produced these features holds
         # for its value estimate too (the same call of the policy).
-        if plan is not None and (self.__dict__.get("_planned_features") is self._features
-                                 or plan.usable()):
+        if plan is not None and (self.__dict__.get("_planned_features") is self._features or plan.usable()):
             separate = not self.vf_share_layers
             out = plan.run("value", self._last_flat_in if separate else self._features)
         elif self._value_branch_separate:

@@ -13,6 +13,7 @@ Parameters are read from the modules' ``_parameters`` on every call, so
 swapped or moved parameters (``.to()``, ``torch.func.functional_call``) are
 seen.
 """
+
 from __future__ import annotations
 
 from itertools import chain
@@ -68,9 +69,12 @@ class FunctionalPlan:
             self.chains[name] = tuple(steps)
         self._modules = tuple(modules)
         self._types = tuple(map(type, modules))
-        self._hook_dicts = tuple(chain.from_iterable(
-            (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks)
-            for m in modules))
+        self._hook_dicts = tuple(
+            chain.from_iterable(
+                (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks, m._backward_pre_hooks)
+                for m in modules
+            )
+        )
         # The children dicts, and copies of them to compare with (dict equality
         # compares the child modules by identity first).
         self._containers = tuple(m._modules for m in containers)
@@ -81,8 +85,12 @@ class FunctionalPlan:
         if any(self._hook_dicts) or _tracing_state():
             return False
         g = _torch_module
-        if (g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks
-                or g._global_backward_pre_hooks):
+        if (
+            g._global_forward_hooks
+            or g._global_forward_pre_hooks
+            or g._global_backward_hooks
+            or g._global_backward_pre_hooks
+        ):
             return False
         return tuple(map(type, self._modules)) == self._types and self._containers == self._layout
 
@@ -108,8 +116,9 @@ class FunctionalPlan:
         return x, y
 
 
-def build_plan(owner: Any, chains: Dict[str, Tuple[Sequence[Any], Sequence[Any]]]
-               ) -> Optional[FunctionalPlan]:
+def build_plan(
+    owner: Any, chains: Dict[str, Tuple[Sequence[Any], Sequence[Any]]]
+) -> Optional[FunctionalPlan]:
     """A :class:`FunctionalPlan`, or None if some layer cannot run functionally."""
     try:
         return FunctionalPlan(owner, chains)

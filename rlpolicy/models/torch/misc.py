@@ -1,4 +1,5 @@
 """Small torch layers and helpers shared by the default torch models (RLlib's ``misc``)."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -30,6 +31,7 @@ def normc_initializer(std: float = 1.0) -> Callable[[TensorType], None]:
     Each row (output unit) of the weight matrix gets norm ``std`` (RLlib's
     "normc" initialisation, normalised over dim 1 of the torch weight).
     """
+
     def initializer(tensor: TensorType) -> None:
         prev = torch.is_grad_enabled()
         _set_grad_enabled(False)  # (torch.no_grad(), without its cost)
@@ -40,6 +42,7 @@ def normc_initializer(std: float = 1.0) -> Callable[[TensorType], None]:
                 tensor.mul_(std)
         finally:
             _set_grad_enabled(prev)
+
     initializer.overwrites_tensor = True  # (sets every entry: see SlimFC)
     return initializer
 
@@ -51,8 +54,9 @@ def _pair(value: IntPair) -> Tuple[int, int]:
 
 
 @DeveloperAPI
-def same_padding(in_size: Tuple[int, int], filter_size: IntPair, stride_size: IntPair
-                 ) -> Tuple[Tuple[int, int, int, int], Tuple[int, int]]:
+def same_padding(
+    in_size: Tuple[int, int], filter_size: IntPair, stride_size: IntPair
+) -> Tuple[Tuple[int, int, int, int], Tuple[int, int]]:
     """Computes the zero padding that reproduces TF's "same" conv padding.
 
     Args:
@@ -87,9 +91,17 @@ def _activation_module(activation_fn: Any, default: Any = None) -> Optional[Any]
 class SlimConv2d(nn.Module):
     """Conv2d with optional zero padding, custom init and activation (like tf.slim)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel: IntPair, stride: IntPair,
-                 padding: Optional[Union[int, Tuple[int, ...]]], initializer: Any = "default",
-                 activation_fn: Any = "default", bias_init: float = 0):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel: IntPair,
+        stride: IntPair,
+        padding: Optional[Union[int, Tuple[int, ...]]],
+        initializer: Any = "default",
+        activation_fn: Any = "default",
+        bias_init: float = 0,
+    ):
         """Builds ``[ZeroPad2d] -> Conv2d -> [activation]`` inside ``self._model``.
 
         Args:
@@ -127,8 +139,15 @@ class SlimConv2d(nn.Module):
 class SlimFC(nn.Module):
     """Linear layer with custom init and optional activation (like tf.slim's fully_connected)."""
 
-    def __init__(self, in_size: int, out_size: int, initializer: Any = None,
-                 activation_fn: Any = None, use_bias: bool = True, bias_init: float = 0.0):
+    def __init__(
+        self,
+        in_size: int,
+        out_size: int,
+        initializer: Any = None,
+        activation_fn: Any = None,
+        use_bias: bool = True,
+        bias_init: float = 0.0,
+    ):
         """Builds ``Linear -> [activation]`` inside ``self._model``.
 
         Args:
@@ -173,6 +192,7 @@ class SlimFC(nn.Module):
 
 
 if torch is not None:
+
     class _NoInitLinear(nn.Linear):
         """``nn.Linear`` whose constructor leaves the parameters uninitialised."""
 
@@ -185,13 +205,28 @@ def _overwrites(initializer: Any) -> bool:
     normc and torch's own ``nn.init`` fills."""
     if getattr(initializer, "overwrites_tensor", False):
         return True
-    return getattr(initializer, "__module__", None) == "torch.nn.init" and getattr(
-        initializer, "__name__", "") in _TORCH_FILLS
+    return (
+        getattr(initializer, "__module__", None) == "torch.nn.init"
+        and getattr(initializer, "__name__", "") in _TORCH_FILLS
+    )
 
 
-_TORCH_FILLS = frozenset({"xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
-                          "kaiming_normal_", "orthogonal_", "normal_", "uniform_",
-                          "trunc_normal_", "zeros_", "ones_", "constant_", "eye_"})
+_TORCH_FILLS = frozenset(
+    {
+        "xavier_uniform_",
+        "xavier_normal_",
+        "kaiming_uniform_",
+        "kaiming_normal_",
+        "orthogonal_",
+        "normal_",
+        "uniform_",
+        "trunc_normal_",
+        "zeros_",
+        "ones_",
+        "constant_",
+        "eye_",
+    }
+)
 
 
 def _uninitialized_linear(in_size: int, out_size: int, bias: bool, bias_init: float = 0.0) -> Any:
@@ -217,9 +252,11 @@ def _direct_linear(in_size: int, out_size: int, bias: bool, bias_init: float = 0
     d["in_features"], d["out_features"] = in_size, out_size
     params = d["_parameters"]
     params["weight"] = nn.Parameter(torch.empty((out_size, in_size)))
-    params["bias"] = (nn.Parameter(torch.zeros(out_size) if bias_init == 0.0
-                                   else torch.full((out_size,), float(bias_init)))
-                      if bias else None)
+    params["bias"] = (
+        nn.Parameter(torch.zeros(out_size) if bias_init == 0.0 else torch.full((out_size,), float(bias_init)))
+        if bias
+        else None
+    )
     return linear
 
 
@@ -229,10 +266,18 @@ def _same_linear(a: Any, b: Any) -> bool:
         return False
     if any(type(da[k]) is not type(db[k]) for k in da):
         return False
-    return all((x is None and y is None) or (
-        x is not None and y is not None and type(x) is type(y) and x.shape == y.shape
-        and x.dtype == y.dtype and x.requires_grad == y.requires_grad)
-        for x, y in zip(a._parameters.values(), b._parameters.values()))
+    return all(
+        (x is None and y is None)
+        or (
+            x is not None
+            and y is not None
+            and type(x) is type(y)
+            and x.shape == y.shape
+            and x.dtype == y.dtype
+            and x.requires_grad == y.requires_grad
+        )
+        for x, y in zip(a._parameters.values(), b._parameters.values())
+    )
 
 
 def _sequential(*modules: Any) -> Any:
@@ -279,8 +324,7 @@ def init_module(module: Any) -> None:
 def new_module(cls: type) -> Any:
     """``cls()`` for a module class; the ones that only run ``nn.Module.__init__``
     (e.g. ``nn.Tanh``) are set up directly."""
-    if _MODULE_FIELDS is None or cls.__init__ is not nn.Module.__init__ \
-            or cls.__new__ is not object.__new__:
+    if _MODULE_FIELDS is None or cls.__init__ is not nn.Module.__init__ or cls.__new__ is not object.__new__:
         return cls()
     module = object.__new__(cls)
     init_module(module)
@@ -291,8 +335,7 @@ def _check_direct_linear() -> bool:
     try:
         # Runs at import time, often right after a user seeded torch: keep the global RNG untouched.
         with torch.random.fork_rng(devices=[]):
-            return all(_same_linear(_direct_linear(3, 2, b), nn.Linear(3, 2, bias=b))
-                       for b in (True, False))
+            return all(_same_linear(_direct_linear(3, 2, b), nn.Linear(3, 2, bias=b)) for b in (True, False))
     except Exception:  # noqa: BLE001 - any surprise: use the constructor
         return False
 
@@ -302,9 +345,16 @@ def _check_direct_linear() -> bool:
 # sees, so tanh/sigmoid/relu run in place there (the same values, one allocation
 # less per layer; their backward only needs the result). SiLU's backward needs its
 # input, so it stays out of place. (Empty without torch: the module still imports.)
-_FUNCTIONAL_ACTIVATIONS = {} if torch is None else {
-    nn.Tanh: torch.tanh_, nn.Sigmoid: torch.sigmoid_, nn.ReLU: torch.relu_,
-    nn.SiLU: torch.nn.functional.silu}
+_FUNCTIONAL_ACTIVATIONS = (
+    {}
+    if torch is None
+    else {
+        nn.Tanh: torch.tanh_,
+        nn.Sigmoid: torch.sigmoid_,
+        nn.ReLU: torch.relu_,
+        nn.SiLU: torch.nn.functional.silu,
+    }
+)
 
 
 def _linear_plan(seq: Any) -> Optional[tuple]:
@@ -329,12 +379,15 @@ def _plan_usable(plan: tuple) -> bool:
     if tuple(seq._modules.values()) != mods or type(mods[0]) is not _Linear:
         return False  # modules swapped, or e.g. a parametrization was registered
     for m in (seq, *mods):
-        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks \
-                or m._backward_pre_hooks:
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
             return False
     g = _torch_module
-    if (g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks
-            or g._global_backward_pre_hooks):
+    if (
+        g._global_forward_hooks
+        or g._global_forward_pre_hooks
+        or g._global_backward_hooks
+        or g._global_backward_pre_hooks
+    ):
         return False
     return not _tracing_state()
 

@@ -7,6 +7,7 @@ with ``_wrapped_forward = Model.forward``, so the wrapped model's parameters
 come first in ``state_dict()``, followed by ``lstm.*`` and ``_logits_branch.*``
 (``_value_branch`` keeps the wrapped model's slot but maps cell_size -> 1).
 """
+
 from __future__ import annotations
 
 import sys
@@ -36,8 +37,9 @@ def _add_time_dim(flat: TensorType, seq_lens: TensorType, time_major: bool) -> T
     if not _exporting():
         rows, n = int(flat.shape[0]), int(num_seqs)
         if n == 0 or rows % n != 0:
-            raise ValueError(f"padded batch of {rows} rows is not divisible by the "
-                             f"number of sequences {n} (len(seq_lens))")
+            raise ValueError(
+                f"padded batch of {rows} rows is not divisible by the number of sequences {n} (len(seq_lens))"
+            )
     features = tuple(flat.shape[1:])
     if time_major:
         return torch.reshape(flat, (-1, num_seqs) + features)
@@ -63,11 +65,13 @@ class RecurrentNetwork(TorchModelV2):
     """
 
     @override(ModelV2)
-    def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         if seq_lens is None:
-            raise ValueError(f"recurrent model {self.name!r} needs seq_lens (one length per "
-                             "sequence); got None")
+            raise ValueError(
+                f"recurrent model {self.name!r} needs seq_lens (one length per sequence); got None"
+            )
         if isinstance(seq_lens, np.ndarray):
             seq_lens = torch.from_numpy(seq_lens).int()
         flat_inputs = input_dict["obs_flat"].float()
@@ -76,8 +80,9 @@ class RecurrentNetwork(TorchModelV2):
         output, new_state = self.forward_rnn(inputs, state, seq_lens)
         return torch.reshape(output, [-1, self.num_outputs]), new_state
 
-    def forward_rnn(self, inputs: TensorType, state: List[TensorType], seq_lens: TensorType
-                    ) -> Tuple[TensorType, List[TensorType]]:
+    def forward_rnn(
+        self, inputs: TensorType, state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         """Runs the RNN over padded sequences.
 
         Args:
@@ -99,6 +104,7 @@ def _action_dim(action_space: gym.Space) -> int:
         return int(np.sum(action_space.nvec))
     if isinstance(action_space, (gym.spaces.Dict, gym.spaces.Tuple)):
         from rlpolicy.utils.spaces.space_utils import flatten_space
+
         return sum(_action_dim(s) for s in flatten_space(action_space))
     return int(np.prod(action_space.shape))
 
@@ -109,8 +115,9 @@ def _one_hot_actions(actions: TensorType, space: gym.Space) -> TensorType:
     if isinstance(space, gym.spaces.Discrete):
         return nn.functional.one_hot(actions.reshape(-1), int(space.n)).float()
     actions = actions.reshape(-1, len(space.nvec))
-    return torch.cat([nn.functional.one_hot(actions[:, i], int(n)).float()
-                      for i, n in enumerate(space.nvec)], dim=-1)
+    return torch.cat(
+        [nn.functional.one_hot(actions[:, i], int(n)).float() for i, n in enumerate(space.nvec)], dim=-1
+    )
 
 
 @DeveloperAPI
@@ -121,8 +128,14 @@ class LSTMWrapper(RecurrentNetwork, nn.Module):
     ``lstm_use_prev_reward``, ``max_seq_len``, ``_time_major``.
     """
 
-    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: int, model_config: ModelConfigDict, name: str):
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        name: str,
+    ):
         nn.Module.__init__(self)
         # Builds the wrapped model (next class in the MRO) without an output layer.
         super().__init__(obs_space, action_space, None, model_config, name)
@@ -133,36 +146,50 @@ class LSTMWrapper(RecurrentNetwork, nn.Module):
         self.use_prev_action = model_config["lstm_use_prev_action"]
         self.use_prev_reward = model_config["lstm_use_prev_reward"]
         self.action_dim = _action_dim(action_space)
-        lstm_in = self.num_outputs + (self.action_dim if self.use_prev_action else 0) \
+        lstm_in = (
+            self.num_outputs
+            + (self.action_dim if self.use_prev_action else 0)
             + (1 if self.use_prev_reward else 0)
+        )
         self.lstm = nn.LSTM(lstm_in, self.cell_size, batch_first=not self.time_major)
         self.num_outputs = num_outputs
-        self._logits_branch = SlimFC(in_size=self.cell_size, out_size=self.num_outputs,
-                                     activation_fn=None, initializer=nn.init.xavier_uniform_)
-        self._value_branch = SlimFC(in_size=self.cell_size, out_size=1, activation_fn=None,
-                                    initializer=nn.init.xavier_uniform_)
+        self._logits_branch = SlimFC(
+            in_size=self.cell_size,
+            out_size=self.num_outputs,
+            activation_fn=None,
+            initializer=nn.init.xavier_uniform_,
+        )
+        self._value_branch = SlimFC(
+            in_size=self.cell_size, out_size=1, activation_fn=None, initializer=nn.init.xavier_uniform_
+        )
         self._features = None
         self._add_view_requirements(model_config)
 
     def _add_view_requirements(self, model_config: ModelConfigDict) -> None:
         """Prev action/reward inputs (shift -1) and state_in_i/state_out_i columns."""
         from rlpolicy.policy.view_requirement import ViewRequirement
+
         if self.use_prev_action:
             self.view_requirements["prev_actions"] = ViewRequirement(
-                "actions", space=self.action_space, shift=-1)
+                "actions", space=self.action_space, shift=-1
+            )
         if self.use_prev_reward:
             self.view_requirements["prev_rewards"] = ViewRequirement("rewards", shift=-1)
         space = gym.spaces.Box(-1.0, 1.0, shape=(self.cell_size,), dtype=np.float32)
         for i in range(2):
             self.view_requirements[f"state_in_{i}"] = ViewRequirement(
-                f"state_out_{i}", shift=-1, used_for_compute_actions=True,
-                batch_repeat_value=model_config.get("max_seq_len", 20), space=space)
-            self.view_requirements[f"state_out_{i}"] = ViewRequirement(
-                space=space, used_for_training=True)
+                f"state_out_{i}",
+                shift=-1,
+                used_for_compute_actions=True,
+                batch_repeat_value=model_config.get("max_seq_len", 20),
+                space=space,
+            )
+            self.view_requirements[f"state_out_{i}"] = ViewRequirement(space=space, used_for_training=True)
 
     @override(RecurrentNetwork)
-    def forward(self, input_dict: Dict[str, TensorType], state: List[TensorType],
-                seq_lens: TensorType) -> Tuple[TensorType, List[TensorType]]:
+    def forward(
+        self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         if seq_lens is None:
             raise ValueError(f"LSTM model {self.name!r} needs seq_lens; got None")
         wrapped_out, _ = self._wrapped_forward(input_dict, [], None)
@@ -180,11 +207,11 @@ class LSTMWrapper(RecurrentNetwork, nn.Module):
         return super().forward(input_dict, state, seq_lens)
 
     @override(RecurrentNetwork)
-    def forward_rnn(self, inputs: TensorType, state: List[TensorType], seq_lens: TensorType
-                    ) -> Tuple[TensorType, List[TensorType]]:
+    def forward_rnn(
+        self, inputs: TensorType, state: List[TensorType], seq_lens: TensorType
+    ) -> Tuple[TensorType, List[TensorType]]:
         if len(state) != 2:
-            raise ValueError(f"LSTM model {self.name!r} expects 2 state tensors (h, c), "
-                             f"got {len(state)}")
+            raise ValueError(f"LSTM model {self.name!r} expects 2 state tensors (h, c), got {len(state)}")
         h0, c0 = (torch.unsqueeze(s.float(), 0) for s in state)
         self._features, (h, c) = self.lstm(inputs, (h0, c0))
         model_out = self._logits_branch(self._features)

@@ -13,6 +13,7 @@ tensor ops and build their ``torch.distributions`` object (``self.dist``)
 only when something reads it. A subclass that assigns its own ``self.dist``
 gets the ``torch.distributions``-based methods of the base wrapper.
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,8 +51,7 @@ class TorchDistributionWrapper(ActionDistribution):
 
     @override(ActionDistribution)
     def __init__(self, inputs: List[TensorType], model: TorchModelV2):
-        super().__init__(inputs if type(inputs) is torch.Tensor else to_tensor(inputs, model),
-                         model)
+        super().__init__(inputs if type(inputs) is torch.Tensor else to_tensor(inputs, model), model)
         self.last_sample = None
 
     def _lean(self) -> bool:
@@ -80,8 +80,10 @@ class TorchDistributionWrapper(ActionDistribution):
     @override(ActionDistribution)
     def sampled_action_logp(self) -> TensorType:
         if self.last_sample is None:
-            raise ValueError(f"{type(self).__name__}.sampled_action_logp() called before "
-                             "sample() or deterministic_sample()")
+            raise ValueError(
+                f"{type(self).__name__}.sampled_action_logp() called before "
+                "sample() or deterministic_sample()"
+            )
         return self.logp(self.last_sample)
 
 
@@ -90,8 +92,7 @@ class TorchCategorical(TorchDistributionWrapper):
     """Categorical over ``n`` actions from logits [BATCH, n], optionally tempered."""
 
     @override(ActionDistribution)
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2 = None,
-                 temperature: float = 1.0):
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2 = None, temperature: float = 1.0):
         """Args: inputs: logits; model: the model; temperature: logits are divided by it (> 0)."""
         if temperature <= 0.0:
             raise ValueError(f"Categorical temperature must be > 0, got {temperature}")
@@ -105,8 +106,7 @@ class TorchCategorical(TorchDistributionWrapper):
         self._drawn = None  # (last sample, its [B, 1] index) from the 2-D fast path of sample()
 
     def _make_dist(self) -> Any:
-        return torch.distributions.categorical.Categorical(logits=self._logits,
-                                                           validate_args=False)
+        return torch.distributions.categorical.Categorical(logits=self._logits, validate_args=False)
 
     def _log_softmax(self) -> TensorType:
         """The normalised log-probabilities [..., n] (computed once)."""
@@ -129,8 +129,11 @@ class TorchCategorical(TorchDistributionWrapper):
             log_probs = self._log_probs = torch.log_softmax(self._logits, -1)
         probs = log_probs.exp()
         if probs.dim() == 2:
-            index = (no_grad_call(torch.multinomial, probs, 1, True) if torch.is_grad_enabled()
-                     else torch.multinomial(probs, 1, True))
+            index = (
+                no_grad_call(torch.multinomial, probs, 1, True)
+                if torch.is_grad_enabled()
+                else torch.multinomial(probs, 1, True)
+            )
             self.last_sample = index.squeeze(1)
             self._drawn = (self.last_sample, index)
             return self.last_sample
@@ -147,8 +150,11 @@ class TorchCategorical(TorchDistributionWrapper):
 
     @override(TorchDistributionWrapper)
     def logp(self, actions: TensorType) -> TensorType:
-        if (not self._lean() or not isinstance(actions, torch.Tensor)
-                or actions.shape != self._logits.shape[:-1]):
+        if (
+            not self._lean()
+            or not isinstance(actions, torch.Tensor)
+            or actions.shape != self._logits.shape[:-1]
+        ):
             return self.dist.log_prob(actions)  # broadcasting and the rest: as torch does it
         return self._log_softmax().gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
@@ -172,16 +178,19 @@ class TorchCategorical(TorchDistributionWrapper):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space,
-                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return action_space.n
 
 
 @DeveloperAPI
 def get_torch_categorical_class_with_temperature(t: float) -> type:
     """Returns a TorchCategorical subclass whose default temperature is ``t``."""
+
     def __init__(self, inputs, model=None, temperature=t):
         TorchCategorical.__init__(self, inputs, model, temperature)
+
     return type("TorchCategoricalWithTemperature", (TorchCategorical,), {"__init__": __init__})
 
 
@@ -202,17 +211,26 @@ class TorchMultiCategorical(TorchDistributionWrapper):
     """
 
     @override(TorchDistributionWrapper)
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2,
-                 input_lens: Union[List[int], np.ndarray, tuple], action_space: Optional[gym.Space] = None):
+    def __init__(
+        self,
+        inputs: List[TensorType],
+        model: TorchModelV2,
+        input_lens: Union[List[int], np.ndarray, tuple],
+        action_space: Optional[gym.Space] = None,
+    ):
         """Args: inputs: logits [B, sum(input_lens)]; model; input_lens: categories per
         sub-action; action_space: integer Box to reshape samples to (optional)."""
         super().__init__(inputs, model)
         lens = tuple(int(n) for n in input_lens)
         if self.inputs.shape[-1] != sum(lens):
-            raise ValueError(f"MultiCategorical inputs have {self.inputs.shape[-1]} columns but "
-                             f"input_lens {list(lens)} sum to {sum(lens)}")
-        self.cats = [torch.distributions.categorical.Categorical(logits=part, validate_args=False)
-                     for part in self.inputs.split(lens, dim=1)]
+            raise ValueError(
+                f"MultiCategorical inputs have {self.inputs.shape[-1]} columns but "
+                f"input_lens {list(lens)} sum to {sum(lens)}"
+            )
+        self.cats = [
+            torch.distributions.categorical.Categorical(logits=part, validate_args=False)
+            for part in self.inputs.split(lens, dim=1)
+        ]
         self.action_space = action_space
 
     @override(TorchDistributionWrapper)
@@ -247,8 +265,9 @@ class TorchMultiCategorical(TorchDistributionWrapper):
 
     @override(ActionDistribution)
     def multi_kl(self, other: ActionDistribution) -> TensorType:
-        return torch.stack([torch.distributions.kl.kl_divergence(c, o)
-                            for c, o in zip(self.cats, other.cats)], dim=1)
+        return torch.stack(
+            [torch.distributions.kl.kl_divergence(c, o) for c, o in zip(self.cats, other.cats)], dim=1
+        )
 
     @override(TorchDistributionWrapper)
     def kl(self, other: ActionDistribution) -> TensorType:
@@ -256,8 +275,9 @@ class TorchMultiCategorical(TorchDistributionWrapper):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space,
-                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         if isinstance(action_space, gym.spaces.Box):
             low, high = int(np.min(action_space.low)), int(np.max(action_space.high))
             return int(np.prod(action_space.shape)) * (high - low + 1)
@@ -275,8 +295,13 @@ class TorchDiagGaussian(TorchDistributionWrapper):
     """
 
     @override(ActionDistribution)
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2, *,
-                 action_space: Optional[gym.spaces.Space] = None):
+    def __init__(
+        self,
+        inputs: List[TensorType],
+        model: TorchModelV2,
+        *,
+        action_space: Optional[gym.spaces.Space] = None,
+    ):
         super().__init__(inputs, model)
         mean, log_std = torch.chunk(self.inputs, 2, dim=1)
         self._mean, self.log_std = mean, log_std
@@ -332,8 +357,9 @@ class TorchDiagGaussian(TorchDistributionWrapper):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space,
-                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return int(np.prod(action_space.shape)) * 2
 
 
@@ -345,8 +371,7 @@ class TorchSquashedGaussian(TorchDistributionWrapper):
     never reach ``low``/``high`` exactly.
     """
 
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2,
-                 low: float = -1.0, high: float = 1.0):
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2, low: float = -1.0, high: float = 1.0):
         """Args: inputs: [B, 2d]; model; low, high: bounds of the (open) action interval."""
         super().__init__(inputs, model)
         check_bounds(low, high, "SquashedGaussian")
@@ -378,8 +403,7 @@ class TorchSquashedGaussian(TorchDistributionWrapper):
         """Returns a reparameterised sample in [-1, 1] scale and its log-probability."""
         z = self.dist.rsample()
         actions = self._squash(z)
-        logp = torch.sum(self.dist.log_prob(z) - torch.log(1 - actions * actions + SMALL_NUMBER),
-                         dim=-1)
+        logp = torch.sum(self.dist.log_prob(z) - torch.log(1 - actions * actions + SMALL_NUMBER), dim=-1)
         return actions, logp
 
     @override(TorchDistributionWrapper)
@@ -400,8 +424,9 @@ class TorchSquashedGaussian(TorchDistributionWrapper):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space,
-                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return int(np.prod(action_space.shape)) * 2
 
 
@@ -412,8 +437,7 @@ class TorchBeta(TorchDistributionWrapper):
     Each input ``v`` becomes a concentration ``softplus(clip(v)) + 1`` (so > 1).
     """
 
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2,
-                 low: float = 0.0, high: float = 1.0):
+    def __init__(self, inputs: List[TensorType], model: TorchModelV2, low: float = 0.0, high: float = 1.0):
         """Args: inputs: [B, 2d]; model; low, high: the action interval."""
         super().__init__(inputs, model)
         check_bounds(low, high, "Beta")
@@ -421,8 +445,7 @@ class TorchBeta(TorchDistributionWrapper):
         self.inputs = torch.log(torch.exp(clipped) + 1.0) + 1.0
         self.low, self.high = low, high
         alpha, beta = torch.chunk(self.inputs, 2, dim=-1)
-        self.dist = torch.distributions.Beta(concentration1=alpha, concentration0=beta,
-                                             validate_args=False)
+        self.dist = torch.distributions.Beta(concentration1=alpha, concentration0=beta, validate_args=False)
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> TensorType:
@@ -454,8 +477,9 @@ class TorchBeta(TorchDistributionWrapper):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space,
-                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return int(np.prod(action_space.shape)) * 2
 
 
@@ -464,8 +488,13 @@ class TorchDeterministic(TorchDistributionWrapper):
     """Point mass at the inputs (a Gaussian with zero std); logp of samples is 0."""
 
     @override(TorchDistributionWrapper)
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2, *,
-                 action_space: Optional[gym.spaces.Space] = None):
+    def __init__(
+        self,
+        inputs: List[TensorType],
+        model: TorchModelV2,
+        *,
+        action_space: Optional[gym.spaces.Space] = None,
+    ):
         """Args: inputs: the actions [B, k]; model; action_space: a Box with more than
         one dimension makes the actions come back as [B, *shape] (optional)."""
         super().__init__(inputs, model)
@@ -477,8 +506,7 @@ class TorchDeterministic(TorchDistributionWrapper):
 
     @override(TorchDistributionWrapper)
     def sampled_action_logp(self) -> TensorType:
-        return torch.zeros((self.inputs.size()[0],), dtype=torch.float32,
-                           device=self.inputs.device)
+        return torch.zeros((self.inputs.size()[0],), dtype=torch.float32, device=self.inputs.device)
 
     @override(TorchDistributionWrapper)
     def sample(self) -> TensorType:
@@ -486,8 +514,9 @@ class TorchDeterministic(TorchDistributionWrapper):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space,
-                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return int(np.prod(action_space.shape))
 
 
@@ -499,8 +528,7 @@ class TorchDirichlet(TorchDistributionWrapper):
         inputs = to_tensor(inputs, model)
         self.epsilon = torch.tensor(1e-7, device=inputs.device)
         concentration = torch.exp(inputs) + self.epsilon
-        self.dist = torch.distributions.dirichlet.Dirichlet(concentration=concentration,
-                                                            validate_args=True)
+        self.dist = torch.distributions.dirichlet.Dirichlet(concentration=concentration, validate_args=True)
         super().__init__(concentration, model)
 
     @override(ActionDistribution)
@@ -520,8 +548,9 @@ class TorchDirichlet(TorchDistributionWrapper):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space,
-                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return int(np.prod(action_space.shape))
 
 
@@ -529,8 +558,15 @@ class TorchDirichlet(TorchDistributionWrapper):
 class TorchMultiActionDistribution(TorchDistributionWrapper):
     """Joint distribution of independent sub-distributions for Tuple/Dict action spaces."""
 
-    def __init__(self, inputs: TensorType, model: TorchModelV2, *, child_distributions: Any,
-                 input_lens: Any, action_space: gym.Space):
+    def __init__(
+        self,
+        inputs: TensorType,
+        model: TorchModelV2,
+        *,
+        child_distributions: Any,
+        input_lens: Any,
+        action_space: gym.Space,
+    ):
         """Splits ``inputs`` by ``input_lens`` and builds one child per flat sub-space.
 
         Args:
@@ -543,20 +579,24 @@ class TorchMultiActionDistribution(TorchDistributionWrapper):
         import tree
 
         from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
+
         super().__init__(inputs, model)
         self.action_space = action_space
         self.action_space_struct = get_base_struct_from_space(action_space)
         self.input_lens = [int(n) for n in tree.flatten(input_lens)]
         children = tree.flatten(child_distributions)
         if self.inputs.shape[1] != sum(self.input_lens):
-            raise ValueError(f"MultiActionDistribution inputs have {self.inputs.shape[1]} columns "
-                             f"but input_lens {self.input_lens} sum to {sum(self.input_lens)}")
+            raise ValueError(
+                f"MultiActionDistribution inputs have {self.inputs.shape[1]} columns "
+                f"but input_lens {self.input_lens} sum to {sum(self.input_lens)}"
+            )
         splits = torch.split(self.inputs, self.input_lens, dim=1)
         self.flat_child_distributions = [d(x, model) for d, x in zip(children, splits)]
 
     @override(ActionDistribution)
     def logp(self, x: Any) -> TensorType:
         import tree
+
         if isinstance(x, np.ndarray):
             x = torch.from_numpy(x)
         if isinstance(x, torch.Tensor):
@@ -573,33 +613,35 @@ class TorchMultiActionDistribution(TorchDistributionWrapper):
 
     @override(ActionDistribution)
     def kl(self, other: ActionDistribution) -> TensorType:
-        kls = [d.kl(o) for d, o in zip(self.flat_child_distributions,
-                                       other.flat_child_distributions)]
+        kls = [d.kl(o) for d, o in zip(self.flat_child_distributions, other.flat_child_distributions)]
         return functools.reduce(lambda a, b: a + b, kls)
 
     @override(ActionDistribution)
     def entropy(self) -> TensorType:
-        return functools.reduce(lambda a, b: a + b,
-                                [d.entropy() for d in self.flat_child_distributions])
+        return functools.reduce(lambda a, b: a + b, [d.entropy() for d in self.flat_child_distributions])
 
     @override(ActionDistribution)
     def sample(self) -> Any:
         import tree
+
         samples = [d.sample() for d in self.flat_child_distributions]
         return tree.unflatten_as(self.action_space_struct, samples)
 
     @override(ActionDistribution)
     def deterministic_sample(self) -> Any:
         import tree
+
         samples = [d.deterministic_sample() for d in self.flat_child_distributions]
         return tree.unflatten_as(self.action_space_struct, samples)
 
     @override(TorchDistributionWrapper)
     def sampled_action_logp(self) -> TensorType:
-        return functools.reduce(lambda a, b: a + b, [
-            d.sampled_action_logp() for d in self.flat_child_distributions])
+        return functools.reduce(
+            lambda a, b: a + b, [d.sampled_action_logp() for d in self.flat_child_distributions]
+        )
 
     @override(ActionDistribution)
-    def required_model_output_shape(self, action_space: gym.Space,
-                                    model_config: ModelConfigDict) -> Union[int, np.ndarray]:
+    def required_model_output_shape(
+        self, action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.ndarray]:
         return int(np.sum(self.input_lens))

@@ -1,4 +1,5 @@
 """Base class of torch models (RLlib's ``ray.rllib.models.torch.torch_modelv2``)."""
+
 from __future__ import annotations
 
 from typing import Dict, List, Union
@@ -30,18 +31,25 @@ class TorchModelV2(ModelV2):
             itself), read back with ``TorchPolicy.get_tower_stats``.
     """
 
-    def __init__(self, obs_space: gym.spaces.Space, action_space: gym.spaces.Space,
-                 num_outputs: int, model_config: ModelConfigDict, name: str):
+    def __init__(
+        self,
+        obs_space: gym.spaces.Space,
+        action_space: gym.spaces.Space,
+        num_outputs: int,
+        model_config: ModelConfigDict,
+        name: str,
+    ):
         """Initializes the framework-neutral part; see ``ModelV2.__init__``.
 
         Raises:
             ValueError: the subclass does not inherit from ``nn.Module``.
         """
         if not isinstance(self, nn.Module):
-            raise ValueError(f"{type(self).__name__} subclasses TorchModelV2 but not nn.Module; "
-                             "declare it as MyModel(TorchModelV2, nn.Module)")
-        ModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name,
-                         framework="torch")
+            raise ValueError(
+                f"{type(self).__name__} subclasses TorchModelV2 but not nn.Module; "
+                "declare it as MyModel(TorchModelV2, nn.Module)"
+            )
+        ModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name, framework="torch")
         self.tower_stats = {}
 
     @override(ModelV2)
@@ -56,8 +64,7 @@ class TorchModelV2(ModelV2):
         return list(self.parameters())
 
     @override(ModelV2)
-    def trainable_variables(self, as_dict: bool = False
-                            ) -> Union[List[TensorType], Dict[str, TensorType]]:
+    def trainable_variables(self, as_dict: bool = False) -> Union[List[TensorType], Dict[str, TensorType]]:
         """Like ``variables`` but only the parameters with ``requires_grad``."""
         if as_dict:
             return {k: v for k, v in self.variables(as_dict=True).items() if v.requires_grad}

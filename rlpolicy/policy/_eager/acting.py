@@ -6,6 +6,7 @@ numpy views of list inputs, the batch view a traced call receives, and one
 forward pass of a ModelV2 or a Keras model. They take models, tensors and
 batches, never the policy. Tensorflow is imported on first use.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
@@ -30,8 +31,9 @@ def check_model(owner: str, model: Any) -> None:
     from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 
     if not isinstance(model, TFModelV2) and not is_keras_model(model):
-        raise TypeError(f"{owner}: the model must be a TFModelV2 (or Keras model), got "
-                        f"{type(model).__name__}")
+        raise TypeError(
+            f"{owner}: the model must be a TFModelV2 (or Keras model), got {type(model).__name__}"
+        )
 
 
 def as_array(x: Any) -> Any:
@@ -53,16 +55,23 @@ def as_tensor_batch(samples: Any, training: bool) -> SampleBatch:
     """
     if isinstance(samples, SampleBatch):
         return samples
-    first = next((v for k, v in samples.items()
-                  if k != SEQ_LENS and not k.startswith(("state_in_", "state_out_"))), None)
+    first = next(
+        (v for k, v in samples.items() if k != SEQ_LENS and not k.startswith(("state_in_", "state_out_"))),
+        None,
+    )
     count = None if first is None else tree.flatten(first)[0].shape[0]
-    flags = {"_time_major": None, "_max_seq_len": None, "_is_training": training,
-             "_zero_padded": training and SEQ_LENS in samples}
+    flags = {
+        "_time_major": None,
+        "_max_seq_len": None,
+        "_is_training": training,
+        "_zero_padded": training and SEQ_LENS in samples,
+    }
     return SampleBatch._trusted(dict(samples), count, flags)  # type: ignore[arg-type]
 
 
-def model_forward(model: Any, input_dict: Any, state_batches: List[Any],
-                  seq_lens: Any) -> Tuple[Any, List[Any], Dict[str, Any]]:
+def model_forward(
+    model: Any, input_dict: Any, state_batches: List[Any], seq_lens: Any
+) -> Tuple[Any, List[Any], Dict[str, Any]]:
     """One forward pass: ``(dist_inputs, state_outs, extra_fetches)``.
 
     A ModelV2 is called as ``model(input_dict, state, seq_lens)``; a Keras
@@ -93,5 +102,4 @@ def action_extras(logp: Any, dist_inputs: Any) -> Dict[str, Any]:
     return out
 
 
-__all__ = ["is_keras_model", "check_model", "as_array", "as_tensor_batch", "model_forward",
-           "action_extras"]
+__all__ = ["is_keras_model", "check_model", "as_array", "as_tensor_batch", "model_forward", "action_extras"]

@@ -17,6 +17,7 @@
 Everything here takes the model, specs, optimizers and values, never the
 policy. Tensorflow is imported on first use.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,10 +56,15 @@ def serving_specs(model: Any, dummy_batch: Any) -> Dict[str, Any]:
     """
     specs: Dict[str, Any] = {}
     vrs = getattr(model, "view_requirements", {}) or {}
-    keys = ["obs"] + [k for k, vr in vrs.items() if k != "obs"
-                      and getattr(vr, "used_for_compute_actions", True)
-                      and not k.startswith(("state_in_", "state_out_"))
-                      and k not in _NON_INPUT_COLUMNS and k in dummy_batch]
+    keys = ["obs"] + [
+        k
+        for k, vr in vrs.items()
+        if k != "obs"
+        and getattr(vr, "used_for_compute_actions", True)
+        and not k.startswith(("state_in_", "state_out_"))
+        and k not in _NON_INPUT_COLUMNS
+        and k in dummy_batch
+    ]
     for key in keys:
         specs[key] = _spec(key, dict.__getitem__(dummy_batch, key))
     init_state = list(model.get_initial_state()) if hasattr(model, "get_initial_state") else []
@@ -84,8 +90,7 @@ def _memory_view_states(vrs: Dict[str, Any]) -> List[np.ndarray]:
 
 def _serve(model: Any, specs: Dict[str, Any], inputs: Dict[str, Any]) -> Dict[str, Any]:
     num_states = sum(1 for k in specs if k.startswith("state_in_"))
-    columns = {k: v for k, v in inputs.items()
-               if not k.startswith("state_in_") and k != "seq_lens"}
+    columns = {k: v for k, v in inputs.items() if not k.startswith("state_in_") and k != "seq_lens"}
     state = [inputs[f"state_in_{i}"] for i in range(num_states)]
     out, state_out = model(columns, state, inputs.get("seq_lens"))
     result = {"output": out}
@@ -97,8 +102,7 @@ def _serve(model: Any, specs: Dict[str, Any], inputs: Dict[str, Any]) -> Dict[st
 def make_serving_function(model: Any, specs: Dict[str, Any]) -> Any:
     """A ``tf.function`` taking one dict of tensors (keyed like ``specs``)."""
     tf = _tf()
-    return tf.function(lambda inputs: _serve(model, specs, inputs), input_signature=[specs],
-                       autograph=False)
+    return tf.function(lambda inputs: _serve(model, specs, inputs), input_signature=[specs], autograph=False)
 
 
 def export_saved_model(model: Any, specs: Dict[str, Any], export_dir: str) -> None:
@@ -108,8 +112,9 @@ def export_saved_model(model: Any, specs: Dict[str, Any], export_dir: str) -> No
     module.model_variables = list(model.variables())
     module.serve = make_serving_function(model, specs)
     os.makedirs(export_dir, exist_ok=True)
-    tf.saved_model.save(module, export_dir,
-                        signatures={"serving_default": module.serve.get_concrete_function()})
+    tf.saved_model.save(
+        module, export_dir, signatures={"serving_default": module.serve.get_concrete_function()}
+    )
 
 
 def export_onnx(model: Any, specs: Dict[str, Any], export_dir: str, opset: int) -> str:
@@ -132,8 +137,7 @@ def export_onnx(model: Any, specs: Dict[str, Any], export_dir: str, opset: int) 
     fd, tmp = tempfile.mkstemp(dir=export_dir, prefix=".tmp-", suffix="model.onnx")
     os.close(fd)
     try:
-        tf2onnx.convert.from_function(fn, input_signature=flat_specs, opset=int(opset),
-                                      output_path=tmp)
+        tf2onnx.convert.from_function(fn, input_signature=flat_specs, opset=int(opset), output_path=tmp)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -151,9 +155,10 @@ def make_tf_checkpoint(model: Any, optimizers: Sequence[Any], global_timestep: i
     class; :func:`restored_timestep` then gives the timestep that was read.
     """
     tf = _tf()
-    kwargs: Dict[str, Any] = {"model": named_variables(model),
-                              "global_timestep": tf.Variable(int(global_timestep),
-                                                             dtype=tf.int64, trainable=False)}
+    kwargs: Dict[str, Any] = {
+        "model": named_variables(model),
+        "global_timestep": tf.Variable(int(global_timestep), dtype=tf.int64, trainable=False),
+    }
     for i, opt in enumerate(optimizers or []):
         kwargs[f"optimizer_{i}"] = opt
     return tf.train.Checkpoint(**kwargs)
@@ -164,5 +169,11 @@ def restored_timestep(ckpt: Any) -> int:
     return int(ckpt.global_timestep.numpy())
 
 
-__all__ = ["serving_specs", "make_serving_function", "export_saved_model", "export_onnx",
-           "make_tf_checkpoint", "restored_timestep"]
+__all__ = [
+    "serving_specs",
+    "make_serving_function",
+    "export_saved_model",
+    "export_onnx",
+    "make_tf_checkpoint",
+    "restored_timestep",
+]

@@ -11,6 +11,7 @@ Gradient layout (RLlib 1.11): with ``_tf_policy_handles_more_than_one_loss``
 (one per model trainable variable); otherwise a single list, and only the
 first optimizer steps. Tensorflow is imported on first use.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -62,8 +63,9 @@ def clip_grads(grads_and_vars: GradsAndVars, clip: float) -> GradsAndVars:
     return out
 
 
-def tape_gradients(tape: Any, losses: Sequence[Any], variables: List[Any],
-                   grad_clip: Optional[float]) -> List[GradsAndVars]:
+def tape_gradients(
+    tape: Any, losses: Sequence[Any], variables: List[Any], grad_clip: Optional[float]
+) -> List[GradsAndVars]:
     """One ``[(grad, var), ...]`` list per loss from ``tape``, each clipped by
     global norm ``grad_clip`` when that is set (truthy)."""
     out = [list(zip(tape.gradient(loss, variables), variables)) for loss in losses]
@@ -75,8 +77,7 @@ def read_variables(stats: Dict[str, Any]) -> Dict[str, Any]:
     the stats were computed (before the update), as torch reports it, not a live
     variable that the update changes before the stats are converted."""
     tf = _tf()
-    return tree.map_structure(
-        lambda x: x.read_value() if isinstance(x, tf.Variable) else x, stats)
+    return tree.map_structure(lambda x: x.read_value() if isinstance(x, tf.Variable) else x, stats)
 
 
 def zip_with_variables(grads: Any, variables: List[Any], multi: bool) -> Any:
@@ -91,8 +92,10 @@ def zip_with_variables(grads: Any, variables: List[Any], multi: bool) -> Any:
     for gl in lists:
         gl = list(gl)
         if len(gl) != len(variables):
-            raise ValueError(f"apply_gradients got {len(gl)} gradients for the model's "
-                             f"{len(variables)} trainable variables; pass one (or None) per variable")
+            raise ValueError(
+                f"apply_gradients got {len(gl)} gradients for the model's "
+                f"{len(variables)} trainable variables; pass one (or None) per variable"
+            )
         paired.append(list(zip(gl, variables)))
     return paired if multi else paired[0]
 
@@ -108,8 +111,7 @@ def step_optimizers(optimizers: Sequence[Any], grads_and_vars: Any, multi: bool)
 
 
 # Per optimizer, by the ids of the variables it steps: the tf.function running its update.
-_APPLY_STEPS: "weakref.WeakKeyDictionary[Any, Dict[Tuple[int, ...], Callable]]" = \
-    weakref.WeakKeyDictionary()
+_APPLY_STEPS: "weakref.WeakKeyDictionary[Any, Dict[Tuple[int, ...], Callable]]" = weakref.WeakKeyDictionary()
 
 
 def apply_gradients(optimizer: Any, grads_and_vars: GradsAndVars) -> None:
@@ -125,8 +127,11 @@ def apply_gradients(optimizer: Any, grads_and_vars: GradsAndVars) -> None:
     (``IndexedSlices``) are stepped eagerly as they are.
     """
     tf = _tf()
-    if not (tf.executing_eagerly() and _builtin_keras_optimizer(optimizer)
-            and all(isinstance(g, tf.Tensor) for g, _ in grads_and_vars)):
+    if not (
+        tf.executing_eagerly()
+        and _builtin_keras_optimizer(optimizer)
+        and all(isinstance(g, tf.Tensor) for g, _ in grads_and_vars)
+    ):
         optimizer.apply_gradients(grads_and_vars)
         return
     variables = [v for _, v in grads_and_vars]
@@ -151,8 +156,7 @@ def _traced_apply(optimizer_ref: Any, variables: List[Any]) -> Callable:
 def _builtin_keras_optimizer(optimizer: Any) -> bool:
     """Whether ``optimizer``'s class is one of tf_keras' (or Keras') own."""
     module = type(optimizer).__module__
-    return module.startswith(("tf_keras.src.optimizers.", "keras.src.optimizers.",
-                              "keras.optimizers."))
+    return module.startswith(("tf_keras.src.optimizers.", "keras.src.optimizers.", "keras.optimizers."))
 
 
 def mean_grads(tower_grads: List[Any]) -> Any:
@@ -177,6 +181,14 @@ def clip_grad_lists(grads: Any, grad_clip: Optional[float], multi: bool) -> Any:
     return out if multi else out[0]
 
 
-__all__ = ["TapeOptimizer", "trainable_variables", "clip_grads", "tape_gradients",
-           "read_variables", "zip_with_variables", "step_optimizers", "mean_grads",
-           "clip_grad_lists"]
+__all__ = [
+    "TapeOptimizer",
+    "trainable_variables",
+    "clip_grads",
+    "tape_gradients",
+    "read_variables",
+    "zip_with_variables",
+    "step_optimizers",
+    "mean_grads",
+    "clip_grad_lists",
+]

@@ -12,6 +12,7 @@ A method called while a ``tf.function`` is being traced runs as it is (it is
 part of the trace); a method called from eager code pays one
 ``executing_eagerly()`` check.
 """
+
 from __future__ import annotations
 
 import functools

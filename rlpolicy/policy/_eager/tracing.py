@@ -14,6 +14,7 @@ retraces (traces after the first) exceed the limit.
 Everything here takes tensors, functions and counters, never the policy.
 Tensorflow is imported on first use.
 """
+
 from __future__ import annotations
 
 import logging
@@ -131,9 +132,11 @@ def disallow_variable_creation(next_creator: Callable, **kwargs: Any) -> Any:
         ValueError: Always, naming the variable.
     """
     name = kwargs.get("name", "<unnamed>")
-    raise ValueError(f"A variable ({name!r}) was about to be created during an eager forward or "
-                     "loss pass; create all variables in the model's __init__ (or make_model), "
-                     "not in forward(), loss_fn or stats_fn")
+    raise ValueError(
+        f"A variable ({name!r}) was about to be created during an eager forward or "
+        "loss pass; create all variables in the model's __init__ (or make_model), "
+        "not in forward(), loss_fn or stats_fn"
+    )
 
 
 class TraceCounter:
@@ -170,7 +173,10 @@ class TraceCounter:
                 f"(config['eager_max_retraces']={self.max_retraces}). Each retrace re-runs the "
                 "Python code and can make eager_tracing slower than eager_tracing=False; keep "
                 "batch columns, dtypes and ranks the same from call to call, or set "
-                "eager_max_retraces=None to silence this check", RuntimeWarning, stacklevel=3)
+                "eager_max_retraces=None to silence this check",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
 
 def signature_key(x: Any) -> Optional[Tuple[Any, ...]]:
@@ -224,8 +230,7 @@ def _direct_call(conc: Any, args: Tuple[Any, ...]) -> Callable:
     nest_flatten, tensor = tf.nest.flatten, tf.Tensor
 
     def direct(*call_args: Any) -> Any:
-        return call_flat([t for t in nest_flatten(call_args) if isinstance(t, tensor)],
-                         conc.captured_inputs)
+        return call_flat([t for t in nest_flatten(call_args) if isinstance(t, tensor)], conc.captured_inputs)
 
     return direct
 
@@ -271,5 +276,13 @@ def make_traced(fn: Callable, name: str, counter: TraceCounter, max_cached: int 
     return call
 
 
-__all__ = ["to_tensor", "batch_to_tensors", "to_numpy", "disallow_variable_creation",
-           "TraceCounter", "make_traced", "signature_key", "NON_TENSOR_COLUMNS"]
+__all__ = [
+    "to_tensor",
+    "batch_to_tensors",
+    "to_numpy",
+    "disallow_variable_creation",
+    "TraceCounter",
+    "make_traced",
+    "signature_key",
+    "NON_TENSOR_COLUMNS",
+]

@@ -10,6 +10,7 @@ failed call leaves the policy unchanged.
 Everything here takes models, variables, optimizers and arrays, never the
 policy; nothing imports tensorflow.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -36,8 +37,7 @@ def named_variables(model: Any) -> Dict[str, Any]:
     return unique_keys((v.name, v) for v in variables)
 
 
-def extra_variable_names(extra: List[Any], taken: set,
-                         target_model: Optional[Any] = None) -> Dict[str, Any]:
+def extra_variable_names(extra: List[Any], taken: set, target_model: Optional[Any] = None) -> Dict[str, Any]:
     """Keys for the variables ``extra`` of a policy that lie outside its model.
 
     Args:
@@ -64,8 +64,9 @@ def extra_variable_names(extra: List[Any], taken: set,
     return out
 
 
-def check_weights(weights: Union[Mapping[str, Any], Sequence[Any]],
-                  variables: Dict[str, Any]) -> List[Tuple[Any, np.ndarray]]:
+def check_weights(
+    weights: Union[Mapping[str, Any], Sequence[Any]], variables: Dict[str, Any]
+) -> List[Tuple[Any, np.ndarray]]:
     """Validates ``weights`` against ``variables``; returns (variable, value) pairs.
 
     Args:
@@ -81,22 +82,28 @@ def check_weights(weights: Union[Mapping[str, Any], Sequence[Any]],
         missing = [k for k in variables if k not in weights]
         unknown = [k for k in weights if k not in variables]
         if missing or unknown:
-            raise ValueError(f"set_weights: weights do not match the model's variables; missing "
-                             f"keys {missing}, unknown keys {unknown}")
+            raise ValueError(
+                f"set_weights: weights do not match the model's variables; missing "
+                f"keys {missing}, unknown keys {unknown}"
+            )
         items = [(k, weights[k]) for k in variables]
     else:
         weights = list(weights)
         if len(weights) != len(variables):
-            raise ValueError(f"set_weights got {len(weights)} arrays for the model's "
-                             f"{len(variables)} variables; pass one per variable or a dict")
+            raise ValueError(
+                f"set_weights got {len(weights)} arrays for the model's "
+                f"{len(variables)} variables; pass one per variable or a dict"
+            )
         items = list(zip(variables, weights))
     pairs = []
     for key, value in items:
         var = variables[key]
         arr = np.asarray(value)
         if tuple(arr.shape) != tuple(var.shape.as_list()):
-            raise ValueError(f"set_weights: {key!r} has shape {tuple(arr.shape)} but the "
-                             f"variable has shape {tuple(var.shape.as_list())}")
+            raise ValueError(
+                f"set_weights: {key!r} has shape {tuple(arr.shape)} but the "
+                f"variable has shape {tuple(var.shape.as_list())}"
+            )
         pairs.append((var, arr.astype(var.dtype.as_numpy_dtype, copy=False)))
     return pairs
 
@@ -134,17 +141,27 @@ def check_optimizer_state(values: Sequence[Any], variables: List[Any]) -> List[T
     """
     values = list(values)
     if len(values) != len(variables):
-        raise ValueError(f"state['_optimizer_variables'] holds {len(values)} arrays but this "
-                         f"policy's optimizers have {len(variables)} variables")
+        raise ValueError(
+            f"state['_optimizer_variables'] holds {len(values)} arrays but this "
+            f"policy's optimizers have {len(variables)} variables"
+        )
     pairs = []
     for i, (var, value) in enumerate(zip(variables, values)):
         arr = np.asarray(value)
         if tuple(arr.shape) != tuple(var.shape.as_list()):
-            raise ValueError(f"state['_optimizer_variables'][{i}] ({var.name}) has shape "
-                             f"{tuple(arr.shape)}, expected {tuple(var.shape.as_list())}")
+            raise ValueError(
+                f"state['_optimizer_variables'][{i}] ({var.name}) has shape "
+                f"{tuple(arr.shape)}, expected {tuple(var.shape.as_list())}"
+            )
         pairs.append((var, arr.astype(var.dtype.as_numpy_dtype, copy=False)))
     return pairs
 
 
-__all__ = ["named_variables", "extra_variable_names", "check_weights", "optimizer_variables",
-           "build_optimizer", "check_optimizer_state"]
+__all__ = [
+    "named_variables",
+    "extra_variable_names",
+    "check_weights",
+    "optimizer_variables",
+    "build_optimizer",
+    "check_optimizer_state",
+]

@@ -23,6 +23,7 @@ graph (e.g. the time loop of ``keras.layers.LSTM`` in a recurrent
 
 Only protobufs are handled here: no framework is imported at module level.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Set
@@ -63,8 +64,9 @@ def _downstream(fdef: Any, start: str) -> Set[str]:
 
 def _reads(fdef: Any, name: str) -> bool:
     """Whether any node or return value of ``fdef`` reads ``name``."""
-    return (any(_source(ref) == name for node in fdef.node_def for ref in node.input)
-            or any(_source(ref) == name for ref in fdef.ret.values()))
+    return any(_source(ref) == name for node in fdef.node_def for ref in node.input) or any(
+        _source(ref) == name for ref in fdef.ret.values()
+    )
 
 
 def _dead_nodes(body: Any, cond: Any, i: int) -> Optional[Set[str]]:
@@ -83,8 +85,7 @@ def _dead_nodes(body: Any, cond: Any, i: int) -> Optional[Set[str]]:
     return closure
 
 
-def _copy_function(fdef: Any, name: str, keep: List[int], drop_nodes: Set[str],
-                   outputs: bool) -> Any:
+def _copy_function(fdef: Any, name: str, keep: List[int], drop_nodes: Set[str], outputs: bool) -> Any:
     """A copy of ``fdef`` named ``name`` with only the arguments (and, for a
     body, outputs) at indices ``keep`` and without the nodes ``drop_nodes``."""
     new = type(fdef)()
@@ -141,8 +142,7 @@ def _update_while_node(node: Any, keep: List[int], n: int, body: str, cond: str)
         node.attr["_num_original_outputs"].i = sum(1 for k in keep if k < original)
     if "_read_only_resource_inputs" in node.attr:
         new_index = {old: new for new, old in enumerate(keep)}
-        indices = [new_index[k] for k in node.attr["_read_only_resource_inputs"].list.i
-                   if k in new_index]
+        indices = [new_index[k] for k in node.attr["_read_only_resource_inputs"].list.i if k in new_index]
         del node.attr["_read_only_resource_inputs"].list.i[:]
         node.attr["_read_only_resource_inputs"].list.i.extend(indices)
     node.attr["body"].func.name = body
@@ -158,14 +158,18 @@ def _renumber_consumers(graph_def: Any, while_name: str, keep: List[int]) -> Non
                 node.input[j] = while_name if k == 0 else f"{while_name}:{k}"
 
 
-def _prune_one(graph_def: Any, node: Any, used: Set[int], functions: Dict[str, Any],
-               taken: Set[str]) -> bool:
+def _prune_one(graph_def: Any, node: Any, used: Set[int], functions: Dict[str, Any], taken: Set[str]) -> bool:
     """Prunes the dead loop variables of one While ``node``; True if any were removed."""
     body = functions.get(node.attr["body"].func.name)
     cond = functions.get(node.attr["cond"].func.name)
     n = len(node.attr["T"].list.type)
-    if body is None or cond is None or len(body.signature.input_arg) != n \
-            or len(body.signature.output_arg) != n or len(cond.signature.input_arg) != n:
+    if (
+        body is None
+        or cond is None
+        or len(body.signature.input_arg) != n
+        or len(body.signature.output_arg) != n
+        or len(cond.signature.input_arg) != n
+    ):
         return False
     keep, drop_nodes = [], set()
     for i in range(n):
@@ -176,10 +180,8 @@ def _prune_one(graph_def: Any, node: Any, used: Set[int], functions: Dict[str, A
             drop_nodes |= dead
     if len(keep) == n:
         return False
-    new_body = _copy_function(body, _unique_name(body.signature.name, taken), keep,
-                              drop_nodes, outputs=True)
-    new_cond = _copy_function(cond, _unique_name(cond.signature.name, taken), keep,
-                              set(), outputs=False)
+    new_body = _copy_function(body, _unique_name(body.signature.name, taken), keep, drop_nodes, outputs=True)
+    new_cond = _copy_function(cond, _unique_name(cond.signature.name, taken), keep, set(), outputs=False)
     graph_def.library.function.extend([new_body, new_cond])
     functions[new_body.signature.name] = new_body
     functions[new_cond.signature.name] = new_cond
@@ -209,8 +211,9 @@ def prune_dead_loop_vars(graph_def: Any, outputs: Sequence[str] = ()) -> Any:
         if node.op not in _WHILE_OPS:
             continue
         refs = [ref for other in out.node for ref in other.input] + list(outputs)
-        used = {_graph_output_index(ref) for ref in refs
-                if not ref.startswith("^") and _source(ref) == node.name}
+        used = {
+            _graph_output_index(ref) for ref in refs if not ref.startswith("^") and _source(ref) == node.name
+        }
         _prune_one(out, node, used, functions, taken)
     return out
 

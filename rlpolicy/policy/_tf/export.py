@@ -6,6 +6,7 @@ by name), so it can be tested on a hand-built graph.
 
 tensorflow (and tf2onnx) are imported lazily.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,9 @@ def _tensor_info(tensor: Any) -> Any:
     tf1, tf = _tf()
     if not isinstance(tensor, tf.Tensor):  # sparse/composite tensors: TF's own encoding
         return tf1.saved_model.utils.build_tensor_info(tensor)
-    return tf1.TensorInfo(name=tensor.name, dtype=tensor.dtype.as_datatype_enum,
-                          tensor_shape=tensor.shape.as_proto())
+    return tf1.TensorInfo(
+        name=tensor.name, dtype=tensor.dtype.as_datatype_enum, tensor_shape=tensor.shape.as_proto()
+    )
 
 
 def build_signature_def_map(inputs: Dict[str, Any], outputs: Dict[str, Any]) -> Dict[str, Any]:
@@ -38,8 +40,10 @@ def build_signature_def_map(inputs: Dict[str, Any], outputs: Dict[str, Any]) -> 
     tf1, _ = _tf()
     info = _tensor_info
     signature = tf1.saved_model.signature_def_utils.build_signature_def(
-        {k: info(v) for k, v in inputs.items()}, {k: info(v) for k, v in outputs.items()},
-        tf1.saved_model.signature_constants.PREDICT_METHOD_NAME)
+        {k: info(v) for k, v in inputs.items()},
+        {k: info(v) for k, v in outputs.items()},
+        tf1.saved_model.signature_constants.PREDICT_METHOD_NAME,
+    )
     return {tf1.saved_model.signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY: signature}
 
 
@@ -51,20 +55,21 @@ def save_saved_model(sess: Any, export_dir: str, signature_def_map: Dict[str, An
     """
     tf1, _ = _tf()
     if os.path.isdir(export_dir) and os.listdir(export_dir):
-        raise FileExistsError(f"export_model: {export_dir!r} is not empty; a SavedModel needs "
-                              "an empty or new directory")
+        raise FileExistsError(
+            f"export_model: {export_dir!r} is not empty; a SavedModel needs an empty or new directory"
+        )
     with sess.graph.as_default():
         builder = tf1.saved_model.builder.SavedModelBuilder(export_dir)
         builder.add_meta_graph_and_variables(
-            sess, [tf1.saved_model.tag_constants.SERVING], signature_def_map=signature_def_map)
+            sess, [tf1.saved_model.tag_constants.SERVING], signature_def_map=signature_def_map
+        )
         builder.save()
 
 
 def _io_names(signature_def_map: Dict[str, Any]) -> Tuple[List[str], List[str]]:
     tf1, _ = _tf()
     sd = signature_def_map[tf1.saved_model.signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY]
-    return ([v.name for _, v in sorted(sd.inputs.items())],
-            [v.name for _, v in sorted(sd.outputs.items())])
+    return ([v.name for _, v in sorted(sd.inputs.items())], [v.name for _, v in sorted(sd.outputs.items())])
 
 
 def freeze_serving_graph(sess: Any, outputs: List[str]) -> Any:
@@ -73,8 +78,7 @@ def freeze_serving_graph(sess: Any, outputs: List[str]) -> Any:
     tf1, _ = _tf()
     nodes = [n.split(":")[0] for n in outputs]
     with sess.graph.as_default():
-        frozen = tf1.graph_util.convert_variables_to_constants(
-            sess, sess.graph.as_graph_def(), nodes)
+        frozen = tf1.graph_util.convert_variables_to_constants(sess, sess.graph.as_graph_def(), nodes)
     _assigns_to_frozen_values(frozen)
     frozen = tf1.graph_util.extract_sub_graph(frozen, nodes)
     # Again: drops the producers of the loop variables pruned away.
@@ -124,8 +128,10 @@ def import_tf2onnx() -> Any:
     try:
         import tf2onnx
     except ImportError as e:
-        raise RuntimeError("Converting a TensorFlow model to ONNX requires `tf2onnx` to be "
-                           "installed. Install with `pip install tf2onnx`.") from e
+        raise RuntimeError(
+            "Converting a TensorFlow model to ONNX requires `tf2onnx` to be "
+            "installed. Install with `pip install tf2onnx`."
+        ) from e
     return tf2onnx
 
 
@@ -156,12 +162,18 @@ def save_onnx(sess: Any, export_dir: str, signature_def_map: Dict[str, Any], ops
     path = os.path.join(export_dir, ONNX_FILE_NAME + ".onnx")
     with tf.Graph().as_default():  # tf2onnx reads the graph def in graph mode
         # RLlib 1.11: image (4-D) inputs are exposed channels-first (NCHW).
-        ranks = {node.name: len(node.attr["shape"].shape.dim) for node in frozen.node
-                 if node.op == "Placeholder"}
+        ranks = {
+            node.name: len(node.attr["shape"].shape.dim) for node in frozen.node if node.op == "Placeholder"
+        }
         nchw = [n for n in inputs if ranks.get(n.split(":")[0]) == 4]
-        tf2onnx.convert.from_graph_def(frozen, input_names=inputs, output_names=outputs,
-                                       opset=int(opset), output_path=path,
-                                       inputs_as_nchw=nchw)
+        tf2onnx.convert.from_graph_def(
+            frozen,
+            input_names=inputs,
+            output_names=outputs,
+            opset=int(opset),
+            output_path=path,
+            inputs_as_nchw=nchw,
+        )
     return path
 
 

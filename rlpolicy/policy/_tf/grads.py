@@ -7,6 +7,7 @@ batch splitting and buffers are framework-neutral (``_core.devices``,
 
 tensorflow is imported lazily, on first use.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple

@@ -4,6 +4,7 @@ Each function takes plain data (a config, device names, tensors, a model) and
 knows nothing of ``TFPolicy``. Those that create ops must be called with the
 policy's graph as the default graph. tensorflow is imported lazily.
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,8 +58,9 @@ def plan_tf_devices(config: Mapping, visible_gpus: List[str]) -> List[str]:
     if plan.on_gpu:
         logger.info("TFPolicy (worker=%s) running on %s GPU(s).", worker, plan.num_gpus)
         return [f"/gpu:{i}" for i in range(plan.num_towers)]
-    logger.info("TFPolicy (worker=%s) running on %s.", worker,
-                f"{plan.num_gpus} fake-GPUs" if plan.fake else "CPU")
+    logger.info(
+        "TFPolicy (worker=%s) running on %s.", worker, f"{plan.num_gpus} fake-GPUs" if plan.fake else "CPU"
+    )
     return ["/cpu:0"] * plan.num_towers
 
 
@@ -89,8 +91,11 @@ def build_after(deps: Optional[List[Any]], build: Callable[[], Any]) -> Any:
 def placeholders_needed_by(roots: Iterable[Any]) -> Set[Any]:
     """The placeholder ops the tensors/ops in ``roots`` (transitively) depend on."""
     tf1, _ = _tf()
-    stack = [r.op if hasattr(r, "op") and not isinstance(r, tf1.Operation) else r
-             for r in roots if r is not None and hasattr(r, "graph")]
+    stack = [
+        r.op if hasattr(r, "op") and not isinstance(r, tf1.Operation) else r
+        for r in roots
+        if r is not None and hasattr(r, "graph")
+    ]
     seen: Set[Any] = set()
     found: Set[Any] = set()
     while stack:

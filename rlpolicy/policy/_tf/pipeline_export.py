@@ -29,6 +29,7 @@ the policy's ``compute_actions(explore=False)`` (``pc.verify_pipeline``).
 Helpers here take data (session, tensors, model, spaces, config, callables),
 never the policy. TensorFlow, tf2onnx and onnx are imported lazily.
 """
+
 from __future__ import annotations
 
 import os
@@ -81,13 +82,23 @@ class GraphActingTensors:
 
 
 # ---------------------------------------------------------------------- entry points
-def export_graph_pipeline(export_dir: str, *, session: Any, tensors: GraphActingTensors,
-                          dist_class: Any, model: Any, observation_space: gym.Space,
-                          action_space: gym.Space, config: Dict[str, Any],
-                          compute_actions: Callable[..., Any], initial_state: Sequence[Any],
-                          onnx: Optional[int] = None, exploration: str = "",
-                          batch_sizes: Sequence[int] = pc.VERIFY_BATCH_SIZES,
-                          steps: int = 2) -> pc.PipelineContract:
+def export_graph_pipeline(
+    export_dir: str,
+    *,
+    session: Any,
+    tensors: GraphActingTensors,
+    dist_class: Any,
+    model: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    config: Dict[str, Any],
+    compute_actions: Callable[..., Any],
+    initial_state: Sequence[Any],
+    onnx: Optional[int] = None,
+    exploration: str = "",
+    batch_sizes: Sequence[int] = pc.VERIFY_BATCH_SIZES,
+    steps: int = 2,
+) -> pc.PipelineContract:
     """Exports, verifies and installs a graph policy's action pipeline.
 
     Args:
@@ -114,11 +125,14 @@ def export_graph_pipeline(export_dir: str, *, session: Any, tensors: GraphActing
 
     tf1, tf = _tf()
     if tensors.dist_inputs is None:
-        raise ValueError("the policy computes actions with an action_sampler_fn (no "
-                         "distribution inputs); its action pipeline cannot be exported")
+        raise ValueError(
+            "the policy computes actions with an action_sampler_fn (no "
+            "distribution inputs); its action pipeline cannot be exported"
+        )
     plan = _Plan.make(model, observation_space, action_space, config, initial_state)
-    mapped = [tensors.obs, *tensors.state_inputs] + ([tensors.seq_lens]
-                                                     if tensors.seq_lens is not None else [])
+    mapped = [tensors.obs, *tensors.state_inputs] + (
+        [tensors.seq_lens] if tensors.seq_lens is not None else []
+    )
     fixed = {t: v for t, v in tensors.fixed.items() if tf.is_tensor(t)}
     outs = [tensors.dist_inputs, *tensors.state_outputs]
     frozen = freeze_serving_graph(session, [t.name for t in outs])
@@ -137,8 +151,9 @@ def export_graph_pipeline(export_dir: str, *, session: Any, tensors: GraphActing
             for t, v in fixed.items():
                 if t.op.name in frozen_nodes:
                     input_map[t.name] = tf.constant(v, dtype=t.dtype)
-            got = tf1.import_graph_def(frozen, input_map=input_map,
-                                       return_elements=[t.name for t in outs], name="policy")
+            got = tf1.import_graph_def(
+                frozen, input_map=input_map, return_elements=[t.name for t in outs], name="policy"
+            )
             return got[0], dist_class, list(got[1:])
 
         body = _pipeline_body(tf, plan, placeholders, forward, model)
@@ -149,8 +164,9 @@ def export_graph_pipeline(export_dir: str, *, session: Any, tensors: GraphActing
             example = plan.zeros_np(pc.TRACE_BATCH_SIZE)
             example.append(np.zeros([pc.TRACE_BATCH_SIZE, body.noise_dim], np.float32))
             ran = sess.run(outputs, dict(zip([*placeholders, noise], example)))
-    contract = plan.contract(body, [(a.dtype, list(a.shape)) for a in ran],
-                             dist_class, exploration, onnx, "tf")
+    contract = plan.contract(
+        body, [(a.dtype, list(a.shape)) for a in ran], dist_class, exploration, onnx, "tf"
+    )
 
     def write(tmp: str) -> None:
         in_map = dict(zip([s.name for s in contract.inputs], [*placeholders, noise]))
@@ -164,21 +180,30 @@ def export_graph_pipeline(export_dir: str, *, session: Any, tensors: GraphActing
             with tf1.Session(graph=graph) as sess:
                 builder = tf1.saved_model.builder.SavedModelBuilder(tmp)
                 builder.add_meta_graph_and_variables(
-                    sess, [_SERVE_TAG], signature_def_map=build_signature_def_map(in_map, out_map))
+                    sess, [_SERVE_TAG], signature_def_map=build_signature_def_map(in_map, out_map)
+                )
                 builder.save()
 
     _write_verified(export_dir, contract, write, plan, compute_actions, batch_sizes, steps)
     return contract
 
 
-def export_eager_pipeline(export_dir: str, *, model: Any, dist_class: Any,
-                          observation_space: gym.Space, action_space: gym.Space,
-                          config: Dict[str, Any], compute_actions: Callable[..., Any],
-                          initial_state: Sequence[Any], onnx: Optional[int] = None,
-                          exploration: str = "",
-                          dist_inputs_fn: Optional[Callable[..., Tuple[Any, Any, List[Any]]]] = None,
-                          batch_sizes: Sequence[int] = pc.VERIFY_BATCH_SIZES,
-                          steps: int = 2) -> pc.PipelineContract:
+def export_eager_pipeline(
+    export_dir: str,
+    *,
+    model: Any,
+    dist_class: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    config: Dict[str, Any],
+    compute_actions: Callable[..., Any],
+    initial_state: Sequence[Any],
+    onnx: Optional[int] = None,
+    exploration: str = "",
+    dist_inputs_fn: Optional[Callable[..., Tuple[Any, Any, List[Any]]]] = None,
+    batch_sizes: Sequence[int] = pc.VERIFY_BATCH_SIZES,
+    steps: int = 2,
+) -> pc.PipelineContract:
     """Exports, verifies and installs an eager policy's action pipeline.
 
     Args:
@@ -197,8 +222,10 @@ def export_eager_pipeline(export_dir: str, *, model: Any, dist_class: Any,
 
     tf1, tf = _tf()
     if not tf.executing_eagerly():
-        raise RuntimeError("exporting an eager policy's pipeline needs eager execution "
-                           "(call it where the policy runs, in TF's eager mode)")
+        raise RuntimeError(
+            "exporting an eager policy's pipeline needs eager execution "
+            "(call it where the policy runs, in TF's eager mode)"
+        )
     plan = _Plan.make(model, observation_space, action_space, config, initial_state)
 
     def forward(obs: Any, states: List[Any], seq_lens: Any) -> Tuple[Any, Any, List[Any]]:
@@ -224,9 +251,14 @@ def export_eager_pipeline(export_dir: str, *, model: Any, dist_class: Any,
     fn = tf.function(flat, input_signature=in_specs, autograph=False)
     example = plan.zeros(tf, pc.TRACE_BATCH_SIZE) + [tf.zeros([pc.TRACE_BATCH_SIZE, noise_dim])]
     eager_out = fn(*example)
-    contract = plan.contract(probe, [(eager_out[k].dtype.as_numpy_dtype, eager_out[k].shape.as_list())
-                                     for k in names],
-                             dist_class, exploration, onnx, "tf2")
+    contract = plan.contract(
+        probe,
+        [(eager_out[k].dtype.as_numpy_dtype, eager_out[k].shape.as_list()) for k in names],
+        dist_class,
+        exploration,
+        onnx,
+        "tf2",
+    )
 
     def write(tmp: str) -> None:
         if onnx:
@@ -256,17 +288,30 @@ class _Plan:
     action_space: gym.Space
 
     @classmethod
-    def make(cls, model: Any, observation_space: gym.Space, action_space: gym.Space,
-             config: Dict[str, Any], initial_state: Sequence[Any]) -> "_Plan":
+    def make(
+        cls,
+        model: Any,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config: Dict[str, Any],
+        initial_state: Sequence[Any],
+    ) -> "_Plan":
         raw_space, obs_plan = observation_plan(observation_space, config)
         check_model_inputs(model)
         normalize = bool(config.get("normalize_actions", True))
         clip = bool(config.get("clip_actions", False))
         pc.check_action_mapping(action_space, normalize)
-        init = [np.asarray(s.numpy() if hasattr(s, "numpy") else s, np.float32)
-                for s in initial_state]
-        return cls(raw_space, obs_plan, pc.observation_leaves(raw_space),
-                   pc.action_leaves(action_space), init, normalize, clip, action_space)
+        init = [np.asarray(s.numpy() if hasattr(s, "numpy") else s, np.float32) for s in initial_state]
+        return cls(
+            raw_space,
+            obs_plan,
+            pc.observation_leaves(raw_space),
+            pc.action_leaves(action_space),
+            init,
+            normalize,
+            clip,
+            action_space,
+        )
 
     @property
     def nested_obs(self) -> bool:
@@ -279,21 +324,23 @@ class _Plan:
     def input_specs(self) -> List[pc.TensorSpec]:
         """The contract's inputs but ``noise``."""
         names = pc.leaf_names("obs", len(self.obs_leaves), self.nested_obs)
-        specs = [pc.TensorSpec(n, pc.obs_input_dtype(s), [None, *map(int, s.shape or ())], "obs",
-                               list(p), repr(s)) for n, (p, s) in zip(names, self.obs_leaves)]
-        specs += [pc.TensorSpec(f"state_in_{i}", "float32", [None, *s.shape], "state")
-                  for i, s in enumerate(self.init)]
+        specs = [
+            pc.TensorSpec(n, pc.obs_input_dtype(s), [None, *map(int, s.shape or ())], "obs", list(p), repr(s))
+            for n, (p, s) in zip(names, self.obs_leaves)
+        ]
+        specs += [
+            pc.TensorSpec(f"state_in_{i}", "float32", [None, *s.shape], "state")
+            for i, s in enumerate(self.init)
+        ]
         if self.init:
             specs.append(pc.TensorSpec("seq_lens", "int32", [None], "seq_lens"))
         return specs
 
     def placeholders(self, tf1: Any, tf: Any) -> List[Any]:
-        return [tf1.placeholder(tf.as_dtype(s.dtype), s.shape, name=s.name)
-                for s in self.input_specs()]
+        return [tf1.placeholder(tf.as_dtype(s.dtype), s.shape, name=s.name) for s in self.input_specs()]
 
     def specs(self, tf: Any) -> List[Any]:
-        return [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name)
-                for s in self.input_specs()]
+        return [tf.TensorSpec(s.shape, tf.as_dtype(s.dtype), name=s.name) for s in self.input_specs()]
 
     def zeros(self, tf: Any, batch: int) -> List[Any]:
         return [tf.constant(a) for a in self.zeros_np(batch)]
@@ -311,31 +358,54 @@ class _Plan:
             out.append(arr)
         return out
 
-    def contract(self, body: "_Body", outs: List[Tuple[Any, List[Any]]],
-                 dist_class: Any, exploration: str, onnx: Optional[int],
-                 framework: str) -> pc.PipelineContract:
+    def contract(
+        self,
+        body: "_Body",
+        outs: List[Tuple[Any, List[Any]]],
+        dist_class: Any,
+        exploration: str,
+        onnx: Optional[int],
+        framework: str,
+    ) -> pc.PipelineContract:
         inputs = self.input_specs()
         inputs.append(pc.TensorSpec(pc.NOISE_INPUT, "float32", [None, body.noise_dim], "noise"))
         n = len(self.act_leaves)
-        roles = ["action"] * n + ["sampled_action"] * n + ["dist_inputs"] \
-            + ["state"] * (len(outs) - 2 * n - 1)
+        roles = (
+            ["action"] * n + ["sampled_action"] * n + ["dist_inputs"] + ["state"] * (len(outs) - 2 * n - 1)
+        )
         leaves = list(self.act_leaves) * 2 + [((), None)] * (len(outs) - 2 * n)
-        outputs = [pc.TensorSpec(name, np.dtype(dtype).name, [None, *shape[1:]], role,
-                                 list(path), repr(s) if s is not None else "")
-                   for name, (dtype, shape), role, (path, s)
-                   in zip(body.output_names, outs, roles, leaves)]
+        outputs = [
+            pc.TensorSpec(
+                name,
+                np.dtype(dtype).name,
+                [None, *shape[1:]],
+                role,
+                list(path),
+                repr(s) if s is not None else "",
+            )
+            for name, (dtype, shape), role, (path, s) in zip(body.output_names, outs, roles, leaves)
+        ]
         fmt = "onnx" if onnx else "savedmodel"
         return pc.PipelineContract(
-            format=fmt, artifact=pc.ARTIFACT_FILES[fmt], framework=framework,
-            opset=int(onnx) if onnx else None, inputs=inputs, outputs=outputs,
-            noise=body.noise, noise_dim=body.noise_dim, observation_space=repr(self.raw_space),
-            action_space=repr(self.action_space), normalize_actions=self.normalize,
-            clip_actions=self.clip, initial_state=[s.tolist() for s in self.init],
-            dist_class=_class_name(dist_class), exploration=exploration)
+            format=fmt,
+            artifact=pc.ARTIFACT_FILES[fmt],
+            framework=framework,
+            opset=int(onnx) if onnx else None,
+            inputs=inputs,
+            outputs=outputs,
+            noise=body.noise,
+            noise_dim=body.noise_dim,
+            observation_space=repr(self.raw_space),
+            action_space=repr(self.action_space),
+            normalize_actions=self.normalize,
+            clip_actions=self.clip,
+            initial_state=[s.tolist() for s in self.init],
+            dist_class=_class_name(dist_class),
+            exploration=exploration,
+        )
 
 
-def observation_plan(space: gym.Space, config: Dict[str, Any]
-                     ) -> Tuple[gym.Space, List[_LeafPlan]]:
+def observation_plan(space: gym.Space, config: Dict[str, Any]) -> Tuple[gym.Space, List[_LeafPlan]]:
     """The raw observation space the artifact takes and how each of its leaves
     becomes part of the model's input (the flattening / one-hot preprocessors'
     work, in their order).
@@ -347,16 +417,25 @@ def observation_plan(space: gym.Space, config: Dict[str, Any]
     from rlpolicy.models.preprocessors import get_preprocessor
 
     original: Any = getattr(space, "original_space", None)
-    prepped = original is not None and not config.get("_disable_preprocessor_api", False) and (
-        isinstance(original, (gym.spaces.Dict, gym.spaces.Tuple))
-        or (isinstance(original, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
-            and isinstance(space, gym.spaces.Box)))
+    prepped = (
+        original is not None
+        and not config.get("_disable_preprocessor_api", False)
+        and (
+            isinstance(original, (gym.spaces.Dict, gym.spaces.Tuple))
+            or (
+                isinstance(original, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
+                and isinstance(space, gym.spaces.Box)
+            )
+        )
+    )
     if not prepped:
         pc.observation_leaves(space)  # (refuses Repeated)
         if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-            raise ValueError(f"observation space {space}: a policy with "
-                             "_disable_preprocessor_api takes nested observations; the "
-                             "pipeline export needs the preprocessed (flat) layout")
+            raise ValueError(
+                f"observation space {space}: a policy with "
+                "_disable_preprocessor_api takes nested observations; the "
+                "pipeline export needs the preprocessed (flat) layout"
+            )
         return space, [("raw", None)]
     plan: List[_LeafPlan] = []
     for path, leaf in pc.observation_leaves(original):
@@ -370,9 +449,11 @@ def observation_plan(space: gym.Space, config: Dict[str, Any]
             ram = get_preprocessor(leaf).__name__ == "AtariRamPreprocessor"
             plan.append(("ram" if ram else "float", None))
         else:
-            raise ValueError(f"observation{''.join(f'[{k!r}]' for k in path)}: {leaf} cannot "
-                             "be exported as a pipeline input (Box, Discrete, MultiDiscrete "
-                             "and Dict/Tuple of them can)")
+            raise ValueError(
+                f"observation{''.join(f'[{k!r}]' for k in path)}: {leaf} cannot "
+                "be exported as a pipeline input (Box, Discrete, MultiDiscrete "
+                "and Dict/Tuple of them can)"
+            )
     return original, plan
 
 
@@ -382,13 +463,19 @@ def check_model_inputs(model: Any) -> None:
     Raises:
         ValueError: Naming the columns (``prev_actions``, ``prev_rewards``, ...).
     """
-    extra = [k for k, vr in (getattr(model, "view_requirements", None) or {}).items()
-             if getattr(vr, "used_for_compute_actions", True)
-             and k not in ("obs", "seq_lens", "is_training", "infos")
-             and not k.startswith("state_in_") and not k.startswith("state_out_")]
+    extra = [
+        k
+        for k, vr in (getattr(model, "view_requirements", None) or {}).items()
+        if getattr(vr, "used_for_compute_actions", True)
+        and k not in ("obs", "seq_lens", "is_training", "infos")
+        and not k.startswith("state_in_")
+        and not k.startswith("state_out_")
+    ]
     if extra:
-        raise ValueError(f"the model reads {extra} for action computation; the pipeline "
-                         "export takes observations and RNN state only")
+        raise ValueError(
+            f"the model reads {extra} for action computation; the pipeline "
+            "export takes observations and RNN state only"
+        )
 
 
 # ---------------------------------------------------------------------- the body
@@ -415,30 +502,28 @@ class _Body:
         tf = self.tf
         sampled = []
         for leaf, det, sl in zip(self.leaf_dists, self.det, self._slices()):
-            sampled.append(_sample(tf, leaf, det, noise[:, sl[0]:sl[0] + sl[1]]))
+            sampled.append(_sample(tf, leaf, det, noise[:, sl[0] : sl[0] + sl[1]]))
         dist_inputs = self.dist_inputs
         if not self.noise:
             # Nothing samples: the noise input still feeds the graph (ONNX drops
             # unused inputs), adding 0.
             dist_inputs = dist_inputs + 0.0 * noise[:, :1]
         det = [_to_env(tf, a, s, self.plan) for a, (_, s) in zip(self.det, self.plan.act_leaves)]
-        sampled = [_to_env(tf, a, s, self.plan)
-                   for a, (_, s) in zip(sampled, self.plan.act_leaves)]
+        sampled = [_to_env(tf, a, s, self.plan) for a, (_, s) in zip(sampled, self.plan.act_leaves)]
         return [*det, *sampled, dist_inputs, *self.state_out]
 
     def _slices(self) -> List[Tuple[int, int]]:
         by_action = {s.action: (s.start, s.size) for s in self.noise}
-        names = self.output_names[:len(self.det)]
+        names = self.output_names[: len(self.det)]
         return [by_action.get(name, (0, 0)) for name in names]
 
 
-def _pipeline_body(tf: Any, plan: _Plan, inputs: List[Any], forward: _Forward,
-                   model: Any) -> _Body:
+def _pipeline_body(tf: Any, plan: _Plan, inputs: List[Any], forward: _Forward, model: Any) -> _Body:
     """Preprocessing, the model and the deterministic actions on ``inputs``
     (the contract's inputs but ``noise``)."""
     k = len(plan.obs_plan)
     obs = _preprocess(tf, plan.obs_plan, inputs[:k])
-    states = list(inputs[k:k + len(plan.init)])
+    states = list(inputs[k : k + len(plan.init)])
     seq_lens = inputs[k + len(plan.init)] if plan.init else None
     dist_inputs, dist_class, state_out = forward(obs, states, seq_lens)
     if dist_class is None:
@@ -447,13 +532,19 @@ def _pipeline_body(tf: Any, plan: _Plan, inputs: List[Any], forward: _Forward,
     children = getattr(dist, "flat_child_distributions", None)
     leaves = list(children) if children is not None else [dist]
     if len(leaves) != len(plan.act_leaves):
-        raise ValueError(f"the action distribution {type(dist).__name__} has {len(leaves)} "
-                         f"components, the action space {len(plan.act_leaves)}")
+        raise ValueError(
+            f"the action distribution {type(dist).__name__} has {len(leaves)} "
+            f"components, the action space {len(plan.act_leaves)}"
+        )
     det = tree.flatten(dist.deterministic_sample())
     n = len(plan.act_leaves)
     det_names = pc.leaf_names("actions", n, plan.nested_act)
-    names = det_names + pc.leaf_names("sampled_actions", n, plan.nested_act) \
-        + [pc.DIST_INPUTS_OUTPUT] + [f"state_out_{i}" for i in range(len(state_out))]
+    names = (
+        det_names
+        + pc.leaf_names("sampled_actions", n, plan.nested_act)
+        + [pc.DIST_INPUTS_OUTPUT]
+        + [f"state_out_{i}" for i in range(len(state_out))]
+    )
     slices, start = [], 0
     for name, leaf in zip(det_names, leaves):
         kind, size = _noise_kind(leaf)
@@ -461,10 +552,10 @@ def _pipeline_body(tf: Any, plan: _Plan, inputs: List[Any], forward: _Forward,
             slices.append(pc.NoiseSlice(start, size, kind, name, type(leaf).__name__))
             start += size
     if plan.init and len(state_out) != len(plan.init):
-        raise ValueError(f"the model returned {len(state_out)} state outs for "
-                         f"{len(plan.init)} initial state tensors")
-    return _Body(tf, plan, leaves, det, dist_inputs, list(state_out) if plan.init else [],
-                 slices, names)
+        raise ValueError(
+            f"the model returned {len(state_out)} state outs for {len(plan.init)} initial state tensors"
+        )
+    return _Body(tf, plan, leaves, det, dist_inputs, list(state_out) if plan.init else [], slices, names)
 
 
 def _preprocess(tf: Any, obs_plan: List[_LeafPlan], leaves: Sequence[Any]) -> Any:
@@ -496,9 +587,11 @@ def _noise_kind(leaf: Any) -> Tuple[str, int]:
         return "normal", int(leaf.mean.shape[-1])
     if isinstance(leaf, d.Deterministic):
         return "none", 0
-    raise ValueError(f"pipeline export cannot sample {type(leaf).__name__} from explicit noise "
-                     "(supported: Categorical, MultiCategorical, DiagGaussian, SquashedGaussian, "
-                     "Deterministic and Dict/Tuple of them)")
+    raise ValueError(
+        f"pipeline export cannot sample {type(leaf).__name__} from explicit noise "
+        "(supported: Categorical, MultiCategorical, DiagGaussian, SquashedGaussian, "
+        "Deterministic and Dict/Tuple of them)"
+    )
 
 
 def _categorical(tf: Any, logits: Any, u: Any) -> Any:
@@ -513,8 +606,9 @@ def _sample(tf: Any, leaf: Any, det: Any, noise: Any) -> Any:
     if isinstance(leaf, d.Categorical):
         out = _categorical(tf, leaf.inputs, noise[:, :1])
     elif isinstance(leaf, d.MultiCategorical):
-        idx = tf.stack([_categorical(tf, c.inputs, noise[:, j:j + 1])
-                        for j, c in enumerate(leaf.cats)], axis=1)
+        idx = tf.stack(
+            [_categorical(tf, c.inputs, noise[:, j : j + 1]) for j, c in enumerate(leaf.cats)], axis=1
+        )
         out = leaf._to_action_space(idx) if hasattr(leaf, "_to_action_space") else idx
     elif isinstance(leaf, d.SquashedGaussian):
         out = leaf._squash(leaf.mean + leaf.std * noise)
@@ -544,18 +638,22 @@ def _reference(compute_actions: Callable[..., Any], plan: _Plan) -> Callable[...
     leaf_spaces = [s for _, s in plan.act_leaves]
 
     def reference(obs: Any, state: List[np.ndarray]) -> Tuple[List[Any], List[Any], Any]:
-        actions, state_out, extra = compute_actions(obs, state_batches=state or None,
-                                                    explore=False)
+        actions, state_out, extra = compute_actions(obs, state_batches=state or None, explore=False)
         flat = pc.env_actions(tree.flatten(actions), leaf_spaces, plan.normalize, plan.clip)
         return flat, [np.asarray(s) for s in state_out], extra["action_dist_inputs"]
 
     return reference
 
 
-def _write_verified(export_dir: str, contract: pc.PipelineContract,
-                    write: Callable[[str], None], plan: _Plan,
-                    compute_actions: Callable[..., Any], batch_sizes: Sequence[int],
-                    steps: int) -> None:
+def _write_verified(
+    export_dir: str,
+    contract: pc.PipelineContract,
+    write: Callable[[str], None],
+    plan: _Plan,
+    compute_actions: Callable[..., Any],
+    batch_sizes: Sequence[int],
+    steps: int,
+) -> None:
     """Writes the artifact (``write(path)``) under a temporary name in
     ``export_dir``, loads it in its consumer, verifies it against
     ``compute_actions`` and installs it; on failure nothing is left (a
@@ -570,15 +668,19 @@ def _write_verified(export_dir: str, contract: pc.PipelineContract,
         write(tmp)
         run = _onnx_runner(tmp) if contract.opset else _saved_model_runner(tmp, contract)
         contract.verified = pc.verify_pipeline(
-            contract, run, reference, lambda k, seed: pc.sample_observations(plan.raw_space, k, seed),
-            batch_sizes=batch_sizes, steps=steps)
+            contract,
+            run,
+            reference,
+            lambda k, seed: pc.sample_observations(plan.raw_space, k, seed),
+            batch_sizes=batch_sizes,
+            steps=steps,
+        )
         contract.verified["consumer"] = _consumer_name(contract)
         pc.install_artifact(export_dir, tmp, contract)
         installed = True
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
-        if created and not installed and os.path.isdir(export_dir) \
-                and not os.listdir(export_dir):
+        if created and not installed and os.path.isdir(export_dir) and not os.listdir(export_dir):
             os.rmdir(export_dir)
 
 
@@ -586,12 +688,12 @@ def _consumer_name(contract: pc.PipelineContract) -> str:
     if contract.opset:
         return "onnxruntime.InferenceSession"
     _, tf = _tf()
-    return "tf.saved_model.load" if tf.executing_eagerly() \
-        else "tf.compat.v1.saved_model.load (Session)"
+    return "tf.saved_model.load" if tf.executing_eagerly() else "tf.compat.v1.saved_model.load (Session)"
 
 
-def _saved_model_runner(path: str, contract: pc.PipelineContract
-                        ) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
+def _saved_model_runner(
+    path: str, contract: pc.PipelineContract
+) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
     """The SavedModel's serving signature, loaded as a serving program would:
     ``tf.saved_model.load`` with eager on, TF1's loader into a session otherwise."""
     tf1, tf = _tf()
@@ -624,8 +726,9 @@ def _onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.nd
     try:
         import onnxruntime as ort
     except ImportError as err:
-        raise ImportError("verifying an ONNX pipeline export needs onnxruntime: "
-                          "pip install 'rlpolicy[onnx]'") from err
+        raise ImportError(
+            "verifying an ONNX pipeline export needs onnxruntime: pip install 'rlpolicy[onnx]'"
+        ) from err
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     outs = [o.name for o in session.get_outputs()]
@@ -636,8 +739,9 @@ def _onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.nd
     return run
 
 
-def _graph_to_onnx(graph: Any, inputs: Dict[str, Any], outputs: Dict[str, Any], path: str,
-                   opset: int) -> None:
+def _graph_to_onnx(
+    graph: Any, inputs: Dict[str, Any], outputs: Dict[str, Any], path: str, opset: int
+) -> None:
     """Converts the (variable-free) pipeline graph with tf2onnx; its ONNX inputs
     and outputs carry the contract's names."""
     from rlpolicy.policy._tf.export import import_tf2onnx
@@ -645,15 +749,16 @@ def _graph_to_onnx(graph: Any, inputs: Dict[str, Any], outputs: Dict[str, Any], 
     tf2onnx = import_tf2onnx()
     tf1, tf = _tf()
     out_names = [t.name for t in outputs.values()]
-    graph_def = tf1.graph_util.extract_sub_graph(graph.as_graph_def(),
-                                                 [n.split(":")[0] for n in out_names])
+    graph_def = tf1.graph_util.extract_sub_graph(graph.as_graph_def(), [n.split(":")[0] for n in out_names])
     present = {n.name for n in graph_def.node}
     in_names = [t.name for t in inputs.values() if t.op.name in present]
     with tf.Graph().as_default():
-        model, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=in_names,
-                                                  output_names=out_names, opset=int(opset))
-    _rename_onnx_io(model, dict(zip([t.name for t in inputs.values()], inputs)),
-                    dict(zip(out_names, outputs)))
+        model, _ = tf2onnx.convert.from_graph_def(
+            graph_def, input_names=in_names, output_names=out_names, opset=int(opset)
+        )
+    _rename_onnx_io(
+        model, dict(zip([t.name for t in inputs.values()], inputs)), dict(zip(out_names, outputs))
+    )
     _save_onnx(model, path)
 
 
@@ -669,8 +774,9 @@ def _function_to_onnx(fn: Any, specs: List[Any], path: str, opset: int) -> None:
     names = tf.nest.flatten({k: k for k in concrete.structured_outputs})
     outs = dict(zip(names, [t.name for t in concrete.outputs if t.dtype != tf.resource]))
     model, _ = tf2onnx.convert.from_function(fn, input_signature=specs, opset=int(opset))
-    _rename_onnx_io(model, {f"{s.name}:0": s.name for s in specs},
-                    {outs[k]: k for k in concrete.structured_outputs})  # (contract order)
+    _rename_onnx_io(
+        model, {f"{s.name}:0": s.name for s in specs}, {outs[k]: k for k in concrete.structured_outputs}
+    )  # (contract order)
     _save_onnx(model, path)
 
 
@@ -685,16 +791,18 @@ def _rename_onnx_io(model: Any, inputs: Dict[str, str], outputs: Dict[str, str])
     for value in graph.input:
         new = inputs.get(value.name)
         if new and new != value.name:
-            new_nodes.append(onnx.helper.make_node("Identity", [new], [value.name],
-                                                   name=f"pipeline_in_{new}"))
+            new_nodes.append(
+                onnx.helper.make_node("Identity", [new], [value.name], name=f"pipeline_in_{new}")
+            )
             value.name = new
     for node in reversed(new_nodes):
         graph.node.insert(0, node)
     for value in graph.output:
         new = outputs.get(value.name)
         if new and new != value.name:
-            graph.node.append(onnx.helper.make_node("Identity", [value.name], [new],
-                                                    name=f"pipeline_out_{new}"))
+            graph.node.append(
+                onnx.helper.make_node("Identity", [value.name], [new], name=f"pipeline_out_{new}")
+            )
             value.name = new
     missing = [n for n in outputs.values() if n not in {v.name for v in graph.output}]
     if missing:
@@ -718,9 +826,15 @@ def _save_onnx(model: Any, path: str) -> None:
 
 def _class_name(dist_class: Any) -> str:
     name = getattr(dist_class, "__name__", None) or getattr(
-        getattr(dist_class, "func", None), "__name__", None)
+        getattr(dist_class, "func", None), "__name__", None
+    )
     return str(name or repr(dist_class))
 
 
-__all__ = ["GraphActingTensors", "export_graph_pipeline", "export_eager_pipeline",
-           "observation_plan", "check_model_inputs"]
+__all__ = [
+    "GraphActingTensors",
+    "export_graph_pipeline",
+    "export_eager_pipeline",
+    "observation_plan",
+    "check_model_inputs",
+]

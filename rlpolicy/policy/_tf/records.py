@@ -11,6 +11,7 @@ input dict, a train batch, numpy arrays); neither knows the policy.
 
 tensorflow is imported lazily.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,8 +37,10 @@ def check_state_batches(state_inputs: Sequence[Any], state_batches: Sequence[Any
     """Raises ValueError naming the state placeholders unless there is one batch per placeholder."""
     if len(state_inputs) != len(state_batches):
         names = [getattr(s, "name", str(s)) for s in state_inputs]
-        raise ValueError(f"Must pass in RNN state batches for placeholders {names}, got "
-                         f"{len(state_batches)} state batch(es)")
+        raise ValueError(
+            f"Must pass in RNN state batches for placeholders {names}, got "
+            f"{len(state_batches)} state batch(es)"
+        )
 
 
 def state_keys(input_dict: Any) -> List[str]:
@@ -53,8 +56,11 @@ def columns_needed_by(placeholders: Dict[str, Any], roots: Iterable[Any]) -> Set
     """The columns of a placeholder dict (a SampleBatch of placeholders) that the
     tensors ``roots`` depend on."""
     needed = placeholders_needed_by(roots)
-    return {k for k, v in dict.items(placeholders)  # type: ignore[arg-type]
-            if any(getattr(leaf, "op", None) in needed for leaf in tree.flatten(v))}
+    return {
+        k
+        for k, v in dict.items(placeholders)  # type: ignore[arg-type]
+        if any(getattr(leaf, "op", None) in needed for leaf in tree.flatten(v))
+    }
 
 
 def _same(tensor: Any, tensors: Sequence[Any]) -> bool:
@@ -109,8 +115,12 @@ class ActingGraph:
     is_training: Any = None
     log_likelihood: Any = None
 
-    def feed(self, input_dict: Any, placeholders: Optional[Mapping[str, Any]] = None,
-             columns: Optional[Set[str]] = None) -> Dict[Any, Any]:
+    def feed(
+        self,
+        input_dict: Any,
+        placeholders: Optional[Mapping[str, Any]] = None,
+        columns: Optional[Set[str]] = None,
+    ) -> Dict[Any, Any]:
         """The feed dict of one compute-actions run for ``input_dict``.
 
         With ``placeholders`` (a DynamicTFPolicy's placeholder input dict), every
@@ -137,12 +147,10 @@ class ActingGraph:
                     # Up to the placeholders' structure: a Python list fed to one placeholder
                     # is one value (its real shape shows in feed errors), not a nest of rows.
                     phs: Any = dict.__getitem__(placeholders, key)  # type: ignore[index]
-                    tree.map_structure_up_to(phs, lambda ph, v: feed.__setitem__(ph, v),
-                                             phs, value)
+                    tree.map_structure_up_to(phs, lambda ph, v: feed.__setitem__(ph, v), phs, value)
         else:
             feed[self.obs] = items["obs"]
-            for key, ph in (("prev_actions", self.prev_action),
-                            ("prev_rewards", self.prev_reward)):
+            for key, ph in (("prev_actions", self.prev_action), ("prev_rewards", self.prev_reward)):
                 if key in items and ph is not None:
                     feed[ph] = items[key]
             for key, ph in zip(keys, self.state_inputs):
@@ -165,9 +173,14 @@ class ActingGraph:
             feed[self.timestep] = timestep
         return feed
 
-    def log_likelihood_feed(self, actions: Any, obs_batch: Any,
-                            state_batches: Optional[Sequence[Any]], prev_action_batch: Any,
-                            prev_reward_batch: Any) -> Dict[Any, Any]:
+    def log_likelihood_feed(
+        self,
+        actions: Any,
+        obs_batch: Any,
+        state_batches: Optional[Sequence[Any]],
+        prev_action_batch: Any,
+        prev_reward_batch: Any,
+    ) -> Dict[Any, Any]:
         """The feed dict of ``compute_log_likelihoods`` (every row its own sequence).
 
         Raises:
@@ -188,8 +201,9 @@ class ActingGraph:
             feed[self.prev_reward] = prev_reward_batch
         return feed
 
-    def signature(self, extra_inputs: Mapping[str, Any], extra_outputs: Mapping[str, Any]
-                  ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    def signature(
+        self, extra_inputs: Mapping[str, Any], extra_outputs: Mapping[str, Any]
+    ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """The named input and output tensors of the serving signature (RLlib 1.11's names)."""
         from rlpolicy.utils.framework import try_import_tf
 
@@ -249,8 +263,9 @@ class LossGraph:
     seq_lens: Any = None
 
     @staticmethod
-    def input_dicts(loss_inputs: Sequence[Tuple[str, Any]], state_inputs: Sequence[Any],
-                    seq_lens: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    def input_dicts(
+        loss_inputs: Sequence[Tuple[str, Any]], state_inputs: Sequence[Any], seq_lens: Any
+    ) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """``(loss_input_dict, loss_input_dict_no_rnn)`` of ``loss_inputs``: the first adds
         ``state_in_i`` per state placeholder, the second drops state inputs and seq_lens."""
         with_rnn = dict(loss_inputs)
@@ -278,9 +293,11 @@ class LossGraph:
         feed: Dict[Any, Any] = {}
         for key, placeholders in self.loss_input_dict.items():
             if key not in train_batch:
-                raise ValueError(f"the train batch has no column {key!r}, which the loss reads "
-                                 f"(loss inputs: {sorted(self.loss_input_dict)}); add it in "
-                                 "postprocessing")
+                raise ValueError(
+                    f"the train batch has no column {key!r}, which the loss reads "
+                    f"(loss inputs: {sorted(self.loss_input_dict)}); add it in "
+                    "postprocessing"
+                )
             value = _flat_actions(train_batch[key], placeholders)
             tree.map_structure(lambda ph, v: feed.__setitem__(ph, v), placeholders, value)
         if self.state_inputs:
@@ -298,8 +315,10 @@ def with_stats(extra_fetches: Dict[str, Any], stats_fetches: Mapping[str, Any]) 
         ValueError: If the extra fetches have no learner-stats entry.
     """
     if LEARNER_STATS_KEY not in extra_fetches:
-        raise ValueError(f"extra_compute_grad_fetches() must return a {LEARNER_STATS_KEY!r} "
-                         f"entry (a dict of stats), got keys {sorted(extra_fetches)}")
+        raise ValueError(
+            f"extra_compute_grad_fetches() must return a {LEARNER_STATS_KEY!r} "
+            f"entry (a dict of stats), got keys {sorted(extra_fetches)}"
+        )
     if stats_fetches:
         extra_fetches[LEARNER_STATS_KEY] = dict(stats_fetches, **extra_fetches[LEARNER_STATS_KEY])
     return extra_fetches

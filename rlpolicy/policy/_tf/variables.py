@@ -8,6 +8,7 @@ initializes only the variables of a graph that have no value yet.
 
 tensorflow is imported lazily, on first use.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -47,8 +48,9 @@ class TFVariables:
         self.assignment_nodes: Dict[str, Any] = {}
         with sess.graph.as_default(), tf1.name_scope("rlpolicy_set_weights"):
             for key, var in self._vars.items():
-                ph = tf1.placeholder(var.dtype.base_dtype, var.get_shape(),
-                                     name=key.replace("/", "_").replace(":", "_"))
+                ph = tf1.placeholder(
+                    var.dtype.base_dtype, var.get_shape(), name=key.replace("/", "_").replace(":", "_")
+                )
                 self.placeholders[key] = ph
                 self.assignment_nodes[key] = var.assign(ph, read_value=False)
 
@@ -91,20 +93,25 @@ class TFVariables:
                 raise ValueError(
                     f"set_weights: none of the keys {sorted(new_weights)[:5]} names one of this "
                     f"policy's variables {list(self._vars)[:5]}...; pass the dict get_weights() "
-                    "returns")
+                    "returns"
+                )
         else:
             values = list(new_weights)
             if len(values) != len(self._vars):
-                raise ValueError(f"set_weights got a list of {len(values)} values for "
-                                 f"{len(self._vars)} variables; pass one value per variable")
+                raise ValueError(
+                    f"set_weights got a list of {len(values)} values for "
+                    f"{len(self._vars)} variables; pass one value per variable"
+                )
             pairs = list(zip(self._vars.keys(), values))
         feed = {}
         for key, value in pairs:
             expected = tuple(self._vars[key].get_shape().as_list())
             shape = tuple(np.shape(value))
             if shape != expected:
-                raise ValueError(f"set_weights: {key!r} has shape {shape}, the variable's is "
-                                 f"{expected}; nothing was assigned")
+                raise ValueError(
+                    f"set_weights: {key!r} has shape {shape}, the variable's is "
+                    f"{expected}; nothing was assigned"
+                )
             feed[self.placeholders[key]] = value
         if feed:
             self.sess.run([self.assignment_nodes[k] for k, _ in pairs], feed_dict=feed)
@@ -116,13 +123,17 @@ class TFVariables:
             ValueError: Naming the count or the variable and shapes.
         """
         if len(values) != len(self._vars):
-            raise ValueError(f"got {len(values)} values for {len(self._vars)} variables "
-                             f"{list(self._vars)[:5]}...; pass one value per variable")
+            raise ValueError(
+                f"got {len(values)} values for {len(self._vars)} variables "
+                f"{list(self._vars)[:5]}...; pass one value per variable"
+            )
         for (key, var), value in zip(self._vars.items(), values):
             expected = tuple(var.get_shape().as_list())
             if tuple(np.shape(value)) != expected:
-                raise ValueError(f"{key!r} has shape {tuple(np.shape(value))}, the variable's "
-                                 f"is {expected}; nothing was assigned")
+                raise ValueError(
+                    f"{key!r} has shape {tuple(np.shape(value))}, the variable's "
+                    f"is {expected}; nothing was assigned"
+                )
 
     def check_complete(self, weights: Any) -> None:
         """Rejects a ``set_weights`` dict whose keys or shapes do not match these variables.
@@ -142,13 +153,17 @@ class TFVariables:
         for key in (k for k in weights if k in known):  # shapes first
             expected = tuple(known[key].get_shape().as_list())
             if tuple(np.shape(weights[key])) != expected:
-                raise ValueError(f"set_weights: {key!r} has shape {tuple(np.shape(weights[key]))}, "
-                                 f"the variable's is {expected}; nothing was assigned")
+                raise ValueError(
+                    f"set_weights: {key!r} has shape {tuple(np.shape(weights[key]))}, "
+                    f"the variable's is {expected}; nothing was assigned"
+                )
         missing = [k for k in known if k not in weights]
         unknown = sorted(str(k) for k in weights if k not in known)
         if missing or unknown:
-            raise ValueError(f"set_weights: weights do not match the model's variables; "
-                             f"missing keys {missing}, unknown keys {unknown}; nothing was assigned")
+            raise ValueError(
+                f"set_weights: weights do not match the model's variables; "
+                f"missing keys {missing}, unknown keys {unknown}; nothing was assigned"
+            )
 
 
 def initialize_uninitialized(sess: Any) -> int:
@@ -165,8 +180,10 @@ def initialize_uninitialized(sess: Any) -> int:
         candidates = tf1.global_variables() + tf1.local_variables()
         if not candidates:
             return 0
-        names = {n.decode() if isinstance(n, bytes) else str(n)
-                 for n in sess.run(tf1.report_uninitialized_variables(candidates))}
+        names = {
+            n.decode() if isinstance(n, bytes) else str(n)
+            for n in sess.run(tf1.report_uninitialized_variables(candidates))
+        }
         todo = [v for v in candidates if v.op.name in names]
         if todo:
             # The initializers run as a list, not as one tf1.variables_initializer group:

@@ -35,6 +35,7 @@ only the ``"jit"`` mode is offered. (torch 2.x marks ``torch.jit.trace``
 deprecated in favour of ``torch.compile``/``torch.export``; the traced graphs
 run as before, and that notice is not passed on.)
 """
+
 from __future__ import annotations
 
 import collections
@@ -68,9 +69,14 @@ CPU_FEEDFORWARD_MAX_BATCH = 16
 VALUE_FETCH_ATTR = "compiled_acting_value_fetch"
 
 
-def unsupported_reason(*, model: Any, exploration: Any, action_sampler_fn: Any,
-                       action_distribution_fn: Any, extra_action_out_overridden: bool
-                       ) -> Optional[str]:
+def unsupported_reason(
+    *,
+    model: Any,
+    exploration: Any,
+    action_sampler_fn: Any,
+    action_distribution_fn: Any,
+    extra_action_out_overridden: bool,
+) -> Optional[str]:
     """Why a policy with these parts cannot use the compiled acting path, or None.
 
     The graph replaces the model call, the distribution and
@@ -90,7 +96,7 @@ def unsupported_reason(*, model: Any, exploration: Any, action_sampler_fn: Any,
     if extra_action_out_overridden:
         return "the policy overrides extra_action_out (it may read the model's last forward pass)"
     if type(exploration) is not StochasticSampling:
-        return (f"its exploration is {type(exploration).__name__}, not StochasticSampling")
+        return f"its exploration is {type(exploration).__name__}, not StochasticSampling"
     if not isinstance(model, nn.Module):
         return f"the model ({type(model).__name__}) is not a torch.nn.Module"
     return None
@@ -129,21 +135,34 @@ class _ActingGraph(nn.Module if nn is not None else object):  # type: ignore[mis
     number of state-outs are kept from the tracing run.
     """
 
-    def __init__(self, model: Any, dist_class: Any, explore: bool, keys: Sequence[str],
-                 num_states: int, is_training: bool = False, with_value: bool = False):
+    def __init__(
+        self,
+        model: Any,
+        dist_class: Any,
+        explore: bool,
+        keys: Sequence[str],
+        num_states: int,
+        is_training: bool = False,
+        with_value: bool = False,
+    ):
         super().__init__()
         self.model = model
-        self.__dict__["_layout"] = (dist_class, bool(explore), tuple(keys), num_states,
-                                    bool(is_training), bool(with_value))
+        self.__dict__["_layout"] = (
+            dist_class,
+            bool(explore),
+            tuple(keys),
+            num_states,
+            bool(is_training),
+            bool(with_value),
+        )
         self.__dict__["structure"] = None  # (action structure, number of state-outs)
 
     def forward(self, *inputs: Any) -> Tuple[Any, ...]:
         from rlpolicy.policy.sample_batch import SampleBatch
 
-        dist_class, explore, keys, num_states, is_training, with_value = \
-            self.__dict__["_layout"]
-        columns = SampleBatch(dict(zip(keys, inputs[:len(keys)])), _is_training=is_training)
-        states = list(inputs[len(keys):len(keys) + num_states])
+        dist_class, explore, keys, num_states, is_training, with_value = self.__dict__["_layout"]
+        columns = SampleBatch(dict(zip(keys, inputs[: len(keys)])), _is_training=is_training)
+        states = list(inputs[len(keys) : len(keys) + num_states])
         dist_inputs, state_out = self.model(columns, states, inputs[-1])
         dist = dist_class(dist_inputs, self.model)
         if explore:
@@ -181,8 +200,7 @@ def _trace(graph: _ActingGraph, inputs: Tuple[Any, ...], devices: List[Any]) -> 
             torch's or rlpolicy's (a custom model's) was recorded as a constant.
     """
     cuda = [d for d in devices if getattr(d, "type", None) == "cuda"]
-    with warnings.catch_warnings(record=True) as caught, \
-            torch.random.fork_rng(devices=cuda, enabled=True):
+    with warnings.catch_warnings(record=True) as caught, torch.random.fork_rng(devices=cuda, enabled=True):
         warnings.simplefilter("always", torch.jit.TracerWarning)
         traced = torch.jit.trace(graph, inputs, check_trace=False)
     for w in caught:
@@ -193,8 +211,7 @@ def _trace(graph: _ActingGraph, inputs: Tuple[Any, ...], devices: List[Any]) -> 
             continue
         text = str(w.message)
         if "Python boolean" in text and not _is_trusted_source(w.filename):
-            raise TraceRejected(f"a tensor decides Python control flow at "
-                                f"{w.filename}:{w.lineno}")
+            raise TraceRejected(f"a tensor decides Python control flow at {w.filename}:{w.lineno}")
     return traced
 
 
@@ -214,16 +231,22 @@ class CompiledActing:
             :data:`CPU_FEEDFORWARD_MAX_BATCH`.
     """
 
-    def __init__(self, model: Any, dist_class: Any, devices: List[Any], name: str = "policy",
-                 value_column: Optional[str] = None, feedforward_max_batch: Optional[int] = None):
+    def __init__(
+        self,
+        model: Any,
+        dist_class: Any,
+        devices: List[Any],
+        name: str = "policy",
+        value_column: Optional[str] = None,
+        feedforward_max_batch: Optional[int] = None,
+    ):
         self.model = model
         self.dist_class = dist_class
         self.value_column = value_column
         self.feedforward_max_batch = feedforward_max_batch
         self.devices = list(devices)
         self.name = name
-        self.graphs: "collections.OrderedDict[Any, Tuple[Any, Any, int, int]]" = \
-            collections.OrderedDict()
+        self.graphs: "collections.OrderedDict[Any, Tuple[Any, Any, int, int]]" = collections.OrderedDict()
         self.disabled: Optional[str] = None  # why tracing was given up (eager from then on)
         self.num_traces = 0
         self.evicted = False  # (whether the cache has dropped a graph yet; logged once)
@@ -232,8 +255,14 @@ class CompiledActing:
         """Drops every compiled graph (the next calls trace anew)."""
         self.graphs.clear()
 
-    def run(self, columns: Dict[str, Any], states: List[Any], seq_lens: Any, explore: bool,
-            is_training: bool = False) -> Optional[Tuple[Any, Any, Any, List[Any], Any]]:
+    def run(
+        self,
+        columns: Dict[str, Any],
+        states: List[Any],
+        seq_lens: Any,
+        explore: bool,
+        is_training: bool = False,
+    ) -> Optional[Tuple[Any, Any, Any, List[Any], Any]]:
         """The graph's ``(actions, logp, dist_inputs, state_outs, value)`` for these
         inputs (``value``: ``model.value_function()`` with a ``value_column``,
         else None).
@@ -274,30 +303,44 @@ class CompiledActing:
             self.graphs.move_to_end(signature)
         call, structure, num_leaves, num_state_outs = entry
         flat = call(*inputs)
-        actions = flat[0] if structure is None else tree.unflatten_as(
-            structure, list(flat[:num_leaves]))
+        actions = flat[0] if structure is None else tree.unflatten_as(structure, list(flat[:num_leaves]))
         logp = flat[num_leaves] if explore else None
-        rest = flat[num_leaves + (1 if explore else 0):]
+        rest = flat[num_leaves + (1 if explore else 0) :]
         value = rest[1 + num_state_outs] if self.value_column is not None else None
-        return actions, logp, rest[0], list(rest[1:1 + num_state_outs]), value
+        return actions, logp, rest[0], list(rest[1 : 1 + num_state_outs]), value
 
-    def _compile(self, signature: Any, keys: Tuple[str, ...], num_states: int,
-                 inputs: Tuple[Any, ...], explore: bool, is_training: bool
-                 ) -> Optional[Tuple[Any, Any, int, int]]:
-        graph = _ActingGraph(self.model, self.dist_class, explore, keys, num_states, is_training,
-                             with_value=self.value_column is not None)
+    def _compile(
+        self,
+        signature: Any,
+        keys: Tuple[str, ...],
+        num_states: int,
+        inputs: Tuple[Any, ...],
+        explore: bool,
+        is_training: bool,
+    ) -> Optional[Tuple[Any, Any, int, int]]:
+        graph = _ActingGraph(
+            self.model,
+            self.dist_class,
+            explore,
+            keys,
+            num_states,
+            is_training,
+            with_value=self.value_column is not None,
+        )
         try:
             traced = _trace(graph, inputs, self.devices)
         except Exception as e:  # anything the tracer cannot record: stay eager
             self.disabled = f"{type(e).__name__}: {e}"
-            logger.warning("%s: torch_compile_acting='jit' cannot trace the acting step "
-                           "(%s); compute_actions stays on the eager path.",
-                           self.name, self.disabled)
+            logger.warning(
+                "%s: torch_compile_acting='jit' cannot trace the acting step "
+                "(%s); compute_actions stays on the eager path.",
+                self.name,
+                self.disabled,
+            )
             return None
         actions, num_state_outs = graph.__dict__["structure"]
         # (the script method itself: the same call without nn.Module's hook dispatch)
-        structure = None if type(actions) is torch.Tensor else \
-            tree.map_structure(lambda _: None, actions)
+        structure = None if type(actions) is torch.Tensor else tree.map_structure(lambda _: None, actions)
         entry = (traced.forward, structure, len(tree.flatten(actions)), num_state_outs)
         self.graphs[signature] = entry
         self.num_traces += 1
@@ -305,13 +348,23 @@ class CompiledActing:
             self.graphs.popitem(last=False)
             if not self.evicted:
                 self.evicted = True
-                logger.info("%s: more than %d acting signatures (batch sizes, explore "
-                            "flags); the least recently used graph is dropped and will be "
-                            "traced again when it comes back.", self.name, MAX_GRAPHS)
-        logger.debug("%s: traced the acting step for %s (graph %d).", self.name,
-                     signature, self.num_traces)
+                logger.info(
+                    "%s: more than %d acting signatures (batch sizes, explore "
+                    "flags); the least recently used graph is dropped and will be "
+                    "traced again when it comes back.",
+                    self.name,
+                    MAX_GRAPHS,
+                )
+        logger.debug("%s: traced the acting step for %s (graph %d).", self.name, signature, self.num_traces)
         return entry
 
 
-__all__ = ["CPU_FEEDFORWARD_MAX_BATCH", "CompiledActing", "GraphSample", "MAX_GRAPHS", "TraceRejected",
-           "VALUE_FETCH_ATTR", "unsupported_reason"]
+__all__ = [
+    "CPU_FEEDFORWARD_MAX_BATCH",
+    "CompiledActing",
+    "GraphSample",
+    "MAX_GRAPHS",
+    "TraceRejected",
+    "VALUE_FETCH_ATTR",
+    "unsupported_reason",
+]

@@ -5,6 +5,7 @@ dm-tree; the action and learning paths mostly move plain arrays, lists and
 dicts, which these helpers handle directly (falling back to the generic
 converters for anything else). Only imported by torch modules.
 """
+
 from __future__ import annotations
 
 import copy
@@ -127,11 +128,11 @@ def action_outputs_to_numpy(actions: Any, state_out: Any, extra: dict) -> tuple:
         actions = tensor_to_numpy(actions)
     else:
         actions = to_numpy_fast(actions)
-    state_out = [tensor_to_numpy(s) if isinstance(s, Tensor) else to_numpy_fast(s)
-                 for s in state_out]
-    extra = {k: v if type(v) is np.ndarray else (
-        tensor_to_numpy(v) if isinstance(v, Tensor) else to_numpy_fast(v))
-        for k, v in extra.items()}
+    state_out = [tensor_to_numpy(s) if isinstance(s, Tensor) else to_numpy_fast(s) for s in state_out]
+    extra = {
+        k: v if type(v) is np.ndarray else (tensor_to_numpy(v) if isinstance(v, Tensor) else to_numpy_fast(v))
+        for k, v in extra.items()
+    }
     return actions, state_out, extra
 
 
@@ -219,12 +220,16 @@ def to_torch_fast(x: Any, device: Any, copy: bool = False) -> Any:
     if type(x) is dict:
         return {k: to_torch_fast(v, device, copy) for k, v in x.items()}
     if type(x) is np.ndarray and x.dtype != object and x.flags.writeable:
-        t = tensor_interceptor(x, torch.device(device) if device is not None
-                               else torch.device("cpu"))
+        t = tensor_interceptor(x, torch.device(device) if device is not None else torch.device("cpu"))
     else:
         t = convert_to_torch_tensor(x, device=device)
-    if copy and isinstance(t, torch.Tensor) and isinstance(x, np.ndarray) \
-            and t.device.type == "cpu" and t.data_ptr() == x.__array_interface__["data"][0]:
+    if (
+        copy
+        and isinstance(t, torch.Tensor)
+        and isinstance(x, np.ndarray)
+        and t.device.type == "cpu"
+        and t.data_ptr() == x.__array_interface__["data"][0]
+    ):
         t = t.clone()
     return t
 
@@ -289,15 +294,18 @@ def _check_keys_and_shapes(targets: dict, state: dict) -> None:
     missing = [k for k in targets if k not in state]
     unexpected = [k for k in state if k not in targets]
     if missing or unexpected:
-        raise ValueError(f"set_weights: missing keys {missing}, unexpected keys {unexpected}; "
-                         "nothing was loaded")
+        raise ValueError(
+            f"set_weights: missing keys {missing}, unexpected keys {unexpected}; nothing was loaded"
+        )
     for key, target in targets.items():
         value = state[key]
         shape = getattr(value, "shape", None)
         shape = tuple(shape) if shape is not None else np.shape(value)
         if shape != tuple(target.shape):
-            raise ValueError(f"set_weights: {key!r} has shape {shape}, the model's is "
-                             f"{tuple(target.shape)}; nothing was loaded")
+            raise ValueError(
+                f"set_weights: {key!r} has shape {shape}, the model's is "
+                f"{tuple(target.shape)}; nothing was loaded"
+            )
 
 
 def _plain_state_tensors(model: Any) -> Any:
@@ -320,8 +328,13 @@ def _plain_state_tensors(model: Any) -> Any:
         plain = plain_types.get(cls)
         if plain is None:
             plain = plain_types[cls] = _default_state_methods(cls)
-        if (not plain or m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks
-                or m._state_dict_hooks or m._state_dict_pre_hooks):
+        if (
+            not plain
+            or m._load_state_dict_pre_hooks
+            or m._load_state_dict_post_hooks
+            or m._state_dict_hooks
+            or m._state_dict_pre_hooks
+        ):
             return None
         for name, t in m._parameters.items():
             if t is not None:
@@ -332,8 +345,7 @@ def _plain_state_tensors(model: Any) -> Any:
                 if t is not None and name not in skip:
                     targets[prefix + name] = t
         if m._modules:
-            push(reversed([(prefix + name + ".", c) for name, c in m._modules.items()
-                           if c is not None]))
+            push(reversed([(prefix + name + ".", c) for name, c in m._modules.items() if c is not None]))
     if any(isinstance(t, _Uninitialized) for t in targets.values()):
         return None
     return targets
@@ -342,10 +354,12 @@ def _plain_state_tensors(model: Any) -> Any:
 def _default_state_methods(cls: Any) -> bool:
     """Whether ``cls`` saves and loads its state with nn.Module's own methods."""
     module_cls = torch.nn.Module
-    return (cls._load_from_state_dict is module_cls._load_from_state_dict
-            and cls.load_state_dict is module_cls.load_state_dict
-            and cls._save_to_state_dict is module_cls._save_to_state_dict
-            and cls.state_dict is module_cls.state_dict)
+    return (
+        cls._load_from_state_dict is module_cls._load_from_state_dict
+        and cls.load_state_dict is module_cls.load_state_dict
+        and cls._save_to_state_dict is module_cls._save_to_state_dict
+        and cls.state_dict is module_cls.state_dict
+    )
 
 
 def state_dict_fast(model: Any) -> dict:
@@ -361,5 +375,6 @@ def weights_snapshot(model: Any) -> dict:
     targets = _plain_state_tensors(model)
     if targets is None:
         targets = model.state_dict()
-    return {k: tensor_snapshot(t) if isinstance(t, torch.Tensor) else numpy_copy(t)
-            for k, t in targets.items()}
+    return {
+        k: tensor_snapshot(t) if isinstance(t, torch.Tensor) else numpy_copy(t) for k, t in targets.items()
+    }

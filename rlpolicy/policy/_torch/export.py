@@ -13,6 +13,7 @@ Only used by ``TorchPolicy.export_model``. The model is wrapped in a small
 Files are written to a temporary name first and renamed into place, so a
 failed export never leaves a truncated file behind.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,9 @@ torch, nn = try_import_torch()
 _NON_INPUT_COLUMNS = ("is_training", "seq_lens", "infos")
 
 
-def select_export_inputs(view_requirements: Dict[str, Any], dummy_batch: Any
-                         ) -> Tuple[Dict[str, np.ndarray], List[np.ndarray], np.ndarray]:
+def select_export_inputs(
+    view_requirements: Dict[str, Any], dummy_batch: Any
+) -> Tuple[Dict[str, np.ndarray], List[np.ndarray], np.ndarray]:
     """Picks the model inputs from a dummy batch, adding a dummy state for non-RNNs.
 
     Args:
@@ -46,8 +48,7 @@ def select_export_inputs(view_requirements: Dict[str, Any], dummy_batch: Any
     """
     inputs: Dict[str, np.ndarray] = {}
     for key, vr in view_requirements.items():
-        if key.startswith("state_in_") or key.startswith("state_out_") \
-                or key in _NON_INPUT_COLUMNS:
+        if key.startswith("state_in_") or key.startswith("state_out_") or key in _NON_INPUT_COLUMNS:
             continue
         if not getattr(vr, "used_for_compute_actions", True) or key not in dummy_batch:
             continue
@@ -102,7 +103,7 @@ class FlatModelWrapper(_Module):
     def forward(self, *tensors: Any):
         k = len(self.input_keys)
         input_dict = dict(zip(self.input_keys, tensors[:k]))
-        state_ins = list(tensors[k:k + self.num_states])
+        state_ins = list(tensors[k : k + self.num_states])
         out, state_outs = self.model(input_dict, state_ins, tensors[-1])
         return (out, *state_outs)
 
@@ -132,8 +133,14 @@ def _write_atomically(path: str, write: Any) -> None:
             os.remove(tmp)
 
 
-def export_torchscript(model: Any, inputs: Dict[str, np.ndarray], state_ins: List[np.ndarray],
-                       seq_lens: np.ndarray, path: str, device: Any = "cpu") -> None:
+def export_torchscript(
+    model: Any,
+    inputs: Dict[str, np.ndarray],
+    state_ins: List[np.ndarray],
+    seq_lens: np.ndarray,
+    path: str,
+    device: Any = "cpu",
+) -> None:
     """Traces ``model`` with the given example inputs and saves TorchScript to ``path``."""
     example = (_tensors(inputs, device), _tensors(state_ins, device), _tensors(seq_lens, device))
     was_training = model.training
@@ -143,15 +150,21 @@ def export_torchscript(model: Any, inputs: Dict[str, np.ndarray], state_ins: Lis
             # Python-side shape checks in ModelV2.__call__ trigger TracerWarnings.
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             warnings.simplefilter("ignore", DeprecationWarning)  # torch>=2.9 flags jit.trace
-            traced = torch.jit.trace(TracedModelWrapper(model), example, strict=False,
-                                     check_trace=False)
+            traced = torch.jit.trace(TracedModelWrapper(model), example, strict=False, check_trace=False)
         _write_atomically(path, traced.save)
     finally:
         model.train(was_training)
 
 
-def export_onnx(model: Any, inputs: Dict[str, np.ndarray], state_ins: List[np.ndarray],
-                seq_lens: np.ndarray, path: str, opset: int, device: Any = "cpu") -> None:
+def export_onnx(
+    model: Any,
+    inputs: Dict[str, np.ndarray],
+    state_ins: List[np.ndarray],
+    seq_lens: np.ndarray,
+    path: str,
+    opset: int,
+    device: Any = "cpu",
+) -> None:
     """Exports ``model`` to ONNX at opset ``opset`` with a dynamic batch axis.
 
     Uses the TorchScript-based exporter (``dynamo=False``), which needs no
@@ -161,8 +174,11 @@ def export_onnx(model: Any, inputs: Dict[str, np.ndarray], state_ins: List[np.nd
     state_names = [f"state_in_{i}" for i in range(len(state_ins))]
     input_names = keys + state_names + ["seq_lens"]
     output_names = ["output"] + [f"state_out_{i}" for i in range(len(state_ins))]
-    args = (*_tensors([inputs[k] for k in keys], device), *_tensors(state_ins, device),
-            _tensors(seq_lens, device))
+    args = (
+        *_tensors([inputs[k] for k in keys], device),
+        *_tensors(state_ins, device),
+        _tensors(seq_lens, device),
+    )
     wrapper = FlatModelWrapper(model, keys, len(state_ins))
     was_training = model.training
     model.eval()
@@ -171,10 +187,20 @@ def export_onnx(model: Any, inputs: Dict[str, np.ndarray], state_ins: List[np.nd
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.filterwarnings("ignore", message="Exporting a model to ONNX with a batch_size")
-            _write_atomically(path, lambda tmp: torch.onnx.export(
-                wrapper, args, tmp, export_params=True, opset_version=opset,
-                do_constant_folding=True, input_names=input_names,
-                output_names=output_names, dynamo=False,
-                dynamic_axes={name: {0: "batch_size"} for name in input_names + output_names}))
+            _write_atomically(
+                path,
+                lambda tmp: torch.onnx.export(
+                    wrapper,
+                    args,
+                    tmp,
+                    export_params=True,
+                    opset_version=opset,
+                    do_constant_folding=True,
+                    input_names=input_names,
+                    output_names=output_names,
+                    dynamo=False,
+                    dynamic_axes={name: {0: "batch_size"} for name in input_names + output_names},
+                ),
+            )
     finally:
         model.train(was_training)

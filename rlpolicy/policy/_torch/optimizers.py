@@ -9,6 +9,7 @@ the optimizer's own state tensors when those already have the saved layout
 (the usual case: restoring a state of the same policy class), falling back to
 ``Optimizer.load_state_dict`` otherwise.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,8 +36,9 @@ def default_adam(params: Sequence[Any], **kwargs: Any) -> Any:
     """
     params = list(params)
     devices = _fused_devices()
-    if params and all(isinstance(p, torch.Tensor) and p.device.type in devices
-                      and p.is_floating_point() for p in params):
+    if params and all(
+        isinstance(p, torch.Tensor) and p.device.type in devices and p.is_floating_point() for p in params
+    ):
         try:
             return torch.optim.Adam(params, fused=True, **kwargs)
         except (RuntimeError, TypeError, ValueError):  # (torch < 2.4 on CPU, differentiable=...)
@@ -54,6 +56,7 @@ def _fused_devices() -> Tuple[str, ...]:
     if _FUSED_DEVICES is None:
         try:
             from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
             _FUSED_DEVICES = tuple(_get_fused_kernels_supported_devices())
         except ImportError:  # (before torch 2.4: CUDA only)
             _FUSED_DEVICES = ("cuda",)
@@ -67,15 +70,24 @@ def optimizer_param_groups(model: Any, optimizers: Sequence[Any]) -> List[Set[in
     """
     # Keyed by id(): a tensor hashes by identity anyway, at the cost of a Python call.
     index = {id(p): i for i, p in enumerate(parameter_list(model))}
-    return [{index[id(p)] for pg in opt.param_groups for p in pg["params"] if id(p) in index}
-            for opt in optimizers]
+    return [
+        {index[id(p)] for pg in opt.param_groups for p in pg["params"] if id(p) in index}
+        for opt in optimizers
+    ]
 
 
 _SKIP_KEYS = ("params", "param_names")
 _IMMUTABLE = frozenset({bool, int, float, complex, str, bytes, type(None)})
-_NP_DTYPES = ({torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64),
-               torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32)}
-              if torch is not None else {})
+_NP_DTYPES = (
+    {
+        torch.float32: np.dtype(np.float32),
+        torch.float64: np.dtype(np.float64),
+        torch.int64: np.dtype(np.int64),
+        torch.int32: np.dtype(np.int32),
+    }
+    if torch is not None
+    else {}
+)
 
 
 def optimizer_states(optimizers: Sequence[Any]) -> List[Dict[str, Any]]:
@@ -87,9 +99,13 @@ def _snapshot(o: Any) -> Dict[str, Any]:
     """``numpy_copy(o.state_dict())``, packed and copied in one pass for stock
     ``torch.optim`` optimizers (same keys, order and parameter numbering)."""
     cls = type(o)
-    if not (isinstance(o, torch.optim.Optimizer) and cls.state_dict is torch.optim.Optimizer.state_dict
-            and cls.__module__.startswith("torch.optim.")
-            and not o._optimizer_state_dict_pre_hooks and not o._optimizer_state_dict_post_hooks):
+    if not (
+        isinstance(o, torch.optim.Optimizer)
+        and cls.state_dict is torch.optim.Optimizer.state_dict
+        and cls.__module__.startswith("torch.optim.")
+        and not o._optimizer_state_dict_pre_hooks
+        and not o._optimizer_state_dict_post_hooks
+    ):
         return numpy_copy(o.state_dict())
     index: Dict[int, int] = {}
     groups, start = [], 0
@@ -104,8 +120,7 @@ def _snapshot(o: Any) -> Dict[str, Any]:
     state = {}
     for k, v in o.state.items():
         key = index[id(k)] if isinstance(k, torch.Tensor) else k
-        state[key] = ({n: copy_leaf(x) for n, x in v.items()} if type(v) is dict
-                      else numpy_copy(v))
+        state[key] = {n: copy_leaf(x) for n, x in v.items()} if type(v) is dict else numpy_copy(v)
     return {"state": state, "param_groups": groups}
 
 
@@ -119,32 +134,36 @@ def check_optimizer_states(optimizers: Sequence[Any], states: Any) -> None:
     """
     where = "state['_optimizer_variables']"
     if not isinstance(states, (list, tuple)):
-        raise ValueError(f"{where} must be a list of optimizer state dicts, got "
-                         f"{type(states).__name__}")
+        raise ValueError(f"{where} must be a list of optimizer state dicts, got {type(states).__name__}")
     if len(states) != len(optimizers):
-        raise ValueError(f"{where} holds {len(states)} optimizer states "
-                         f"but this policy has {len(optimizers)} optimizers")
+        raise ValueError(
+            f"{where} holds {len(states)} optimizer states but this policy has {len(optimizers)} optimizers"
+        )
     for i, (o, s) in enumerate(zip(optimizers, states)):
         groups = s.get("param_groups") if isinstance(s, dict) else None
         if not isinstance(groups, list) or not isinstance(s.get("state"), dict):
-            raise ValueError(f"{where}[{i}] must be a dict with 'state' (a dict) and "
-                             f"'param_groups' (a list), got {_describe(s)}")
+            raise ValueError(
+                f"{where}[{i}] must be a dict with 'state' (a dict) and "
+                f"'param_groups' (a list), got {_describe(s)}"
+            )
         if len(groups) != len(o.param_groups):
-            raise ValueError(f"{where}[{i}] has {len(groups)} param groups, optimizer {i} "
-                             f"has {len(o.param_groups)}")
+            raise ValueError(
+                f"{where}[{i}] has {len(groups)} param groups, optimizer {i} has {len(o.param_groups)}"
+            )
         for k, (g, sg) in enumerate(zip(o.param_groups, groups)):
             n = len(sg.get("params", ())) if isinstance(sg, dict) else None
             if n != len(g["params"]):
-                raise ValueError(f"{where}[{i}]['param_groups'][{k}] holds {n} parameters, "
-                                 f"optimizer {i}'s group {k} has {len(g['params'])}")
+                raise ValueError(
+                    f"{where}[{i}]['param_groups'][{k}] holds {n} parameters, "
+                    f"optimizer {i}'s group {k} has {len(g['params'])}"
+                )
 
 
 def _describe(s: Any) -> str:
     return f"keys {sorted(map(str, s))}" if isinstance(s, dict) else type(s).__name__
 
 
-def load_optimizer_states(optimizers: Sequence[Any], states: Sequence[Dict[str, Any]],
-                          device: Any) -> None:
+def load_optimizer_states(optimizers: Sequence[Any], states: Sequence[Dict[str, Any]], device: Any) -> None:
     """Loads ``optimizer_states`` output back into ``optimizers``.
 
     Raises:
@@ -152,16 +171,22 @@ def load_optimizer_states(optimizers: Sequence[Any], states: Sequence[Dict[str, 
             (``check_optimizer_states`` checks more, before anything changes).
     """
     if len(states) != len(optimizers):
-        raise ValueError(f"state['_optimizer_variables'] holds {len(states)} optimizer states "
-                         f"but this policy has {len(optimizers)} optimizers")
+        raise ValueError(
+            f"state['_optimizer_variables'] holds {len(states)} optimizer states "
+            f"but this policy has {len(optimizers)} optimizers"
+        )
     for o, s in zip(optimizers, states):
         if _load_in_place(o, s):
             continue
         # Hyper-parameters stay python scalars; only the state becomes tensors,
         # copies that do not share memory with `states` (the optimizer updates
         # them in place). Optimizer.load_state_dict deep-copies param_groups.
-        o.load_state_dict({"param_groups": _keep_implementation(o, s["param_groups"]),
-                           "state": to_torch_fast(s["state"], device, copy=True)})
+        o.load_state_dict(
+            {
+                "param_groups": _keep_implementation(o, s["param_groups"]),
+                "state": to_torch_fast(s["state"], device, copy=True),
+            }
+        )
 
 
 # How a stock optimizer runs its update, not what it has learnt.
@@ -173,8 +198,9 @@ def _keep_implementation(o: Any, saved_groups: Any) -> Any:
     saved ones do not say (a state written by an older torch or by a policy
     built without ``fused``): ``load_state_dict`` would otherwise reset them to
     the slow defaults."""
-    if not (_plain_optimizer(o) and isinstance(saved_groups, list)
-            and len(saved_groups) == len(o.param_groups)):
+    if not (
+        _plain_optimizer(o) and isinstance(saved_groups, list) and len(saved_groups) == len(o.param_groups)
+    ):
         return saved_groups
     out = []
     for g, sg in zip(o.param_groups, saved_groups):
@@ -188,11 +214,13 @@ def _keep_implementation(o: Any, saved_groups: Any) -> Any:
 def _plain_optimizer(o: Any) -> bool:
     """Whether ``o`` loads its state the stock ``torch.optim`` way (no hooks)."""
     cls = type(o)
-    return (isinstance(o, torch.optim.Optimizer)
-            and cls.load_state_dict is torch.optim.Optimizer.load_state_dict
-            and cls.__module__.startswith("torch.optim.")
-            and not o._optimizer_load_state_dict_pre_hooks
-            and not o._optimizer_load_state_dict_post_hooks)
+    return (
+        isinstance(o, torch.optim.Optimizer)
+        and cls.load_state_dict is torch.optim.Optimizer.load_state_dict
+        and cls.__module__.startswith("torch.optim.")
+        and not o._optimizer_load_state_dict_pre_hooks
+        and not o._optimizer_load_state_dict_post_hooks
+    )
 
 
 def _load_in_place(o: Any, saved: Dict[str, Any]) -> bool:
@@ -207,17 +235,27 @@ def _load_in_place(o: Any, saved: Dict[str, Any]) -> bool:
         return False
     groups, saved_groups = o.param_groups, saved.get("param_groups")
     saved_state = saved.get("state")
-    if not isinstance(saved_groups, list) or not isinstance(saved_state, dict) \
-            or len(groups) != len(saved_groups):
+    if (
+        not isinstance(saved_groups, list)
+        or not isinstance(saved_state, dict)
+        or len(groups) != len(saved_groups)
+    ):
         return False
     for g, sg in zip(groups, saved_groups):
-        if (not isinstance(sg, dict) or len(g["params"]) != len(sg.get("params", ()))
-                or g.get("capturable")
-                or {k for k in g if k not in _SKIP_KEYS} != {k for k in sg if k not in _SKIP_KEYS}
-                or ("param_names" in sg) != ("param_names" in g)):
+        if (
+            not isinstance(sg, dict)
+            or len(g["params"]) != len(sg.get("params", ()))
+            or g.get("capturable")
+            or {k for k in g if k not in _SKIP_KEYS} != {k for k in sg if k not in _SKIP_KEYS}
+            or ("param_names" in sg) != ("param_names" in g)
+        ):
             return False
-    id_map = dict(zip(chain.from_iterable(sg["params"] for sg in saved_groups),
-                      chain.from_iterable(g["params"] for g in groups)))
+    id_map = dict(
+        zip(
+            chain.from_iterable(sg["params"] for sg in saved_groups),
+            chain.from_iterable(g["params"] for g in groups),
+        )
+    )
     pairs = _state_pairs(o, id_map, saved_state)
     if pairs is None:
         return False
@@ -250,15 +288,22 @@ def _state_pairs(o: Any, id_map: Dict[Any, Any], saved_state: Dict[Any, Any]) ->
             target = live[name]
             if not isinstance(target, torch.Tensor):
                 return None
-            if (type(value) is np.ndarray and target.device.type == "cpu"
-                    and not target.requires_grad and value.dtype == _NP_DTYPES.get(target.dtype)
-                    and value.shape == target.shape):
+            if (
+                type(value) is np.ndarray
+                and target.device.type == "cpu"
+                and not target.requires_grad
+                and value.dtype == _NP_DTYPES.get(target.dtype)
+                and value.shape == target.shape
+            ):
                 pairs.append((target.numpy(), value))  # numpy to numpy: the cheapest copy
                 continue
             if isinstance(value, np.ndarray) and value.dtype != object:
                 value = torch.from_numpy(value) if value.flags.writeable else torch.tensor(value)
-            if not isinstance(value, torch.Tensor) or value.shape != target.shape \
-                    or value.is_floating_point() != target.is_floating_point():
+            if (
+                not isinstance(value, torch.Tensor)
+                or value.shape != target.shape
+                or value.is_floating_point() != target.is_floating_point()
+            ):
                 return None
             pairs.append((target, value))
     return pairs

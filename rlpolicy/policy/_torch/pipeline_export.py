@@ -19,6 +19,7 @@ verification loop live in ``rlpolicy._core.pipeline_contract``; see
 ``docs/export_pipeline.md``. Helpers here take data (model, distribution
 class, spaces, config, a ``compute_actions`` callable), never the policy.
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,14 +44,23 @@ torch, nn = try_import_torch()
 _LeafPlan = Tuple[str, Any]
 
 
-def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
-                    observation_space: gym.Space, action_space: gym.Space, config: Dict[str, Any],
-                    compute_actions: Callable[..., Tuple[Any, List[Any], Dict[str, Any]]],
-                    initial_state: Sequence[Any], onnx: Optional[int] = None,
-                    exploration: str = "", device: Any = "cpu",
-                    dist_inputs_fn: Optional[Callable[..., Tuple[Any, Any, List[Any]]]] = None,
-                    batch_sizes: Sequence[int] = pc.VERIFY_BATCH_SIZES,
-                    steps: int = 2) -> pc.PipelineContract:
+def export_pipeline(
+    export_dir: str,
+    *,
+    model: Any,
+    dist_class: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    config: Dict[str, Any],
+    compute_actions: Callable[..., Tuple[Any, List[Any], Dict[str, Any]]],
+    initial_state: Sequence[Any],
+    onnx: Optional[int] = None,
+    exploration: str = "",
+    device: Any = "cpu",
+    dist_inputs_fn: Optional[Callable[..., Tuple[Any, Any, List[Any]]]] = None,
+    batch_sizes: Sequence[int] = pc.VERIFY_BATCH_SIZES,
+    steps: int = 2,
+) -> pc.PipelineContract:
     """Exports, verifies and installs the action pipeline into ``export_dir``.
 
     Args:
@@ -98,8 +108,9 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
     pc.check_action_mapping(action_space, normalize)
     act_leaves = pc.action_leaves(action_space)
     init = [np.asarray(_to_numpy(s), np.float32) for s in initial_state]
-    module = ActionPipeline(model, dist_class, obs_plan, len(init), act_leaves, normalize, clip,
-                            dist_inputs_fn)
+    module = ActionPipeline(
+        model, dist_class, obs_plan, len(init), act_leaves, normalize, clip, dist_inputs_fn
+    )
     was_training = model.training
     model.eval()  # (dropout etc. off, as compute_actions has it)
     try:
@@ -111,43 +122,57 @@ def export_pipeline(export_dir: str, *, model: Any, dist_class: Any,
         leaf_spaces = [s for _, s in act_leaves]
 
         def reference(obs: Any, state: List[np.ndarray]) -> Tuple[List[Any], List[Any], Any]:
-            actions, state_out, extra = compute_actions(obs, state_batches=state or None,
-                                                        explore=False)
+            actions, state_out, extra = compute_actions(obs, state_batches=state or None, explore=False)
             flat = pc.env_actions(tree.flatten(actions), leaf_spaces, normalize, clip)
             return flat, [np.asarray(s) for s in state_out], extra["action_dist_inputs"]
 
-        _write_verified(export_dir, module, example, contract, reference,
-                        lambda k, seed: pc.sample_observations(raw_space, k, seed),
-                        batch_sizes, steps)
+        _write_verified(
+            export_dir,
+            module,
+            example,
+            contract,
+            reference,
+            lambda k, seed: pc.sample_observations(raw_space, k, seed),
+            batch_sizes,
+            steps,
+        )
     finally:
         model.train(was_training)
     return contract
 
 
-def _contract(module: "ActionPipeline", raw_space: gym.Space,
-              act_leaves: List[Tuple[Tuple[Any, ...], gym.Space]], init: List[np.ndarray],
-              device: Any) -> Tuple[pc.PipelineContract, List[Any]]:
+def _contract(
+    module: "ActionPipeline",
+    raw_space: gym.Space,
+    act_leaves: List[Tuple[Tuple[Any, ...], gym.Space]],
+    init: List[np.ndarray],
+    device: Any,
+) -> Tuple[pc.PipelineContract, List[Any]]:
     """The contract's interface (inputs, outputs, noise layout; the caller
     fills in the rest) and the example inputs to trace with. The noise layout
     and the outputs' dtypes and shapes come from eager runs of ``module``."""
     obs_leaves = pc.observation_leaves(raw_space)
     nested_obs = not (len(obs_leaves) == 1 and not obs_leaves[0][0])
     nested_act = not (len(act_leaves) == 1 and not act_leaves[0][0])
-    inputs = [pc.TensorSpec(name, pc.obs_input_dtype(s), [None, *map(int, s.shape or ())], "obs",
-                            list(path), repr(s))
-              for name, (path, s) in zip(pc.leaf_names("obs", len(obs_leaves), nested_obs),
-                                         obs_leaves)]
-    inputs += [pc.TensorSpec(f"state_in_{i}", "float32", [None, *s.shape], "state")
-               for i, s in enumerate(init)]
+    inputs = [
+        pc.TensorSpec(
+            name, pc.obs_input_dtype(s), [None, *map(int, s.shape or ())], "obs", list(path), repr(s)
+        )
+        for name, (path, s) in zip(pc.leaf_names("obs", len(obs_leaves), nested_obs), obs_leaves)
+    ]
+    inputs += [
+        pc.TensorSpec(f"state_in_{i}", "float32", [None, *s.shape], "state") for i, s in enumerate(init)
+    ]
     if init:
         inputs.append(pc.TensorSpec("seq_lens", "int32", [None], "seq_lens"))
 
     det_names = pc.leaf_names("actions", len(act_leaves), nested_act)
     example = _example_inputs(inputs, init, pc.TRACE_BATCH_SIZE, device, noise_dim=0)
-    noise = [pc.NoiseSlice(start, size, kind, name, dist_name)
-             for name, (start, size, kind, dist_name) in zip(det_names,
-                                                              module.plan_noise(example[:-1]))
-             if size]
+    noise = [
+        pc.NoiseSlice(start, size, kind, name, dist_name)
+        for name, (start, size, kind, dist_name) in zip(det_names, module.plan_noise(example[:-1]))
+        if size
+    ]
     noise_dim = max(1, sum(s.size for s in noise))
     inputs.append(pc.TensorSpec(pc.NOISE_INPUT, "float32", [None, noise_dim], "noise"))
     example = _example_inputs(inputs, init, pc.TRACE_BATCH_SIZE, device, noise_dim)
@@ -155,28 +180,52 @@ def _contract(module: "ActionPipeline", raw_space: gym.Space,
 
     outputs = []
     n = len(act_leaves)
-    for role, names, tensors in (("action", det_names, outs[:n]),
-                                 ("sampled_action", pc.leaf_names("sampled_actions", n, nested_act),
-                                  outs[n:2 * n])):
-        outputs += [pc.TensorSpec(name, _dtype_name(t), [None, *t.shape[1:]], role, list(path),
-                                  repr(s))
-                    for name, t, (path, s) in zip(names, tensors, act_leaves)]
-    outputs.append(pc.TensorSpec(pc.DIST_INPUTS_OUTPUT, _dtype_name(outs[2 * n]),
-                                 [None, *outs[2 * n].shape[1:]], "dist_inputs"))
-    outputs += [pc.TensorSpec(f"state_out_{i}", _dtype_name(t), [None, *t.shape[1:]], "state")
-                for i, t in enumerate(outs[2 * n + 1:])]
+    for role, names, tensors in (
+        ("action", det_names, outs[:n]),
+        ("sampled_action", pc.leaf_names("sampled_actions", n, nested_act), outs[n : 2 * n]),
+    ):
+        outputs += [
+            pc.TensorSpec(name, _dtype_name(t), [None, *t.shape[1:]], role, list(path), repr(s))
+            for name, t, (path, s) in zip(names, tensors, act_leaves)
+        ]
+    outputs.append(
+        pc.TensorSpec(
+            pc.DIST_INPUTS_OUTPUT, _dtype_name(outs[2 * n]), [None, *outs[2 * n].shape[1:]], "dist_inputs"
+        )
+    )
+    outputs += [
+        pc.TensorSpec(f"state_out_{i}", _dtype_name(t), [None, *t.shape[1:]], "state")
+        for i, t in enumerate(outs[2 * n + 1 :])
+    ]
     contract = pc.PipelineContract(
-        format="", artifact="", framework="torch", opset=None, inputs=inputs, outputs=outputs,
-        noise=noise, noise_dim=noise_dim, observation_space="", action_space="",
-        normalize_actions=False, clip_actions=False,
-        initial_state=[s.tolist() for s in init], dist_class="")
+        format="",
+        artifact="",
+        framework="torch",
+        opset=None,
+        inputs=inputs,
+        outputs=outputs,
+        noise=noise,
+        noise_dim=noise_dim,
+        observation_space="",
+        action_space="",
+        normalize_actions=False,
+        clip_actions=False,
+        initial_state=[s.tolist() for s in init],
+        dist_class="",
+    )
     return contract, example
 
 
-def _write_verified(export_dir: str, module: "ActionPipeline", example: List[Any],
-                    contract: pc.PipelineContract, reference: Callable[..., Any],
-                    sample_obs: Callable[[int, int], Any], batch_sizes: Sequence[int],
-                    steps: int) -> None:
+def _write_verified(
+    export_dir: str,
+    module: "ActionPipeline",
+    example: List[Any],
+    contract: pc.PipelineContract,
+    reference: Callable[..., Any],
+    sample_obs: Callable[[int, int], Any],
+    batch_sizes: Sequence[int],
+    steps: int,
+) -> None:
     """Traces ``module`` into a temporary file in ``export_dir``, loads it in its
     consumer, verifies it and installs it; on any failure nothing is left (a
     directory made for it is removed again)."""
@@ -196,10 +245,10 @@ def _write_verified(export_dir: str, module: "ActionPipeline", example: List[Any
             else:
                 torch.jit.trace(module, tuple(example), strict=False, check_trace=False).save(tmp)
         run = _onnx_runner(tmp) if contract.opset else _torchscript_runner(tmp, contract)
-        contract.verified = pc.verify_pipeline(contract, run, reference, sample_obs,
-                                               batch_sizes=batch_sizes, steps=steps)
-        contract.verified["consumer"] = "onnxruntime.InferenceSession" if contract.opset \
-            else "torch.jit.load"
+        contract.verified = pc.verify_pipeline(
+            contract, run, reference, sample_obs, batch_sizes=batch_sizes, steps=steps
+        )
+        contract.verified["consumer"] = "onnxruntime.InferenceSession" if contract.opset else "torch.jit.load"
         pc.install_artifact(export_dir, tmp, contract)
         installed = True
     finally:
@@ -220,9 +269,17 @@ class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[m
     leaves, the distribution inputs and the state outs, as a flat tuple.
     """
 
-    def __init__(self, model: Any, dist_class: Any, obs_plan: List[_LeafPlan], num_states: int,
-                 act_leaves: List[Tuple[Tuple[Any, ...], gym.Space]], normalize: bool,
-                 clip: bool, dist_inputs_fn: Optional[Callable[..., Any]] = None):
+    def __init__(
+        self,
+        model: Any,
+        dist_class: Any,
+        obs_plan: List[_LeafPlan],
+        num_states: int,
+        act_leaves: List[Tuple[Tuple[Any, ...], gym.Space]],
+        normalize: bool,
+        clip: bool,
+        dist_inputs_fn: Optional[Callable[..., Any]] = None,
+    ):
         super().__init__()
         self.model = model
         self.dist_class = dist_class
@@ -254,7 +311,7 @@ class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[m
             if kind == "one_hot":
                 sizes, starts = data
                 for j, (n, start) in enumerate(zip(sizes, starts)):
-                    idx = flat[:, j:j + 1].long() - start
+                    idx = flat[:, j : j + 1].long() - start
                     parts.append((idx == torch.arange(n, device=x.device)).float())
             elif kind == "ram":
                 parts.append((flat.float() - 128.0) / 128.0)
@@ -265,11 +322,12 @@ class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[m
     def _model(self, args: Sequence[Any]) -> Tuple[Any, Any, List[Any]]:
         k = len(self.obs_plan)
         obs = self._obs(args[:k])
-        states = list(args[k:k + self.num_states])
+        states = list(args[k : k + self.num_states])
         seq_lens = args[k + self.num_states] if self.num_states else None
         if self.dist_inputs_fn is not None:
             dist_inputs, dist_class, state_out = self.dist_inputs_fn(
-                self.model, {"obs": obs}, states, seq_lens)
+                self.model, {"obs": obs}, states, seq_lens
+            )
         else:
             dist_inputs, state_out = self.model({"obs": obs}, states, seq_lens)
             dist_class = self.dist_class
@@ -280,8 +338,10 @@ class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[m
         children = getattr(dist, "flat_child_distributions", None)
         leaves = list(children) if children is not None else [dist]
         if len(leaves) != self.num_actions:
-            raise ValueError(f"the action distribution {type(dist).__name__} has {len(leaves)} "
-                             f"components, the action space {self.num_actions}")
+            raise ValueError(
+                f"the action distribution {type(dist).__name__} has {len(leaves)} "
+                f"components, the action space {self.num_actions}"
+            )
         return leaves
 
     def plan_noise(self, args: Sequence[Any]) -> List[Tuple[int, int, str, str]]:
@@ -308,7 +368,7 @@ class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[m
         det = tree.flatten(dist.deterministic_sample())
         sampled = []
         for leaf, d, (start, size, kind, _) in zip(self._leaf_dists(dist), det, self.noise_plan):
-            sampled.append(_sample(leaf, d, noise[:, start:start + size], kind))
+            sampled.append(_sample(leaf, d, noise[:, start : start + size], kind))
         if not any(size for _, size, _, _ in self.noise_plan):
             # Nothing samples: the one noise column is still an input of the
             # graph (an ONNX export drops unused inputs), contributing 0.
@@ -343,9 +403,11 @@ def _noise_kind(leaf: Any) -> Tuple[str, int]:
         return "normal", int(inputs.shape[1]) // 2
     if isinstance(leaf, d.TorchDeterministic):
         return "none", 0
-    raise ValueError(f"pipeline export cannot sample {type(leaf).__name__} from explicit noise "
-                     "(supported: TorchCategorical, TorchMultiCategorical, TorchDiagGaussian, "
-                     "TorchSquashedGaussian, TorchDeterministic and Dict/Tuple of them)")
+    raise ValueError(
+        f"pipeline export cannot sample {type(leaf).__name__} from explicit noise "
+        "(supported: TorchCategorical, TorchMultiCategorical, TorchDiagGaussian, "
+        "TorchSquashedGaussian, TorchDeterministic and Dict/Tuple of them)"
+    )
 
 
 def _categorical(logits: Any, u: Any) -> Any:
@@ -362,7 +424,7 @@ def _sample(leaf: Any, det: Any, noise: Any, kind: str) -> Any:
     if isinstance(leaf, d.TorchCategorical):
         return _categorical(leaf.inputs, noise[:, :1]).reshape(det.shape)
     if isinstance(leaf, d.TorchMultiCategorical):
-        idx = [_categorical(cat.logits, noise[:, j:j + 1]) for j, cat in enumerate(leaf.cats)]
+        idx = [_categorical(cat.logits, noise[:, j : j + 1]) for j, cat in enumerate(leaf.cats)]
         return torch.stack(idx, dim=1).reshape(det.shape)
     if isinstance(leaf, d.TorchSquashedGaussian):
         raw = leaf.mean + leaf.std * noise
@@ -374,23 +436,31 @@ def _sample(leaf: Any, det: Any, noise: Any, kind: str) -> Any:
     return det
 
 
-def _observation_plan(space: gym.Space, config: Dict[str, Any]
-                      ) -> Tuple[gym.Space, List[_LeafPlan]]:
+def _observation_plan(space: gym.Space, config: Dict[str, Any]) -> Tuple[gym.Space, List[_LeafPlan]]:
     """The raw observation space the artifact takes and how each leaf is
     turned into the model's input."""
     from rlpolicy.models.preprocessors import get_preprocessor
 
     original: Any = getattr(space, "original_space", None)
-    prepped = original is not None and not config.get("_disable_preprocessor_api", False) and (
-        isinstance(original, (gym.spaces.Dict, gym.spaces.Tuple))
-        or (isinstance(original, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
-            and isinstance(space, gym.spaces.Box)))
+    prepped = (
+        original is not None
+        and not config.get("_disable_preprocessor_api", False)
+        and (
+            isinstance(original, (gym.spaces.Dict, gym.spaces.Tuple))
+            or (
+                isinstance(original, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
+                and isinstance(space, gym.spaces.Box)
+            )
+        )
+    )
     if not prepped:
         pc.observation_leaves(space)  # (refuses Repeated)
         if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-            raise ValueError(f"observation space {space}: a policy with "
-                             "_disable_preprocessor_api takes nested observations; the "
-                             "pipeline export needs the preprocessed (flat) layout")
+            raise ValueError(
+                f"observation space {space}: a policy with "
+                "_disable_preprocessor_api takes nested observations; the "
+                "pipeline export needs the preprocessed (flat) layout"
+            )
         return space, [("raw", None)]
     plan: List[_LeafPlan] = []
     for path, leaf in pc.observation_leaves(original):
@@ -405,25 +475,34 @@ def _observation_plan(space: gym.Space, config: Dict[str, Any]
             ram = get_preprocessor(leaf).__name__ == "AtariRamPreprocessor"
             plan.append(("ram" if ram else "float", None))
         else:
-            raise ValueError(f"observation{''.join(f'[{k!r}]' for k in path)}: {leaf} cannot "
-                             "be exported as a pipeline input (Box, Discrete, MultiDiscrete "
-                             "and Dict/Tuple of them can)")
+            raise ValueError(
+                f"observation{''.join(f'[{k!r}]' for k in path)}: {leaf} cannot "
+                "be exported as a pipeline input (Box, Discrete, MultiDiscrete "
+                "and Dict/Tuple of them can)"
+            )
     return original, plan
 
 
 def _check_model_inputs(model: Any) -> None:
     """Refuses models whose action computation reads columns other than obs/state."""
-    extra = [k for k, vr in getattr(model, "view_requirements", {}).items()
-             if getattr(vr, "used_for_compute_actions", True)
-             and k not in ("obs", "seq_lens", "is_training", "infos")
-             and not k.startswith("state_in_") and not k.startswith("state_out_")]
+    extra = [
+        k
+        for k, vr in getattr(model, "view_requirements", {}).items()
+        if getattr(vr, "used_for_compute_actions", True)
+        and k not in ("obs", "seq_lens", "is_training", "infos")
+        and not k.startswith("state_in_")
+        and not k.startswith("state_out_")
+    ]
     if extra:
-        raise ValueError(f"the model reads {extra} for action computation; the pipeline "
-                         "export takes observations and RNN state only")
+        raise ValueError(
+            f"the model reads {extra} for action computation; the pipeline "
+            "export takes observations and RNN state only"
+        )
 
 
-def _example_inputs(inputs: List[pc.TensorSpec], init: List[np.ndarray], batch: int,
-                    device: Any, noise_dim: int) -> List[Any]:
+def _example_inputs(
+    inputs: List[pc.TensorSpec], init: List[np.ndarray], batch: int, device: Any, noise_dim: int
+) -> List[Any]:
     """Example tensors (batch ``batch``) for the inputs; zeros, the initial state,
     ones for ``seq_lens``, and a ``noise`` of ``noise_dim`` columns (or none
     for ``noise_dim`` 0, to plan the noise first)."""
@@ -446,22 +525,32 @@ def _example_inputs(inputs: List[pc.TensorSpec], init: List[np.ndarray], batch: 
     return out
 
 
-def _export_onnx(module: Any, example: List[Any], contract: pc.PipelineContract, path: str,
-                 opset: int) -> None:
+def _export_onnx(
+    module: Any, example: List[Any], contract: pc.PipelineContract, path: str, opset: int
+) -> None:
     in_names = [s.name for s in contract.inputs]
     out_names = [s.name for s in contract.outputs]
     torch.onnx.export(
-        module, tuple(example), path, export_params=True, opset_version=opset,
-        do_constant_folding=True, input_names=in_names, output_names=out_names, dynamo=False,
-        dynamic_axes={name: {0: "batch_size"} for name in in_names + out_names})
+        module,
+        tuple(example),
+        path,
+        export_params=True,
+        opset_version=opset,
+        do_constant_folding=True,
+        input_names=in_names,
+        output_names=out_names,
+        dynamo=False,
+        dynamic_axes={name: {0: "batch_size"} for name in in_names + out_names},
+    )
 
 
 def _onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
     try:
         import onnxruntime as ort
     except ImportError as err:
-        raise ImportError("verifying an ONNX pipeline export needs onnxruntime: "
-                          "pip install 'rlpolicy[onnx]'") from err
+        raise ImportError(
+            "verifying an ONNX pipeline export needs onnxruntime: pip install 'rlpolicy[onnx]'"
+        ) from err
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     outs = [o.name for o in session.get_outputs()]
@@ -472,8 +561,9 @@ def _onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.nd
     return run
 
 
-def _torchscript_runner(path: str, contract: pc.PipelineContract
-                        ) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
+def _torchscript_runner(
+    path: str, contract: pc.PipelineContract
+) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch>=2.9 flags jit.load
         loaded = torch.jit.load(path, map_location="cpu")
@@ -491,7 +581,8 @@ def _torchscript_runner(path: str, contract: pc.PipelineContract
 def _class_name(dist_class: Any) -> str:
     """``TorchCategorical`` for the class or a ``functools.partial`` of it."""
     name = getattr(dist_class, "__name__", None) or getattr(
-        getattr(dist_class, "func", None), "__name__", None)
+        getattr(dist_class, "func", None), "__name__", None
+    )
     return str(name or repr(dist_class))
 
 

@@ -22,6 +22,7 @@ chunk gradients are summed in chunk order, each weighted by its sample share
 torch is imported lazily, inside the functions, so importing this module
 never needs torch.
 """
+
 from __future__ import annotations
 
 import copy
@@ -49,8 +50,9 @@ class TowerGrads(NamedTuple):
     losses: List[Any]
 
 
-def make_towers(model: Any, devices: Sequence[Any], on_gpu: bool,
-                target_model: Any = None) -> Tuple[List[Any], Optional[Dict[Any, Any]]]:
+def make_towers(
+    model: Any, devices: Sequence[Any], on_gpu: bool, target_model: Any = None
+) -> Tuple[List[Any], Optional[Dict[Any, Any]]]:
     """Creates the model towers (and target models) for ``devices``, RLlib 1.11 style.
 
     CPU towers: tower 0 is ``model`` itself, the others deep copies; all towers
@@ -66,8 +68,11 @@ def make_towers(model: Any, devices: Sequence[Any], on_gpu: bool,
         targets = None if target_model is None else {t: target_model for t in towers}
         return towers, targets
     towers = [copy.deepcopy(model).to(d) for d in devices]
-    targets = None if target_model is None else {
-        t: copy.deepcopy(target_model).to(d) for t, d in zip(towers, devices)}
+    targets = (
+        None
+        if target_model is None
+        else {t: copy.deepcopy(target_model).to(d) for t, d in zip(towers, devices)}
+    )
     return towers, targets
 
 
@@ -163,7 +168,8 @@ def compute_tower_grads(
     if len(losses) != len(optimizers):
         raise ValueError(
             f"the loss returned {len(losses)} loss terms for {len(optimizers)} optimizers; "
-            "return one loss per optimizer")
+            "return one loss per optimizer"
+        )
     grad_info: Dict[str, Any] = {"allreduce_latency": 0.0}
     if params is None:
         params = parameter_list(model)  # (= list(model.parameters()), walked faster)
@@ -232,16 +238,18 @@ def run_tower_step(
             tower.train()
     sync_tower_weights(main, towers)
     outs = runner.run(
-        lambda model, batch: compute_tower_grads(loss_fn, model, batch, optimizers,
-                                                 param_groups),
-        list(zip(towers, device_batches)))
+        lambda model, batch: compute_tower_grads(loss_fn, model, batch, optimizers, param_groups),
+        list(zip(towers, device_batches)),
+    )
     grads = mean_reduce_grads([o.grads for o in outs], device)
     params = list(main.parameters())
     for p, g in zip(params, grads):
         p.grad = g
     with torch.no_grad():
-        losses = [torch.stack([o.losses[k].detach().to(device) for o in outs]).mean()
-                  for k in range(len(optimizers))]
+        losses = [
+            torch.stack([o.losses[k].detach().to(device) for o in outs]).mean()
+            for k in range(len(optimizers))
+        ]
     info: Dict[str, Any] = {"allreduce_latency": 0.0}
     for opt, loss in zip(optimizers, losses):
         info.update(grad_process(opt, loss))
@@ -250,8 +258,7 @@ def run_tower_step(
     return TowerGrads(grads, info, losses)
 
 
-def weighted_sum_grads(chunk_grads: Sequence[Tuple[Sequence[Any], float]],
-                       device: Any) -> List[Any]:
+def weighted_sum_grads(chunk_grads: Sequence[Tuple[Sequence[Any], float]], device: Any) -> List[Any]:
     """``sum_c weight_c * grads_c`` per parameter, added in the order given, on ``device``.
 
     The order of the additions is that of ``chunk_grads`` alone, so the same
@@ -325,15 +332,14 @@ def run_exact_tower_step(
     import torch
 
     main = towers[0]
-    used = list(towers[:len(device_chunks)])
+    used = list(towers[: len(device_chunks)])
     for tower in used:
         if not tower.training:
             tower.train()
     sync_tower_weights(main, used)
 
     def tower_work(model: Any, chunks: Sequence[Any]) -> List[Tuple[Any, TowerGrads]]:
-        return [(c, compute_tower_grads(loss_fn, model, c.batch, optimizers, param_groups))
-                for c in chunks]
+        return [(c, compute_tower_grads(loss_fn, model, c.batch, optimizers, param_groups)) for c in chunks]
 
     outs = runner.run(tower_work, list(zip(used, device_chunks)))
     done = sorted((pair for out in outs for pair in out), key=lambda pair: pair[0].position)
@@ -375,7 +381,8 @@ def gather_tower_stats(towers: Sequence[Any], stats_name: str, device: Any) -> L
         raise AssertionError(
             f"Stats `{stats_name}` not found in any of the towers (you have {len(towers)} "
             "towers in total)! Make sure you call the loss function on at least one of the "
-            "towers.")
+            "towers."
+        )
     return data
 
 
@@ -396,11 +403,11 @@ class TowerRunner:
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
-                    max_workers=len(self.devices) - 1, thread_name_prefix="rlpolicy-tower")
+                    max_workers=len(self.devices) - 1, thread_name_prefix="rlpolicy-tower"
+                )
             return self._pool
 
-    def _call(self, idx: int, fn: Callable[..., Any], args: tuple,
-              grad_enabled: Optional[bool]) -> Any:
+    def _call(self, idx: int, fn: Callable[..., Any], args: tuple, grad_enabled: Optional[bool]) -> Any:
         # grad_enabled None: the calling thread's own mode (kept, and restored after).
         import torch
 
@@ -418,7 +425,8 @@ class TowerRunner:
         except Exception as e:  # noqa: BLE001 - re-raised with the tower named
             raise ValueError(
                 f"Error in tower {idx} on device {device} during the multi-tower gradient "
-                f"calculation: {type(e).__name__}: {e}") from e
+                f"calculation: {type(e).__name__}: {e}"
+            ) from e
 
     @staticmethod
     def _on_device(device: Any, fn: Callable[..., Any], args: tuple) -> Any:
@@ -446,8 +454,7 @@ class TowerRunner:
             return [self._call(0, fn, per_tower_args[0], None)]
         grad_enabled = torch.is_grad_enabled()
         pool = self._get_pool()
-        futures = [pool.submit(self._call, i, fn, per_tower_args[i], grad_enabled)
-                   for i in range(1, n)]
+        futures = [pool.submit(self._call, i, fn, per_tower_args[i], grad_enabled) for i in range(1, n)]
         results: List[Any] = [None] * n
         first_error: Optional[BaseException] = None
         try:

@@ -2,6 +2,7 @@
 
 Importing this package imports neither torch nor tensorflow.
 """
+
 from rlpolicy.utils.exploration.epsilon_greedy import EpsilonGreedy
 from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.exploration.gaussian_noise import GaussianNoise

@@ -1,4 +1,5 @@
 """Epsilon-greedy exploration (RLlib's ``ray.rllib.utils.exploration.epsilon_greedy``)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Union
@@ -29,10 +30,18 @@ class EpsilonGreedy(Exploration):
     log-likelihoods are zero.
     """
 
-    def __init__(self, action_space: gym.Space, *, framework: str,
-                 initial_epsilon: float = 1.0, final_epsilon: float = 0.05,
-                 warmup_timesteps: int = 0, epsilon_timesteps: int = int(1e5),
-                 epsilon_schedule: Optional[Any] = None, **kwargs):
+    def __init__(
+        self,
+        action_space: gym.Space,
+        *,
+        framework: str,
+        initial_epsilon: float = 1.0,
+        final_epsilon: float = 0.05,
+        warmup_timesteps: int = 0,
+        epsilon_timesteps: int = int(1e5),
+        epsilon_schedule: Optional[Any] = None,
+        **kwargs,
+    ):
         """Creates an EpsilonGreedy exploration.
 
         Args:
@@ -54,28 +63,31 @@ class EpsilonGreedy(Exploration):
         ops.check_framework(owner, framework)
         if ops.is_tf(framework) and not isinstance(action_space, gym.spaces.Discrete):
             raise ValueError(
-                f"{owner} with framework={framework!r} needs a Discrete action space, "
-                f"got {action_space}")
+                f"{owner} with framework={framework!r} needs a Discrete action space, got {action_space}"
+            )
         ops.check_discrete_space(owner, action_space)
         super().__init__(action_space=action_space, framework=framework, **kwargs)
-        self.epsilon_schedule = create_schedule(epsilon_schedule, framework) or \
-            _default_schedule(initial_epsilon, final_epsilon, warmup_timesteps,
-                              epsilon_timesteps, framework)
+        self.epsilon_schedule = create_schedule(epsilon_schedule, framework) or _default_schedule(
+            initial_epsilon, final_epsilon, warmup_timesteps, epsilon_timesteps, framework
+        )
         self.last_timestep = ops.new_state_var(0, framework, "timestep")
         if ops.is_tf_graph(framework):
             # Graph mode: the ops that read the state, run through a session.
             self._tf_state_op = self.get_state()
 
     @override(Exploration)
-    def get_exploration_action(self, *, action_distribution: Any,
-                               timestep: Union[int, TensorType],
-                               explore: Optional[Union[bool, TensorType]] = True):
+    def get_exploration_action(
+        self,
+        *,
+        action_distribution: Any,
+        timestep: Union[int, TensorType],
+        explore: Optional[Union[bool, TensorType]] = True,
+    ):
         if ops.is_tf(self.framework):
             return self._get_tf_exploration_action_op(action_distribution, explore, timestep)
         return self._get_torch_exploration_action(action_distribution, explore, timestep)
 
-    def _get_tf_exploration_action_op(self, action_distribution: Any, explore: Any,
-                                      timestep: Any):
+    def _get_tf_exploration_action_op(self, action_distribution: Any, explore: Any, timestep: Any):
         _, tf, _ = try_import_tf(error=True)
         q_values = action_distribution.inputs
         explore_now = ops.eager_flag(explore)
@@ -92,8 +104,7 @@ class EpsilonGreedy(Exploration):
 
         # Uniform over the valid actions only: masked ones get log-weight float32.min.
         valid = q_values > ops.FLOAT_MIN
-        log_weights = tf.where(valid, tf.zeros_like(q_values),
-                               tf.ones_like(q_values) * q_values.dtype.min)
+        log_weights = tf.where(valid, tf.zeros_like(q_values), tf.ones_like(q_values) * q_values.dtype.min)
         random_actions = tf.squeeze(tf.random.categorical(log_weights, 1), axis=1)
         chose_random = tf.random.uniform(tf.shape(exploit_action), dtype=tf.float32) < epsilon
 
@@ -107,8 +118,7 @@ class EpsilonGreedy(Exploration):
         )
         return action, tf.zeros_like(action, dtype=tf.float32)
 
-    def _get_torch_exploration_action(self, action_distribution: Any, explore: Any,
-                                      timestep: Any):
+    def _get_torch_exploration_action(self, action_distribution: Any, explore: Any, timestep: Any):
         torch, _ = try_import_torch(error=True)
         self.last_timestep = ops.torch_next_timestep(self.last_timestep, timestep)
         exploit_action = action_distribution.deterministic_sample()
@@ -125,8 +135,9 @@ class EpsilonGreedy(Exploration):
         q_values = action_distribution.inputs
         weights = (q_values > ops.FLOAT_MIN).to(torch.float32)
         random_actions = torch.multinomial(weights, 1).squeeze(1)
-        action = torch.where(chose_random.to(exploit_action.device),
-                             random_actions.to(exploit_action), exploit_action)
+        action = torch.where(
+            chose_random.to(exploit_action.device), random_actions.to(exploit_action), exploit_action
+        )
         return action, action_logp
 
     def _torch_mix_nested(self, exploit_action: Any, chose_random: Any) -> Any:
@@ -147,23 +158,31 @@ class EpsilonGreedy(Exploration):
     def get_state(self, sess: Optional[Any] = None):
         if sess is not None and ops.is_tf_graph(self.framework):
             return sess.run(self._tf_state_op)
-        return ops.scheduled_state(self.framework, self.last_timestep, self.epsilon_schedule,
-                                   "cur_epsilon")
+        return ops.scheduled_state(self.framework, self.last_timestep, self.epsilon_schedule, "cur_epsilon")
 
     @override(Exploration)
     def set_state(self, state: dict, sess: Optional[Any] = None) -> None:
-        self.last_timestep = ops.restore_timestep(type(self).__name__, self.framework,
-                                                  self.last_timestep, state, sess)
+        self.last_timestep = ops.restore_timestep(
+            type(self).__name__, self.framework, self.last_timestep, state, sess
+        )
 
 
-def _default_schedule(initial_epsilon: float, final_epsilon: float, warmup_timesteps: int,
-                      epsilon_timesteps: int, framework: str) -> Any:
+def _default_schedule(
+    initial_epsilon: float,
+    final_epsilon: float,
+    warmup_timesteps: int,
+    epsilon_timesteps: int,
+    framework: str,
+) -> Any:
     """Constant through the warm-up, then linear to ``final_epsilon``, then constant."""
     from rlpolicy.utils.schedules import PiecewiseSchedule
 
     return PiecewiseSchedule(
-        endpoints=[(0, initial_epsilon), (warmup_timesteps, initial_epsilon),
-                   (warmup_timesteps + epsilon_timesteps, final_epsilon)],
+        endpoints=[
+            (0, initial_epsilon),
+            (warmup_timesteps, initial_epsilon),
+            (warmup_timesteps + epsilon_timesteps, final_epsilon),
+        ],
         outside_value=final_epsilon,
         framework=framework,
     )

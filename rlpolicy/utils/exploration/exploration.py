@@ -1,4 +1,5 @@
 """The Exploration base class (RLlib's ``ray.rllib.utils.exploration.exploration``)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
@@ -33,9 +34,16 @@ class Exploration:
     keep its own state or learn; all default to no-ops.
     """
 
-    def __init__(self, action_space: gym.Space, *, framework: str,
-                 policy_config: TrainerConfigDict, model: "ModelV2", num_workers: int,
-                 worker_index: int):
+    def __init__(
+        self,
+        action_space: gym.Space,
+        *,
+        framework: str,
+        policy_config: TrainerConfigDict,
+        model: "ModelV2",
+        num_workers: int,
+        worker_index: int,
+    ):
         """Stores the context every exploration needs.
 
         Args:
@@ -61,9 +69,14 @@ class Exploration:
                 self.device = first.device
 
     @DeveloperAPI
-    def before_compute_actions(self, *, timestep: Optional[Union[TensorType, int]] = None,
-                               explore: Optional[Union[TensorType, bool]] = None,
-                               tf_sess: Optional[Any] = None, **kwargs) -> None:
+    def before_compute_actions(
+        self,
+        *,
+        timestep: Optional[Union[TensorType, int]] = None,
+        explore: Optional[Union[TensorType, bool]] = None,
+        tf_sess: Optional[Any] = None,
+        **kwargs,
+    ) -> None:
         """Called by the Policy before each forward pass that computes actions.
 
         Args:
@@ -75,8 +88,13 @@ class Exploration:
         pass
 
     @DeveloperAPI
-    def get_exploration_action(self, *, action_distribution: "ActionDistribution",
-                               timestep: Union[TensorType, int], explore: bool = True):
+    def get_exploration_action(
+        self,
+        *,
+        action_distribution: "ActionDistribution",
+        timestep: Union[TensorType, int],
+        explore: bool = True,
+    ):
         """Picks (possibly exploratory) actions from ``action_distribution``.
 
         Args:
@@ -92,8 +110,9 @@ class Exploration:
         pass
 
     @DeveloperAPI
-    def on_episode_start(self, policy: "Policy", *, environment: Any = None,
-                         episode: Any = None, tf_sess: Optional[Any] = None) -> None:
+    def on_episode_start(
+        self, policy: "Policy", *, environment: Any = None, episode: Any = None, tf_sess: Optional[Any] = None
+    ) -> None:
         """Called when an episode starts.
 
         Args:
@@ -105,8 +124,9 @@ class Exploration:
         pass
 
     @DeveloperAPI
-    def on_episode_end(self, policy: "Policy", *, environment: Any = None,
-                       episode: Any = None, tf_sess: Optional[Any] = None) -> None:
+    def on_episode_end(
+        self, policy: "Policy", *, environment: Any = None, episode: Any = None, tf_sess: Optional[Any] = None
+    ) -> None:
         """Called when an episode ends.
 
         Args:
@@ -118,8 +138,9 @@ class Exploration:
         pass
 
     @DeveloperAPI
-    def postprocess_trajectory(self, policy: "Policy", sample_batch: "SampleBatch",
-                               tf_sess: Optional[Any] = None) -> "SampleBatch":
+    def postprocess_trajectory(
+        self, policy: "Policy", sample_batch: "SampleBatch", tf_sess: Optional[Any] = None
+    ) -> "SampleBatch":
         """Post-processes a collected trajectory (after the Policy's own postprocessing).
 
         May change ``sample_batch`` in place.
@@ -150,8 +171,9 @@ class Exploration:
         return optimizers
 
     @DeveloperAPI
-    def get_exploration_loss(self, policy_loss: List[TensorType],
-                             train_batch: "SampleBatch") -> List[TensorType]:
+    def get_exploration_loss(
+        self, policy_loss: List[TensorType], train_batch: "SampleBatch"
+    ) -> List[TensorType]:
         """Lets the exploration change or extend the Policy's loss terms.
 
         Args:

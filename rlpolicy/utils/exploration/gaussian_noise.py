@@ -1,4 +1,5 @@
 """Gaussian action noise (RLlib's ``ray.rllib.utils.exploration.gaussian_noise``)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Union
@@ -25,11 +26,20 @@ class GaussianNoise(Exploration):
     ``explore=False``: the deterministic action. Log-likelihoods are zero.
     """
 
-    def __init__(self, action_space: gym.Space, *, framework: str, model: Any,
-                 random_timesteps: int = 1000, stddev: float = 0.1,
-                 initial_scale: float = 1.0, final_scale: float = 0.02,
-                 scale_timesteps: int = 10000, scale_schedule: Optional[Any] = None,
-                 **kwargs):
+    def __init__(
+        self,
+        action_space: gym.Space,
+        *,
+        framework: str,
+        model: Any,
+        random_timesteps: int = 1000,
+        stddev: float = 0.1,
+        initial_scale: float = 1.0,
+        final_scale: float = 0.02,
+        scale_timesteps: int = 10000,
+        scale_schedule: Optional[Any] = None,
+        **kwargs,
+    ):
         """Creates a GaussianNoise exploration.
 
         Args:
@@ -52,20 +62,19 @@ class GaussianNoise(Exploration):
         ops.check_box_space(type(self).__name__, action_space)
         super().__init__(action_space, model=model, framework=framework, **kwargs)
         self.random_timesteps = random_timesteps
-        self.random_exploration = Random(action_space, model=self.model,
-                                         framework=self.framework, **kwargs)
+        self.random_exploration = Random(action_space, model=self.model, framework=self.framework, **kwargs)
         self.stddev = stddev
-        self.scale_schedule = create_schedule(scale_schedule, framework) or \
-            _default_scale_schedule(random_timesteps, initial_scale, final_scale,
-                                    scale_timesteps, framework)
+        self.scale_schedule = create_schedule(scale_schedule, framework) or _default_scale_schedule(
+            random_timesteps, initial_scale, final_scale, scale_timesteps, framework
+        )
         self.last_timestep = ops.new_state_var(0, framework, "timestep")
         if ops.is_tf_graph(framework):
             self._tf_state_op = self.get_state()
 
     @override(Exploration)
-    def get_exploration_action(self, *, action_distribution: Any,
-                               timestep: Union[int, TensorType],
-                               explore: bool = True):
+    def get_exploration_action(
+        self, *, action_distribution: Any, timestep: Union[int, TensorType], explore: bool = True
+    ):
         if ops.is_tf(self.framework):
             return self._get_tf_exploration_action_op(action_distribution, explore, timestep)
         return self._get_torch_exploration_action(action_distribution, explore, timestep)
@@ -73,8 +82,9 @@ class GaussianNoise(Exploration):
     def _noise(self, deterministic_actions: Any, scale: Any) -> Any:
         """TF: the noise to add to ``deterministic_actions`` at noise scale ``scale``."""
         _, tf, _ = try_import_tf(error=True)
-        normal = tf.random.normal(tf.shape(deterministic_actions), stddev=self.stddev,
-                                  dtype=deterministic_actions.dtype)
+        normal = tf.random.normal(
+            tf.shape(deterministic_actions), stddev=self.stddev, dtype=deterministic_actions.dtype
+        )
         return tf.cast(scale, deterministic_actions.dtype) * normal
 
     def _get_tf_exploration_action_op(self, action_dist: Any, explore: Any, timestep: Any):
@@ -87,10 +97,12 @@ class GaussianNoise(Exploration):
             drawn, _ = self.random_exploration.get_tf_exploration_action_op(action_dist, True)
             return tf.cast(drawn, deterministic.dtype)
 
-        stochastic = lambda: tf.cond(ts < self.random_timesteps,  # noqa: E731
-                                     true_fn=random_actions, false_fn=lambda: noisy)
-        action = tf.cond(ops.tf_bool(explore), true_fn=stochastic,
-                         false_fn=lambda: deterministic)
+        stochastic = lambda: tf.cond(
+            ts < self.random_timesteps,  # noqa: E731
+            true_fn=random_actions,
+            false_fn=lambda: noisy,
+        )
+        action = tf.cond(ops.tf_bool(explore), true_fn=stochastic, false_fn=lambda: deterministic)
         return action, ops.tf_zero_logps(deterministic)
 
     def _clip_tf(self, actions: Any) -> Any:
@@ -107,8 +119,7 @@ class GaussianNoise(Exploration):
             torch, _ = try_import_torch(error=True)
             det = action_dist.deterministic_sample()
             scale = float(self.scale_schedule(self.last_timestep))
-            noise = scale * torch.normal(0.0, self.stddev, size=tuple(det.shape),
-                                         device=det.device)
+            noise = scale * torch.normal(0.0, self.stddev, size=tuple(det.shape), device=det.device)
             action = self._clip_torch(det + noise.to(det.dtype))
         else:
             action = action_dist.deterministic_sample()
@@ -117,32 +128,30 @@ class GaussianNoise(Exploration):
     def _clip_torch(self, actions: Any) -> Any:
         torch, _ = try_import_torch(error=True)
         low = torch.as_tensor(self.action_space.low, dtype=actions.dtype, device=actions.device)
-        high = torch.as_tensor(self.action_space.high, dtype=actions.dtype,
-                               device=actions.device)
+        high = torch.as_tensor(self.action_space.high, dtype=actions.dtype, device=actions.device)
         return torch.min(torch.max(actions, low), high)
 
     @override(Exploration)
     def get_state(self, sess: Optional[Any] = None):
         if sess is not None and ops.is_tf_graph(self.framework):
             return sess.run(self._tf_state_op)
-        return ops.scheduled_state(self.framework, self.last_timestep, self.scale_schedule,
-                                   "cur_scale")
+        return ops.scheduled_state(self.framework, self.last_timestep, self.scale_schedule, "cur_scale")
 
     @override(Exploration)
     def set_state(self, state: dict, sess: Optional[Any] = None) -> None:
-        self.last_timestep = ops.restore_timestep(type(self).__name__, self.framework,
-                                                  self.last_timestep, state, sess)
+        self.last_timestep = ops.restore_timestep(
+            type(self).__name__, self.framework, self.last_timestep, state, sess
+        )
 
 
-def _default_scale_schedule(random_timesteps: int, initial_scale: float, final_scale: float,
-                            scale_timesteps: int, framework: str) -> Any:
+def _default_scale_schedule(
+    random_timesteps: int, initial_scale: float, final_scale: float, scale_timesteps: int, framework: str
+) -> Any:
     """Linear from ``initial_scale`` (end of random phase) to ``final_scale``, then flat."""
     from rlpolicy.utils.schedules import PiecewiseSchedule
 
     return PiecewiseSchedule(
-        endpoints=[(random_timesteps, initial_scale),
-                   (random_timesteps + scale_timesteps, final_scale)],
+        endpoints=[(random_timesteps, initial_scale), (random_timesteps + scale_timesteps, final_scale)],
         outside_value=final_scale,
         framework=framework,
     )
-

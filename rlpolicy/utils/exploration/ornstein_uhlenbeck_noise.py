@@ -1,4 +1,5 @@
 """Ornstein-Uhlenbeck action noise (RLlib's ``...exploration.ornstein_uhlenbeck_noise``)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -24,11 +25,21 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
     GaussianNoise. The process value is part of the state ("ou_state").
     """
 
-    def __init__(self, action_space: gym.Space, *, framework: str, ou_theta: float = 0.15,
-                 ou_sigma: float = 0.2, ou_base_scale: float = 0.1,
-                 random_timesteps: int = 1000, initial_scale: float = 1.0,
-                 final_scale: float = 0.02, scale_timesteps: int = 10000,
-                 scale_schedule: Optional[Any] = None, **kwargs):
+    def __init__(
+        self,
+        action_space: gym.Space,
+        *,
+        framework: str,
+        ou_theta: float = 0.15,
+        ou_sigma: float = 0.2,
+        ou_base_scale: float = 0.1,
+        random_timesteps: int = 1000,
+        initial_scale: float = 1.0,
+        final_scale: float = 0.02,
+        scale_timesteps: int = 10000,
+        scale_schedule: Optional[Any] = None,
+        **kwargs,
+    ):
         """Creates an OrnsteinUhlenbeckNoise exploration.
 
         Args:
@@ -55,10 +66,17 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
         self.ou_base_scale = ou_base_scale
         # Created before the parent builds its graph-mode state op, which includes it.
         self.ou_state = _new_ou_state(action_space, framework)
-        super().__init__(action_space, framework=framework, random_timesteps=random_timesteps,
-                         initial_scale=initial_scale, final_scale=final_scale,
-                         scale_timesteps=scale_timesteps, scale_schedule=scale_schedule,
-                         stddev=1.0, **kwargs)  # RLlib 1.11: stddev is fixed to 1.0.
+        super().__init__(
+            action_space,
+            framework=framework,
+            random_timesteps=random_timesteps,
+            initial_scale=initial_scale,
+            final_scale=final_scale,
+            scale_timesteps=scale_timesteps,
+            scale_schedule=scale_schedule,
+            stddev=1.0,
+            **kwargs,
+        )  # RLlib 1.11: stddev is fixed to 1.0.
         if self.framework == "torch" and self.device is not None:
             self.ou_state = self.ou_state.to(self.device)
         span = action_space.high.astype(np.float64) - action_space.low.astype(np.float64)
@@ -75,21 +93,21 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
         # Advance the process only when its noise is used (exploring, past the random phase).
         advance = tf.logical_and(explore_t, tf.logical_not(in_random_phase))
         x = tf.convert_to_tensor(self.ou_state)
-        increment = self.ou_theta * -x + self.ou_sigma * tf.random.normal(
-            tf.shape(x), stddev=self.stddev)
-        new_x = tf.identity(self.ou_state.assign(tf.where(advance, x + increment, x),
-                                                 read_value=True))
+        increment = self.ou_theta * -x + self.ou_sigma * tf.random.normal(tf.shape(x), stddev=self.stddev)
+        new_x = tf.identity(self.ou_state.assign(tf.where(advance, x + increment, x), read_value=True))
         scale = tf.cast(self.scale_schedule(ts), tf.float32)
-        noise = scale * self.ou_base_scale * tf.reshape(new_x, self.action_space.shape) \
-            * self._high_m_low
+        noise = scale * self.ou_base_scale * tf.reshape(new_x, self.action_space.shape) * self._high_m_low
         noisy = self._clip_tf(deterministic + tf.cast(noise, deterministic.dtype))
 
         def random_actions():
             drawn, _ = self.random_exploration.get_tf_exploration_action_op(action_dist, True)
             return tf.cast(drawn, deterministic.dtype)
 
-        stochastic = lambda: tf.cond(in_random_phase, true_fn=random_actions,  # noqa: E731
-                                     false_fn=lambda: noisy)
+        stochastic = lambda: tf.cond(
+            in_random_phase,
+            true_fn=random_actions,  # noqa: E731
+            false_fn=lambda: noisy,
+        )
         action = tf.cond(explore_t, true_fn=stochastic, false_fn=lambda: deterministic)
         logp = ops.tf_zero_logps(deterministic)
         with tf1.control_dependencies([new_x]):
@@ -104,12 +122,17 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
             torch, _ = try_import_torch(error=True)
             det = action_dist.deterministic_sample()
             scale = float(self.scale_schedule(self.last_timestep))
-            gaussian = torch.normal(0.0, self.stddev, size=tuple(self.ou_state.shape),
-                                    device=self.ou_state.device)
+            gaussian = torch.normal(
+                0.0, self.stddev, size=tuple(self.ou_state.shape), device=self.ou_state.device
+            )
             self.ou_state += self.ou_theta * -self.ou_state + self.ou_sigma * gaussian
             high_m_low = torch.as_tensor(self._high_m_low, device=det.device)
-            noise = scale * self.ou_base_scale * \
-                self.ou_state.to(det.device).reshape(self.action_space.shape) * high_m_low
+            noise = (
+                scale
+                * self.ou_base_scale
+                * self.ou_state.to(det.device).reshape(self.action_space.shape)
+                * high_m_low
+            )
             action = self._clip_torch(det + noise.to(det.dtype))
         else:
             action = action_dist.deterministic_sample()
@@ -128,13 +151,14 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
     def set_state(self, state: dict, sess: Optional[Any] = None) -> None:
         if "ou_state" not in state:
             raise KeyError(
-                f"{type(self).__name__}.set_state: state has no 'ou_state' key "
-                f"(got keys {sorted(state)})")
+                f"{type(self).__name__}.set_state: state has no 'ou_state' key (got keys {sorted(state)})"
+            )
         value = np.asarray(state["ou_state"], dtype=np.float32).reshape(-1)
         if value.size != self.action_space.low.size:
             raise ValueError(
                 f"{type(self).__name__}.set_state: 'ou_state' has {value.size} values, "
-                f"expected {self.action_space.low.size} (one per action dimension)")
+                f"expected {self.action_space.low.size} (one per action dimension)"
+            )
         super().set_state(state, sess=sess)
         if ops.is_tf(self.framework):
             ops.load_tf_var(self.ou_state, value, self.framework, sess)

@@ -18,6 +18,7 @@ the stddev adaptation.
 
 Importing this module imports neither torch nor tensorflow.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
@@ -38,9 +39,18 @@ _DETERMINISTIC = ("Deterministic", "TorchDeterministic")
 class ParameterNoise(Exploration):
     """Explores by perturbing the model's weights with adaptive Gaussian noise."""
 
-    def __init__(self, action_space: gym.Space, *, framework: str, policy_config: dict,
-                 model: Any, initial_stddev: float = 1.0, random_timesteps: int = 10000,
-                 sub_exploration: Optional[dict] = None, **kwargs):
+    def __init__(
+        self,
+        action_space: gym.Space,
+        *,
+        framework: str,
+        policy_config: dict,
+        model: Any,
+        initial_stddev: float = 1.0,
+        random_timesteps: int = 10000,
+        sub_exploration: Optional[dict] = None,
+        **kwargs,
+    ):
         """Creates a ParameterNoise exploration.
 
         Args:
@@ -62,12 +72,14 @@ class ParameterNoise(Exploration):
         """
         if model is None:
             raise ValueError("ParameterNoise needs the policy's model (got model=None)")
-        super().__init__(action_space, framework=framework, policy_config=policy_config,
-                         model=model, **kwargs)
+        super().__init__(
+            action_space, framework=framework, policy_config=policy_config, model=model, **kwargs
+        )
         self.stddev = float(initial_stddev)
         self.stddev_val = self.stddev  # RLlib 1.11 name of the python-side value
-        self.model_variables = [v for k, v in model.trainable_variables(as_dict=True).items()
-                                if "LayerNorm" not in k]
+        self.model_variables = [
+            v for k, v in model.trainable_variables(as_dict=True).items() if "LayerNorm" not in k
+        ]
         self.noise: List[np.ndarray] = [np.zeros(_shape(v), np.float32) for v in self.model_variables]
         self.weights_are_currently_noisy = False
         self.episode_started = False
@@ -75,18 +87,30 @@ class ParameterNoise(Exploration):
         from rlpolicy._core.exploration_factory import create_exploration
 
         self.sub_exploration = create_exploration(
-            sub_config, action_space=action_space, policy_config=policy_config, model=model,
-            num_workers=kwargs.get("num_workers", 0), worker_index=kwargs.get("worker_index", 0),
-            framework=framework)
+            sub_config,
+            action_space=action_space,
+            policy_config=policy_config,
+            model=model,
+            num_workers=kwargs.get("num_workers", 0),
+            worker_index=kwargs.get("worker_index", 0),
+            framework=framework,
+        )
 
     @override(Exploration)
-    def before_compute_actions(self, *, timestep: Optional[Union[TensorType, int]] = None,
-                               explore: Optional[Union[TensorType, bool]] = None,
-                               tf_sess: Optional[Any] = None, **kwargs) -> None:
+    def before_compute_actions(
+        self,
+        *,
+        timestep: Optional[Union[TensorType, int]] = None,
+        explore: Optional[Union[TensorType, bool]] = None,
+        tf_sess: Optional[Any] = None,
+        **kwargs,
+    ) -> None:
         explore = self.policy_config["explore"] if explore is None else explore
         if not isinstance(explore, (bool, np.bool_)):
-            raise ValueError("ParameterNoise needs a python bool `explore` (got a tensor); in TF "
-                             "graph mode pass explore=True/False to compute_actions")
+            raise ValueError(
+                "ParameterNoise needs a python bool `explore` (got a tensor); in TF "
+                "graph mode pass explore=True/False to compute_actions"
+            )
         if self.episode_started:
             self._delayed_on_episode_start(bool(explore), tf_sess)
         if explore and not self.weights_are_currently_noisy:
@@ -95,15 +119,18 @@ class ParameterNoise(Exploration):
             self._remove_noise(tf_sess)
 
     @override(Exploration)
-    def get_exploration_action(self, *, action_distribution: Any,
-                               timestep: Union[TensorType, int], explore: bool = True):
+    def get_exploration_action(
+        self, *, action_distribution: Any, timestep: Union[TensorType, int], explore: bool = True
+    ):
         # The noisy weights already shaped the distribution; the sub-exploration picks.
         return self.sub_exploration.get_exploration_action(
-            action_distribution=action_distribution, timestep=timestep, explore=explore)
+            action_distribution=action_distribution, timestep=timestep, explore=explore
+        )
 
     @override(Exploration)
-    def on_episode_start(self, policy: Any, *, environment: Any = None, episode: Any = None,
-                         tf_sess: Optional[Any] = None) -> None:
+    def on_episode_start(
+        self, policy: Any, *, environment: Any = None, episode: Any = None, tf_sess: Optional[Any] = None
+    ) -> None:
         # New noise is drawn lazily, at the next action computation, where the
         # explore flag is known.
         self.episode_started = True
@@ -116,14 +143,14 @@ class ParameterNoise(Exploration):
         self.episode_started = False
 
     @override(Exploration)
-    def on_episode_end(self, policy: Any, *, environment: Any = None, episode: Any = None,
-                       tf_sess: Optional[Any] = None) -> None:
+    def on_episode_end(
+        self, policy: Any, *, environment: Any = None, episode: Any = None, tf_sess: Optional[Any] = None
+    ) -> None:
         if self.weights_are_currently_noisy:
             self._remove_noise(tf_sess)
 
     @override(Exploration)
-    def postprocess_trajectory(self, policy: Any, sample_batch: Any,
-                               tf_sess: Optional[Any] = None) -> Any:
+    def postprocess_trajectory(self, policy: Any, sample_batch: Any, tf_sess: Optional[Any] = None) -> Any:
         """Adapts ``stddev`` from the distance between the noisy and the noise-free
         policy on ``sample_batch``'s observations; returns the batch unchanged."""
         kind = _dist_kind(policy.dist_class)
@@ -151,8 +178,13 @@ class ParameterNoise(Exploration):
         on the batch's observations, computed on a copy so the batch stays as it was."""
         from rlpolicy.policy.sample_batch import SampleBatch
 
-        inputs = SampleBatch({k: sample_batch[k] for k in sample_batch.keys()
-                              if k == SampleBatch.OBS or k.startswith("state_in_")})
+        inputs = SampleBatch(
+            {
+                k: sample_batch[k]
+                for k in sample_batch.keys()
+                if k == SampleBatch.OBS or k.startswith("state_in_")
+            }
+        )
         timestep = policy.global_timestep
         _, _, fetches = policy.compute_actions_from_input_dict(input_dict=inputs, explore=explore)
         policy.global_timestep = timestep  # these extra passes are not sampling steps
@@ -186,8 +218,10 @@ class ParameterNoise(Exploration):
     def _graph_add(self, sign: float, tf_sess: Optional[Any]) -> None:
         """Graph mode: one ``assign_add`` op per variable, fed through placeholders (built once)."""
         if tf_sess is None:
-            raise ValueError("ParameterNoise (framework='tf'): the policy's tf Session is needed "
-                             "to change the weights; pass tf_sess")
+            raise ValueError(
+                "ParameterNoise (framework='tf'): the policy's tf Session is needed "
+                "to change the weights; pass tf_sess"
+            )
         if getattr(self, "_graph_ops", None) is None:
             from rlpolicy.utils.framework import try_import_tf
 
@@ -211,16 +245,20 @@ class ParameterNoise(Exploration):
 def _default_sub_exploration(action_space: gym.Space, random_timesteps: int) -> dict:
     if isinstance(action_space, gym.spaces.Discrete):
         # Random actions during the random phase, then 1% epsilon (RLlib 1.11).
-        return {"type": "EpsilonGreedy",
-                "epsilon_schedule": {"type": "PiecewiseSchedule",
-                                     "endpoints": [(0, 1.0), (random_timesteps + 1, 1.0),
-                                                   (random_timesteps + 2, 0.01)],
-                                     "outside_value": 0.01}}
+        return {
+            "type": "EpsilonGreedy",
+            "epsilon_schedule": {
+                "type": "PiecewiseSchedule",
+                "endpoints": [(0, 1.0), (random_timesteps + 1, 1.0), (random_timesteps + 2, 0.01)],
+                "outside_value": 0.01,
+            },
+        }
     if isinstance(action_space, gym.spaces.Box):
         return {"type": "OrnsteinUhlenbeckNoise", "random_timesteps": random_timesteps}
     raise UnsupportedSpaceException(
         f"ParameterNoise: no default sub_exploration for action space {action_space}; "
-        "supported: Discrete, Box (or pass sub_exploration)")
+        "supported: Discrete, Box (or pass sub_exploration)"
+    )
 
 
 def _dist_kind(dist_class: Any) -> str:
@@ -229,8 +267,10 @@ def _dist_kind(dist_class: Any) -> str:
         return "categorical"
     if names & set(_DETERMINISTIC):
         return "deterministic"
-    raise ValueError(f"ParameterNoise: action distribution {getattr(dist_class, '__name__', dist_class)} "
-                     "is not supported; supported: (Torch)Categorical, (Torch)Deterministic")
+    raise ValueError(
+        f"ParameterNoise: action distribution {getattr(dist_class, '__name__', dist_class)} "
+        "is not supported; supported: (Torch)Categorical, (Torch)Deterministic"
+    )
 
 
 def _shape(var: Any) -> tuple:

@@ -1,4 +1,5 @@
 """Ape-X style per-worker epsilons (RLlib's ``...exploration.per_worker_epsilon_greedy``)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -18,8 +19,15 @@ class PerWorkerEpsilonGreedy(EpsilonGreedy):
     With ``num_workers == 0`` the usual EpsilonGreedy schedule applies.
     """
 
-    def __init__(self, action_space: gym.Space, *, framework: str,
-                 num_workers: Optional[int], worker_index: Optional[int], **kwargs: Any):
+    def __init__(
+        self,
+        action_space: gym.Space,
+        *,
+        framework: str,
+        num_workers: Optional[int],
+        worker_index: Optional[int],
+        **kwargs: Any,
+    ):
         """Creates a PerWorkerEpsilonGreedy exploration.
 
         Args:
@@ -32,9 +40,11 @@ class PerWorkerEpsilonGreedy(EpsilonGreedy):
         Raises:
             ValueError: If ``worker_index`` exceeds ``num_workers``.
         """
-        epsilon_schedule = per_worker_constant(type(self).__name__, num_workers, worker_index,
-                                               framework, index_offset=1, check_index=True)
+        epsilon_schedule = per_worker_constant(
+            type(self).__name__, num_workers, worker_index, framework, index_offset=1, check_index=True
+        )
         if epsilon_schedule is not None:
             kwargs["epsilon_schedule"] = epsilon_schedule
-        super().__init__(action_space, framework=framework, num_workers=num_workers,
-                         worker_index=worker_index, **kwargs)
+        super().__init__(
+            action_space, framework=framework, num_workers=num_workers, worker_index=worker_index, **kwargs
+        )

@@ -1,4 +1,5 @@
 """Ape-X style per-worker noise scales (RLlib's ``...exploration.per_worker_gaussian_noise``)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -17,8 +18,15 @@ class PerWorkerGaussianNoise(GaussianNoise):
     this class) and the local worker (index 0) uses 0.0.
     """
 
-    def __init__(self, action_space: gym.Space, *, framework: Optional[str],
-                 num_workers: Optional[int], worker_index: Optional[int], **kwargs: Any):
+    def __init__(
+        self,
+        action_space: gym.Space,
+        *,
+        framework: Optional[str],
+        num_workers: Optional[int],
+        worker_index: Optional[int],
+        **kwargs: Any,
+    ):
         """Creates a PerWorkerGaussianNoise exploration.
 
         Args:
@@ -28,9 +36,11 @@ class PerWorkerGaussianNoise(GaussianNoise):
             worker_index: This worker's index (0 = local worker).
             **kwargs: Further GaussianNoise / Exploration constructor arguments.
         """
-        scale_schedule = per_worker_constant(type(self).__name__, num_workers, worker_index,
-                                             framework, index_offset=0)
+        scale_schedule = per_worker_constant(
+            type(self).__name__, num_workers, worker_index, framework, index_offset=0
+        )
         if scale_schedule is not None:
             kwargs["scale_schedule"] = scale_schedule
-        super().__init__(action_space, framework=framework, num_workers=num_workers,
-                         worker_index=worker_index, **kwargs)
+        super().__init__(
+            action_space, framework=framework, num_workers=num_workers, worker_index=worker_index, **kwargs
+        )

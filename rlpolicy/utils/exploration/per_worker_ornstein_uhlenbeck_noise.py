@@ -1,4 +1,5 @@
 """Per-worker OU noise scales (RLlib's ``...exploration.per_worker_ornstein_uhlenbeck_noise``)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -16,8 +17,15 @@ class PerWorkerOrnsteinUhlenbeckNoise(OrnsteinUhlenbeckNoise):
     ``0.4 ** (1 + i / (num_workers - 1) * 7)`` and the local worker 0.0.
     """
 
-    def __init__(self, action_space: gym.Space, *, framework: Optional[str],
-                 num_workers: Optional[int], worker_index: Optional[int], **kwargs: Any):
+    def __init__(
+        self,
+        action_space: gym.Space,
+        *,
+        framework: Optional[str],
+        num_workers: Optional[int],
+        worker_index: Optional[int],
+        **kwargs: Any,
+    ):
         """Creates a PerWorkerOrnsteinUhlenbeckNoise exploration.
 
         Args:
@@ -27,9 +35,11 @@ class PerWorkerOrnsteinUhlenbeckNoise(OrnsteinUhlenbeckNoise):
             worker_index: This worker's index (0 = local worker).
             **kwargs: Further OrnsteinUhlenbeckNoise / Exploration constructor arguments.
         """
-        scale_schedule = per_worker_constant(type(self).__name__, num_workers, worker_index,
-                                             framework, index_offset=0)
+        scale_schedule = per_worker_constant(
+            type(self).__name__, num_workers, worker_index, framework, index_offset=0
+        )
         if scale_schedule is not None:
             kwargs["scale_schedule"] = scale_schedule
-        super().__init__(action_space, framework=framework, num_workers=num_workers,
-                         worker_index=worker_index, **kwargs)
+        super().__init__(
+            action_space, framework=framework, num_workers=num_workers, worker_index=worker_index, **kwargs
+        )

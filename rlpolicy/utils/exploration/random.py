@@ -1,4 +1,5 @@
 """Uniformly random actions (RLlib's ``ray.rllib.utils.exploration.random``)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Union
@@ -22,8 +23,7 @@ class Random(Exploration):
     ``deterministic_sample()``. The returned log-likelihoods are always zero.
     """
 
-    def __init__(self, action_space: gym.Space, *, model: Any, framework: Optional[str],
-                 **kwargs):
+    def __init__(self, action_space: gym.Space, *, model: Any, framework: Optional[str], **kwargs):
         """Creates a Random exploration.
 
         Args:
@@ -37,14 +37,14 @@ class Random(Exploration):
         self.action_space_struct = ops.base_struct_from_space(self.action_space)
 
     @override(Exploration)
-    def get_exploration_action(self, *, action_distribution: Any,
-                               timestep: Union[int, TensorType], explore: bool = True):
+    def get_exploration_action(
+        self, *, action_distribution: Any, timestep: Union[int, TensorType], explore: bool = True
+    ):
         if ops.is_tf(self.framework):
             return self.get_tf_exploration_action_op(action_distribution, explore)
         return self.get_torch_exploration_action(action_distribution, explore)
 
-    def get_tf_exploration_action_op(self, action_dist: Any,
-                                     explore: Optional[Union[bool, TensorType]]):
+    def get_tf_exploration_action_op(self, action_dist: Any, explore: Optional[Union[bool, TensorType]]):
         """TF: random actions (explore) or the deterministic sample, with zero logps."""
         _, tf, _ = try_import_tf(error=True)
         batched = ops.inputs_are_batched(action_dist, self.action_space, self.model)
@@ -60,8 +60,7 @@ class Random(Exploration):
             except (TypeError, ValueError):
                 return drawn
 
-        action = tf.cond(ops.tf_bool(explore), true_fn=random_actions,
-                         false_fn=lambda: deterministic)
+        action = tf.cond(ops.tf_bool(explore), true_fn=random_actions, false_fn=lambda: deterministic)
         return action, ops.tf_zero_logps(action)
 
     def get_torch_exploration_action(self, action_dist: Any, explore: bool):

@@ -1,4 +1,5 @@
 """Sampling from the action distribution (RLlib's ``...exploration.stochastic_sampling``)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional, Union
@@ -28,8 +29,9 @@ class StochasticSampling(Exploration):
     ``self.last_timestep`` (a TF variable for tf/tf2).
     """
 
-    def __init__(self, action_space: gym.Space, *, framework: str, model: Any,
-                 random_timesteps: int = 0, **kwargs):
+    def __init__(
+        self, action_space: gym.Space, *, framework: str, model: Any, random_timesteps: int = 0, **kwargs
+    ):
         """Creates a StochasticSampling exploration.
 
         Args:
@@ -40,8 +42,7 @@ class StochasticSampling(Exploration):
                 uniformly random instead of sampled.
             **kwargs: The remaining Exploration constructor arguments.
         """
-        ops.check_framework(type(self).__name__, framework,
-                            ops.SUPPORTED_FRAMEWORKS + ("jax",))
+        ops.check_framework(type(self).__name__, framework, ops.SUPPORTED_FRAMEWORKS + ("jax",))
         super().__init__(action_space, model=model, framework=framework, **kwargs)
         self.random_timesteps = random_timesteps
         # Acts during the first `random_timesteps` timesteps.
@@ -49,16 +50,22 @@ class StochasticSampling(Exploration):
         if framework == "jax" and random_timesteps > 0:
             raise ValueError(
                 f"StochasticSampling: random_timesteps={random_timesteps} is not supported "
-                "for framework='jax'; use random_timesteps=0")
+                "for framework='jax'; use random_timesteps=0"
+            )
         if framework != "jax":
-            self.random_exploration = Random(action_space, model=self.model,
-                                             framework=self.framework, **kwargs)
+            self.random_exploration = Random(
+                action_space, model=self.model, framework=self.framework, **kwargs
+            )
         self.last_timestep = ops.new_state_var(0, framework, "timestep")
 
     @override(Exploration)
-    def get_exploration_action(self, *, action_distribution: Any,
-                               timestep: Optional[Union[int, TensorType]] = None,
-                               explore: bool = True):
+    def get_exploration_action(
+        self,
+        *,
+        action_distribution: Any,
+        timestep: Optional[Union[int, TensorType]] = None,
+        explore: bool = True,
+    ):
         if self.framework in ops.TF_FRAMEWORKS:
             return self._get_tf_exploration_action_op(action_distribution, timestep, explore)
         return self._get_torch_exploration_action(action_distribution, timestep, explore)
@@ -85,8 +92,11 @@ class StochasticSampling(Exploration):
             return tf.cond(in_random_phase, true_fn=random_actions, false_fn=lambda: sample)
 
         action = tf.cond(explore_t, true_fn=explore_actions, false_fn=lambda: deterministic)
-        logp = tf.cond(tf.logical_and(explore_t, tf.logical_not(in_random_phase)),
-                       true_fn=lambda: sample_logp, false_fn=lambda: zeros)
+        logp = tf.cond(
+            tf.logical_and(explore_t, tf.logical_not(in_random_phase)),
+            true_fn=lambda: sample_logp,
+            false_fn=lambda: zeros,
+        )
         return action, logp
 
     def _get_eager_exploration_action(self, action_dist: Any, timestep: Any, explore: bool):
@@ -94,8 +104,9 @@ class StochasticSampling(Exploration):
         (same actions and logps; no deterministic sample or zero logps when sampling)."""
         _, tf, _ = try_import_tf(error=True)
         # (timesteps count up from 0: without random_timesteps no read is needed)
-        ts = ops.eager_advance_timestep(self.last_timestep, timestep,
-                                        read=explore and self.random_timesteps > 0)
+        ts = ops.eager_advance_timestep(
+            self.last_timestep, timestep, read=explore and self.random_timesteps > 0
+        )
         if not explore:
             action = action_dist.deterministic_sample()
             return action, ops.eager_zero_logps(action)

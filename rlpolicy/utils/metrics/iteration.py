@@ -1,4 +1,5 @@
 """The record one training iteration returns (``SimpleTrainer.train``, ``SimpleDQNTrainer.train``)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

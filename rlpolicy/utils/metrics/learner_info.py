@@ -1,4 +1,5 @@
 """Keys of the learner-info dicts returned by ``learn_on_batch``."""
+
 from __future__ import annotations
 
 from typing import Dict, List
@@ -45,8 +46,7 @@ def learner_stats_of(result: dict) -> Dict[str, float]:
     """Learner stats of a ``learn_on_batch``/``learn_on_loaded_batch`` result as floats:
     the mean over its ``tower_i`` entries (multi-device), else its top-level
     ``learner_stats`` (single device). Entries that are not numbers are left out."""
-    towers = [_float_stats(v.get(LEARNER_STATS_KEY, {})) for k, v in result.items()
-              if k.startswith("tower_")]
+    towers = [_float_stats(v.get(LEARNER_STATS_KEY, {})) for k, v in result.items() if k.startswith("tower_")]
     if not towers:
         return _float_stats(result.get(LEARNER_STATS_KEY, {}))
     return {k: float(np.mean([t[k] for t in towers if k in t])) for k in towers[0]}

@@ -5,6 +5,7 @@ what comes back is checked against its spaces and types. The API checked is gymn
 (``reset() -> (obs, info)``, ``step() -> (obs, reward, terminated, truncated, info)``),
 which is what rlpolicy samples; RLlib 1.11 checked gym's 4-tuple.
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,7 @@ logger = logging.getLogger(__name__)
 
 _RESET_API = "reset(*, seed=None, options=None) -> (obs, info)"
 _STEP_API = "step(action) -> (obs, reward, terminated, truncated, info)"
-_OLD_GYM_HINT = ("an env written for the old gym API can be wrapped with "
-                 "shimmy.GymV21CompatibilityV0(env=env)")
+_OLD_GYM_HINT = "an env written for the old gym API can be wrapped with shimmy.GymV21CompatibilityV0(env=env)"
 
 
 def check_env(env: EnvType) -> None:
@@ -45,8 +45,10 @@ def check_env(env: EnvType) -> None:
     elif isinstance(env, gym.Env):
         check_gym_environments(env)
     else:
-        raise ValueError(f"check_env: env must be a gymnasium.Env or a MultiAgentEnv, got {type(env).__name__}"
-                         f" ({_OLD_GYM_HINT})")
+        raise ValueError(
+            f"check_env: env must be a gymnasium.Env or a MultiAgentEnv, got {type(env).__name__}"
+            f" ({_OLD_GYM_HINT})"
+        )
 
 
 def check_gym_environments(env: gym.Env) -> None:
@@ -55,11 +57,15 @@ def check_gym_environments(env: gym.Env) -> None:
         if getattr(env, attr, None) is None:
             raise AttributeError(f"check_env: env must have an {attr}")
         if not isinstance(getattr(env, attr), gym.spaces.Space):
-            raise ValueError(f"check_env: env.{attr} must be a gymnasium.spaces.Space, "
-                             f"got {type(getattr(env, attr)).__name__}")
+            raise ValueError(
+                f"check_env: env.{attr} must be a gymnasium.spaces.Space, "
+                f"got {type(getattr(env, attr)).__name__}"
+            )
     if getattr(getattr(env, "spec", None), "max_episode_steps", None) is None:
-        logger.warning("check_env: the env has no spec.max_episode_steps; episodes end only when it "
-                       "terminates or truncates itself (or at the config's `horizon`)")
+        logger.warning(
+            "check_env: the env has no spec.max_episode_steps; episodes end only when it "
+            "terminates or truncates itself (or at the config's `horizon`)"
+        )
     _check_contained(env.observation_space.sample(), env.observation_space, "observation_space.sample()")
     action = env.action_space.sample()
     _check_contained(action, env.action_space, "action_space.sample()", "action")
@@ -91,8 +97,9 @@ def check_multiagent_environments(env: Any) -> None:
     if env.action_space is None:
         raise AttributeError("check_env: a MultiAgentEnv needs an action_space to sample actions from")
     actions = {aid: env.action_space.sample() for aid in obs}
-    returned = _unpack(env.step(actions), 5, "step()",
-                       "step(action_dict) -> (obs, rewards, terminateds, truncateds, infos)")
+    returned = _unpack(
+        env.step(actions), 5, "step()", "step(action_dict) -> (obs, rewards, terminateds, truncateds, infos)"
+    )
     names = ("obs", "rewards", "terminateds", "truncateds", "infos")
     for name, value in zip(names, returned):
         _check_agent_dict(value, agent_ids, f"step() {name}", allow_all=name in ("terminateds", "truncateds"))
@@ -119,19 +126,25 @@ def _unpack(out: Any, n: int, call: str, api: str) -> tuple:
 def _check_contained(value: Any, space: gym.Space, call: str, kind: str = "observation") -> None:
     if not space.contains(value):
         dtype = getattr(value, "dtype", type(value).__name__)
-        raise ValueError(f"check_env: the {kind} from {call} is not in the env's {kind} space (a dtype "
-                         f"mismatch or a value out of bounds?): {kind}={value!r} (dtype {dtype}), "
-                         f"space={space} (dtype {space.dtype})")
+        raise ValueError(
+            f"check_env: the {kind} from {call} is not in the env's {kind} space (a dtype "
+            f"mismatch or a value out of bounds?): {kind}={value!r} (dtype {dtype}), "
+            f"space={space} (dtype {space.dtype})"
+        )
 
 
 def _check_agent_dict(value: Any, agent_ids: Set[Any], what: str, allow_all: bool = False) -> None:
     if not isinstance(value, dict):
-        raise ValueError(f"check_env: {what} must be a MultiAgentDict (agent id -> value), got {type(value).__name__}")
+        raise ValueError(
+            f"check_env: {what} must be a MultiAgentDict (agent id -> value), got {type(value).__name__}"
+        )
     if agent_ids:
         unknown = [k for k in value if k not in agent_ids and not (allow_all and k == "__all__")]
         if unknown:
-            raise ValueError(f"check_env: {what} has keys {unknown} that are not agent ids of the env "
-                             f"({sorted(map(str, agent_ids))})")
+            raise ValueError(
+                f"check_env: {what} has keys {unknown} that are not agent ids of the env "
+                f"({sorted(map(str, agent_ids))})"
+            )
 
 
 def _check_agent_obs(env: Any, obs: dict, call: str) -> None:

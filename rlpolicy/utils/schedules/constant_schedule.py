@@ -1,4 +1,5 @@
 """``ConstantSchedule``: the same value at every timestep."""
+
 from __future__ import annotations
 
 from typing import Any, Optional

@@ -1,4 +1,5 @@
 """``ExponentialSchedule``: ``initial_p * decay_rate ** (t / schedule_timesteps)``."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -11,8 +12,13 @@ from rlpolicy.utils.typing import TensorType
 class ExponentialSchedule(Schedule):
     """Exponential decay: the value is multiplied by ``decay_rate`` every ``schedule_timesteps``."""
 
-    def __init__(self, schedule_timesteps: int, framework: Optional[str] = None,
-                 initial_p: float = 1.0, decay_rate: float = 0.1):
+    def __init__(
+        self,
+        schedule_timesteps: int,
+        framework: Optional[str] = None,
+        initial_p: float = 1.0,
+        decay_rate: float = 0.1,
+    ):
         """Initializes an ExponentialSchedule.
 
         Args:
@@ -26,7 +32,9 @@ class ExponentialSchedule(Schedule):
         """
         super().__init__(framework=framework)
         if not schedule_timesteps > 0:
-            raise ValueError(f"ExponentialSchedule: schedule_timesteps must be > 0, got {schedule_timesteps!r}")
+            raise ValueError(
+                f"ExponentialSchedule: schedule_timesteps must be > 0, got {schedule_timesteps!r}"
+            )
         self.schedule_timesteps = schedule_timesteps
         self.initial_p = initial_p
         self.decay_rate = decay_rate

@@ -1,4 +1,5 @@
 """``LinearSchedule``: linear interpolation from ``initial_p`` to ``final_p``."""
+
 from __future__ import annotations
 
 from rlpolicy.utils.schedules.polynomial_schedule import PolynomialSchedule

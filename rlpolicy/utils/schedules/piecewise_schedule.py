@@ -1,4 +1,5 @@
 """``PiecewiseSchedule``: interpolation between ``(t, value)`` endpoints."""
+
 from __future__ import annotations
 
 from typing import Callable, List, Optional, Tuple
@@ -18,9 +19,13 @@ class PiecewiseSchedule(Schedule):
     Outside ``[endpoints[0][0], endpoints[-1][0])`` the value is ``outside_value``.
     """
 
-    def __init__(self, endpoints: List[Tuple[int, float]], framework: Optional[str] = None,
-                 interpolation: Callable[[TensorType, TensorType, TensorType], TensorType] = _linear_interpolation,
-                 outside_value: Optional[float] = None):
+    def __init__(
+        self,
+        endpoints: List[Tuple[int, float]],
+        framework: Optional[str] = None,
+        interpolation: Callable[[TensorType, TensorType, TensorType], TensorType] = _linear_interpolation,
+        outside_value: Optional[float] = None,
+    ):
         """Initializes a PiecewiseSchedule.
 
         Args:
@@ -54,8 +59,10 @@ class PiecewiseSchedule(Schedule):
                 alpha = float(t - l_t) / (r_t - l_t)
                 return self.interpolation(left, right, alpha)
         if self.outside_value is None:
-            raise ValueError(f"PiecewiseSchedule: t={t} lies outside the endpoints {self.endpoints} "
-                             f"and no outside_value was given")
+            raise ValueError(
+                f"PiecewiseSchedule: t={t} lies outside the endpoints {self.endpoints} "
+                f"and no outside_value was given"
+            )
         return self.outside_value
 
     @override(Schedule)

@@ -1,4 +1,5 @@
 """``PolynomialSchedule``: polynomial decay from ``initial_p`` to ``final_p``."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -14,8 +15,14 @@ class PolynomialSchedule(Schedule):
     After ``schedule_timesteps`` the value stays at ``final_p``.
     """
 
-    def __init__(self, schedule_timesteps: int, final_p: float, framework: Optional[str] = None,
-                 initial_p: float = 1.0, power: float = 2.0):
+    def __init__(
+        self,
+        schedule_timesteps: int,
+        final_p: float,
+        framework: Optional[str] = None,
+        initial_p: float = 1.0,
+        power: float = 2.0,
+    ):
         """Initializes a PolynomialSchedule.
 
         Args:
@@ -30,7 +37,9 @@ class PolynomialSchedule(Schedule):
         """
         super().__init__(framework=framework)
         if not schedule_timesteps > 0:
-            raise ValueError(f"{type(self).__name__}: schedule_timesteps must be > 0, got {schedule_timesteps!r}")
+            raise ValueError(
+                f"{type(self).__name__}: schedule_timesteps must be > 0, got {schedule_timesteps!r}"
+            )
         self.schedule_timesteps = schedule_timesteps
         self.final_p = final_p
         self.initial_p = initial_p

@@ -1,4 +1,5 @@
 """The ``Schedule`` base class."""
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """The variable-length list space (RLlib 1.11's ``ray.rllib.utils.spaces.repeated``)."""
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
@@ -40,8 +41,10 @@ class Repeated(gym.Space):
             ValueError: ``max_len`` is not a positive integer.
         """
         if not isinstance(child_space, gym.Space):
-            raise TypeError(f"Repeated: child_space must be a gymnasium Space, got "
-                            f"{type(child_space).__name__}: {child_space!r}")
+            raise TypeError(
+                f"Repeated: child_space must be a gymnasium Space, got "
+                f"{type(child_space).__name__}: {child_space!r}"
+            )
         if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1:
             raise ValueError(f"Repeated: max_len must be a positive int, got {max_len!r}")
         super().__init__()
@@ -60,7 +63,7 @@ class Repeated(gym.Space):
             ``[own seed, child seed(s)]``.
         """
         own = super().seed(seed)
-        child_seed = None if seed is None else int(self._np_random.integers(2 ** 31 - 1))
+        child_seed = None if seed is None else int(self._np_random.integers(2**31 - 1))
         return [own, self.child_space.seed(child_seed)]
 
     def sample(self, mask: Any = None, probability: Any = None) -> List[Any]:
@@ -88,8 +91,11 @@ class Repeated(gym.Space):
         return f"Repeated({self.child_space}, {self.max_len})"
 
     def __eq__(self, other: Any) -> bool:
-        return (isinstance(other, Repeated) and self.max_len == other.max_len
-                and self.child_space == other.child_space)
+        return (
+            isinstance(other, Repeated)
+            and self.max_len == other.max_len
+            and self.child_space == other.child_space
+        )
 
     def __hash__(self) -> int:
         # Child spaces (e.g. Box) are often unhashable: hash what equality needs most.

@@ -1,4 +1,5 @@
 """The probability-simplex space (RLlib 1.11's ``ray.rllib.utils.spaces.simplex``)."""
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple, Union
@@ -28,9 +29,13 @@ class Simplex(gym.Space):
     coordinates.
     """
 
-    def __init__(self, shape: Union[Tuple[int, ...], List[int]],
-                 concentration: Optional[Sequence[float]] = None, dtype: Any = np.float32,
-                 seed: Optional[int] = None):
+    def __init__(
+        self,
+        shape: Union[Tuple[int, ...], List[int]],
+        concentration: Optional[Sequence[float]] = None,
+        dtype: Any = np.float32,
+        seed: Optional[int] = None,
+    ):
         """Creates a Simplex space.
 
         Args:
@@ -43,8 +48,11 @@ class Simplex(gym.Space):
         Raises:
             ValueError: For a bad shape or concentration.
         """
-        if not isinstance(shape, (tuple, list)) or not shape or \
-                not all(isinstance(d, (int, np.integer)) and d > 0 for d in shape):
+        if (
+            not isinstance(shape, (tuple, list))
+            or not shape
+            or not all(isinstance(d, (int, np.integer)) and d > 0 for d in shape)
+        ):
             raise ValueError(f"Simplex: shape must be a non-empty tuple/list of positive ints, got {shape!r}")
         super().__init__(tuple(int(d) for d in shape), dtype, seed)
         self.dim = self.shape[-1]
@@ -53,8 +61,10 @@ class Simplex(gym.Space):
         else:
             conc = np.asarray(concentration, dtype=np.float64)
             if conc.shape != (self.dim,) or np.any(conc <= 0):
-                raise ValueError(f"Simplex: concentration must hold {self.dim} positive values "
-                                 f"(one per coordinate of the last axis), got {concentration!r}")
+                raise ValueError(
+                    f"Simplex: concentration must hold {self.dim} positive values "
+                    f"(one per coordinate of the last axis), got {concentration!r}"
+                )
             self.concentration = conc
 
     def sample(self, mask: Any = None, probability: Any = None) -> np.ndarray:
@@ -86,8 +96,11 @@ class Simplex(gym.Space):
         return f"Simplex({self.shape}; {self.concentration.tolist()})"
 
     def __eq__(self, other: Any) -> bool:
-        return (isinstance(other, Simplex) and self.shape == other.shape
-                and np.allclose(self.concentration, other.concentration))
+        return (
+            isinstance(other, Simplex)
+            and self.shape == other.shape
+            and np.allclose(self.concentration, other.concentration)
+        )
 
     def __hash__(self) -> int:
         return hash(("Simplex", self.shape, tuple(self.concentration.tolist())))

@@ -4,6 +4,7 @@ Nested spaces (``Dict``, ``Tuple``) are handled through their "base struct":
 the same nesting as python dicts/tuples with the primitive spaces as leaves,
 so ``dm-tree`` can walk a space and a matching value in lockstep.
 """
+
 from __future__ import annotations
 
 from typing import Any, List, Optional, Union
@@ -67,11 +68,18 @@ def _as_struct(space_or_struct: Any) -> Any:
     return space_or_struct
 
 
-def _dummy_leaf(space: gym.Space, batch_size: int, fill_value: Union[float, int, str],
-                time_size: Optional[int], time_major: bool) -> np.ndarray:
+def _dummy_leaf(
+    space: gym.Space,
+    batch_size: int,
+    fill_value: Union[float, int, str],
+    time_size: Optional[int],
+    time_major: bool,
+) -> np.ndarray:
     if time_size is not None and (batch_size <= 0 or time_size <= 0):
-        raise ValueError(f"get_dummy_batch_for_space: with time_size={time_size}, batch_size "
-                         f"({batch_size}) and time_size must both be > 0")
+        raise ValueError(
+            f"get_dummy_batch_for_space: with time_size={time_size}, batch_size "
+            f"({batch_size}) and time_size must both be > 0"
+        )
     if time_size is not None:
         lead = [time_size, batch_size] if time_major else [batch_size, time_size]
     else:
@@ -88,10 +96,13 @@ def _dummy_leaf(space: gym.Space, batch_size: int, fill_value: Union[float, int,
     return out
 
 
-def get_dummy_batch_for_space(space: gym.Space, batch_size: int = 32,
-                              fill_value: Union[float, int, str] = 0.0,
-                              time_size: Optional[int] = None,
-                              time_major: bool = False) -> TensorStructType:
+def get_dummy_batch_for_space(
+    space: gym.Space,
+    batch_size: int = 32,
+    fill_value: Union[float, int, str] = 0.0,
+    time_size: Optional[int] = None,
+    time_major: bool = False,
+) -> TensorStructType:
     """Builds a batch of dummy values matching a (nested) space.
 
     Args:
@@ -113,7 +124,8 @@ def get_dummy_batch_for_space(space: gym.Space, batch_size: int = 32,
     if isinstance(space, _NESTED):
         return tree.map_structure(
             lambda s: get_dummy_batch_for_space(s, batch_size, fill_value, time_size, time_major),
-            get_base_struct_from_space(space))
+            get_base_struct_from_space(space),
+        )
     return _dummy_leaf(space, batch_size, fill_value, time_size, time_major)
 
 
@@ -170,6 +182,7 @@ def clip_action(action: TensorStructType, action_space: SpaceStruct) -> TensorSt
     Returns:
         The clipped action (non-Box components unchanged).
     """
+
     def clip(a, s):
         return np.clip(a, s.low, s.high) if isinstance(s, gym.spaces.Box) else a
 
@@ -188,6 +201,7 @@ def unsquash_action(action: TensorStructType, action_space_struct: SpaceStruct) 
     Returns:
         The unsquashed action (other components unchanged).
     """
+
     def unsquash(a, s):
         if _is_float_box(s):
             a = s.low + (a + 1.0) * (s.high - s.low) / 2.0
@@ -208,6 +222,7 @@ def normalize_action(action: TensorStructType, action_space_struct: SpaceStruct)
     Returns:
         The normalized action (other components unchanged).
     """
+
     def normalize(a, s):
         if _is_float_box(s):
             a = ((a - s.low) * 2.0) / (s.high - s.low) - 1.0
@@ -239,7 +254,13 @@ def flatten_action_batch(actions: TensorStructType, dtype: Any = None) -> np.nda
 
 
 __all__ = [
-    "flatten_space", "get_base_struct_from_space", "get_dummy_batch_for_space",
-    "flatten_to_single_ndarray", "unbatch", "clip_action", "unsquash_action", "normalize_action",
+    "flatten_space",
+    "get_base_struct_from_space",
+    "get_dummy_batch_for_space",
+    "flatten_to_single_ndarray",
+    "unbatch",
+    "clip_action",
+    "unsquash_action",
+    "normalize_action",
     "flatten_action_batch",
 ]

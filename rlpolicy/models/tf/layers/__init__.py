@@ -6,6 +6,7 @@ All layers work eagerly and inside a ``tf1.Graph`` (graph mode); see
 :mod:`rlpolicy.models.tf.tf_modelv2` for why graph and eager Keras objects of
 the same class should not be mixed in one call.
 """
+
 from __future__ import annotations
 
 import importlib

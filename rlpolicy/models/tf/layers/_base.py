@@ -1,4 +1,5 @@
 """The Keras base class and small shape helpers shared by the TF layers."""
+
 from __future__ import annotations
 
 from typing import Any, List, Optional

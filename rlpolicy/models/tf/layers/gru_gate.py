@@ -11,6 +11,7 @@ replace a transformer's residual ``x + y`` by a gate. With ``h`` the residual
 
 A positive ``init_bias`` (b_z) starts the gate near the identity ``out = h``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -44,7 +45,9 @@ class GRUGate(KerasLayer):
         h_dims, x_dims = (static_dims(s) for s in input_shape)
         h_dim = h_dims[-1] if h_dims else None
         if h_dim is None or x_dims is None or x_dims[-1] != h_dim:
-            raise ValueError(f"GRUGate({self.name!r}): both inputs (h, X) must have the same known size in the last axis, got shapes {h_dims} and {x_dims}")
+            raise ValueError(
+                f"GRUGate({self.name!r}): both inputs (h, X) must have the same known size in the last axis, got shapes {h_dims} and {x_dims}"
+            )
         dim = int(h_dim)
         for name in ("w_r", "w_z", "w_h", "u_r", "u_z", "u_h"):
             setattr(self, f"_{name}", self.add_weight(name=name, shape=(dim, dim)))

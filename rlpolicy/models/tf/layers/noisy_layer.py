@@ -10,6 +10,7 @@ with factorised noise ``eps_w = f(e_in) f(e_out)^T``, ``eps_b = f(e_out)``,
 call (eagerly) or every session run (graph mode). One noise draw is shared by
 all rows of the batch.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -66,21 +67,39 @@ class NoisyLayer(KerasLayer):
         """
         dims = static_dims(input_shape)
         if dims is None or len(dims) != 2 or dims[1] is None:
-            raise ValueError(f"NoisyLayer({self.prefix!r}): expects inputs of shape [batch, in_size] with a known in_size, got {dims}")
+            raise ValueError(
+                f"NoisyLayer({self.prefix!r}): expects inputs of shape [batch, in_size] with a known in_size, got {dims}"
+            )
         in_size = dims[1]
         bound = 1.0 / np.sqrt(float(in_size))
         self.sigma_w = self.add_weight(
-            name=f"{self.prefix}_sigma_w", shape=[in_size, self.out_size], dtype=tf.float32, trainable=True,
-            initializer=keras.initializers.RandomUniform(minval=-bound, maxval=bound))
+            name=f"{self.prefix}_sigma_w",
+            shape=[in_size, self.out_size],
+            dtype=tf.float32,
+            trainable=True,
+            initializer=keras.initializers.RandomUniform(minval=-bound, maxval=bound),
+        )
         self.sigma_b = self.add_weight(
-            name=f"{self.prefix}_sigma_b", shape=[self.out_size], dtype=tf.float32, trainable=True,
-            initializer=keras.initializers.Constant(self.sigma0 * bound))
+            name=f"{self.prefix}_sigma_b",
+            shape=[self.out_size],
+            dtype=tf.float32,
+            trainable=True,
+            initializer=keras.initializers.Constant(self.sigma0 * bound),
+        )
         self.w = self.add_weight(
-            name=f"{self.prefix}_fc_w", shape=[in_size, self.out_size], dtype=tf.float32, trainable=True,
-            initializer=keras.initializers.GlorotUniform())
+            name=f"{self.prefix}_fc_w",
+            shape=[in_size, self.out_size],
+            dtype=tf.float32,
+            trainable=True,
+            initializer=keras.initializers.GlorotUniform(),
+        )
         self.b = self.add_weight(
-            name=f"{self.prefix}_fc_b", shape=[self.out_size], dtype=tf.float32, trainable=True,
-            initializer=keras.initializers.Zeros())
+            name=f"{self.prefix}_fc_b",
+            shape=[self.out_size],
+            dtype=tf.float32,
+            trainable=True,
+            initializer=keras.initializers.Zeros(),
+        )
         super().build(input_shape)
 
     def call(self, inputs: TensorType) -> TensorType:

@@ -10,6 +10,7 @@ gradient). Instead of absolute positions, the score of query i and key j is
 with ``R`` the sinusoid embedding of the distance ``Tau + i - j``, ``W_R`` a
 bias-free projection, and ``u``, ``v`` learned per-head biases.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -50,8 +51,15 @@ class PositionalEmbedding(KerasLayer):
 class RelativeMultiHeadAttention(KerasLayer):
     """Causal multi-head attention with relative positions over [memory; inputs]."""
 
-    def __init__(self, out_dim: int, num_heads: int, head_dim: int, input_layernorm: bool = False,
-                 output_activation: Optional[Any] = None, **kwargs: Any):
+    def __init__(
+        self,
+        out_dim: int,
+        num_heads: int,
+        head_dim: int,
+        input_layernorm: bool = False,
+        output_activation: Optional[Any] = None,
+        **kwargs: Any,
+    ):
         """Initializes a RelativeMultiHeadAttention layer.
 
         Args:
@@ -72,15 +80,17 @@ class RelativeMultiHeadAttention(KerasLayer):
         self._qkv_layer = keras.layers.Dense(3 * num_heads * head_dim, use_bias=False, name="qkv")
         self._linear_layer = keras.layers.TimeDistributed(
             keras.layers.Dense(out_dim, use_bias=False, activation=output_activation, name="linear"),
-            name="linear_per_step")
+            name="linear_per_step",
+        )
         # Made here, outside any name scope: the layer's name keeps two layers' u and v
         # apart (eager variable names are not made unique).
         self._uvar = self.add_weight(name=f"{self.name}_u", shape=(num_heads, head_dim))
         self._vvar = self.add_weight(name=f"{self.name}_v", shape=(num_heads, head_dim))
         self._pos_embedding = PositionalEmbedding(out_dim, name="pos_embedding")
         self._pos_proj = keras.layers.Dense(num_heads * head_dim, use_bias=False, name="pos_proj")
-        self._input_layernorm = (keras.layers.LayerNormalization(axis=-1, name="input_layernorm")
-                                 if input_layernorm else None)
+        self._input_layernorm = (
+            keras.layers.LayerNormalization(axis=-1, name="input_layernorm") if input_layernorm else None
+        )
 
     def call(self, inputs: TensorType, memory: Optional[TensorType] = None) -> TensorType:
         """Returns [B, T, out_dim].
@@ -105,7 +115,7 @@ class RelativeMultiHeadAttention(KerasLayer):
         rel = tf.reshape(self._pos_proj(self._pos_embedding(tau + t)), [tau + t, h, d])
         score = tf.einsum("bihd,bjhd->bijh", queries + self._uvar, keys)
         pos_score = tf.einsum("bihd,jhd->bijh", queries + self._vvar, rel)
-        score = (score + self.rel_shift(pos_score)) / d ** 0.5
+        score = (score + self.rel_shift(pos_score)) / d**0.5
         return self._linear_layer(causal_attention(score, values, tau))
 
     @staticmethod

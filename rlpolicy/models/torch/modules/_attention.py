@@ -1,4 +1,5 @@
 """Helpers shared by the torch attention modules (heads, causal softmax)."""
+
 from __future__ import annotations
 
 from rlpolicy.utils.framework import try_import_torch

@@ -12,6 +12,7 @@ residual (skip) input and ``X`` the sub-layer output:
 A positive ``init_bias`` (b_z) starts the gate near the identity ``out = h``.
 Same maths and parameter names as :class:`rlpolicy.models.tf.layers.GRUGate`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -63,7 +64,9 @@ class GRUGate(nn.Module if nn is not None else object):
         h, x = inputs
         for what, t in (("h", h), ("X", x)):
             if t.shape[-1] != self.dim:
-                raise ValueError(f"GRUGate: input {what} has shape {tuple(t.shape)}; its last axis must be dim={self.dim}")
+                raise ValueError(
+                    f"GRUGate: input {what} has shape {tuple(t.shape)}; its last axis must be dim={self.dim}"
+                )
 
         def lin(a: TensorType, w: TensorType) -> TensorType:
             return torch.matmul(a, w)  # [..., dim] @ [dim, dim]

@@ -6,6 +6,7 @@ every position attends to itself and all earlier positions with
 softmax(q k^T / sqrt(d)); the concatenated heads pass a bias-free output
 projection to [B, T, out_dim].
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,5 +46,5 @@ class MultiHeadAttention(nn.Module if nn is not None else object):
         h, d = self._num_heads, self._head_dim
         queries, keys, values = torch.chunk(self._qkv_layer(inputs), 3, dim=-1)
         score = torch.einsum("bihd,bjhd->bijh", split_heads(queries, h, d), split_heads(keys, h, d))
-        out = causal_attention(score / d ** 0.5, split_heads(values, h, d), 0)
+        out = causal_attention(score / d**0.5, split_heads(values, h, d), 0)
         return self._linear_layer(out)

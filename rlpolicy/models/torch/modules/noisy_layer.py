@@ -7,6 +7,7 @@ the TF :class:`rlpolicy.models.tf.layers.NoisyLayer`), after Fortunato et al.
 and ``e_in, e_out ~ N(0, 1)`` drawn anew on every forward pass (shared by all
 rows of the batch).
 """
+
 from __future__ import annotations
 
 import math

@@ -12,6 +12,7 @@ with ``R`` the sinusoid embedding of the distance ``Tau + i - j``, ``W_R`` a
 bias-free projection, and ``u``, ``v`` learned per-head biases. Same maths as
 :class:`rlpolicy.models.tf.layers.RelativeMultiHeadAttention`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -52,9 +53,16 @@ class RelativePositionEmbedding(nn.Module if nn is not None else object):
 class RelativeMultiHeadAttention(nn.Module if nn is not None else object):
     """Causal multi-head attention with relative positions over [memory; inputs]."""
 
-    def __init__(self, in_dim: int, out_dim: int, num_heads: int, head_dim: int,
-                 input_layernorm: bool = False, output_activation: Optional[Any] = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        in_dim: int,
+        out_dim: int,
+        num_heads: int,
+        head_dim: int,
+        input_layernorm: bool = False,
+        output_activation: Optional[Any] = None,
+        **kwargs: Any,
+    ):
         """Initializes a RelativeMultiHeadAttention module.
 
         Args:
@@ -72,8 +80,9 @@ class RelativeMultiHeadAttention(nn.Module if nn is not None else object):
         self._num_heads = num_heads
         self._head_dim = head_dim
         self._qkv_layer = SlimFC(in_size=in_dim, out_size=3 * num_heads * head_dim, use_bias=False)
-        self._linear_layer = SlimFC(in_size=num_heads * head_dim, out_size=out_dim, use_bias=False,
-                                    activation_fn=output_activation)
+        self._linear_layer = SlimFC(
+            in_size=num_heads * head_dim, out_size=out_dim, use_bias=False, activation_fn=output_activation
+        )
         self._uvar = nn.Parameter(torch.empty(num_heads, head_dim))
         self._vvar = nn.Parameter(torch.empty(num_heads, head_dim))
         nn.init.xavier_uniform_(self._uvar)
@@ -102,7 +111,9 @@ class RelativeMultiHeadAttention(nn.Module if nn is not None else object):
         if memory is None:
             memory = inputs[:, :0]
         if memory.dim() != 3 or memory.shape[0] != inputs.shape[0] or memory.shape[2] != inputs.shape[2]:
-            raise ValueError(f"RelativeMultiHeadAttention: memory has shape {tuple(memory.shape)} but inputs have {tuple(inputs.shape)}; expected memory [B, Tau, {inputs.shape[2]}] with the inputs' B")
+            raise ValueError(
+                f"RelativeMultiHeadAttention: memory has shape {tuple(memory.shape)} but inputs have {tuple(inputs.shape)}; expected memory [B, Tau, {inputs.shape[2]}] with the inputs' B"
+            )
         tau = memory.shape[1]
         full = torch.cat([memory.detach().to(inputs.dtype), inputs], dim=1)
         if self._input_layernorm is not None:
@@ -113,7 +124,7 @@ class RelativeMultiHeadAttention(nn.Module if nn is not None else object):
         rel = torch.reshape(self._pos_proj(self._rel_pos_embedding(tau + t)), (tau + t, h, d))
         score = torch.einsum("bihd,bjhd->bijh", queries + self._uvar, keys)
         pos_score = torch.einsum("bihd,jhd->bijh", queries + self._vvar, rel)
-        score = (score + self.rel_shift(pos_score)) / d ** 0.5
+        score = (score + self.rel_shift(pos_score)) / d**0.5
         return self._linear_layer(causal_attention(score, values, tau))
 
     @staticmethod

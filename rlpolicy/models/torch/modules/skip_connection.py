@@ -1,4 +1,5 @@
 """A residual (skip) connection around any module (RLlib's torch ``SkipConnection``)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
