@@ -34,6 +34,8 @@ import numpy as np
 import tree
 
 from rlpolicy._core import pipeline_contract as pc
+from rlpolicy.policy._pipeline_inputs import LeafPlan as _LeafPlan
+from rlpolicy.policy._pipeline_inputs import check_model_inputs, observation_plan
 from rlpolicy.utils.framework import try_import_torch
 
 torch, nn = try_import_torch()
@@ -41,7 +43,6 @@ torch, nn = try_import_torch()
 #: Observation leaf plans: (kind, data) with kind "float" (flattened), "ram"
 #: (Atari RAM scaling), "one_hot" (data: (sizes, starts)) or "raw" (passed to
 #: the model as it is: a policy without preprocessor).
-_LeafPlan = Tuple[str, Any]
 
 
 def export_pipeline(
@@ -101,8 +102,8 @@ def export_pipeline(
         # A serving artifact for the CPU: traced from a CPU copy (a trace on a
         # GPU would bake the device into the graph's constants).
         model, device = copy.deepcopy(model).to("cpu"), "cpu"
-    raw_space, obs_plan = _observation_plan(observation_space, config)
-    _check_model_inputs(model)
+    raw_space, obs_plan = observation_plan(observation_space, config)
+    check_model_inputs(model)
     normalize = bool(config.get("normalize_actions", True))
     clip = bool(config.get("clip_actions", False))
     pc.check_action_mapping(action_space, normalize)
@@ -434,70 +435,6 @@ def _sample(leaf: Any, det: Any, noise: Any, kind: str) -> Any:
         mean, log_std = torch.chunk(leaf.inputs, 2, dim=1)
         return (mean + torch.exp(log_std) * noise).reshape(det.shape)
     return det
-
-
-def _observation_plan(space: gym.Space, config: Dict[str, Any]) -> Tuple[gym.Space, List[_LeafPlan]]:
-    """The raw observation space the artifact takes and how each leaf is
-    turned into the model's input."""
-    from rlpolicy.models.preprocessors import get_preprocessor
-
-    original: Any = getattr(space, "original_space", None)
-    prepped = (
-        original is not None
-        and not config.get("_disable_preprocessor_api", False)
-        and (
-            isinstance(original, (gym.spaces.Dict, gym.spaces.Tuple))
-            or (
-                isinstance(original, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
-                and isinstance(space, gym.spaces.Box)
-            )
-        )
-    )
-    if not prepped:
-        pc.observation_leaves(space)  # (refuses Repeated)
-        if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
-            raise ValueError(
-                f"observation space {space}: a policy with "
-                "_disable_preprocessor_api takes nested observations; the "
-                "pipeline export needs the preprocessed (flat) layout"
-            )
-        return space, [("raw", None)]
-    plan: List[_LeafPlan] = []
-    for path, leaf in pc.observation_leaves(original):
-        if isinstance(leaf, gym.spaces.Discrete):
-            plan.append(("one_hot", ([int(leaf.n)], [int(getattr(leaf, "start", 0))])))
-        elif isinstance(leaf, gym.spaces.MultiDiscrete):
-            nvec = np.asarray(leaf.nvec).ravel()
-            starts = np.asarray(getattr(leaf, "start", np.zeros_like(nvec))).ravel()
-            plan.append(("one_hot", ([int(n) for n in nvec], [int(s) for s in starts])))
-        elif isinstance(leaf, gym.spaces.Box):
-            # (a nested part of the Atari RAM's shape is scaled, as its preprocessor does)
-            ram = get_preprocessor(leaf).__name__ == "AtariRamPreprocessor"
-            plan.append(("ram" if ram else "float", None))
-        else:
-            raise ValueError(
-                f"observation{''.join(f'[{k!r}]' for k in path)}: {leaf} cannot "
-                "be exported as a pipeline input (Box, Discrete, MultiDiscrete "
-                "and Dict/Tuple of them can)"
-            )
-    return original, plan
-
-
-def _check_model_inputs(model: Any) -> None:
-    """Refuses models whose action computation reads columns other than obs/state."""
-    extra = [
-        k
-        for k, vr in getattr(model, "view_requirements", {}).items()
-        if getattr(vr, "used_for_compute_actions", True)
-        and k not in ("obs", "seq_lens", "is_training", "infos")
-        and not k.startswith("state_in_")
-        and not k.startswith("state_out_")
-    ]
-    if extra:
-        raise ValueError(
-            f"the model reads {extra} for action computation; the pipeline "
-            "export takes observations and RNN state only"
-        )
 
 
 def _example_inputs(
