@@ -57,7 +57,9 @@ def weights_layout(weights: Mapping[str, Any]) -> str:
 
     Returns:
         ``"tf2"`` when a key carries a ``:N`` suffix (eager ``get_weights(as_dict=True)``),
-        ``"tf"`` when a key has a ``/`` (graph ``get_weights()``), else ``"torch"``.
+        ``"tf"`` when a key has a ``/`` (graph ``get_weights()``), ``"torch"``
+        when every key is a dotted module path (``state_dict()`` keys), else
+        ``"unknown"`` (no conversion applies; the receiver's own key check reports it).
 
     Raises:
         ValueError: ``weights`` is not a non-empty mapping.
@@ -71,7 +73,9 @@ def weights_layout(weights: Mapping[str, Any]) -> str:
         return "tf2"
     if any("/" in k for k in keys):
         return "tf"
-    return "torch"
+    if all("." in k for k in keys):
+        return "torch"
+    return "unknown"
 
 
 def _eager_canonical(key: str) -> str:
@@ -213,6 +217,11 @@ def canonical_weights(
             two keys that map to the same TF name.
     """
     layout = layout or weights_layout(weights)
+    if layout == "unknown":
+        raise ValueError(
+            f"convert_weights: keys {sorted(map(str, weights))[:4]} are neither torch "
+            "state_dict keys, graph-TF variable names nor eager keys; cannot tell their layout"
+        )
     if layout not in LAYOUTS:
         raise ValueError(f"convert_weights: unknown layout {layout!r}; expected one of {LAYOUTS}")
     if layout == "tf":

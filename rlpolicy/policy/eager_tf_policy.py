@@ -673,7 +673,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             isinstance(weights, dict)
             and weights
             and set(weights) != set(named)
-            and weights_layout(weights) != "tf2"
+            and weights_layout(weights) not in ("tf2", "unknown")
         ):
             weights = adapt_weights(
                 weights,

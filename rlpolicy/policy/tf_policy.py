@@ -739,7 +739,7 @@ class TFPolicy(TrainingTemplate, Policy):
             isinstance(weights, dict)
             and weights
             and set(weights) != set(holder.keys())
-            and weights_layout(weights) != "tf"
+            and weights_layout(weights) not in ("tf", "unknown")
         ):
             weights = adapt_weights(weights, holder.get_weights(), "tf")
         holder.check_complete(weights)

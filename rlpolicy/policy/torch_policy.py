@@ -772,7 +772,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         ``get_weights(as_dict=True)`` dict is taken too: it is converted to
         this model's keys and layout first (``rlpolicy.models.convert_weights``).
         """
-        if isinstance(weights, dict) and weights and weights_layout(weights) != "torch":
+        if isinstance(weights, dict) and weights and weights_layout(weights) in ("tf", "tf2"):
             own = self.get_weights()
             if set(weights) != set(own):
                 weights = adapt_weights(weights, own, "torch")
