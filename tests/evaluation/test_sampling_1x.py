@@ -448,7 +448,9 @@ def test_sample_async_collects_fragments_in_a_thread():
         np.testing.assert_array_equal(second[SampleBatch.T], [0, 1, 2, 0, 1, 2])
         assert set(first[SampleBatch.EPS_ID].tolist()).isdisjoint(second[SampleBatch.EPS_ID].tolist())
         assert worker.total_env_steps >= 12 and len(worker.get_metrics()) >= 4
-        assert worker.filters["default_policy"].rs.n >= 18
+        # The filter saw at least the 4 resets + 12 step observations of the two fragments
+        # (the thread may already be further on: more is fine).
+        assert worker.filters["default_policy"].rs.n >= 16
     finally:
         worker.stop()
     assert not worker.sampler._thread.is_alive()
