@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.locking import with_lock
 from rlpolicy._core.tower_buffers import (
     EXACT_KEY,
@@ -405,6 +406,60 @@ class TrainingTemplate(metaclass=ABCMeta):
     @abstractmethod
     def _set_optimizer_state(self, checked: Any) -> None:
         """Framework step: assigns what ``_check_optimizer_state`` returned."""
+
+    def _export_action_pipeline(
+        self,
+        exporter: Any,
+        export_dir: str,
+        onnx: Optional[int],
+        action_sampler_fn: Any,
+        action_distribution_fn: Any,
+        **framework_kwargs: Any,
+    ) -> None:
+        """``export_model(..., pipeline=True)`` for torch and eager TF: refuses an
+        ``action_sampler_fn``, traces an ``action_distribution_fn`` with explore
+        off, and hands ``exporter`` the policy's data; the exporter's checking
+        ``compute_actions`` calls leave ``global_timestep`` as it was."""
+        if action_sampler_fn:
+            raise ValueError(
+                f"{type(self).__name__} computes actions with an action_sampler_fn; "
+                "its action pipeline cannot be exported (pipeline=True)"
+            )
+        dist_fn = None
+        if action_distribution_fn:
+            call = resolve_action_distribution_fn(action_distribution_fn)
+
+            def dist_fn(model: Any, input_dict: Any, state_batches: Any, seq_lens: Any) -> Any:
+                return call(
+                    self,
+                    model,
+                    input_dict,
+                    state_batches=state_batches,
+                    seq_lens=seq_lens,
+                    explore=False,
+                    timestep=None,
+                    is_training=False,
+                )
+
+        policy: Any = self  # (the Policy this template is mixed into)
+        timestep = policy.global_timestep
+        try:
+            exporter(
+                export_dir,
+                model=policy.model,
+                dist_class=policy.dist_class,
+                observation_space=policy.observation_space,
+                action_space=policy.action_space,
+                config=policy.config,
+                compute_actions=policy.compute_actions,
+                initial_state=policy.get_initial_state(),
+                onnx=onnx,
+                exploration=type(policy.exploration).__name__,
+                dist_inputs_fn=dist_fn,
+                **framework_kwargs,
+            )
+        finally:
+            policy.global_timestep = timestep
 
 
 __all__ = ["TrainingTemplate", "as_sample_batch", "state_in_columns", "with_lock"]

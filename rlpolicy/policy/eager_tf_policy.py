@@ -785,44 +785,9 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         from rlpolicy.policy._tf.pipeline_export import export_eager_pipeline
 
         hooks = self._hooks
-        if hooks.action_sampler_fn is not None:
-            raise ValueError(
-                f"{type(self).__name__} computes actions with an action_sampler_fn; "
-                "its action pipeline cannot be exported (pipeline=True)"
-            )
-        dist_fn = None
-        if hooks.action_distribution_fn is not None:
-            call = resolve_action_distribution_fn(hooks.action_distribution_fn)
-
-            def dist_fn(model: Any, input_dict: Any, state_batches: Any, seq_lens: Any) -> Any:
-                return call(
-                    self,
-                    model,
-                    input_dict,
-                    state_batches=state_batches,
-                    seq_lens=seq_lens,
-                    explore=False,
-                    timestep=None,
-                    is_training=False,
-                )
-
-        timestep = self.global_timestep
-        try:
-            export_eager_pipeline(
-                export_dir,
-                model=self.model,
-                dist_class=self.dist_class,
-                observation_space=self.observation_space,
-                action_space=self.action_space,
-                config=self.config,
-                compute_actions=self.compute_actions,
-                initial_state=self.get_initial_state(),
-                onnx=onnx,
-                exploration=type(self.exploration).__name__,
-                dist_inputs_fn=dist_fn,
-            )
-        finally:
-            self.global_timestep = timestep
+        self._export_action_pipeline(
+            export_eager_pipeline, export_dir, onnx, hooks.action_sampler_fn, hooks.action_distribution_fn
+        )
 
     @override(Policy)
     def export_checkpoint(

@@ -947,45 +947,14 @@ class TorchPolicy(TrainingTemplate, Policy):
         calls leave ``global_timestep`` as it was."""
         from rlpolicy.policy._torch.pipeline_export import export_pipeline
 
-        if self.action_sampler_fn:
-            raise ValueError(
-                f"{type(self).__name__} computes actions with an action_sampler_fn; "
-                "its action pipeline cannot be exported (pipeline=True)"
-            )
-        dist_fn = None
-        if self.action_distribution_fn:
-            call = resolve_action_distribution_fn(self.action_distribution_fn)
-
-            def dist_fn(model: Any, input_dict: Any, state_batches: Any, seq_lens: Any) -> Any:
-                return call(
-                    self,
-                    model,
-                    input_dict,
-                    state_batches=state_batches,
-                    seq_lens=seq_lens,
-                    explore=False,
-                    timestep=None,
-                    is_training=False,
-                )
-
-        timestep = self.global_timestep
-        try:
-            export_pipeline(
-                export_dir,
-                model=self.model,
-                dist_class=self.dist_class,
-                observation_space=self.observation_space,
-                action_space=self.action_space,
-                config=self.config,
-                compute_actions=self.compute_actions,
-                initial_state=self.get_initial_state(),
-                onnx=onnx,
-                exploration=type(self.exploration).__name__,
-                device=self.device,
-                dist_inputs_fn=dist_fn,
-            )
-        finally:
-            self.global_timestep = timestep
+        self._export_action_pipeline(
+            export_pipeline,
+            export_dir,
+            onnx,
+            self.action_sampler_fn,
+            self.action_distribution_fn,
+            device=self.device,
+        )
 
     @override(Policy)
     def import_model_from_h5(self, import_file: str) -> None:
