@@ -538,3 +538,22 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
+    """Runs an exported ONNX pipeline in onnxruntime (CPU): feeds by input name
+    in, ``{output name: array}`` out (what :func:`verify_pipeline` calls)."""
+    try:
+        import onnxruntime as ort
+    except ImportError as err:
+        raise ImportError(
+            "verifying an ONNX pipeline export needs onnxruntime: pip install 'rlpolicy[onnx]'"
+        ) from err
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    outs = [o.name for o in session.get_outputs()]
+
+    def run(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        return dict(zip(outs, session.run(None, {k: feeds[k] for k in names})))
+
+    return run

@@ -594,7 +594,7 @@ def _write_verified(
     installed = False
     try:
         write(tmp)
-        run = _onnx_runner(tmp) if contract.opset else _saved_model_runner(tmp, contract)
+        run = pc.onnx_runner(tmp) if contract.opset else _saved_model_runner(tmp, contract)
         contract.verified = pc.verify_pipeline(
             contract,
             run,
@@ -648,23 +648,6 @@ def _saved_model_runner(
         return sess.run(fetches, {inputs[k]: feeds[k] for k in in_names if k in inputs})
 
     return run_session
-
-
-def _onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
-    try:
-        import onnxruntime as ort
-    except ImportError as err:
-        raise ImportError(
-            "verifying an ONNX pipeline export needs onnxruntime: pip install 'rlpolicy[onnx]'"
-        ) from err
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    outs = [o.name for o in session.get_outputs()]
-
-    def run(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        return dict(zip(outs, session.run(None, {k: feeds[k] for k in names})))
-
-    return run
 
 
 def _graph_to_onnx(

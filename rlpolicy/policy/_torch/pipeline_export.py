@@ -245,7 +245,7 @@ def _write_verified(
                 _export_onnx(module, example, contract, tmp, contract.opset)
             else:
                 torch.jit.trace(module, tuple(example), strict=False, check_trace=False).save(tmp)
-        run = _onnx_runner(tmp) if contract.opset else _torchscript_runner(tmp, contract)
+        run = pc.onnx_runner(tmp) if contract.opset else _torchscript_runner(tmp, contract)
         contract.verified = pc.verify_pipeline(
             contract, run, reference, sample_obs, batch_sizes=batch_sizes, steps=steps
         )
@@ -479,23 +479,6 @@ def _export_onnx(
         dynamo=False,
         dynamic_axes={name: {0: "batch_size"} for name in in_names + out_names},
     )
-
-
-def _onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
-    try:
-        import onnxruntime as ort
-    except ImportError as err:
-        raise ImportError(
-            "verifying an ONNX pipeline export needs onnxruntime: pip install 'rlpolicy[onnx]'"
-        ) from err
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    outs = [o.name for o in session.get_outputs()]
-
-    def run(feeds: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        return dict(zip(outs, session.run(None, {k: feeds[k] for k in names})))
-
-    return run
 
 
 def _torchscript_runner(
