@@ -3,6 +3,7 @@ pre-commit hooks, and the scripts' refusal of names they do not know."""
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,28 @@ def test_github_matrix_runs_the_same_jobs_as_ci_run():
     matrix = workflow["jobs"]["ci"]["strategy"]["matrix"]["include"]
     assert [entry["job"] for entry in matrix] == _ci_jobs()
     pythons = {entry["job"]: entry["python"] for entry in matrix}
-    assert pythons["py310-notorch"] == "3.10" and pythons["py312-notf"] == "3.12"
+    assert pythons["py310"] == "3.10" and pythons["py311"] == "3.11" and pythons["py312"] == "3.12"
+    # Each variant job hands its Python to the variant .ci/run builds for it.
+    variant_python = {entry["job"]: entry.get("variant_python") for entry in matrix}
+    assert variant_python["py310"] == variant_python["py312"] == "PYTHON_FULL"
+    for job in ("notorch", "notf", "bare"):
+        assert variant_python[job] == f"PYTHON_{job.upper()}"
+
+
+def _onednn_settings():
+    match = re.search(r"^declare -A onednn=\(([^)]*)\)", CI_RUN.read_text(encoding="utf-8"), re.M)
+    assert match, ".ci/run has no declare -A onednn=(...) line"
+    return dict(re.findall(r"\[([\w-]+)\]=(\S+)", match.group(1)))
+
+
+@pytest.mark.skipif(not CI_RUN.exists(), reason="no .ci/ (e.g. an unpacked sdist)")
+def test_ci_covers_both_onednn_settings_on_the_full_suites():
+    settings = _onednn_settings()
+    assert set(settings) <= set(_ci_jobs())
+    # The suite must pass with TensorFlow's oneDNN kernels on and off: the jobs that run it
+    # with both frameworks use both settings, explicitly.
+    assert settings["py311"] == "1"
+    assert {settings["py310"], settings["py312"]} == {"0", "1"}
 
 
 @pytest.mark.skipif(not PRE_COMMIT.exists(), reason="no .pre-commit-config.yaml (e.g. an unpacked sdist)")
@@ -69,13 +91,45 @@ def test_ci_run_refuses_an_unknown_job_before_installing_anything():
     [
         (
             "scripts/setup_variant.sh",
-            "nope",
-            "setup_variant.sh: unknown variant 'nope' (notorch, notf or bare)",
+            ["nope"],
+            "setup_variant.sh: unknown variant 'nope' (usage: setup_variant.sh full 3.10|3.11|3.12 "
+            "| notorch | notf | bare)",
         ),
-        ("scripts/lint.sh", "nope", "lint.sh: unknown step 'nope' (check, format, types)"),
+        ("scripts/setup_variant.sh", ["full", "3"], "setup_variant.sh: bad Python version '3' (want 3.X)"),
+        (
+            "scripts/setup_variant.sh",
+            ["notf", "3.11"],
+            "setup_variant.sh: variant 'notf' takes no Python version (its Python is 3.12)",
+        ),
+        ("scripts/lint.sh", ["nope"], "lint.sh: unknown step 'nope' (check, format, types)"),
     ],
 )
-def test_scripts_refuse_unknown_names(script, arg, message):
-    proc = _bash(script, arg)
+def test_scripts_refuse_unknown_names(script, arg, message, tmp_path, monkeypatch):
+    # Nothing may be built for a refused name: an empty venv cache stays empty.
+    monkeypatch.setenv("RLPOLICY_VENV_CACHE", str(tmp_path / "cache"))
+    proc = _bash(script, *arg)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == message
+
+
+def test_setup_variant_full_needs_a_python_version(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLPOLICY_VENV_CACHE", str(tmp_path / "cache"))
+    proc = _bash("scripts/setup_variant.sh", "full")
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert "usage: setup_variant.sh full 3.10|3.11|3.12" in proc.stderr
+    assert not (tmp_path / "cache").exists()
+
+
+def test_setup_variant_refuses_a_python_of_another_version(tmp_path, monkeypatch):
+    # PYTHON_FULL names the interpreter to use; one of another minor version than the
+    # variant asks for is refused before any venv is made.
+    other = "3.10" if sys.version_info[:2] != (3, 10) else "3.12"
+    monkeypatch.setenv("RLPOLICY_VENV_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PYTHON_FULL", sys.executable)
+    proc = _bash("scripts/setup_variant.sh", "full", other)
+    assert proc.returncode == 2 and proc.stdout == ""
+    have = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert proc.stderr.strip() == (
+        f"setup_variant.sh: variant 'full-{other}' wants Python {other}, but {sys.executable} is Python {have}"
+    )
+    assert not (tmp_path / "cache").exists()
