@@ -432,7 +432,7 @@ def test_import_collection_sees_lazy_string_and_type_checking_imports(tmp_path):
         "def f():\n"
         "    from rlpolicy.policy.sample_batch import SampleBatch\n"
         "    return importlib.import_module('rlpolicy.agents.dqn.dqn')\n"
-        "from . import locking\n"
+        "from . import batch_ops\n"
         "from ..models import catalog\n"
     )
     got = _parse_imports(tmp_path, src)
@@ -442,7 +442,7 @@ def test_import_collection_sees_lazy_string_and_type_checking_imports(tmp_path):
             ("rlpolicy.policy.policy", "module", True),
             ("rlpolicy.policy.sample_batch", "function", False),
             ("rlpolicy.agents.dqn.dqn", "string", False),
-            ("rlpolicy._core.locking", "module", False),
+            ("rlpolicy._core.batch_ops", "module", False),
             ("rlpolicy.models.catalog", "module", False),
         ]
     )

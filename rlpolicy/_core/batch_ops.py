@@ -93,38 +93,6 @@ def first_length(key: str, value: Any) -> Optional[int]:
     return None
 
 
-def common_row_count(
-    items: Iterable[Tuple[str, Any]], zero_padded: bool, expected_rows: Optional[int], ref_key: Optional[str]
-) -> Tuple[Optional[int], Optional[str]]:
-    """The row count shared by all per-row columns (and the column it was first seen in).
-
-    `seq_lens` and `state_in_*` / `state_out_*` (per sequence) are not per-row columns, nor
-    are `infos` of a zero-padded batch (infos are never padded).
-
-    Raises:
-        ValueError: Naming the first column whose length differs.
-    """
-    for key, value in items:
-        if key == SEQ_LENS_KEY or (isinstance(key, str) and key.startswith(("state_in_", "state_out_"))):
-            continue
-        if key == INFOS_KEY and zero_padded:
-            continue
-        if type(value) is np.ndarray:  # fast path for the common plain column
-            leaves = [(key, value.shape[0] if value.ndim else None)]
-        else:
-            leaves = [(p, leaf_length(leaf)) for p, leaf in column_leaves(key, value)]
-        for path, n in leaves:
-            if n is None:
-                continue
-            if expected_rows is None:
-                expected_rows, ref_key = n, path
-            elif n != expected_rows:
-                raise ValueError(
-                    f"SampleBatch column {path!r} has {n} rows but {ref_key!r} has {expected_rows}; all columns must have the same length"
-                )
-    return expected_rows, ref_key
-
-
 def concrete_seq_lens(seq_lens: Any) -> Optional[np.ndarray]:
     """Returns seq_lens as an int numpy array, or None if absent/symbolic."""
     if seq_lens is None:

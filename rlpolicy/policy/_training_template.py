@@ -26,17 +26,27 @@ Optional steps with a default here: ``_check_can_learn(what)``,
 
 The framework class calls ``self._init_tower_buffers(num_devices)`` in its
 constructor, once its devices are known.
+
+The lock: every public method that reads or writes the model, optimizer or
+counters runs under ``@with_lock`` (RLlib 1.11 exports it as
+``torch_policy.with_lock``), holding ``self._lock``, one re-entrant lock per
+policy, so no forward pass or session run sees weights half-assigned by another
+thread. It is made on first use (a graph policy's methods may run during its
+construction, before any ``__init__`` line could make it); a class may also
+create it itself. Code that needs the lock without a method uses
+``with policy_lock(self):``.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from abc import ABCMeta, abstractmethod
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
 import numpy as np
 
 from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
-from rlpolicy._core.locking import with_lock
 from rlpolicy._core.tower_buffers import (
     EXACT_KEY,
     TowerBuffers,
@@ -48,6 +58,31 @@ from rlpolicy.policy.sample_batch import SampleBatch
 
 STATE_KEYS = ("weights", "global_timestep")
 _STATE_IN = "state_in_"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def policy_lock(obj: Any) -> Any:
+    """``obj._lock``, created as a ``threading.RLock`` if ``obj`` has none yet.
+
+    ``dict.setdefault`` is atomic, so two threads racing on the first call
+    still end up sharing one lock.
+    """
+    lock = obj.__dict__.get("_lock")
+    if lock is None:
+        lock = obj.__dict__.setdefault("_lock", threading.RLock())
+    return lock
+
+
+def with_lock(method: F) -> F:
+    """Runs ``method`` holding the instance's re-entrant lock (see :func:`policy_lock`)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self.__dict__.get("_lock") or policy_lock(self):
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def as_sample_batch(batch: Any) -> SampleBatch:
@@ -462,4 +497,4 @@ class TrainingTemplate(metaclass=ABCMeta):
             policy.global_timestep = timestep
 
 
-__all__ = ["TrainingTemplate", "as_sample_batch", "state_in_columns", "with_lock"]
+__all__ = ["TrainingTemplate", "as_sample_batch", "policy_lock", "state_in_columns", "with_lock"]

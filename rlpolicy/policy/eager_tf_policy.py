@@ -41,7 +41,6 @@ from rlpolicy._core.config import read_checked
 from rlpolicy._core.devices import detect_ray_context, plan_devices
 from rlpolicy._core.framework_check import require_framework
 from rlpolicy._core.hooks import check_factory_args, updated_kwargs
-from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.tf_hooks import TFPolicyHooks, resolve_deprecated_args
 from rlpolicy._core.tower_buffers import (
@@ -54,7 +53,7 @@ from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._eager import acting, learning, tracing
 from rlpolicy.policy._eager import variables as variables_lib
 from rlpolicy.policy._eager.mode import make_methods_eager
-from rlpolicy.policy._training_template import TrainingTemplate
+from rlpolicy.policy._training_template import TrainingTemplate, with_lock
 from rlpolicy.policy.policy import Policy, complete_policy_config
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch

@@ -128,8 +128,8 @@ class SampleBatch(dict):
         out.intercepted_values = {}
         out.get_interceptor = None
         out._slice_map = None
-        if out.max_seq_len is None:
-            seq_lens = ops.concrete_seq_lens(data.get(cls.SEQ_LENS))
+        if out.max_seq_len is None and cls.SEQ_LENS in data:
+            seq_lens = ops.concrete_seq_lens(data[cls.SEQ_LENS])
             if seq_lens is not None and len(seq_lens) > 0:
                 out.max_seq_len = int(seq_lens.max())
         out.count = count
@@ -160,16 +160,44 @@ class SampleBatch(dict):
         dict.__setitem__(self, self.DONES, dones)
 
     def _count_and_validate(self) -> int:
-        seq_lens = ops.concrete_seq_lens(dict.get(self, self.SEQ_LENS))
+        """The batch's row count: the row count every per-row column shares (the
+        sum of ``seq_lens`` if present; their number times ``max_seq_len`` for a
+        zero-padded batch).
+
+        ``seq_lens`` and ``state_in_*`` / ``state_out_*`` (one row per sequence)
+        are not per-row columns, nor are the ``infos`` of a zero-padded batch
+        (infos are never padded).
+
+        Raises:
+            ValueError: Naming the first column whose length differs, or
+                ``seq_lens`` that do not fit the columns.
+        """
+        seq_lens = ops.concrete_seq_lens(dict.__getitem__(self, self.SEQ_LENS)) if self.SEQ_LENS in self else None
         has_seqs = seq_lens is not None and len(seq_lens) > 0
-        padded = bool(self.zero_padded) and has_seqs and self.max_seq_len is not None
+        zero_padded = bool(self.zero_padded)
+        padded = zero_padded and has_seqs and self.max_seq_len is not None
         expected_rows: Optional[int] = None
         if padded:
             expected_rows = len(seq_lens) * int(self.max_seq_len)  # type: ignore[arg-type]
         ref_key: Optional[str] = "seq_lens (padded)" if padded else None
-        expected_rows, ref_key = ops.common_row_count(
-            dict.items(self), bool(self.zero_padded), expected_rows, ref_key
-        )
+        for key, value in dict.items(self):
+            if key == self.SEQ_LENS or (isinstance(key, str) and key.startswith(("state_in_", "state_out_"))):
+                continue
+            if key == self.INFOS and zero_padded:
+                continue
+            if type(value) is np.ndarray:  # the common plain column
+                leaves = [(key, value.shape[0] if value.ndim else None)]
+            else:
+                leaves = [(p, ops.leaf_length(leaf)) for p, leaf in ops.column_leaves(key, value)]
+            for path, n in leaves:
+                if n is None:
+                    continue
+                if expected_rows is None:
+                    expected_rows, ref_key = n, path
+                elif n != expected_rows:
+                    raise ValueError(
+                        f"SampleBatch column {path!r} has {n} rows but {ref_key!r} has {expected_rows}; all columns must have the same length"
+                    )
         if not has_seqs:
             return expected_rows or 0
         assert seq_lens is not None  # (has_seqs)

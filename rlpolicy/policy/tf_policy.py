@@ -28,7 +28,6 @@ import numpy as np
 import tree
 
 from rlpolicy._core.config import read_checked
-from rlpolicy._core.locking import with_lock
 from rlpolicy._core.tower_buffers import (
     minibatch_rows,
     plan_exact_chunks,
@@ -42,12 +41,13 @@ from rlpolicy.policy._tf.grads import clip_by_global_norm, flatten_grad_groups
 from rlpolicy.policy._tf.graph import build_after, is_keras_model, plan_tf_devices
 from rlpolicy.policy._tf.records import ActingGraph, LossGraph, batch_length, columns_needed_by, with_stats
 from rlpolicy.policy._tf.variables import TFVariables, initialize_uninitialized
-from rlpolicy.policy._training_template import TrainingTemplate
+from rlpolicy.policy._training_template import TrainingTemplate, with_lock
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils import force_list
 from rlpolicy.utils.annotations import DeveloperAPI, override
+from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.framework import try_import_tf
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
 from rlpolicy.utils.spaces.space_utils import normalize_action
@@ -506,10 +506,9 @@ class TFPolicy(TrainingTemplate, Policy):
         """Adds the action fetches (sampled actions, state outs, extra fetches) and feeds."""
         explore = explore if explore is not None else self.config["explore"]
         timestep = timestep if timestep is not None else self.global_timestep
-        if self.exploration is not None:
-            self.exploration.before_compute_actions(
-                timestep=timestep, explore=explore, tf_sess=self.get_session()
-            )
+        before = getattr(self.exploration, "before_compute_actions", None)
+        if before is not None and getattr(before, "__func__", None) is not Exploration.before_compute_actions:
+            before(timestep=timestep, explore=explore, tf_sess=self.get_session())  # (the base hook does nothing)
         acting = self._acting
         to_fetch = [acting.sampled_action] + acting.state_outputs + [self.extra_compute_action_fetches()]
         builder.add_feed_dict(self.extra_compute_action_feed_dict())

@@ -321,10 +321,6 @@ def _build_apply_op(self, optimizer, grads_and_vars):
     return fn(self, optimizer, grads_and_vars)
 
 
-def _extra_compute_action_fetches(self):
-    return dict(_parent(self, "extra_compute_action_fetches")(self), **self._extra_action_fetches)
-
-
 def _extra_compute_grad_fetches(self):
     fn = type(self)._hooks.extra_learn_fetches_fn
     if fn is None:
@@ -340,7 +336,6 @@ _WRAPPERS: Dict[str, Callable] = {
     "optimizer": _optimizer,
     "gradients": _gradients,
     "build_apply_op": _build_apply_op,
-    "extra_compute_action_fetches": _extra_compute_action_fetches,
     "extra_compute_grad_fetches": _extra_compute_grad_fetches,
 }
 for _name, _fn in _WRAPPERS.items():

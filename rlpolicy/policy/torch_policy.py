@@ -27,7 +27,6 @@ from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.config import read_checked
 from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
 from rlpolicy._core.framework_check import require_framework
-from rlpolicy._core.locking import with_lock
 from rlpolicy._core.loss_init import resolve_loss
 from rlpolicy._core.tower_buffers import (
     minibatch_rows,
@@ -64,12 +63,13 @@ from rlpolicy.policy._torch.towers import (
     run_exact_tower_step,
     run_tower_step,
 )
-from rlpolicy.policy._training_template import TrainingTemplate, as_sample_batch
+from rlpolicy.policy._training_template import TrainingTemplate, as_sample_batch, with_lock
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils import force_list
 from rlpolicy.utils.annotations import DeveloperAPI, override
+from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
 from rlpolicy.utils.torch_utils import (
@@ -115,7 +115,8 @@ _directStepOptimizerSingleton = DirectStepOptimizer()
 
 
 # ``torch_policy.with_lock`` is RLlib 1.11's name for the policy-lock decorator; it is
-# the one lock idiom of all policies (``rlpolicy._core.locking.with_lock``), imported above.
+# the one lock idiom of all policies (``rlpolicy.policy._training_template.with_lock``),
+# imported above.
 
 
 @DeveloperAPI
@@ -343,7 +344,9 @@ class TorchPolicy(TrainingTemplate, Policy):
                 actions, logp, state_out = outs
         else:
             exploration = self.exploration
-            exploration.before_compute_actions(explore=explore, timestep=timestep)
+            before = exploration.before_compute_actions
+            if getattr(before, "__func__", None) is not Exploration.before_compute_actions:
+                before(explore=explore, timestep=timestep)  # (the base hook does nothing)
             compiled = (
                 None
                 if graphs is False

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlpolicy._core import locking
+from rlpolicy.policy import _training_template as template
 from rlpolicy.policy._training_template import TrainingTemplate, as_sample_batch, state_in_columns
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -266,11 +266,11 @@ def test_log_likelihoods_use_the_flat_obs():
 
 def test_with_lock_makes_one_reentrant_lock_lazily():
     class Box:
-        @locking.with_lock
+        @template.with_lock
         def outer(self):
             return self.inner()
 
-        @locking.with_lock
+        @template.with_lock
         def inner(self):
             return self.__dict__["_lock"]
 
@@ -285,4 +285,4 @@ def test_torch_policy_with_lock_is_the_same_decorator():
     pytest.importorskip("torch")
     from rlpolicy.policy import torch_policy  # (its RLlib 1.11 name)
 
-    assert torch_policy.with_lock is locking.with_lock
+    assert torch_policy.with_lock is template.with_lock

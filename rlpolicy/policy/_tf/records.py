@@ -63,6 +63,10 @@ def columns_needed_by(placeholders: Dict[str, Any], roots: Iterable[Any]) -> Set
     }
 
 
+# An ``is_exploring`` of these types is a fixed flag (TFPolicy(explore=True/False)), not fed.
+_FIXED_FLAG_TYPES = (type(None), bool, int, float, np.generic, np.ndarray)
+
+
 def _same(tensor: Any, tensors: Sequence[Any]) -> bool:
     return any(tensor is t for t in tensors)
 
@@ -162,12 +166,10 @@ class ActingGraph:
         return feed
 
     def flags_feed(self, explore: bool, timestep: Optional[int]) -> Dict[Any, Any]:
-        """Feeds the explore flag (if it is a placeholder) and the timestep (if given)."""
-        from rlpolicy.utils.framework import try_import_tf
-
-        _, tf, _ = try_import_tf(error=True)
+        """Feeds the explore flag (unless it is a fixed Python/numpy value) and the
+        timestep (if given)."""
         feed: Dict[Any, Any] = {}
-        if tf.is_tensor(self.is_exploring):
+        if not isinstance(self.is_exploring, _FIXED_FLAG_TYPES):
             feed[self.is_exploring] = explore
         if timestep is not None:
             feed[self.timestep] = timestep
