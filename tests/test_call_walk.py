@@ -8,8 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("call_walk", ROOT / "scripts" / "call_walk.py")
 assert _spec is not None and _spec.loader is not None
