@@ -319,6 +319,7 @@ def test_tf_step_matches_torch(mode):
     )
 
 
+@pytest.mark.tf_eager_code
 def test_traced_equals_untraced_over_steps():
     w0 = initial_weights(seed=5)
     traced, untraced = make("traced"), make("tf2")
