@@ -572,6 +572,16 @@ def _copy_plain(value: Any, memo: Dict[int, Any]) -> Any:
     return out
 
 
+def deep_copy_plain(value: Any) -> Any:
+    """``copy.deepcopy(value)``, with plain dicts, lists and tuples rebuilt directly
+    (the usual content of a config); any other object goes through ``copy.deepcopy``.
+
+    Raises:
+        Whatever ``copy.deepcopy`` raises for an uncopyable object inside.
+    """
+    return _copy_plain(value, {})
+
+
 def _keep_alive(value: Any, memo: Dict[int, Any]) -> None:
     # As deepcopy does: hold the originals so their ids stay unique while the memo lives.
     keep = memo.get(id(memo))
@@ -611,6 +621,7 @@ __all__ = [
     "check_config",
     "check_config_value",
     "complete_config",
+    "deep_copy_plain",
     "known_keys",
     "merge_configs",
     "read_checked",

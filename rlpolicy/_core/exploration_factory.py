@@ -63,7 +63,9 @@ def create_exploration(
         config_exploration = DEFAULT_EXPLORATION_CONFIG
     if not isinstance(config_exploration, dict):
         raise ValueError(f"exploration_config must be a dict with a 'type' key, got {config_exploration!r}")
-    kwargs = copy.deepcopy({k: v for k, v in config_exploration.items() if k != "type"})
+    kwargs = {k: v for k, v in config_exploration.items() if k != "type"}
+    if kwargs:  # (the object must not share mutable options with the config)
+        kwargs = copy.deepcopy(kwargs)
     if "type" not in config_exploration:
         raise ValueError(
             f"exploration_config {config_exploration!r} has no 'type' key; "
@@ -123,7 +125,7 @@ def resolve_type(type_spec: Any, module_name: str, base: type, what: str) -> typ
     Raises:
         ValueError: Naming ``what``, the bad value and the known class names.
     """
-    known = known_type_names(module_name, base)
+    # (the known names are gathered only for an error message: a module scan)
     cls: Optional[type]
     if isinstance(type_spec, type):
         cls = type_spec
@@ -131,11 +133,14 @@ def resolve_type(type_spec: Any, module_name: str, base: type, what: str) -> typ
         cls = _lookup(type_spec, module_name)
         if cls is None:
             raise ValueError(
-                f"{what}={type_spec!r} is unknown; use a class, one of {known}, "
-                "or a 'module.path.ClassName' string"
+                f"{what}={type_spec!r} is unknown; use a class, one of "
+                f"{known_type_names(module_name, base)}, or a 'module.path.ClassName' string"
             )
     else:
-        raise ValueError(f"{what} must be a class or a string, got {type_spec!r}; known types: {known}")
+        raise ValueError(
+            f"{what} must be a class or a string, got {type_spec!r}; known types: "
+            f"{known_type_names(module_name, base)}"
+        )
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ValueError(f"{what}={type_spec!r} is not a subclass of {base.__name__}")
     return cls

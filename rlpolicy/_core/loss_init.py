@@ -64,28 +64,33 @@ def default_view_requirements(
 
 
 # Pristine Boxes by (low, high, shape, dtype): constructing a gymnasium Box
-# (bounds casting and checks) costs far more than copying a finished one.
-_BOX_PROTOTYPES: Dict[tuple, gym.spaces.Box] = {}
+# (bounds casting and checks) costs far more than copying a finished one. Each
+# entry keeps the prototype's class, its non-array state and its array items.
+_BOX_PROTOTYPES: Dict[tuple, tuple] = {}
 
 
 def new_box(low: float, high: float, shape: tuple, dtype: Any = np.float32) -> gym.spaces.Box:
     """A new ``gym.spaces.Box(low, high, shape, dtype)``, copied from a cached
     prototype: its arrays are copies and it has a fresh (unseeded) RNG."""
-    key = (low, high, tuple(shape), dtype if dtype is np.float32 else np.dtype(dtype).str)
-    proto = _BOX_PROTOTYPES.get(key)
-    if proto is None:
-        proto = gym.spaces.Box(low, high, shape=tuple(shape), dtype=dtype)
+    shape = shape if type(shape) is tuple else tuple(shape)
+    key = (low, high, shape, dtype if dtype is np.float32 else np.dtype(dtype).str)
+    entry = _BOX_PROTOTYPES.get(key)
+    if entry is None:
+        proto = gym.spaces.Box(low, high, shape=shape, dtype=dtype)
+        # What copy.copy does for a freshly built Box (gymnasium's __setstate__
+        # only adds keys missing from legacy pickles), minus its generic machinery.
+        state = dict(proto.__dict__)
+        state["_np_random"] = None
+        arrays = tuple((k, v) for k, v in proto.__dict__.items() if isinstance(v, np.ndarray))
+        entry = (type(proto), state, arrays)
         if len(_BOX_PROTOTYPES) < 256:
-            _BOX_PROTOTYPES[key] = proto
-    # What copy.copy does for a freshly built Box (gymnasium's __setstate__
-    # only adds keys missing from legacy pickles), minus its generic machinery.
-    state = dict(proto.__dict__)
-    for name, value in state.items():
-        if isinstance(value, np.ndarray):
-            state[name] = value.copy()
-    state["_np_random"] = None
-    box = object.__new__(type(proto))
-    box.__dict__.update(state)
+            _BOX_PROTOTYPES[key] = entry
+    cls, state, arrays = entry
+    box = object.__new__(cls)
+    d = box.__dict__
+    d.update(state)  # (the prototype's arrays, replaced by copies in place: same key order)
+    for name, value in arrays:
+        d[name] = value.copy()
     return box
 
 
@@ -96,7 +101,7 @@ def _dummy_column(
     view_col: str,
     view_req: Any,
     batch_size: int,
-    config: dict,
+    config: Mapping[str, Any],
     flat_obs_space: Callable[[gym.Space], gym.Space],
 ) -> Any:
     space = view_req.space
@@ -154,7 +159,7 @@ def dummy_columns(
             space, as the policy's own observation space is built.
     """
     return {
-        col: _dummy_column(col, vr, batch_size, dict(config), flat_obs_space)
+        col: _dummy_column(col, vr, batch_size, config, flat_obs_space)
         for col, vr in view_requirements.items()
     }
 

@@ -54,6 +54,11 @@ class ViewRequirement:
         self.shift_from: Optional[int] = None
         self.shift_to: Optional[int] = None
         self.shift_step: Optional[int] = None
+        self.shift: Union[int, str, np.ndarray]
+        if type(shift) is int:  # (the usual case, directly)
+            self.shift = shift
+            self.shift_arr = np.array([shift])
+            return
         # RLlib 1.11 keeps list shifts as numpy arrays.
         self.shift = np.array(shift) if isinstance(shift, (list, tuple)) else shift
         self.shift_arr = self._parse_shift(shift)

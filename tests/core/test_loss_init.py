@@ -364,3 +364,18 @@ def test_new_box_equals_a_freshly_built_box(low, high, shape, dtype):
     assert second._np_random is None
     first.low[...] = 0
     assert np.array_equal(second.low, expected.low)
+
+
+def test_new_box_state_matches_a_fresh_box_in_order_and_survives_pickling():
+    import pickle
+
+    expected = gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    box = new_box(-1.0, 1.0, [2])  # (a list shape is accepted, as by gym's Box)
+    assert list(vars(box)) == list(vars(expected))
+    for key, value in vars(expected).items():
+        if isinstance(value, np.ndarray):
+            assert np.array_equal(vars(box)[key], value) and vars(box)[key].dtype == value.dtype
+        elif key != "_np_random":
+            assert vars(box)[key] == value
+    restored = pickle.loads(pickle.dumps(box))
+    assert restored == expected and restored.contains(np.array([0.5, -0.5], np.float32))

@@ -78,6 +78,30 @@ def test_complete_config_is_copied_not_shared():
     assert full == snapshot and q.config["model"]["fcnet_hiddens"] == [256, 256]
 
 
+class _Opaque:
+    """A config value that is not a plain container (deep-copied by copy.deepcopy)."""
+
+    def __init__(self, items):
+        self.items = items
+
+
+def test_given_config_snapshot_is_deep_and_independent_of_the_caller():
+    shared = [1, 2]
+    given = {"lr": 0.25, "model": {"fcnet_hiddens": [8]}, "_a": shared, "_b": shared, "_opaque": _Opaque([3])}
+    p = StructuredActionPolicy(OBS, gym.spaces.Discrete(2), given)
+    snap = p._given_config
+    assert set(snap) == set(given) and snap["lr"] == 0.25 and snap["model"] == {"fcnet_hiddens": [8]}
+    assert snap["_a"] is snap["_b"] and snap["_a"] is not shared  # sharing kept, as by deepcopy
+    assert type(snap["_opaque"]) is _Opaque and snap["_opaque"] is not given["_opaque"]
+    assert snap["_opaque"].items == [3] and snap["_opaque"].items is not given["_opaque"].items
+    given["model"]["fcnet_hiddens"].append(4)
+    shared.append(3)
+    given["_opaque"].items.append(5)
+    assert snap["model"]["fcnet_hiddens"] == [8] and snap["_a"] == [1, 2] and snap["_opaque"].items == [3]
+    # Neither the snapshot nor the caller's dict is the policy's config.
+    assert p.config["model"] is not snap["model"] and p.config["_a"] is not snap["_a"]
+
+
 @pytest.mark.parametrize(
     "obs_space, config, exc, match",
     [

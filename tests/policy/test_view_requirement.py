@@ -86,3 +86,18 @@ def test_default_space_is_a_fresh_box_each_time():
     assert b.space.low == -np.inf and ViewRequirement().space.low == -np.inf
     a.space.seed(3)
     assert b.space.contains(b.space.sample())
+
+
+@pytest.mark.parametrize("shift", [-1, 0, 3, np.int64(-2), np.int32(1)])
+def test_int_shifts_of_every_integer_type_parse_alike(shift):
+    # Python ints take a direct path; numpy integers the general one: same result.
+    vr = ViewRequirement("obs", shift=shift)
+    assert vr.shift == int(shift) and not isinstance(vr.shift, np.ndarray)
+    assert vr.shift_arr.dtype == np.int64 and vr.shift_arr.tolist() == [int(shift)]
+    assert (vr.shift_from, vr.shift_to, vr.shift_step) == (None, None, None)
+
+
+@pytest.mark.parametrize("shift", [True, False, np.bool_(True)])
+def test_bool_shift_is_rejected(shift):
+    with pytest.raises(ValueError, match="expected an int, a list of ints"):
+        ViewRequirement(shift=shift)
