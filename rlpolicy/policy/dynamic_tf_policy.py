@@ -483,11 +483,14 @@ class DynamicTFPolicy(TFPolicy):
     ) -> None:
         """Extra action outputs (logp, dist inputs, vf preds, ...) become columns,
         placeholders and view requirements (not used for acting)."""
-        for key, tensor in self.extra_compute_action_fetches().items():
+        for key in self.extra_compute_action_fetches():
             shape, dtype = specs[key]
-            dict.__setitem__(dummy, key, np.zeros((len(dummy),) + tuple(shape), dtype=dtype))
+            column = np.zeros((len(dummy),) + tuple(shape), dtype=dtype)
+            dict.__setitem__(dummy, key, column)
             if not dict.__contains__(self._input_dict, key):
-                dict.__setitem__(self._input_dict, key, get_placeholder(value=tensor, name=key))
+                # From the column, not the fetch: a fetch without a static row shape
+                # (its spec was measured) has no shape to copy.
+                dict.__setitem__(self._input_dict, key, get_placeholder(value=column, name=key))
             if key not in self.view_requirements:
                 self.view_requirements[key] = ViewRequirement(
                     space=new_box(-1.0, 1.0, tuple(shape), dtype), used_for_compute_actions=False

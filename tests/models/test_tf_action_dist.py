@@ -423,8 +423,10 @@ def test_deterministic_returns_inputs(run):
     )
     np.testing.assert_array_equal(sample, x)
     np.testing.assert_array_equal(det, x)
-    np.testing.assert_array_equal(logp, np.zeros_like(x))
-    np.testing.assert_array_equal(sampled_logp, np.zeros_like(x))
+    # One zero per row (RLlib 1.11's TF class gave zeros shaped like the inputs).
+    np.testing.assert_array_equal(logp, np.zeros(3, np.float32))
+    np.testing.assert_array_equal(sampled_logp, np.zeros(3, np.float32))
+    assert logp.shape == sampled_logp.shape == (3,)
     assert Deterministic.required_model_output_shape(gym.spaces.Box(-1, 1, (2, 3)), {}) == 6
 
 

@@ -54,8 +54,16 @@ def _loss(policy, model, dist_class, train_batch):
     return -tf.reduce_mean(dist_class(logits, model).logp(train_batch[SampleBatch.ACTIONS]))
 
 
+def _squared_loss(policy, model, dist_class, train_batch):
+    # (For a Deterministic distribution, whose logp is constant: a graph policy refuses a
+    # loss without gradients.)
+    out, _ = model(train_batch)
+    return tf.reduce_mean(tf.square(out - train_batch[SampleBatch.ACTIONS]))
+
+
 GraphPolicy = build_tf_policy("PipeGraphPolicy", loss_fn=_loss)
 EagerPolicy = build_eager_tf_policy("PipeEagerPolicy", loss_fn=_loss)
+SquaredLossGraphPolicy = build_tf_policy("PipeSquaredGraphPolicy", loss_fn=_squared_loss)
 FLAVOURS = {
     "tf": (GraphPolicy, {}),
     "tf2": (EagerPolicy, {"framework": "tf2"}),
@@ -63,8 +71,9 @@ FLAVOURS = {
 }
 
 
-def _policy(flavour, obs_space, act_space, config, scale=1.0, seed=0):
-    cls, extra = FLAVOURS[flavour]
+def _policy(flavour, obs_space, act_space, config, scale=1.0, seed=0, cls=None):
+    flavour_cls, extra = FLAVOURS[flavour]
+    cls = cls or flavour_cls
     model = {"fcnet_hiddens": [16], **config.pop("model", {})}
     policy = cls(obs_space, act_space, {**extra, **config, "model": model})
     rng = np.random.default_rng(seed)
@@ -276,10 +285,8 @@ def test_squashed_gaussian_and_deterministic_distributions(flavour, tmp_path):
     std = np.exp(np.clip(log_std, -5.0, 2.0))  # RLlib 1.11 clips log stds to [-5, 2]
     want = np.clip((np.tanh(mean + std * noise) + 1.0) / 2.0 * 2.0 - 1.0, -1.0, 1.0)
     np.testing.assert_allclose(got["sampled_actions"], want, atol=1e-5)
-    if flavour == "tf":
-        return  # (a graph policy with a Deterministic distribution does not build: its logp
-        # placeholder has no shape)
-    det = _policy(flavour, BOX4, act, {"model": {"custom_action_dist": "pipe_tf_deterministic"}})
+    det_cls = SquaredLossGraphPolicy if flavour == "tf" else None
+    det = _policy(flavour, BOX4, act, {"model": {"custom_action_dist": "pipe_tf_deterministic"}}, cls=det_cls)
     det.export_model(str(tmp_path / "det"), onnx=13, pipeline=True)
     contract, run = _load(str(tmp_path / "det"))  # (checks the ONNX input names)
     assert contract.noise == [] and contract.noise_dim == 1

@@ -423,8 +423,14 @@ class Deterministic(TFActionDistribution):
 
     @override(TFActionDistribution)
     def logp(self, x: TensorType) -> TensorType:
-        """Zeros shaped like the inputs (as in RLlib)."""
-        return tf.zeros_like(self.inputs)
+        """One float32 zero per batch row, [B].
+
+        Beyond RLlib 1.11, whose TF class gives zeros shaped like the inputs
+        ([B, k]): [B] is what every other distribution, ``TorchDeterministic``
+        and the exploration's zero logps give, so exploring and greedy steps
+        write ``action_logp`` columns of one shape (and a graph policy's
+        ``tf.cond`` over the two keeps a static shape)."""
+        return tf.zeros(tf.shape(self.inputs)[:1], dtype=tf.float32)
 
     @override(TFActionDistribution)
     def _build_sample_op(self) -> TensorType:
