@@ -18,9 +18,9 @@ _LAZY = {
     "get_preprocessor": "rlpolicy.models.preprocessors",
 }
 
-# numpy-only: imported eagerly, so that ``rlpolicy.models.convert_weights`` is the
-# function (not its module of the same name, which the policies import).
-from rlpolicy.models.convert_weights import convert_weights  # noqa: E402
+# numpy-only, so imported eagerly. The implementation module has another (private)
+# name: a submodule named ``convert_weights`` would be shadowed by the function.
+from rlpolicy.models._weight_conversion import convert_weights  # noqa: E402
 
 __all__ = list(_LAZY) + ["convert_weights"]
 

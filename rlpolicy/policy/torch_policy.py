@@ -33,7 +33,7 @@ from rlpolicy._core.tower_buffers import (
     plan_exact_chunks,
     split_batch_for_devices,
 )
-from rlpolicy.models.convert_weights import adapt_weights, weights_layout
+from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._torch import compiled_acting
 from rlpolicy.policy._torch import export as torch_export

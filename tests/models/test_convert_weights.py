@@ -16,7 +16,8 @@ pytest.importorskip("tensorflow")
 
 from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy  # noqa: E402
 from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy  # noqa: E402
-from rlpolicy.models.convert_weights import convert_weights, weights_layout  # noqa: E402
+from rlpolicy.models import convert_weights  # noqa: E402
+from rlpolicy.models._weight_conversion import weights_layout  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 
 VEC = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -227,3 +228,21 @@ def test_a_weights_list_is_refused():
     dst = _policy("tf", "fc")
     with pytest.raises(ValueError, match="list of weights has no keys"):
         convert_weights(list(_policy("torch", "fc").get_weights().values()), dst)
+
+
+def test_public_name_is_the_function_and_its_module_is_importable():
+    """``rlpolicy.models.convert_weights`` is the function, whichever way it is reached;
+    its implementation module has its own (private) name, so nothing shadows it."""
+    import importlib
+    import inspect
+
+    import rlpolicy.models as models
+
+    implementation = importlib.import_module("rlpolicy.models._weight_conversion")
+    assert inspect.ismodule(implementation)
+    assert inspect.isfunction(models.convert_weights)
+    assert models.convert_weights is implementation.convert_weights is convert_weights
+    # No submodule of that name: a module import of it fails instead of giving the function.
+    assert importlib.util.find_spec("rlpolicy.models.convert_weights") is None
+    with pytest.raises(ModuleNotFoundError, match="rlpolicy.models.convert_weights"):
+        importlib.import_module("rlpolicy.models.convert_weights")

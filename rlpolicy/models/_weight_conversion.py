@@ -18,6 +18,8 @@ and torch's LSTM gates are both ordered input, forget, cell, output, so only the
 transposes and the bias sum are needed.
 
 Only numpy is imported here; torch and TF are never needed for the conversion.
+The public entry is ``rlpolicy.models.convert_weights``; this module is private
+(a module named ``convert_weights`` would be shadowed by that function).
 """
 
 from __future__ import annotations
