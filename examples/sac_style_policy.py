@@ -55,6 +55,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from rlpolicy.models.tf.functional_replay import KerasReplay  # noqa: E402
 from rlpolicy.models.tf.tf_action_dist import SquashedGaussian  # noqa: E402
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2  # noqa: E402
 from rlpolicy.models.torch.torch_action_dist import TorchSquashedGaussian  # noqa: E402
@@ -280,6 +281,9 @@ class SACStyleTFModel(TFModelV2):
         self.q_net = _keras_mlp(obs_dim + act_dim, hiddens, 1, f"{name}_q")
         self.twin_q_net = _keras_mlp(obs_dim + act_dim, hiddens, 1, f"{name}_twin_q")
         self.log_alpha = tf.Variable(math.log(initial_alpha), dtype=tf.float32, name=f"{name}_log_alpha")
+        # Eagerly, a Keras call costs more than a small net's maths: a KerasReplay runs the
+        # same layers (same variables) without Layer.__call__ (graph/traced: plain Keras).
+        self._replay = {head: KerasReplay() for head in ("action_model", "q_net", "twin_q_net")}
 
     def forward(self, input_dict, state, seq_lens):
         """The flat observations; the heads below read them."""
@@ -287,12 +291,14 @@ class SACStyleTFModel(TFModelV2):
 
     def action_dist_inputs(self, obs):
         """Mean and log std of the pre-squash Gaussian, concatenated ``[B, 2k]``."""
-        return self.action_model(obs)
+        return self._replay["action_model"](self.action_model, obs)
 
     def q_values(self, obs, actions):
         """``(Q1, Q2)``, each ``[B]``."""
         x = tf.concat([obs, actions], -1)
-        return tf.squeeze(self.q_net(x), -1), tf.squeeze(self.twin_q_net(x), -1)
+        q1 = self._replay["q_net"](self.q_net, x)
+        q2 = self._replay["twin_q_net"](self.twin_q_net, x)
+        return tf.squeeze(q1, -1), tf.squeeze(q2, -1)
 
     def policy_variables(self) -> List[Any]:
         """The actor's variables."""

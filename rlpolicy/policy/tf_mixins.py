@@ -29,6 +29,7 @@ from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.tf_utils import fast_function
 from rlpolicy.utils.typing import TensorType, TrainerConfigDict
 
 tf1, tf, tfv = try_import_tf()
@@ -363,8 +364,15 @@ class TargetNetworkMixin:
         pairs = _model_target_pairs(self)
         session = _session_of(self)
         if session is None:
-            for var, target in pairs:
-                target.assign(tau * var + (1.0 - tau) * target)
+            # One traced function for all pairs: eagerly, ~4 ops per variable pair
+            # cost more in Python dispatch than the arithmetic (SAC's update ran at
+            # ~20% of a learn step). Rebuilt if the variables are ever replaced.
+            key = tuple(id(v) for pair in pairs for v in pair)
+            cached = getattr(self, "_eager_target_update", None)
+            if cached is None or cached[0] != key:
+                cached = (key, fast_function(_polyak_fn(pairs)))
+                self._eager_target_update = cached
+            cached[1](tf.constant(tau, tf.float32))
             return
         if getattr(self, "_target_update", None) is None:
             _initialize_pairs(session, pairs)
@@ -394,6 +402,16 @@ def _initialize_pairs(session: Any, pairs: List[Tuple[Any, Any]]) -> None:
         todo = [v for v, ok in zip(variables, flags) if not ok]
         if todo:
             session.run(tf1.variables_initializer(todo))
+
+
+def _polyak_fn(pairs: List[Tuple[Any, Any]]) -> Any:
+    """``update(tau)``: ``target = tau * var + (1 - tau) * target`` for every pair."""
+
+    def update(tau: Any) -> None:
+        for var, target in pairs:
+            target.assign(tau * var + (1.0 - tau) * target)
+
+    return update
 
 
 def _model_target_pairs(policy: Any) -> List[Tuple[Any, Any]]:
