@@ -68,7 +68,16 @@ venv="$cache/venv-$name"
 # the pinned version from the index: on Linux the CUDA build, ~2.6 GB with its nvidia-*
 # packages (about 20 s to download here, a minute or two to install); it runs on CPUs too.
 constraints=constraints/cpu.txt
-want="$("$py" -c 'import sys; print(sys.version)') | $extras | $(python3 scripts/deps_stamp.py)"
+# PyPI's torch for Linux (the CUDA build) depends on triton, torch.compile's GPU kernel
+# compiler. With TensorFlow 2.20+ from PyPI in the same process it crashes: TF loads its
+# core library with RTLD_GLOBAL, so its copy of LLVM takes over triton's symbols, and the
+# first `import triton` after `import tensorflow` (torch imports it on building an
+# optimizer) dies with SIGSEGV (tensorflow/tensorflow#124205, fixed upstream after 2.21.0).
+# The CPU-only machines here never use triton, so a variant with both frameworks drops it,
+# as ./.venv's CPU torch never had it; torch works without it (torch.compile falls back).
+drop=""
+if [ "$variant" = full ]; then drop="triton"; fi
+want="$("$py" -c 'import sys; print(sys.version)') | $extras | $(python3 scripts/deps_stamp.py)${drop:+ | without $drop}"
 stamp="$venv/.rlpolicy-variant"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     # Same dependencies: point the editable install at this checkout (CI's clone moves).
@@ -82,6 +91,16 @@ rm -rf "$venv"
 "$venv/bin/python" -m pip install -q -c "$constraints" -e ".[$extras]" >&2
 # A variant's point is what it has and what it has NOT: fail loudly if an extra left out a
 # framework it must have, or pulled in one it must not.
+for pkg in $drop; do
+    "$venv/bin/python" -m pip uninstall -q -y "$pkg" >&2
+done
+if [ "$variant" = full ]; then
+    # The crash above, checked: both frameworks load in one process, TF first.
+    "$venv/bin/python" -c "import tensorflow, torch, torch._dynamo" >/dev/null 2>&1 || {
+        echo "setup_variant.sh: variant '$name': importing torch._dynamo after tensorflow fails" >&2
+        exit 1
+    }
+fi
 for pkg in $required; do
     if ! "$venv/bin/python" -m pip show -q "$pkg" >/dev/null 2>&1; then
         echo "setup_variant.sh: variant '$name' must have $pkg, but it was not installed" >&2
