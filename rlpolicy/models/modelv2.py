@@ -166,8 +166,14 @@ class ModelV2:
             if layout is None or layout[0] is not self.obs_space:
                 layout = self._obs_layout()
             _, expected, nested = layout
-            # (the common case of _check_obs_shape, inline: [B, *space shape])
-            if not (isinstance(shape, tuple) and len(shape) == len(expected) + 1 and shape[1:] == expected):
+            # (the common case of _check_obs_shape, inline: [B, *space shape]; a TF
+            # TensorShape of known rank compares as its list of dims)
+            dims = shape.as_list() if getattr(shape, "rank", None) is not None else shape
+            if not (
+                isinstance(dims, (tuple, list))
+                and len(dims) == len(expected) + 1
+                and tuple(dims[1:]) == expected
+            ):
                 _check_obs_shape(obs, self.obs_space, self.name)
             if nested:
                 restored["obs"] = restore_original_dimensions(obs, self.obs_space, self.framework)

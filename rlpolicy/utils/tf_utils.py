@@ -6,7 +6,7 @@ rlpolicy never disables eager execution globally.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +17,11 @@ from rlpolicy.utils.spaces.space_utils import flatten_space, get_base_struct_fro
 from rlpolicy.utils.typing import LocalOptimizer, ModelGradients, SpaceStruct, TensorStructType, TensorType
 
 tf1, tf, tfv = try_import_tf()
+
+if tf is not None:
+    from tensorflow.python.framework.ops import EagerTensor as _EAGER_TENSOR
+else:  # (no TF: nothing here is called)
+    _EAGER_TENSOR = None
 
 
 def explained_variance(y: TensorType, pred: TensorType) -> TensorType:
@@ -241,6 +246,99 @@ def make_tf_callable(session_or_none: Optional[Any], dynamic_shape: bool = False
     return make_wrapper
 
 
+def signature_key(x: Any) -> Optional[Tuple[Any, ...]]:
+    """A hashable key for the tf.function input signature of ``x`` (a nest of
+    eager tensors and plain Python constants), or None for anything else.
+
+    Two argument nests with the same key have the same structure, the same
+    dtypes and shapes, and the same Python values, so they would run the same
+    concrete function.
+    """
+    return _key(x, _EAGER_TENSOR)
+
+
+def _key(x: Any, eager: Any) -> Optional[Tuple[Any, ...]]:
+    if isinstance(x, eager):
+        return (x.dtype, tuple(x.shape.as_list()))  # ints whatever the tensorshape mode
+    if isinstance(x, dict):
+        try:
+            keys = sorted(x)
+        except TypeError:  # mixed key types
+            return None
+        items = tuple((k, type(k), _key(x[k], eager)) for k in keys)
+        return None if any(v is None for _, _, v in items) else (dict, items)
+    if isinstance(x, (list, tuple)):
+        elems = tuple(_key(v, eager) for v in x)
+        return None if any(v is None for v in elems) else (type(x), elems)
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return (type(x), x)
+    return None  # variables, arrays, other objects: leave them to tf.function
+
+
+def _direct_call(conc: Any, args: Tuple[Any, ...]) -> Callable:
+    """The cheapest way to call concrete function ``conc`` with arguments like ``args``.
+
+    ``conc(*args)`` re-binds and re-checks the arguments against the function
+    type on every call. Where the function's flat tensor inputs are the
+    tensors of ``tf.nest.flatten(args)`` in that order (checked here on
+    ``args``; the same holds for all arguments with the same signature key),
+    the flat tensors go straight to the function, as ``tf.function`` itself
+    does after its dispatch.
+    """
+    try:
+        expected = conc.function_type.unpack_inputs(conc.function_type.bind(*args))
+        flat = [t for t in tf.nest.flatten(args) if isinstance(t, tf.Tensor)]
+        call_flat = conc._call_flat
+    except (AttributeError, TypeError, ValueError):  # another TF version: the public call
+        return conc
+    if len(flat) != len(expected) or any(a is not b for a, b in zip(flat, expected)):
+        return conc
+    nest_flatten, tensor = tf.nest.flatten, tf.Tensor
+
+    def direct(*call_args: Any) -> Any:
+        return call_flat([t for t in nest_flatten(call_args) if isinstance(t, tensor)], conc.captured_inputs)
+
+    return direct
+
+
+def fast_function(
+    fn: Callable, max_cached: int = 64, after_dispatch: Optional[Callable[[], None]] = None
+) -> Callable:
+    """``tf.function(fn)`` (no autograph, ``reduce_retracing``) called the cheap way eagerly.
+
+    For each input signature (see :func:`signature_key`) already seen, the
+    returned callable calls the concrete function TF chose for it directly:
+    ``tf.function``'s own dispatch (building and matching a function type on
+    every call) costs more than a small forward pass. Arguments it cannot key
+    (variables, arrays, other objects) always take ``tf.function``'s own
+    path. At most ``max_cached`` signatures are kept. ``after_dispatch`` runs
+    after every call that went through ``tf.function`` (e.g. a retrace check).
+    The key holds the arguments only, not TF's device/graph context: call it
+    from one such context.
+
+    The traced function is on the result as ``traced_function``.
+    """
+    traced = tf.function(fn, autograph=False, reduce_retracing=True)
+    concrete: Dict[Any, Callable] = {}
+
+    def call(*args: Any) -> Any:
+        key = signature_key(args)
+        direct = concrete.get(key) if key is not None else None
+        if direct is not None:
+            return direct(*args)
+        out = traced(*args)
+        if after_dispatch is not None:
+            after_dispatch()
+        if key is not None:
+            if len(concrete) >= max_cached:
+                concrete.clear()
+            concrete[key] = _direct_call(traced.get_concrete_function(*args), args)
+        return out
+
+    call.traced_function = traced  # type: ignore[attr-defined]
+    return call
+
+
 def minimize_and_clip(
     optimizer: LocalOptimizer, objective: TensorType, var_list: List[Any], clip_val: Optional[float] = 10.0
 ) -> ModelGradients:
@@ -265,12 +363,16 @@ def minimize_and_clip(
     if clip_val is not None and not clip_val > 0.0:
         raise ValueError(f"minimize_and_clip: clip_val must be > 0 or None, got {clip_val!r}")
     if tf.executing_eagerly():
-        grads = optimizer.tape.gradient(objective, var_list)
-        return [
-            (_eager_clip_by_norm(g, clip_val) if clip_val is not None else g, v)
-            for g, v in zip(list(grads), var_list)
-            if g is not None
-        ]
+        pairs = [(g, v) for g, v in zip(optimizer.tape.gradient(objective, var_list), var_list) if g is not None]
+        if clip_val is None or not pairs:
+            return pairs
+        grads = [g for g, _ in pairs]
+        if all(isinstance(g, _EAGER_TENSOR) for g in grads):
+            # All of them in one call: eagerly, each clip is three Python-dispatched ops.
+            grads = _clip_each_by_norm(grads, float(clip_val))
+        else:  # IndexedSlices and the like
+            grads = [_eager_clip_by_norm(g, clip_val) for g in grads]
+        return [(g, v) for g, (_, v) in zip(grads, pairs)]
     if hasattr(optimizer, "compute_gradients"):
         grads_and_vars = optimizer.compute_gradients(objective, var_list=var_list)
     else:
@@ -287,12 +389,22 @@ def _eager_clip_by_norm(grad: TensorType, clip_val: float) -> TensorType:
 
     ``grad * clip / max(norm, clip)``, as clip_by_norm computes it; its guard
     for a zero norm (which keeps second derivatives finite) is not needed for
-    gradients that are only applied. Eagerly every op costs Python dispatch.
+    gradients that are only applied.
     """
     if not isinstance(grad, tf.Tensor):  # IndexedSlices and the like: TF's own
         return tf.clip_by_norm(grad, clip_val)
     l2norm = tf.sqrt(tf.reduce_sum(grad * grad, keepdims=True))
     return grad * clip_val / tf.maximum(l2norm, clip_val)
+
+
+def _clip_all(grads: List[TensorType], clip_val: float) -> List[TensorType]:
+    return [_eager_clip_by_norm(g, clip_val) for g in grads]
+
+
+# ``_eager_clip_by_norm`` over a list of dense gradients, as one traced call (made on first use).
+_clip_each_by_norm: Callable[[List[TensorType], float], List[TensorType]] = (
+    fast_function(_clip_all) if tf is not None else _clip_all
+)
 
 
 def one_hot(x: TensorType, space: gym.Space) -> TensorType:

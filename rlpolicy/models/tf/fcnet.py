@@ -149,7 +149,9 @@ class FullyConnectedNetwork(TFModelV2):
                 ``prod(obs_space.shape)``.
         """
         obs_flat = input_dict["obs_flat"]
-        check_input_shape(obs_flat, [self._obs_size], self, what="flat observation")
+        shape = getattr(obs_flat, "shape", None)
+        if not (getattr(shape, "rank", None) == 2 and shape.as_list()[1] == self._obs_size):
+            check_input_shape(obs_flat, [self._obs_size], self, what="flat observation")
         model_out, self._value_out = self._base_replay(self.base_model, obs_flat)
         return model_out, state
 

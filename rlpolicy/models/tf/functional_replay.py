@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.tf_utils import fast_function
 
 tf1, tf, tfv = try_import_tf()
 
@@ -92,6 +93,7 @@ class _Plan:
         else:
             self.structure = nested  # packed with tf.nest
         self.n_slots = len(self.slots)
+        self._traced: Optional[Callable[[List[Any]], List[Any]]] = None  # made on first use
 
     def _slot(self, tensor_id: str) -> int:
         return self.slots.setdefault(tensor_id, len(self.slots))
@@ -117,15 +119,42 @@ class _Plan:
         return steps
 
     def run(self, inputs: Any) -> Any:
-        """The model's outputs for ``inputs``, or ``_FALL_BACK`` for inputs left to Keras."""
-        values: List[Any] = [None] * self.n_slots
+        """The model's outputs for ``inputs``, or ``_FALL_BACK`` for inputs left to Keras.
+
+        With no gradient tape recording (acting), the recorded steps run as
+        one ``tf.function``, traced once per input signature and then called
+        as one op. Under a tape they run op by op: a traced function's
+        gradient gives zeros, not None, to variables that only feed outputs
+        the loss does not read (a value branch), and called under a tape it
+        saves nothing over the ops.
+        """
         flat = inputs if isinstance(inputs, (list, tuple)) else (inputs,)
         if len(flat) != len(self.inputs):
             return _FALL_BACK
-        for x, (slot, shape, dtype) in zip(flat, self.inputs):
+        conformed = []
+        for x, (_, shape, dtype) in zip(flat, self.inputs):
             x = _conform(x, shape, dtype)
             if x is None:
                 return _FALL_BACK
+            conformed.append(x)
+        if _tape_set_is_empty():
+            if self._traced is None:
+                self._traced = fast_function(self._run_steps)
+            out = self._traced(conformed)
+        else:
+            out = self._run_steps(conformed)
+        if self.structure is None:
+            return out
+        if self.structure == "single":
+            return out[0]
+        if self.structure is tuple:
+            return tuple(out)
+        return tf.nest.pack_sequence_as(self.structure, out)
+
+    def _run_steps(self, conformed: List[Any]) -> List[Any]:
+        """The recorded steps on the conformed inputs: the flat list of model outputs."""
+        values: List[Any] = [None] * self.n_slots
+        for x, (slot, _, _) in zip(conformed, self.inputs):
             values[slot] = x
         for call, args, outs in self.steps:
             result = call([values[i] for i in args])
@@ -134,14 +163,7 @@ class _Plan:
             else:
                 for slot, value in zip(outs, tf.nest.flatten(result)):
                     values[slot] = value
-        out = [values[i] for i in self.outputs]
-        if self.structure is None:
-            return out
-        if self.structure == "single":
-            return out[0]
-        if self.structure is tuple:
-            return tuple(out)
-        return tf.nest.pack_sequence_as(self.structure, out)
+        return [values[i] for i in self.outputs]
 
 
 _FALL_BACK = object()
@@ -474,7 +496,10 @@ def _replayers() -> Dict[type, Callable[[Any, Any, str], Callable[[List[Any]], A
 
 _REPLAYERS = _replayers() if tf is not None else {}
 if tf is not None:
+    from tensorflow.python import pywrap_tfe as _pywrap_tfe
     from tensorflow.python.ops.resource_variable_ops import ResourceVariable as _RESOURCE_VARIABLE
+
+    _tape_set_is_empty = _pywrap_tfe.TFE_Py_TapeSetIsEmpty  # no GradientTape is recording
 
 
 def replayed_layer_classes() -> Sequence[type]:

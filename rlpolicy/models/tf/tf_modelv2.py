@@ -29,6 +29,15 @@ from rlpolicy.utils.framework import get_keras, try_import_tf
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
+_KERAS: Any = None  # the tf_keras module, on first use
+
+
+def _keras() -> Any:
+    """``get_keras()``, looked up once (it runs before every model call)."""
+    global _KERAS
+    if _KERAS is None:
+        _KERAS = get_keras()
+    return _KERAS
 
 _warned_register_variables = False
 
@@ -87,7 +96,7 @@ class TFModelV2(ModelV2):
         select_keras_classes(self, use_v2=self.graph is None)
         if self.graph is not None:
             return self.graph.as_default()
-        return ModelV2.context(self)
+        return contextlib.nullcontext()
 
     def update_ops(self) -> List[TensorType]:
         """Returns extra ops to run with each train step (none by default).
@@ -128,8 +137,8 @@ class TFModelV2(ModelV2):
             if as_dict:
                 return unique_keys((v.name, v) for v in self.var_list)
             return list(self.var_list)
-        found = _find_sub_modules("", self.__dict__)
-        return found if as_dict else list(found.values())
+        found = _cached_variables(self)
+        return dict(found) if as_dict else list(found.values())
 
     @override(ModelV2)
     def trainable_variables(self, as_dict: bool = False) -> Union[List[TensorType], Dict[str, TensorType]]:
@@ -188,7 +197,7 @@ def select_keras_classes(model: TFModelV2, use_v2: bool) -> None:
         from tf_keras.src.utils.version_utils import swap_class
     except ImportError:  # another tf_keras layout: nothing to fix.
         return
-    keras = get_keras()
+    keras = _keras()
     # The layer classes are found once per set of the model's layer-holding attributes
     # (the walk is most of this function's cost; it runs before every model call).
     signature = tuple(
@@ -246,8 +255,66 @@ def _keras_layers_in(struct: Any, layer_cls: type, seen: set) -> List[Any]:
 
 def _keras_model_attributes(model: TFModelV2) -> Dict[str, Any]:
     """The instance attributes of ``model`` that are Keras models, by name."""
-    keras = get_keras()
+    keras = _keras()
     return {k: v for k, v in model.__dict__.items() if isinstance(v, keras.Model)}
+
+
+def _cached_variables(model: TFModelV2) -> Dict[str, TensorType]:
+    """``_find_sub_modules("", model.__dict__)``, kept per model while nothing it depends on changed.
+
+    The walk (and Keras' own walk over each model's layers) runs before every
+    learning step otherwise. The result is reused while the attributes hold
+    the same objects (lists, tuples and dicts compared element by element,
+    nested TFModelV2s by their attributes) and every Keras layer or
+    ``tf.Module`` other than a functional Keras model (whose layers, built
+    with the model, are fixed) has the same number of variables.
+    """
+    objects: List[Any] = []
+    counts: List[int] = []
+    _dependencies(model.__dict__, objects, counts, _keras(), set())
+    try:
+        cached = _VARIABLES.get(model)
+    except TypeError:  # (a model that cannot be weakly referenced: no cache)
+        return _find_sub_modules("", model.__dict__)
+    if (
+        cached is not None
+        and cached[1] == counts
+        and len(cached[0]) == len(objects)
+        and all(a is b for a, b in zip(cached[0], objects))
+    ):
+        return cached[2]
+    found = _find_sub_modules("", model.__dict__)
+    _VARIABLES[model] = (objects, counts, found)
+    return found
+
+
+def _dependencies(struct: Any, objects: List[Any], counts: List[int], keras: Any, seen: set) -> None:
+    """Collects what ``_sub_module_variables(struct)`` depends on (see ``_cached_variables``)."""
+    if id(struct) in seen:
+        return
+    seen.add(id(struct))
+    objects.append(struct)
+    if isinstance(struct, TFModelV2):
+        counts.append(len(struct.var_list))
+        _dependencies(struct.__dict__, objects, counts, keras, seen)
+    elif isinstance(struct, (keras.Model, tf.Module)):
+        if not getattr(struct, "_is_graph_network", False):
+            counts.append(len(struct.variables))
+    elif isinstance(struct, (tuple, list)):
+        counts.append(len(struct))
+        for value in struct:
+            _dependencies(value, objects, counts, keras, seen)
+    elif isinstance(struct, dict):
+        counts.append(len(struct))
+        for key, value in struct.items():
+            objects.append(key)
+            _dependencies(value, objects, counts, keras, seen)
+
+
+# Per model: (objects and counts its variables depend on, {key: variable}).
+_VARIABLES: "weakref.WeakKeyDictionary[Any, Tuple[List[Any], List[int], Dict[str, TensorType]]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _find_sub_modules(current_key: str, struct: Any) -> Dict[str, TensorType]:
@@ -262,7 +329,7 @@ def _find_sub_modules(current_key: str, struct: Any) -> Dict[str, TensorType]:
 
 def _sub_module_variables(current_key: str, struct: Any) -> List[Tuple[str, TensorType]]:
     """``(key, variable)`` pairs of ``struct`` in discovery order (keys may repeat)."""
-    keras = get_keras()
+    keras = _keras()
     if isinstance(struct, (keras.Model, tf.Module)):
         prefix = current_key + "."
         return [(prefix + re.sub("/", ".", var.name), var) for var in struct.variables]

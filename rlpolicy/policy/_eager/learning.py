@@ -9,7 +9,7 @@ created).
 Gradient layout (RLlib 1.11): with ``_tf_policy_handles_more_than_one_loss``
 (``multi`` below) the gradients are a list (one per optimizer/loss) of lists
 (one per model trainable variable); otherwise a single list, and only the
-first optimizer steps. Tensorflow is imported on first use.
+first optimizer steps.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import tree
 
+from rlpolicy.utils.framework import try_import_tf
+
+tf1, tf, _ = try_import_tf()
+
 GradsAndVars = List[Tuple[Any, Any]]
 
-
-def _tf() -> Any:
-    from rlpolicy.utils.framework import try_import_tf
-
-    return try_import_tf(error=True)[1]
 
 
 class TapeOptimizer:
@@ -54,7 +53,6 @@ def trainable_variables(model: Any) -> List[Any]:
 
 def clip_grads(grads_and_vars: GradsAndVars, clip: float) -> GradsAndVars:
     """Clips the gradients of ``grads_and_vars`` jointly by global norm ``clip``."""
-    tf = _tf()
     idx = [i for i, (g, _) in enumerate(grads_and_vars) if g is not None]
     clipped, _ = tf.clip_by_global_norm([grads_and_vars[i][0] for i in idx], clip)
     out = list(grads_and_vars)
@@ -76,7 +74,6 @@ def read_variables(stats: Dict[str, Any]) -> Dict[str, Any]:
     """``stats`` with its variables (SAC's ``log_alpha``) read now: the value when
     the stats were computed (before the update), as torch reports it, not a live
     variable that the update changes before the stats are converted."""
-    tf = _tf()
     return tree.map_structure(lambda x: x.read_value() if isinstance(x, tf.Variable) else x, stats)
 
 
@@ -126,7 +123,6 @@ def apply_gradients(optimizer: Any, grads_and_vars: GradsAndVars) -> None:
     optimizers (user code), other optimizers and non-dense gradients
     (``IndexedSlices``) are stepped eagerly as they are.
     """
-    tf = _tf()
     if not (
         tf.executing_eagerly()
         and _builtin_keras_optimizer(optimizer)
@@ -145,7 +141,6 @@ def apply_gradients(optimizer: Any, grads_and_vars: GradsAndVars) -> None:
 
 def _traced_apply(optimizer_ref: Any, variables: List[Any]) -> Callable:
     """A ``tf.function(grads)`` stepping the referenced optimizer on ``variables``."""
-    tf = _tf()
 
     def apply(grads: List[Any]) -> None:
         optimizer_ref().apply_gradients(zip(grads, variables))
@@ -161,7 +156,6 @@ def _builtin_keras_optimizer(optimizer: Any) -> bool:
 
 def mean_grads(tower_grads: List[Any]) -> Any:
     """Averages per-tower gradients leaf by leaf (None where any tower has None)."""
-    tf = _tf()
 
     def mean(*leaves: Any) -> Any:
         if any(g is None for g in leaves):

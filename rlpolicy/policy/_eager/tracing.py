@@ -12,7 +12,6 @@ counts the traces of each function and warns once per function when its
 retraces (traces after the first) exceed the limit.
 
 Everything here takes tensors, functions and counters, never the policy.
-Tensorflow is imported on first use.
 """
 
 from __future__ import annotations
@@ -20,10 +19,15 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import tree
+
+from rlpolicy.utils.framework import try_import_tf
+from rlpolicy.utils.tf_utils import fast_function, signature_key
+
+tf1, tf, _ = try_import_tf()
 
 logger = logging.getLogger(__name__)
 
@@ -31,24 +35,8 @@ logger = logging.getLogger(__name__)
 NON_TENSOR_COLUMNS = ("infos",)
 
 
-_TF: Optional[Any] = None  # the tensorflow module, once imported
-_EAGER_TENSOR: Optional[type] = None
 
 
-def _tf() -> Any:
-    global _TF
-    if _TF is None:
-        from rlpolicy.utils.framework import try_import_tf
-
-        _TF = try_import_tf(error=True)[1]
-    return _TF
-
-
-def _eager_tensor_type() -> type:
-    global _EAGER_TENSOR
-    if _EAGER_TENSOR is None:
-        _EAGER_TENSOR = type(_tf().constant(0))
-    return _EAGER_TENSOR
 
 
 def _is_tensorable(x: Any) -> bool:
@@ -58,7 +46,6 @@ def _is_tensorable(x: Any) -> bool:
 
 
 def _convert_leaf(leaf: Any) -> Any:
-    tf = _tf()
     if isinstance(leaf, np.ndarray):
         # tf.constant skips tf.convert_to_tensor's dispatch layers (same result for arrays).
         return tf.constant(leaf) if _is_tensorable(leaf) else leaf  # e.g. object arrays of infos
@@ -75,7 +62,7 @@ def to_tensor(x: Any) -> Any:
     """Converts the numpy/python leaves of ``x`` to tensors (tensors and None stay)."""
     if isinstance(x, np.ndarray):  # the common case: one column, no structure to walk
         return _convert_leaf(x)
-    if isinstance(x, list) and x and not _tf().is_tensor(x[0]):
+    if isinstance(x, list) and x and not tf.is_tensor(x[0]):
         # A list of rows (numbers/arrays) is one column, not a structure; a list of
         # tensors (e.g. a restored Tuple observation) is a structure.
         try:
@@ -83,7 +70,7 @@ def to_tensor(x: Any) -> Any:
         except (ValueError, TypeError):
             arr = None
         if arr is not None and _is_tensorable(arr):
-            return _tf().convert_to_tensor(arr)
+            return tf.convert_to_tensor(arr)
     return tree.map_structure(_convert_leaf, x)
 
 
@@ -110,7 +97,6 @@ def to_numpy(x: Any) -> Any:
     The copies never share memory with TF buffers, so later in-place updates
     of variables (optimizer steps) cannot change a returned array.
     """
-    tf = _tf()
 
     def convert(leaf: Any) -> Any:
         if isinstance(leaf, (np.ndarray, int, float, bool, str)) or leaf is None:
@@ -179,100 +165,24 @@ class TraceCounter:
             )
 
 
-def signature_key(x: Any) -> Optional[Tuple[Any, ...]]:
-    """A hashable key for the tf.function input signature of ``x`` (a nest of
-    eager tensors and plain Python constants), or None for anything else.
-
-    Two argument nests with the same key have the same structure, the same
-    dtypes and shapes, and the same Python values, so they would run the same
-    concrete function.
-    """
-    return _key(x, _eager_tensor_type())
-
-
-def _key(x: Any, eager: Any) -> Optional[Tuple[Any, ...]]:
-    if isinstance(x, eager):
-        return (x.dtype, tuple(x.shape.as_list()))  # ints whatever the tensorshape mode
-    if isinstance(x, dict):
-        try:
-            keys = sorted(x)
-        except TypeError:  # mixed key types
-            return None
-        items = tuple((k, type(k), _key(x[k], eager)) for k in keys)
-        return None if any(v is None for _, _, v in items) else (dict, items)
-    if isinstance(x, (list, tuple)):
-        elems = tuple(_key(v, eager) for v in x)
-        return None if any(v is None for v in elems) else (type(x), elems)
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return (type(x), x)
-    return None  # variables, arrays, other objects: leave them to tf.function
-
-
-def _direct_call(conc: Any, args: Tuple[Any, ...]) -> Callable:
-    """The cheapest way to call concrete function ``conc`` with arguments like ``args``.
-
-    ``conc(*args)`` re-binds and re-checks the arguments against the function
-    type on every call. Where the function's flat tensor inputs are the
-    tensors of ``tf.nest.flatten(args)`` in that order (checked here on
-    ``args``; the same holds for all arguments with the same signature key),
-    the flat tensors go straight to the function, as ``tf.function`` itself
-    does after its dispatch.
-    """
-    tf = _tf()
-    try:
-        expected = conc.function_type.unpack_inputs(conc.function_type.bind(*args))
-        flat = [t for t in tf.nest.flatten(args) if isinstance(t, tf.Tensor)]
-        call_flat = conc._call_flat
-    except (AttributeError, TypeError, ValueError):  # another TF version: the public call
-        return conc
-    if len(flat) != len(expected) or any(a is not b for a, b in zip(flat, expected)):
-        return conc
-    nest_flatten, tensor = tf.nest.flatten, tf.Tensor
-
-    def direct(*call_args: Any) -> Any:
-        return call_flat([t for t in nest_flatten(call_args) if isinstance(t, tensor)], conc.captured_inputs)
-
-    return direct
-
-
 def make_traced(fn: Callable, name: str, counter: TraceCounter, max_cached: int = 64) -> Callable:
     """Wraps ``fn`` in a ``tf.function`` whose traces are counted by ``counter``.
 
-    The returned callable runs the ``tf.function`` and then lets ``counter``
-    check the retrace limit. ``reduce_retracing`` makes TF generalise shapes
-    (e.g. batch sizes) after the second distinct one. For each input signature
-    (see :func:`signature_key`) already seen, it calls the concrete function
-    TF chose for it directly: ``tf.function``'s own dispatch (building and
-    matching a function type on every call) costs more than a small forward
-    pass. At most ``max_cached`` signatures are kept. (The key holds the
-    arguments only, not TF's device/graph context: an eager policy makes all
-    its traced calls in the same one.)
+    The returned callable (``rlpolicy.utils.tf_utils.fast_function``) runs the
+    ``tf.function`` and then lets ``counter`` check the retrace limit.
+    ``reduce_retracing`` makes TF generalise shapes (e.g. batch sizes) after
+    the second distinct one. For each input signature already seen it calls
+    the concrete function TF chose for it directly, skipping ``tf.function``'s
+    dispatch; at most ``max_cached`` signatures are kept.
     """
-    tf = _tf()
 
     def body(*args: Any, **kwargs: Any) -> Any:
         counter.record(name)  # runs only while tracing
         return fn(*args, **kwargs)
 
     body.__name__ = name
-    traced = tf.function(body, autograph=False, reduce_retracing=True)
-    concrete: Dict[Any, Callable] = {}
-
-    def call(*args: Any) -> Any:
-        key = signature_key(args)
-        direct = concrete.get(key) if key is not None else None
-        if direct is not None:
-            return direct(*args)
-        out = traced(*args)
-        counter.check(name)
-        if key is not None:
-            if len(concrete) >= max_cached:
-                concrete.clear()
-            concrete[key] = _direct_call(traced.get_concrete_function(*args), args)
-        return out
-
-    call.__name__ = name
-    call.traced_function = traced  # type: ignore[attr-defined]
+    call = fast_function(body, max_cached=max_cached, after_dispatch=lambda: counter.check(name))
+    call.__name__ = name  # type: ignore[attr-defined]
     return call
 
 

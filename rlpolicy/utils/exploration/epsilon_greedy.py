@@ -11,6 +11,11 @@ from rlpolicy._core import exploration_ops as ops
 from rlpolicy._core.exploration_factory import create_schedule
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.exploration.exploration import Exploration
+from rlpolicy.utils.exploration.stochastic_sampling import (
+    eager_advance_timestep,
+    eager_flag,
+    eager_zero_logps,
+)
 from rlpolicy.utils.framework import try_import_tf, try_import_torch
 from rlpolicy.utils.typing import TensorType
 
@@ -90,13 +95,13 @@ class EpsilonGreedy(Exploration):
     def _get_tf_exploration_action_op(self, action_distribution: Any, explore: Any, timestep: Any):
         _, tf, _ = try_import_tf(error=True)
         q_values = action_distribution.inputs
-        explore_now = ops.eager_flag(explore)
+        explore_now = eager_flag(explore)
         if explore_now is False:  # eager, not exploring: the greedy branch only
-            ops.eager_advance_timestep(self.last_timestep, timestep, read=False)
+            eager_advance_timestep(self.last_timestep, timestep, read=False)
             exploit_action = tf.argmax(q_values, axis=1)
-            return exploit_action, ops.eager_zero_logps(exploit_action)
+            return exploit_action, eager_zero_logps(exploit_action)
         if explore_now:
-            ts = ops.eager_advance_timestep(self.last_timestep, timestep, read=True)
+            ts = eager_advance_timestep(self.last_timestep, timestep, read=True)
         else:
             ts = ops.tf_advance_timestep(self.last_timestep, timestep)
         epsilon = tf.cast(self.epsilon_schedule(ts), tf.float32)
@@ -110,7 +115,7 @@ class EpsilonGreedy(Exploration):
 
         if explore_now:
             action = tf.where(chose_random, random_actions, exploit_action)
-            return action, ops.eager_zero_logps(action)
+            return action, eager_zero_logps(action)
         action = tf.cond(
             ops.tf_bool(explore),
             true_fn=lambda: tf.where(chose_random, random_actions, exploit_action),

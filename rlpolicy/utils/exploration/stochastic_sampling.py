@@ -15,6 +15,8 @@ from rlpolicy.utils.exploration.random import Random
 from rlpolicy.utils.framework import try_import_tf, try_import_torch
 from rlpolicy.utils.typing import TensorType
 
+tf1, tf, _ = try_import_tf()
+
 
 class StochasticSampling(Exploration):
     """Samples actions from the action distribution (the default exploration).
@@ -71,8 +73,7 @@ class StochasticSampling(Exploration):
         return self._get_torch_exploration_action(action_distribution, timestep, explore)
 
     def _get_tf_exploration_action_op(self, action_dist: Any, timestep: Any, explore: Any):
-        _, tf, _ = try_import_tf(error=True)
-        explore_now = ops.eager_flag(explore)
+        explore_now = eager_flag(explore)
         if explore_now is not None:
             return self._get_eager_exploration_action(action_dist, timestep, explore_now)
         ts = ops.tf_advance_timestep(self.last_timestep, timestep)
@@ -102,20 +103,19 @@ class StochasticSampling(Exploration):
     def _get_eager_exploration_action(self, action_dist: Any, timestep: Any, explore: bool):
         """Eager TF with a known ``explore``: the taken branch of the tf.cond path only
         (same actions and logps; no deterministic sample or zero logps when sampling)."""
-        _, tf, _ = try_import_tf(error=True)
         # (timesteps count up from 0: without random_timesteps no read is needed)
-        ts = ops.eager_advance_timestep(
+        ts = eager_advance_timestep(
             self.last_timestep, timestep, read=explore and self.random_timesteps > 0
         )
         if not explore:
             action = action_dist.deterministic_sample()
-            return action, ops.eager_zero_logps(action)
+            return action, eager_zero_logps(action)
         sample = action_dist.sample()
         if ts is None or ts >= self.random_timesteps:
             return sample, action_dist.sampled_action_logp()
         drawn, _ = self.random_exploration.get_tf_exploration_action_op(action_dist, True)
         action = tree.map_structure(lambda r, s: tf.cast(r, s.dtype), drawn, sample)
-        return action, ops.eager_zero_logps(action)
+        return action, eager_zero_logps(action)
 
     def _get_torch_exploration_action(self, action_dist: Any, timestep: Any, explore: Any):
         # (ops.torch_next_timestep, inline: this runs once per action step)
@@ -131,3 +131,70 @@ class StochasticSampling(Exploration):
             return action, ops.torch_zero_logps(action, self.device)
         leaf = tree.flatten(action)[0]
         return action, np.zeros(np.shape(leaf)[:1], dtype=np.float32)
+
+
+# ---------------------------------------------------------------- eager TF steps
+# (shared with EpsilonGreedy: an exploration's eager branch taken in Python)
+
+
+def eager_flag(value: Any) -> Optional[bool]:
+    """``value`` as a Python bool when it can be read on the host now, else None.
+
+    While TF executes eagerly a Python/numpy bool or a scalar eager tensor is
+    known: an exploration can then take its branch in Python and compute only
+    that branch's ops. Inside a ``tf.function`` or a tf1 graph (where a state
+    update must stay wired into the returned ops) this is None, and the caller
+    builds its ``tf.cond``.
+    """
+    if not tf.executing_eagerly():
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if value is None:
+        return None
+    try:
+        return bool(value)  # an eager scalar: one host read
+    except (TypeError, ValueError):
+        return None
+
+
+def eager_advance_timestep(var: Any, timestep: Any, read: bool) -> Optional[int]:
+    """Eager form of ``exploration_ops.tf_advance_timestep``: one assign op, no read-back.
+
+    Stores ``timestep`` (or one more than last time, when None) in ``var``.
+    Returns the new timestep as a Python int when ``read`` (or when it is
+    known without reading the variable), else None.
+    """
+    if timestep is None:
+        var.assign_add(_ONE_INT64.get(), read_value=False)
+        return int(var.numpy()) if read else None
+    if isinstance(timestep, (int, np.integer)):
+        var.assign(np.int64(timestep), read_value=False)
+        return int(timestep)
+    if timestep.dtype != tf.int64:
+        timestep = tf.cast(timestep, tf.int64)
+    var.assign(timestep, read_value=False)
+    return int(timestep) if read else None
+
+
+class _EagerConstant:
+    """An eager int64 scalar 1, made on first use."""
+
+    def __init__(self) -> None:
+        self._value: Any = None
+
+    def get(self) -> Any:
+        if self._value is None:
+            with tf.init_scope():
+                self._value = tf.constant(1, dtype=tf.int64)
+        return self._value
+
+
+_ONE_INT64 = _EagerConstant()
+
+
+def eager_zero_logps(actions: Any) -> Any:
+    """Eager form of ``exploration_ops.tf_zero_logps``: the batch size is known, so the
+    zeros are one host-made constant (no Shape/StridedSlice/Fill ops)."""
+    leaf = tree.flatten(actions)[0]
+    return tf.constant(np.zeros(tuple(leaf.shape)[:1], dtype=np.float32))
