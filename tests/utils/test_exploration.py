@@ -149,6 +149,68 @@ def test_torch_exploration_takes_the_model_device():
     assert expl.device == torch.device("cpu")
 
 
+def _first_parameter_models(torch):
+    nn = torch.nn
+
+    class NoOwnParams(nn.Module):  # parameters only in (nested) children, one slot unset
+        def __init__(self):
+            super().__init__()
+            self.empty = nn.Sequential(nn.Tanh())
+            self.unset = None
+            self.body = nn.Sequential(nn.Tanh(), nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1)))
+
+    class Shared(nn.Module):  # one child twice: visited once
+        def __init__(self):
+            super().__init__()
+            inner = nn.Sequential(nn.ReLU())
+            self.a, self.b, self.c = inner, inner, nn.Linear(2, 2)
+
+    class CustomOrder(nn.Module):  # overrides the enumeration: its own order counts
+        def __init__(self):
+            super().__init__()
+            self.x, self.y = nn.Linear(2, 2), nn.Linear(2, 2)
+
+        def parameters(self, recurse=True):
+            return iter([self.y.bias, self.x.weight])
+
+    class CustomChild(nn.Sequential):  # a child with its own module walk
+        def named_modules(self, memo=None, prefix="", remove_duplicate=True):
+            yield prefix, self
+            yield prefix + ".1", self[1]
+
+    class HasCustomChild(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.kids = CustomChild(nn.Linear(2, 2), nn.Linear(2, 3))
+
+    return {
+        "linear": nn.Linear(2, 2),
+        "no-own-params": NoOwnParams(),
+        "shared": Shared(),
+        "custom-order": CustomOrder(),
+        "custom-child": HasCustomChild(),
+        "no-params": nn.Sequential(nn.Tanh(), nn.ReLU()),
+    }
+
+
+@pytest.mark.parametrize(
+    "name", ["linear", "no-own-params", "shared", "custom-order", "custom-child", "no-params"]
+)
+def test_torch_exploration_device_comes_from_the_first_parameter_torch_lists(name):
+    # The device is that of next(model.parameters()) (the lookup is a direct walk
+    # where torch's enumeration is not overridden).
+    torch = pytest.importorskip("torch")
+    from rlpolicy.utils.exploration.exploration import _first_parameter
+
+    model = _first_parameter_models(torch)[name]
+    expected = next(iter(model.parameters()), None)
+    assert _first_parameter(model, torch.nn.Module) is expected
+    if name == "custom-child":  # (the override's own order: Linear(2, 3)'s weight)
+        assert expected.shape == (3, 2)
+    expl = Random(**{**exploration_kwargs(DISCRETE4, "torch"), "model": model})
+    assert expl.device == (None if expected is None else torch.device("cpu"))
+
+
 # ----------------------------------------------------------------------------
 # Random.
 # ----------------------------------------------------------------------------

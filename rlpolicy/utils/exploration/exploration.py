@@ -64,7 +64,7 @@ class Exploration:
         self.device = None
         _, nn = try_import_torch()
         if isinstance(model, nn.Module):
-            first = next(iter(model.parameters()), None)
+            first = _first_parameter(model, nn.Module)
             if first is not None:
                 self.device = first.device
 
@@ -212,3 +212,30 @@ class Exploration:
     def get_info(self, sess: Optional[Any] = None) -> Dict[str, TensorType]:
         """Deprecated alias of ``get_state``."""
         return self.get_state(sess)
+
+
+def _first_parameter(model: Any, module_cls: Any) -> Any:
+    """``next(iter(model.parameters()), None)``: the first parameter in torch's
+    order (modules pre-order, each once), found by a direct walk when no module
+    on the way changes how torch enumerates them (else by ``parameters()``)."""
+    root = type(model)
+    if (
+        root.parameters is not module_cls.parameters
+        or root.named_parameters is not module_cls.named_parameters
+        or root._named_members is not module_cls._named_members
+    ):
+        return next(iter(model.parameters()), None)
+    named_modules = module_cls.named_modules
+    stack, seen = [model], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        if type(m).named_modules is not named_modules:
+            return next(iter(model.parameters()), None)
+        seen.add(id(m))
+        for p in m._parameters.values():
+            if p is not None:
+                return p
+        stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+    return None
