@@ -396,3 +396,23 @@ def test_example_script_learns():
         after = float(out.split(f"{fw}: after ")[1].split("greedy reward=")[1].split()[0])
         # Random init: mean -|a - obs/2|^2 around -0.2; the optimum is 0.
         assert after > before + 0.05 and after > -0.05, out
+
+
+@pytest.mark.slow
+def test_offpolicy_bench_sac_rows_run():
+    """benchmarks/bench_offpolicy.py's SAC rows, smallest settings: every system reports a row."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3")
+    args = ["--algos", "sac", "--repeats", "1", "--calls", "1", "--sac-batch", "8"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_offpolicy.py"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = dict(line.split(" | ")[0:2] for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line)
+    assert "| SAC-style learn_on_batch (3 optimizers + polyak), batch 8" in rows, proc.stdout
+    assert {"| torch", "| tf", "| traced", "| untraced"} <= set(rows), proc.stdout
+    assert "trace counts {'learn_on_batch': 1}" in proc.stdout  # the traced policy traced once
