@@ -281,6 +281,21 @@ def test_with_lock_makes_one_reentrant_lock_lazily():
     assert b.outer() is lock
 
 
+def test_policy_lock_is_the_lock_with_lock_takes():
+    class Box:
+        @template.with_lock
+        def held(self):
+            return _lock_held_elsewhere(self)
+
+    b = Box()
+    lock = template.policy_lock(b)  # made on first use, then the same object
+    assert template.policy_lock(b) is lock and vars(b)["_lock"] is lock
+    assert b.held() is True  # with_lock holds the lock policy_lock returned
+    with lock:
+        assert _lock_held_elsewhere(b)
+    assert not _lock_held_elsewhere(b)
+
+
 def test_torch_policy_with_lock_is_the_same_decorator():
     pytest.importorskip("torch")
     from rlpolicy.policy import torch_policy  # (its RLlib 1.11 name)
