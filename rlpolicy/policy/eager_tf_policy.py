@@ -7,9 +7,10 @@ it with the graph class's own arguments.
 
 The built class is ``type(name + "_eager", (*mixins, EagerTFPolicy), ns)``
 with its recipe (``TFPolicyHooks``) in ``cls._hooks``. Its acting and
-learning steps are methods here; the helpers they call take data and live in
-``rlpolicy.policy._eager`` (``acting``, ``learning``, ``tracing``,
-``variables``, ``export``, ``mode``).
+learning steps are methods here (with the forward-pass data helpers at the
+bottom of this module); the other helpers they call take data and live in
+``rlpolicy.policy._eager`` (``learning``, ``tracing``, ``variables``,
+``export``, ``mode``).
 
 Tracing: with ``config["eager_tracing"]`` (or on a ``cls.with_tracing()``
 class) the compute-actions, learn, compute-gradients and apply-gradients
@@ -50,7 +51,7 @@ from rlpolicy._core.tower_buffers import (
 )
 from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
 from rlpolicy.policy import _obs_prep as obs_prep
-from rlpolicy.policy._eager import acting, learning, tracing
+from rlpolicy.policy._eager import learning, tracing
 from rlpolicy.policy._eager import variables as variables_lib
 from rlpolicy.policy._eager.mode import make_methods_eager
 from rlpolicy.policy._training_template import TrainingTemplate, with_lock
@@ -66,6 +67,7 @@ from rlpolicy.utils.spaces.space_utils import normalize_action
 from rlpolicy.utils.typing import ModelGradients, ModelWeights, TensorType, TrainerConfigDict
 
 tf1, tf, tfv = try_import_tf()
+_KERAS_MODEL: Any = None  # tf_keras.Model, on first use
 
 EAGER_FRAMEWORKS = ("tf2", "tfe")
 
@@ -176,7 +178,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
                     cfg["model"],
                     framework=self.framework,
                 )
-        acting.check_model(type(self).__name__, model)
+        _check_model(type(self).__name__, model)
         return model, dist_class
 
     def _make_optimizers(self) -> List[Any]:
@@ -265,7 +267,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             ``action_logp``, ``action_dist_inputs`` and ``extra_action_out_fn``'s.
         """
         hooks = self._hooks
-        input_dict = acting.as_tensor_batch(input_dict, training=False)
+        input_dict = _as_tensor_batch(input_dict, training=False)
         obs = tree.flatten(input_dict[SampleBatch.OBS])[0]
         seq_lens = tf.ones(tf.shape(obs)[0], dtype=tf.int32) if state_batches else None
         extra_fetches: Dict[str, Any] = {}
@@ -291,7 +293,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
                 actions, logp = self.exploration.get_exploration_action(
                     action_distribution=action_dist, timestep=timestep, explore=explore
                 )
-        extra_fetches.update(acting.action_extras(logp, dist_inputs))
+        extra_fetches.update(_action_extras(logp, dist_inputs))
         if hooks.extra_action_out_fn is not None:
             extra_fetches.update(hooks.extra_action_out_fn(self))
         return actions, list(state_out), extra_fetches
@@ -306,7 +308,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         """
         fn = self._hooks.action_distribution_fn
         if fn is None:
-            return acting.model_forward(self.model, input_dict, state_batches, seq_lens)
+            return model_forward(self.model, input_dict, state_batches, seq_lens)
         # RLlib's newer or older signature, whichever ``fn`` has (``_core.action_dist_fn``).
         dist_inputs, self.dist_class, state_out = resolve_action_distribution_fn(fn)(
             self,
@@ -340,13 +342,13 @@ class EagerTFPolicy(TrainingTemplate, Policy):
                 "Cannot compute log-prob/likelihood w/o an "
                 "`action_distribution_fn` and a provided `action_sampler_fn`!"
             )
-        batch = SampleBatch({SampleBatch.OBS: acting.as_array(obs_batch)}, _is_training=False)
+        batch = SampleBatch({SampleBatch.OBS: _as_array(obs_batch)}, _is_training=False)
         if prev_action_batch is not None:
-            batch[SampleBatch.PREV_ACTIONS] = acting.as_array(prev_action_batch)
+            batch[SampleBatch.PREV_ACTIONS] = _as_array(prev_action_batch)
         if prev_reward_batch is not None:
-            batch[SampleBatch.PREV_REWARDS] = acting.as_array(prev_reward_batch)
+            batch[SampleBatch.PREV_REWARDS] = _as_array(prev_reward_batch)
         batch = self._lazy_tensor_dict(batch)
-        states = [tracing.to_tensor(acting.as_array(s)) for s in (state_batches or [])]
+        states = [tracing.to_tensor(_as_array(s)) for s in (state_batches or [])]
         seq_lens = tf.ones(len(batch), dtype=tf.int32) if states else None
         self.exploration.before_compute_actions(explore=False)
         if hooks.action_distribution_fn is not None:
@@ -364,7 +366,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             dist_class = self.dist_class
         if not actions_normalized and self.config["normalize_actions"]:
             actions = normalize_action(actions, self.action_space_struct)
-        return dist_class(dist_inputs, self.model).logp(tracing.to_tensor(acting.as_array(actions)))
+        return dist_class(dist_inputs, self.model).logp(tracing.to_tensor(_as_array(actions)))
 
     @override(Policy)
     def postprocess_trajectory(
@@ -441,12 +443,12 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
     def _learn_on_batch_helper(self, samples: Any) -> Dict[str, Any]:
         """One learn step on a (tensor) batch: gradients, stats, optimizer step."""
-        grads_and_vars, _, stats = self._gradients_and_stats(acting.as_tensor_batch(samples, training=True))
+        grads_and_vars, _, stats = self._gradients_and_stats(_as_tensor_batch(samples, training=True))
         self._apply_grads_and_vars(grads_and_vars)
         return stats
 
     def _compute_gradients_helper(self, samples: Any, clip: bool = True) -> Tuple[Any, Dict[str, Any]]:
-        _, grads, stats = self._gradients_and_stats(acting.as_tensor_batch(samples, training=True), clip=clip)
+        _, grads, stats = self._gradients_and_stats(_as_tensor_batch(samples, training=True), clip=clip)
         return grads, stats
 
     def _apply_gradients_helper(self, grads: Any) -> None:
@@ -829,6 +831,92 @@ if tf is not None:
 
 
 # ---------------------------------------------------------------- module-level helpers
+
+SEQ_LENS = "seq_lens"
+
+
+def _is_keras_model(model: Any) -> bool:
+    """Whether ``model`` is a Keras (``tf_keras``) model rather than a ModelV2."""
+    global _KERAS_MODEL
+    if _KERAS_MODEL is None:
+        _KERAS_MODEL = get_keras().Model
+    return isinstance(model, _KERAS_MODEL)
+
+
+def _check_model(owner: str, model: Any) -> None:
+    """Raises TypeError unless ``model`` is a TFModelV2 or a Keras model."""
+    from rlpolicy.models.tf.tf_modelv2 import TFModelV2
+
+    if not isinstance(model, TFModelV2) and not _is_keras_model(model):
+        raise TypeError(
+            f"{owner}: the model must be a TFModelV2 (or Keras model), got {type(model).__name__}"
+        )
+
+
+def _as_array(x: Any) -> Any:
+    """A list of rows as a numpy array (lists of objects stay lists)."""
+    if isinstance(x, list):
+        try:
+            arr = np.asarray(x)
+        except (ValueError, TypeError):
+            return x
+        return x if arr.dtype == object else arr
+    return x
+
+
+def _as_tensor_batch(samples: Any, training: bool) -> SampleBatch:
+    """A SampleBatch view of ``samples`` (already one, or a traced dict of tensors).
+
+    Inside ``tf.function`` the batch arrives as a plain dict; its ``count`` is
+    the static batch size (None once TF generalised it to any size).
+    """
+    if isinstance(samples, SampleBatch):
+        return samples
+    first = next(
+        (v for k, v in samples.items() if k != SEQ_LENS and not k.startswith(("state_in_", "state_out_"))),
+        None,
+    )
+    count = None if first is None else tree.flatten(first)[0].shape[0]
+    flags = {
+        "_time_major": None,
+        "_max_seq_len": None,
+        "_is_training": training,
+        "_zero_padded": training and SEQ_LENS in samples,
+    }
+    return SampleBatch._trusted(dict(samples), count, flags)  # type: ignore[arg-type]
+
+
+def model_forward(
+    model: Any, input_dict: Any, state_batches: List[Any], seq_lens: Any
+) -> Tuple[Any, List[Any], Dict[str, Any]]:
+    """One forward pass: ``(dist_inputs, state_outs, extra_fetches)``.
+
+    A ModelV2 is called as ``model(input_dict, state, seq_lens)``; a Keras
+    model as ``model(input_dict)`` with the states and ``seq_lens`` put into
+    ``input_dict`` (it returns its extra fetches as a third output).
+    """
+    if _is_keras_model(model):
+        for i, s in enumerate(state_batches):
+            input_dict.setdefault(f"state_in_{i}", s)
+        input_dict[SEQ_LENS] = seq_lens
+        dist_inputs, state_out, extra = model(input_dict)
+        return dist_inputs, list(state_out), dict(extra)
+    dist_inputs, state_out = model(input_dict, state_batches, seq_lens)
+    return dist_inputs, list(state_out), {}
+
+
+def _action_extras(logp: Any, dist_inputs: Any) -> Dict[str, Any]:
+    """RLlib 1.11's extra action outputs: ``action_prob``/``action_logp`` (when
+    ``logp`` is not None) and ``action_dist_inputs`` (when given)."""
+    out: Dict[str, Any] = {}
+    if logp is not None:
+        out["action_prob"] = tf.exp(logp)
+        out["action_logp"] = logp
+    if dist_inputs is not None:
+        out["action_dist_inputs"] = dist_inputs
+    return out
+
+
 
 
 def _eager_config(policy: EagerTFPolicy, config: Optional[dict]) -> dict:

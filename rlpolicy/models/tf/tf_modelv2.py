@@ -264,8 +264,10 @@ def _cached_variables(model: TFModelV2) -> Dict[str, TensorType]:
 
     The walk (and Keras' own walk over each model's layers) runs before every
     learning step otherwise. The result is reused while the attributes hold
-    the same objects (lists, tuples and dicts compared element by element,
-    nested TFModelV2s by their attributes) and every Keras layer or
+    the same variables, Keras layers, ``tf.Module``s and containers (lists,
+    tuples and dicts compared element by element, nested TFModelV2s by their
+    attributes; other values, such as the last outputs, cannot hold
+    variables and are not compared) and every Keras layer or
     ``tf.Module`` other than a functional Keras model (whose layers, built
     with the model, are fixed) has the same number of variables.
     """
@@ -292,6 +294,8 @@ def _dependencies(struct: Any, objects: List[Any], counts: List[int], keras: Any
     """Collects what ``_sub_module_variables(struct)`` depends on (see ``_cached_variables``)."""
     if id(struct) in seen:
         return
+    if not isinstance(struct, (TFModelV2, keras.Model, tf.Module, tf.Variable, tuple, list, dict)):
+        return  # (tensors, arrays, spaces, numbers: never variables, e.g. the last outputs)
     seen.add(id(struct))
     objects.append(struct)
     if isinstance(struct, TFModelV2):

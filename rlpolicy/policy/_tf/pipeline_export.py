@@ -218,7 +218,7 @@ def export_eager_pipeline(
     Raises:
         ValueError, PipelineMismatchError: As :func:`export_graph_pipeline`.
     """
-    from rlpolicy.policy._eager.acting import model_forward
+    from rlpolicy.policy.eager_tf_policy import model_forward
     from rlpolicy.policy.sample_batch import SampleBatch
 
     tf1, tf = _tf()
