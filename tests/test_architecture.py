@@ -15,6 +15,9 @@ with a literal name are collected. The rules:
    unless ``x`` is ``self`` or ``cls``; a short allow-list below names the
    cases that are no class's privates, each with its reason.
 4. Nothing outside ``rlpolicy/cli/`` imports ``rlpolicy.cli``.
+5. ``rlpolicy/policy/`` never imports ``rlpolicy.agents`` (the algorithms sit on
+   top of the policy layer), not even lazily or for type hints; an allow-list
+   below would name an exception with its reason (it is empty).
 
 Each test lists every violation it finds, one per line.
 """
@@ -405,6 +408,79 @@ def cli_import_violations() -> List[str]:
 def test_nothing_imports_the_cli():
     violations = cli_import_violations()
     assert not violations, "only rlpolicy/cli/ may import rlpolicy.cli:\n  " + "\n  ".join(violations)
+
+
+# ---------------------------------------------------------------------- rule 5
+
+# (file relative to the repository root, imported module) -> why policy/ must import it.
+POLICY_TO_AGENTS_ALLOWED: Dict[Tuple[str, str], str] = {}
+
+
+def policy_to_agents_imports(imports: Dict[str, List[Import]]) -> List[Tuple[str, Import]]:
+    """(module, import) for every import of rlpolicy.agents by a module of rlpolicy.policy."""
+    return [
+        (m, i)
+        for m, imps in imports.items()
+        if m.startswith("rlpolicy.policy")
+        for i in imps
+        if i.target.startswith("rlpolicy.agents")
+    ]
+
+
+def policy_to_agents_violations() -> List[str]:
+    return [
+        _where(m, i)
+        for m, i in policy_to_agents_imports(IMPORTS)
+        if (_rel(m), i.target) not in POLICY_TO_AGENTS_ALLOWED
+    ]
+
+
+def test_policy_does_not_import_agents():
+    violations = policy_to_agents_violations()
+    assert not violations, (
+        "rlpolicy/policy/ may not import rlpolicy.agents (pass the class in, or move it "
+        "down to the policy layer and re-export it at its RLlib path):\n  " + "\n  ".join(violations)
+    )
+
+
+def test_policy_to_agents_allow_list_entries_still_exist():
+    present = {(_rel(m), i.target) for m, imps in IMPORTS.items() for i in imps}
+    stale = [f"{f}: {t}" for f, t in POLICY_TO_AGENTS_ALLOWED if (f, t) not in present]
+    assert not stale, "stale POLICY_TO_AGENTS_ALLOWED entries:\n  " + "\n  ".join(stale)
+
+
+def test_policy_to_agents_finder_sees_every_kind_of_import(tmp_path):
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from rlpolicy.agents.callbacks import DefaultCallbacks\n"
+        "def f():\n"
+        "    import importlib\n"
+        "    from rlpolicy.agents import ppo\n"
+        "    return importlib.import_module('rlpolicy.agents.dqn.dqn')\n"
+    )
+    path = tmp_path / "x.py"
+    path.write_text(source, encoding="utf-8")
+    module = "rlpolicy.policy._architecture_probe"
+    MODULES[module] = path
+    try:
+        found = sorted(
+            (i.target, i.kind, i.type_checking) for _, i in policy_to_agents_imports({module: imports_of(module)})
+        )
+    finally:
+        del MODULES[module]
+    assert found == [
+        ("rlpolicy.agents.callbacks", "module", True),
+        ("rlpolicy.agents.dqn.dqn", "string", False),
+        ("rlpolicy.agents.ppo", "function", False),
+    ], found
+    # The same imports from a module outside policy/ are not this rule's business.
+    MODULES["rlpolicy.evaluation._architecture_probe"] = path
+    try:
+        outside = imports_of("rlpolicy.evaluation._architecture_probe")
+    finally:
+        del MODULES["rlpolicy.evaluation._architecture_probe"]
+    assert policy_to_agents_imports({"rlpolicy.evaluation._architecture_probe": outside}) == []
 
 
 # ---------------------------------------------------------------------- the checker itself

@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core import action_flow, checkpoint, input_checks, loss_init
+from rlpolicy.policy._callbacks import DefaultCallbacks
 from rlpolicy.policy._obs_prep import flatten_single_list_obs, prepare_observation_space
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import (
@@ -37,7 +38,6 @@ from rlpolicy.utils.typing import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rlpolicy.agents.callbacks import DefaultCallbacks
     from rlpolicy.evaluation.episode import Episode
     from rlpolicy.models.action_dist import ActionDistribution
     from rlpolicy.models.modelv2 import ModelV2
@@ -213,8 +213,6 @@ class Policy(metaclass=ABCMeta):
         Raises:
             ValueError: If the object made has none of the hooks.
         """
-        from rlpolicy.agents.callbacks import DefaultCallbacks
-
         factory = self.config["callbacks"]  # None or callable (checked with the config)
         if factory is None:
             return DefaultCallbacks()

@@ -146,3 +146,32 @@ def test_multi_callbacks_fresh_instances_per_call_and_state():
 def test_multi_callbacks_rejects_non_callables():
     with pytest.raises(TypeError, match="callback_class_list"):
         MultiCallbacks([DefaultCallbacks, "not-a-class"])
+
+
+def test_default_callbacks_keeps_its_rllib_path():
+    """DefaultCallbacks is defined at the policy layer (rlpolicy.policy._callbacks, so
+    that policies need not import agents/) and is the same class at RLlib's path, which
+    it names as its module: reprs, tracebacks and pickles show that path."""
+    import pickle
+
+    import gymnasium as gym
+    import numpy as np
+
+    import rlpolicy.agents.callbacks as public
+    from rlpolicy.policy import _callbacks as home
+    from rlpolicy.policy.policy import Policy
+
+    assert public.DefaultCallbacks is home.DefaultCallbacks
+    assert DefaultCallbacks.__module__ == "rlpolicy.agents.callbacks"
+    assert repr(DefaultCallbacks) == "<class 'rlpolicy.agents.callbacks.DefaultCallbacks'>"
+    assert pickle.loads(pickle.dumps(DefaultCallbacks)) is DefaultCallbacks
+    assert b"rlpolicy.agents.callbacks" in pickle.dumps(DefaultCallbacks, protocol=0)
+    assert issubclass(MultiCallbacks, DefaultCallbacks)
+
+    class Constant(Policy):
+        def compute_actions(self, obs_batch, *args, **kwargs):
+            return np.zeros(len(obs_batch), np.int64), [], {}
+
+    # A policy whose config names no callbacks makes a DefaultCallbacks (the public class).
+    policy = Constant(gym.spaces.Box(-1.0, 1.0, (2,)), gym.spaces.Discrete(2), {})
+    assert type(policy.callbacks) is public.DefaultCallbacks
