@@ -84,6 +84,8 @@ def test_flags_feed_feeds_a_placeholder_explore_but_not_a_python_bool(graph):
     step = tf1.placeholder_with_default(tf.zeros((), tf.int64), (), name="timestep")
     assert ActingGraph(is_exploring=explore, timestep=step).flags_feed(False, 7) == {explore: False, step: 7}
     assert ActingGraph(is_exploring=False, timestep=step).flags_feed(True, None) == {}
+    assert ActingGraph(is_exploring=np.bool_(True), timestep=step).flags_feed(False, None) == {}
+    assert ActingGraph(is_exploring=None).flags_feed(True, None) == {}
 
 
 def test_loss_input_dicts_split_rnn_inputs_and_name_state_columns(graph):
