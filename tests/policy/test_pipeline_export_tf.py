@@ -17,11 +17,26 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from rlpolicy._core.pipeline_contract import (  # noqa: E402
-    PipelineContract,
-    PipelineMismatchError,
-    sample_observations,
+from _pipeline_checks import (  # noqa: E402
+    BOX4,
+    BOX_ACT,
+    DICT_ACT,
+    IMAGE,
+    NOISE_ACT,
+    TUPLE_ACT,
+    TUPLE_OBS,
+    UNBOUNDED,
+    check_cli_exports,
+    check_mismatch_refused_and_not_written,
+    check_noise_samples,
+    check_squashed_samples,
+    check_step,
+    check_unbounded_normalized_refused,
+    load_pipeline,
+    train_cartpole_pg,
 )
+
+from rlpolicy._core.pipeline_contract import PipelineContract, sample_observations  # noqa: E402
 from rlpolicy.models.catalog import ModelCatalog  # noqa: E402
 from rlpolicy.models.tf import tf_action_dist  # noqa: E402
 from rlpolicy.models.tf.tf_beta_dirichlet import Beta  # noqa: E402
@@ -29,8 +44,6 @@ from rlpolicy.policy.eager_tf_policy import build_eager_tf_policy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.policy.tf_policy_template import build_tf_policy  # noqa: E402
 
-BOX4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
-BOX_ACT = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32))
 DICT_OBS = gym.spaces.Dict(
     {
         "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
@@ -38,10 +51,6 @@ DICT_OBS = gym.spaces.Dict(
         "grid": gym.spaces.MultiDiscrete([2, 3]),
     }
 )
-TUPLE_OBS = gym.spaces.Tuple((gym.spaces.Discrete(4), gym.spaces.Box(-2.0, 2.0, (3,), np.float32)))
-DICT_ACT = gym.spaces.Dict({"move": BOX_ACT, "pick": gym.spaces.Discrete(3)})
-TUPLE_ACT = gym.spaces.Tuple((gym.spaces.MultiDiscrete([2, 3]), BOX_ACT))
-IMAGE = gym.spaces.Box(0.0, 1.0, (42, 42, 3), np.float32)
 LSTM = {"use_lstm": True, "lstm_cell_size": 4, "fcnet_hiddens": [8]}
 
 ModelCatalog.register_custom_action_dist("pipe_tf_squashed", tf_action_dist.SquashedGaussian)
@@ -85,81 +94,32 @@ def _policy(flavour, obs_space, act_space, config, scale=1.0, seed=0, cls=None):
     return policy
 
 
-def _load(export_dir):
-    """(contract, run) for an export: ``run(feeds) -> {output name: array}`` in the
-    artifact's consumer, reading nothing but the two files."""
-    with open(os.path.join(export_dir, "pipeline.json"), encoding="utf-8") as f:
-        meta = json.load(f)
-    contract = PipelineContract.from_json(meta)
-    path = os.path.join(export_dir, meta["artifact"])
-    in_names = [i["name"] for i in meta["inputs"]]
-    out_names = [o["name"] for o in meta["outputs"]]
-    if meta["format"] == "onnx":
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        assert [i.name for i in session.get_inputs()] == in_names
-        assert [o.name for o in session.get_outputs()] == out_names
-
-        def run(feeds):
-            return dict(zip(out_names, session.run(None, {k: feeds[k] for k in in_names})))
-    elif tf.executing_eagerly():
+def _savedmodel_runner(path, in_names, out_names):
+    if tf.executing_eagerly():
         signature = tf.saved_model.load(path).signatures["serving_default"]
         assert sorted(signature.structured_outputs) == sorted(out_names)
 
         def run(feeds):
             got = signature(**{k: tf.constant(feeds[k]) for k in in_names})
             return {k: v.numpy() for k, v in got.items()}
-    else:  # a TF1-mode process: the SavedModel loaded into a session
-        graph = tf.Graph()
-        sess = tf.compat.v1.Session(graph=graph)
-        with graph.as_default():
-            sig = tf.compat.v1.saved_model.load(sess, ["serve"], path).signature_def["serving_default"]
 
-        def run(feeds):
-            return sess.run(
-                {k: v.name for k, v in sig.outputs.items()}, {sig.inputs[k].name: feeds[k] for k in in_names}
-            )
+        return run
+    # a TF1-mode process: the SavedModel loaded into a session
+    graph = tf.Graph()
+    sess = tf.compat.v1.Session(graph=graph)
+    with graph.as_default():
+        sig = tf.compat.v1.saved_model.load(sess, ["serve"], path).signature_def["serving_default"]
 
-    return contract, run
+    def run(feeds):
+        return sess.run({k: v.name for k, v in sig.outputs.items()}, {sig.inputs[k].name: feeds[k] for k in in_names})
 
-
-def _flat(actions):
-    if isinstance(actions, dict):
-        return [leaf for k in sorted(actions) for leaf in _flat(actions[k])]
-    if isinstance(actions, tuple):
-        return [leaf for a in actions for leaf in _flat(a)]
-    return [np.asarray(actions)]
+    return run
 
 
-def _flat_spaces(space):
-    if isinstance(space, gym.spaces.Dict):
-        return [leaf for k in sorted(space.spaces) for leaf in _flat_spaces(space[k])]
-    if isinstance(space, gym.spaces.Tuple):
-        return [leaf for s in space.spaces for leaf in _flat_spaces(s)]
-    return [space]
-
-
-def _to_env(action, space, normalize, clip):
-    """RLlib 1.11's mapping of a float Box action to the env, by its formula."""
-    if not (isinstance(space, gym.spaces.Box) and space.dtype == np.float32):
-        return action
-    if normalize:
-        return np.clip(space.low + (action + 1.0) * (space.high - space.low) / 2.0, space.low, space.high)
-    return np.clip(action, space.low, space.high) if clip else action
-
-
-def _softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _inverse_cdf(probs, u):
-    """Index of the first cumulative probability above u (numpy, row by row)."""
-    out = np.empty(len(u), np.int64)
-    for i, (p, v) in enumerate(zip(probs, u)):
-        out[i] = min(int(np.searchsorted(np.cumsum(p), v, side="right")), len(p) - 1)
-    return out
+def _load(export_dir):
+    """(contract, run) for an export, in tf.saved_model.load (TF1's loader into a
+    session in a TF1-mode process) or onnxruntime."""
+    return load_pipeline(export_dir, _savedmodel_runner)
 
 
 CASES = {
@@ -205,7 +165,6 @@ def test_pipeline_reproduces_compute_actions(case, tmp_path):
     assert contract.format == fmt and contract.framework == ("tf" if flavour == "tf" else "tf2")
     normalize = bool(policy.config.get("normalize_actions", True))
     clip = bool(policy.config.get("clip_actions", False))
-    leaf_spaces = _flat_spaces(act_space)
     state = None
     for step, n in enumerate((5, 5, 2)):
         obs = sample_observations(obs_space, n, seed=11 + step)
@@ -215,28 +174,15 @@ def test_pipeline_reproduces_compute_actions(case, tmp_path):
         got = run(feeds)
         states = [feeds[k] for k in contract.names("state")]
         want, want_state, extra = policy.compute_actions(obs, state_batches=states or None, explore=False)
-        for name, a, space in zip(contract.names("action", outputs=True), _flat(want), leaf_spaces):
-            expected = _to_env(np.asarray(a), space, normalize, clip)
-            if np.issubdtype(expected.dtype, np.integer):
-                np.testing.assert_array_equal(got[name], expected)
-                assert got[name].dtype == np.int64
-            else:
-                np.testing.assert_allclose(got[name], expected, atol=1e-4)
-                assert np.all(got[name] >= space.low - 1e-6) if (normalize or clip) else True
-        np.testing.assert_allclose(got["action_dist_inputs"], extra["action_dist_inputs"], atol=1e-4)
-        out_state = [got[k] for k in contract.names("state", outputs=True)]
-        assert len(out_state) == len(want_state)
-        for g, w in zip(out_state, want_state):
-            np.testing.assert_allclose(g, w, atol=1e-4)
-        state = out_state or None
+        check_step(got, contract, want, want_state, extra, act_space, normalize, clip, rtol=1e-7)
+        state = [got[k] for k in contract.names("state", outputs=True)] or None
 
 
 @pytest.mark.parametrize("flavour,fmt", [("tf", "savedmodel"), ("tf2", "onnx"), ("traced", "savedmodel")])
 def test_sampled_actions_with_given_noise_match_numpy_formulas(flavour, fmt, tmp_path):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
-    space = gym.spaces.Tuple((gym.spaces.Discrete(4), gym.spaces.MultiDiscrete([3, 2]), BOX_ACT))
-    policy = _policy(flavour, BOX4, space, {"normalize_actions": True}, scale=1.5)
+    policy = _policy(flavour, BOX4, NOISE_ACT, {"normalize_actions": True}, scale=1.5)
     policy.export_model(str(tmp_path), onnx=13 if fmt == "onnx" else None, pipeline=True)
     contract, run = _load(str(tmp_path))
     assert [(s.kind, s.size, s.distribution) for s in contract.noise] == [
@@ -249,25 +195,8 @@ def test_sampled_actions_with_given_noise_match_numpy_formulas(flavour, fmt, tmp
     assert noise.shape == (64, 5)
     got = run(contract.feeds(obs, noise=noise))
     _, _, extra = policy.compute_actions(obs, explore=False)
-    logits = extra["action_dist_inputs"]  # [4 | 3, 2 | mean 2, log std 2]
-    np.testing.assert_array_equal(
-        got["sampled_actions_0"], _inverse_cdf(_softmax(logits[:, :4]), noise[:, 0])
-    )
-    np.testing.assert_array_equal(
-        got["sampled_actions_1"],
-        np.stack(
-            [
-                _inverse_cdf(_softmax(logits[:, 4:7]), noise[:, 1]),
-                _inverse_cdf(_softmax(logits[:, 7:9]), noise[:, 2]),
-            ],
-            axis=1,
-        ),
-    )
-    assert len(set(got["sampled_actions_0"].tolist())) > 1  # (the draws matter)
-    raw = logits[:, 9:11] + np.exp(logits[:, 11:13]) * noise[:, 3:5]
-    np.testing.assert_allclose(got["sampled_actions_2"], _to_env(raw, BOX_ACT, True, False), atol=1e-4)
     zero = run(contract.feeds(obs, noise=np.zeros_like(noise)))  # normal draws 0: the mean
-    np.testing.assert_allclose(zero["sampled_actions_2"], zero["actions_2"], atol=1e-6)
+    check_noise_samples(got, zero, extra["action_dist_inputs"], noise, box_atol=1e-4)
 
 
 @pytest.mark.parametrize("flavour", ["tf", "tf2"])
@@ -281,10 +210,7 @@ def test_squashed_gaussian_and_deterministic_distributions(flavour, tmp_path):
     noise = contract.draw_noise(16, np.random.default_rng(3))
     got = run(contract.feeds(obs, noise=noise))
     _, _, extra = squashed.compute_actions(obs, explore=False)
-    mean, log_std = extra["action_dist_inputs"][:, :2], extra["action_dist_inputs"][:, 2:]
-    std = np.exp(np.clip(log_std, -5.0, 2.0))  # RLlib 1.11 clips log stds to [-5, 2]
-    want = np.clip((np.tanh(mean + std * noise) + 1.0) / 2.0 * 2.0 - 1.0, -1.0, 1.0)
-    np.testing.assert_allclose(got["sampled_actions"], want, atol=1e-5)
+    check_squashed_samples(got["sampled_actions"], extra["action_dist_inputs"], noise)
     det_cls = SquaredLossGraphPolicy if flavour == "tf" else None
     det = _policy(flavour, BOX4, act, {"model": {"custom_action_dist": "pipe_tf_deterministic"}}, cls=det_cls)
     det.export_model(str(tmp_path / "det"), onnx=13, pipeline=True)
@@ -311,31 +237,12 @@ def _off_by_one(cls):
 def test_a_pipeline_that_differs_from_the_policy_is_refused_and_not_written(flavour, tmp_path):
     cls, extra = FLAVOURS[flavour]
     policy = _off_by_one(cls)(BOX4, gym.spaces.Discrete(5), {**extra})
-    (tmp_path / "keep.txt").write_text("mine")
-    for onnx in (None, 13):
-        with pytest.raises(
-            PipelineMismatchError,
-            match=r"batch size 1, step 0: output 'actions' "
-            r"differs from compute_actions\(explore=False\)",
-        ):
-            policy.export_model(str(tmp_path), onnx=onnx, pipeline=True)
-        assert sorted(os.listdir(tmp_path)) == ["keep.txt"]  # no artifact, no temporary file
-    with pytest.raises(PipelineMismatchError):
-        policy.export_model(str(tmp_path / "new"), pipeline=True)
-    assert not (tmp_path / "new").exists()
+    check_mismatch_refused_and_not_written(policy, tmp_path)
 
 
 @pytest.mark.parametrize("flavour", ["tf", "tf2"])
 def test_unexportable_policies_are_refused_naming_the_reason(flavour, tmp_path):
-    unbounded = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-    with pytest.raises(
-        ValueError,
-        match=r"normalize_actions=True unsquashes onto the bounds of "
-        r"Box\(-inf, inf, \(2,\), float32\)",
-    ):
-        _policy(flavour, BOX4, unbounded, {"normalize_actions": True}).export_model(
-            str(tmp_path), pipeline=True
-        )
+    check_unbounded_normalized_refused(_policy(flavour, BOX4, UNBOUNDED, {"normalize_actions": True}), tmp_path)
     beta = _policy(flavour, BOX4, BOX_ACT, {"model": {"custom_action_dist": "pipe_tf_beta"}})
     with pytest.raises(ValueError, match="cannot sample Beta from explicit noise"):
         beta.export_model(str(tmp_path), pipeline=True)
@@ -469,63 +376,18 @@ def test_metadata_and_a_second_export_replacing_the_first(tmp_path):
     assert PipelineContract.read(str(tmp_path)).format == "onnx"
 
 
-def _cli(argv, capsys):
-    from rlpolicy.cli import commands
-
-    try:
-        code = commands.main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("framework", ["tf", "tf2"])
 def test_cli_export_pipeline(framework, tmp_path, capsys):
     pytest.importorskip("onnxruntime")
     run = tmp_path / "run"
-    code, out, err = _cli(
-        [
-            "train",
-            "--algo",
-            "pg",
-            "--env",
-            "CartPole-v1",
-            "--framework",
-            framework,
-            "--stop-timesteps",
-            "100",
-            "--stop-reward",
-            "1e9",
-            "--eval-episodes",
-            "1",
-            "--out",
-            str(run),
-            "--progress-bar",
-            "off",
-            "--config",
-            json.dumps({"train_batch_size": 100, "model": {"fcnet_hiddens": [8]}}),
-        ],
-        capsys,
-    )
-    assert code == 1, err  # the step budget ends the run
+    train_cartpole_pg(run, capsys, steps=100, framework=framework)
     consumer = (
         "tf.saved_model.load"
         if tf.executing_eagerly() or framework == "tf2"
         else "tf.compat.v1.saved_model.load (Session)"
     )
-    for fmt, artifact, loader in (
+    exports = [
         ("savedmodel", "pipeline_savedmodel", consumer),
         ("onnx", "pipeline.onnx", "onnxruntime.InferenceSession"),
-    ):
-        code, out, err = _cli(["export", str(run), "--format", fmt, "--pipeline"], capsys)
-        assert code == 0, err
-        folder = run / f"export_{fmt}_pipeline"
-        assert (
-            f"exported {fmt} pipeline to {folder / artifact}; verified: loaded back with "
-            f"{loader}, max |actions - compute_actions| = " in out
-        )
-        contract, run_artifact = _load(str(folder))
-        obs = np.array([[0.01, -0.02, 0.03, 0.0], [0.1, 0.5, -0.1, -0.4]], np.float32)
-        actions = run_artifact(contract.feeds(obs))["actions"]
-        assert actions.dtype == np.int64 and set(actions.tolist()) <= {0, 1}
+    ]
+    check_cli_exports(run, exports, capsys, _savedmodel_runner)

@@ -12,11 +12,27 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlpolicy._core.pipeline_contract import (  # noqa: E402
-    PipelineContract,
-    PipelineMismatchError,
-    sample_observations,
+from _pipeline_checks import (  # noqa: E402
+    BOX4,
+    BOX_ACT,
+    DICT_ACT,
+    IMAGE,
+    NOISE_ACT,
+    TUPLE_ACT,
+    TUPLE_OBS,
+    UNBOUNDED,
+    check_cli_exports,
+    check_mismatch_refused_and_not_written,
+    check_noise_samples,
+    check_squashed_samples,
+    check_step,
+    check_unbounded_normalized_refused,
+    load_pipeline,
+    softmax,
+    train_cartpole_pg,
 )
+
+from rlpolicy._core.pipeline_contract import PipelineContract, sample_observations  # noqa: E402
 from rlpolicy.models.catalog import ModelCatalog  # noqa: E402
 from rlpolicy.models.torch.torch_action_dist import (  # noqa: E402
     TorchBeta,
@@ -26,8 +42,6 @@ from rlpolicy.models.torch.torch_action_dist import (  # noqa: E402
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2  # noqa: E402
 from rlpolicy.policy.torch_policy import TorchPolicy  # noqa: E402
 
-BOX4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
-BOX_ACT = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([3.0, 0.5], np.float32))
 DICT_OBS = gym.spaces.Dict(
     {
         "pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
@@ -35,10 +49,6 @@ DICT_OBS = gym.spaces.Dict(
         "grid": gym.spaces.MultiDiscrete([2, 4]),
     }
 )
-TUPLE_OBS = gym.spaces.Tuple((gym.spaces.Discrete(4), gym.spaces.Box(-2.0, 2.0, (3,), np.float32)))
-DICT_ACT = gym.spaces.Dict({"move": BOX_ACT, "pick": gym.spaces.Discrete(3)})
-TUPLE_ACT = gym.spaces.Tuple((gym.spaces.MultiDiscrete([2, 3]), BOX_ACT))
-IMAGE = gym.spaces.Box(0.0, 1.0, (42, 42, 3), np.float32)
 LSTM = {"use_lstm": True, "lstm_cell_size": 8, "fcnet_hiddens": [16]}
 
 
@@ -79,61 +89,22 @@ def _policy(obs_space, act_space, config, seed=0):
     return TorchPolicy(obs_space, act_space, {"seed": seed, **config})
 
 
+def _torchscript_runner(path, in_names, out_names):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch>=2.9 flags jit.load
+        module = torch.jit.load(path)
+
+    def run(feeds):
+        with torch.no_grad():
+            outs = module(*[torch.from_numpy(feeds[k]) for k in in_names])
+        return {k: v.numpy() for k, v in zip(out_names, outs)}
+
+    return run
+
+
 def _load(export_dir):
-    """(contract, run) for an export: ``run(feeds) -> {output name: array}`` in
-    the artifact's consumer, reading nothing but the two files."""
-    with open(os.path.join(export_dir, "pipeline.json"), encoding="utf-8") as f:
-        meta = json.load(f)
-    contract = PipelineContract.from_json(meta)
-    path = os.path.join(export_dir, meta["artifact"])
-    in_names = [i["name"] for i in meta["inputs"]]
-    out_names = [o["name"] for o in meta["outputs"]]
-    if meta["format"] == "onnx":
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        assert [i.name for i in session.get_inputs()] == in_names
-        assert [o.name for o in session.get_outputs()] == out_names
-
-        def run(feeds):
-            return dict(zip(out_names, session.run(None, {k: feeds[k] for k in in_names})))
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # torch>=2.9 flags jit.load
-            module = torch.jit.load(path)
-
-        def run(feeds):
-            with torch.no_grad():
-                outs = module(*[torch.from_numpy(feeds[k]) for k in in_names])
-            return {k: v.numpy() for k, v in zip(out_names, outs)}
-
-    return contract, run
-
-
-def _flat(actions):
-    """Leaves of a (nested) batched action in tree order (sorted Dict keys)."""
-    if isinstance(actions, dict):
-        return [leaf for k in sorted(actions) for leaf in _flat(actions[k])]
-    if isinstance(actions, tuple):
-        return [leaf for a in actions for leaf in _flat(a)]
-    return [np.asarray(actions)]
-
-
-def _flat_spaces(space):
-    if isinstance(space, gym.spaces.Dict):
-        return [leaf for k in sorted(space.spaces) for leaf in _flat_spaces(space[k])]
-    if isinstance(space, gym.spaces.Tuple):
-        return [leaf for s in space.spaces for leaf in _flat_spaces(s)]
-    return [space]
-
-
-def _to_env(action, space, normalize, clip):
-    """RLlib 1.11's mapping of a float Box action to the env, by its formula."""
-    if not (isinstance(space, gym.spaces.Box) and space.dtype == np.float32):
-        return action
-    if normalize:
-        return np.clip(space.low + (action + 1.0) * (space.high - space.low) / 2.0, space.low, space.high)
-    return np.clip(action, space.low, space.high) if clip else action
+    """(contract, run) for an export, in torch.jit.load or onnxruntime."""
+    return load_pipeline(export_dir, _torchscript_runner)
 
 
 def _raw_space(policy):
@@ -157,7 +128,6 @@ def test_pipeline_reproduces_compute_actions(case, fmt, tmp_path):
     normalize = policy.config["normalize_actions"]
     clip = policy.config["clip_actions"]
     assert (contract.normalize_actions, contract.clip_actions) == (normalize, clip)
-    leaf_spaces = _flat_spaces(act_space)
     for n in (1, 5):  # neither is the batch size the artifact was traced at
         state = [np.repeat(s[None], n, axis=0) for s in policy.get_initial_state()]
         for step in range(3):
@@ -167,29 +137,7 @@ def test_pipeline_reproduces_compute_actions(case, fmt, tmp_path):
             actions, state_out, extra = policy.compute_actions(
                 obs, state_batches=state or None, explore=False
             )
-            want = [_to_env(a, s, normalize, clip) for a, s in zip(_flat(actions), leaf_spaces)]
-            names = contract.names("action", outputs=True)
-            assert len(names) == len(want)
-            for name, w, s in zip(names, want, leaf_spaces):
-                if isinstance(s, gym.spaces.Box):
-                    assert got[name].dtype == np.float32
-                    np.testing.assert_allclose(got[name], w, atol=1e-4, rtol=1e-4)
-                else:
-                    assert got[name].dtype == np.int64
-                    np.testing.assert_array_equal(got[name], w)
-                assert got[name].shape[0] == n
-            np.testing.assert_allclose(
-                got["action_dist_inputs"], extra["action_dist_inputs"], atol=1e-4, rtol=1e-4
-            )
-            assert len(state_out) == len(contract.names("state", outputs=True))
-            for name, s in zip(contract.names("state", outputs=True), state_out):
-                np.testing.assert_allclose(got[name], s, atol=1e-4, rtol=1e-4)
-            # Sampled actions: the deterministic ones' shapes and dtypes, inside the
-            # space wherever the mapping bounds them (or the space is discrete).
-            for det, smp, s in zip(names, contract.names("sampled_action", outputs=True), leaf_spaces):
-                assert got[smp].shape == got[det].shape and got[smp].dtype == got[det].dtype
-                if not isinstance(s, gym.spaces.Box) or normalize or clip:
-                    assert all(s.contains(np.asarray(a, s.dtype)) for a in got[smp])
+            check_step(got, contract, actions, state_out, extra, act_space, normalize, clip, rtol=1e-4)
             state = [got[name] for name in contract.names("state", outputs=True)]
 
 
@@ -266,20 +214,6 @@ def test_metadata_names_the_interface(tmp_path):
     assert meta["verified"]["consumer"] == "onnxruntime.InferenceSession"
 
 
-def _softmax(x):
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _inverse_cdf(probs, u):
-    """Index of the first cumulative probability above u (numpy, row by row)."""
-    out = np.empty(len(u), np.int64)
-    for i, (p, v) in enumerate(zip(probs, u)):
-        c = np.cumsum(p)
-        out[i] = min(int(np.searchsorted(c, v, side="right")), len(p) - 1)
-    return out
-
-
 def _sharpen(policy, factor):
     """Scales every parameter so that the distributions are far from uniform."""
     with torch.no_grad():
@@ -291,8 +225,7 @@ def _sharpen(policy, factor):
 def test_sampled_actions_with_given_noise_match_numpy_formulas(fmt, tmp_path):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")
-    space = gym.spaces.Tuple((gym.spaces.Discrete(4), gym.spaces.MultiDiscrete([3, 2]), BOX_ACT))
-    policy = _policy(BOX4, space, {"normalize_actions": True})
+    policy = _policy(BOX4, NOISE_ACT, {"normalize_actions": True})
     _sharpen(policy, 3.0)
     policy.export_model(str(tmp_path), onnx=13 if fmt == "onnx" else None, pipeline=True)
     contract, run = _load(str(tmp_path))
@@ -302,26 +235,8 @@ def test_sampled_actions_with_given_noise_match_numpy_formulas(fmt, tmp_path):
     assert noise.shape == (64, 1 + 2 + 2)
     got = run(contract.feeds(obs, noise=noise))
     _, _, extra = policy.compute_actions(obs, explore=False)
-    logits = extra["action_dist_inputs"]  # [4 | 3, 2 | mean 2, log std 2]
-    np.testing.assert_array_equal(
-        got["sampled_actions_0"], _inverse_cdf(_softmax(logits[:, :4]), noise[:, 0])
-    )
-    np.testing.assert_array_equal(
-        got["sampled_actions_1"],
-        np.stack(
-            [
-                _inverse_cdf(_softmax(logits[:, 4:7]), noise[:, 1]),
-                _inverse_cdf(_softmax(logits[:, 7:9]), noise[:, 2]),
-            ],
-            axis=1,
-        ),
-    )
-    mean, log_std = logits[:, 9:11], logits[:, 11:13]
-    raw = mean + np.exp(log_std) * noise[:, 3:5]
-    np.testing.assert_allclose(got["sampled_actions_2"], _to_env(raw, BOX_ACT, True, False), atol=1e-5)
-    # Zero normal draws give the mean: the deterministic action.
     zero = run(contract.feeds(obs, noise=np.zeros_like(noise)))
-    np.testing.assert_allclose(zero["sampled_actions_2"], zero["actions_2"], atol=1e-6)
+    check_noise_samples(got, zero, extra["action_dist_inputs"], noise, box_atol=1e-5)
 
 
 @pytest.mark.parametrize("fmt", ["torchscript", "onnx"])
@@ -338,10 +253,7 @@ def test_squashed_gaussian_and_deterministic_distributions(fmt, tmp_path):
     noise = contract.draw_noise(16, np.random.default_rng(3))
     got = run(contract.feeds(obs, noise=noise))
     _, _, extra = squashed.compute_actions(obs, explore=False)
-    mean, log_std = extra["action_dist_inputs"][:, :2], extra["action_dist_inputs"][:, 2:]
-    std = np.exp(np.clip(log_std, -5.0, 2.0))  # RLlib 1.11 clips log stds to [-5, 2]
-    want = np.clip((np.tanh(mean + std * noise) + 1.0) / 2.0 * 2.0 - 1.0, -1.0, 1.0)
-    np.testing.assert_allclose(got["sampled_actions"], want, atol=1e-5)
+    check_squashed_samples(got["sampled_actions"], extra["action_dist_inputs"], noise)
     # Deterministic: no noise columns used; the one (ignored) column stays an input.
     model = ModelCatalog.get_model_v2(BOX4, act, 2, {"fcnet_hiddens": [8]}, framework="torch")
     det = TorchPolicy(BOX4, act, {}, model=model, action_distribution_class=TorchDeterministic)
@@ -362,7 +274,7 @@ def test_categorical_sample_frequencies_match_the_policy(tmp_path):
     obs = np.repeat(one, n, axis=0)
     got = run(contract.feeds(obs, noise=contract.draw_noise(n, np.random.default_rng(1))))
     _, _, extra = policy.compute_actions(one, explore=False)
-    probs = _softmax(extra["action_dist_inputs"][0])
+    probs = softmax(extra["action_dist_inputs"][0])
     assert probs.max() < 0.9 and probs.min() > 0.01, probs  # a spread to test against
     freq = np.bincount(got["sampled_actions"], minlength=4) / n
     own, _, _ = policy.compute_actions(obs, explore=True)  # the policy's own sampler
@@ -415,34 +327,17 @@ def test_a_pipeline_that_differs_from_the_policy_is_refused_and_not_written(tmp_
     torch.manual_seed(0)
     model = BranchyModel(space, gym.spaces.Discrete(5), 5, {}, "branchy")
     policy = TorchPolicy(space, gym.spaces.Discrete(5), {}, model=model)
-    (tmp_path / "keep.txt").write_text("mine")
-    for onnx in (None, 13):
-        with pytest.raises(
-            PipelineMismatchError,
-            match=r"batch size 1, step 0: output 'actions' "
-            r"differs from compute_actions\(explore=False\)",
-        ):
-            policy.export_model(str(tmp_path), onnx=onnx, pipeline=True)
-        assert sorted(os.listdir(tmp_path)) == ["keep.txt"]  # no artifact, no temporary file
-    with pytest.raises(PipelineMismatchError):
-        policy.export_model(str(tmp_path / "new"), pipeline=True)
-    assert not (tmp_path / "new").exists()  # a directory made for the export goes again
+    check_mismatch_refused_and_not_written(policy, tmp_path)
 
 
 def test_unexportable_policies_are_refused_naming_the_reason(tmp_path):
-    unbounded = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-    with pytest.raises(
-        ValueError,
-        match=r"normalize_actions=True unsquashes onto the bounds of "
-        r"Box\(-inf, inf, \(2,\), float32\)",
-    ):
-        _policy(BOX4, unbounded, {"normalize_actions": True}).export_model(str(tmp_path), pipeline=True)
+    check_unbounded_normalized_refused(_policy(BOX4, UNBOUNDED, {"normalize_actions": True}), tmp_path)
     beta = TorchPolicy(BOX4, BOX_ACT, {}, action_distribution_class=TorchBeta)
     with pytest.raises(ValueError, match="cannot sample TorchBeta from explicit noise"):
         beta.export_model(str(tmp_path), pipeline=True)
     assert os.listdir(tmp_path) == []
     # Without normalize_actions an unbounded Box exports (the actions are passed through).
-    _policy(BOX4, unbounded, {"normalize_actions": False}).export_model(str(tmp_path), pipeline=True)
+    _policy(BOX4, UNBOUNDED, {"normalize_actions": False}).export_model(str(tmp_path), pipeline=True)
     assert sorted(os.listdir(tmp_path)) == ["pipeline.json", "pipeline.pt"]
 
 
@@ -483,55 +378,12 @@ def test_unflatten_gives_the_action_structure(tmp_path):
     np.testing.assert_array_equal(actions[1], want[1])
 
 
-def _cli(argv, capsys):
-    from rlpolicy.cli import commands
-
-    try:
-        code = commands.main(argv)
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_cli_export_pipeline(tmp_path, capsys):
     pytest.importorskip("onnxruntime")
     run = tmp_path / "run"
-    code, out, err = _cli(
-        [
-            "train",
-            "--algo",
-            "pg",
-            "--env",
-            "CartPole-v1",
-            "--stop-timesteps",
-            "200",
-            "--stop-reward",
-            "1e9",
-            "--eval-episodes",
-            "1",
-            "--out",
-            str(run),
-            "--progress-bar",
-            "off",
-            "--config",
-            json.dumps({"train_batch_size": 200, "model": {"fcnet_hiddens": [8]}}),
-        ],
-        capsys,
-    )
-    assert code == 1, err  # the step budget ends the run
-    for fmt, artifact, consumer in (
+    train_cartpole_pg(run, capsys, steps=200)
+    exports = [
         ("torchscript", "pipeline.pt", "torch.jit.load"),
         ("onnx", "pipeline.onnx", "onnxruntime.InferenceSession"),
-    ):
-        code, out, err = _cli(["export", str(run), "--format", fmt, "--pipeline"], capsys)
-        assert code == 0, err
-        folder = run / f"export_{fmt}_pipeline"  # (CHECKPOINT is the run folder)
-        assert (
-            f"exported {fmt} pipeline to {folder / artifact}; verified: loaded back with "
-            f"{consumer}, max |actions - compute_actions| = " in out
-        )
-        contract, run_artifact = _load(str(folder))
-        obs = np.array([[0.01, -0.02, 0.03, 0.0], [0.1, 0.5, -0.1, -0.4]], np.float32)
-        assert run_artifact(contract.feeds(obs))["actions"].dtype == np.int64
-        assert set(np.asarray(run_artifact(contract.feeds(obs))["actions"])) <= {0, 1}
+    ]
+    check_cli_exports(run, exports, capsys, _torchscript_runner)
