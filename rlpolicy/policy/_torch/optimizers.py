@@ -36,8 +36,12 @@ def default_adam(params: Sequence[Any], **kwargs: Any) -> Any:
     """
     params = list(params)
     devices = _fused_devices()
+    cpu_ok = "cpu" in devices  # (p.is_cpu is much cheaper to ask than p.device.type)
     if params and all(
-        isinstance(p, torch.Tensor) and p.device.type in devices and p.is_floating_point() for p in params
+        isinstance(p, torch.Tensor)
+        and ((cpu_ok and p.is_cpu) or p.device.type in devices)
+        and p.is_floating_point()
+        for p in params
     ):
         try:
             return torch.optim.Adam(params, fused=True, **kwargs)
