@@ -787,7 +787,12 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
         hooks = self._hooks
         self._export_action_pipeline(
-            export_eager_pipeline, export_dir, onnx, hooks.action_sampler_fn, hooks.action_distribution_fn
+            export_eager_pipeline,
+            export_dir,
+            onnx,
+            hooks.action_sampler_fn,
+            hooks.action_distribution_fn,
+            model_forward=model_forward,
         )
 
     @override(Policy)

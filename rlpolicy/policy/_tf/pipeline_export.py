@@ -202,6 +202,7 @@ def export_eager_pipeline(
     onnx: Optional[int] = None,
     exploration: str = "",
     dist_inputs_fn: Optional[Callable[..., Tuple[Any, Any, List[Any]]]] = None,
+    model_forward: Optional[Callable[..., Tuple[Any, List[Any], Dict[str, Any]]]] = None,
     batch_sizes: Sequence[int] = pc.VERIFY_BATCH_SIZES,
     steps: int = 2,
 ) -> pc.PipelineContract:
@@ -213,13 +214,19 @@ def export_eager_pipeline(
         dist_inputs_fn: ``(model, input_dict, state_batches, seq_lens) ->
             (dist_inputs, dist_class, state_outs)`` replacing the model call
             (the policy's ``action_distribution_fn`` with explore off).
+        model_forward: ``(model, input_dict, state_batches, seq_lens) ->
+            (dist_inputs, state_outs, extra_fetches)``, the eager policy's
+            forward pass (``eager_tf_policy.model_forward``, which the policy
+            passes); required unless ``dist_inputs_fn`` is given.
         Others: as :func:`export_graph_pipeline`.
 
     Raises:
         ValueError, PipelineMismatchError: As :func:`export_graph_pipeline`.
     """
-    from rlpolicy.policy.eager_tf_policy import model_forward
     from rlpolicy.policy.sample_batch import SampleBatch
+
+    if dist_inputs_fn is None and model_forward is None:
+        raise ValueError("export_eager_pipeline: pass model_forward (or dist_inputs_fn)")
 
     tf1, tf = _tf()
     if not tf.executing_eagerly():
@@ -234,7 +241,7 @@ def export_eager_pipeline(
         if dist_inputs_fn is not None:
             dist_inputs, cls, state_out = dist_inputs_fn(model, input_dict, states, seq_lens)
             return dist_inputs, cls, list(state_out or [])
-        dist_inputs, state_out, _ = model_forward(model, input_dict, states, seq_lens)
+        dist_inputs, state_out, _ = model_forward(model, input_dict, states, seq_lens)  # type: ignore[misc]
         return dist_inputs, dist_class, list(state_out or [])
 
     in_specs = plan.specs(tf)
