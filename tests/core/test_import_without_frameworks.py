@@ -121,3 +121,32 @@ def test_tf_only_environment():
         """,
     )
     assert "ok" in out
+
+
+def test_torch_policy_never_imports_tensorflow_even_when_installed():
+    """With TF installed, a torch-only process (build, act, learn a PPO torch policy)
+    must not pay TF's import: nothing on the torch path may import it at module level."""
+    pytest.importorskip("torch")
+    out = _run(
+        set(),
+        """
+        import sys
+        import gymnasium as gym
+        import numpy as np
+        from rlpolicy.agents.ppo import DEFAULT_CONFIG
+        from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
+        from rlpolicy.evaluation.postprocessing import compute_gae_for_sample_batch
+        from rlpolicy.policy.sample_batch import SampleBatch
+        config = dict(DEFAULT_CONFIG, framework="torch", num_workers=0, train_batch_size=8,
+                      sgd_minibatch_size=8, num_sgd_iter=1)
+        policy = PPOTorchPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), config)
+        obs = np.zeros((8, 4), np.float32)
+        actions, _, extra = policy.compute_actions(obs)
+        batch = SampleBatch(obs=obs, new_obs=obs, actions=actions, rewards=np.ones(8, np.float32),
+                            dones=np.arange(8) == 7, **extra)
+        policy.learn_on_batch(compute_gae_for_sample_batch(policy, batch))
+        assert "tensorflow" not in sys.modules, "tensorflow was imported"
+        print("ok")
+        """,
+    )
+    assert "ok" in out

@@ -15,7 +15,15 @@ from rlpolicy.utils.exploration.random import Random
 from rlpolicy.utils.framework import try_import_tf, try_import_torch
 from rlpolicy.utils.typing import TensorType
 
-tf1, tf, _ = try_import_tf()
+_tf_module: Any = None
+
+
+def _tf() -> Any:
+    """TensorFlow, imported on first use (a torch-only process never imports it)."""
+    global _tf_module
+    if _tf_module is None:
+        _tf_module = try_import_tf()[1]
+    return _tf_module
 
 
 class StochasticSampling(Exploration):
@@ -73,6 +81,7 @@ class StochasticSampling(Exploration):
         return self._get_torch_exploration_action(action_distribution, timestep, explore)
 
     def _get_tf_exploration_action_op(self, action_dist: Any, timestep: Any, explore: Any):
+        tf = _tf()
         explore_now = eager_flag(explore)
         if explore_now is not None:
             return self._get_eager_exploration_action(action_dist, timestep, explore_now)
@@ -103,6 +112,7 @@ class StochasticSampling(Exploration):
     def _get_eager_exploration_action(self, action_dist: Any, timestep: Any, explore: bool):
         """Eager TF with a known ``explore``: the taken branch of the tf.cond path only
         (same actions and logps; no deterministic sample or zero logps when sampling)."""
+        tf = _tf()
         # (timesteps count up from 0: without random_timesteps no read is needed)
         ts = eager_advance_timestep(
             self.last_timestep, timestep, read=explore and self.random_timesteps > 0
@@ -146,7 +156,7 @@ def eager_flag(value: Any) -> Optional[bool]:
     update must stay wired into the returned ops) this is None, and the caller
     builds its ``tf.cond``.
     """
-    if not tf.executing_eagerly():
+    if not _tf().executing_eagerly():
         return None
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
@@ -171,6 +181,7 @@ def eager_advance_timestep(var: Any, timestep: Any, read: bool) -> Optional[int]
     if isinstance(timestep, (int, np.integer)):
         var.assign(np.int64(timestep), read_value=False)
         return int(timestep)
+    tf = _tf()
     if timestep.dtype != tf.int64:
         timestep = tf.cast(timestep, tf.int64)
     var.assign(timestep, read_value=False)
@@ -185,6 +196,7 @@ class _EagerConstant:
 
     def get(self) -> Any:
         if self._value is None:
+            tf = _tf()
             with tf.init_scope():
                 self._value = tf.constant(1, dtype=tf.int64)
         return self._value
@@ -197,4 +209,4 @@ def eager_zero_logps(actions: Any) -> Any:
     """Eager form of ``exploration_ops.tf_zero_logps``: the batch size is known, so the
     zeros are one host-made constant (no Shape/StridedSlice/Fill ops)."""
     leaf = tree.flatten(actions)[0]
-    return tf.constant(np.zeros(tuple(leaf.shape)[:1], dtype=np.float32))
+    return _tf().constant(np.zeros(tuple(leaf.shape)[:1], dtype=np.float32))
