@@ -86,7 +86,9 @@ def make_policy(system: str, batch: int) -> Any:
 
 
 def _sac_example() -> Any:
-    spec = importlib.util.spec_from_file_location("sac_style_policy", ROOT / "examples" / "sac_style_policy.py")
+    spec = importlib.util.spec_from_file_location(
+        "sac_style_policy", ROOT / "examples" / "sac_style_policy.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -127,7 +129,9 @@ def make_sac_policy(system: str, batch: int) -> Any:
     return example.make_policy(framework, *SAC_SPACES, cfg, traced=system == "traced")
 
 
-def time_interleaved(policies: Dict[str, Any], batches: List[Any], repeats: int, calls: int) -> Dict[str, float]:
+def time_interleaved(
+    policies: Dict[str, Any], batches: List[Any], repeats: int, calls: int
+) -> Dict[str, float]:
     """Median CPU ms per learn_on_batch per system; each round times every system in turn."""
     for policy in policies.values():
         for b in batches:
@@ -189,7 +193,9 @@ def main() -> None:
         systems = (args.systems or DEFAULT_SYSTEMS[algo]).split(",")
         if algo == "dqn":
             title = f"DQN learn_on_batch, batch {args.batch}"
-            run_workload(title, make_policy, make_batches(args.batch, 8), systems, args.batch, args.repeats, args.calls)
+            run_workload(
+                title, make_policy, make_batches(args.batch, 8), systems, args.batch, args.repeats, args.calls
+            )
         elif algo == "sac":
             title = f"SAC-style learn_on_batch (3 optimizers + polyak), batch {args.sac_batch}"
             batches = make_sac_batches(args.sac_batch, 8)

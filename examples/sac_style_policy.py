@@ -88,7 +88,11 @@ DEFAULT_CONFIG: Dict[str, Any] = {
 
 
 def _sizes(obs_space: gym.spaces.Space, action_space: gym.spaces.Space) -> Tuple[int, int]:
-    if not isinstance(action_space, gym.spaces.Box) or action_space.shape is None or len(action_space.shape) != 1:
+    if (
+        not isinstance(action_space, gym.spaces.Box)
+        or action_space.shape is None
+        or len(action_space.shape) != 1
+    ):
         raise ValueError(f"SAC-style policy: needs a 1-D Box action space, got {action_space}")
     if not (np.all(action_space.low == -1.0) and np.all(action_space.high == 1.0)):
         raise ValueError(f"SAC-style policy: the action space must be Box(-1, 1), got {action_space}")
@@ -151,8 +155,13 @@ def build_torch_model(policy, obs_space, action_space, config):
 
     def make(name):
         return SACStyleTorchModel(
-            obs_space, action_space, _sizes(obs_space, action_space)[0], config["model"], name,
-            config["hiddens"], config["initial_alpha"],
+            obs_space,
+            action_space,
+            _sizes(obs_space, action_space)[0],
+            config["model"],
+            name,
+            config["hiddens"],
+            config["initial_alpha"],
         )  # num_outputs: forward() passes the flat observations through
 
     policy.target_model = make("target")
@@ -314,8 +323,13 @@ def build_tf_model(policy, obs_space, action_space, config):
 
     def make(name):
         return SACStyleTFModel(
-            obs_space, action_space, _sizes(obs_space, action_space)[0], config["model"], name,
-            config["hiddens"], config["initial_alpha"],
+            obs_space,
+            action_space,
+            _sizes(obs_space, action_space)[0],
+            config["model"],
+            name,
+            config["hiddens"],
+            config["initial_alpha"],
         )  # num_outputs: forward() passes the flat observations through
 
     policy.target_model = make("target")
@@ -479,7 +493,9 @@ def main() -> None:
         torch.manual_seed(0)
         tf.random.set_seed(0)
         policy = make_policy(framework, obs_space, action_space, config)
-        print(f"{framework}: optimizers={len(policy._optimizers)} before: greedy reward={greedy_reward(policy, test_obs):.3f}")
+        print(
+            f"{framework}: optimizers={len(policy._optimizers)} before: greedy reward={greedy_reward(policy, test_obs):.3f}"
+        )
         for step in range(args.steps):
             stats = policy.learn_on_batch(data[step % len(data)].copy())["learner_stats"]
         losses = " ".join(f"{k}={float(stats[k]):.3f}" for k in ("actor_loss", "critic_loss", "alpha_loss"))

@@ -465,7 +465,8 @@ def test_policy_to_agents_finder_sees_every_kind_of_import(tmp_path):
     MODULES[module] = path
     try:
         found = sorted(
-            (i.target, i.kind, i.type_checking) for _, i in policy_to_agents_imports({module: imports_of(module)})
+            (i.target, i.kind, i.type_checking)
+            for _, i in policy_to_agents_imports({module: imports_of(module)})
         )
     finally:
         del MODULES[module]

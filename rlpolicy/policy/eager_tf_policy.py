@@ -922,8 +922,6 @@ def _action_extras(logp: Any, dist_inputs: Any) -> Dict[str, Any]:
     return out
 
 
-
-
 def _eager_config(policy: EagerTFPolicy, config: Optional[dict]) -> dict:
     """The completed config (a new dict; the caller's is left alone), with the
     ``get_default_config`` defaults under it and framework ``"tf2"``/``"tfe"``."""

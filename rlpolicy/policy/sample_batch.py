@@ -172,7 +172,9 @@ class SampleBatch(dict):
             ValueError: Naming the first column whose length differs, or
                 ``seq_lens`` that do not fit the columns.
         """
-        seq_lens = ops.concrete_seq_lens(dict.__getitem__(self, self.SEQ_LENS)) if self.SEQ_LENS in self else None
+        seq_lens = (
+            ops.concrete_seq_lens(dict.__getitem__(self, self.SEQ_LENS)) if self.SEQ_LENS in self else None
+        )
         has_seqs = seq_lens is not None and len(seq_lens) > 0
         zero_padded = bool(self.zero_padded)
         padded = zero_padded and has_seqs and self.max_seq_len is not None

@@ -508,7 +508,9 @@ class TFPolicy(TrainingTemplate, Policy):
         timestep = timestep if timestep is not None else self.global_timestep
         before = getattr(self.exploration, "before_compute_actions", None)
         if before is not None and getattr(before, "__func__", None) is not Exploration.before_compute_actions:
-            before(timestep=timestep, explore=explore, tf_sess=self.get_session())  # (the base hook does nothing)
+            before(
+                timestep=timestep, explore=explore, tf_sess=self.get_session()
+            )  # (the base hook does nothing)
         acting = self._acting
         to_fetch = [acting.sampled_action] + acting.state_outputs + [self.extra_compute_action_fetches()]
         builder.add_feed_dict(self.extra_compute_action_feed_dict())

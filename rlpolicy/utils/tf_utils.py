@@ -363,7 +363,9 @@ def minimize_and_clip(
     if clip_val is not None and not clip_val > 0.0:
         raise ValueError(f"minimize_and_clip: clip_val must be > 0 or None, got {clip_val!r}")
     if tf.executing_eagerly():
-        pairs = [(g, v) for g, v in zip(optimizer.tape.gradient(objective, var_list), var_list) if g is not None]
+        pairs = [
+            (g, v) for g, v in zip(optimizer.tape.gradient(objective, var_list), var_list) if g is not None
+        ]
         if clip_val is None or not pairs:
             return pairs
         grads = [g for g, _ in pairs]

@@ -73,7 +73,9 @@ def make(mode, **overrides):
         return FixedNoiseTorch(OBS_SPACE, ACT_SPACE, dict(config, framework="torch"))
     if mode == "tf":
         return FixedNoiseTF(OBS_SPACE, ACT_SPACE, dict(config, framework="tf"))
-    return FixedNoiseEager(OBS_SPACE, ACT_SPACE, dict(config, framework="tf2", eager_tracing=mode == "traced"))
+    return FixedNoiseEager(
+        OBS_SPACE, ACT_SPACE, dict(config, framework="tf2", eager_tracing=mode == "traced")
+    )
 
 
 def batch(seed=0):
@@ -185,7 +187,10 @@ def reference_step(w0, data, cfg, noise_t, noise_tp1):
 
     def params(w):
         return {
-            head: [(torch.tensor(k, dtype=d, requires_grad=True), torch.tensor(b, dtype=d, requires_grad=True)) for k, b in w[head]]
+            head: [
+                (torch.tensor(k, dtype=d, requires_grad=True), torch.tensor(b, dtype=d, requires_grad=True))
+                for k, b in w[head]
+            ]
             for head in HEADS
         } | {"log_alpha": torch.tensor(w["log_alpha"], dtype=d, requires_grad=True)}
 
@@ -248,7 +253,10 @@ def reference_step(w0, data, cfg, noise_t, noise_tp1):
         for h in HEADS
     }
     target["log_alpha"] = tau * new["log_alpha"] + (1 - tau) * w0["log_alpha"]
-    losses = {k: float(v.detach()) for k, v in (("actor_loss", actor), ("critic_loss", critic), ("alpha_loss", alpha_loss))}
+    losses = {
+        k: float(v.detach())
+        for k, v in (("actor_loss", actor), ("critic_loss", critic), ("alpha_loss", alpha_loss))
+    }
     return losses, new, target
 
 
@@ -263,7 +271,10 @@ def initial_weights(seed=3):
     }
     w = {
         head: [
-            (rng.normal(0, 1 / math.sqrt(a), (a, b)).astype(np.float32), rng.normal(0, 0.1, b).astype(np.float32))
+            (
+                rng.normal(0, 1 / math.sqrt(a), (a, b)).astype(np.float32),
+                rng.normal(0, 0.1, b).astype(np.float32),
+            )
             for a, b in zip(s[:-1], s[1:])
         ]
         for head, s in sizes.items()
@@ -412,7 +423,11 @@ def test_offpolicy_bench_sac_rows_run():
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = dict(line.split(" | ")[0:2] for line in proc.stdout.splitlines() if line.startswith("| ") and "---" not in line)
+    rows = dict(
+        line.split(" | ")[0:2]
+        for line in proc.stdout.splitlines()
+        if line.startswith("| ") and "---" not in line
+    )
     assert "| SAC-style learn_on_batch (3 optimizers + polyak), batch 8" in rows, proc.stdout
     assert {"| torch", "| tf", "| traced", "| untraced"} <= set(rows), proc.stdout
     assert "trace counts {'learn_on_batch': 1}" in proc.stdout  # the traced policy traced once

@@ -106,7 +106,9 @@ def make_policy(variant, *, with_fn=True):
     else:
         from rlpolicy.policy.tf_policy_template import build_tf_policy
 
-        cls = build_tf_policy(name="DetTFPolicy", loss_fn=tf_mse_loss, stats_fn=mse_stats, make_model=make_model, **fn)
+        cls = build_tf_policy(
+            name="DetTFPolicy", loss_fn=tf_mse_loss, stats_fn=mse_stats, make_model=make_model, **fn
+        )
         cls = cls.as_eager() if framework == "tf2" else cls
     dist_name = "test_det_torch" if framework == "torch" else "test_det_tf"
     extra = {} if with_fn else {"model": {"fcnet_hiddens": [], "custom_action_dist": dist_name}}

@@ -79,7 +79,9 @@ def test_variable_cache_follows_attributes_lists_and_lazily_built_layers():
 
 def test_minimize_and_clip_clips_each_gradient_like_numpy():
     rng = np.random.default_rng(0)
-    values = [rng.normal(size=s).astype(np.float32) * k for s, k in (((3, 4), 5.0), ((4,), 0.01), ((2, 2), 3.0))]
+    values = [
+        rng.normal(size=s).astype(np.float32) * k for s, k in (((3, 4), 5.0), ((4,), 0.01), ((2, 2), 3.0))
+    ]
     variables = [tf.Variable(v) for v in values] + [tf.Variable([1.0])]
 
     class Opt:

@@ -111,7 +111,9 @@ def _savedmodel_runner(path, in_names, out_names):
         sig = tf.compat.v1.saved_model.load(sess, ["serve"], path).signature_def["serving_default"]
 
     def run(feeds):
-        return sess.run({k: v.name for k, v in sig.outputs.items()}, {sig.inputs[k].name: feeds[k] for k in in_names})
+        return sess.run(
+            {k: v.name for k, v in sig.outputs.items()}, {sig.inputs[k].name: feeds[k] for k in in_names}
+        )
 
     return run
 
@@ -242,7 +244,9 @@ def test_a_pipeline_that_differs_from_the_policy_is_refused_and_not_written(flav
 
 @pytest.mark.parametrize("flavour", ["tf", "tf2"])
 def test_unexportable_policies_are_refused_naming_the_reason(flavour, tmp_path):
-    check_unbounded_normalized_refused(_policy(flavour, BOX4, UNBOUNDED, {"normalize_actions": True}), tmp_path)
+    check_unbounded_normalized_refused(
+        _policy(flavour, BOX4, UNBOUNDED, {"normalize_actions": True}), tmp_path
+    )
     beta = _policy(flavour, BOX4, BOX_ACT, {"model": {"custom_action_dist": "pipe_tf_beta"}})
     with pytest.raises(ValueError, match="cannot sample Beta from explicit noise"):
         beta.export_model(str(tmp_path), pipeline=True)

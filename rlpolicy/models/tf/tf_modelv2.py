@@ -39,6 +39,7 @@ def _keras() -> Any:
         _KERAS = get_keras()
     return _KERAS
 
+
 _warned_register_variables = False
 
 

@@ -26,7 +26,6 @@ tf1, tf, _ = try_import_tf()
 GradsAndVars = List[Tuple[Any, Any]]
 
 
-
 class TapeOptimizer:
     """Stands in for an optimizer in ``compute_gradients_fn`` (RLlib's ``_OptimizerWrapper``).
 

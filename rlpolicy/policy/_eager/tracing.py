@@ -35,10 +35,6 @@ logger = logging.getLogger(__name__)
 NON_TENSOR_COLUMNS = ("infos",)
 
 
-
-
-
-
 def _is_tensorable(x: Any) -> bool:
     if isinstance(x, np.ndarray):
         return x.dtype != object and x.dtype.kind not in "OUSV"

@@ -114,9 +114,7 @@ class StochasticSampling(Exploration):
         (same actions and logps; no deterministic sample or zero logps when sampling)."""
         tf = _tf()
         # (timesteps count up from 0: without random_timesteps no read is needed)
-        ts = eager_advance_timestep(
-            self.last_timestep, timestep, read=explore and self.random_timesteps > 0
-        )
+        ts = eager_advance_timestep(self.last_timestep, timestep, read=explore and self.random_timesteps > 0)
         if not explore:
             action = action_dist.deterministic_sample()
             return action, eager_zero_logps(action)
