@@ -6,6 +6,7 @@ Test ids read like ``test_x[torch-fake-gpu-x2]``; select with ``-k "torch and cp
 import importlib.util
 import os
 import re
+import signal
 
 import numpy as np
 import pytest
@@ -161,6 +162,12 @@ EAGER_IDS = {"tf2", "tfe", "eager", "traced"}
 
 
 def pytest_configure(config):
+    # A suite started in the background of a non-interactive shell (`cmd &`, nohup) inherits
+    # SIGINT ignored, and so would every CLI process the tests start: the Ctrl-C tests
+    # (tests/test_cli_runs.py) check the handling a terminal user gets, so give the test
+    # processes, and through them their children, Python's default SIGINT handling.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.addinivalue_line(
         "markers",
         "tf_eager_code: the test's own code runs TF eagerly (with RLPOLICY_TF_V1 it "
