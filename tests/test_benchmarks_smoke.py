@@ -29,6 +29,11 @@ SMALL = {
         "exact/default",
         ("torch",),
     ),
+    "bench_offpolicy.py": (
+        ["--repeats", "1", "--calls", "1", "--batch", "8", "--sac-batch", "8"],
+        "SAC-style learn_on_batch",
+        ("torch", "tensorflow"),
+    ),
     "bench_training.py": (
         ["--frameworks", "torch", "--seeds", "0", "--max-steps", "1500", "--max-seconds", "10"],
         "README promise",
