@@ -150,22 +150,26 @@ class SACStyleTorchModel(TorchModelV2, nn.Module):
         return list(self.q_net.parameters()) + list(self.twin_q_net.parameters())
 
 
-def build_torch_model(policy, obs_space, action_space, config):
-    """make_model: the model and ``policy.target_model`` (same layout)."""
+def model_builder(model_class):
+    """A ``make_model`` for ``model_class`` (either framework's model below): builds
+    the model and ``policy.target_model``, of the same layout."""
 
-    def make(name):
-        return SACStyleTorchModel(
-            obs_space,
-            action_space,
-            _sizes(obs_space, action_space)[0],
-            config["model"],
-            name,
-            config["hiddens"],
-            config["initial_alpha"],
-        )  # num_outputs: forward() passes the flat observations through
+    def make_model(policy, obs_space, action_space, config):
+        def make(name):
+            return model_class(
+                obs_space,
+                action_space,
+                _sizes(obs_space, action_space)[0],
+                config["model"],
+                name,
+                config["hiddens"],
+                config["initial_alpha"],
+            )  # num_outputs: forward() passes the flat observations through
 
-    policy.target_model = make("target")
-    return make("model")
+        policy.target_model = make("target")
+        return make("model")
+
+    return make_model
 
 
 def _torch_squashed_sample(dist_inputs, noise):
@@ -260,7 +264,7 @@ SACStyleTorchPolicy = build_policy_class(
     loss_fn=torch_losses,
     stats_fn=torch_stats,
     optimizer_fn=torch_optimizers,
-    make_model=build_torch_model,
+    make_model=model_builder(SACStyleTorchModel),
     action_distribution_fn=action_distribution_fn,
     get_default_config=lambda: DEFAULT_CONFIG,
     before_loss_init=_torch_setup,
@@ -316,24 +320,6 @@ class SACStyleTFModel(TFModelV2):
     def q_variables(self) -> List[Any]:
         """Both critics' variables."""
         return list(self.q_net.variables) + list(self.twin_q_net.variables)
-
-
-def build_tf_model(policy, obs_space, action_space, config):
-    """make_model: the model and ``policy.target_model`` (same layout)."""
-
-    def make(name):
-        return SACStyleTFModel(
-            obs_space,
-            action_space,
-            _sizes(obs_space, action_space)[0],
-            config["model"],
-            name,
-            config["hiddens"],
-            config["initial_alpha"],
-        )  # num_outputs: forward() passes the flat observations through
-
-    policy.target_model = make("target")
-    return make("model")
 
 
 def _tf_squashed_sample(dist_inputs, noise):
@@ -431,7 +417,7 @@ SACStyleTFPolicy = build_tf_policy(
     stats_fn=tf_stats,
     optimizer_fn=tf_optimizers,
     compute_gradients_fn=tf_gradients,
-    make_model=build_tf_model,
+    make_model=model_builder(SACStyleTFModel),
     action_distribution_fn=action_distribution_fn,
     get_default_config=lambda: DEFAULT_CONFIG,
     before_loss_init=_tf_set_target_entropy,
