@@ -451,16 +451,17 @@ class TrainingTemplate(metaclass=ABCMeta):
         action_distribution_fn: Any,
         **framework_kwargs: Any,
     ) -> None:
-        """``export_model(..., pipeline=True)`` for torch and eager TF: refuses an
+        """``export_model(..., pipeline=True)`` for every framework: refuses an
         ``action_sampler_fn``, traces an ``action_distribution_fn`` with explore
-        off, and hands ``exporter`` the policy's data; the exporter's checking
-        ``compute_actions`` calls leave ``global_timestep`` as it was."""
+        off (as ``dist_inputs_fn``; graph TF passes None for both: its acting
+        graph already holds the distribution inputs), and hands ``exporter`` the
+        policy's data; the exporter's checking ``compute_actions`` calls leave
+        ``global_timestep`` as it was."""
         if action_sampler_fn:
             raise ValueError(
                 f"{type(self).__name__} computes actions with an action_sampler_fn; "
                 "its action pipeline cannot be exported (pipeline=True)"
             )
-        dist_fn = None
         if action_distribution_fn:
             call = resolve_action_distribution_fn(action_distribution_fn)
 
@@ -476,6 +477,7 @@ class TrainingTemplate(metaclass=ABCMeta):
                     is_training=False,
                 )
 
+            framework_kwargs["dist_inputs_fn"] = dist_fn
         policy: Any = self  # (the Policy this template is mixed into)
         timestep = policy.global_timestep
         try:
@@ -490,7 +492,6 @@ class TrainingTemplate(metaclass=ABCMeta):
                 initial_state=policy.get_initial_state(),
                 onnx=onnx,
                 exploration=type(policy.exploration).__name__,
-                dist_inputs_fn=dist_fn,
                 **framework_kwargs,
             )
         finally:

@@ -837,24 +837,15 @@ class TFPolicy(TrainingTemplate, Policy):
                 self._seq_lens,
                 {self._is_exploring: False, self._is_training: False, self._timestep: 0},
             )
-            timestep = self.global_timestep
-            try:
-                pipeline_export.export_graph_pipeline(
-                    export_dir,
-                    session=self.get_session(),
-                    tensors=tensors,
-                    dist_class=self.dist_class,
-                    model=self.model,
-                    observation_space=self.observation_space,
-                    action_space=self.action_space,
-                    config=self.config,
-                    compute_actions=self.compute_actions,
-                    initial_state=self.get_initial_state(),
-                    onnx=onnx,
-                    exploration=type(self.exploration).__name__,
-                )
-            finally:
-                self.global_timestep = timestep
+            self._export_action_pipeline(
+                pipeline_export.export_graph_pipeline,
+                export_dir,
+                onnx,
+                None,
+                None,
+                session=self.get_session(),
+                tensors=tensors,
+            )
             return
         with self.graph.as_default():
             signature_def_map = self._build_signature_def()
