@@ -10,6 +10,7 @@ for tf2), imported from RLlib's 1.11 paths.
 import gymnasium as gym
 import numpy as np
 import pytest
+from _linear_head import linear_head
 
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -102,23 +103,8 @@ def make_policy_class(framework, action_distribution_fn=get_distribution_inputs_
 
 
 # ------------------------------------------------------------------ numpy reference
-def linear_q_weights(policy):
-    """(kernel [3, 2], bias [2]) of the linear Q head, from the policy's keyed weights."""
-    kernel = bias = None
-    for value in policy.get_state()["weights"].values():
-        value = np.asarray(value)
-        if value.shape == (3, 2):
-            kernel = value
-        elif value.shape == (2, 3):  # torch Linear stores [out, in]
-            kernel = value.T
-        elif value.shape == (2,):
-            bias = value
-    assert kernel is not None and bias is not None
-    return kernel, bias
-
-
 def numpy_q(policy, obs):
-    kernel, bias = linear_q_weights(policy)
+    kernel, bias = linear_head(policy)
     return obs @ kernel + bias
 
 

@@ -17,6 +17,7 @@ shaped like the inputs ([B, k]) while the exploration's greedy branch gives [B],
 import gymnasium as gym
 import numpy as np
 import pytest
+from _linear_head import linear_head
 
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -116,21 +117,6 @@ def make_policy(variant, *, with_fn=True):
 
 
 # ------------------------------------------------------------------ numpy reference
-def linear_head(policy):
-    """(kernel [3, 2], bias [2]) of the action head, from the policy's weights."""
-    kernel = bias = None
-    for value in policy.get_state()["weights"].values():
-        value = np.asarray(value)
-        if value.shape == (3, 2):
-            kernel = value
-        elif value.shape == (2, 3):  # torch Linear stores [out, in]
-            kernel = value.T
-        elif value.shape == (2,):
-            bias = value
-    assert kernel is not None and bias is not None
-    return kernel, bias
-
-
 def numpy_actions(policy, obs):
     kernel, bias = linear_head(policy)
     return obs @ kernel + bias
