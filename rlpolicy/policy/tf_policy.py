@@ -38,7 +38,7 @@ from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._tf import export as tf_export
 from rlpolicy.policy._tf.grads import clip_by_global_norm, flatten_grad_groups
-from rlpolicy.policy._tf.graph import build_after, is_keras_model, plan_tf_devices
+from rlpolicy.policy._tf.graph import after_reads, build_after, is_keras_model, plan_tf_devices
 from rlpolicy.policy._tf.records import ActingGraph, LossGraph, batch_length, columns_needed_by, with_stats
 from rlpolicy.policy._tf.variables import TFVariables, initialize_uninitialized
 from rlpolicy.policy._training_template import TrainingTemplate, with_lock
@@ -369,16 +369,20 @@ class TFPolicy(TrainingTemplate, Policy):
         stack clips the averaged gradient instead.
         """
         clip = None if self._is_tower else self.config.get("grad_clip")
-        if self.config["_tf_policy_handles_more_than_one_loss"]:
-            groups = self.gradients(self._optimizers, self._losses)
-            grads_and_vars: Any = [
-                clip_by_global_norm([(g, v) for g, v in grp if g is not None], clip) for grp in groups
+        multi = self.config["_tf_policy_handles_more_than_one_loss"]
+        if multi:
+            groups = [
+                [(g, v) for g, v in grp if g is not None]
+                for grp in self.gradients(self._optimizers, self._losses)
             ]
-            grads: Any = [[g for g, _ in grp] for grp in grads_and_vars]
         else:
-            pairs = self.gradients(self._optimizer, self._loss)
-            grads_and_vars = clip_by_global_norm([(g, v) for g, v in pairs if g is not None], clip)
-            grads = [g for g, _ in grads_and_vars]
+            groups = [[(g, v) for g, v in self.gradients(self._optimizer, self._loss) if g is not None]]
+        # Every variable read of the losses, stats and gradients before any update (a
+        # departure: RLlib 1.11's updates can race those reads; docs/porting.md).
+        reads = [*self._losses, *tree.flatten(self._stats_fetches), *(g for grp in groups for g, _ in grp)]
+        groups = [clip_by_global_norm(after_reads(grp, reads), clip) for grp in groups]
+        grads_and_vars: Any = groups if multi else groups[0]
+        grads: Any = [[g for g, _ in grp] for grp in groups] if multi else [g for g, _ in groups[0]]
         self._grads_and_vars, self._grads = grads_and_vars, grads
 
     def _build_main_apply_op(self) -> None:

@@ -88,6 +88,35 @@ def build_after(deps: Optional[List[Any]], build: Callable[[], Any]) -> Any:
         return build()
 
 
+def after_reads(grads_and_vars: List[Any], reads: Iterable[Any]) -> List[Any]:
+    """``grads_and_vars`` with each gradient re-issued (``tf.identity``) after every
+    tensor of ``reads`` has been computed.
+
+    One session run computes the losses, the stats and the gradients and runs the
+    apply op. An apply op waits only for its own gradient, and a gradient does not
+    always need every variable read of the forward pass (the gradient of
+    ``-log_alpha * c`` does not need log_alpha's value; an actor's update does not
+    wait for the actor forward that feeds the critic's target), so without this the
+    session may update a variable before another loss or stat has read it: the
+    fetched losses and the other gradients then depend on thread timing. Gating the
+    gradient tensors (rather than the apply op) keeps ``apply_gradients`` working: it
+    feeds the gradient tensors, which cuts everything upstream of them, the gate too.
+
+    ``reads``: tensors, variables or ops (others, e.g. Python numbers, are ignored).
+    Pairs with a None gradient are kept as they are.
+    """
+    _, tf = _tf()
+    deps = []
+    for r in reads:
+        if isinstance(r, tf.IndexedSlices):
+            r = r.values
+        if isinstance(r, (tf.Tensor, tf.Operation, tf.Variable)):
+            deps.append(r)
+    if not deps:
+        return list(grads_and_vars)
+    return build_after(deps, lambda: [(g if g is None else tf.identity(g), v) for g, v in grads_and_vars])
+
+
 def placeholders_needed_by(roots: Iterable[Any]) -> Set[Any]:
     """The placeholder ops the tensors/ops in ``roots`` (transitively) depend on."""
     tf1, _ = _tf()
