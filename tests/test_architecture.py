@@ -6,7 +6,9 @@ classes, under ``TYPE_CHECKING``) and ``importlib.import_module("...")`` calls
 with a literal name are collected. The rules:
 
 1. ``rlpolicy/_core/`` is the framework-neutral floor: it imports nothing of
-   rlpolicy but ``rlpolicy.utils`` (and itself), not even for type hints.
+   rlpolicy but ``rlpolicy.utils`` (and itself), not even for type hints, and
+   calls no framework's API (an allow-list below names the two files that handle
+   either framework's tensors generically, with their reasons).
 2. No import cycle among rlpolicy's files. Function-level imports count (a
    lazy import hides a cycle from Python, not from the design); imports under
    ``if TYPE_CHECKING:`` do not (they never run).
@@ -203,6 +205,60 @@ def test_core_imports_only_utils():
         "rlpolicy/_core/ may import only rlpolicy.utils (and _core); "
         "pass data in instead, or move the code up:\n  " + "\n  ".join(violations)
     )
+
+
+# Framework code in the floor: names through which a file calls torch or TF.
+_FRAMEWORK_NAMES = {"tf", "tf1", "tfp", "torch", "nn", "F", "tensorflow"}
+_FRAMEWORK_IMPORTERS = {"try_import_tf", "try_import_torch", "try_import_tfp"}
+# _core file -> why it may touch a framework's API (each entry is checked to still need it).
+CORE_FRAMEWORK_ALLOWED: Dict[str, str] = {
+    "rlpolicy/_core/batch_ops.py": "SampleBatch's columns may hold either framework's tensors: "
+    "telling them apart, concatenating and converting them is batch logic, not one framework's",
+    "rlpolicy/_core/framework_check.py": "says whether the framework a config asks for is installed",
+}
+
+
+def core_framework_uses(path: Path) -> List[str]:
+    """Where a file calls a framework (``tf.x``, ``torch.x``, ``try_import_tf()``, ...)."""
+    uses = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in _FRAMEWORK_NAMES
+        ):
+            uses.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FRAMEWORK_IMPORTERS
+        ):
+            uses.append(f"{node.lineno}: {node.func.id}()")
+    return uses
+
+
+def test_core_holds_no_framework_code():
+    """The floor is framework-neutral: framework code lives beside the class it serves
+    (``policy/_torch``, ``policy/_tf``, ``policy/_eager``, ``utils/exploration/_ops.py``)."""
+    violations = []
+    for path in sorted((PACKAGE / "_core").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        uses = core_framework_uses(path)
+        if uses and rel not in CORE_FRAMEWORK_ALLOWED:
+            violations.append(f"{rel}: " + ", ".join(uses[:5]))
+        if not uses and rel in CORE_FRAMEWORK_ALLOWED:
+            violations.append(f"{rel}: in CORE_FRAMEWORK_ALLOWED but uses no framework; drop the entry")
+    assert not violations, "framework code in rlpolicy/_core/:\n  " + "\n  ".join(violations)
+
+
+def test_core_framework_finder(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text(
+        "import numpy as np\ndef g(x):\n    tf1, tf, _ = try_import_tf()\n    return tf.identity(np.ones(x))\n"
+    )
+    assert core_framework_uses(f) == ["3: try_import_tf()", "4: tf.identity"]
+    f.write_text("def g(tf_like):\n    return tf_like.identity  # tf.identity in a comment\n")
+    assert core_framework_uses(f) == []
 
 
 # ---------------------------------------------------------------------- rule 2

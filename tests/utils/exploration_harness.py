@@ -132,7 +132,7 @@ def struct_dist_class(space: gym.Space, framework: str) -> type:
     """A fake distribution over any (nested) space whose deterministic action is all zeros."""
 
     def zeros_like_space(batch: Any) -> Any:
-        from rlpolicy._core.exploration_ops import base_struct_from_space
+        from rlpolicy.utils.exploration._ops import base_struct_from_space
 
         def leaf(s):
             shape = (batch,) + tuple(s.shape)

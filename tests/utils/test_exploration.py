@@ -270,7 +270,7 @@ def test_random_actions_lie_in_the_space(framework, space_id):
 
 
 def _space_struct(space):
-    from rlpolicy._core.exploration_ops import base_struct_from_space
+    from rlpolicy.utils.exploration._ops import base_struct_from_space
 
     return base_struct_from_space(space)
 

@@ -7,9 +7,9 @@ from typing import Any, Optional, Union
 import gymnasium as gym
 import tree
 
-from rlpolicy._core import exploration_ops as ops
 from rlpolicy._core.exploration_factory import create_schedule
 from rlpolicy.utils.annotations import override
+from rlpolicy.utils.exploration import _ops as ops
 from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.exploration.stochastic_sampling import (
     eager_advance_timestep,

@@ -6,9 +6,9 @@ from typing import Any, Optional, Union
 
 import gymnasium as gym
 
-from rlpolicy._core import exploration_ops as ops
 from rlpolicy._core.exploration_factory import create_schedule
 from rlpolicy.utils.annotations import override
+from rlpolicy.utils.exploration import _ops as ops
 from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.exploration.random import Random
 from rlpolicy.utils.framework import try_import_tf, try_import_torch

@@ -7,8 +7,8 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core import exploration_ops as ops
 from rlpolicy.utils.annotations import override
+from rlpolicy.utils.exploration import _ops as ops
 from rlpolicy.utils.exploration.gaussian_noise import GaussianNoise
 from rlpolicy.utils.framework import try_import_tf, try_import_torch
 

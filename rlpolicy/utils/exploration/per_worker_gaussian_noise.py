@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import gymnasium as gym
 
-from rlpolicy._core.exploration_ops import per_worker_constant
+from rlpolicy.utils.exploration._ops import per_worker_constant
 from rlpolicy.utils.exploration.gaussian_noise import GaussianNoise
 
 

@@ -7,8 +7,8 @@ from typing import Any, Optional, Union
 import gymnasium as gym
 import tree
 
-from rlpolicy._core import exploration_ops as ops
 from rlpolicy.utils.annotations import override
+from rlpolicy.utils.exploration import _ops as ops
 from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.framework import try_import_tf, try_import_torch
 from rlpolicy.utils.typing import TensorType

@@ -8,8 +8,8 @@ import gymnasium as gym
 import numpy as np
 import tree
 
-from rlpolicy._core import exploration_ops as ops
 from rlpolicy.utils.annotations import override
+from rlpolicy.utils.exploration import _ops as ops
 from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.exploration.random import Random
 from rlpolicy.utils.framework import try_import_tf, try_import_torch
@@ -167,7 +167,7 @@ def eager_flag(value: Any) -> Optional[bool]:
 
 
 def eager_advance_timestep(var: Any, timestep: Any, read: bool) -> Optional[int]:
-    """Eager form of ``exploration_ops.tf_advance_timestep``: one assign op, no read-back.
+    """Eager form of ``_ops.tf_advance_timestep``: one assign op, no read-back.
 
     Stores ``timestep`` (or one more than last time, when None) in ``var``.
     Returns the new timestep as a Python int when ``read`` (or when it is
@@ -204,7 +204,7 @@ _ONE_INT64 = _EagerConstant()
 
 
 def eager_zero_logps(actions: Any) -> Any:
-    """Eager form of ``exploration_ops.tf_zero_logps``: the batch size is known, so the
+    """Eager form of ``_ops.tf_zero_logps``: the batch size is known, so the
     zeros are one host-made constant (no Shape/StridedSlice/Fill ops)."""
     leaf = tree.flatten(actions)[0]
     return _tf().constant(np.zeros(tuple(leaf.shape)[:1], dtype=np.float32))
