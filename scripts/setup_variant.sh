@@ -6,6 +6,8 @@
 #   bash scripts/setup_variant.sh notorch     # venv-notorch:   Python 3.10, TensorFlow, no torch
 #   bash scripts/setup_variant.sh notf        # venv-notf:      Python 3.12, torch, no TensorFlow
 #   bash scripts/setup_variant.sh bare        # venv-bare:      Python 3.11, no framework at all
+#   bash scripts/setup_variant.sh min         # venv-min:       Python 3.11, every extra at its oldest
+#                                             #                 allowed version (constraints/min.txt)
 #
 # Each variant is rlpolicy installed (editable) with the extras below plus the `dev` extra
 # (pytest, ...). `full` has every extra, like ./.venv (scripts/setup_env.sh), on the Python
@@ -23,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage="usage: setup_variant.sh full 3.10|3.11|3.12 | notorch | notf | bare"
+usage="usage: setup_variant.sh full 3.10|3.11|3.12 | notorch | notf | bare | min"
 variant=${1:?$usage}
 required="" forbidden=""
 case "$variant" in
@@ -35,6 +37,7 @@ case "$variant" in
     notorch) minor=3.10; extras="tf,ray,onnx,checkpoint,cli,dev"; forbidden="torch"; name=$variant ;;
     notf)    minor=3.12; extras="torch,ray,onnx,checkpoint,cli,dev"; forbidden="tensorflow tensorflow-cpu tf-keras"; name=$variant ;;
     bare)    minor=3.11; extras="dev"; forbidden="torch tensorflow tensorflow-cpu tf-keras ray onnxruntime"; name=$variant ;;
+    min)     minor=3.11; extras="all,dev"; required="torch tensorflow tf-keras ray onnxruntime"; name=$variant ;;
     *) echo "setup_variant.sh: unknown variant '$variant' ($usage)" >&2; exit 2 ;;
 esac
 if [ "$variant" != full ] && [ $# -gt 1 ]; then
@@ -68,6 +71,7 @@ venv="$cache/venv-$name"
 # the pinned version from the index: on Linux the CUDA build, ~2.6 GB with its nvidia-*
 # packages (about 20 s to download here, a minute or two to install); it runs on CPUs too.
 constraints=constraints/cpu.txt
+if [ "$variant" = min ]; then constraints=constraints/min.txt; fi
 # PyPI's torch for Linux (the CUDA build) depends on triton, torch.compile's GPU kernel
 # compiler. With TensorFlow 2.20+ from PyPI in the same process it crashes: TF loads its
 # core library with RTLD_GLOBAL, so its copy of LLVM takes over triton's symbols, and the
@@ -76,7 +80,7 @@ constraints=constraints/cpu.txt
 # The CPU-only machines here never use triton, so a variant with both frameworks drops it,
 # as ./.venv's CPU torch never had it; torch works without it (torch.compile falls back).
 drop=""
-if [ "$variant" = full ]; then drop="triton"; fi
+if [ "$variant" = full ] || [ "$variant" = min ]; then drop="triton"; fi
 want="$("$py" -c 'import sys; print(sys.version)') | $extras | $(python3 scripts/deps_stamp.py)${drop:+ | without $drop}"
 stamp="$venv/.rlpolicy-variant"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
@@ -94,7 +98,7 @@ rm -rf "$venv"
 for pkg in $drop; do
     "$venv/bin/python" -m pip uninstall -q -y "$pkg" >&2
 done
-if [ "$variant" = full ]; then
+if [ -n "$drop" ]; then
     # The crash above, checked: both frameworks load in one process, TF first.
     "$venv/bin/python" -c "import tensorflow, torch, torch._dynamo" >/dev/null 2>&1 || {
         echo "setup_variant.sh: variant '$name': importing torch._dynamo after tensorflow fails" >&2

@@ -5,7 +5,6 @@ Test ids read like ``test_x[torch-fake-gpu-x2]``; select with ``-k "torch and cp
 
 import importlib.util
 import os
-import re
 import signal
 
 import numpy as np
@@ -49,68 +48,17 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-# With RLPOLICY_TF_V1 set, only tests that use TF are run (the rest have nothing to show in
-# a TF1-mode process): see _uses_tf. RLPOLICY_TF_V1_ALL=1 keeps every test.
-TF_TOKENS = {"tf", "tf1", "tf2", "tfe", "eager", "keras", "traced", "tensorflow"}
-# A test module uses TF if its source imports/mentions TF (tensorflow, try_import_tf, Keras,
-# rlpolicy's tf modules, "tf"/"tf2" framework strings, tf1./tf. calls).
-_TF_SOURCE = re.compile(
-    r"\btensorflow\b|try_import_tf|\bkeras\b|\w_tf\b|\btf_\w|\btf2?\b[\"'.]"
-    r"|[\"']tf2?[\"']|\btf1\."
-)
-_module_uses_tf_cache: dict = {}
-# Modules whose every test runs its code in a fresh interpreter (scripts, blocked imports,
-# stderr checks): that interpreter is not in TF1 mode, so the TF1-mode pass skips them.
-FRESH_PROCESS_MODULES = {
-    "test_examples",
-    "test_benchmarks_smoke",
-    "test_native_stderr",
-    "test_import_without_frameworks",
-    "test_missing_framework_errors",
-}
+# The TF1-mode pass (RLPOLICY_TF_V1 set) runs exactly the tests marked `tf`
+# (RLPOLICY_TF_V1_ALL=1 keeps every test). Outside it, tests/_tf_marker_guard.py fails any
+# test that runs TensorFlow ops without that marker, so none can silently miss the pass.
+# Tests parametrized with a `framework` (or `fw`) of "tf" / "tf2" are marked `tf` here
+# ("tf2" also `tf_eager_code`); every other TF test carries the marker itself.
+TF_FRAMEWORK_PARAMS = ("framework", "fw")
+TF_FRAMEWORK_VALUES = {"tf": ("tf",), "tf2": ("tf", "tf_eager_code")}
 
+import _tf_marker_guard  # noqa: E402  (tests/ is on sys.path for conftest)
 
-def _tokens(text: str) -> set:
-    return set(re.split(r"[^a-z0-9]+", text.lower()))
-
-
-def _module_uses_tf(path) -> bool:
-    key = str(path)
-    if key not in _module_uses_tf_cache:
-        try:
-            source = open(key, encoding="utf-8").read()
-        except OSError:
-            source = ""
-        _module_uses_tf_cache[key] = bool(_TF_SOURCE.search(source))
-    return _module_uses_tf_cache[key]
-
-
-def _uses_tf(item) -> bool:
-    """The TF1-mode pass's selection rule: whether a test uses TF.
-
-    A parametrized test whose parameter ids name a TF flavour (tf, tf2, eager, traced,
-    keras, ...) is kept; one whose ids name torch and no TF flavour is dropped (the
-    torch half of a framework sweep). Otherwise a test is kept if it is marked
-    ``tf_eager_code``, if its name or module name mentions a TF flavour, or if its
-    module's source uses TF (see ``_TF_SOURCE``). Tests that check a fresh process
-    (name contains ``fresh_process``/``fresh_shell``, or in ``FRESH_PROCESS_MODULES``) are
-    dropped: their subprocess is not in TF1 mode, so they show nothing new there.
-    """
-    name = getattr(item, "originalname", item.name).lower()
-    if "fresh_process" in name or "fresh_shell" in name or item.path.stem in FRESH_PROCESS_MODULES:
-        return False
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None:
-        ids = _tokens(callspec.id) | {v.lower() for v in callspec.params.values() if isinstance(v, str)}
-        if ids & TF_TOKENS:
-            return True
-        if "torch" in ids:
-            return False
-    if item.get_closest_marker("tf_eager_code") is not None:
-        return True
-    if (_tokens(name) | _tokens(item.path.stem)) & TF_TOKENS:
-        return True
-    return _module_uses_tf(item.path)
+_tf_marker_guard.activate(tf1_mode=bool(TF_V1_MODE))
 
 
 def _framework_installed(fw: str) -> bool:
@@ -131,34 +79,42 @@ def _missing_framework(item):
     return None
 
 
+def _framework_marks(item):
+    """The marks a `framework` / `fw` parameter of "tf" or "tf2" implies."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return ()
+    for key in TF_FRAMEWORK_PARAMS:
+        value = callspec.params.get(key)
+        if isinstance(value, str) and value in TF_FRAMEWORK_VALUES:
+            return TF_FRAMEWORK_VALUES[value]
+    return ()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    # An install without torch or TensorFlow (the CI's variant jobs) skips the
-    # framework sweep's cases for the missing one, as the `framework` fixture does.
     for item in items:
+        for name in _framework_marks(item):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+        # An install without torch or TensorFlow (the CI's variant jobs) skips the
+        # framework sweep's cases for the missing one, as the `framework` fixture does.
         fw = _missing_framework(item)
         if fw is not None:
             pkg = "torch" if fw == "torch" else "tensorflow"
             item.add_marker(pytest.mark.skip(reason=f"framework={fw!r} needs {pkg}, not installed"))
     if TF_V1_MODE and os.environ.get("RLPOLICY_TF_V1_ALL") != "1":
-        kept = [item for item in items if _uses_tf(item)]
-        dropped = [item for item in items if not _uses_tf(item)]
+        kept = [item for item in items if item.get_closest_marker("tf") is not None]
+        dropped = [item for item in items if item.get_closest_marker("tf") is None]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = kept
-    if os.environ.get("RLPOLICY_SLOW") != "1":
-        skip_slow = pytest.mark.skip(reason="slow test; set RLPOLICY_SLOW=1 to run it")
-        for item in items:
-            if item.get_closest_marker("slow") is not None:
-                item.add_marker(skip_slow)
     if _cuda_count() > 0:
         return
     skip = pytest.mark.skip(reason="needs a real CUDA device; none visible")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
-
-
-EAGER_IDS = {"tf2", "tfe", "eager", "traced"}
 
 
 def pytest_configure(config):
@@ -168,36 +124,18 @@ def pytest_configure(config):
     # processes, and through them their children, Python's default SIGINT handling.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    config.addinivalue_line(
-        "markers",
-        "tf_eager_code: the test's own code runs TF eagerly (with RLPOLICY_TF_V1 it "
-        "runs in TF's eager-mode context; tf2/eager/traced parametrizations and tests named "
-        "or in a module named *eager* are taken as such without the marker)",
-    )
-
-
-def _is_eager_test(item) -> bool:
-    """Whether a test is eager TF test code (see the tf_eager_code marker)."""
-    if item.get_closest_marker("tf_eager_code") is not None:
-        return True
-    module = getattr(getattr(item, "module", None), "__name__", "")
-    names = (getattr(item, "originalname", item.name), module)
-    if any("eager" in n.lower() for n in names):
-        return True
-    callspec = getattr(item, "callspec", None)
-    if callspec is None:
-        return False
-    ids = set(callspec.id.split("-")) | {v for v in callspec.params.values() if isinstance(v, str)}
-    return bool(ids & EAGER_IDS)
+    if not config.pluginmanager.is_registered(_tf_marker_guard):
+        config.pluginmanager.register(_tf_marker_guard, "rlpolicy-tf-marker-guard")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """With RLPOLICY_TF_V1 set to a mode that turns eager execution off, eager test code
-    (see ``_is_eager_test``) runs, fixtures included, in TF's eager-mode context, as RLlib
+    (marked ``tf_eager_code``; "tf2" framework cases are marked so) runs, fixtures
+    included, in TF's eager-mode context, as RLlib
     1.11's framework_iterator switches eager on for "tf2". Every other test, and so
     every graph-mode ("tf") test, runs in the process's graph mode."""
-    if TF_V1_MODE in ("", "tensorshape") or not _is_eager_test(item):
+    if TF_V1_MODE in ("", "tensorshape") or item.get_closest_marker("tf_eager_code") is None:
         yield
         return
     from tensorflow.python.eager import context

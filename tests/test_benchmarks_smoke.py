@@ -48,10 +48,12 @@ def readme_benchmarks():
     return {name for block in blocks for name in re.findall(r"benchmarks/(\w+\.py)", block)}
 
 
+@pytest.mark.meta
 def test_every_readme_benchmark_has_a_smoke_run():
     assert readme_benchmarks() == set(SMALL)
 
 
+@pytest.mark.bench
 @pytest.mark.parametrize("script", sorted(SMALL))
 def test_benchmark_script_runs(script):
     args, expected, needs = SMALL[script]

@@ -24,6 +24,7 @@ def _readme_promises():
     return {(algo, fw): int(k) * 1000 for algo, fw, k in rows}
 
 
+@pytest.mark.meta
 def test_readme_table_and_benchmark_promise_the_same():
     promised = _readme_promises()
     assert len(promised) == 9  # pg, ppo, dqn x torch, tf, tf2
@@ -65,6 +66,7 @@ def test_variant_overrides_merge_into_the_defaults_and_bad_ones_are_refused():
             bench._variant(bad)
 
 
+@pytest.mark.learning
 def test_main_job_defaults_evaluate_every_iteration_and_solve_early():
     """PPO torch with the shipped CartPole-v1 defaults (the main job): a greedy evaluation after
     every 2000-step iteration, so a seed that solves early stops early (seed 4: at 4k steps,
