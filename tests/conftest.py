@@ -51,9 +51,9 @@ def _cuda_count() -> int:
 # The TF1-mode pass (RLPOLICY_TF_V1 set) runs exactly the tests marked `tf`
 # (RLPOLICY_TF_V1_ALL=1 keeps every test). Outside it, tests/_tf_marker_guard.py fails any
 # test that runs TensorFlow ops without that marker, so none can silently miss the pass.
-# Tests parametrized with a `framework` (or `fw`) of "tf" / "tf2" are marked `tf` here
-# ("tf2" also `tf_eager_code`); every other TF test carries the marker itself.
-TF_FRAMEWORK_PARAMS = ("framework", "fw")
+# A test with a parameter valued "tf" / "tf2" (a framework choice: framework, fw, src_fw,
+# ...) is marked `tf` here ("tf2" also `tf_eager_code`); every other TF test carries the
+# marker itself.
 TF_FRAMEWORK_VALUES = {"tf": ("tf",), "tf2": ("tf", "tf_eager_code")}
 
 import _tf_marker_guard  # noqa: E402  (tests/ is on sys.path for conftest)
@@ -80,15 +80,16 @@ def _missing_framework(item):
 
 
 def _framework_marks(item):
-    """The marks a `framework` / `fw` parameter of "tf" or "tf2" implies."""
+    """The marks a parameter valued "tf" or "tf2" implies (a framework choice, whatever the
+    parameter is called: framework, fw, src_fw, trained, ...)."""
     callspec = getattr(item, "callspec", None)
     if callspec is None:
         return ()
-    for key in TF_FRAMEWORK_PARAMS:
-        value = callspec.params.get(key)
+    marks = set()
+    for value in callspec.params.values():
         if isinstance(value, str) and value in TF_FRAMEWORK_VALUES:
-            return TF_FRAMEWORK_VALUES[value]
-    return ()
+            marks.update(TF_FRAMEWORK_VALUES[value])
+    return sorted(marks)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker

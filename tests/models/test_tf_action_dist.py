@@ -41,7 +41,7 @@ def graph_session():
     sess.close()
 
 
-@pytest.fixture(params=["graph", "eager"])
+@pytest.fixture(params=["graph", pytest.param("eager", marks=pytest.mark.tf_eager_code)])
 def run(request, graph_session):
     """``run(build)``: calls ``build()`` (which creates tensors) and returns numpy values."""
     if request.param == "eager":

@@ -80,7 +80,7 @@ class Mode:
             self.sess.close()
 
 
-@pytest.fixture(params=["graph", "eager"])
+@pytest.fixture(params=["graph", pytest.param("eager", marks=pytest.mark.tf_eager_code)])
 def mode(request):
     m = Mode(request.param)
     yield m

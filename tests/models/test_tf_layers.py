@@ -58,7 +58,7 @@ class Runner:
                 self.sess.run(tf1.assign(variable, value))
 
 
-@pytest.fixture(params=["eager", "graph"])
+@pytest.fixture(params=[pytest.param("eager", marks=pytest.mark.tf_eager_code), "graph"])
 def runner(request, tf_modules):
     r = Runner(request.param)
     yield r

@@ -101,7 +101,7 @@ def _value_or_none(model):
         return None
 
 
-@pytest.fixture(params=["graph", "eager"])
+@pytest.fixture(params=["graph", pytest.param("eager", marks=pytest.mark.tf_eager_code)])
 def rt(request):
     runner = Runner(request.param)
     yield runner
@@ -542,7 +542,7 @@ def lstm_reference(w, x, h, c, seq_lens):
     return outs, h, c
 
 
-@pytest.fixture(scope="module", params=["graph", "eager"])
+@pytest.fixture(scope="module", params=["graph", pytest.param("eager", marks=pytest.mark.tf_eager_code)])
 def lstm(request):
     """(runner, model): one LSTM-wrapped fcnet per mode (building a Keras LSTM is slow)."""
     runner = Runner(request.param)

@@ -180,7 +180,14 @@ def test_pipeline_reproduces_compute_actions(case, tmp_path):
         state = [got[k] for k in contract.names("state", outputs=True)] or None
 
 
-@pytest.mark.parametrize("flavour,fmt", [("tf", "savedmodel"), ("tf2", "onnx"), ("traced", "savedmodel")])
+@pytest.mark.parametrize(
+    "flavour,fmt",
+    [
+        ("tf", "savedmodel"),
+        ("tf2", "onnx"),
+        pytest.param("traced", "savedmodel", marks=pytest.mark.tf_eager_code),
+    ],
+)
 def test_sampled_actions_with_given_noise_match_numpy_formulas(flavour, fmt, tmp_path):
     if fmt == "onnx":
         pytest.importorskip("onnxruntime")

@@ -29,7 +29,7 @@ tf1, tf, _ = try_import_tf()
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
 MODEL = dict(MODEL_DEFAULTS, fcnet_hiddens=[4], fcnet_activation="tanh", vf_share_layers=False)
-MODES = ("graph", "eager")
+MODES = ("graph", pytest.param("eager", marks=pytest.mark.tf_eager_code))
 
 
 class _Host:
