@@ -1,14 +1,17 @@
-"""The `tf` marker's guard: a test that runs TensorFlow ops in the test process must be
+"""The `tf` marker's guard: a test that runs TensorFlow in the test process must be
 marked ``tf``, else it fails and says so. The TF1-mode pass (``RLPOLICY_TF_V1=1``) runs
 exactly the tests marked ``tf``, so an unmarked TF test would silently miss it.
 
 How a test "runs TensorFlow" is observed, not guessed: once ``tensorflow`` is imported in
-the process, every op it builds into a graph (``Graph._create_op_internal``) and every op
-it executes eagerly (the ``pywrap_tfe`` execute entry points that generated ops and
-functions call) bumps one counter. A test used TF when the counter moved between the start
-of its setup and the end of its call (fixtures it requests count: a session fixture that
-builds a TF policy is TF work done for the tests that request it). Teardown does not count.
-A test that imports TensorFlow for the first time in this process counts as well.
+the process, every op it builds into a graph (``Graph._create_op_internal``), every op it
+executes eagerly (the ``pywrap_tfe`` execute entry points that generated ops and functions
+call) and every session run (``TF_SessionRun_wrapper``, ``TF_SessionRunCallable``) bumps
+one counter. A test used TF when the counter moved between the start of its setup and the
+end of its call, not counting the set-up of fixtures shared beyond the test (module, class
+or session scope): which test happens to build a shared fixture depends on the order the
+tests run in, so that work is nobody's; what a test then does with the fixture's policy
+(compute actions, learn, read weights through a session) is counted. Importing TF alone
+does not count.
 
 ``RLPOLICY_TF_GUARD``: ``fail`` (default; outside the TF1-mode pass), ``off``, or
 ``record:PATH``: append one JSON line per test to PATH (nodeid, marked, used) instead of
@@ -27,6 +30,7 @@ import pytest
 
 _count = [0]
 _installed = [False]
+_shared_setup = {"depth": 0, "start": 0, "excluded": 0}
 
 
 def _counting(fn):
@@ -51,6 +55,14 @@ def _install_counters() -> bool:
         if hasattr(pywrap_tfe, name):
             setattr(pywrap_tfe, name, _counting(getattr(pywrap_tfe, name)))
     ops.Graph._create_op_internal = _counting(ops.Graph._create_op_internal)
+    try:
+        from tensorflow.python.client import session
+
+        for name in ("TF_SessionRun_wrapper", "TF_SessionRunCallable"):
+            if hasattr(session.tf_session, name):
+                setattr(session.tf_session, name, _counting(getattr(session.tf_session, name)))
+    except Exception:  # layout changed: ops are still counted
+        pass
     _installed[0] = True
     return True
 
@@ -101,8 +113,25 @@ def _marked(item) -> bool:
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Keeps the TF work of setting up a fixture shared beyond one test out of the count."""
+    shared = fixturedef.scope != "function"
+    if shared:
+        if _shared_setup["depth"] == 0:
+            _shared_setup["start"] = _count[0]
+        _shared_setup["depth"] += 1
+    try:
+        return (yield)
+    finally:
+        if shared:
+            _shared_setup["depth"] -= 1
+            if _shared_setup["depth"] == 0:
+                _shared_setup["excluded"] += _count[0] - _shared_setup["start"]
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_setup(item):
-    item._tf_guard_start = (_count[0], "tensorflow" in sys.modules)
+    item._tf_guard_start = (_count[0], _shared_setup["excluded"])
     return (yield)
 
 
@@ -113,7 +142,7 @@ def pytest_runtest_call(item):
     mode = guard_mode()
     if start is None or mode == "off":
         return result
-    used = _count[0] != start[0] or (not start[1] and "tensorflow" in sys.modules)
+    used = (_count[0] - start[0]) - (_shared_setup["excluded"] - start[1]) > 0
     if mode.startswith("record:"):
         with open(mode[len("record:") :], "a", encoding="utf-8") as out:
             out.write(json.dumps({"nodeid": item.nodeid, "marked": _marked(item), "used": used}) + "\n")

@@ -205,6 +205,7 @@ def test_catalog_sizes_flat_distributions(fw):
     assert n == 6
 
 
+@pytest.mark.tf
 def test_action_shapes_and_placeholder(tf_modules):
     torch = pytest.importorskip("torch")
     assert ModelCatalog.get_action_shape(BITS, "torch") == (torch.int8, (None, 2, 3))

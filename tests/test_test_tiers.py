@@ -1,7 +1,7 @@
 """The suite's tiers and the `tf` marker behave as the README says: the default run leaves
 out the learning / bench / slow / meta tiers, `-m` selects a tier, the TF1-mode pass runs
 exactly the tests marked `tf` (a `framework` of "tf"/"tf2" marks itself), and a test that
-runs TensorFlow ops without the marker fails, so it cannot silently miss that pass.
+runs TensorFlow ops or sessions without the marker fails, so it cannot silently miss that pass.
 
 Each case runs pytest in a fresh process on a small suite written to a temp folder, with
 this suite's conftest.py, guard and pytest settings copied next to it."""
@@ -63,6 +63,29 @@ def test_eager_code(mode):
         assert _tf_op() == 2.0
 
 
+@pytest.fixture(scope="module")
+def graph_total():
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        total = tf.reduce_sum(tf.ones([2]))
+    return graph, total
+
+
+def test_shared_fixture_unused(graph_total):
+    # Building a shared fixture is nobody's TF work (which test builds it depends on order).
+    assert graph_total[1].name
+
+
+def test_session_run_on_shared_fixture(graph_total):
+    import tensorflow as tf
+
+    graph, total = graph_total
+    with tf.compat.v1.Session(graph=graph) as sess:
+        assert sess.run(total) == 2.0
+
+
 @pytest.mark.learning
 def test_learning():
     pass
@@ -100,7 +123,7 @@ def suite_dir(tmp_path_factory):
 
 
 def _run(suite_dir, *args, **env):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("RLPOLICY_TF_V1", "PYTEST_"))}
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("RLPOLICY_TF_", "PYTEST_"))}
     full_env.update(env, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-q", *args],
@@ -128,6 +151,8 @@ def test_default_tier_and_guard(suite_dir):
         "test_framework_sweep[tf2]": "PASSED",
         "test_eager_code[eager]": "PASSED",
         "test_eager_code[plain]": "PASSED",
+        "test_shared_fixture_unused": "PASSED",
+        "test_session_run_on_shared_fixture": "FAILED",
     }, proc.stdout + proc.stderr
     assert "test_suite.py::test_unmarked_tf ran TensorFlow ops but is not marked `tf`" in proc.stdout
     assert "4 deselected" in proc.stdout  # learning, bench, meta, slow

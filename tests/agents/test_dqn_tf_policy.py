@@ -53,6 +53,7 @@ class StubPolicy:
         self.action_space = ACT
 
 
+@pytest.mark.tf
 @pytest.mark.tf_eager_code
 @pytest.mark.parametrize("double_q", [True, False])
 def test_double_q_td_error_and_huber_loss_match_numpy(double_q):
@@ -83,6 +84,7 @@ def test_double_q_td_error_and_huber_loss_match_numpy(double_q):
     np.testing.assert_allclose(float(loss), np.mean(weights * huber), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.tf
 @pytest.mark.tf_eager_code
 def test_dueling_combination_matches_numpy():
     from rlpolicy.agents.dqn.dqn_tf_policy import compute_q_values
@@ -95,6 +97,7 @@ def test_dueling_combination_matches_numpy():
     )
 
 
+@pytest.mark.tf
 @pytest.mark.tf_eager_code
 @pytest.mark.parametrize(
     "reward,done,expected",

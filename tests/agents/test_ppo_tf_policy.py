@@ -265,6 +265,7 @@ def test_towers_with_grad_clip_step_like_one_device(framework):
     assert any(not np.allclose(after_single[k], start[k]) for k in start)
 
 
+@pytest.mark.tf
 @pytest.mark.tf_eager_code
 def test_compute_and_clip_gradients_clips_by_global_norm():
     from rlpolicy.agents.ppo.ppo_tf_policy import compute_and_clip_gradients

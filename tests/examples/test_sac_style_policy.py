@@ -306,6 +306,7 @@ def test_torch_step_matches_reference():
     assert_weights_close(weights_of(policy, target=True), target, atol=1e-5)
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("mode", ["tf", "tf2", pytest.param("traced", marks=pytest.mark.tf_eager_code)])
 def test_tf_step_matches_torch(mode):
     w0, data = initial_weights(), batch()
@@ -330,6 +331,7 @@ def test_tf_step_matches_torch(mode):
     )
 
 
+@pytest.mark.tf
 @pytest.mark.tf_eager_code
 def test_traced_equals_untraced_over_steps():
     w0 = initial_weights(seed=5)

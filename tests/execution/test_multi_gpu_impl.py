@@ -49,6 +49,7 @@ def _sync(single, towers):
     assert_weights_close(single.get_weights(), towers.get_weights(), rtol=0, atol=0)
 
 
+@pytest.mark.tf
 def test_towers_are_built_once_for_all_buffers(adam_pair):
     _, towers = adam_pair
     assert towers.devices == ["/cpu:0", "/cpu:0"]
@@ -58,6 +59,7 @@ def test_towers_are_built_once_for_all_buffers(adam_pair):
     assert len(copies) == 2 and all(c._is_tower and c.model is towers.model for c in copies)
 
 
+@pytest.mark.tf
 def test_adam_towers_equal_single_device(adam_pair):
     single, towers = adam_pair
     _sync(single, towers)
@@ -109,6 +111,7 @@ def test_minibatch_offsets_slice_every_device(adam_pair):
     assert_weights_close(towers.get_weights(), single.get_weights())
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("clip", [None, 0.02])
 def test_sgd_towers_equal_single_device_and_numpy(clip):
     cfg = config(model=LINEAR, lr=0.5, grad_clip=clip)
@@ -169,6 +172,7 @@ class TwoLossPolicy(DynamicTFPolicy):
         return [tf1.train.GradientDescentOptimizer(0.3), tf1.train.AdamOptimizer(0.01)]
 
 
+@pytest.mark.tf
 def test_two_losses_and_optimizers_on_towers_equal_single_device():
     cfg = config(_tf_policy_handles_more_than_one_loss=True, grad_clip=0.1)
     single = TwoLossPolicy(OBS, ACT, cfg)

@@ -436,6 +436,7 @@ def test_attention_wrapper_requires_its_config_keys(torch):
         AttentionWrapper(OBS, ACT, 4, dict(cfg, attention_use_n_prev_rewards=-1), "w")
 
 
+@pytest.mark.tf
 def test_tf_trxlnet_keeps_the_last_max_seq_len_observations(tf_modules):
     from rlpolicy.models.tf.attention_net import TrXLNet
 
@@ -472,6 +473,7 @@ def test_tf_trxlnet_keeps_the_last_max_seq_len_observations(tf_modules):
     np.testing.assert_allclose(kept[:, :2], 0.0)
 
 
+@pytest.mark.tf
 def test_keras_attention_wrapper_on_a_native_keras_model(tf_modules):
     """RLlib 1.11's native-model path: a Keras model class wrapped by Keras_AttentionWrapper."""
     tf1, tf = tf_modules

@@ -134,6 +134,7 @@ def test_get_action_shape_torch():
     assert ModelCatalog.get_action_shape(mixed, "torch") == (torch.float32, (None, 5))
 
 
+@pytest.mark.tf
 def test_get_action_placeholder_tf_graph():
     tf = pytest.importorskip("tensorflow")
     g = tf.compat.v1.Graph()

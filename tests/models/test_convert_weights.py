@@ -138,6 +138,7 @@ def test_set_weights_and_set_state_take_the_other_layout(src_fw, dst_fw):
     np.testing.assert_allclose(_outputs(other, obs_space, act_space)["vf"], expected["vf"], atol=1e-4)
 
 
+@pytest.mark.tf
 def test_graph_and_eager_keys_correspond_one_to_one():
     graph, eager = _policy("tf", "lstm"), _policy("tf2", "lstm")
     weights = _randomize(graph, seed=4)
@@ -166,6 +167,7 @@ def test_lstm_bias_sum_and_gate_order_by_hand():
     )
 
 
+@pytest.mark.tf
 def test_conv_kernel_layout_by_hand():
     t, g = _policy("torch", "conv"), _policy("tf2", "conv")
     w = _randomize(t, seed=6)
@@ -193,6 +195,7 @@ def test_different_architectures_fail_naming_the_key_and_change_nothing(dst_fw):
         np.testing.assert_array_equal(v, before[k])
 
 
+@pytest.mark.tf
 def test_a_missing_layer_is_named():
     src = _policy("torch", "fc")  # two hidden layers
     obs_space, act_space, model = CASES["fc"]

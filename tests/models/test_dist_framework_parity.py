@@ -22,6 +22,8 @@ tf1, tf, _ = try_import_tf()
 
 from rlpolicy.models.tf import tf_action_dist as tfd  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 td = pytest.importorskip("rlpolicy.models.torch.torch_action_dist")
 
 RNG = np.random.default_rng(7)

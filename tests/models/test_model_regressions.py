@@ -8,6 +8,7 @@ import pytest
 from rlpolicy.models.catalog import MODEL_DEFAULTS, ModelCatalog
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("shape", [(2, 3), (10, 10, 3)])
 def test_eager_tf_model_accepts_numpy_multi_dim_obs(shape):
     pytest.importorskip("tensorflow")

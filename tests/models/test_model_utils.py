@@ -55,6 +55,7 @@ def test_error_table(fn, args, match):
         fn(*args)
 
 
+@pytest.mark.tf
 @pytest.mark.tf_eager_code
 def test_tf_initializers_are_glorot():
     pytest.importorskip("tensorflow")

@@ -201,6 +201,7 @@ def test_unbatch_all_nested_lists_hand_worked():
     np.testing.assert_array_equal(slices[1].lengths, [1.0])
 
 
+@pytest.mark.tf
 def test_unbatch_all_torch_and_eager_tf_tensors():
     torch = pytest.importorskip("torch")
     values = np.arange(8, dtype=np.float32).reshape(2, 2, 2)
@@ -215,6 +216,7 @@ def test_unbatch_all_torch_and_eager_tf_tensors():
         np.testing.assert_array_equal(items[1][0].numpy(), [4, 5])
 
 
+@pytest.mark.tf
 def test_unbatch_all_in_graph_mode_raises(tf_modules):
     tf1, _ = tf_modules
     with tf1.Graph().as_default():
@@ -367,6 +369,7 @@ def test_restore_torch_tensors():
     np.testing.assert_array_equal(rv.values.numpy()[0, :2], [[1, 2], [3, 4]])
 
 
+@pytest.mark.tf
 def test_restore_tf_graph_tensors(tf_modules):
     tf1, tf = tf_modules
     flat = _flat(LIST3, [[[1.0, 2.0]], [[3.0, 4.0], [5.0, 6.0]]])

@@ -27,6 +27,8 @@ from rlpolicy.models.tf.tf_action_dist import (  # noqa: E402
     get_categorical_class_with_temperature,
 )
 
+pytestmark = pytest.mark.tf
+
 N_DRAWS = 20000
 RNG = np.random.default_rng(42)
 

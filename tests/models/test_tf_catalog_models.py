@@ -20,6 +20,8 @@ from rlpolicy._core.defaults import MODEL_DEFAULTS  # noqa: E402
 from rlpolicy.models.catalog import ModelCatalog  # noqa: E402
 from rlpolicy.utils.framework import try_import_tf  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 tf1, tf, _ = try_import_tf()
 
 BOX4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)

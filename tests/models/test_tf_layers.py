@@ -19,6 +19,8 @@ from rlpolicy.models.tf.layers import (  # noqa: E402
     SkipConnection,
 )
 
+pytestmark = pytest.mark.tf
+
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 

@@ -25,6 +25,8 @@ from rlpolicy.models.tf.fcnet import FullyConnectedNetwork  # noqa: E402
 from rlpolicy.models.tf.recurrent_net import LSTMWrapper  # noqa: E402
 from rlpolicy.models.tf.visionnet import VisionNetwork  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 OBS4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 
 

@@ -21,7 +21,7 @@ from rlpolicy.models.tf.fcnet import FullyConnectedNetwork as TFFCNet  # noqa: E
 torch_fcnet = pytest.importorskip("rlpolicy.models.torch.fcnet")
 torch_dists = pytest.importorskip("rlpolicy.models.torch.torch_action_dist")
 
-pytestmark = pytest.mark.tf_eager_code  # TF code here runs eagerly (.numpy() on outputs)
+pytestmark = [pytest.mark.tf, pytest.mark.tf_eager_code]
 
 OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 RNG = np.random.default_rng(0)

@@ -180,6 +180,7 @@ def _window(whole, rows, eps, t0, col, n, zero):
     return np.stack([whole[col][rows[eps][t]] if t >= 0 else zero for t in range(t0 - n, t0)])
 
 
+@pytest.mark.tf
 def test_views_of_every_sampled_row_are_the_previous_steps(sampled):
     _, worker, batches = sampled
     whole, rows = _episode_rows(batches)
@@ -206,6 +207,7 @@ def test_views_of_every_sampled_row_are_the_previous_steps(sampled):
     assert np.abs(whole["state_out_0"]).max() > 0  # the memory carries data
 
 
+@pytest.mark.tf
 def test_sampler_fed_the_model_exactly_these_views(sampled):
     """Recomputing the logits of some rows from their batch views reproduces the sampled ones."""
     _, worker, batches = sampled
@@ -226,6 +228,7 @@ def test_sampler_fed_the_model_exactly_these_views(sampled):
     np.testing.assert_allclose(state_out[0], batch["state_out_0"][pick], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.tf
 def test_learn_on_batch_trains_on_one_memory_window_per_sequence(sampled):
     case, worker, batches = sampled
     policy = worker.policy
@@ -437,6 +440,7 @@ def test_weights_move_between_two_policies_in_one_process(fw):
     np.testing.assert_allclose(again, logits[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.tf
 def test_eager_saved_model_takes_the_memory_window(tmp_path):
     """An exported tf2 attention policy serves ``state_in_0`` [B, memory, dim] + ``seq_lens``
     (the window the view requirement declares; the model has no initial state)."""

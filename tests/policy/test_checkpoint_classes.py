@@ -231,6 +231,7 @@ def _flat_weights(policy):
     return {str(k): np.asarray(v) for k, v in items}
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("case", list(CASES))
 def test_policy_from_checkpoint_restores_the_same_policy(case, tmp_path):
     if case.startswith("torch"):
@@ -295,6 +296,7 @@ def test_complete_config_is_not_stored_twice(tmp_path):
     assert "given_config" not in json.loads((tmp_path / "rlpolicy_checkpoint.json").read_text())
 
 
+@pytest.mark.tf
 def test_derived_eager_classes_are_recorded_as_recipes(tmp_path):
     pytest.importorskip("tensorflow")
     eager = PPOTFPolicy.as_eager().with_tracing()

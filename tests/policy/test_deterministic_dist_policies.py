@@ -22,6 +22,8 @@ from _linear_head import linear_head
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.policy.sample_batch import SampleBatch
 
+pytestmark = pytest.mark.tf
+
 OBS_SPACE = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT_SPACE = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
 VARIANTS = {  # id: (framework, extra config)

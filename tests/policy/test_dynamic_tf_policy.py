@@ -29,6 +29,8 @@ from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy  # noqa: E402
 from rlpolicy.policy.policy import Policy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 
 @pytest.fixture(scope="module")
 def pg():

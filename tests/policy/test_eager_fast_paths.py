@@ -28,7 +28,7 @@ from rlpolicy.utils import tf_utils as tfu  # noqa: E402
 from rlpolicy.utils.framework import get_keras, try_import_tf  # noqa: E402
 
 tf1, tf, _ = try_import_tf()
-pytestmark = pytest.mark.tf_eager_code
+pytestmark = [pytest.mark.tf, pytest.mark.tf_eager_code]
 
 ATOL = 1e-5
 BOX4 = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)

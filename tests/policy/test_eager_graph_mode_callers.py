@@ -16,6 +16,8 @@ from rlpolicy.policy.policy import Policy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.utils.framework import try_import_tf  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 tf1, tf, _ = try_import_tf()
 
 

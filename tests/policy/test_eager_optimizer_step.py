@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf_eager_code
+pytestmark = [pytest.mark.tf, pytest.mark.tf_eager_code]
 
 SHAPES = [(3, 4), (4,)]
 

@@ -18,6 +18,8 @@ from rlpolicy.policy.eager_tf_policy import EagerTFPolicy, build_eager_tf_policy
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.utils.framework import get_keras  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(3)
 FC = {"fcnet_hiddens": [4]}  # one tanh layer, shared value branch

@@ -17,6 +17,8 @@ from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.policy.tf_policy_template import build_tf_policy  # noqa: E402
 from rlpolicy.utils.framework import try_import_tf  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 tf1, tf, _ = try_import_tf()
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)

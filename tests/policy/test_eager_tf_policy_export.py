@@ -17,6 +17,8 @@ from rlpolicy.policy.eager_tf_policy import build_eager_tf_policy  # noqa: E402
 from rlpolicy.policy.policy import Policy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(3)
 FC = {"fcnet_hiddens": [4]}

@@ -15,6 +15,8 @@ from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.utils.deprecation import DEPRECATED_VALUE  # noqa: E402
 from rlpolicy.utils.framework import get_keras  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
 CONFIG = {"model": {"fcnet_hiddens": [4]}, "lr": 0.1}

@@ -14,6 +14,8 @@ tf = pytest.importorskip("tensorflow")
 
 from rlpolicy.policy._eager.tracing import TraceCounter, make_traced, signature_key  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 
 def _body(batch, states, flag, scale):
     """A helper shaped like the policy's: a dict batch, a state list, Python constants."""

@@ -11,6 +11,8 @@ import pytest
 
 from rlpolicy.policy.sample_batch import SampleBatch
 
+pytestmark = pytest.mark.tf
+
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
 CONFIG = {"model": {"fcnet_hiddens": [4]}, "lr": 0.05, "seed": 0}

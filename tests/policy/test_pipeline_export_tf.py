@@ -151,6 +151,7 @@ CASES = {
 }
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("case", list(CASES))
 def test_pipeline_reproduces_compute_actions(case, tmp_path):
     flavour, fmt, obs_space, act_space, config = CASES[case]
@@ -180,6 +181,7 @@ def test_pipeline_reproduces_compute_actions(case, tmp_path):
         state = [got[k] for k in contract.names("state", outputs=True)] or None
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize(
     "flavour,fmt",
     [
@@ -358,6 +360,7 @@ def test_graph_policy_export_in_a_tf1_mode_process(tmp_path):
     assert sorted(os.listdir(tmp_path / "xNone")) == ["pipeline.json", "pipeline_savedmodel"]
 
 
+@pytest.mark.tf
 def test_metadata_and_a_second_export_replacing_the_first(tmp_path):
     policy = _policy("tf2", DICT_OBS, gym.spaces.MultiDiscrete([3, 2]), {"model": LSTM})
     policy.export_model(str(tmp_path), pipeline=True)

@@ -239,6 +239,7 @@ def _logits(policy, obs):
 # ---------------------------------------------------------------- tests
 
 
+@pytest.mark.tf
 def test_builds_on_the_flat_space_with_the_custom_model(mode_policy):
     mode, policy = mode_policy
     assert isinstance(policy.observation_space, gym.spaces.Box)
@@ -249,6 +250,7 @@ def test_builds_on_the_flat_space_with_the_custom_model(mode_policy):
     assert {seen for seen in SEEN_OBS_TYPES if seen[0] == fw} == {(fw, True)}  # always, never flat
 
 
+@pytest.mark.tf
 def test_raw_list_observations_act_like_the_numpy_reference(mode_policy):
     mode, policy = mode_policy
     rows = _raw_rows(6, seed=1)
@@ -267,6 +269,7 @@ def test_raw_list_observations_act_like_the_numpy_reference(mode_policy):
     np.testing.assert_allclose(extra[SampleBatch.ACTION_DIST_INPUTS], want[3], atol=ATOL)
 
 
+@pytest.mark.tf
 def test_the_model_reads_only_valid_items(mode_policy):
     _, policy = mode_policy
     a, b = np.array([0.5, -0.2, 0.9], np.float32), np.array([-0.7, 0.3, 0.1], np.float32)
@@ -280,6 +283,7 @@ def test_the_model_reads_only_valid_items(mode_policy):
     assert np.abs(out[0] - out[2]).max() > 1e-4
 
 
+@pytest.mark.tf
 def test_learns_finite_loss_and_weights_change(mode_policy):
     mode, policy = mode_policy
     rows = _raw_rows(16, seed=2)

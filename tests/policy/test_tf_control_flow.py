@@ -58,6 +58,7 @@ def _accumulators(graph_def):
     return sum(1 for n in graph_def.node if n.op == "EmptyTensorList")
 
 
+@pytest.mark.tf
 def test_prune_drops_accumulators_and_keeps_outputs(frozen_lstm):
     frozen, x, outputs = frozen_lstm
     assert _accumulators(frozen) > 0  # the premise: Keras in a TF1 graph accumulates

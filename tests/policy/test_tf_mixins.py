@@ -24,6 +24,8 @@ from rlpolicy.policy.tf_mixins import (  # noqa: E402
 )
 from rlpolicy.utils.framework import get_keras, try_import_tf  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 tf1, tf, _ = try_import_tf()
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)

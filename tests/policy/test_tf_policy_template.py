@@ -156,6 +156,7 @@ def test_signature_is_the_specs():
     assert params[-3].default == -1 and all(p.default is None for p in params[2:-3] + params[-2:])
 
 
+@pytest.mark.tf
 def test_hooks_run_in_documented_order(built):
     _, log, _, _ = built
     first = {name: log.index(name) for name in dict.fromkeys(log)}
@@ -234,6 +235,7 @@ def test_extra_action_out_fn_fetches_come_with_actions(built):
     assert SampleBatch.ACTION_DIST_INPUTS in extra  # the base fetches stay
 
 
+@pytest.mark.tf
 def test_learn_on_batch_returns_stats_grad_stats_and_extra_fetches(built):
     policy, _, _, _ = built
     LOG.clear()
@@ -250,6 +252,7 @@ def test_learn_on_batch_returns_stats_grad_stats_and_extra_fetches(built):
     assert out["extra"] == pytest.approx(7.0, abs=1e-6)
 
 
+@pytest.mark.tf
 def test_optimizer_fn_result_is_the_policy_optimizer(built):
     policy, _, _, _ = built
     assert isinstance(policy._optimizer, tf1.train.GradientDescentOptimizer)
@@ -286,6 +289,7 @@ def updated():
     return cls, cls(OBS, ACT, {"model": {"fcnet_hiddens": [4]}})
 
 
+@pytest.mark.tf
 def test_with_updates_replaces_only_the_given_arguments(updated):
     cls, policy = updated
     assert cls.__name__ == "Updated" and cls is not Recording
@@ -318,6 +322,7 @@ def test_bad_arguments(kwargs, match):
         build_tf_policy(loss_fn=_pg_loss, **kwargs)
 
 
+@pytest.mark.tf
 def test_as_eager_gives_a_working_eager_class():
     pytest.importorskip("rlpolicy.policy.eager_tf_policy")
     eager_cls = Recording.with_updates(
@@ -341,6 +346,7 @@ def test_as_eager_gives_a_working_eager_class():
 # ------------------------------------------------------------------ deprecated arguments
 
 
+@pytest.mark.tf
 def test_deprecated_arguments_warn_and_map_onto_their_replacements():
     calls = []
 
@@ -391,6 +397,7 @@ def test_no_deprecation_warning_without_deprecated_arguments():
 # ------------------------------------------------------------------ towers
 
 
+@pytest.mark.tf
 def test_tower_copies_get_no_extra_action_fetches_and_learn():
     calls = []
 

@@ -22,6 +22,8 @@ from rlpolicy.policy._tf.records import (  # noqa: E402
 from rlpolicy.policy._tf.variables import TFVariables  # noqa: E402
 from rlpolicy.utils.framework import try_import_tf  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 tf1, tf, _ = try_import_tf()
 
 

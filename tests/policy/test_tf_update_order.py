@@ -20,7 +20,7 @@ from rlpolicy.policy.tf_policy_template import build_tf_policy
 from rlpolicy.utils.framework import try_import_tf
 
 tf1, tf, _ = try_import_tf()
-pytestmark = pytest.mark.skipif(tf is None, reason="needs tensorflow")
+pytestmark = [pytest.mark.tf, pytest.mark.skipif(tf is None, reason="needs tensorflow")]
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)

@@ -425,6 +425,7 @@ def test_random_action_frequency_matches_epsilon(framework, schedule):
     assert (greedy == 2).all()
 
 
+@pytest.mark.tf
 @pytest.mark.tf_eager_code
 def test_epsilon_greedy_in_a_tf_function():
     """With eager_tracing the exploration runs inside tf.function; its state still updates."""
@@ -487,6 +488,7 @@ def test_per_worker_epsilon_rejects_index_above_num_workers():
         )
 
 
+@pytest.mark.tf
 def test_tf_graph_explorations_keep_separate_state_variables():
     """Two explorations in one policy graph: own non-trainable variables, own timesteps."""
     pytest.importorskip("tensorflow")

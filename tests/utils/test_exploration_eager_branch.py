@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tf_eager_code
+pytestmark = [pytest.mark.tf, pytest.mark.tf_eager_code]
 
 LOGITS = np.array([[2.0, -1.0, 0.5], [-3.0, 1.5, 1.0], [0.0, 0.0, 4.0]], np.float32)
 

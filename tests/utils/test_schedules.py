@@ -60,6 +60,7 @@ def test_torch_tensor_timesteps(case):
         assert float(out) == pytest.approx(v, rel=1e-6, abs=1e-6)
 
 
+@pytest.mark.tf
 def test_eager_tf_values(case, tf_modules):
     _, tf = tf_modules
     make, expected = case
@@ -74,6 +75,7 @@ def test_eager_tf_values(case, tf_modules):
     )
 
 
+@pytest.mark.tf
 def test_graph_tf_values(case, tf_modules):
     tf1, tf = tf_modules
     make, expected = case

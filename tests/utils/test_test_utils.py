@@ -138,6 +138,7 @@ def test_check_torch_tensors():
         check({"w": [w]}, {"w": [np.array([0.5, -1.0])]})
 
 
+@pytest.mark.tf
 def test_check_tf_eager_tensors_and_variables(tf_modules):
     _, tf = tf_modules
     for _ in framework_iterator(frameworks="tf2"):
@@ -150,6 +151,7 @@ def test_check_tf_eager_tensors_and_variables(tf_modules):
         check(v * 1.5, np.array([1.0, 2.0]), false=True)
 
 
+@pytest.mark.tf
 def test_check_tf_graph_tensors_use_the_session(tf_modules):
     tf1, _ = tf_modules
     for _fw, sess in framework_iterator(frameworks="tf", session=True):
@@ -201,6 +203,7 @@ def test_framework_iterator_modes(tf_modules):
         assert tf.executing_eagerly()
 
 
+@pytest.mark.tf
 def test_framework_iterator_graph_mode_uses_a_fresh_graph(tf_modules):
     tf1, tf = tf_modules
     outer = tf1.get_default_graph()
@@ -214,6 +217,7 @@ def test_framework_iterator_graph_mode_uses_a_fresh_graph(tf_modules):
     assert tf1.get_default_graph() is outer
 
 
+@pytest.mark.tf
 def test_framework_iterator_session(tf_modules):
     tf1, tf = tf_modules
     pytest.importorskip("torch")
@@ -301,6 +305,7 @@ def _seed(fw):
         tf.random.set_seed(0)
 
 
+@pytest.mark.tf
 def test_check_compute_single_action_on_pg_policies(tf_modules):
     """As RLlib 1.11's algorithm tests: loop frameworks, build, check."""
     pytest.importorskip("torch")

@@ -7,6 +7,8 @@ pytest.importorskip("tensorflow")
 
 from rlpolicy.utils.tf_run_builder import TFRunBuilder  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 
 @pytest.fixture
 def graph_ops(tf_modules):

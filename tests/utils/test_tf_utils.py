@@ -8,6 +8,8 @@ pytest.importorskip("tensorflow")
 
 from rlpolicy.utils import tf_utils as tfu  # noqa: E402
 
+pytestmark = pytest.mark.tf
+
 
 @pytest.fixture
 def graph_session(tf_modules):
