@@ -209,6 +209,7 @@ def _all_modes(name, inputs, inputs2, x, graph_session):
     return {mode: {k: _flat(_numpy(v)) for k, v in values.items()} for mode, values in res.items()}
 
 
+@pytest.mark.tf_eager_code
 @pytest.mark.parametrize("name", list(CASES))
 def test_same_numbers_in_torch_tf_graph_and_tf_eager(name, graph_session):
     width, make_x, ref = CASES[name][4], CASES[name][5], CASES[name][6]

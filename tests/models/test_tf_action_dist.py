@@ -552,6 +552,7 @@ def test_multi_action_dict_space():
 # --------------------------------------------------------- graph == eager
 
 
+@pytest.mark.tf_eager_code
 @pytest.mark.parametrize(
     "make, x",
     [

@@ -190,6 +190,7 @@ def _call_any(mode, model, obs_space, rng):
     return mode.call(model, obs.astype(np.float32), state, seq_lens)
 
 
+@pytest.mark.tf_eager_code
 def test_graph_and_eager_catalog_models_interleave():
     """Build and call graph and eager models alternately; earlier models keep working and
     keep returning the same numbers for the same input."""

@@ -297,6 +297,7 @@ def test_fcnet_initial_weights_are_normc():
     assert not w["fc_1/bias:0"].any()
 
 
+@pytest.mark.tf_eager_code
 def test_graph_and_eager_fcnet_agree_with_same_weights():
     c = cfg(fcnet_hiddens=[5, 6], vf_share_layers=False)
     graph_rt, eager_rt = Runner("graph"), Runner("eager")
@@ -387,6 +388,7 @@ def test_tf_package_import_is_light():
     assert res.stdout.strip() == "ok", res.stderr
 
 
+@pytest.mark.tf_eager_code
 def test_graph_and_eager_models_can_be_interleaved():
     # tf_keras rewrites layer base classes per build mode; calls must still work afterwards.
     c = cfg(fcnet_hiddens=[3])

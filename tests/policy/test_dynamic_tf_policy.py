@@ -37,6 +37,7 @@ def pg():
     return PGGraphPolicy(OBS, ACT, config())
 
 
+@pytest.mark.tf_eager_code
 def test_graph_isolation_and_eager_stays_on(pg):
     other = PGGraphPolicy(OBS, ACT, config())
     assert other.graph is not pg.graph and other.get_session() is not pg.get_session()
@@ -357,6 +358,7 @@ def test_lstm_export_saved_model_and_onnx_in_onnxruntime(lstm, tmp_path):
     np.testing.assert_allclose(c_out, c, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.tf_eager_code
 def test_graph_policy_works_next_to_eager_tf_and_torch(pg):
     torch = pytest.importorskip("torch")
     eager_model = ModelCatalog.get_model_v2(OBS, ACT, 2, {"fcnet_hiddens": [8]}, framework="tf2")

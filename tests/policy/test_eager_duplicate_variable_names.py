@@ -129,6 +129,7 @@ def test_same_named_variables_get_distinct_keys(make):
     assert len(weights) == 4 and set(weights) == set(keyed)
 
 
+@pytest.mark.tf_eager_code
 def test_get_state_set_state_restores_both_same_named_variables(make):
     src, dst = make(seed=1), make(seed=2)
     _set_distinct(src)
@@ -141,6 +142,7 @@ def test_get_state_set_state_restores_both_same_named_variables(make):
     np.testing.assert_allclose(_logits(dst), _logits(src), atol=1e-6)
 
 
+@pytest.mark.tf_eager_code
 def test_checkpoint_round_trip_restores_both_same_named_variables(make, tmp_path):
     src = make(seed=1)
     _set_distinct(src)

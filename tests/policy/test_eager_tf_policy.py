@@ -248,6 +248,7 @@ def test_learn_on_batch_calls_callback_and_reports_custom_metrics():
     assert out["custom_metrics"] == {"rows": 5}
 
 
+@pytest.mark.tf_eager_code
 def test_multiple_optimizers_each_apply_their_own_loss():
     def two_losses(policy, model, dist_class, train_batch):
         logits, _ = model(train_batch)
@@ -355,6 +356,7 @@ def test_set_weights_accepts_rllib_list_in_variables_order():
 # ------------------------------------------------------------------ recurrent
 
 
+@pytest.mark.tf_eager_code
 def test_lstm_acting_with_state_matches_model_on_the_whole_sequence(tracing):
     policy = make(model=LSTM, eager_tracing=tracing)
     assert policy.is_recurrent() and policy.num_state_tensors() == 2

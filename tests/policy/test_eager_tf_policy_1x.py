@@ -55,6 +55,7 @@ def batch(n=6):
     )
 
 
+@pytest.mark.tf_eager_code
 def test_get_weights_is_a_list_in_variables_order():
     policy = make()
     weights = policy.get_weights()
@@ -107,6 +108,7 @@ def test_state_and_checkpoints_stay_keyed(tmp_path):
     assert os.listdir(tmp_path)
 
 
+@pytest.mark.tf_eager_code
 def test_is_training_placeholder_reflects_the_step():
     policy = make()
     assert policy._get_is_training_placeholder().dtype == tf.bool

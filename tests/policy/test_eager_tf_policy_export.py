@@ -120,6 +120,7 @@ def test_onnx_without_tf2onnx_is_a_clear_error(fc_policy, tmp_path, monkeypatch)
         fc_policy.export_model(str(tmp_path), onnx=13)
 
 
+@pytest.mark.tf_eager_code
 def test_export_checkpoint_restores_with_tf_checkpoint_and_from_checkpoint(tmp_path):
     a = make(FC)
     batch = SampleBatch(

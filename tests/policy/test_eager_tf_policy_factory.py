@@ -213,6 +213,7 @@ def init_mixin(policy, obs_space, action_space, config):
     CountingMixin.__init__(policy)
 
 
+@pytest.mark.tf_eager_code
 def test_mixins_come_first_and_with_updates_rebuilds():
     cls = build_eager_tf_policy("Mixed", loss_fn=pg_loss, mixins=[CountingMixin], before_loss_init=init_mixin)
     assert cls.__mro__[1:3] == (CountingMixin, EagerTFPolicy)
@@ -334,6 +335,7 @@ def test_build_tf_policy_as_eager_gives_a_working_eager_class():
     assert any(not np.allclose(before[k], v, atol=1e-6) for k, v in policy.get_weights(as_dict=True).items())
 
 
+@pytest.mark.tf_eager_code
 def test_tf_mixins_work_on_eager_policies():
     try:
         from rlpolicy.policy.tf_mixins import EntropyCoeffSchedule, LearningRateSchedule, TargetNetworkMixin

@@ -38,6 +38,7 @@ def _expected(batch, states, flag, scale):
     return (out if flag else -out), [s.numpy() + 1.0 for s in states]
 
 
+@pytest.mark.tf_eager_code
 def test_cached_calls_match_numpy_and_keep_structure():
     counter = TraceCounter("T", max_retraces=None)
     call = make_traced(_body, "body", counter)
@@ -53,6 +54,7 @@ def test_cached_calls_match_numpy_and_keep_structure():
     assert counter.counts == {"body": 1}
 
 
+@pytest.mark.tf_eager_code
 def test_python_constants_and_shapes_select_their_own_trace():
     counter = TraceCounter("T", max_retraces=None)
     call = make_traced(_body, "body", counter)
@@ -68,6 +70,7 @@ def test_python_constants_and_shapes_select_their_own_trace():
     np.testing.assert_allclose(call(b7, s7, True, scale)[0].numpy(), want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.tf_eager_code
 def test_cache_is_bounded():
     counter = TraceCounter("T", max_retraces=None)
     call = make_traced(lambda x: x * 2.0, "double", counter, max_cached=2)
@@ -79,6 +82,7 @@ def test_cache_is_bounded():
     assert counter.counts["double"] <= 3
 
 
+@pytest.mark.tf_eager_code
 def test_signature_key():
     a, b = tf.zeros((2, 3)), tf.ones((2, 3))
     assert signature_key(({"x": a}, [a], None, True)) == signature_key(({"x": b}, [b], None, True))

@@ -83,6 +83,7 @@ def current_bias(policy):
     return var.numpy().copy()
 
 
+@pytest.mark.tf_eager_code
 @pytest.mark.parametrize("framework", ["torch", "tf", "tf2", "tf2-traced"])
 def test_stats_of_step_one_unchanged_by_step_two(framework):
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")

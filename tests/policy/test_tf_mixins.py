@@ -142,6 +142,7 @@ def test_graph_schedule_feeds_the_graph_and_the_default_optimizer():
     assert host.cur_lr.graph is host.get_session().graph
 
 
+@pytest.mark.tf_eager_code
 def test_eager_schedule_updates_the_optimizers_learning_rate():
     host = Sched("eager", {"lr": 0.5, "entropy_coeff": 0.0}, lr_schedule=[[0, 0.2], [10, 0.0]])
     host._optimizers = [get_keras().optimizers.SGD(learning_rate=0.2)]

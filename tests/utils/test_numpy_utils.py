@@ -164,7 +164,7 @@ def test_convert_to_numpy_nested_torch():
     assert kept["a"].dtype == np.float64
 
 
-@pytest.mark.tf
+@pytest.mark.tf_eager_code
 def test_convert_to_numpy_eager_tf():
     tf = pytest.importorskip("tensorflow")
     out = rnp.convert_to_numpy([tf.constant([1.5, 2.5]), tf.Variable([[1, 2]], dtype=tf.int64)])

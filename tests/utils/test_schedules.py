@@ -60,7 +60,7 @@ def test_torch_tensor_timesteps(case):
         assert float(out) == pytest.approx(v, rel=1e-6, abs=1e-6)
 
 
-@pytest.mark.tf
+@pytest.mark.tf_eager_code
 def test_eager_tf_values(case, tf_modules):
     _, tf = tf_modules
     make, expected = case

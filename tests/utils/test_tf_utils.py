@@ -21,6 +21,7 @@ def graph_session(tf_modules):
         sess.close()
 
 
+@pytest.mark.tf_eager_code
 def test_eager_losses_and_explained_variance(tf_modules):
     _, tf = tf_modules
     rng = np.random.default_rng(0)
@@ -40,6 +41,7 @@ def test_eager_losses_and_explained_variance(tf_modules):
     assert float(tfu.reduce_mean_ignore_inf(masked)) == pytest.approx(3.0, abs=1e-6)
 
 
+@pytest.mark.tf_eager_code
 def test_eager_one_hot_and_flatten(tf_modules):
     _, tf = tf_modules
     np.testing.assert_array_equal(
@@ -73,6 +75,7 @@ def test_get_gpu_devices_cpu_machine():
     assert isinstance(devices, list) and all("GPU" in d for d in devices)
 
 
+@pytest.mark.tf_eager_code
 def test_make_tf_callable_eager_returns_fn(tf_modules):
     def fn(x):
         return x * 2
@@ -156,6 +159,7 @@ def test_graph_minimize_and_clip_and_scope_vars(graph_session, tf_modules):
     assert ev == pytest.approx(1 - np.var(yy - pp) / np.var(yy), rel=1e-6, abs=1e-6)
 
 
+@pytest.mark.tf_eager_code
 def test_eager_minimize_and_clip_uses_tape(tf_modules):
     _, tf = tf_modules
     w = tf.Variable([3.0, 4.0])
@@ -171,6 +175,7 @@ def test_eager_minimize_and_clip_uses_tape(tf_modules):
     np.testing.assert_allclose(gv[0][0].numpy(), [3.0, 4.0], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.tf_eager_code
 def test_eager_minimize_and_clip_zero_small_and_unused_gradients(tf_modules):
     """Eagerly: a zero gradient stays zero (no NaN), one under the limit is kept as it
     is, a variable the loss does not use is dropped (numbers worked by hand)."""
