@@ -41,6 +41,7 @@ def _seed(seed):
     torch.manual_seed(seed)
 
 
+@pytest.mark.learning
 def test_greedy_return_rises_within_5000_steps():
     _seed(0)
     trainer = SimpleDQNTrainer(make_env, SMALL, seed=0)

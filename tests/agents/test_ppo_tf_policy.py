@@ -217,6 +217,7 @@ def test_value_fetches_and_gae_bootstrap_match_numpy(policy):
     np.testing.assert_allclose(out["value_targets"], adv + values[:n], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("framework", ["tf", "tf2"])
 def test_ppo_return_rises_on_cartpole(framework):
     from rlpolicy.cli.training import SimpleTrainer

@@ -39,6 +39,7 @@ def _trainer(device_config, algo="ppo"):
     return SimpleTrainer(algo, lambda: gym.make("CartPole-v1"), cfg, num_envs=8, seed=0)
 
 
+@pytest.mark.learning
 def test_ppo_return_rises(device_config):
     trainer = _trainer(device_config)
     assert len(trainer.policy.devices) == max(1, device_config.get("num_gpus", 0))
@@ -273,6 +274,7 @@ def test_resolve_checkpoint_errors_and_newest_periodic(tmp_path):
 # --------------------------------------------------------------- learning, end to end
 
 
+@pytest.mark.learning
 def test_shipped_ppo_defaults_pass_a_greedy_evaluation_of_150(tmp_path):
     """The CLI's PPO defaults on CartPole-v1, short: a 20-episode greedy evaluation
     reaches 150 within 60k steps (about 20k with seed 0; a few seconds)."""

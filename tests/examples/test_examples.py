@@ -132,6 +132,7 @@ def test_docs_api_pages_name_existing_modules():
     assert not missing, f"API pages reference modules that do not exist: {missing}"
 
 
+@pytest.mark.learning
 def test_dqn_cartpole():
     out = run_example("dqn_cartpole.py")
     (before,) = floats(r"before training: greedy mean return=([\d.]+)", out)

@@ -386,6 +386,7 @@ def test_bad_action_space_is_named(mode):
         cls(OBS_SPACE, gym.spaces.Box(-2.0, 2.0, (2,), np.float32), dict(CONFIG, framework=mode))
 
 
+@pytest.mark.learning
 def test_example_script_learns():
     env = dict(
         os.environ,
