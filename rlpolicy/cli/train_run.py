@@ -149,8 +149,25 @@ class TrainingDiverged(Exception):
     """An iteration produced non-finite stats or weights, or the env non-finite samples."""
 
 
+def describe_non_finite(stats: Dict[str, Any], weights: Any) -> Optional[str]:
+    """What holds a NaN/inf (``"total_loss, kl and weights (4 of 4 arrays, first 'x')"``),
+    or None if everything is finite."""
+    import tree
+
+    bad = non_finite_parts(stats, weights)
+    if not bad:
+        return None
+    keys = [b for b in bad if not b.startswith("weights ")]
+    arrays = [b[len("weights ") :] for b in bad if b.startswith("weights ")]
+    parts = keys[:4] + ([f"{len(keys) - 4} more stats"] if len(keys) > 4 else [])
+    if arrays:
+        total = len(tree.flatten(weights))
+        parts.append(f"weights ({len(arrays)} of {total} arrays, first {arrays[0]!r})")
+    return ", ".join(parts)
+
+
 def non_finite_parts(stats: Dict[str, Any], weights: Any) -> List[str]:
-    """Names of the learner stats and weight arrays that hold a NaN or inf."""
+    """Names of the learner stats and weight arrays (``"weights <path>"``) that hold a NaN or inf."""
     import tree
 
     bad = []
@@ -254,11 +271,10 @@ class _Run:
             r = self.trainer.train()
         except NonFiniteSampleError as err:  # also Ray's RayTaskError wrapping one
             raise TrainingDiverged(f"iteration {iteration}: {_first_line(err)}") from err
-        bad = non_finite_parts(dict(r.learner_stats), self.trainer.policy.get_weights())
+        bad = describe_non_finite(dict(r.learner_stats), self.trainer.policy.get_weights())
         if bad:
-            shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
             raise TrainingDiverged(
-                f"iteration {r.iteration}: non-finite {shown} (lower lr, or clip rewards/gradients)"
+                f"iteration {r.iteration}: non-finite {bad} (try a lower lr, or grad_clip)"
             )
         self.last = r
         now = time.perf_counter()
