@@ -341,6 +341,7 @@ def test_train_evaluate_export_from_a_fresh_shell_torch(tmp_path, capsys):
     )
 
 
+@pytest.mark.tf
 def test_train_tf_then_export_savedmodel_from_a_fresh_shell(tmp_path, capsys):
     pytest.importorskip("tensorflow")
     out = tmp_path / "tf"

@@ -105,7 +105,8 @@ class NaNEnv(CountingEnv):
 def test_check_finite_samples_names_the_env_and_the_column(column):
     worker = _worker(lambda ctx: NaNEnv(column), policy_config={**TINY, "_check_finite_samples": True})
     with pytest.raises(
-        NonFiniteSampleError, match=rf"^env 'NaNEnv' \(sub-environment 0\) returned NaN/inf in column {column!r}"
+        NonFiniteSampleError,
+        match=rf"^env 'NaNEnv' \(sub-environment 0\) returned NaN/inf in column {column!r}",
     ):
         worker.sample()
     assert issubclass(NonFiniteSampleError, EnvError) and issubclass(NonFiniteSampleError, ValueError)
