@@ -780,3 +780,14 @@ def test_docs_list_every_exit_code_the_command_returns():
         assert re.search(rf"^\| {code} \|", table, re.M), code
     index = (ROOT / "docs" / "index.md").read_text()
     assert "`dqn`" in index and "greedy evaluation" in index
+
+
+def test_a_ray_wrapped_non_finite_sample_error_is_one_line():
+    # What ray.get raises for a worker's NonFiniteSampleError: the remote traceback as text.
+    text = (
+        'ray::RolloutWorker.apply() (pid=1, ip=127.0.0.1)\n  File "sampler.py", line 9, in _check\n'
+        "rlpolicy.utils.error.NonFiniteSampleError: env 'X' (sub-environment 0) returned NaN/inf in "
+        "column 'rewards': [nan]; fix the env"
+    )
+    line = train_run._first_line(RuntimeError(text))
+    assert line == "env 'X' (sub-environment 0) returned NaN/inf in column 'rewards': [nan]; fix the env"

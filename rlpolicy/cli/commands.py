@@ -652,12 +652,12 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import gymnasium as gym
     import numpy as np
 
-    from rlpolicy.cli.train_run import non_finite_parts
+    from rlpolicy.cli.train_run import non_finite_arrays
     from rlpolicy.cli.training import evaluate_policy
 
     checkpoint_dir, record = _record(parser, args.checkpoint)
     policy = _load(parser, checkpoint_dir, record)
-    bad = non_finite_parts({}, policy.get_weights())
+    bad, _ = non_finite_arrays(policy.get_weights())
     if bad:
         print(
             f"rlpolicy evaluate: error: {checkpoint_dir} holds non-finite weights "

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -150,40 +150,40 @@ class TrainingDiverged(Exception):
 
 
 def describe_non_finite(stats: Dict[str, Any], weights: Any) -> Optional[str]:
-    """What holds a NaN/inf (``"total_loss, kl and weights (4 of 4 arrays, first 'x')"``),
+    """What holds a NaN/inf (``"total_loss, kl, weights (4 of 4 arrays, first 'x')"``),
     or None if everything is finite."""
-    import tree
-
-    bad = non_finite_parts(stats, weights)
-    if not bad:
-        return None
-    keys = [b for b in bad if not b.startswith("weights ")]
-    arrays = [b[len("weights ") :] for b in bad if b.startswith("weights ")]
+    keys = non_finite_stats(stats)
+    arrays, total = non_finite_arrays(weights)
     parts = keys[:4] + ([f"{len(keys) - 4} more stats"] if len(keys) > 4 else [])
     if arrays:
-        total = len(tree.flatten(weights))
         parts.append(f"weights ({len(arrays)} of {total} arrays, first {arrays[0]!r})")
-    return ", ".join(parts)
+    return ", ".join(parts) or None
 
 
-def non_finite_parts(stats: Dict[str, Any], weights: Any) -> List[str]:
-    """Names of the learner stats and weight arrays (``"weights <path>"``) that hold a NaN or inf."""
-    import tree
-
+def non_finite_stats(stats: Dict[str, Any]) -> List[str]:
+    """The keys of the numeric learner stats that hold a NaN or inf."""
     bad = []
     for key, value in stats.items():
         try:
             arr = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):  # not a number (a dict of per-policy stats is flattened below)
+        except (TypeError, ValueError):  # not a number
             continue
         if not np.isfinite(arr).all():
             bad.append(key)
-    paths = tree.flatten_with_path(weights)
-    for path, value in paths:
-        arr = np.asarray(value)
-        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
-            bad.append("weights " + "/".join(str(p) for p in path))
     return bad
+
+
+def non_finite_arrays(weights: Any) -> Tuple[List[str], int]:
+    """(paths of the float arrays in ``weights`` that hold a NaN or inf, number of arrays)."""
+    import tree
+
+    leaves = tree.flatten_with_path(weights)
+    bad = [
+        "/".join(str(p) for p in path)
+        for path, value in leaves
+        if np.asarray(value).dtype.kind in "fc" and not np.isfinite(np.asarray(value)).all()
+    ]
+    return bad, len(leaves)
 
 
 class _Interrupts:
@@ -398,7 +398,6 @@ class _Run:
             train_mean=r.episode_reward_mean if r else float("nan"),
         )
         if reason == "diverged":  # nothing of the diverged iteration is saved or evaluated
-            self.last_eval = None
             summary.wall_s = time.perf_counter() - self.start
             return summary
         if opts.out_dir and r is not None:
@@ -488,8 +487,9 @@ def run_training(
 
 
 def _first_line(err: BaseException) -> str:
-    """The error's message line (a Ray-wrapped error: the line naming the original)."""
-    lines = [line for line in str(err).splitlines() if line.strip()]
-    named = [line for line in lines if "NonFiniteSampleError" in line]
-    line = (named or lines or [type(err).__name__])[-1 if named else 0].strip()
-    return line.split("NonFiniteSampleError: ", 1)[-1]
+    """The error's message: its first line, or for a Ray-wrapped error (whose text is
+    the remote traceback) the message after its last ``NonFiniteSampleError:``."""
+    text = str(err).strip()
+    if "NonFiniteSampleError: " in text:
+        text = text.rsplit("NonFiniteSampleError: ", 1)[1]
+    return text.splitlines()[0] if text else type(err).__name__
