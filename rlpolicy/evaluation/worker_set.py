@@ -21,7 +21,7 @@ raises the worker's error, as 1.11 does. Recreation is bounded: more than
 ``3 * num_workers`` failures in one round raise a RuntimeError, and a recreated
 worker starts with fresh envs and observation filters (its running episodes
 are lost). The episodes a worker finished before it died or was dropped stay
-in :meth:`WorkerSet.metrics`.
+in :meth:`WorkerSet.metrics`' ``episodes_total``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import copy
 import logging
 import math
 import os
-from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from rlpolicy._core.config import merge_configs
 from rlpolicy._core.defaults import COMMON_CONFIG
@@ -113,12 +112,9 @@ class WorkerSet:
         self.num_env_steps_sampled = 0
         self._next_worker = 0
         self._lost_episodes = 0
-        # Per remote worker (by worker_index): episodes finished, last returns and lengths,
-        # as of its last successful call; kept when the worker dies or is dropped.
+        # Per remote worker (by worker_index): episodes finished as of its last successful
+        # call; added to _lost_episodes when the worker dies or is dropped.
         self._episodes_seen: Dict[int, int] = {}
-        self._stats_seen: Dict[int, Dict[str, Any]] = {}
-        self._lost_returns: Deque[float] = deque(maxlen=100)
-        self._lost_lengths: Deque[int] = deque(maxlen=100)
         self._worker_index: List[int] = []  # worker_index of each entry of self._remote
         if not _setup:
             return
@@ -387,15 +383,10 @@ class WorkerSet:
 
     def _note_stats(self, worker_index: int, stats: Dict[str, Any]) -> None:
         self._episodes_seen[worker_index] = stats["episodes"]
-        self._stats_seen[worker_index] = stats
 
     def _keep_lost_stats(self, worker_index: int) -> None:
-        """A worker that is gone: its finished episodes stay in the metrics."""
+        """A worker that is gone: its finished episodes stay in ``episodes_total``."""
         self._lost_episodes += self._episodes_seen.pop(worker_index, 0)
-        stats = self._stats_seen.pop(worker_index, None)
-        if stats is not None:
-            self._lost_returns.extend(stats["returns"])
-            self._lost_lengths.extend(stats["lengths"])
 
     def _drop_worker(self, index: int, err: BaseException) -> None:
         """Marks the worker at ``index`` as dropped (removed by :meth:`_forget_dropped`)."""
@@ -495,10 +486,10 @@ class WorkerSet:
     def metrics(self) -> Dict[str, float]:
         """Episode statistics over the sampling workers (the local one if there are
         no remote workers): mean return and length of their last (up to 100)
-        episodes each, episodes finished, and env steps returned by :meth:`sample`."""
+        episodes each, episodes finished (those of workers that died or were dropped
+        included), and env steps returned by :meth:`sample`."""
         import numpy as np
 
-        lost_returns, lost_lengths = list(self._lost_returns), list(self._lost_lengths)
         if self._remote:
             indices = list(range(len(self._remote)))
             results = self._call_with_recovery(indices, "apply", _episode_stats)
@@ -510,8 +501,8 @@ class WorkerSet:
             self._forget_dropped()
         else:
             stats = [self._local.episode_stats()]
-        returns = lost_returns + [r for s in stats for r in s["returns"]]
-        lengths = lost_lengths + [n for s in stats for n in s["lengths"]]
+        returns = [r for s in stats for r in s["returns"]]
+        lengths = [n for s in stats for n in s["lengths"]]
         steps = self.num_env_steps_sampled if self._remote else stats[0]["env_steps"]
         return {
             "episode_reward_mean": float(np.mean(returns)) if returns else float("nan"),
