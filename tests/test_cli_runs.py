@@ -179,7 +179,7 @@ def test_existing_out_is_refused_then_overwritten_then_resumed(tmp_path, capsys)
     pytest.importorskip("torch")
     out = tmp_path / "run"
     code, _, err = _main(_pg(out, "--stop-timesteps", "400", "--checkpoint-every", "1"), capsys)
-    assert code == 1, err
+    assert code == 0, err
     periodic = sorted(p.name for p in out.glob("checkpoint_0*"))
     assert len(periodic) == 2
     code, stdout, err = _main(["evaluate", str(out / "checkpoint_best"), "--episodes", "2"], capsys)
@@ -195,7 +195,7 @@ def test_existing_out_is_refused_then_overwritten_then_resumed(tmp_path, capsys)
     before = (out / "progress.csv").read_text()
     first_record = run_outputs.read_run_record(str(out))
     code, stdout, err = _main(_pg(out, "--stop-timesteps", "800", "--resume"), capsys)
-    assert code == 1, err
+    assert code == 0, err
     assert f"resumed at step {first_record.timesteps_total} (iteration {first_record.iteration})" in stdout
     after = (out / "progress.csv").read_text()
     assert after.startswith(before)  # appended, not rewritten
@@ -212,7 +212,7 @@ def test_existing_out_is_refused_then_overwritten_then_resumed(tmp_path, capsys)
     assert "holds a run of --algo pg --framework torch --env CartPole-v1" in _last_line(err)
 
     code, _, err = _main(_pg(out, "--stop-timesteps", "200", "--overwrite"), capsys)
-    assert code == 1, err
+    assert code == 0, err
     assert list(out.glob("checkpoint_0*")) == []  # the earlier run's periodic checkpoints
     rows = list(csv.DictReader(open(out / "progress.csv")))
     assert [r["iteration"] for r in rows] == ["1"]
@@ -235,7 +235,7 @@ def test_the_real_command_refuses_an_existing_run_in_one_line(tmp_path):
 def test_resume_restores_weights_optimizer_and_counters(tmp_path, monkeypatch, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "run"
-    assert commands.main(_pg(out, "--stop-timesteps", "400")) == 1
+    assert commands.main(_pg(out, "--stop-timesteps", "400")) == 0
     saved = run_outputs.read_run_record(str(out))
     from rlpolicy._core.checkpoint import read_checkpoint
 
@@ -275,6 +275,9 @@ def test_resume_restores_weights_optimizer_and_counters(tmp_path, monkeypatch, c
 class _FakePolicy:
     def __init__(self):
         self.version = 0
+
+    def get_weights(self):
+        return {"w": np.full(2, float(self.version), np.float32)}
 
     def export_checkpoint(self, directory):
         os.makedirs(directory, exist_ok=True)
@@ -457,7 +460,7 @@ def test_progress_columns_are_the_same_for_every_algorithm_and_framework(framewo
                 str(out),
             ]
         )
-        assert code == 1, capsys.readouterr()
+        assert code == 0, capsys.readouterr()
         with open(out / "progress.csv", newline="") as f:
             header, *rows = list(csv.reader(f))
         assert tuple(header) == PROGRESS_COLUMNS, (algo, framework)
@@ -497,7 +500,7 @@ def test_without_matplotlib_the_run_says_so_first_and_never_names_the_plot(tmp_p
     pytest.importorskip("torch")
     out = tmp_path / "r"
     proc = _run(_blocked_main(["matplotlib"], _pg(out, "--stop-timesteps", "200")))
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == (
         "note: learning_curve.png will not be written: matplotlib is not installed "
@@ -566,3 +569,225 @@ def test_a_ctrl_c_during_a_progress_row_write_keeps_one_row_per_iteration(tmp_pa
     assert [row["iteration"] for row in rows] == ["1"]
     assert _version(tmp_path) == 1  # the checkpoint of iteration 1 was still written
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# ------------------------------------------------------------------ exit codes, divergence, start-up
+
+
+def test_budget_end_exits_0_and_fail_if_unsolved_exits_4(tmp_path, capsys):
+    pytest.importorskip("torch")
+    code, stdout, err = _main(_pg(tmp_path / "a", "--stop-timesteps", "200"), capsys)
+    assert code == 0, err
+    assert "stopped (timesteps)" in stdout and (tmp_path / "a" / "rlpolicy_run.json").is_file()
+    code, stdout, err = _main(_pg(tmp_path / "b", "--stop-timesteps", "200", "--fail-if-unsolved"), capsys)
+    assert code == 4, err
+    assert "stopped (timesteps)" in stdout and (tmp_path / "b" / "rlpolicy_run.json").is_file()
+
+
+def test_run_sh_asks_for_a_failing_exit_when_unsolved():
+    text = (ROOT / "scripts" / "run.sh").read_text()
+    assert "--fail-if-unsolved" in text.split("exec ", 1)[1]
+
+
+@pytest.mark.parametrize("config", [{"lr": 1e38}, {"lr": 1e38, "grad_clip": None}])
+def test_non_finite_training_stops_with_one_line_and_saves_nothing(tmp_path, capsys, config):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    tiny = {**json.loads(TINY_PG), **config}
+    argv = _pg(out, "--stop-timesteps", "2000", "--checkpoint-every", "1")
+    argv[argv.index("--config") + 1] = json.dumps(tiny)
+    code, stdout, err = _main(argv, capsys)
+    assert code == 3, (stdout, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err
+    assert re.match(
+        r"rlpolicy train: error: training diverged at iteration 1: non-finite .*weights \(\d+ of \d+ arrays",
+        lines[0],
+    )
+    # Nothing of the diverged iteration: no last, best or periodic checkpoint.
+    assert not (out / "rlpolicy_run.json").exists() and not (out / "checkpoint_best").exists()
+    assert list(out.glob("checkpoint_0*")) == []
+    assert "checkpoint written" not in stdout
+
+
+def test_a_diverged_iteration_keeps_the_earlier_best_and_writes_no_last(tmp_path, scripted_evals):
+    scripted_evals.extend([100.0])
+    trainer = _ScriptedTrainer([10, 20], stats=None)
+    real_train = trainer.train
+
+    def train():
+        result = real_train()
+        if result.iteration == 2:
+            result.learner_stats["total_loss"] = float("nan")
+        return result
+
+    trainer.train = train
+    summary = run_training(trainer, None, _opts(tmp_path, stop_reward=1e9, eval_every=1, eval_episodes=1))
+    assert summary.reason == "diverged" and not summary.solved
+    assert summary.error.startswith("iteration 2: non-finite total_loss")
+    assert _version(tmp_path / "checkpoint_best") == 1  # iteration 1's, not the NaN one
+    assert not (tmp_path / "rlpolicy_checkpoint.json").exists()  # no last checkpoint
+    rows = list(csv.DictReader(open(tmp_path / "progress.csv")))
+    assert [r["iteration"] for r in rows] == ["1"]
+
+
+class _NaNRewardCartPole:
+    """CartPole whose 3rd step's reward is NaN (registered as a gymnasium env)."""
+
+    def __new__(cls, **kwargs):
+        import gymnasium as gym
+
+        class Wrapper(gym.Wrapper):
+            def step(self, action):
+                obs, reward, term, trunc, info = self.env.step(action)
+                self.t = getattr(self, "t", 0) + 1
+                return obs, (float("nan") if self.t == 3 else reward), term, trunc, info
+
+        return Wrapper(gym.make("CartPole-v1"))
+
+
+def test_a_nan_reward_from_the_env_names_the_env_and_column(tmp_path, capsys):
+    pytest.importorskip("torch")
+    import gymnasium as gym
+
+    env_id = "NaNRewardCartPole-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=_NaNRewardCartPole, reward_threshold=100.0)
+    argv = _pg(tmp_path / "run", "--stop-timesteps", "400")
+    argv[argv.index("--out") : argv.index("--out")] = ["--env", env_id]
+    code, stdout, err = _main(argv, capsys)
+    assert code == 3, (stdout, err)
+    assert _last_line(err).startswith(
+        f"rlpolicy train: error: training diverged at iteration 1: env '{env_id}' (sub-environment 0) "
+        "returned NaN/inf in column 'rewards'"
+    )
+
+
+def test_evaluate_refuses_a_checkpoint_with_non_finite_weights(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    assert _main(_pg(out, "--stop-timesteps", "200"), capsys)[0] == 0
+    from rlpolicy.policy.policy import Policy
+
+    policy = Policy.from_checkpoint(str(out))
+    policy.set_weights({k: np.full_like(v, np.nan) for k, v in policy.get_weights().items()})
+    policy.export_checkpoint(str(out))
+    code, stdout, err = _main(["evaluate", str(out), "--episodes", "2"], capsys)
+    assert code == 3 and stdout == ""
+    assert _last_line(err).startswith(f"rlpolicy evaluate: error: {out} holds non-finite weights (")
+
+
+def test_resume_past_the_step_budget_trains_nothing(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    assert _main(_pg(out, "--stop-timesteps", "400"), capsys)[0] == 0
+    record = run_outputs.read_run_record(str(out))
+    rows = (out / "progress.csv").read_text()
+    code, stdout, err = _main(_pg(out, "--stop-timesteps", "400", "--resume"), capsys)
+    assert code == 0, err
+    assert stdout.strip() == (
+        f"nothing to train: {out} is at step {record.timesteps_total} (iteration {record.iteration}), "
+        "already >= --stop-timesteps 400"
+    )
+    assert (out / "progress.csv").read_text() == rows
+    assert run_outputs.read_run_record(str(out)) == record
+
+
+def test_after_a_second_ctrl_c_no_earlier_evaluation_is_shown_as_final(tmp_path, monkeypatch):
+    calls = []
+
+    def evaluate(policy, creator, n, seed):
+        calls.append(len(calls))
+        if len(calls) == 2:  # the final evaluation: a second Ctrl-C
+            raise KeyboardInterrupt
+        return [250.0] * n
+
+    monkeypatch.setattr(train_run, "evaluate_policy", evaluate)
+    # Iteration 1's training mean reaches the target: evaluated (250, short of it); the
+    # budget ends at iteration 2, whose final evaluation a second Ctrl-C stops.
+    summary = run_training(
+        _ScriptedTrainer([500, 20]),
+        None,
+        _opts(tmp_path, stop_reward=400, eval_episodes=1, stop_timesteps=1500),
+    )
+    assert summary.final_eval_skipped and summary.iterations == 2 and len(calls) == 2
+    assert [e["iteration"] for e in summary.evaluations] == [1]  # kept as history
+    assert summary.eval_mean is None and summary.eval_std is None  # not shown as the final one
+
+
+def test_overwrite_removes_stale_exports_and_nothing_else(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    assert _main(_pg(out, "--stop-timesteps", "200"), capsys)[0] == 0
+    for name in ("export_onnx", "export_torchscript_pipeline"):
+        (out / name).mkdir()
+        (out / name / "model.onnx").write_text("stale")
+    (out / "export_notes").mkdir()  # not an export folder this command writes
+    (out / "mine.txt").write_text("keep")
+    code, _, err = _main(_pg(out, "--stop-timesteps", "200", "--overwrite"), capsys)
+    assert code == 0, err
+    assert not (out / "export_onnx").exists() and not (out / "export_torchscript_pipeline").exists()
+    assert (out / "export_notes").is_dir() and (out / "mine.txt").read_text() == "keep"
+
+
+def test_ctrl_c_during_start_up_exits_130_without_a_traceback():
+    pytest.importorskip("torch")
+    # A real SIGINT while the trainer is being built (before any training).
+    code = textwrap.dedent("""
+        import os, signal, sys, time
+        import rlpolicy.cli.training as training
+        def interrupted(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        training.make_trainer = interrupted
+        from rlpolicy.cli import main
+        sys.exit(main(["train", "--algo", "pg", "--progress-bar", "off"]))
+    """)
+    proc = _run(code)
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.strip() == "rlpolicy: interrupted"
+
+
+def test_usage_block_only_for_usage_errors(capsys):
+    code, stdout, err = _main(["train", "--no-such-flag"], capsys)
+    assert code == 2 and err.startswith("usage: rlpolicy ") and "unrecognized arguments" in err
+    code, stdout, err = _main(["train", "--seed", "-1"], capsys)
+    assert code == 2 and err.startswith("usage: rlpolicy train ")
+    code, stdout, err = _main(["train", "--env", "NoSuchEnv-v9"], capsys)
+    assert code == 2 and stdout == ""
+    assert len(err.strip().splitlines()) == 1 and "usage:" not in err
+    assert err.startswith("rlpolicy train: error: argument --env: 'NoSuchEnv-v9'")
+    code, stdout, err = _main(["train", "--config", "{bad"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_train_help_states_the_stop_rule_every_algorithm_and_the_exit_codes(capsys):
+    code, stdout, _ = _main(["train", "--help"], capsys)
+    assert code == 0
+    text = " ".join(stdout.split())
+    assert "(pg, ppo, dqn)" in text and "greedy evaluation" in text
+    for phrase in ("0 done", "3 training diverged", "4 unsolved with --fail-if-unsolved", "130 Ctrl-C"):
+        assert phrase in text
+    assert "--fail-if-unsolved" in text
+
+
+def test_docs_list_every_exit_code_the_command_returns():
+    from rlpolicy.cli import commands as c
+
+    table = (ROOT / "docs" / "cli.md").read_text()
+    codes = {c.EXIT_OK, c.EXIT_FAILED, c.EXIT_USAGE, c.EXIT_DIVERGED, c.EXIT_UNSOLVED, c.EXIT_INTERRUPTED}
+    for code in codes:
+        assert re.search(rf"^\| {code} \|", table, re.M), code
+    index = (ROOT / "docs" / "index.md").read_text()
+    assert "`dqn`" in index and "greedy evaluation" in index
+
+
+def test_a_ray_wrapped_non_finite_sample_error_is_one_line():
+    # What ray.get raises for a worker's NonFiniteSampleError: the remote traceback as text.
+    text = (
+        'ray::RolloutWorker.apply() (pid=1, ip=127.0.0.1)\n  File "sampler.py", line 9, in _check\n'
+        "rlpolicy.utils.error.NonFiniteSampleError: env 'X' (sub-environment 0) returned NaN/inf in "
+        "column 'rewards': [nan]; fix the env"
+    )
+    line = train_run._first_line(RuntimeError(text))
+    assert line == "env 'X' (sub-environment 0) returned NaN/inf in column 'rewards': [nan]; fix the env"

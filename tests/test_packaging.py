@@ -79,6 +79,15 @@ def test_license_is_the_apache_2_text_the_metadata_names():
     assert 'license = "Apache-2.0"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
 
 
+def test_license_names_its_owner_and_notice_credits_rllibs_api_design():
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "[yyyy]" not in text and "[name of copyright owner]" not in text
+    assert "Copyright 2026 The rlpolicy authors" in text
+    notice = (ROOT / "NOTICE").read_text(encoding="utf-8")
+    assert "Ray RLlib" in notice and "API" in notice and "no RLlib source is included" in notice
+    assert "NOTICE" in (ROOT / "MANIFEST.in").read_text(encoding="utf-8")
+
+
 def test_sdist_holds_every_test_file(sdist_names):
     repo_tests = _repo_files("tests", ".py")
     assert len(repo_tests) > 50  # the suite, not a handful
@@ -99,3 +108,24 @@ def test_sdist_holds_license_package_and_no_bytecode(sdist_names):
     assert {"LICENSE", "README.md", "pyproject.toml", "MANIFEST.in"} <= sdist_names
     assert "rlpolicy/policy/policy.py" in sdist_names
     assert not [n for n in sdist_names if n.endswith(".pyc") or "__pycache__" in n]
+
+
+def test_porting_guide_says_one_thing_about_sampling_options_and_lists_absent_modules():
+    import re
+
+    text = (ROOT / "docs" / "porting.md").read_text(encoding="utf-8")
+    # The sampling options work (tests/evaluation/test_worker_config_2x.py and others); no
+    # sentence may say they are not accepted.
+    for sentence in re.split(r"(?<=[.;])\s", " ".join(text.split())):
+        if "not accepted" in sentence:
+            assert not any(k in sentence for k in ("episode_horizon", "clip_rewards", "sample_async")), (
+                sentence
+            )
+    for module in (
+        "agents.trainer_template",
+        "execution.train_ops",
+        "execution.rollout_ops",
+        "evaluation.metrics",
+    ):
+        assert re.search(rf"^\| `{re.escape(module)}", text, re.M) or f"`{module}`" in text, module
+    assert "algorithms other than PG, PPO and DQN" in text

@@ -167,6 +167,7 @@ _TOP_LEVEL_CHECKS: Dict[str, Callable[[Any], Optional[str]]] = {
     "torch_compile_acting": _compile_acting,
     "_tf_policy_handles_more_than_one_loss": _bool,
     "_check_finite_obs": _bool,
+    "_check_finite_samples": _bool,
     "seed": _optional(_int_ge(0)),
     "callbacks": _callbacks,
     "model": _dict,

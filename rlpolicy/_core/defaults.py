@@ -89,6 +89,9 @@ COMMON_CONFIG: dict = {
     # rlpolicy addition: with True, compute_actions/learn_on_batch raise a
     # ValueError on NaN/inf observations; False passes them through (RLlib).
     "_check_finite_obs": False,
+    # rlpolicy addition: with True, sampling raises NonFiniteSampleError (naming the
+    # env and the column) when an env returns a NaN/inf observation or reward.
+    "_check_finite_samples": False,
     "tf_session_args": {
         "intra_op_parallelism_threads": 2,
         "inter_op_parallelism_threads": 2,

@@ -17,8 +17,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     Argument errors raise ``SystemExit(2)`` after printing one error line.
     """
-    from rlpolicy.cli.commands import main as run
+    try:
+        from rlpolicy.cli.commands import main as run
+    except KeyboardInterrupt:  # Ctrl-C while the command's modules load
+        import sys
 
+        print("rlpolicy: interrupted", file=sys.stderr, flush=True)
+        return 130
     return run(argv)
 
 

@@ -9,7 +9,12 @@ Examples::
 Bad arguments (an unknown env, framework or config key, invalid JSON or
 config values, a missing checkpoint, a format the checkpoint's framework
 cannot export) end in one ``rlpolicy <command>: error: ...`` line and exit
-code 2, as argparse does for its own errors.
+code 2, as argparse does for its own errors (which also print the usage).
+
+Exit codes (docs/cli.md): 0 done (solved, or a step/time budget ran out), 1
+an export did not verify, 2 bad arguments, 3 training diverged (non-finite
+loss, weights or env samples), 4 unsolved with ``--fail-if-unsolved``, 130
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -24,6 +29,19 @@ from rlpolicy import __version__
 from rlpolicy.cli.algorithms import ALGORITHMS, FRAMEWORKS, config_defaults, get_algorithm, loop_default
 
 EXPORT_FORMATS = ("torchscript", "onnx", "savedmodel")
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_DIVERGED, EXIT_UNSOLVED, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser; once the command line is parsed, ``error()`` prints one
+    line without the usage block (the arguments were well-formed, a value was not)."""
+
+    parsed = False
+
+    def error(self, message: str) -> Any:
+        if not self.parsed:
+            super().error(message)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def _number(kind: Callable[[str], Any], low: float, strict: bool = False) -> Callable[[str], Any]:
@@ -59,13 +77,18 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
         dest="max_timesteps",
         type=_number(int, 1),
         default=400_000,
-        help="give up after this many env steps",
+        help="stop after this many env steps (a normal end: exit 0 unless --fail-if-unsolved)",
     )
     add(
         "--max-seconds",
         type=_number(float, 0, strict=True),
         default=600.0,
-        help="give up after this many seconds",
+        help="stop after this many seconds (a normal end, as --stop-timesteps)",
+    )
+    add(
+        "--fail-if-unsolved",
+        action="store_true",
+        help="exit 4 when a budget ends the run before --stop-reward is reached",
     )
     add(
         "--num-envs",
@@ -148,18 +171,20 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
 def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
     """The ``rlpolicy`` parser and its sub-parsers by command name."""
     fmt = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="rlpolicy", description=__doc__.splitlines()[0], formatter_class=fmt
-    )
+    parser = _Parser(prog="rlpolicy", description=__doc__.splitlines()[0], formatter_class=fmt)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser(
         "train",
         help="train a reference policy",
         formatter_class=fmt,
-        description="Train a reference policy until a greedy evaluation "
-        "reaches --stop-reward (checked whenever the mean return "
-        "of the last 100 training episodes reaches it).",
+        description=f"Train a reference policy ({', '.join(ALGORITHMS)}) until a greedy "
+        "evaluation (--eval-episodes, explore off) reaches --stop-reward; the evaluation runs "
+        "whenever the mean return of the last 100 training episodes reaches it (and every "
+        "--eval-every iterations), or --stop-timesteps / --max-seconds run out. Exit codes: "
+        "0 done (solved or budget), 1 export failed, 2 bad arguments, 3 training diverged "
+        "(non-finite loss, weights or env samples), 4 unsolved with --fail-if-unsolved, "
+        "130 Ctrl-C. See docs/cli.md.",
     )
     _add_train_arguments(train)
     evaluate = sub.add_parser(
@@ -239,6 +264,8 @@ def _checked_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         seed=args.seed,
         num_workers=args.num_workers,
     )
+    # NaN/inf observations or rewards from the env stop the run with one line naming them.
+    config.setdefault("_check_finite_samples", True)
     if args.framework in ("tf2", "tfe"):  # untraced eager steps are several times slower
         config.setdefault("eager_tracing", True)
     try:
@@ -423,8 +450,10 @@ def _seed_frameworks(framework: str, seed: int) -> None:
 
 
 def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = None) -> int:
-    """Runs ``rlpolicy train``; returns 0 if ``--stop-reward`` was reached, 130 if
-    Ctrl-C stopped it (after the checkpoint was written), else 1."""
+    """Runs ``rlpolicy train``; returns an exit code (module docstring): 0 when solved
+    or a budget ran out, 1 when an export failed, 3 when training diverged, 4 when
+    unsolved with ``--fail-if-unsolved``, 130 when Ctrl-C stopped it (after the
+    checkpoint was written)."""
     import gymnasium as gym
 
     from rlpolicy.cli.train_run import run_training
@@ -432,6 +461,14 @@ def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = 
 
     parser = parser or _build_parser()[1]["train"]
     stop_reward, config = _check_train(parser, args)
+    if args.resume and args.resume_from[1].timesteps_total >= args.max_timesteps:
+        done = args.resume_from[1]
+        print(
+            f"nothing to train: {args.out} is at step {done.timesteps_total} (iteration "
+            f"{done.iteration}), already >= --stop-timesteps {args.max_timesteps}",
+            flush=True,
+        )
+        return EXIT_OK
     _set_threads(args.framework, args.num_threads)
     _seed_frameworks(args.framework, args.seed)
     num_envs = args.num_envs or loop_default(args.algo, args.env, "num_envs", 8)
@@ -461,6 +498,14 @@ def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = 
             flush=True,
         )
         summary = run_training(trainer, env_creator, _run_options(args, stop_reward, record))
+        if summary.reason == "diverged":
+            print(
+                f"rlpolicy train: error: training diverged at {summary.error}; nothing of that "
+                "iteration was saved",
+                file=sys.stderr,
+                flush=True,
+            )
+            return EXIT_DIVERGED
         _report_training(summary, stop_reward)
         if summary.checkpoint_dir:
             written = (
@@ -486,8 +531,10 @@ def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = 
     finally:
         getattr(trainer, "stop", lambda: None)()  # Ray workers
     if summary.reason == "interrupted":
-        return 130  # as a shell reports a command ended by SIGINT
-    return 0 if summary.solved and not failed else 1
+        return EXIT_INTERRUPTED  # as a shell reports a command ended by SIGINT
+    if failed:
+        return EXIT_FAILED
+    return EXIT_UNSOLVED if args.fail_if_unsolved and not summary.solved else EXIT_OK
 
 
 def _prepare_out(args: argparse.Namespace, trainer: Any) -> Any:
@@ -600,14 +647,25 @@ def _load(parser: argparse.ArgumentParser, checkpoint_dir: str, record: Any) -> 
 
 
 def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Runs ``rlpolicy evaluate``: mean/std return over ``--episodes`` greedy episodes."""
+    """Runs ``rlpolicy evaluate``: mean/std return over ``--episodes`` greedy episodes;
+    returns 0, or 3 (one error line) if the checkpoint holds non-finite weights."""
     import gymnasium as gym
     import numpy as np
 
+    from rlpolicy.cli.train_run import non_finite_arrays
     from rlpolicy.cli.training import evaluate_policy
 
     checkpoint_dir, record = _record(parser, args.checkpoint)
     policy = _load(parser, checkpoint_dir, record)
+    bad, _ = non_finite_arrays(policy.get_weights())
+    if bad:
+        print(
+            f"rlpolicy evaluate: error: {checkpoint_dir} holds non-finite weights "
+            f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); nothing to evaluate",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_DIVERGED
     returns = evaluate_policy(policy, lambda: gym.make(record.env), args.episodes, seed=args.seed)
     print(
         f"evaluated {type(policy).__name__} ({record.algo}, {record.framework}) from "
@@ -682,7 +740,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     Argument errors raise ``SystemExit(2)`` after printing one error line.
     """
-    parser, subparsers = _build_parser()
-    args = parser.parse_args(argv)
-    command = {"train": train, "evaluate": evaluate, "export": export}[args.command]
-    return command(args, subparsers[args.command])
+    try:
+        parser, subparsers = _build_parser()
+        args = parser.parse_args(argv)
+        for p in (parser, *subparsers.values()):
+            p.parsed = True  # from here on, errors are about values: one line, no usage
+        command = {"train": train, "evaluate": evaluate, "export": export}[args.command]
+        return command(args, subparsers[args.command])
+    except KeyboardInterrupt:  # before training started (or after it ended): no traceback
+        print("rlpolicy: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED

@@ -8,6 +8,7 @@ Layout of ``DIR``::
     DIR/checkpoint_000010/                a periodic checkpoint (same two files inside)
     DIR/progress.csv                      one row per training iteration (PROGRESS_COLUMNS)
     DIR/learning_curve.png                mean return against env steps
+    DIR/export_FORMAT[_pipeline]/          an export (``--export`` / ``rlpolicy export``)
 
 A checkpoint directory is one holding both ``rlpolicy_checkpoint.json`` and
 ``rlpolicy_run.json``; the run record is what lets ``evaluate`` and
@@ -35,6 +36,7 @@ PROGRESS_FILE = "progress.csv"
 PLOT_FILE = "learning_curve.png"
 BEST_DIR = "checkpoint_best"
 _PERIODIC = re.compile(r"checkpoint_(\d+)$")
+_EXPORT = re.compile(r"export_(torchscript|onnx|savedmodel)(_pipeline)?$")  # what train/export write
 # THE columns of progress.csv, the same for every algorithm and framework (documented in
 # docs/cli.md). The algorithm's learner stats go into one JSON object, "learner_stats".
 PROGRESS_COLUMNS = (
@@ -160,7 +162,8 @@ def existing_run_outputs(out_dir: str) -> List[str]:
 
 def remove_run_outputs(out_dir: str) -> None:
     """Deletes what an earlier run wrote into ``out_dir`` (checkpoints, their
-    folders, progress.csv, learning_curve.png); nothing else is touched."""
+    folders, progress.csv, learning_curve.png, export_FORMAT folders); nothing
+    else is touched."""
     if _is_checkpoint(out_dir):
         arrays = _checkpoint_arrays_file(out_dir)
         for name in (METADATA_FILE, RUN_FILE) + ((arrays,) if arrays else ()):
@@ -170,6 +173,11 @@ def remove_run_outputs(out_dir: str) -> None:
     for name in existing_run_outputs(out_dir):
         if name.endswith("/"):
             shutil.rmtree(os.path.join(out_dir, name.rstrip("/")))
+    if os.path.isdir(out_dir):
+        for name in os.listdir(out_dir):
+            path = os.path.join(out_dir, name)
+            if _EXPORT.match(name) and os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
 
 
 def _checkpoint_arrays_file(directory: str) -> Optional[str]:

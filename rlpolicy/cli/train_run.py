@@ -16,6 +16,14 @@ with ``eval_episodes=0``), and at the end saves the last checkpoint FIRST,
 then runs the final evaluation (its result goes into the last row, the run
 record and the plot), then writes ``learning_curve.png``.
 
+Non-finite training: if an iteration's learner stats or the policy's weights
+hold a NaN/inf, or the env returned one (``NonFiniteSampleError``, with
+``config["_check_finite_samples"]``), the run stops (reason ``"diverged"``,
+``RunSummary.error`` names the iteration and what was non-finite): nothing of
+that iteration is saved (no best, periodic or last checkpoint; the last
+checkpoint on disk is whatever an earlier run or iteration wrote), and there
+is no final evaluation.
+
 Ctrl-C: the first one stops training; the last checkpoint is saved and the
 final evaluation runs. A second one during the final evaluation skips it
 (the checkpoint is already on disk). A Ctrl-C that arrives while a
@@ -33,13 +41,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from rlpolicy.cli import run_outputs
 from rlpolicy.cli.run_outputs import ProgressLog, RunRecord
 from rlpolicy.cli.training import IterationResult, evaluate_policy
+from rlpolicy.utils.error import NonFiniteSampleError
 
 # The interpreter's own print, taken before anything (Ray's workers) can replace
 # builtins.print: the iteration lines are written with it (or through the bar).
@@ -70,7 +79,7 @@ class RunSummary:
     """How a run ended."""
 
     solved: bool
-    reason: str  # "solved", "timesteps", "time" or "interrupted"
+    reason: str  # "solved", "timesteps", "time", "interrupted" or "diverged"
     iterations: int
     timesteps: int
     wall_s: float
@@ -82,6 +91,7 @@ class RunSummary:
     best_dir: Optional[str] = None
     plot_path: Optional[str] = None
     final_eval_skipped: bool = False  # a second Ctrl-C stopped the final evaluation
+    error: Optional[str] = None  # reason "diverged": the iteration and what was non-finite
 
 
 class _Display:
@@ -133,6 +143,47 @@ class _Display:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+class TrainingDiverged(Exception):
+    """An iteration produced non-finite stats or weights, or the env non-finite samples."""
+
+
+def describe_non_finite(stats: Dict[str, Any], weights: Any) -> Optional[str]:
+    """What holds a NaN/inf (``"total_loss, kl, weights (4 of 4 arrays, first 'x')"``),
+    or None if everything is finite."""
+    keys = non_finite_stats(stats)
+    arrays, total = non_finite_arrays(weights)
+    parts = keys[:4] + ([f"{len(keys) - 4} more stats"] if len(keys) > 4 else [])
+    if arrays:
+        parts.append(f"weights ({len(arrays)} of {total} arrays, first {arrays[0]!r})")
+    return ", ".join(parts) or None
+
+
+def non_finite_stats(stats: Dict[str, Any]) -> List[str]:
+    """The keys of the numeric learner stats that hold a NaN or inf."""
+    bad = []
+    for key, value in stats.items():
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):  # not a number
+            continue
+        if not np.isfinite(arr).all():
+            bad.append(key)
+    return bad
+
+
+def non_finite_arrays(weights: Any) -> Tuple[List[str], int]:
+    """(paths of the float arrays in ``weights`` that hold a NaN or inf, number of arrays)."""
+    import tree
+
+    leaves = tree.flatten_with_path(weights)
+    bad = [
+        "/".join(str(p) for p in path)
+        for path, value in leaves
+        if np.asarray(value).dtype.kind in "fc" and not np.isfinite(np.asarray(value)).all()
+    ]
+    return bad, len(leaves)
 
 
 class _Interrupts:
@@ -215,7 +266,17 @@ class _Run:
     def step(self) -> Optional[str]:
         """One iteration; returns why to stop, or None."""
         opts = self.opts
-        r = self.last = self.trainer.train()
+        iteration = (self.last.iteration if self.last else getattr(self.trainer, "iteration", 0)) + 1
+        try:
+            r = self.trainer.train()
+        except NonFiniteSampleError as err:  # also Ray's RayTaskError wrapping one
+            raise TrainingDiverged(f"iteration {iteration}: {_first_line(err)}") from err
+        bad = describe_non_finite(dict(r.learner_stats), self.trainer.policy.get_weights())
+        if bad:
+            raise TrainingDiverged(
+                f"iteration {r.iteration}: non-finite {bad} (try a lower lr, or grad_clip)"
+            )
+        self.last = r
         now = time.perf_counter()
         rate = (r.timesteps_total - self._prev_steps) / max(1e-9, now - self._prev_time)
         self._pending = self._row(r, rate)
@@ -336,6 +397,9 @@ class _Run:
             wall_s=0.0,
             train_mean=r.episode_reward_mean if r else float("nan"),
         )
+        if reason == "diverged":  # nothing of the diverged iteration is saved or evaluated
+            summary.wall_s = time.perf_counter() - self.start
+            return summary
         if opts.out_dir and r is not None:
             try:
                 summary.checkpoint_dir = self.save(opts.out_dir)  # first: nothing slow before it
@@ -366,7 +430,7 @@ class _Run:
         except KeyboardInterrupt:  # held during the write: the row is in progress.csv
             summary.reason = "interrupted"
         ev = self.last_eval
-        if ev is not None:
+        if ev is not None and r is not None and ev["iteration"] == r.iteration:  # only a current one
             summary.eval_mean, summary.eval_std = ev["eval_mean"], ev["eval_std"]
         summary.evaluations = list(self.evaluations)
         summary.best_dir = self.best_dir or (
@@ -408,11 +472,24 @@ def run_training(
     (``final_eval_skipped``).
     """
     run = _Run(trainer, env_creator, opts, log)
-    reason = None
+    reason, error = None, None
     try:
         while reason is None:
             reason = run.step()
     except KeyboardInterrupt:
         reason = "interrupted"
         run.display.line("interrupted: saving the checkpoint (Ctrl-C again skips the final evaluation)")
-    return run.finish(reason)
+    except TrainingDiverged as err:
+        reason, error = "diverged", str(err)
+    summary = run.finish(reason)
+    summary.error = error
+    return summary
+
+
+def _first_line(err: BaseException) -> str:
+    """The error's message: its first line, or for a Ray-wrapped error (whose text is
+    the remote traceback) the message after its last ``NonFiniteSampleError:``."""
+    text = str(err).strip()
+    if "NonFiniteSampleError: " in text:
+        text = text.rsplit("NonFiniteSampleError: ", 1)[1]
+    return text.splitlines()[0] if text else type(err).__name__

@@ -268,6 +268,7 @@ class RolloutWorker:
             soft_horizon=soft_horizon,
             no_done_at_end=no_done_at_end,
             clip_rewards=clip_rewards,
+            check_finite=self._wants_finite_check(),
         )
         # As RLlib: distinct env seeds for up to 1000 sub-envs per worker.
         seeds = [None if seed is None else seed + 1000 * worker_index + i for i in range(len(envs))]
@@ -353,6 +354,15 @@ class RolloutWorker:
                 f"of policy id(s) {slow} is not (use observation_filter='ConcurrentMeanStdFilter' "
                 "or 'NoFilter')"
             )
+
+    def _wants_finite_check(self) -> bool:
+        """``_check_finite_samples`` in the worker's config or any policy's config."""
+        if self.policy_config.get("_check_finite_samples"):
+            return True
+        return any(
+            bool((getattr(p, "config", None) or {}).get("_check_finite_samples"))
+            for p in self.policy_map.values()
+        )
 
     def _process_obs(self, policy_id: PolicyID, policy: Any, raw_obs: Any) -> Any:
         """Raw env observation -> what ``policy`` gets: preprocessed, then filtered."""

@@ -220,6 +220,7 @@ class SamplerSettings:
     soft_horizon: bool = False
     no_done_at_end: bool = False
     clip_rewards: Any = None  # True: sign; a number: clip to +-it
+    check_finite: bool = False  # config["_check_finite_samples"]: NaN/inf obs or rewards raise
 
 
 class EnvRunner:
@@ -316,6 +317,9 @@ class EnvRunner:
 
     # ------------------------------------------------------------------ episodes
     def _start_episode(self, slot: _Slot, seed: Optional[int] = None) -> None:
+        # A reset that raises leaves the slot without an episode, so the next
+        # sample() resets again (instead of stepping a half-started episode).
+        slot.episode, slot.agents, slot.to_act = None, {}, []
         obs, infos = slot.env.reset(seed=seed)
         episode = Episode(self.policy_map, self.policy_mapping_fn, env_id=slot.index, worker=self.worker)
         slot.episode, slot.agents, slot.to_act = episode, {}, []
@@ -337,7 +341,13 @@ class EnvRunner:
             self._add_agent(slot, agent_id, ob, info)
             slot.to_act.append(agent_id)
 
+    def _check_finite(self, slot: _Slot, value: Any, column: str, agent_id: Any) -> None:
+        if self.settings.check_finite:
+            env = self.base_env.get_sub_environments()[slot.index]
+            _check_finite_samples(value, column, env, slot.index, agent_id)
+
     def _add_agent(self, slot: _Slot, agent_id: Any, raw_obs: Any, info: dict) -> AgentTrajectory:
+        self._check_finite(slot, raw_obs, SampleBatch.OBS, agent_id)
         episode = slot.episode
         policy_id = episode.policy_for(agent_id)
         policy = self.policy_map[policy_id]
@@ -486,6 +496,8 @@ class EnvRunner:
         soft_end = hit_horizon and s.soft_horizon
         # RLlib 1.11: with no_done_at_end, and at a soft horizon, rows are recorded as not done.
         record = not (s.no_done_at_end or soft_end)
+        for agent_id, reward in rewards.items():
+            self._check_finite(slot, reward, SampleBatch.REWARDS, agent_id)
         episode._add_agent_rewards({a: r for a, r in rewards.items() if a != ALL_AGENTS})
         for agent_id, reward in rewards.items():
             traj = slot.agents.get(agent_id)
@@ -539,6 +551,7 @@ class EnvRunner:
             traj = self._add_agent(slot, agent_id, raw_obs, info)
             obs = traj.obs[-1]
         else:
+            self._check_finite(slot, raw_obs, SampleBatch.NEXT_OBS, agent_id)
             obs = self._process_obs(traj.policy_id, traj.policy, raw_obs)
             if traj.staged is not None:
                 traj.close_step(obs, term and record_done, trunc and record_done, info)
@@ -719,6 +732,23 @@ def _trainable_rows(batch: SampleBatch) -> Optional[SampleBatch]:
             for k, v in batch.items()
         }
     )
+
+
+def _check_finite_samples(value: Any, column: str, env: Any, env_index: int, agent_id: Any) -> None:
+    """Raises NonFiniteSampleError naming the env, the agent and the column if
+    ``value`` (an observation or reward the env returned) holds a NaN or inf."""
+    for leaf in tree.flatten(value):
+        arr = np.asarray(leaf)
+        if arr.dtype.kind in "fc" and not np.isfinite(arr).all():
+            from rlpolicy.utils.error import NonFiniteSampleError
+
+            name = getattr(getattr(env, "spec", None), "id", None) or type(env).__name__
+            agent = "" if agent_id == _DUMMY_AGENT_ID else f", agent {agent_id!r}"
+            raise NonFiniteSampleError(
+                f"env {name!r} (sub-environment {env_index}{agent}) returned NaN/inf in column "
+                f"{column!r}: {np.array2string(arr.ravel()[:8], precision=4)}; fix the env, or set "
+                "config _check_finite_samples=False to let such values through"
+            )
 
 
 def _clip_rewards(batch: SampleBatch, clip: Any) -> None:

@@ -12,6 +12,16 @@ workers for fragments in parallel. A remote worker that dies is replaced by
 a fresh actor (with the local worker's weights and the last global vars),
 reported through ``logger.warning`` and ``WorkerSet.recreated_workers``, and
 its fragment is sampled again by the new actor: no step is silently lost.
+
+A worker whose call raises (an env error inside the actor) is handled by the
+config: ``ignore_worker_failures`` (RLlib 1.11) drops it and goes on with the
+others (``WorkerSet.dropped_workers``; a RuntimeError once none is left);
+``recreate_failed_workers`` (RLlib 2.x) replaces it like a dead one; neither
+raises the worker's error, as 1.11 does. Recreation is bounded: more than
+``3 * num_workers`` failures in one round raise a RuntimeError, and a recreated
+worker starts with fresh envs and observation filters (its running episodes
+are lost). The episodes a worker finished before it died or was dropped stay
+in :meth:`WorkerSet.metrics`' ``episodes_total``.
 """
 
 from __future__ import annotations
@@ -20,7 +30,7 @@ import copy
 import logging
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from rlpolicy._core.config import merge_configs
 from rlpolicy._core.defaults import COMMON_CONFIG
@@ -96,11 +106,16 @@ class WorkerSet:
         self._global_vars: Dict[str, Any] = {}
         #: Indices (1-based, as ``worker_index``) of remote workers that died and were recreated.
         self.recreated_workers: List[int] = []
+        #: Indices of remote workers dropped after an error (``ignore_worker_failures``).
+        self.dropped_workers: List[int] = []
         #: Env steps returned by :meth:`sample` (``synchronous_parallel_sample``) so far.
         self.num_env_steps_sampled = 0
         self._next_worker = 0
         self._lost_episodes = 0
+        # Per remote worker (by worker_index): episodes finished as of its last successful
+        # call; added to _lost_episodes when the worker dies or is dropped.
         self._episodes_seen: Dict[int, int] = {}
+        self._worker_index: List[int] = []  # worker_index of each entry of self._remote
         if not _setup:
             return
         self._policy_specs = self._resolve_policy_specs()
@@ -109,6 +124,7 @@ class WorkerSet:
             _warn_if_unplaceable(self._remote_resources(), num_workers)
             self._remote_cls = RolloutWorker.as_remote(**self._remote_resources())
             self._remote = [self._make_remote_worker(i + 1, num_workers) for i in range(num_workers)]
+            self._worker_index = list(range(1, num_workers + 1))
         if local_worker:
             self._local = self._make_local_worker(num_workers)
 
@@ -305,7 +321,15 @@ class WorkerSet:
         if not self._remote:
             return [self._local.sample()]
         chosen = self._choose_workers(max_steps)
-        return self._call_with_recovery(chosen, "sample")
+        results = self._call_with_recovery(chosen, "apply", _sample_with_stats)
+        batches = []
+        for i, (batch, stats) in zip(chosen, results):
+            if batch is _DROPPED:
+                continue
+            self._note_stats(self._worker_index[i], stats)
+            batches.append(batch)
+        self._forget_dropped()
+        return batches
 
     def _choose_workers(self, max_steps: Optional[int]) -> List[int]:
         n = len(self._remote)
@@ -323,9 +347,12 @@ class WorkerSet:
 
     def _call_with_recovery(self, indices: Sequence[int], method: str, *args: Any) -> List[Any]:
         """Calls ``method`` on the remote workers at ``indices``; a dead worker is
-        recreated and called again (bounded). Results come back in ``indices`` order."""
+        recreated and called again (bounded). A worker whose call raises is dropped
+        (``ignore_worker_failures``; its result is ``(_DROPPED, None)``), recreated
+        (``recreate_failed_workers``) or its error re-raised. Results come back in
+        ``indices`` order; call :meth:`_forget_dropped` after reading them."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayError
 
         pending = {getattr(self._remote[i], method).remote(*args): i for i in indices}
         results: Dict[int, Any] = {}
@@ -335,32 +362,83 @@ class WorkerSet:
             i = pending.pop(ready[0])
             try:
                 results[i] = ray.get(ready[0])
-            except RayActorError as err:
+                continue
+            except RayError as err:
+                dead = isinstance(err, RayActorError)
+                if not dead and not self._cfg.get("recreate_failed_workers"):
+                    if not self._cfg.get("ignore_worker_failures"):
+                        raise
+                    results[i] = (_DROPPED, None)
+                    self._drop_worker(i, err)
+                    continue
                 failures += 1
                 if failures > max_failures:
                     raise RuntimeError(
-                        f"WorkerSet: remote workers died {failures} times during one "
+                        f"WorkerSet: remote workers failed {failures} times during one "
                         f"{method}() round; last error: {err}"
                     ) from err
                 self._recreate_worker(i, err)
                 pending[getattr(self._remote[i], method).remote(*args)] = i
         return [results[i] for i in indices]
 
-    def _recreate_worker(self, index: int, err: BaseException) -> None:
+    def _note_stats(self, worker_index: int, stats: Dict[str, Any]) -> None:
+        self._episodes_seen[worker_index] = stats["episodes"]
+
+    def _keep_lost_stats(self, worker_index: int) -> None:
+        """A worker that is gone: its finished episodes stay in ``episodes_total``."""
+        self._lost_episodes += self._episodes_seen.pop(worker_index, 0)
+
+    def _drop_worker(self, index: int, err: BaseException) -> None:
+        """Marks the worker at ``index`` as dropped (removed by :meth:`_forget_dropped`)."""
         import ray
 
-        worker_index = index + 1
+        worker_index = self._worker_index[index]
         logger.warning(
-            "WorkerSet: remote worker %d died (%s: %s); recreating it and sampling its fragment again",
+            "WorkerSet: remote worker %d failed (%s: %s); dropping it and going on with the "
+            "others (ignore_worker_failures=True)",
             worker_index,
             type(err).__name__,
-            str(err).splitlines()[0][:200] if str(err) else "",
+            _first_line(err),
         )
         try:
             ray.kill(self._remote[index])
         except Exception:  # already gone
             pass
-        self._lost_episodes += self._episodes_seen.pop(worker_index, 0)
+        self._keep_lost_stats(worker_index)
+        self.dropped_workers.append(worker_index)
+        self._remote[index] = None
+
+    def _forget_dropped(self) -> None:
+        """Removes dropped workers from the set; raises once none is left."""
+        if all(w is not None for w in self._remote):
+            return
+        keep = [k for k, w in enumerate(self._remote) if w is not None]
+        self._remote = [self._remote[k] for k in keep]
+        self._worker_index = [self._worker_index[k] for k in keep]
+        self._next_worker = 0
+        if not self._remote:
+            raise RuntimeError(
+                f"WorkerSet: every remote worker failed and was dropped (workers "
+                f"{self.dropped_workers}); not enough healthy workers remain to continue"
+            )
+
+    def _recreate_worker(self, index: int, err: BaseException) -> None:
+        import ray
+        from ray.exceptions import RayActorError
+
+        worker_index = self._worker_index[index]
+        logger.warning(
+            "WorkerSet: remote worker %d %s (%s: %s); recreating it and calling it again",
+            worker_index,
+            "died" if isinstance(err, RayActorError) else "failed",
+            type(err).__name__,
+            _first_line(err),
+        )
+        try:
+            ray.kill(self._remote[index])
+        except Exception:  # already gone
+            pass
+        self._keep_lost_stats(worker_index)
         new = self._make_remote_worker(worker_index)
         if self._local is not None:
             new.set_weights.remote(ray.put(self._local.get_weights()), self._global_vars or None)
@@ -408,14 +486,19 @@ class WorkerSet:
     def metrics(self) -> Dict[str, float]:
         """Episode statistics over the sampling workers (the local one if there are
         no remote workers): mean return and length of their last (up to 100)
-        episodes each, episodes finished, and env steps returned by :meth:`sample`."""
+        episodes each, episodes finished (those of workers that died or were dropped
+        included), and env steps returned by :meth:`sample`."""
         import numpy as np
 
         if self._remote:
             indices = list(range(len(self._remote)))
-            stats = self._call_with_recovery(indices, "episode_stats")
-            for i, s in zip(indices, stats):
-                self._episodes_seen[i + 1] = s["episodes"]
+            results = self._call_with_recovery(indices, "apply", _episode_stats)
+            stats = []
+            for i, s in zip(indices, results):
+                if not (isinstance(s, tuple) and s[0] is _DROPPED):
+                    self._note_stats(self._worker_index[i], s)
+                    stats.append(s)
+            self._forget_dropped()
         else:
             stats = [self._local.episode_stats()]
         returns = [r for s in stats for r in s["returns"]]
@@ -435,10 +518,10 @@ class WorkerSet:
         _ensure_ray(self._cfg, len(self._remote) + num_workers)
         if not hasattr(self, "_remote_cls"):
             self._remote_cls = RolloutWorker.as_remote(**self._remote_resources())
+        first = max(self._worker_index + self.dropped_workers, default=0) + 1
         total = len(self._remote) + num_workers
-        self._remote += [
-            self._make_remote_worker(len(self._remote) + k + 1, total) for k in range(num_workers)
-        ]
+        self._remote += [self._make_remote_worker(first + k, total) for k in range(num_workers)]
+        self._worker_index += [first + k for k in range(num_workers)]
 
     def stop(self) -> None:
         """Stops the local worker and ends every remote actor (their resources are freed)."""
@@ -458,6 +541,25 @@ class WorkerSet:
             except Exception:
                 pass
         self._remote = []
+        self._worker_index = []
+
+
+# A dropped worker's place in _call_with_recovery's results (never leaves the driver).
+_DROPPED = object()
+
+
+def _sample_with_stats(worker: RolloutWorker) -> Tuple[SampleBatchType, Dict[str, Any]]:
+    """Runs in the actor: a fragment and the worker's episode statistics after it."""
+    return worker.sample(), worker.episode_stats()
+
+
+def _episode_stats(worker: RolloutWorker) -> Dict[str, Any]:
+    return worker.episode_stats()
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err)
+    return text.splitlines()[0][:200] if text else ""
 
 
 def _warn_if_unplaceable(resources: Dict[str, Any], num_workers: int) -> None:

@@ -19,4 +19,10 @@ class EnvError(Exception):
     """An environment that fails validation (e.g. returns observations outside its space)."""
 
 
-__all__ = ["EnvError", "UnsupportedSpaceException"]
+@PublicAPI
+class NonFiniteSampleError(EnvError, ValueError):
+    """An env returned a NaN or infinite observation or reward while sampling
+    (raised only with ``config["_check_finite_samples"]``; an rlpolicy addition)."""
+
+
+__all__ = ["EnvError", "NonFiniteSampleError", "UnsupportedSpaceException"]

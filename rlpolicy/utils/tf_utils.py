@@ -6,7 +6,9 @@ rlpolicy never disables eager execution globally.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+import contextlib
+import logging
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -326,7 +328,11 @@ def fast_function(
         direct = concrete.get(key) if key is not None else None
         if direct is not None:
             return direct(*args)
-        out = traced(*args)
+        # A new signature traces: expected here (reduce_retracing generalises shapes, and
+        # TraceCounter bounds retraces); TF's "triggered tf.function retracing" warning,
+        # which also counts traces of other instances' functions, would only be noise.
+        with tf_log_filtered("triggered tf.function retracing"):
+            out = traced(*args)
         if after_dispatch is not None:
             after_dispatch()
         if key is not None:
@@ -337,6 +343,30 @@ def fast_function(
 
     call.traced_function = traced  # type: ignore[attr-defined]
     return call
+
+
+class _DropPhrases(logging.Filter):
+    def __init__(self, phrases: Tuple[str, ...]):
+        super().__init__()
+        self.phrases = phrases
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(p in message for p in self.phrases)
+
+
+@contextlib.contextmanager
+def tf_log_filtered(*phrases: str) -> Iterator[None]:
+    """Drops the records of TF's Python logger (``"tensorflow"``) that contain any
+    of ``phrases`` while the block runs: warnings rlpolicy's own calls trigger and
+    a user cannot act on (e.g. a TF1 API deprecation inside the ONNX export)."""
+    logger = logging.getLogger("tensorflow")
+    drop = _DropPhrases(phrases)
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
 
 
 def minimize_and_clip(

@@ -124,7 +124,7 @@ def test_cli_trains_dqn_and_writes_restorable_checkpoint(tmp_path):
             '{"learning_starts": 100, "timesteps_per_iteration": 300}',
         ]
     )
-    assert status == 1  # stopped by the step limit
+    assert status == 0  # stopped by the step limit: a normal end
     restored = Policy.from_checkpoint(str(tmp_path / "ckpt"))
     assert type(restored).__name__ == "DQNTorchPolicy"
     actions, _, extra = restored.compute_actions(np.zeros((3, 4), np.float32), explore=False)

@@ -80,7 +80,7 @@ def test_cli_train_writes_restorable_checkpoint(tmp_path):
             "2",
         ]
     )
-    assert status == 1  # stopped by the step limit, not by the reward
+    assert status == 0  # stopped by the step limit, not by the reward: a normal end
     restored = Policy.from_checkpoint(str(tmp_path / "ckpt"))  # the final checkpoint is OUT itself
     assert type(restored).__name__ == "PGTorchPolicy"
     obs = np.zeros((3, 4), np.float32)

@@ -75,14 +75,18 @@ def _io_names(signature_def_map: Dict[str, Any]) -> Tuple[List[str], List[str]]:
 def freeze_serving_graph(sess: Any, outputs: List[str]) -> Any:
     """The part of ``sess.graph`` that computes ``outputs``, variables turned into
     constants and its loops made convertible by tf2onnx (see ``policy._tf.control_flow``)."""
+    from rlpolicy.utils.tf_utils import tf_log_filtered
+
     tf1, _ = _tf()
     nodes = [n.split(":")[0] for n in outputs]
-    with sess.graph.as_default():
+    # The TF1 graph tools are what a graph-mode session has; their deprecation notes
+    # are not the user's to act on.
+    with sess.graph.as_default(), tf_log_filtered("is deprecated and will be removed"):
         frozen = tf1.graph_util.convert_variables_to_constants(sess, sess.graph.as_graph_def(), nodes)
-    _assigns_to_frozen_values(frozen)
-    frozen = tf1.graph_util.extract_sub_graph(frozen, nodes)
-    # Again: drops the producers of the loop variables pruned away.
-    frozen = tf1.graph_util.extract_sub_graph(prune_dead_loop_vars(frozen, outputs), nodes)
+        _assigns_to_frozen_values(frozen)
+        frozen = tf1.graph_util.extract_sub_graph(frozen, nodes)
+        # Again: drops the producers of the loop variables pruned away.
+        frozen = tf1.graph_util.extract_sub_graph(prune_dead_loop_vars(frozen, outputs), nodes)
     keep_functional_control_flow(frozen)
     return frozen
 

@@ -663,11 +663,15 @@ def _graph_to_onnx(
     """Converts the (variable-free) pipeline graph with tf2onnx; its ONNX inputs
     and outputs carry the contract's names."""
     from rlpolicy.policy._tf.export import import_tf2onnx
+    from rlpolicy.utils.tf_utils import tf_log_filtered
 
     tf2onnx = import_tf2onnx()
     tf1, tf = _tf()
     out_names = [t.name for t in outputs.values()]
-    graph_def = tf1.graph_util.extract_sub_graph(graph.as_graph_def(), [n.split(":")[0] for n in out_names])
+    with tf_log_filtered("is deprecated and will be removed"):  # a TF1 graph tool, as in export.py
+        graph_def = tf1.graph_util.extract_sub_graph(
+            graph.as_graph_def(), [n.split(":")[0] for n in out_names]
+        )
     present = {n.name for n in graph_def.node}
     in_names = [t.name for t in inputs.values() if t.op.name in present]
     with tf.Graph().as_default():
