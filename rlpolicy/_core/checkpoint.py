@@ -19,7 +19,6 @@ or swapped array file is reported instead of silently loaded.
 from __future__ import annotations
 
 import hashlib
-import errno
 import importlib
 import io
 import json

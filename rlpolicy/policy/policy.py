@@ -9,8 +9,8 @@ requirements, dummy-batch loss initialisation, pruning) and ``checkpoint``
 from __future__ import annotations
 
 import copy
-import os
 import logging
+import os
 from abc import ABCMeta, abstractmethod
 from collections import namedtuple
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union
