@@ -53,7 +53,10 @@ def _is_number(x: Any) -> bool:
 def _check_range(value: Any, lo: float, hi: float, inf_ok: bool, where: str) -> None:
     if not _is_number(value):
         raise CheckpointError(f"{where}={value!r} is not a number")
-    v = float(value) if abs(value) < 1e308 else math.inf
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond float range
+        v = math.inf
     if math.isnan(v) or (math.isinf(v) and not inf_ok) or not lo <= v <= hi:
         raise CheckpointError(f"{where}={value!r} is out of range: expected a finite number in [{lo}, {hi}]")
 
