@@ -396,7 +396,9 @@ def test_file_size_limits(ckpt_dir, marker):
         (ckpt.Limits(max_arrays_file_bytes=100), "over the limit of 100"),
         (ckpt.Limits(max_arrays=2), "over the limit of 2"),
     ]:
-        assert_refused(ckpt_dir, lambda lim=limits: Policy.from_checkpoint(str(ckpt_dir), limits=lim), marker, match)
+        assert_refused(
+            ckpt_dir, lambda lim=limits: Policy.from_checkpoint(str(ckpt_dir), limits=lim), marker, match
+        )
 
 
 def test_duplicate_members(ckpt_dir, marker):
