@@ -80,13 +80,23 @@ def object_path(obj: Any) -> Optional[str]:
     return f"{module}:{qualname}"
 
 
-def _check_nameable(obj: Any, where: str) -> str:
+def object_paths(obj: Any) -> List[str]:
+    """Every name a checkpoint may record for ``obj``: ``module:qualname`` and the
+    module globals bound to it (``MyPPO = PPOTorchPolicy.with_updates(name="X")``)."""
+    paths = [p for p in [object_path(obj)] if p is not None]
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if module is not None:
+        paths += [f"{module.__name__}:{k}" for k, v in list(vars(module).items()) if v is obj and k.isidentifier()]
+    return paths
+
+
+def _names_of(obj: Any, where: str) -> List[str]:
     if not isinstance(obj, (type, types.FunctionType)):
         raise TypeError(f"{where}: {obj!r} is not a class or a Python function")
-    path = object_path(obj)
-    if path is None:
+    paths = object_paths(obj)
+    if not paths:
         raise TypeError(f"{where}: {obj!r} has no 'module:qualname' name (a lambda or a local class)")
-    return path
+    return paths
 
 
 def add_safe_globals(objs: Iterable[Any]) -> None:
@@ -95,13 +105,13 @@ def add_safe_globals(objs: Iterable[Any]) -> None:
     Raises:
         TypeError: If an entry is not a class or a named Python function.
     """
-    found = {_check_nameable(obj, "add_safe_globals"): obj for obj in objs}
+    found = {path: obj for obj in objs for path in _names_of(obj, "add_safe_globals")}
     _USER_GLOBALS.update(found)
 
 
 def get_safe_globals() -> List[Any]:
     """The objects added with :func:`add_safe_globals` (and active :func:`safe_globals`)."""
-    return list(_USER_GLOBALS.values())
+    return list({id(v): v for v in _USER_GLOBALS.values()}.values())
 
 
 def clear_safe_globals() -> None:
@@ -137,10 +147,9 @@ def make_trust(
     """
     if not any(trusted is m if isinstance(m, bool) else trusted == m for m in _MODES):
         raise ValueError(f"trusted={trusted!r}; use False (default), 'imported' or True")
-    objs = {_check_nameable(obj, "safe_globals"): obj for obj in (safe_globals or ())}
+    objs = {path: obj for obj in (safe_globals or ()) for path in _names_of(obj, "safe_globals")}
     for obj in extra:
-        path = object_path(obj)
-        if path is not None:
+        for path in object_paths(obj):
             objs.setdefault(path, obj)
     return Trust(extra=objs, mode=trusted)
 
