@@ -86,11 +86,9 @@ def read_regular_file(directory: str, name: str, max_bytes: int, what: str) -> b
                 f"checkpoint {what} {path!r} has {info.st_size} bytes, over the limit of {max_bytes} "
                 "(raise it with limits=Limits(...))"
             )
-        data = f.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise CheckpointError(
-            f"checkpoint {what} {path!r} grew past the limit of {max_bytes} bytes while read"
-        )
+        data = f.read(info.st_size + 1)  # (read(n) allocates n bytes: never ask for the limit itself)
+    if len(data) != info.st_size:
+        raise CheckpointError(f"checkpoint {what} {path!r} changed while it was read; try again")
     return data
 
 

@@ -86,7 +86,9 @@ def object_paths(obj: Any) -> List[str]:
     paths = [p for p in [object_path(obj)] if p is not None]
     module = sys.modules.get(getattr(obj, "__module__", None) or "")
     if module is not None:
-        paths += [f"{module.__name__}:{k}" for k, v in list(vars(module).items()) if v is obj and k.isidentifier()]
+        paths += [
+            f"{module.__name__}:{k}" for k, v in list(vars(module).items()) if v is obj and k.isidentifier()
+        ]
     return paths
 
 
