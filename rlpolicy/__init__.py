@@ -31,6 +31,10 @@ _LAZY = {
     "MODEL_DEFAULTS": "rlpolicy._core.defaults",
     "COMMON_CONFIG": "rlpolicy._core.defaults",
     "DefaultCallbacks": "rlpolicy.agents.callbacks",
+    "add_safe_globals": "rlpolicy._core.checkpoint_trust",
+    "safe_globals": "rlpolicy._core.checkpoint_trust",
+    "get_safe_globals": "rlpolicy._core.checkpoint_trust",
+    "clear_safe_globals": "rlpolicy._core.checkpoint_trust",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

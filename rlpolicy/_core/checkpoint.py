@@ -27,13 +27,14 @@ import os
 import re
 import sys
 import tempfile
-import types
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import gymnasium as gym
 import numpy as np
 
+from rlpolicy._core import checkpoint_checks, checkpoint_io, checkpoint_trust
+from rlpolicy._core.checkpoint_io import CheckpointError, CheckpointNotFoundError, Limits
 from rlpolicy.utils.spaces.repeated import Repeated
 
 logger = logging.getLogger(__name__)
@@ -45,8 +46,9 @@ _ARRAY_REF = "__ndarray__"
 _SUPPORTED_SPACES = "Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple, Repeated"
 
 
-class CheckpointError(ValueError):
-    """A checkpoint directory is corrupt, foreign, or from a newer format."""
+_ARRAYS_NAME = re.compile(r"[A-Za-z0-9_.\-]+-[0-9a-f]{12}\.npz")
+_READ_RETRIES = 5
+__all__ = ["CheckpointError", "CheckpointNotFoundError", "Limits", "read_checkpoint", "write_checkpoint"]
 
 
 # ---------------------------------------------------------------- spaces <-> JSON
@@ -266,21 +268,9 @@ def _decode(value: Any, arrays: Any, where: str) -> Any:
 
 
 def _resolve_config_object(path: str, where: str) -> Any:
-    # Only classes and plain Python functions come back from import paths;
-    # builtins (exec, os.system, ...) are refused so a crafted file cannot
-    # smuggle them into a config slot that gets called.
-    try:
-        obj = resolve_import_path(path)
-    except (ImportError, AttributeError) as e:
-        raise CheckpointError(
-            f"checkpoint value {where} names {path!r}, which cannot be imported here: {e}"
-        ) from e
-    if not isinstance(obj, (type, types.FunctionType)):
-        raise CheckpointError(
-            f"checkpoint value {where} names {path!r}, which is a "
-            f"{type(obj).__name__}; only classes and Python functions are restored"
-        )
-    return obj
+    # Only names the loading process trusts resolve (checkpoint_trust); nothing is
+    # imported or called because the file names it.
+    return checkpoint_trust.resolve(path, f"checkpoint value {where}")
 
 
 # ---------------------------------------------------------------- write / read
@@ -327,9 +317,9 @@ def _npz_bytes(arrays: Dict[str, np.ndarray]) -> bytes:
 
 def _previous_arrays_file(export_dir: str) -> Optional[str]:
     try:
-        with open(os.path.join(export_dir, METADATA_FILE), encoding="utf-8") as f:
-            name = json.load(f).get("arrays_file")
-    except (OSError, ValueError, AttributeError):
+        text = checkpoint_io.read_regular_file(export_dir, METADATA_FILE, Limits().max_json_bytes, "metadata")
+        name = json.loads(text).get("arrays_file")
+    except (CheckpointError, ValueError, AttributeError, RecursionError):
         return None
     return name if isinstance(name, str) else None
 
@@ -395,12 +385,21 @@ def write_checkpoint(
     meta["arrays_file"] = f"{filename_prefix}-{digest[:12]}.npz"
     meta["arrays_sha256"] = digest
     text = json.dumps(meta, indent=1).encode("utf-8")
-    os.makedirs(export_dir, exist_ok=True)
-    return _commit(export_dir, meta["arrays_file"], payload, text)
+    try:
+        os.makedirs(export_dir, exist_ok=True)
+        with checkpoint_io.save_lock(export_dir):
+            return _commit(export_dir, meta["arrays_file"], payload, text)
+    except OSError as e:
+        if export_dir in str(e):
+            raise
+        raise type(e)(
+            e.errno, f"saving the policy checkpoint into {export_dir!r} failed: {e.strerror or e}"
+        ) from e
 
 
 def _commit(export_dir: str, arrays_name: str, payload: bytes, meta_text: bytes) -> str:
-    previous = _previous_arrays_file(export_dir)
+    # Called under the folder's save lock: no other save runs between reading the
+    # previous array file's name and removing it.
     arrays_path = os.path.join(export_dir, arrays_name)
     meta_path = os.path.join(export_dir, METADATA_FILE)
     temps: List[str] = []
@@ -418,86 +417,132 @@ def _commit(export_dir: str, arrays_name: str, payload: bytes, meta_text: bytes)
         for tmp in temps:
             if os.path.exists(tmp):
                 os.remove(tmp)
-        if created_arrays and arrays_name != previous and os.path.exists(arrays_path):
+        if (
+            created_arrays
+            and _previous_arrays_file(export_dir) != arrays_name
+            and os.path.exists(arrays_path)
+        ):
             os.remove(arrays_path)
         raise
-    if previous and previous != arrays_name and os.path.basename(previous) == previous:
-        try:
-            os.remove(os.path.join(export_dir, previous))
-        except OSError:
-            pass
+    _remove_stale(export_dir, keep=arrays_name)
     return meta_path
 
 
-def _load_meta(checkpoint_dir: str) -> dict:
+def _remove_stale(export_dir: str, keep: str) -> None:
+    # Array files (content-named, as this module writes them) that the JSON just
+    # committed does not name, and temporary files of interrupted saves.
+    for name in os.listdir(export_dir):
+        stale = (name != keep and _ARRAYS_NAME.fullmatch(name)) or (
+            name.startswith(".tmp-") and name.endswith(".part")
+        )
+        if stale:
+            try:
+                os.remove(os.path.join(export_dir, name))
+            except OSError:
+                pass
+
+
+def _read_files(checkpoint_dir: str, limits: Limits) -> tuple:
     if not os.path.isdir(checkpoint_dir):
-        raise FileNotFoundError(f"policy checkpoint directory {checkpoint_dir!r} does not exist")
+        raise CheckpointNotFoundError(f"policy checkpoint directory {checkpoint_dir!r} does not exist")
     meta_path = os.path.join(checkpoint_dir, METADATA_FILE)
-    if not os.path.isfile(meta_path):
+    if not os.path.lexists(meta_path):
         raise CheckpointError(
             f"{checkpoint_dir!r} is not an rlpolicy policy checkpoint: "
-            f"{METADATA_FILE} is missing (found {sorted(os.listdir(checkpoint_dir))})"
+            f"{METADATA_FILE} is missing (found {sorted(os.listdir(checkpoint_dir))[:20]})"
         )
-    try:
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"policy checkpoint {meta_path!r} is corrupt: not valid JSON ({e})") from e
+    # A save in another process may replace the JSON and remove the array file it
+    # named between the two reads: read again while the JSON keeps changing.
+    text = checkpoint_io.read_regular_file(checkpoint_dir, METADATA_FILE, limits.max_json_bytes, "metadata")
+    for _ in range(_READ_RETRIES):
+        meta = _parse_meta(text, meta_path, limits)
+        try:
+            return meta, _load_arrays(checkpoint_dir, meta, limits)
+        except CheckpointError:
+            again = checkpoint_io.read_regular_file(
+                checkpoint_dir, METADATA_FILE, limits.max_json_bytes, "metadata"
+            )
+            if again == text:
+                raise
+            text = again
+    raise CheckpointError(f"policy checkpoint {meta_path!r} kept changing while it was read; try again")
+
+
+def _parse_meta(text: bytes, meta_path: str, limits: Limits) -> dict:
+    meta = checkpoint_io.parse_json(text, meta_path, limits.max_depth)
     if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
         found = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise CheckpointError(
             f"{meta_path!r} is not an rlpolicy policy checkpoint (format {found!r}, expected {FORMAT_NAME!r})"
         )
-    version = meta.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
-        raise CheckpointError(
-            f"policy checkpoint {meta_path!r} has format_version {version!r}; "
-            f"this rlpolicy reads versions 1..{FORMAT_VERSION}"
-        )
+    checkpoint_checks.check_format_version(meta.get("format_version"), meta_path, FORMAT_VERSION)
     return meta
 
 
-def _load_arrays(checkpoint_dir: str, meta: dict) -> Dict[str, np.ndarray]:
+def _load_arrays(checkpoint_dir: str, meta: dict, limits: Limits) -> Dict[str, np.ndarray]:
     name = meta.get("arrays_file")
-    if not isinstance(name, str) or os.path.basename(name) != name:
+    if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".", "..", METADATA_FILE):
         raise CheckpointError(f"policy checkpoint in {checkpoint_dir!r} is corrupt: bad arrays_file {name!r}")
     path = os.path.join(checkpoint_dir, name)
-    try:
-        with open(path, "rb") as f:
-            payload = f.read()
-    except OSError as e:
+    if not os.path.lexists(path):
         raise CheckpointError(
-            f"policy checkpoint in {checkpoint_dir!r} is incomplete: array file {name!r} cannot be read ({e})"
-        ) from e
+            f"policy checkpoint in {checkpoint_dir!r} is incomplete: array file {name!r} is missing and cannot be read"
+        )
+    payload = checkpoint_io.read_regular_file(
+        checkpoint_dir, name, limits.max_arrays_file_bytes, "array file"
+    )
     if hashlib.sha256(payload).hexdigest() != meta.get("arrays_sha256"):
         raise CheckpointError(
             f"policy checkpoint array file {path!r} is corrupt: "
             "its SHA-256 does not match the one recorded in the metadata"
         )
-    try:
-        with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except ValueError as e:  # includes "Object arrays cannot be loaded when allow_pickle=False"
+    referenced = checkpoint_io.array_refs(
+        [meta.get(k) for k in ("config", "given_config", "state")], _ARRAY_REF
+    )
+    if not all(isinstance(r, str) for r in referenced):
         raise CheckpointError(
-            f"policy checkpoint array file {path!r} cannot be read without pickle: {e}"
-        ) from e
-    except Exception as e:  # zipfile.BadZipFile, OSError, EOFError
-        raise CheckpointError(f"policy checkpoint array file {path!r} is corrupt: {e}") from e
+            f"policy checkpoint {checkpoint_dir!r} is corrupt: array references must be strings"
+        )
+    return checkpoint_io.load_npz(payload, path, set(referenced), limits)
 
 
-def read_checkpoint(checkpoint_dir: str) -> CheckpointContents:
+def read_checkpoint(
+    checkpoint_dir: str,
+    *,
+    trust: Optional[checkpoint_trust.Trust] = None,
+    limits: Optional[Limits] = None,
+    allow_non_finite: bool = False,
+) -> CheckpointContents:
     """Reads and validates a checkpoint written by :func:`write_checkpoint`.
 
+    Names in it resolve through ``trust`` (default: the active load's, else
+    rlpolicy's own and registered names only; see ``checkpoint_trust``).
+
     Raises:
-        FileNotFoundError: If ``checkpoint_dir`` does not exist.
-        CheckpointError: If the directory is not an rlpolicy checkpoint, is
-            from a newer format version, or any file in it is corrupt.
+        CheckpointError: If the directory does not exist (also a
+            FileNotFoundError), is not an rlpolicy checkpoint, is from a newer
+            format version, is corrupt, names something untrusted, holds
+            non-finite or out-of-range values, or exceeds ``limits``.
     """
     checkpoint_dir = os.fspath(checkpoint_dir)
-    meta = _load_meta(checkpoint_dir)
-    arrays = _load_arrays(checkpoint_dir, meta)
+    limits = limits or Limits()
+    trust = trust or checkpoint_trust.current() or checkpoint_trust.Trust()
+    with checkpoint_trust.loading(trust):
+        try:
+            return _read_checked(checkpoint_dir, limits, allow_non_finite)
+        except CheckpointError:
+            raise
+        except Exception as e:  # RecursionError, MemoryError, TypeError, ... from crafted data
+            raise CheckpointError(
+                f"policy checkpoint {checkpoint_dir!r} cannot be read: {type(e).__name__}: {e}"
+            ) from e
+
+
+def _read_checked(checkpoint_dir: str, limits: Limits, allow_non_finite: bool) -> CheckpointContents:
+    meta, arrays = _read_files(checkpoint_dir, limits)
+    meta_path = os.path.join(checkpoint_dir, METADATA_FILE)
     try:
-        return CheckpointContents(
+        contents = CheckpointContents(
             policy_class=meta["policy_class"],
             observation_space=space_from_json(meta["observation_space"]),
             action_space=space_from_json(meta["action_space"]),
@@ -511,17 +556,28 @@ def read_checkpoint(checkpoint_dir: str) -> CheckpointContents:
         )
     except KeyError as e:
         raise CheckpointError(f"policy checkpoint in {checkpoint_dir!r} is corrupt: missing entry {e}") from e
+    try:
+        for where, cfg in (("config", contents.config), ("given_config", contents.given_config)):
+            if cfg is not None:
+                checkpoint_checks.check_config_values(cfg, where)
+                checkpoint_checks.check_model_size(
+                    cfg, contents.observation_space, contents.action_space, limits.max_model_weights
+                )
+        checkpoint_checks.check_state_values(contents.state, allow_non_finite)
+    except CheckpointError as e:
+        raise CheckpointError(f"policy checkpoint {meta_path!r}: {e}") from None
+    return contents
 
 
 def resolve_policy_class(path: str, base: type) -> type:
-    """Imports the policy class named in a checkpoint and checks it is a ``base`` subclass."""
+    """Resolves the policy class named in a checkpoint (through the trusted set) and checks it."""
     try:
-        cls = resolve_import_path(path)
-    except (ImportError, AttributeError) as e:
+        cls = checkpoint_trust.resolve(path, "checkpoint policy_class")
+    except CheckpointError as e:
         raise CheckpointError(
-            f"cannot import the checkpoint's policy class {path!r} ({e}); call "
+            f"cannot resolve the checkpoint's policy class: {e}; or call "
             "YourPolicyClass.from_checkpoint(dir) on the class instead"
-        ) from e
+        ) from None
     if not isinstance(cls, type) or not issubclass(cls, base):
         raise CheckpointError(f"checkpoint policy class {path!r} is not a {base.__name__} subclass")
     return cls
@@ -639,10 +695,7 @@ def _encode_kwargs(kwargs: dict, where: str) -> Optional[dict]:
 
 def _call_factory(recipe: dict, base: type) -> type:
     path, kwargs = recipe["factory"], recipe.get("kwargs", {})
-    try:
-        factory = resolve_import_path(path)
-    except (ImportError, AttributeError) as e:
-        raise CheckpointError(f"cannot import the checkpoint's policy factory {path!r} ({e})") from e
+    factory = checkpoint_trust.resolve(path, "checkpoint policy factory")
     if not getattr(factory, _FACTORY_MARK, False) or not isinstance(kwargs, dict):
         raise CheckpointError(
             f"checkpoint names {path!r} as its policy factory, which is not one "

@@ -18,6 +18,8 @@ from typing import Any, Dict, List, Optional
 
 import gymnasium as gym
 
+from rlpolicy._core import checkpoint_trust
+
 DEFAULT_EXPLORATION_CONFIG: Dict[str, Any] = {"type": "StochasticSampling"}
 
 _EXPLORATION_MODULE = "rlpolicy.utils.exploration"
@@ -162,6 +164,9 @@ def _lookup(name: str, module_name: str) -> Optional[type]:
     if "." not in name:
         return None
     mod_path, _, attr = name.rpartition(".")
+    if checkpoint_trust.current() is not None:  # a checkpoint load: no import because a file says so
+        obj = checkpoint_trust.resolve(f"{mod_path}:{attr}", f"type {name!r}")
+        return obj if isinstance(obj, type) else None
     try:
         obj = getattr(importlib.import_module(mod_path), attr, None)
     except ImportError:

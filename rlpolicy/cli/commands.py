@@ -128,6 +128,7 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
         "(weights, optimizer state, step/iteration counters; progress.csv "
         "appended); --stop-timesteps counts the earlier steps too",
     )
+    add("--trust-checkpoint", action="store_true", help="with --resume: " + _TRUST_HELP)
     add(
         "--checkpoint-every",
         type=_number(int, 0),
@@ -168,6 +169,12 @@ def _add_train_arguments(train: argparse.ArgumentParser) -> None:
     )
 
 
+_TRUST_HELP = (
+    "load the checkpoint even if it names classes/functions outside rlpolicy; this imports "
+    "what it names, so use it only for checkpoints you wrote (docs/checkpoints.md)"
+)
+
+
 def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.ArgumentParser]]:
     """The ``rlpolicy`` parser and its sub-parsers by command name."""
     fmt = argparse.ArgumentDefaultsHelpFormatter
@@ -197,6 +204,7 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
     evaluate.add_argument("checkpoint", help="checkpoint (or --out folder) of `rlpolicy train`")
     evaluate.add_argument("--episodes", type=_number(int, 1), default=20, help="episodes to play")
     evaluate.add_argument("--seed", type=_number(int, 0), default=10_000, help="seed of the first episode")
+    evaluate.add_argument("--trust-checkpoint", action="store_true", help=_TRUST_HELP)
     export = sub.add_parser(
         "export",
         help="export a checkpoint for serving",
@@ -218,6 +226,7 @@ def _build_parser() -> Tuple[argparse.ArgumentParser, Dict[str, argparse.Argumen
         help="export the whole action pipeline (preprocessing, model, action "
         "selection, unsquashing; docs/export_pipeline.md), not only the model",
     )
+    export.add_argument("--trust-checkpoint", action="store_true", help=_TRUST_HELP)
     return parser, {"train": train, "evaluate": evaluate, "export": export}
 
 
@@ -362,6 +371,17 @@ def _optional_notes(args: argparse.Namespace) -> List[str]:
     return notes
 
 
+def _read_resume_state(parser: argparse.ArgumentParser, ckpt: str, trusted: bool) -> Any:
+    """The policy state saved in ``ckpt``; a bad checkpoint is an argument error (one line, exit 2)."""
+    from rlpolicy._core import checkpoint_trust
+    from rlpolicy._core.checkpoint import CheckpointError, read_checkpoint
+
+    try:
+        return read_checkpoint(ckpt, trust=checkpoint_trust.make_trust(None, trusted)).state
+    except CheckpointError as e:
+        parser.error(f"argument --resume: {e}")
+
+
 def _check_out_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """--out holding an earlier run needs --overwrite or --resume; --resume needs a
     checkpoint of the same algorithm, framework and env there."""
@@ -387,7 +407,11 @@ def _check_out_dir(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                 f"--framework {theirs[1]} --env {theirs[2]}; resume it with those "
                 f"(got --algo {mine[0]} --framework {mine[1]} --env {mine[2]})"
             )
-        args.resume_from = (ckpt, record)
+        args.resume_from = (
+            ckpt,
+            record,
+            _read_resume_state(parser, ckpt, getattr(args, "trust_checkpoint", False)),
+        )
     elif earlier and not args.overwrite:
         shown = ", ".join(earlier[:4]) + (", ..." if len(earlier) > 4 else "")
         parser.error(
@@ -484,7 +508,10 @@ def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = 
     failed: List[str] = []
     summary = None
     try:
-        record = _prepare_out(args, trainer)
+        try:
+            record = _prepare_out(args, trainer)
+        except ValueError as e:  # CheckpointError: the checkpoint does not fit the policy
+            parser.error(f"argument --resume: {e}")
         devices = [str(d) for d in getattr(trainer.policy, "devices", [])]
         resumed = (
             f", resumed at step {record.timesteps_total} (iteration {record.iteration})"
@@ -540,16 +567,17 @@ def train(args: argparse.Namespace, parser: Optional[argparse.ArgumentParser] = 
 def _prepare_out(args: argparse.Namespace, trainer: Any) -> Any:
     """Clears OUT (--overwrite) or restores the policy and counters from it (--resume);
     returns the run record the run continues (a fresh one without --resume)."""
-    from rlpolicy._core.checkpoint import read_checkpoint
     from rlpolicy.cli import run_outputs
     from rlpolicy.cli.run_outputs import RunRecord
+    from rlpolicy.policy.policy import check_restorable_state
 
     if args.out and args.overwrite:
         run_outputs.remove_run_outputs(args.out)
     if not (args.out and args.resume):
         return RunRecord(algo=args.algo, framework=args.framework, env=args.env, seed=args.seed)
-    ckpt, record = args.resume_from
-    trainer.policy.set_state(read_checkpoint(ckpt).state)
+    ckpt, record, state = args.resume_from
+    check_restorable_state(trainer.policy, state)
+    trainer.policy.set_state(state)
     sync = getattr(getattr(trainer, "sampler", None), "sync_weights", None)
     if sync is not None:
         sync()  # Ray workers sample with the restored weights
@@ -634,14 +662,14 @@ def _record(parser: argparse.ArgumentParser, path: str) -> Tuple[str, Any]:
     return checkpoint_dir, record
 
 
-def _load(parser: argparse.ArgumentParser, checkpoint_dir: str, record: Any) -> Any:
+def _load(parser: argparse.ArgumentParser, checkpoint_dir: str, record: Any, trusted: bool = False) -> Any:
     """The policy saved in ``checkpoint_dir``."""
     from rlpolicy._core.checkpoint import CheckpointError
     from rlpolicy.cli import run_outputs
 
     _set_threads(record.framework, None)
     try:
-        return run_outputs.load_checkpoint(checkpoint_dir)[0]
+        return run_outputs.load_checkpoint(checkpoint_dir, trusted=trusted)[0]
     except (OSError, CheckpointError) as e:
         parser.error(f"argument checkpoint: {e}")
 
@@ -656,7 +684,7 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from rlpolicy.cli.training import evaluate_policy
 
     checkpoint_dir, record = _record(parser, args.checkpoint)
-    policy = _load(parser, checkpoint_dir, record)
+    policy = _load(parser, checkpoint_dir, record, getattr(args, "trust_checkpoint", False))
     bad, _ = non_finite_arrays(policy.get_weights())
     if bad:
         print(
@@ -704,7 +732,7 @@ def export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         )
     suffix = "_pipeline" if args.pipeline else ""
     out = args.out or os.path.join(checkpoint_dir, f"export_{args.format}{suffix}")
-    policy = _load(parser, checkpoint_dir, record)
+    policy = _load(parser, checkpoint_dir, record, getattr(args, "trust_checkpoint", False))
     if args.pipeline:
         return _export_pipeline(parser, policy, record.framework, args.format, out)
     try:

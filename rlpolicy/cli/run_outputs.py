@@ -19,6 +19,7 @@ renamed into it, so a folder checkpoint is either the old one or the new one.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from rlpolicy._core.checkpoint import METADATA_FILE
+from rlpolicy._core.checkpoint_io import LOCK_FILE
 
 RUN_FILE = "rlpolicy_run.json"
 PROGRESS_FILE = "progress.csv"
@@ -37,6 +39,12 @@ PLOT_FILE = "learning_curve.png"
 BEST_DIR = "checkpoint_best"
 _PERIODIC = re.compile(r"checkpoint_(\d+)$")
 _EXPORT = re.compile(r"export_(torchscript|onnx|savedmodel)(_pipeline)?$")  # what train/export write
+# Names of the files a policy checkpoint consists of (--overwrite removes no others):
+# the JSON, run record, lock, content-named arrays, and a TF policy's Saver files.
+_RLPOLICY_FILE = re.compile(
+    r"rlpolicy_checkpoint\.json|rlpolicy_run\.json|\.rlpolicy_checkpoint\.lock|[A-Za-z0-9_.\-]+-[0-9a-f]{12}\.npz"
+    r"|model\.(index|meta|data-\d+-of-\d+)|checkpoint"
+)
 # THE columns of progress.csv, the same for every algorithm and framework (documented in
 # docs/cli.md). The algorithm's learner stats go into one JSON object, "learner_stats".
 PROGRESS_COLUMNS = (
@@ -71,6 +79,8 @@ class RunRecord:
     # checkpoint_best: what it was chosen by ("eval_reward_mean" or "episode_reward_mean")
     # and its score under "best_by" and "score".
     extra: Dict[str, Any] = field(default_factory=dict)
+    # The files rlpolicy wrote into this folder (what --overwrite may remove).
+    files: List[str] = field(default_factory=list)
 
 
 def _umask_mode(mode: int) -> int:
@@ -99,7 +109,11 @@ def save_checkpoint(policy: Any, directory: str, record: RunRecord) -> str:
     run record; use :func:`save_folder_checkpoint` for a folder of its own.
     """
     directory = os.path.abspath(directory)
+    before = set(os.listdir(directory)) if os.path.isdir(directory) else set()
     policy.export_checkpoint(directory)
+    arrays = _checkpoint_arrays_file(directory)
+    written = {n for n in set(os.listdir(directory)) - before if _RLPOLICY_FILE.fullmatch(n)}
+    record.files = sorted(written | {METADATA_FILE, RUN_FILE} | ({arrays} if arrays else set()))
     _write_json_atomically(os.path.join(directory, RUN_FILE), asdict(record))
     return directory
 
@@ -162,22 +176,34 @@ def existing_run_outputs(out_dir: str) -> List[str]:
 
 def remove_run_outputs(out_dir: str) -> None:
     """Deletes what an earlier run wrote into ``out_dir`` (checkpoints, their
-    folders, progress.csv, learning_curve.png, export_FORMAT folders); nothing
-    else is touched."""
-    if _is_checkpoint(out_dir):
-        arrays = _checkpoint_arrays_file(out_dir)
-        for name in (METADATA_FILE, RUN_FILE) + ((arrays,) if arrays else ()):
-            _remove_file(os.path.join(out_dir, name))
-    for name in (RUN_FILE, PROGRESS_FILE, PLOT_FILE):
-        _remove_file(os.path.join(out_dir, name))
+    folders, progress.csv, learning_curve.png, export_FORMAT folders): rlpolicy's
+    fixed file names and the files each run record lists as written by rlpolicy;
+    nothing else."""
     for name in existing_run_outputs(out_dir):
         if name.endswith("/"):
-            shutil.rmtree(os.path.join(out_dir, name.rstrip("/")))
+            folder = os.path.join(out_dir, name.rstrip("/"))
+            _remove_recorded(folder)
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only if nothing else is left in it
+    _remove_recorded(out_dir)
+    for name in (PROGRESS_FILE, PLOT_FILE):
+        _remove_file(os.path.join(out_dir, name))
     if os.path.isdir(out_dir):
         for name in os.listdir(out_dir):
             path = os.path.join(out_dir, name)
             if _EXPORT.match(name) and os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
+
+
+def _remove_recorded(directory: str) -> None:
+    # The files a run record names (plain names in that folder), then the fixed ones.
+    try:
+        listed = read_run_record(directory).files
+    except ValueError:
+        listed = []
+    for name in [*listed, METADATA_FILE, RUN_FILE, LOCK_FILE]:
+        if isinstance(name, str) and _RLPOLICY_FILE.fullmatch(name):
+            _remove_file(os.path.join(directory, name))
 
 
 def _checkpoint_arrays_file(directory: str) -> Optional[str]:
@@ -190,7 +216,7 @@ def _checkpoint_arrays_file(directory: str) -> Optional[str]:
 
 
 def _remove_file(path: str) -> None:
-    if os.path.isfile(path):
+    if os.path.isfile(path) or os.path.islink(path):
         os.remove(path)
 
 
@@ -269,8 +295,10 @@ def read_run_record(checkpoint_dir: str) -> RunRecord:
         raise ValueError(f"run record {path!r} is unreadable: {e}") from None
 
 
-def load_checkpoint(path: str) -> Tuple[Any, RunRecord, str]:
+def load_checkpoint(path: str, trusted: bool = False) -> Tuple[Any, RunRecord, str]:
     """Rebuilds the policy of a checkpoint (or run directory) from the path alone.
+
+    ``trusted``: import what the checkpoint names (``--trust-checkpoint``).
 
     Returns:
         ``(policy, run record, checkpoint directory)``.
@@ -280,7 +308,7 @@ def load_checkpoint(path: str) -> Tuple[Any, RunRecord, str]:
     checkpoint_dir = resolve_checkpoint(path)
     record = read_run_record(checkpoint_dir)
     cls = get_policy_class(record.algo, record.framework)
-    return cls.from_checkpoint(checkpoint_dir), record, checkpoint_dir
+    return cls.from_checkpoint(checkpoint_dir, trusted=trusted), record, checkpoint_dir
 
 
 class ProgressLog:

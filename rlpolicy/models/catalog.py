@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 import gymnasium as gym
 import numpy as np
 
+from rlpolicy._core import checkpoint_trust
 from rlpolicy._core.defaults import MODEL_DEFAULTS
 from rlpolicy.models.action_dist import ActionDistribution
 from rlpolicy.models.modelv2 import ModelV2
@@ -35,6 +36,10 @@ SUPPORTED_FRAMEWORKS = TF_FRAMEWORKS + ("torch",)
 _CUSTOM_MODELS: Dict[str, type] = {}
 _CUSTOM_ACTION_DISTS: Dict[str, type] = {}
 _CUSTOM_PREPROCESSORS: Dict[str, type] = {}
+# What is registered here may be named by a checkpoint (docs/checkpoints.md).
+checkpoint_trust.add_registry_source(
+    lambda: [*_CUSTOM_MODELS.values(), *_CUSTOM_ACTION_DISTS.values(), *_CUSTOM_PREPROCESSORS.values()]
+)
 
 _MODEL_MODULES = {
     "torch": {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from abc import ABCMeta, abstractmethod
 from collections import namedtuple
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, Union
@@ -17,7 +18,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Ty
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core import action_flow, checkpoint, input_checks, loss_init
+from rlpolicy._core import (
+    action_flow,
+    checkpoint,
+    checkpoint_checks,
+    checkpoint_trust,
+    input_checks,
+    loss_init,
+)
 from rlpolicy.policy._callbacks import DefaultCallbacks
 from rlpolicy.policy._obs_prep import flatten_single_list_obs, prepare_observation_space
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -629,29 +637,69 @@ class Policy(metaclass=ABCMeta):
         )
 
     @classmethod
-    def from_checkpoint(cls, checkpoint_dir: str, config_overrides: Optional[dict] = None) -> "Policy":
+    def from_checkpoint(
+        cls,
+        checkpoint_dir: str,
+        config_overrides: Optional[dict] = None,
+        *,
+        safe_globals: Optional[List[Any]] = None,
+        trusted: Union[bool, str] = False,
+        limits: Optional["checkpoint.Limits"] = None,
+        allow_non_finite: bool = False,
+    ) -> "Policy":
         """Rebuilds a policy saved by :meth:`export_checkpoint`.
 
         Called on ``Policy`` itself, the class recorded in the checkpoint is
-        rebuilt: imported by its path, or, for a class made by ``as_eager()``,
+        rebuilt: resolved by name, or, for a class made by ``as_eager()``,
         ``with_tracing()`` or ``with_updates(...)``, made again the same way
-        from its importable base class. Called on a subclass, that subclass is
-        built. The constructor gets the config the saved policy's constructor
-        was given (not only the completed ``policy.config``), so a constructor
-        that builds its model from a partial ``config["model"]`` builds the
-        same model again; ``config_overrides`` are applied on top.
+        from its base class. Called on a subclass, that subclass is built. The
+        constructor gets the config the saved policy's constructor was given
+        (not only the completed ``policy.config``); ``config_overrides`` are
+        applied on top.
+
+        Loading imports and calls nothing because the file names it: names
+        resolve only to rlpolicy's own classes and functions, ``cls``, what
+        ``safe_globals`` holds, names registered with
+        ``rlpolicy.add_safe_globals`` or ``ModelCatalog``, and, only with
+        ``trusted``, more (see docs/checkpoints.md).
 
         Args:
             checkpoint_dir: The directory given to ``export_checkpoint``.
             config_overrides: Config keys to change (e.g. values the
                 checkpoint could not store).
+            safe_globals: Classes/functions (user callbacks, models, loss
+                functions) the checkpoint may name.
+            trusted: False (default); "imported": also classes and functions
+                of modules already imported; True: import what the file names
+                (only for files you wrote).
+            limits: Size/depth limits (``rlpolicy._core.checkpoint_io.Limits``).
+            allow_non_finite: Accept NaN/inf in the saved arrays.
 
         Raises:
-            FileNotFoundError: If ``checkpoint_dir`` does not exist.
-            rlpolicy._core.checkpoint.CheckpointError (a ValueError): If the
-                directory is corrupt, foreign, or its class cannot be imported.
+            rlpolicy._core.checkpoint.CheckpointError (a ValueError): For every
+                failure of the load: missing directory (also a
+                FileNotFoundError), corrupt or foreign files, untrusted names,
+                values out of range, limits exceeded, a constructor that fails.
         """
-        contents = checkpoint.read_checkpoint(checkpoint_dir)
+        extra = [] if cls is Policy else [cls]
+        trust = checkpoint_trust.make_trust(safe_globals, trusted, *extra)
+        with checkpoint_trust.loading(trust):
+            try:
+                return cls._load_checkpoint(checkpoint_dir, config_overrides, limits, allow_non_finite)
+            except checkpoint.CheckpointError:
+                raise
+            except Exception as e:  # the constructor or set_state failed on the file's values
+                raise checkpoint.CheckpointError(
+                    f"policy checkpoint {os.fspath(checkpoint_dir)!r} cannot be loaded: {type(e).__name__}: {e}"
+                ) from e
+
+    @classmethod
+    def _load_checkpoint(
+        cls, checkpoint_dir: str, config_overrides: Optional[dict], limits: Any, allow_non_finite: bool
+    ) -> "Policy":
+        contents = checkpoint.read_checkpoint(
+            checkpoint_dir, limits=limits, allow_non_finite=allow_non_finite
+        )
         if cls is not Policy:
             target = cls
         elif contents.class_recipe is not None:
@@ -661,6 +709,7 @@ class Policy(metaclass=ABCMeta):
         config = dict(contents.config if contents.given_config is None else contents.given_config)
         config.update(config_overrides or {})
         policy = target(contents.observation_space, contents.action_space, config)
+        check_restorable_state(policy, contents.state)
         policy.set_state(contents.state)
         return policy
 
@@ -980,9 +1029,22 @@ class Policy(metaclass=ABCMeta):
         return post_record, train_batch, loss_fn is not None
 
 
-def load_policy_from_checkpoint(checkpoint_dir: str, config_overrides: Optional[dict] = None) -> Policy:
+def load_policy_from_checkpoint(
+    checkpoint_dir: str, config_overrides: Optional[dict] = None, **load_options: Any
+) -> Policy:
     """Rebuilds whatever policy class is recorded in a checkpoint (``Policy.from_checkpoint``)."""
-    return Policy.from_checkpoint(checkpoint_dir, config_overrides)
+    return Policy.from_checkpoint(checkpoint_dir, config_overrides, **load_options)
+
+
+def check_restorable_state(policy: Policy, state: Any) -> None:
+    """Raises CheckpointError unless ``state``'s weights fit ``policy``'s (shapes, lossless dtypes)."""
+    if not isinstance(state, dict) or "weights" not in state:
+        return
+    try:
+        current = policy.get_weights()
+    except Exception:  # noqa: BLE001 - a policy without weights: nothing to compare
+        return
+    checkpoint_checks.check_arrays_match(state["weights"], current)
 
 
 # Further names RLlib 1.11 defines or imports in this module (1.x client code imports

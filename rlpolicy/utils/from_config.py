@@ -209,6 +209,10 @@ def _parse_text_spec(text: str) -> Any:
 
 def _import_path(path: str) -> Any:
     module_name, attr = path.rsplit(".", 1)
+    from rlpolicy._core import checkpoint_trust
+
+    if checkpoint_trust.current() is not None:  # a checkpoint load: no import because a file says so
+        return checkpoint_trust.resolve(f"{module_name}:{attr}", f"type {path!r}")
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError):

@@ -32,12 +32,12 @@ def trained():
 
 
 def _files(d):
-    return sorted(f for f in os.listdir(d))
+    return sorted(f for f in os.listdir(d) if f != ckpt.checkpoint_io.LOCK_FILE)
 
 
 def test_round_trip_restores_everything(trained, tmp_path):
     trained.export_checkpoint(str(tmp_path))
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert type(restored) is LinearSoftmaxPolicy
     before, after = trained.get_state(), restored.get_state()
     np.testing.assert_array_equal(after["weights"]["W"], before["weights"]["W"])
@@ -84,9 +84,11 @@ def test_explicit_policy_state_and_subclass_loader(trained, tmp_path):
     state = trained.get_state()
     state["global_timestep"] = 7
     trained.export_checkpoint(str(tmp_path), policy_state=state)
-    restored = LinearSoftmaxPolicy.from_checkpoint(str(tmp_path), config_overrides={"lr": 0.01})
+    restored = LinearSoftmaxPolicy.from_checkpoint(
+        str(tmp_path), config_overrides={"lr": 0.01}, trusted="imported"
+    )
     assert restored.global_timestep == 7 and restored.config["lr"] == 0.01
-    assert load_policy_from_checkpoint(str(tmp_path)).global_timestep == 7
+    assert load_policy_from_checkpoint(str(tmp_path), trusted="imported").global_timestep == 7
 
 
 def test_resave_replaces_arrays_file(trained, tmp_path):
@@ -96,7 +98,7 @@ def test_resave_replaces_arrays_file(trained, tmp_path):
     trained.export_checkpoint(str(tmp_path))
     second = _files(tmp_path)
     assert len(second) == 2 and first != second  # old array file cleaned up
-    np.testing.assert_array_equal(Policy.from_checkpoint(str(tmp_path)).W, trained.W)
+    np.testing.assert_array_equal(Policy.from_checkpoint(str(tmp_path), trusted="imported").W, trained.W)
 
 
 @pytest.mark.parametrize("fail_at", ["arrays", "commit", "encode"])
@@ -126,7 +128,7 @@ def test_failed_save_leaves_previous_checkpoint_intact(trained, tmp_path, monkey
         trained.export_checkpoint(str(tmp_path))
     monkeypatch.undo()
     assert _files(tmp_path) == files_before  # no temp files, no orphan arrays
-    np.testing.assert_array_equal(Policy.from_checkpoint(str(tmp_path)).W, w_before)
+    np.testing.assert_array_equal(Policy.from_checkpoint(str(tmp_path), trusted="imported").W, w_before)
 
 
 def test_unsaveable_state_fails_before_touching_disk(trained, tmp_path):
@@ -145,7 +147,7 @@ def test_unstorable_config_values_are_dropped_with_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         p.export_checkpoint(str(tmp_path))
     assert "config.env_config.fn" in caplog.text
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert restored.config["env_config"] == {"keep": 2}
     meta = json.loads((tmp_path / "rlpolicy_checkpoint.json").read_text())
     assert meta["dropped_config_keys"] == ["config.env_config.fn"]
@@ -227,7 +229,11 @@ def _object_array_npz(d):
             CheckpointError,
             "bad arrays_file",
         ),
-        (lambda d: _write_meta(d, lambda m: m.pop("state")), CheckpointError, "missing entry 'state'"),
+        (
+            lambda d: _write_meta(d, lambda m: m.pop("state")),
+            CheckpointError,
+            "missing entry 'state'|does not reference",
+        ),
         (
             lambda d: _write_meta(d, lambda m: m["action_space"].update(type="Text")),
             CheckpointError,
@@ -236,7 +242,7 @@ def _object_array_npz(d):
         (
             lambda d: _write_meta(d, lambda m: m.update(policy_class="no_such_module_xyz:P")),
             CheckpointError,
-            "cannot import the checkpoint's policy class",
+            "cannot resolve the checkpoint's policy class.*does not trust",
         ),
         (
             lambda d: _write_meta(d, lambda m: m.update(policy_class="collections:OrderedDict")),
@@ -255,7 +261,7 @@ def test_corrupt_or_foreign_checkpoint_gets_clear_error(trained, tmp_path, damag
     trained.export_checkpoint(str(tmp_path))
     damage(tmp_path)
     with pytest.raises(exc, match=match):
-        Policy.from_checkpoint(str(tmp_path))
+        Policy.from_checkpoint(str(tmp_path), trusted="imported")
 
 
 def test_missing_directory(tmp_path):
@@ -300,7 +306,7 @@ def test_space_json_round_trip(space):
 def test_space_round_trip_through_checkpoint(space, tmp_path):
     p = StructuredActionPolicy(gym.spaces.Box(-1, 1, (2,)), space, {})
     p.export_checkpoint(str(tmp_path))
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert restored.action_space == space
     assert space.contains(restored.compute_single_action(np.zeros(2, np.float32))[0])
 
@@ -316,14 +322,14 @@ def test_unsupported_space():
         ("os:system", "builtin_function_or_method; only classes and Python functions"),
         ("builtins:exec", "builtin_function_or_method"),
         ("math:pi", "float"),
-        ("no_such_module_xyz:f", "cannot be imported here"),
+        ("no_such_module_xyz:f", "does not trust"),
     ],
 )
 def test_config_import_paths_restore_only_classes_and_functions(trained, tmp_path, path, match):
     trained.export_checkpoint(str(tmp_path))
     _write_meta(tmp_path, lambda m: m["config"].update(callbacks={"__import__": path}))
     with pytest.raises(CheckpointError, match=match):
-        Policy.from_checkpoint(str(tmp_path))
+        Policy.from_checkpoint(str(tmp_path), trusted="imported")
 
 
 def test_none_config_values_and_nested_containers_round_trip(tmp_path):
@@ -337,7 +343,7 @@ def test_none_config_values_and_nested_containers_round_trip(tmp_path):
         }
     )
     p.export_checkpoint(str(tmp_path))
-    env_config = Policy.from_checkpoint(str(tmp_path)).config["env_config"]
+    env_config = Policy.from_checkpoint(str(tmp_path), trusted="imported").config["env_config"]
     t = env_config["t"]
     assert t[0] == 1 and t[1] == [2.5, None] and isinstance(t, tuple)
     np.testing.assert_array_equal(t[2]["k"], [0, 1, 2])
@@ -354,7 +360,7 @@ def test_loading_never_unpickles(trained, tmp_path, monkeypatch):
 
     for name in ("load", "loads", "Unpickler"):
         monkeypatch.setattr(pickle, name, no_pickle)
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     np.testing.assert_array_equal(restored.W, trained.W)
 
 
@@ -364,5 +370,5 @@ def test_local_class_needs_the_class_loader(tmp_path):
 
     LocalPolicy(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), {}).export_checkpoint(str(tmp_path))
     with pytest.raises(CheckpointError, match=r"call YourPolicyClass.from_checkpoint\(dir\)"):
-        Policy.from_checkpoint(str(tmp_path))
-    assert type(LocalPolicy.from_checkpoint(str(tmp_path))) is LocalPolicy
+        Policy.from_checkpoint(str(tmp_path), trusted="imported")
+    assert type(LocalPolicy.from_checkpoint(str(tmp_path), trusted="imported")) is LocalPolicy

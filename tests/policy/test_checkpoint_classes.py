@@ -248,7 +248,7 @@ def test_policy_from_checkpoint_restores_the_same_policy(case, tmp_path):
         original.update_target()
     original.export_checkpoint(str(tmp_path))
 
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert type(restored).__name__ == cls.__name__
     assert restored._hooks.as_kwargs() == cls._hooks.as_kwargs() if hasattr(cls, "_hooks") else True
     assert restored.global_timestep == 77
@@ -281,7 +281,7 @@ def test_partial_model_config_is_what_the_constructor_gets_back(tmp_path):
     assert meta["given_config"]["model"] == {"fcnet_hiddens": [8]}
     assert meta["config"]["model"]["fcnet_hiddens"] == [8]
     assert len(meta["config"]["model"]) > 10  # the completed one, kept for reading
-    restored = Policy.from_checkpoint(str(tmp_path), config_overrides={"lr": 0.5})
+    restored = Policy.from_checkpoint(str(tmp_path), config_overrides={"lr": 0.5}, trusted="imported")
     assert restored.config["lr"] == 0.5
     # Built from the partial dict again: the model has the original's layer layout.
     assert {k: v.shape for k, v in restored.get_weights().items()} == {
@@ -311,7 +311,9 @@ def test_derived_eager_classes_are_recorded_as_recipes(tmp_path):
         "call": "with_tracing",
         "kwargs": {},
     }
-    assert type(Policy.from_checkpoint(str(tmp_path))).__name__ == "PPOTFPolicy_eager_traced"
+    assert (
+        type(Policy.from_checkpoint(str(tmp_path), trusted="imported")).__name__ == "PPOTFPolicy_eager_traced"
+    )
 
 
 def test_module_level_with_updates_is_stored_by_its_global_name(tmp_path):
@@ -320,7 +322,7 @@ def test_module_level_with_updates_is_stored_by_its_global_name(tmp_path):
     meta = json.loads((tmp_path / "rlpolicy_checkpoint.json").read_text())
     assert meta["policy_class"] == f"{__name__}:RenamedTorchPolicy"
     assert "policy_class_recipe" not in meta
-    assert type(Policy.from_checkpoint(str(tmp_path))) is RenamedTorchPolicy
+    assert type(Policy.from_checkpoint(str(tmp_path), trusted="imported")) is RenamedTorchPolicy
 
 
 def test_with_updates_arguments_are_stored_by_import_path(tmp_path):
@@ -359,7 +361,7 @@ def test_unrebuildable_class_warns_at_save_and_names_the_fix_at_load(tmp_path, c
         cls(OBS, ACT, {}).export_checkpoint(str(tmp_path))
     assert "WithLambda.from_checkpoint(dir)" in caplog.text
     with pytest.raises(ValueError, match=r"YourPolicyClass.from_checkpoint\(dir\)"):
-        Policy.from_checkpoint(str(tmp_path))
+        Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert type(cls.from_checkpoint(str(tmp_path))) is cls
 
 
@@ -384,8 +386,12 @@ def test_unrebuildable_class_warns_at_save_and_names_the_fix_at_load(tmp_path, c
             "not a Policy subclass",
         ),
         ("PPOTFPolicy", "invalid policy class recipe"),
-        ({"factory": "os:system", "kwargs": {"command": "true"}}, "which is not one"),
-        ({"factory": "no_such_module_xyz:f", "kwargs": {}}, "cannot import the checkpoint's policy factory"),
+        ({"factory": "os:system", "kwargs": {"command": "true"}}, "only classes and Python functions"),
+        ({"factory": f"{__name__}:MyTorchPolicy", "kwargs": {}}, "which is not one"),
+        (
+            {"factory": "no_such_module_xyz:f", "kwargs": {}},
+            "policy factory names 'no_such_module_xyz:f'.*does not trust",
+        ),
     ],
 )
 def test_bad_recipe_is_refused(recipe, match, tmp_path):
@@ -396,4 +402,4 @@ def test_bad_recipe_is_refused(recipe, match, tmp_path):
     meta["policy_class_recipe"] = recipe
     path.write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=match):
-        Policy.from_checkpoint(str(tmp_path))
+        Policy.from_checkpoint(str(tmp_path), trusted="imported")

@@ -80,14 +80,14 @@ def test_sigkilled_writer_leaves_previous_checkpoint_loadable(tmp_path, seed):
         proc.stdout.close()
         proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
-    restored = Policy.from_checkpoint(d)
+    restored = Policy.from_checkpoint(d, trusted="imported")
     _assert_consistent(restored)
     # A new save into the same directory after the crash works and cleans up.
     restored.global_timestep += 1
     restored.W[...] = restored.b[...] = restored.global_timestep
     restored.velocity = {k: np.full_like(x, restored.global_timestep) for k, x in restored.velocity.items()}
     restored.export_checkpoint(d)
-    _assert_consistent(Policy.from_checkpoint(d))
+    _assert_consistent(Policy.from_checkpoint(d, trusted="imported"))
 
 
 @pytest.fixture
@@ -104,14 +104,14 @@ def test_bit_flip_in_array_file_is_caught_by_checksum(saved):
     data[len(data) // 2] ^= 0x01  # same length, one bit different
     (saved / npz).write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match=rf"{npz}.*SHA-256 does not match"):
-        Policy.from_checkpoint(str(saved))
+        Policy.from_checkpoint(str(saved), trusted="imported")
 
 
 def test_truncated_metadata_names_the_file(saved):
     meta = saved / ckpt.METADATA_FILE
     meta.write_bytes(meta.read_bytes()[:40])
     with pytest.raises(CheckpointError, match=rf"{ckpt.METADATA_FILE}.*corrupt: not valid JSON"):
-        Policy.from_checkpoint(str(saved))
+        Policy.from_checkpoint(str(saved), trusted="imported")
 
 
 def test_missing_checksum_is_reported(saved):
@@ -119,7 +119,7 @@ def test_missing_checksum_is_reported(saved):
     del meta["arrays_sha256"]
     (saved / ckpt.METADATA_FILE).write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="SHA-256 does not match"):
-        Policy.from_checkpoint(str(saved))
+        Policy.from_checkpoint(str(saved), trusted="imported")
 
 
 def test_torch_checkpoint_is_device_free_and_loads_on_policy_device(tmp_path):
@@ -136,7 +136,7 @@ def test_torch_checkpoint_is_device_free_and_loads_on_policy_device(tmp_path):
     npz = next(f for f in os.listdir(tmp_path) if f.endswith(".npz"))
     with np.load(tmp_path / npz, allow_pickle=False) as arrays:  # plain numpy, no pickle
         assert all(isinstance(arrays[k], np.ndarray) for k in arrays.files)
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert all(t.device == restored.device for t in restored.model.state_dict().values())
     for k, w in p.get_weights().items():
         np.testing.assert_allclose(restored.get_weights()[k], w, rtol=0, atol=0)
@@ -178,7 +178,7 @@ def test_checkpoint_from_fake_gpu_towers_loads_on_one_cpu(tmp_path):
     )
     towers.learn_on_batch(batch.copy())
     towers.export_checkpoint(str(tmp_path))
-    single = Policy.from_checkpoint(str(tmp_path), {"num_gpus": 0, "_fake_gpus": False})
+    single = Policy.from_checkpoint(str(tmp_path), {"num_gpus": 0, "_fake_gpus": False}, trusted="imported")
     assert len(single.devices) == 1
     for k, w in towers.get_weights().items():
         np.testing.assert_array_equal(single.get_weights()[k], w)

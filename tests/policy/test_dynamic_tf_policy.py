@@ -239,7 +239,7 @@ def test_tower_copy_shares_variables_and_has_no_action_graph(pg):
 def test_checkpoint_round_trip_rebuilds_the_class(pg, tmp_path):
     pg.learn_on_batch(pg_batch(8, seed=3))
     pg.export_checkpoint(str(tmp_path))
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert type(restored).__name__ == "PGGraphPolicy"
     for k, v in pg.get_weights().items():
         np.testing.assert_array_equal(restored.get_weights()[k], v)

@@ -159,7 +159,7 @@ def test_checkpoint_round_trip_restores_both_same_named_variables(make, tmp_path
     assert not np.allclose(trained[0], trained[1])  # still distinct after a step
     src.export_checkpoint(str(tmp_path))
 
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     for got, want in zip(_two_w(restored), trained):
         np.testing.assert_array_equal(got.numpy(), want)
     np.testing.assert_allclose(_logits(restored), _logits(src), atol=1e-6)

@@ -101,7 +101,7 @@ def test_state_and_checkpoints_stay_keyed(tmp_path):
     for x, y in zip(a.get_weights(), b.get_weights()):
         np.testing.assert_array_equal(x, y)
     a.export_checkpoint(str(tmp_path))
-    c = PGEager.from_checkpoint(str(tmp_path))
+    c = PGEager.from_checkpoint(str(tmp_path), trusted="imported")
     assert isinstance(c.get_weights(), list)
     for x, y in zip(a.get_weights(), c.get_weights()):
         np.testing.assert_array_equal(x, y)

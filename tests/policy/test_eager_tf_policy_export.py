@@ -144,7 +144,7 @@ def test_export_checkpoint_restores_with_tf_checkpoint_and_from_checkpoint(tmp_p
     for x, y in zip(a.get_state()["_optimizer_variables"], b.get_state()["_optimizer_variables"]):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
 
-    c = PG.from_checkpoint(str(tmp_path))
+    c = PG.from_checkpoint(str(tmp_path), trusted="imported")
     assert type(c) is PG and c.global_timestep == 5
     a.learn_on_batch(batch.copy())
     c.learn_on_batch(batch.copy())  # same Adam state -> same step

@@ -357,7 +357,7 @@ def test_checkpoint_keeps_the_nested_space_and_its_key_order(tmp_path):
     space = Dict(collections.OrderedDict([("z", Discrete(3)), ("a", Box(-1.0, 1.0, (2, 2)))]))
     policy = _make("torch", space)
     policy.export_checkpoint(str(tmp_path))
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert list(restored.observation_space.original_space.spaces) == ["z", "a"]
     assert type(restored.model) is type(policy.model)
     rows = _samples(space, 4, seed=2)

@@ -449,7 +449,7 @@ def test_built_policy_checkpoint_round_trip(tmp_path):
     for _ in range(2):
         p.learn_on_batch(p.postprocess_trajectory(_bandit_batch(p, 16)))
     p.export_checkpoint(str(tmp_path))
-    q = Policy.from_checkpoint(str(tmp_path))
+    q = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert type(q) is PGPolicy
     for name, w in p.get_weights().items():
         np.testing.assert_array_equal(q.get_weights()[name], w)

@@ -375,7 +375,7 @@ def test_checkpoint_round_trip_keeps_the_repeated_space(tmp_path):
 
     policy = PGTorchPolicy(OBS_SPACE, ACT_SPACE, {"model": {"fcnet_hiddens": [4]}})
     policy.export_checkpoint(str(tmp_path))
-    restored = Policy.from_checkpoint(str(tmp_path))
+    restored = Policy.from_checkpoint(str(tmp_path), trusted="imported")
     assert restored.observation_space.original_space == OBS_SPACE
     rows = _raw_rows(4, seed=5)
     np.testing.assert_allclose(_logits(restored, rows), _logits(policy, rows), atol=ATOL)

@@ -156,7 +156,7 @@ def test_export_checkpoint_round_trip(tmp_path, device_config):
     policy = make(**device_config)
     policy.learn_on_batch(pg_batch(8))
     policy.export_checkpoint(str(tmp_path))
-    restored = PG.from_checkpoint(str(tmp_path))
+    restored = PG.from_checkpoint(str(tmp_path), trusted="imported")
     assert_weights_close(policy.get_weights(), restored.get_weights(), rtol=0, atol=0)
     for p in (policy, restored):
         p.learn_on_batch(pg_batch(8, seed=1))

@@ -97,7 +97,7 @@ def test_checkpoint_written_on_cuda_loads_on_cpu(tmp_path):
     gpu = make(PG, num_gpus=1)
     gpu.learn_on_batch(pg_batch(8, seed=1))  # optimizer state on the GPU too
     gpu.export_checkpoint(str(tmp_path))
-    restored = Policy.from_checkpoint(str(tmp_path), {"num_gpus": 0})
+    restored = Policy.from_checkpoint(str(tmp_path), {"num_gpus": 0}, trusted="imported")
     assert str(restored.device) == "cpu"
     assert all(t.device.type == "cpu" for t in restored.model.state_dict().values())
     assert_weights_close(gpu.get_weights(), restored.get_weights(), rtol=0, atol=0)

@@ -15,12 +15,14 @@ dicts of those), in attribute creation order, with the keys RLlib uses.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import weakref
 from typing import Any, Dict, List, Tuple, Union
 
 import gymnasium as gym
 
+from rlpolicy._core import checkpoint_io
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.utils._variable_keys import unique_keys
 from rlpolicy.utils.annotations import PublicAPI, override
@@ -170,8 +172,17 @@ class TFModelV2(ModelV2):
                 "override import_from_h5 to pick the Keras model to load into"
             )
         (keras_model,) = models.values()
-        with self.context():
-            keras_model.load_weights(h5_file)
+        # Only a regular file within the size limit (no link to /dev/zero, FIFO, device).
+        checkpoint_io.check_regular_file(
+            os.fspath(h5_file), checkpoint_io.Limits().max_arrays_file_bytes, "h5 file"
+        )
+        try:
+            with self.context():
+                keras_model.load_weights(h5_file)
+        except Exception as e:  # noqa: BLE001 - h5py/Keras raise many types for a bad file
+            raise checkpoint_io.CheckpointError(
+                f"h5 file {os.fspath(h5_file)!r} cannot be loaded into {type(self).__name__}: {type(e).__name__}: {e}"
+            ) from e
 
     @staticmethod
     def _find_sub_modules(current_key: str, struct: Any) -> Dict[str, TensorType]:
