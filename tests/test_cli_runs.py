@@ -673,8 +673,9 @@ def test_evaluate_refuses_a_checkpoint_with_non_finite_weights(tmp_path, capsys)
     policy.set_weights({k: np.full_like(v, np.nan) for k, v in policy.get_weights().items()})
     policy.export_checkpoint(str(out))
     code, stdout, err = _main(["evaluate", str(out), "--episodes", "2"], capsys)
-    assert code == 3 and stdout == ""
-    assert _last_line(err).startswith(f"rlpolicy evaluate: error: {out} holds non-finite weights (")
+    # Refused at load, like every checkpoint that fails to load (issue 28): exit 2, one line.
+    assert code == 2 and stdout == ""
+    assert _last_line(err).startswith("rlpolicy evaluate: error: ") and "holds NaN or inf values" in err, err
 
 
 def test_resume_past_the_step_budget_trains_nothing(tmp_path, capsys):

@@ -680,20 +680,10 @@ def evaluate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import gymnasium as gym
     import numpy as np
 
-    from rlpolicy.cli.train_run import non_finite_arrays
     from rlpolicy.cli.training import evaluate_policy
 
     checkpoint_dir, record = _record(parser, args.checkpoint)
     policy = _load(parser, checkpoint_dir, record, getattr(args, "trust_checkpoint", False))
-    bad, _ = non_finite_arrays(policy.get_weights())
-    if bad:
-        print(
-            f"rlpolicy evaluate: error: {checkpoint_dir} holds non-finite weights "
-            f"({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); nothing to evaluate",
-            file=sys.stderr,
-            flush=True,
-        )
-        return EXIT_DIVERGED
     returns = evaluate_policy(policy, lambda: gym.make(record.env), args.episodes, seed=args.seed)
     print(
         f"evaluated {type(policy).__name__} ({record.algo}, {record.framework}) from "
