@@ -53,6 +53,13 @@ def object_column(values: Sequence[Any]) -> np.ndarray:
     return out
 
 
+# Per-step bookkeeping columns the sampler knows at any step (RLlib 1.11's collector
+# keeps them beside the obs, so views may read them for acting and training).
+_META_COLUMNS = frozenset(
+    [SampleBatch.T, SampleBatch.EPS_ID, SampleBatch.AGENT_INDEX, SampleBatch.ENV_ID, SampleBatch.UNROLL_ID]
+)
+
+
 def _sampler_produces(data_col: str) -> bool:
     return data_col in _ACTION_TIME_COLUMNS or data_col.startswith("state_out_")
 
@@ -137,6 +144,9 @@ class AgentTrajectory:
             if not req.used_for_compute_actions:
                 continue
             data_col = req.data_col or col
+            if data_col in _META_COLUMNS:
+                row[col] = self._meta_values(data_col, self.t - 1, req)  # (RLlib: the init obs has t=-1)
+                continue
             if not _sampler_produces(data_col):
                 continue  # e.g. a column a custom model adds itself
             if req.shift_arr is not None and np.ndim(req.shift_arr) > 0 and req.shift_from is not None:
@@ -208,10 +218,33 @@ class AgentTrajectory:
                 self.steps[col] = values[drop:]
             self.base += drop
 
+    def _meta_values(self, data_col: str, t: Any, req: Any) -> np.ndarray:
+        """``data_col`` (one of ``_META_COLUMNS``) for step(s) ``t`` (an int or an
+        array) through ``req``'s shift(s): ``t`` is shifted and floored at -1 (RLlib
+        1.11 pads with the initial obs' ``t=-1``); the others are constant."""
+        if req is not None and req.shift_from is not None and req.shift_arr is not None:
+            shifts = np.asarray(req.shift_arr, dtype=np.int64)
+            t = np.asarray(t)[..., None] + shifts  # [rows, len(shifts)] (or [len(shifts)])
+        elif req is not None:
+            t = np.asarray(t) + int(req.shift)
+        t = np.asarray(t, dtype=np.int64)
+        if data_col == SampleBatch.T:
+            return np.maximum(t, -1)
+        value = {
+            SampleBatch.EPS_ID: self.eps_id,
+            SampleBatch.AGENT_INDEX: self.agent_index,
+            SampleBatch.ENV_ID: self.env_id,
+            SampleBatch.UNROLL_ID: self.unroll_id,
+        }[data_col]
+        return np.full(t.shape, value, dtype=np.int64)
+
     def _add_view_columns(self, cols: Dict[str, Any], a: int, b: int) -> None:
         """Columns the view requirements ask for beyond the defaults (e.g. custom shifts)."""
         for col, req in self.view_requirements.items():
             data_col = req.data_col or col
+            if col not in cols and data_col in _META_COLUMNS and col != data_col:
+                cols[col] = self._meta_values(data_col, np.arange(a, b, dtype=np.int64), req)
+                continue
             if col in cols or (data_col != _OBS and data_col not in self.steps):
                 continue
             if req.shift_from is not None:

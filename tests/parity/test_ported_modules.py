@@ -387,7 +387,7 @@ def _trajectory(dones):
 def test_adjust_nstep_mid_trajectory_done(exc):
     # 1.x code catches AssertionError (1.11 asserts); rlpolicy's callers catch ValueError.
     batch = _trajectory([False, True, False, False])
-    with pytest.raises(exc, match="done in the middle of the trajectory"):
+    with pytest.raises(exc, match="Unexpected done in middle"):
         adjust_nstep(2, 0.5, batch)
     np.testing.assert_array_equal(batch[SampleBatch.REWARDS], [1.0, 2.0, 4.0, 8.0])  # unchanged
 

@@ -27,6 +27,7 @@ from rlpolicy.utils._variable_keys import unique_keys  # noqa: E402
 from rlpolicy.utils.framework import try_import_tf  # noqa: E402
 
 tf1, tf, _ = try_import_tf()
+pytestmark = [pytest.mark.tf, pytest.mark.tf_eager_code]
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
