@@ -401,10 +401,13 @@ def test_adjust_nstep_hand_computed():
     np.testing.assert_array_equal(batch[SampleBatch.DONES], [False, False, True, True])
 
 
-def test_sample_batch_unequal_columns_raise():
-    # RLlib 1.11 takes the first column's length as the count; rlpolicy refuses (porting.md).
-    with pytest.raises(ValueError, match="column 'actions' has 2 rows but 'obs' has 3"):
-        SampleBatch({"obs": np.zeros((3, 2)), "actions": np.zeros(2)})
+def test_sample_batch_unequal_columns_count_as_in_1x():
+    # RLlib 1.11 takes the first column's length as the count; rlpolicy does too, but
+    # refuses to shuffle (or slice) such a batch rather than misalign it (porting.md).
+    batch = SampleBatch({"obs": np.zeros((3, 2)), "actions": np.zeros(2)})
+    assert batch.count == 3
+    with pytest.raises(ValueError, match="column 'actions' has 2 rows but the batch has 3"):
+        batch.shuffle()
 
 
 # ---------------------------------------------------------------- utils.debug
