@@ -304,6 +304,8 @@ def test_add_time_dimension_torch(padded):
     np.testing.assert_array_equal(tm.numpy(), np.transpose(padded.reshape(3, 4, 2), (1, 0, 2)))
 
 
+@pytest.mark.tf
+@pytest.mark.tf_eager_code
 def test_add_time_dimension_tf_eager(padded):
     tf = pytest.importorskip("tensorflow")
     out = add_time_dimension(tf.constant(padded), max_seq_len=4, framework="tf")
