@@ -507,6 +507,7 @@ class EnvRunner:
         if isinstance(actions, list):  # a batch of primitive actions as a list (RLlib 1.11: np.array)
             actions = np.array(actions)
         actions = _as_numpy(actions)
+        _check_action_count(policy, actions, len(items))
         state_out = [np.asarray(s) for s in state_out]
         extras = {k: _as_numpy(v) for k, v in extras.items()}
         to_env = self._env_action_fn(policy)
@@ -796,6 +797,20 @@ def _as_numpy(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value
     return tree.map_structure(np.asarray, value)
+
+
+def _check_action_count(policy: Any, actions: Any, n: int) -> None:
+    """Raises unless ``actions`` holds one row per observation. RLlib 1.11 fails
+    with an IndexError when a policy acting on one observation at a time (its
+    ES/ARS policies) is handed several; here the error says why."""
+    leaves = tree.flatten(actions)
+    got = len(leaves[0]) if leaves and getattr(leaves[0], "ndim", 1) > 0 else None
+    if got is not None and got != n:
+        raise ValueError(
+            f"{type(policy).__name__}.compute_actions returned {got} action(s) for {n} observations; a policy "
+            "that acts on one observation at a time (as RLlib 1.11's ES/ARS policies) needs num_envs=1 and "
+            "one agent per policy and step"
+        )
 
 
 def _row(value: Any, j: int) -> Any:
