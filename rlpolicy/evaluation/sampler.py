@@ -252,8 +252,7 @@ class ExtraBatchCollector:
                 f"sample_collector.add_extra_batch: unknown policy id(s) {unknown}; known: {list(self._runner.policy_map)}"
             )
         for pid, part in parts.items():
-            self._runner._outputs[pid].append(part)
-            self._runner._out_agent_steps += part.count
+            self._runner.add_output(pid, part)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -314,6 +313,12 @@ class EnvRunner:
         self._stats_lock = threading.Lock()
 
     # ------------------------------------------------------------------ public
+    def add_output(self, policy_id: str, batch: SampleBatch) -> None:
+        """Adds a ready batch of ``policy_id`` to the next ``sample()`` output (its
+        rows count as agent steps, not env steps); see ``sample_collector``."""
+        self._outputs[policy_id].append(batch)
+        self._out_agent_steps += batch.count
+
     def sample(self) -> Any:
         """One rollout fragment of every sub-environment, postprocessed.
 

@@ -186,7 +186,7 @@ class SampleBatch(dict):
         """The rows a per-row column has, and the column that says so (RLlib 1.11:
         the first non-empty plain column; else the first nested leaf), or
         ``seq_lens`` x ``_max_seq_len`` for a zero-padded batch."""
-        seq_lens = self._seq_lens_np()
+        seq_lens = self._seq_lens_np() if dict.__contains__(self, self.SEQ_LENS) else None
         if self.zero_padded and seq_lens is not None and self.max_seq_len is not None:
             return len(seq_lens) * int(self.max_seq_len), "seq_lens (padded)"
         first: Tuple[Optional[int], Optional[str]] = (None, None)
@@ -207,7 +207,7 @@ class SampleBatch(dict):
         Raises:
             ValueError: ``seq_lens`` that do not fit the columns.
         """
-        seq_lens = self._seq_lens_np()
+        seq_lens = self._seq_lens_np() if dict.__contains__(self, self.SEQ_LENS) else None
         expected_rows, ref_key = self._rows_expected()
         if seq_lens is None:
             return expected_rows or 0
@@ -231,6 +231,11 @@ class SampleBatch(dict):
         Raises:
             ValueError: Naming the column, its length and the batch's.
         """
+        n_rows = self.count
+        if not dict.__contains__(self, self.SEQ_LENS) and all(
+            type(v) is np.ndarray and (v.ndim == 0 or v.shape[0] == n_rows) for v in dict.values(self)
+        ):
+            return  # the common case: plain arrays of one length
         rows, ref_key = self._rows_expected()
         if rows is None:
             return
@@ -501,11 +506,7 @@ class SampleBatch(dict):
         past the end are clamped); with seq_lens both ends snap back to a sequence start."""
         start, stop = self._check_bounds(slice_)
         seq_lens = self._seq_lens_np()
-        n = self.count
-        if seq_lens is not None or not all(
-            type(v) is np.ndarray and (v.ndim == 0 or v.shape[0] == n) for v in dict.values(self)
-        ):
-            self._check_aligned("slicing")
+        self._check_aligned("slicing")
         if seq_lens is None:
             data = {k: _slice_column(k, v, start, stop) for k, v in dict.items(self)}
             return SampleBatch._trusted(data, stop - start, self._flags())
