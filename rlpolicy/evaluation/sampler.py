@@ -805,12 +805,12 @@ def _as_numpy(value: Any) -> Any:
 
 
 def _check_action_count(policy: Any, actions: Any, n: int) -> None:
-    """Raises unless ``actions`` holds one row per observation. RLlib 1.11 fails
+    """Raises if ``actions`` holds fewer rows than observations. RLlib 1.11 fails
     with an IndexError when a policy acting on one observation at a time (its
     ES/ARS policies) is handed several; here the error says why."""
     leaves = tree.flatten(actions)
     got = len(leaves[0]) if leaves and getattr(leaves[0], "ndim", 1) > 0 else None
-    if got is not None and got != n:
+    if got is not None and got < n:  # (more rows than observations: 1.11 reads the first n)
         raise ValueError(
             f"{type(policy).__name__}.compute_actions returned {got} action(s) for {n} observations; a policy "
             "that acts on one observation at a time (as RLlib 1.11's ES/ARS policies) needs num_envs=1 and "
