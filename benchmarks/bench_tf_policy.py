@@ -479,7 +479,9 @@ def build_systems(framework: str, threads: int, with_rllib: bool) -> List[Dict[s
         policies[label] = make_rlpolicy(framework, tracing, threads)
     if framework == "tf2":  # the untraced policy without the functional replay ("before")
         policies[KERAS_CALL] = make_rlpolicy(framework, False, threads)
-    weights = layer_weights(next(iter(policies.values())).get_state()["weights"])
+    first = next(iter(policies.values()))
+    # (A graph policy's get_weights() is keyed; an eager one's is a list: ask for keys.)
+    weights = layer_weights(first.get_weights() if framework == "tf" else first.get_weights(as_dict=True))
     for pol in list(policies.values())[1:]:
         set_layer_weights(pol, weights)
     if with_rllib:

@@ -243,6 +243,7 @@ ALGORITHM_KEYS: frozenset = frozenset(
         "v_min",
         "vf_clip_param",
         "vf_loss_coeff",
+        "vf_share_layers",
         "worker_side_prioritization",
     }
 )

@@ -46,11 +46,33 @@ def stack_values(values: Sequence[Any]) -> Any:
     return np.stack([np.asarray(v) for v in values])
 
 
+def _opaque(value: Any) -> bool:
+    """A state value that is no array (RLlib 1.11 allows any Python structure)."""
+    return isinstance(value, (dict, list, str)) or (
+        isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 0
+    )
+
+
+def stack_column(key: str, values: Sequence[Any]) -> Any:
+    """``stack_values``, except that RNN state columns holding arbitrary Python
+    values (RLlib 1.11 keeps them whole) become a 1-D object column."""
+    if key.startswith(("state_in_", "state_out_")) and any(_opaque(v) for v in values):
+        return object_column([v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v for v in values])
+    return stack_values(values)
+
+
 def object_column(values: Sequence[Any]) -> np.ndarray:
     """A 1-D object array holding ``values`` as they are (e.g. info dicts)."""
     out = np.empty(len(values), dtype=object)
     out[:] = list(values)
     return out
+
+
+# Per-step bookkeeping columns the sampler knows at any step (RLlib 1.11's collector
+# keeps them beside the obs, so views may read them for acting and training).
+_META_COLUMNS = frozenset(
+    [SampleBatch.T, SampleBatch.EPS_ID, SampleBatch.AGENT_INDEX, SampleBatch.ENV_ID, SampleBatch.UNROLL_ID]
+)
 
 
 def _sampler_produces(data_col: str) -> bool:
@@ -85,6 +107,8 @@ class AgentTrajectory:
         unroll_ids: Shared counter handing out fragment ids.
         init_obs: The agent's first observation.
         init_info: The info dict that came with it.
+        init_t: The episode's step index at that observation (RLlib 1.11's ``t``:
+            the episode length minus one, so -1 at the reset observation).
     """
 
     def __init__(
@@ -98,6 +122,7 @@ class AgentTrajectory:
         unroll_ids: Iterator[int],
         init_obs: Any,
         init_info: Optional[dict],
+        init_t: int = -1,
     ):
         self.agent_id, self.agent_index = agent_id, agent_index
         self.policy_id, self.policy = policy_id, policy
@@ -108,6 +133,8 @@ class AgentTrajectory:
         self.initial_state = [np.asarray(s) for s in policy.get_initial_state()]
         self._lookback = lookback_of(self.view_requirements)
         self.obs: List[Any] = [init_obs]
+        self.obs_t: List[int] = [int(init_t)]  # the episode's ``t`` at each of ``obs``
+        self._first_t = int(init_t)  # (RLlib 1.11 pads before the first obs with it)
         self.steps: Dict[str, List[Any]] = {}
         self.base = 0
         self.t = 0  # completed steps (rows) in this episode
@@ -137,6 +164,9 @@ class AgentTrajectory:
             if not req.used_for_compute_actions:
                 continue
             data_col = req.data_col or col
+            if data_col in _META_COLUMNS:
+                row[col] = self._meta_values(data_col, self.t, req)  # at the current obs
+                continue
             if not _sampler_produces(data_col):
                 continue  # e.g. a column a custom model adds itself
             if req.shift_arr is not None and np.ndim(req.shift_arr) > 0 and req.shift_from is not None:
@@ -158,8 +188,19 @@ class AgentTrajectory:
         """Adds a reward to the staged step (rewards may come before the next obs)."""
         self.pending_reward += float(reward)
 
-    def close_step(self, next_obs: Any, terminated: bool, truncated: bool, info: Optional[dict]) -> None:
-        """Completes the staged step with its outcome; it becomes row ``t``."""
+    def close_step(
+        self,
+        next_obs: Any,
+        terminated: bool,
+        truncated: bool,
+        info: Optional[dict],
+        env_t: Optional[int] = None,
+    ) -> None:
+        """Completes the staged step with its outcome; it becomes row ``t``.
+
+        ``env_t`` is the episode's step index at ``next_obs`` (default: one past
+        the previous observation's); in multi-agent episodes where agents take
+        turns it runs ahead of the agent's own row count (RLlib 1.11's ``t``)."""
         row = self.staged
         row[SampleBatch.REWARDS] = np.float32(self.pending_reward)
         row[SampleBatch.TERMINATEDS] = bool(terminated)
@@ -168,6 +209,7 @@ class AgentTrajectory:
         for col, value in row.items():
             self.steps.setdefault(col, []).append(value)
         self.obs.append(next_obs)
+        self.obs_t.append(int(env_t) if env_t is not None else self.obs_t[-1] + 1)
         self.last_info = row[_INFOS]
         self.staged, self.pending_reward = None, 0.0
         self.t += 1
@@ -189,7 +231,7 @@ class AgentTrajectory:
         for i in range(len(self.initial_state)):
             cols[f"state_in_{i}"] = self._stacked(f"state_out_{i}", a, b, -1)
         self._add_view_columns(cols, a, b)
-        cols[SampleBatch.T] = np.arange(a, b, dtype=np.int64)
+        cols[SampleBatch.T] = self._meta_values(SampleBatch.T, np.arange(a + 1, b + 1), None)
         cols[SampleBatch.EPS_ID] = np.full(n, self.eps_id, dtype=np.int64)
         cols[SampleBatch.UNROLL_ID] = np.full(n, self.unroll_id, dtype=np.int64)
         cols[SampleBatch.AGENT_INDEX] = np.full(n, self.agent_index, dtype=np.int64)
@@ -204,14 +246,45 @@ class AgentTrajectory:
         drop = (self.t - self._lookback) - self.base
         if drop > 0:
             self.obs = self.obs[drop:]
+            self.obs_t = self.obs_t[drop:]
             for col, values in self.steps.items():
                 self.steps[col] = values[drop:]
             self.base += drop
+
+    def _meta_values(self, data_col: str, obs_index: Any, req: Any) -> np.ndarray:
+        """``data_col`` (one of ``_META_COLUMNS``) at observation index(es)
+        ``obs_index`` (an int or an array) through ``req``'s shift(s).
+
+        RLlib 1.11 keeps these beside the observations: ``t`` is the episode's
+        step index at each observation (-1 at the reset one); before the first
+        observation it repeats the first value. The others are constant."""
+        k = np.asarray(obs_index, dtype=np.int64)
+        if req is not None and req.shift_from is not None and req.shift_arr is not None:
+            k = k[..., None] + np.asarray(req.shift_arr, dtype=np.int64)  # [rows, len(shifts)]
+        elif req is not None:
+            k = k + int(req.shift)
+        if data_col == SampleBatch.T:
+            known = np.asarray(self.obs_t, dtype=np.int64)
+            rel = k - self.base
+            if np.any((rel < 0) & (k >= 0)):
+                raise RuntimeError(f"AgentTrajectory: 't' before step {self.base} was already dropped")
+            return np.where(k < 0, self._first_t, known[np.clip(rel, 0, len(known) - 1)])
+        value = {
+            SampleBatch.EPS_ID: self.eps_id,
+            SampleBatch.AGENT_INDEX: self.agent_index,
+            SampleBatch.ENV_ID: self.env_id,
+            SampleBatch.UNROLL_ID: self.unroll_id,
+        }[data_col]
+        return np.full(k.shape, value, dtype=np.int64)
 
     def _add_view_columns(self, cols: Dict[str, Any], a: int, b: int) -> None:
         """Columns the view requirements ask for beyond the defaults (e.g. custom shifts)."""
         for col, req in self.view_requirements.items():
             data_col = req.data_col or col
+            if col not in cols and data_col in _META_COLUMNS and col != data_col:
+                # Row i's bookkeeping values are those at its next observation (RLlib 1.11).
+                cols[col] = self._meta_values(data_col, np.arange(a + 1, b + 1), req)
+                continue
             if col in cols or (data_col != _OBS and data_col not in self.steps):
                 continue
             if req.shift_from is not None:
@@ -256,7 +329,7 @@ class AgentTrajectory:
             values = [fill] * before + middle + [fill] * after
         if data_col == _INFOS:
             return object_column(values)
-        return stack_values(values)
+        return stack_column(data_col, values)
 
     def _fill(self, data_col: str) -> Any:
         """The value of ``data_col`` before the episode started."""
@@ -334,6 +407,7 @@ __all__ = [
     "AgentTrajectory",
     "lookback_of",
     "stack_values",
+    "stack_column",
     "object_column",
     "unroll_id_counter",
     "flattens_actions",

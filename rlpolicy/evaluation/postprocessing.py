@@ -212,8 +212,8 @@ def adjust_nstep(n_step: int, gamma: float, batch: SampleBatch) -> None:
     dones = np.asarray(batch[SampleBatch.DONES])
     if np.any(dones[:-1]):
         raise MidTrajectoryDoneError(
-            f"adjust_nstep: unexpected done in the middle of the trajectory "
-            f"(at index {int(np.argmax(dones[:-1]))} of {len(dones)})"
+            f"adjust_nstep: Unexpected done in middle of trajectory "
+            f"(at index {int(np.argmax(dones[:-1]))} of {len(dones)}); pass one episode's steps"
         )
     len_ = len(batch)
     obs, next_obs = batch[SampleBatch.OBS], batch[SampleBatch.NEXT_OBS]

@@ -143,6 +143,9 @@ class RolloutWorker:
         extra_python_environs: Optional[Dict[str, Any]] = None,
         record_env: Union[bool, str] = False,
         remote_worker_envs: bool = False,
+        remote_env_batch_wait_ms: int = 0,
+        preprocessor_pref: Optional[str] = "deepmind",
+        input_creator: Optional[Callable[[Any], Any]] = None,
     ):
         """Initializes a RolloutWorker.
 
@@ -209,6 +212,16 @@ class RolloutWorker:
                 before the envs and policies are built.
             record_env: Must be False (wrap the env in ``gymnasium.wrappers.RecordVideo``).
             remote_worker_envs: Must be False (use remote workers for parallel envs).
+            remote_env_batch_wait_ms: Accepted (RLlib 1.11: how long to wait for
+                remote sub-envs, which rlpolicy does not have); no effect.
+            preprocessor_pref: ``"deepmind"`` (RLlib 1.11's default), ``"rllib"``
+                or None. Observations get rlpolicy's own preprocessing either way;
+                an Atari env with ``"deepmind"`` (which 1.11 wraps in DeepMind's
+                wrappers) is refused: wrap it yourself in ``env_creator``.
+            input_creator: ``fn(io_context) -> InputReader`` (RLlib 1.11). Only the
+                env sampler is supported: a function returning
+                ``io_context.default_sampler_input()`` (the default) is accepted;
+                one returning another reader (offline data) is refused.
 
         Raises:
             ValueError: For a bad ``batch_mode``, ``count_steps_by``, fragment
@@ -219,6 +232,7 @@ class RolloutWorker:
         policy_spec = policy_spec if policy_spec is not None else policy
         _check_args(num_envs, rollout_fragment_length, batch_mode, count_steps_by)
         _check_sampling_options(episode_horizon, clip_rewards, record_env, remote_worker_envs)
+        _check_preprocessor_pref(preprocessor_pref)
         _global_worker = self
         for key, value in (extra_python_environs or {}).items():
             os.environ[str(key)] = str(value)
@@ -240,7 +254,15 @@ class RolloutWorker:
         self.callbacks = self._make_callbacks(callbacks, policy_spec)
         envs = self._make_envs(env_creator, validate_env)
         self.env = envs[0] if envs else None
+        if preprocessor_pref == "deepmind" and self.env is not None and _is_atari(self.env):
+            raise ValueError(
+                "RolloutWorker: preprocessor_pref='deepmind' on an Atari env (RLlib 1.11 wraps it in "
+                "DeepMind's wrappers) is not supported; wrap the env (e.g. gymnasium.wrappers."
+                "AtariPreprocessing) in env_creator and pass preprocessor_pref='rllib'"
+            )
         self.policy_map = self._build_policy_map(policy_spec, spaces)
+        for policy in self.policy_map.values():
+            _add_state_view_requirements(policy)
         self.preprocessors: Dict[PolicyID, Any] = {
             pid: _one_hot_preprocessor(p) for pid, p in self.policy_map.items()
         }
@@ -285,6 +307,19 @@ class RolloutWorker:
         if sample_async:
             self._check_concurrent_filters()
             self.sampler = AsyncEnvRunner(self.sampler)
+        self.input_reader = self._make_input_reader(input_creator)
+
+    def _make_input_reader(self, input_creator: Optional[Callable[[Any], Any]]) -> Any:
+        """``input_creator(io_context)`` (RLlib 1.11), accepted only when it gives the sampler."""
+        if input_creator is None:
+            return self.sampler
+        reader = input_creator(_IOContext(self))
+        if reader is not self.sampler:
+            raise ValueError(
+                f"RolloutWorker: input_creator returned a {type(reader).__name__}, not "
+                "io_context.default_sampler_input(); offline input is not supported, sample from the env"
+            )
+        return reader
 
     # ------------------------------------------------------------------ construction
     def _make_callbacks(self, callbacks: Any, policy_spec: Any) -> Any:
@@ -747,6 +782,49 @@ def _check_sampling_options(
             "RolloutWorker: remote_worker_envs=True (each sub-env a Ray actor) is not supported; "
             "run envs in parallel processes with remote workers (WorkerSet num_workers > 0)"
         )
+
+
+def _add_state_view_requirements(policy: Any) -> None:
+    """RLlib 1.11: a policy built directly on ``Policy`` (no model, no loss
+    initialisation) gets ``state_in_i``/``state_out_i`` view requirements from its
+    ``get_initial_state()`` here, so its RNN state values are fed back."""
+    if getattr(policy, "_model_init_state_automatically_added", True):
+        return
+    update = getattr(policy, "_update_model_view_requirements_from_init_state", None)
+    if callable(update) and isinstance(getattr(policy, "view_requirements", None), dict):
+        update()
+
+
+def _check_preprocessor_pref(preprocessor_pref: Any) -> None:
+    if preprocessor_pref not in ("deepmind", "rllib", None):
+        raise ValueError(
+            f"RolloutWorker: preprocessor_pref must be 'deepmind', 'rllib' or None, got {preprocessor_pref!r}"
+        )
+
+
+def _is_atari(env: Any) -> bool:
+    """RLlib 1.11's test: an ALE env (by its spec's entry point or its class)."""
+    spec = getattr(getattr(env, "unwrapped", env), "spec", None)
+    entry = str(getattr(spec, "entry_point", "") or "")
+    return (
+        "ale_py" in entry
+        or "AtariEnv" in entry
+        or type(getattr(env, "unwrapped", env)).__name__ == "AtariEnv"
+    )
+
+
+class _IOContext:
+    """What RLlib 1.11's ``input_creator`` is given: the worker, its config and index,
+    and ``default_sampler_input()`` (the worker's sampler)."""
+
+    def __init__(self, worker: "RolloutWorker"):
+        self.worker = worker
+        self.config = worker.policy_config
+        self.worker_index = worker.worker_index
+        self.log_dir = ""
+
+    def default_sampler_input(self) -> Any:
+        return self.worker.sampler
 
 
 @DeveloperAPI

@@ -30,12 +30,12 @@ from rlpolicy.evaluation.agent_trajectory import (
     flat_action,
     flattens_actions,
     object_column,
-    stack_values,
+    stack_column,
     unroll_id_counter,
 )
 from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
 from rlpolicy.policy._obs_prep import flatten_single_obs
-from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch, concat_samples
+from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch, concat_samples
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +223,47 @@ class SamplerSettings:
     check_finite: bool = False  # config["_check_finite_samples"]: NaN/inf obs or rewards raise
 
 
+class ExtraBatchCollector:
+    """The sampler's ``sample_collector``: takes ready (postprocessed) batches to
+    add to the next ``sample()`` output, as RLlib 1.11's model-based rollouts add
+    them (there via the collector's episode-building API and
+    ``episode.add_extra_batch``; here ``add_extra_batch`` on either). Their rows
+    count as agent steps, not env steps."""
+
+    def __init__(self, runner: "EnvRunner"):
+        self._runner = runner
+
+    def add_extra_batch(self, batch: Any, policy_id: str = DEFAULT_POLICY_ID) -> None:
+        """Adds ``batch`` (a SampleBatch for ``policy_id``, or a MultiAgentBatch) to the output.
+
+        Raises:
+            ValueError: For anything else, or an unknown policy id (nothing added).
+        """
+        if isinstance(batch, MultiAgentBatch):
+            parts = dict(batch.policy_batches)
+        elif isinstance(batch, SampleBatch):
+            parts = {policy_id: batch}
+        else:
+            raise ValueError(
+                f"sample_collector.add_extra_batch: expected a SampleBatch or MultiAgentBatch, got {type(batch).__name__}"
+            )
+        unknown = [pid for pid in parts if pid not in self._runner.policy_map]
+        if unknown:
+            raise ValueError(
+                f"sample_collector.add_extra_batch: unknown policy id(s) {unknown}; known: {list(self._runner.policy_map)}"
+            )
+        for pid, part in parts.items():
+            self._runner.add_output(pid, part)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise NotImplementedError(
+            f"sample_collector.{name}: RLlib 1.11's episode-building collector API is not provided; "
+            "build the SampleBatch yourself and pass it to sample_collector.add_extra_batch(batch, policy_id)"
+        )
+
+
 class EnvRunner:
     """Runs the sub-environments of one worker and collects postprocessed batches.
 
@@ -263,6 +304,7 @@ class EnvRunner:
         self._outputs: Dict[str, List[SampleBatch]] = defaultdict(list)
         self._out_env_steps = 0
         self._out_agent_steps = 0
+        self.sample_collector = ExtraBatchCollector(self)
         self.total_env_steps = 0
         self.new_metrics: List[RolloutMetrics] = []
         self.episode_returns: Deque[float] = deque(maxlen=100)
@@ -272,6 +314,12 @@ class EnvRunner:
         self._stats_lock = threading.Lock()
 
     # ------------------------------------------------------------------ public
+    def add_output(self, policy_id: str, batch: SampleBatch) -> None:
+        """Adds a ready batch of ``policy_id`` to the next ``sample()`` output (its
+        rows count as agent steps, not env steps); see ``sample_collector``."""
+        self._outputs[policy_id].append(batch)
+        self._out_agent_steps += batch.count
+
     def sample(self) -> Any:
         """One rollout fragment of every sub-environment, postprocessed.
 
@@ -321,7 +369,13 @@ class EnvRunner:
         # sample() resets again (instead of stepping a half-started episode).
         slot.episode, slot.agents, slot.to_act = None, {}, []
         obs, infos = slot.env.reset(seed=seed)
-        episode = Episode(self.policy_map, self.policy_mapping_fn, env_id=slot.index, worker=self.worker)
+        episode = Episode(
+            self.policy_map,
+            self.policy_mapping_fn,
+            extra_batch_callback=self.sample_collector.add_extra_batch,
+            env_id=slot.index,
+            worker=self.worker,
+        )
         slot.episode, slot.agents, slot.to_act = episode, {}, []
         for policy in self.policy_map.values():
             exploration = getattr(policy, "exploration", None)
@@ -362,6 +416,7 @@ class EnvRunner:
             self._unroll_ids,
             obs,
             info,
+            init_t=episode.length - 1,
         )
         slot.agents[agent_id] = traj
         episode._set_last_observation(agent_id, obs)
@@ -456,7 +511,7 @@ class EnvRunner:
         self, policy: Any, items: List[Tuple[_Slot, AgentTrajectory]], env_actions: List[Dict[Any, Any]]
     ) -> None:
         rows = [traj.action_inputs() for _, traj in items]
-        input_dict = SampleBatch({k: stack_values([r[k] for r in rows]) for k in rows[0]})
+        input_dict = SampleBatch({k: stack_column(k, [r[k] for r in rows]) for k in rows[0]})
         infos_req = policy.view_requirements.get(SampleBatch.INFOS)
         if infos_req is not None and infos_req.used_for_compute_actions:
             # The info dict that came with each agent's current observation (RLlib 1.11).
@@ -467,6 +522,7 @@ class EnvRunner:
         if isinstance(actions, list):  # a batch of primitive actions as a list (RLlib 1.11: np.array)
             actions = np.array(actions)
         actions = _as_numpy(actions)
+        _check_action_count(policy, actions, len(items))
         state_out = [np.asarray(s) for s in state_out]
         extras = {k: _as_numpy(v) for k, v in extras.items()}
         to_env = self._env_action_fn(policy)
@@ -513,7 +569,9 @@ class EnvRunner:
         if over:  # agents that acted but got no final observation end on their last one
             for traj in slot.agents.values():
                 if traj.staged is not None:
-                    traj.close_step(traj.obs[-1], all_term and record, all_trunc and record, {})
+                    traj.close_step(
+                        traj.obs[-1], all_term and record, all_trunc and record, {}, env_t=episode.length - 1
+                    )
                     traj.done = True
                     rows += 1
         slot.to_act = to_act
@@ -554,7 +612,9 @@ class EnvRunner:
             self._check_finite(slot, raw_obs, SampleBatch.NEXT_OBS, agent_id)
             obs = self._process_obs(traj.policy_id, traj.policy, raw_obs)
             if traj.staged is not None:
-                traj.close_step(obs, term and record_done, trunc and record_done, info)
+                traj.close_step(
+                    obs, term and record_done, trunc and record_done, info, env_t=episode.length - 1
+                )
                 traj.done = bool(term or trunc)
                 rows = 1
             elif not traj.done:
@@ -772,6 +832,20 @@ def _as_numpy(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return value
     return tree.map_structure(np.asarray, value)
+
+
+def _check_action_count(policy: Any, actions: Any, n: int) -> None:
+    """Raises if ``actions`` holds fewer rows than observations. RLlib 1.11 fails
+    with an IndexError when a policy acting on one observation at a time (its
+    ES/ARS policies) is handed several; here the error says why."""
+    leaves = tree.flatten(actions)
+    got = len(leaves[0]) if leaves and getattr(leaves[0], "ndim", 1) > 0 else None
+    if got is not None and got < n:  # (more rows than observations: 1.11 reads the first n)
+        raise ValueError(
+            f"{type(policy).__name__}.compute_actions returned {got} action(s) for {n} observations; a policy "
+            "that acts on one observation at a time (as RLlib 1.11's ES/ARS policies) needs num_envs=1 and "
+            "one agent per policy and step"
+        )
 
 
 def _row(value: Any, j: int) -> Any:

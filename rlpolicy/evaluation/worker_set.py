@@ -180,6 +180,8 @@ class WorkerSet:
             sample_async=cfg.get("sample_async", False),
             record_env=cfg.get("record_env", False),
             remote_worker_envs=cfg.get("remote_worker_envs", False),
+            remote_env_batch_wait_ms=cfg.get("remote_env_batch_wait_ms", 0),
+            preprocessor_pref=cfg.get("preprocessor_pref", "deepmind"),
             extra_python_environs=cfg.get(
                 "extra_python_environs_for_driver"
                 if worker_index == 0

@@ -641,11 +641,10 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         """The values of ``variables()`` as numpy copies.
 
         Args:
-            as_dict: False (RLlib 1.11's default for eager policies): a list,
-                one array per variable in ``variables()`` order. True: a
-                ``{key: array}`` dict, keys as ``model.variables(as_dict=True)``
-                (independent of Keras' per-process layer names; what
-                ``get_state`` and checkpoints store).
+            as_dict: False (RLlib 1.11's default for eager policies, and what
+                ``get_state`` and checkpoints store): a list, one array per
+                variable in ``variables()`` order. True: a ``{key: array}``
+                dict, keys as ``model.variables(as_dict=True)``.
 
         Returns:
             A list, or with ``as_dict`` a dict; ``set_weights`` takes both.
@@ -659,7 +658,11 @@ class EagerTFPolicy(TrainingTemplate, Policy):
     @override(Policy)
     @with_lock  # no forward pass sees half-assigned weights
     def set_weights(self, weights: ModelWeights) -> None:
-        """Sets the weights from a ``get_weights`` dict (or a list in ``variables()`` order).
+        """Sets the weights from a ``get_weights`` list (by position, RLlib 1.11) or dict.
+
+        A dict whose keys differ from this model's only in Keras' per-process
+        layer numbering (another instance's or process's ``dense_3`` for this
+        one's ``dense``) is taken by position too.
 
         A catalog model's TF graph or torch ``get_weights()`` dict is taken too:
         it is mapped onto this model's variables by their TF names (the graph
@@ -687,11 +690,6 @@ class EagerTFPolicy(TrainingTemplate, Policy):
 
     def _optimizer_variables(self) -> List[Any]:
         return [v for opt in self._optimizers for v in variables_lib.optimizer_variables(opt)]
-
-    def _state_weights(self) -> ModelWeights:
-        """Template step: ``get_state`` keeps keyed weights (not the list
-        ``get_weights()`` gives), which stay valid across processes."""
-        return self.get_weights(as_dict=True)
 
     def _optimizer_state(self) -> Optional[List[np.ndarray]]:
         """Template step: numpy copies of all optimizers' variables (in order),

@@ -10,7 +10,7 @@ import collections
 import functools
 import itertools
 from numbers import Number
-from typing import AbstractSet, Any, Callable, Dict, Iterator, List, Optional, Set, Union
+from typing import AbstractSet, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -41,7 +41,11 @@ def _row_of_leaf(leaf: Any, i: int) -> Any:
 
 @PublicAPI
 class SampleBatch(dict):
-    """A dict of equally long columns (numpy arrays, tensors, or nested dicts/tuples of them).
+    """A dict of columns (numpy arrays, tensors, or nested dicts/tuples of them), one row per step.
+
+    As in RLlib 1.11 a column may have another length (e.g. a per-worker value);
+    the row count is then that of the first non-empty column, and slicing,
+    shuffling or concatenating the batch raises rather than misalign it.
 
     Extra keyword arguments (all optional):
         _time_major: Whether sequence data is laid out time-major.
@@ -159,60 +163,87 @@ class SampleBatch(dict):
         dones = term.astype(bool) if trunc is None else np.logical_or(term, trunc)
         dict.__setitem__(self, self.DONES, dones)
 
-    def _count_and_validate(self) -> int:
-        """The batch's row count: the row count every per-row column shares (the
-        sum of ``seq_lens`` if present; their number times ``max_seq_len`` for a
-        zero-padded batch).
-
-        ``seq_lens`` and ``state_in_*`` / ``state_out_*`` (one row per sequence)
-        are not per-row columns, nor are the ``infos`` of a zero-padded batch
-        (infos are never padded).
-
-        Raises:
-            ValueError: Naming the first column whose length differs, or
-                ``seq_lens`` that do not fit the columns.
-        """
-        seq_lens = (
-            ops.concrete_seq_lens(dict.__getitem__(self, self.SEQ_LENS)) if self.SEQ_LENS in self else None
-        )
-        has_seqs = seq_lens is not None and len(seq_lens) > 0
-        zero_padded = bool(self.zero_padded)
-        padded = zero_padded and has_seqs and self.max_seq_len is not None
-        expected_rows: Optional[int] = None
-        if padded:
-            expected_rows = len(seq_lens) * int(self.max_seq_len)  # type: ignore[arg-type]
-        ref_key: Optional[str] = "seq_lens (padded)" if padded else None
+    def _row_leaves(self) -> Iterator[Tuple[str, int, bool]]:
+        """``(path, length, nested)`` of every leaf that has a batch axis, in column
+        order; ``seq_lens`` and ``state_in_*`` / ``state_out_*`` (one row per
+        sequence) are skipped, as are the ``infos`` of a zero-padded batch (infos
+        are never padded)."""
         for key, value in dict.items(self):
             if key == self.SEQ_LENS or (isinstance(key, str) and key.startswith(("state_in_", "state_out_"))):
                 continue
-            if key == self.INFOS and zero_padded:
+            if key == self.INFOS and self.zero_padded:
                 continue
             if type(value) is np.ndarray:  # the common plain column
-                leaves = [(key, value.shape[0] if value.ndim else None)]
-            else:
-                leaves = [(p, ops.leaf_length(leaf)) for p, leaf in ops.column_leaves(key, value)]
-            for path, n in leaves:
-                if n is None:
-                    continue
-                if expected_rows is None:
-                    expected_rows, ref_key = n, path
-                elif n != expected_rows:
-                    raise ValueError(
-                        f"SampleBatch column {path!r} has {n} rows but {ref_key!r} has {expected_rows}; all columns must have the same length"
-                    )
-        if not has_seqs:
+                if value.ndim:
+                    yield key, value.shape[0], False
+                continue
+            for path, leaf in ops.column_leaves(key, value):
+                n = ops.leaf_length(leaf)
+                if n is not None:
+                    yield path, n, path != key
+
+    def _rows_expected(self) -> Tuple[Optional[int], Optional[str]]:
+        """The rows a per-row column has, and the column that says so (RLlib 1.11:
+        the first non-empty plain column; else the first nested leaf), or
+        ``seq_lens`` x ``_max_seq_len`` for a zero-padded batch."""
+        seq_lens = self._seq_lens_np() if dict.__contains__(self, self.SEQ_LENS) else None
+        if self.zero_padded and seq_lens is not None and self.max_seq_len is not None:
+            return len(seq_lens) * int(self.max_seq_len), "seq_lens (padded)"
+        first: Tuple[Optional[int], Optional[str]] = (None, None)
+        for path, n, nested in self._row_leaves():
+            if n and not nested:
+                return n, path
+            if first[0] is None or (not first[0] and n):
+                first = (n, path)
+        return first
+
+    def _count_and_validate(self) -> int:
+        """The batch's row count, as RLlib 1.11 counts it: the sum of ``seq_lens``
+        if present, else the length of the first non-empty column (see
+        ``_rows_expected``). Columns of other lengths are kept (RLlib 1.11 code
+        relies on them, e.g. per-worker values); operations that would misalign
+        them refuse (``_check_aligned``).
+
+        Raises:
+            ValueError: ``seq_lens`` that do not fit the columns.
+        """
+        seq_lens = self._seq_lens_np() if dict.__contains__(self, self.SEQ_LENS) else None
+        expected_rows, ref_key = self._rows_expected()
+        if seq_lens is None:
             return expected_rows or 0
-        assert seq_lens is not None  # (has_seqs)
         total = int(seq_lens.sum())
+        padded = ref_key == "seq_lens (padded)"
         if not padded and expected_rows is not None and total != expected_rows:
             raise ValueError(
                 f"SampleBatch seq_lens {seq_lens.tolist()} sum to {total} but column {ref_key!r} has {expected_rows} rows; seq_lens must sum to the batch length"
             )
-        if padded and int(seq_lens.max()) > int(self.max_seq_len):
+        if padded and int(seq_lens.max()) > int(self.max_seq_len):  # type: ignore[arg-type]
             raise ValueError(
                 f"SampleBatch seq_lens {seq_lens.tolist()} exceed _max_seq_len={self.max_seq_len} of a zero-padded batch"
             )
         return total
+
+    def _check_aligned(self, operation: str) -> None:
+        """Raises if a column's length differs from the batch's rows (a ragged
+        column, which RLlib 1.11 keeps): ``operation`` (slicing, shuffling,
+        concatenating, ...) would silently misalign it, as RLlib 1.11 does.
+
+        Raises:
+            ValueError: Naming the column, its length and the batch's.
+        """
+        n_rows = self.count
+        if not dict.__contains__(self, self.SEQ_LENS) and all(
+            type(v) is np.ndarray and (v.ndim == 0 or v.shape[0] == n_rows) for v in dict.values(self)
+        ):
+            return  # the common case: plain arrays of one length
+        rows, ref_key = self._rows_expected()
+        if rows is None:
+            return
+        for path, n, _ in self._row_leaves():
+            if n != rows:
+                raise ValueError(
+                    f"SampleBatch.{operation}: column {path!r} has {n} rows but the batch has {rows} (from {ref_key!r}); {operation} would misalign it, so drop or fix the column first"
+                )
 
     # ------------------------------------------------------------------ sizes
 
@@ -385,6 +416,7 @@ class SampleBatch(dict):
     @PublicAPI
     def rows(self) -> Iterator[Dict[str, Any]]:
         """Yields one dict per timestep (`seq_lens` shows as 1 in every row)."""
+        self._check_aligned("rows")
         raw = self._raw()
         for i in range(self.count):
             row = {}
@@ -406,6 +438,7 @@ class SampleBatch(dict):
             raise ValueError(
                 "SampleBatch.shuffle() is not possible for a batch with seq_lens (sequences would be torn apart); use pad_batch_to_sequences_of_same_size(..., shuffle=True) instead"
             )
+        self._check_aligned("shuffle")
         perm = np.random.permutation(self.count)
         shuffled = {}
         for k, v in dict.items(self):
@@ -473,6 +506,7 @@ class SampleBatch(dict):
         past the end are clamped); with seq_lens both ends snap back to a sequence start."""
         start, stop = self._check_bounds(slice_)
         seq_lens = self._seq_lens_np()
+        self._check_aligned("slicing")
         if seq_lens is None:
             data = {k: _slice_column(k, v, start, stop) for k, v in dict.items(self)}
             return SampleBatch._trusted(data, stop - start, self._flags())
@@ -519,6 +553,7 @@ class SampleBatch(dict):
                 sequence indices (the last seq_len is trimmed to fit).
             state_end: See `state_start`.
         """
+        self._check_aligned("slice")
         n, seq_lens = self.count, self._seq_lens_np()
         if seq_lens is None:
             start, end, _ = slice(start, end).indices(n)  # the builtin `slice`
@@ -594,6 +629,7 @@ class SampleBatch(dict):
             raise ValueError(
                 f"SampleBatch.right_zero_pad({max_seq_len}): seq_lens {seq_lens.tolist()} contain a sequence longer than max_seq_len"
             )
+        self._check_aligned("right_zero_pad")
         padded = {}
         dest = ops.padded_positions(seq_lens, max_seq_len)
         for k, v in dict.items(self):
@@ -911,6 +947,8 @@ def concat_samples(samples: List[Any]) -> Any:
     if not nonempty:
         return SampleBatch()
     zero_padded, time_major, max_seq_len = _check_consistent(nonempty)
+    for s in nonempty:
+        s._check_aligned("concat_samples")
     raws = [s._raw() for s in nonempty]
     seq_lens = [ops.concrete_seq_lens(r.get(SampleBatch.SEQ_LENS)) for r in raws]
     data = {}

@@ -40,6 +40,7 @@ from rlpolicy.policy._tf import export as tf_export
 from rlpolicy.policy._tf.grads import clip_by_global_norm, flatten_grad_groups
 from rlpolicy.policy._tf.graph import after_reads, build_after, is_keras_model, plan_tf_devices
 from rlpolicy.policy._tf.records import ActingGraph, LossGraph, batch_length, columns_needed_by, with_stats
+from rlpolicy.policy._tf.unusable_optimizer import UnusableOptimizer
 from rlpolicy.policy._tf.variables import TFVariables, initialize_uninitialized
 from rlpolicy.policy._training_template import TrainingTemplate, with_lock
 from rlpolicy.policy.policy import Policy
@@ -904,9 +905,20 @@ class TFPolicy(TrainingTemplate, Policy):
 
     @DeveloperAPI
     def optimizer(self) -> Any:
-        """The optimizer: ``tf1.train.AdamOptimizer`` at ``config["lr"]``."""
+        """The optimizer: ``tf1.train.AdamOptimizer`` at ``config["lr"]``.
+
+        A bad ``lr`` (e.g. None, where the policy brings its own optimizers) fails
+        only when this optimizer is used, as in RLlib 1.11: it is then an
+        ``UnusableOptimizer`` that raises the config error on any use."""
         if hasattr(self, "config") and "lr" in self.config:
-            return tf1.train.AdamOptimizer(learning_rate=read_checked(self.config, "lr"))
+            try:
+                lr = read_checked(self.config, "lr")
+            except ValueError as err:
+                return UnusableOptimizer(
+                    f"{type(self).__name__}: the default optimizer() cannot be used: {err}; "
+                    f"set config['lr'] or override optimizer()/optimizer_fn"
+                )
+            return tf1.train.AdamOptimizer(learning_rate=lr)
         return tf1.train.AdamOptimizer()
 
     @DeveloperAPI

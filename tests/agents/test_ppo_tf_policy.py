@@ -268,6 +268,7 @@ def test_towers_with_grad_clip_step_like_one_device(framework):
 
 @pytest.mark.tf
 @pytest.mark.tf_eager_code
+@pytest.mark.tf
 def test_compute_and_clip_gradients_clips_by_global_norm():
     from rlpolicy.agents.ppo.ppo_tf_policy import compute_and_clip_gradients
     from rlpolicy.utils.framework import try_import_tf

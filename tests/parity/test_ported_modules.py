@@ -387,7 +387,7 @@ def _trajectory(dones):
 def test_adjust_nstep_mid_trajectory_done(exc):
     # 1.x code catches AssertionError (1.11 asserts); rlpolicy's callers catch ValueError.
     batch = _trajectory([False, True, False, False])
-    with pytest.raises(exc, match="done in the middle of the trajectory"):
+    with pytest.raises(exc, match="Unexpected done in middle"):
         adjust_nstep(2, 0.5, batch)
     np.testing.assert_array_equal(batch[SampleBatch.REWARDS], [1.0, 2.0, 4.0, 8.0])  # unchanged
 
@@ -401,10 +401,13 @@ def test_adjust_nstep_hand_computed():
     np.testing.assert_array_equal(batch[SampleBatch.DONES], [False, False, True, True])
 
 
-def test_sample_batch_unequal_columns_raise():
-    # RLlib 1.11 takes the first column's length as the count; rlpolicy refuses (porting.md).
-    with pytest.raises(ValueError, match="column 'actions' has 2 rows but 'obs' has 3"):
-        SampleBatch({"obs": np.zeros((3, 2)), "actions": np.zeros(2)})
+def test_sample_batch_unequal_columns_count_as_in_1x():
+    # RLlib 1.11 takes the first column's length as the count; rlpolicy does too, but
+    # refuses to shuffle (or slice) such a batch rather than misalign it (porting.md).
+    batch = SampleBatch({"obs": np.zeros((3, 2)), "actions": np.zeros(2)})
+    assert batch.count == 3
+    with pytest.raises(ValueError, match="column 'actions' has 2 rows but the batch has 3"):
+        batch.shuffle()
 
 
 # ---------------------------------------------------------------- utils.debug

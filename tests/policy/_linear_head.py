@@ -7,7 +7,8 @@ def linear_head(policy):
     """(kernel [3, 2], bias [2]) of the policy's one linear layer, from its keyed weights
     (any framework: a torch Linear stores its kernel as [out, in])."""
     kernel = bias = None
-    for value in policy.get_state()["weights"].values():
+    weights = policy.get_state()["weights"]  # (eager TF: RLlib 1.11's list)
+    for value in weights.values() if isinstance(weights, dict) else weights:
         value = np.asarray(value)
         if value.shape == (3, 2):
             kernel = value

@@ -54,11 +54,17 @@ def trained(request):
     return policy, batch
 
 
+def _keyed_weights(policy):
+    """The state's weights as a dict (eager TF states hold RLlib 1.11's list)."""
+    w = policy.get_state()["weights"]
+    return w if isinstance(w, dict) else policy.get_weights(as_dict=True)
+
+
 def _snapshot(policy):
     state = policy.get_state()
     opt = [np.array(x, copy=True) for x in tree.flatten(state.get("_optimizer_variables", []))]
     return (
-        {k: np.array(v, copy=True) for k, v in policy.get_state()["weights"].items()},
+        {k: np.array(v, copy=True) for k, v in _keyed_weights(policy).items()},
         int(policy.global_timestep),
         opt,
     )
@@ -83,12 +89,12 @@ def _drop(batch, *cols):
 
 
 def _weights_without_first(p):
-    w = p.get_state()["weights"]
+    w = _keyed_weights(p)
     return {k: v for k, v in list(w.items())[1:]}
 
 
 def _weights_with_bad_shape(p):
-    w = p.get_state()["weights"]
+    w = _keyed_weights(p)
     first = next(iter(w))
     return {**w, first: np.zeros((1, 1), np.float32)}
 
@@ -178,7 +184,7 @@ CASES = [
     ),
     (
         "set_weights_extra",
-        lambda p, b: p.set_weights({**p.get_state()["weights"], "bogus": Z(3)}),
+        lambda p, b: p.set_weights({**_keyed_weights(p), "bogus": Z(3)}),
         ValueError,
         r"set_weights: .*(unexpected|unknown) keys \['bogus'\]",
     ),

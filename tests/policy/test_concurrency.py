@@ -31,7 +31,13 @@ def _make(framework):
 
 
 def _versioned(weights, v):
+    if not isinstance(weights, dict):  # an eager state's weights: RLlib 1.11's list
+        return [np.full(np.shape(w), float(v), np.float32) for w in weights]
     return {k: np.full(np.shape(w), float(v), np.float32) for k, w in weights.items()}
+
+
+def _values(weights):
+    return list(weights.values()) if isinstance(weights, dict) else list(weights)
 
 
 def _run_threads(targets):
@@ -86,6 +92,6 @@ def test_actions_see_one_weight_version(framework):
         np.testing.assert_allclose(versions, np.full_like(versions, v), rtol=0, atol=1e-3)
         assert 1 <= v <= LEARN_ITERS + 1
     final = policy.get_state()["weights"]
-    last = max(int(np.round(np.max(w))) for w in final.values())
-    for w in final.values():
+    last = max(int(np.round(np.max(w))) for w in _values(final))
+    for w in _values(final):
         np.testing.assert_array_equal(w, np.full_like(w, last))

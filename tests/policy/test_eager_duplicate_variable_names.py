@@ -29,6 +29,7 @@ from rlpolicy.utils.framework import try_import_tf  # noqa: E402
 pytestmark = pytest.mark.tf
 
 tf1, tf, _ = try_import_tf()
+pytestmark = [pytest.mark.tf, pytest.mark.tf_eager_code]
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)

@@ -1,5 +1,5 @@
 """Eager TF policies as RLlib 1.11's: ``get_weights()`` is a list (``as_dict=True`` the
-dict), ``set_weights`` takes both, ``get_state``/checkpoints stay keyed, and
+dict), ``set_weights`` takes both, ``get_state``/checkpoints hold the list, and
 ``_get_is_training_placeholder()`` exists.
 
 Client code here is a 1.x-style tf2 policy module (``build_tf_policy(...).as_eager()``).
@@ -20,6 +20,7 @@ from rlpolicy.utils.framework import try_import_tf  # noqa: E402
 pytestmark = pytest.mark.tf
 
 tf1, tf, _ = try_import_tf()
+pytestmark = [pytest.mark.tf, pytest.mark.tf_eager_code]
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
 ACT = gym.spaces.Discrete(2)
@@ -91,11 +92,11 @@ def test_set_weights_takes_the_list_and_the_dict():
         a.set_weights(new[:1])
 
 
-def test_state_and_checkpoints_stay_keyed(tmp_path):
+def test_state_and_checkpoints_hold_the_list(tmp_path):
     a = make(seed=1)
     a.learn_on_batch(batch())
     state = a.get_state()
-    assert isinstance(state["weights"], dict)
+    assert isinstance(state["weights"], list)  # RLlib 1.11: get_weights() in the state
     b = make(seed=2)
     b.set_state(state)
     for x, y in zip(a.get_weights(), b.get_weights()):

@@ -373,8 +373,8 @@ def test_discrete_obs_start_offsets_match_zero_based_space(framework):
     # Same weights: Discrete(3, start=5) observations 5..7 act like Discrete(3)'s 0..2.
     shifted = _make(framework, Tuple((Discrete(3, start=5), MultiDiscrete([2, 3], start=[-1, 4]))))
     plain = _make(framework, Tuple((Discrete(3), MultiDiscrete([2, 3]))))
-    plain.set_weights(shifted.get_weights()) if framework == "torch" else None
-    if framework != "torch":  # graph/eager weight names carry the policy's own scope
+    plain.set_weights(shifted.get_weights()) if framework in ("torch", "tf2") else None  # (eager: a list)
+    if framework == "tf":  # graph weight names carry the policy's own scope
         plain.set_weights(dict(zip(plain.get_state()["weights"], shifted.get_state()["weights"].values())))
     rows = [(5, np.array([-1, 4])), (7, np.array([0, 6])), (6, np.array([0, 5]))]
     zero = [(0, np.array([0, 0])), (2, np.array([1, 2])), (1, np.array([1, 1]))]

@@ -117,26 +117,40 @@ def test_dones_derived_from_terminateds_and_truncateds():
 @pytest.mark.parametrize(
     "data, match",
     [
-        ({"obs": np.zeros(4), "actions": np.zeros(3)}, r"'actions' has 3 rows but 'obs' has 4"),
+        ({"obs": np.zeros(4), "actions": np.zeros(3)}, r"column 'actions' has 3 rows but the batch has 4"),
         (
             {"obs": np.zeros(4), "nested": {"x": np.zeros(4), "y": np.zeros(5)}},
-            r"'nested/y' has 5 rows but 'obs' has 4",
+            r"column 'nested/y' has 5 rows but the batch has 4",
         ),
-        ({"obs": np.zeros(4), "t": (np.zeros(4), np.zeros(2))}, r"'t/1' has 2 rows but 'obs' has 4"),
-        ({"obs": np.zeros(4), "infos": [{}] * 3}, r"'infos' has 3 rows but 'obs' has 4"),
-        ({"obs": np.zeros(5), "seq_lens": [2, 2]}, r"seq_lens \[2, 2\] sum to 4 but column 'obs' has 5 rows"),
+        (
+            {"obs": np.zeros(4), "t": (np.zeros(4), np.zeros(2))},
+            r"column 't/1' has 2 rows but the batch has 4",
+        ),
+        ({"obs": np.zeros(4), "infos": [{}] * 3}, r"column 'infos' has 3 rows but the batch has 4"),
     ],
 )
-def test_constructor_rejects_inconsistent_lengths(data, match):
+def test_ragged_columns_are_kept_but_slicing_refuses(data, match):
+    # RLlib 1.11 keeps columns of other lengths (the count is the first column's);
+    # slicing would misalign them, so it raises naming the column (porting.md).
+    batch = SampleBatch(data)
+    assert len(batch) == 4
     with pytest.raises(ValueError, match=match):
-        SampleBatch(data)
+        batch[0:2]
+
+
+def test_constructor_rejects_seq_lens_that_do_not_fit():
+    with pytest.raises(ValueError, match=r"seq_lens \[2, 2\] sum to 4 but column 'obs' has 5 rows"):
+        SampleBatch({"obs": np.zeros(5), "seq_lens": [2, 2]})
 
 
 def test_zero_padded_batch_validates_padded_length():
     ok = SampleBatch({"obs": np.zeros(6), "seq_lens": [1, 3]}, _zero_padded=True, _max_seq_len=3)
     assert len(ok) == 4  # count excludes the padding
-    with pytest.raises(ValueError, match=r"'obs' has 5 rows but 'seq_lens \(padded\)' has 6"):
-        SampleBatch({"obs": np.zeros(5), "seq_lens": [1, 3]}, _zero_padded=True, _max_seq_len=3)
+    short = SampleBatch({"obs": np.zeros(5), "seq_lens": [1, 3]}, _zero_padded=True, _max_seq_len=3)
+    with pytest.raises(
+        ValueError, match=r"'obs' has 5 rows but the batch has 6 \(from 'seq_lens \(padded\)'\)"
+    ):
+        short[0:1]
 
 
 def test_pickle_round_trip(spec_batch):

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Type, Union
 
 import gymnasium as gym
 
-from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG
+from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG, setup_config
 from rlpolicy.evaluation.postprocessing import Postprocessing, compute_gae_for_sample_batch
 from rlpolicy.models.action_dist import ActionDistribution
 from rlpolicy.models.modelv2 import ModelV2
@@ -180,6 +180,7 @@ PPOTFPolicy = build_tf_policy(
     postprocess_fn=compute_gae_for_sample_batch,
     stats_fn=kl_and_loss_stats,
     extra_action_out_fn=vf_preds_fetches,
+    before_init=setup_config,
     before_loss_init=setup_mixins,
     mixins=[PPOLossMixin, LearningRateSchedule, EntropyCoeffSchedule, KLCoeffMixin, ValueNetworkMixin],
 )
@@ -194,5 +195,6 @@ __all__ = [
     "vf_preds_fetches",
     "compute_and_clip_gradients",
     "setup_mixins",
+    "setup_config",
     "postprocess_ppo_gae",
 ]

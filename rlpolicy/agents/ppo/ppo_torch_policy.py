@@ -6,7 +6,7 @@ from typing import Dict, List, Type, Union
 
 import gymnasium as gym
 
-from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG
+from rlpolicy.agents.ppo.ppo import DEFAULT_CONFIG, setup_config
 from rlpolicy.evaluation.postprocessing import Postprocessing, compute_gae_for_sample_batch
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.models.torch.torch_action_dist import TorchDistributionWrapper
@@ -169,6 +169,7 @@ PPOTorchPolicy = build_policy_class(
     extra_action_out_fn=vf_preds_fetches,
     postprocess_fn=compute_gae_for_sample_batch,
     extra_grad_process_fn=apply_grad_clipping,
+    before_init=setup_config,
     before_loss_init=setup_mixins,
     mixins=[LearningRateSchedule, EntropyCoeffSchedule, KLCoeffMixin, ValueNetworkMixin],
 )

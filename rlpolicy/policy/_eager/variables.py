@@ -1,11 +1,13 @@
 """Variables of eager TF policies: naming, weight checks, optimizer state.
 
-``get_weights(as_dict=True)`` of an eager policy (and its ``get_state``) is a
-dict keyed like ``TFModelV2.variables(as_dict=True)`` (attribute path plus variable name,
-e.g. ``"base_model.fc_1.kernel:0"``), so two policies of the same class
-exchange weights regardless of Keras' per-process name uniquification.
-``set_weights`` checks every key and shape before it assigns anything: a
-failed call leaves the policy unchanged.
+As in RLlib 1.11, an eager policy's ``get_weights()`` and ``get_state()["weights"]``
+are a list in variable order, assigned by position. ``get_weights(as_dict=True)``
+is a dict keyed like ``TFModelV2.variables(as_dict=True)`` (attribute path plus
+variable name, e.g. ``"base_model.fc_1.kernel:0"``); such a dict (also the
+weights of older rlpolicy checkpoints) whose keys differ from this model's only
+in Keras' per-process layer numbering (``dense_3`` / ``dense``) is taken by
+position. ``set_weights`` checks the count and every shape before it assigns
+anything: a failed call leaves the policy unchanged.
 
 Everything here takes models, variables, optimizers and arrays, never the
 policy; nothing imports tensorflow.
@@ -13,6 +15,7 @@ policy; nothing imports tensorflow.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -64,6 +67,15 @@ def extra_variable_names(extra: List[Any], taken: set, target_model: Optional[An
     return out
 
 
+_KERAS_NUMBER = re.compile(r"_\d+(?=[./:]|$)")
+
+
+def keras_name_stem(key: str) -> str:
+    """``key`` without the ``_<n>`` suffixes Keras adds to make layer names unique
+    per process (``"base_model.dense_3.kernel:0"`` -> ``"base_model.dense.kernel:0"``)."""
+    return _KERAS_NUMBER.sub("", key)
+
+
 def check_weights(
     weights: Union[Mapping[str, Any], Sequence[Any]], variables: Dict[str, Any]
 ) -> List[Tuple[Any, np.ndarray]]:
@@ -81,12 +93,17 @@ def check_weights(
     if isinstance(weights, Mapping):
         missing = [k for k in variables if k not in weights]
         unknown = [k for k in weights if k not in variables]
-        if missing or unknown:
+        if not missing and not unknown:
+            items = [(k, weights[k]) for k in variables]
+        elif [keras_name_stem(k) for k in weights] == [keras_name_stem(k) for k in variables]:
+            # The same model keyed in another process or instance: Keras numbered
+            # its unnamed layers differently (dense_3 here, dense there); by position.
+            items = list(zip(variables, weights.values()))
+        else:
             raise ValueError(
                 f"set_weights: weights do not match the model's variables; missing "
                 f"keys {missing}, unknown keys {unknown}"
             )
-        items = [(k, weights[k]) for k in variables]
     else:
         weights = list(weights)
         if len(weights) != len(variables):
