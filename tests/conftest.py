@@ -98,6 +98,9 @@ def pytest_collection_modifyitems(config, items):
         for name in _framework_marks(item):
             if item.get_closest_marker(name) is None:
                 item.add_marker(name)
+        # Eager TF test code is TF test code: it belongs to the TF1-mode pass too.
+        if item.get_closest_marker("tf_eager_code") and item.get_closest_marker("tf") is None:
+            item.add_marker("tf")
         # An install without torch or TensorFlow (the CI's variant jobs) skips the
         # framework sweep's cases for the missing one, as the `framework` fixture does.
         fw = _missing_framework(item)

@@ -54,6 +54,15 @@ def test_framework_sweep(framework):
         assert _tf_op() == 2.0
 
 
+@pytest.mark.parametrize("mode", [pytest.param("eager", marks=pytest.mark.tf_eager_code), "plain"])
+def test_eager_code(mode):
+    if mode == "eager":
+        import tensorflow as tf
+
+        assert tf.executing_eagerly()  # in the TF1-mode pass too: tf_eager_code's context
+        assert _tf_op() == 2.0
+
+
 @pytest.mark.learning
 def test_learning():
     pass
@@ -117,6 +126,8 @@ def test_default_tier_and_guard(suite_dir):
         "test_framework_sweep[torch]": "PASSED",
         "test_framework_sweep[tf]": "PASSED",
         "test_framework_sweep[tf2]": "PASSED",
+        "test_eager_code[eager]": "PASSED",
+        "test_eager_code[plain]": "PASSED",
     }, proc.stdout + proc.stderr
     assert "test_suite.py::test_unmarked_tf ran TensorFlow ops but is not marked `tf`" in proc.stdout
     assert "4 deselected" in proc.stdout  # learning, bench, meta, slow
@@ -129,17 +140,19 @@ def test_dash_m_selects_a_tier(suite_dir):
 
 def test_tf1_pass_runs_exactly_the_marked_tests(suite_dir):
     proc, got = _run(suite_dir, RLPOLICY_TF_V1="1")
-    # No guard in that pass: the selection is the marker. The unmarked TF test is not run.
+    # No guard in that pass: the selection is the marker. The unmarked TF test is not run;
+    # tf_eager_code implies tf.
     assert got == {
         "test_marked_tf": "PASSED",
         "test_framework_sweep[tf]": "PASSED",
         "test_framework_sweep[tf2]": "PASSED",
+        "test_eager_code[eager]": "PASSED",
     }, proc.stdout + proc.stderr
 
 
 def test_guard_can_record_instead_of_failing(suite_dir, tmp_path):
     log = tmp_path / "tf.jsonl"
-    proc, got = _run(suite_dir, "-k", "unmarked or plain", RLPOLICY_TF_GUARD=f"record:{log}")
+    proc, got = _run(suite_dir, "-k", "test_unmarked_tf or test_plain", RLPOLICY_TF_GUARD=f"record:{log}")
     assert got == {"test_plain": "PASSED", "test_unmarked_tf": "PASSED"}, proc.stdout + proc.stderr
     lines = sorted(log.read_text().splitlines())
     assert lines == [
