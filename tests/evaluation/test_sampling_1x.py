@@ -392,6 +392,7 @@ def test_worker_options_errors_and_environs():
 
 
 # ---------------------------------------------------------------------- TF graph policies in a PolicyMap
+@pytest.mark.tf
 def test_tf_graph_policy_hooks_build_inside_the_policy_graph():
     """A 1.x TF policy whose before_init makes tf variables (a target-net mixin, as DDPG/TD3
     do) builds under the worker: the PolicyMap enters the policy's own graph and session."""
