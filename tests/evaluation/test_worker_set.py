@@ -206,6 +206,7 @@ def test_worker_dying_mid_sample_has_its_fragment_resampled(ws2):
     assert ws2.sample(40).count == 40
 
 
+@pytest.mark.tf
 def test_multi_agent_tf_graph_and_eager_policies_in_an_actor(ray_modules):
     pytest.importorskip("tensorflow")
     from rlpolicy.agents.pg.pg_tf_policy import PGTFPolicy
