@@ -6,7 +6,7 @@
 #   bash scripts/setup_variant.sh notorch     # venv-notorch:   Python 3.10, TensorFlow, no torch
 #   bash scripts/setup_variant.sh notf        # venv-notf:      Python 3.12, torch, no TensorFlow
 #   bash scripts/setup_variant.sh bare        # venv-bare:      Python 3.11, no framework at all
-#   bash scripts/setup_variant.sh min         # venv-min:       Python 3.11, every extra at its oldest
+#   bash scripts/setup_variant.sh min         # venv-min:       Python 3.10, every extra at its oldest
 #                                             #                 allowed version (constraints/min.txt)
 #
 # Each variant is rlpolicy installed (editable) with the extras below plus the `dev` extra
@@ -37,7 +37,7 @@ case "$variant" in
     notorch) minor=3.10; extras="tf,ray,onnx,checkpoint,cli,dev"; forbidden="torch"; name=$variant ;;
     notf)    minor=3.12; extras="torch,ray,onnx,checkpoint,cli,dev"; forbidden="tensorflow tensorflow-cpu tf-keras"; name=$variant ;;
     bare)    minor=3.11; extras="dev"; forbidden="torch tensorflow tensorflow-cpu tf-keras ray onnxruntime"; name=$variant ;;
-    min)     minor=3.11; extras="all,dev"; required="torch tensorflow tf-keras ray onnxruntime"; name=$variant ;;
+    min)     minor=3.10; extras="all,dev"; required="torch tensorflow tf-keras ray onnxruntime"; name=$variant ;;
     *) echo "setup_variant.sh: unknown variant '$variant' ($usage)" >&2; exit 2 ;;
 esac
 if [ "$variant" != full ] && [ $# -gt 1 ]; then

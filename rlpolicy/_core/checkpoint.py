@@ -126,7 +126,10 @@ def space_from_json(data: Any) -> gym.Space:
                 setattr(box, "original_space", space_from_json(data["original_space"]))  # noqa: B010
             return box
         if kind == "Discrete":
-            return s.Discrete(int(data["n"]), start=int(data["start"]), dtype=np.dtype(data["dtype"]))
+            dtype = np.dtype(data["dtype"])
+            # (gymnasium < 1.0's Discrete is int64 only and takes no dtype argument)
+            kwargs = {} if dtype == np.int64 else {"dtype": dtype}
+            return s.Discrete(int(data["n"]), start=int(data["start"]), **kwargs)
         if kind == "MultiDiscrete":
             return s.MultiDiscrete(data["nvec"], start=data["start"], dtype=np.dtype(data["dtype"]))
         if kind == "MultiBinary":

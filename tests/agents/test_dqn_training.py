@@ -43,6 +43,8 @@ def _seed(seed):
 
 @pytest.mark.learning
 def test_greedy_return_rises_within_5000_steps():
+    # A reward threshold, so the learning tier: at the oldest torch allowed (2.0) the same
+    # seeds reach a greedy mean of 44 instead of >= 60 (different kernels, same algorithm).
     _seed(0)
     trainer = SimpleDQNTrainer(make_env, SMALL, seed=0)
     before = np.mean(evaluate_policy(trainer.policy, make_env, 10, seed=100))
@@ -50,14 +52,23 @@ def test_greedy_return_rises_within_5000_steps():
         trainer.step()
     after = np.mean(evaluate_policy(trainer.policy, make_env, 10, seed=100))
     assert after >= before + 50 and after >= 60, (before, after)
+
+
+def test_replay_and_target_update_bookkeeping():
+    _seed(0)
+    config = dict(SMALL, exploration_config=dict(SMALL["exploration_config"], epsilon_timesteps=1000))
+    trainer = SimpleDQNTrainer(make_env, config, seed=0)
+    while trainer.steps_sampled < 1200:
+        trainer.step()
+    assert trainer.steps_sampled == 1200
     # One train step per 4-step sample once 500 steps were stored; after a train step,
     # a target sync when >= 250 steps were sampled since the last one (RLlib 1.11).
-    assert trainer.steps_trained == 32 * (5000 - 500) // 4 + 32
+    assert trainer.steps_trained == 32 * (1200 - 500) // 4 + 32
     last, syncs = 0, 0
-    for ts in range(500, 5001, 4):
+    for ts in range(500, 1201, 4):
         if ts - last >= 250:
             last, syncs = ts, syncs + 1
-    assert trainer.num_target_updates == syncs == 18
+    assert trainer.num_target_updates == syncs == 3
     assert trainer.policy.exploration.get_state()["cur_epsilon"] == pytest.approx(0.02)
 
 

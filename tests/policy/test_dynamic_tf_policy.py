@@ -319,7 +319,9 @@ def test_lstm_export_saved_model_and_onnx_in_onnxruntime(lstm, tmp_path):
     lstm.export_model(str(tmp_path / "sm"))
     assert (tmp_path / "sm" / "saved_model.pb").exists()
     lstm.export_model(str(tmp_path / "onnx"), onnx=13)
-    sess = ort.InferenceSession(str(tmp_path / "onnx" / "saved_model.onnx"))
+    sess = ort.InferenceSession(
+        str(tmp_path / "onnx" / "saved_model.onnx"), providers=["CPUExecutionProvider"]
+    )
     assert {i.name for i in sess.get_inputs()} == {"obs:0", "state_in_0:0", "state_in_1:0", "seq_lens:0"}
     fetch = [lstm._sampled_action.name, lstm._dist_inputs.name] + [s.name for s in lstm._state_outputs]
     weights = lstm.get_weights()

@@ -100,7 +100,7 @@ def test_onnx_export_runs_in_onnxruntime(lstm_policy, tmp_path):
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("tf2onnx")
     lstm_policy.export_model(str(tmp_path), onnx=13)
-    sess = ort.InferenceSession(str(tmp_path / "model.onnx"))
+    sess = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     assert [i.name for i in sess.get_inputs()] == ["obs", "state_in_0", "state_in_1", "seq_lens"]
     assert [o.name for o in sess.get_outputs()] == ["output", "state_out_0", "state_out_1"]
     out, h, c = sess.run(

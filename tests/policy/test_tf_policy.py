@@ -343,7 +343,7 @@ def test_onnx_export_runs_in_onnxruntime(policy, tmp_path):
     obs = batch(5, seed=12)["obs"]
     _, _, extra = policy.compute_actions(obs)
     policy.export_model(str(tmp_path), onnx=13)
-    sess = ort.InferenceSession(str(tmp_path / "saved_model.onnx"))
+    sess = ort.InferenceSession(str(tmp_path / "saved_model.onnx"), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     logits_name = policy._dist_inputs.name
     assert logits_name in names
@@ -398,7 +398,7 @@ def test_onnx_export_of_image_policy_takes_nchw_inputs(tmp_path):
     obs = np.random.default_rng(3).uniform(0, 1, (2, 6, 6, 2)).astype(np.float32)
     _, _, extra = policy.compute_actions(obs, explore=False)
     policy.export_model(str(tmp_path), onnx=13)
-    sess = ort.InferenceSession(str(tmp_path / "saved_model.onnx"))
+    sess = ort.InferenceSession(str(tmp_path / "saved_model.onnx"), providers=["CPUExecutionProvider"])
     (inp,) = [i for i in sess.get_inputs() if i.name == "obs:0"]
     assert list(inp.shape)[1:] == [2, 6, 6]
     (logits,) = sess.run([policy._dist_inputs.name], {"obs:0": obs.transpose(0, 3, 1, 2)})

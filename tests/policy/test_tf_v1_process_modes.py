@@ -149,10 +149,10 @@ CLIENT = textwrap.dedent('''
             return
         policy.export_model(path, onnx=13)
         if kind == "tf":
-            sess = ort.InferenceSession(os.path.join(path, "saved_model.onnx"))
+            sess = ort.InferenceSession(os.path.join(path, "saved_model.onnx"), providers=["CPUExecutionProvider"])
             (out,) = sess.run([policy._dist_inputs.name], {"obs:0": OBS})
         else:
-            sess = ort.InferenceSession(os.path.join(path, "model.onnx"))
+            sess = ort.InferenceSession(os.path.join(path, "model.onnx"), providers=["CPUExecutionProvider"])
             out = sess.run(["output"], {"obs": OBS})[0]
         close(out, want, f"{kind}: ONNX logits")
 

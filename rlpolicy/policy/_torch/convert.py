@@ -316,7 +316,8 @@ def _plain_state_tensors(model: Any) -> Any:
     parameters, then its persistent buffers, then its children's), shared
     modules under every name, as ``named_modules(remove_duplicate=False)``.
     """
-    if torch.__future__.get_swap_module_params_on_conversion():
+    swap = getattr(torch.__future__, "get_swap_module_params_on_conversion", None)  # (torch >= 2.3)
+    if swap is not None and swap():
         return None
     targets = {}
     plain_types: Dict[type, bool] = {}

@@ -108,6 +108,14 @@ class FlatModelWrapper(_Module):
         return (out, *state_outs)
 
 
+def onnx_exporter_kwargs() -> Dict[str, Any]:
+    """``dynamo=False`` where torch.onnx.export takes it (torch >= 2.5, whose default
+    became the dynamo exporter in 2.9); older torch has only the TorchScript exporter."""
+    import inspect
+
+    return {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+
+
 def _tensors(arrays: Any, device: Any) -> Any:
     if isinstance(arrays, dict):
         return {k: torch.as_tensor(v, device=device) for k, v in arrays.items()}
@@ -167,7 +175,7 @@ def export_onnx(
 ) -> None:
     """Exports ``model`` to ONNX at opset ``opset`` with a dynamic batch axis.
 
-    Uses the TorchScript-based exporter (``dynamo=False``), which needs no
+    Uses the TorchScript-based exporter (``dynamo=False`` where torch has both), which needs no
     network access or extra packages.
     """
     keys = list(inputs)
@@ -198,7 +206,7 @@ def export_onnx(
                     do_constant_folding=True,
                     input_names=input_names,
                     output_names=output_names,
-                    dynamo=False,
+                    **onnx_exporter_kwargs(),
                     dynamic_axes={name: {0: "batch_size"} for name in input_names + output_names},
                 ),
             )

@@ -99,6 +99,11 @@ def optimizer_states(optimizers: Sequence[Any]) -> List[Dict[str, Any]]:
     return [_snapshot(o) for o in optimizers]
 
 
+def _hooks(o: Any, name: str) -> Any:
+    """An optimizer's state-dict hooks of one kind (torch < 2.1 has none)."""
+    return getattr(o, name, None)
+
+
 def _snapshot(o: Any) -> Dict[str, Any]:
     """``numpy_copy(o.state_dict())``, packed and copied in one pass for stock
     ``torch.optim`` optimizers (same keys, order and parameter numbering)."""
@@ -107,8 +112,8 @@ def _snapshot(o: Any) -> Dict[str, Any]:
         isinstance(o, torch.optim.Optimizer)
         and cls.state_dict is torch.optim.Optimizer.state_dict
         and cls.__module__.startswith("torch.optim.")
-        and not o._optimizer_state_dict_pre_hooks
-        and not o._optimizer_state_dict_post_hooks
+        and not _hooks(o, "_optimizer_state_dict_pre_hooks")
+        and not _hooks(o, "_optimizer_state_dict_post_hooks")
     ):
         return numpy_copy(o.state_dict())
     index: Dict[int, int] = {}
@@ -222,8 +227,8 @@ def _plain_optimizer(o: Any) -> bool:
         isinstance(o, torch.optim.Optimizer)
         and cls.load_state_dict is torch.optim.Optimizer.load_state_dict
         and cls.__module__.startswith("torch.optim.")
-        and not o._optimizer_load_state_dict_pre_hooks
-        and not o._optimizer_load_state_dict_post_hooks
+        and not _hooks(o, "_optimizer_load_state_dict_pre_hooks")
+        and not _hooks(o, "_optimizer_load_state_dict_post_hooks")
     )
 
 

@@ -36,6 +36,7 @@ import tree
 from rlpolicy._core import pipeline_contract as pc
 from rlpolicy.policy._pipeline_inputs import LeafPlan as _LeafPlan
 from rlpolicy.policy._pipeline_inputs import check_model_inputs, observation_plan
+from rlpolicy.policy._torch.export import onnx_exporter_kwargs
 from rlpolicy.utils.framework import try_import_torch
 
 torch, nn = try_import_torch()
@@ -476,7 +477,7 @@ def _export_onnx(
         do_constant_folding=True,
         input_names=in_names,
         output_names=out_names,
-        dynamo=False,
+        **onnx_exporter_kwargs(),
         dynamic_axes={name: {0: "batch_size"} for name in in_names + out_names},
     )
 
