@@ -154,6 +154,9 @@ def test_evaluate_policy_maps_box_actions_like_the_sampler(config, env_action):
 
 
 class _FakePolicy:
+    def get_weights(self):  # finite: the run's divergence check reads them
+        return {"w": [0.0, 1.0]}
+
     def export_checkpoint(self, directory):
         import os
 

@@ -74,6 +74,7 @@ def test_adam_towers_equal_single_device(adam_pair):
     )
 
 
+@pytest.mark.tf
 def test_two_buffers_are_independent(adam_pair):
     single, towers = adam_pair
     _sync(single, towers)
@@ -96,6 +97,7 @@ def test_counts_are_per_device_and_excess_rows_are_dropped(adam_pair):
     assert towers.get_num_samples_loaded_into_buffer() == 4
 
 
+@pytest.mark.tf
 def test_minibatch_offsets_slice_every_device(adam_pair):
     single, towers = adam_pair
     _sync(single, towers)

@@ -150,6 +150,7 @@ def test_graph_and_eager_keys_correspond_one_to_one():
         np.testing.assert_array_equal(ev, gv, err_msg=f"{gk} vs {ek}")
 
 
+@pytest.mark.tf
 def test_lstm_bias_sum_and_gate_order_by_hand():
     """torch's two LSTM biases add into TF's one; the kernels are transposed whole
     (both order the gates input, forget, cell, output)."""
@@ -179,6 +180,7 @@ def test_conv_kernel_layout_by_hand():
     assert hwio[2, 0, 1, 3] == oihw[3, 1, 2, 0] and hwio[0, 1, 2, 1] == oihw[1, 2, 0, 1]
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("dst_fw", ["tf", "tf2", "torch"])
 def test_different_architectures_fail_naming_the_key_and_change_nothing(dst_fw):
     src = _policy("torch" if dst_fw != "torch" else "tf", "fc")

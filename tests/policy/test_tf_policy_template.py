@@ -226,6 +226,7 @@ def test_class_layout(built):
 # ------------------------------------------------------------------ hook outputs
 
 
+@pytest.mark.tf
 def test_extra_action_out_fn_fetches_come_with_actions(built):
     policy, _, _, _ = built
     obs = batch_of(5)[SampleBatch.OBS]

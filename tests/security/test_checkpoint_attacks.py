@@ -738,7 +738,7 @@ def test_safe_globals_context_and_registry(ckpt_dir):
     assert Local not in trust.get_safe_globals()
     assert isinstance(Policy.from_checkpoint(str(ckpt_dir), safe_globals=[Local]).callbacks, Local)
     with pytest.raises(TypeError, match="not a class or a Python function"):
-        trust.add_safe_globals([print])
+        trust.add_safe_globals([len])  # print may be a Python function once Ray ran
     with pytest.raises(ValueError, match="trusted="):
         Policy.from_checkpoint(str(ckpt_dir), trusted="yes")
 
