@@ -600,10 +600,12 @@ def test_non_finite_training_stops_with_one_line_and_saves_nothing(tmp_path, cap
     assert code == 3, (stdout, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err
+    # torch >= 2.1 writes inf/NaN weights; older torch refuses the overflowing Adam step.
     assert re.match(
-        r"rlpolicy train: error: training diverged at iteration 1: non-finite .*weights \(\d+ of \d+ arrays",
+        r"rlpolicy train: error: training diverged at iteration 1: non-finite "
+        r"(.*weights \(\d+ of \d+ arrays|optimizer step \(value cannot be converted .* overflow)",
         lines[0],
-    )
+    ), lines[0]
     # Nothing of the diverged iteration: no last, best or periodic checkpoint.
     assert not (out / "rlpolicy_run.json").exists() and not (out / "checkpoint_best").exists()
     assert list(out.glob("checkpoint_0*")) == []

@@ -271,6 +271,16 @@ class _Run:
             r = self.trainer.train()
         except NonFiniteSampleError as err:  # also Ray's RayTaskError wrapping one
             raise TrainingDiverged(f"iteration {iteration}: {_first_line(err)}") from err
+        except RuntimeError as err:
+            # Older torch (< 2.1) refuses an optimizer step whose scalars overflow float32
+            # (e.g. Adam with lr=1e38) where newer releases write inf/NaN weights: the same
+            # divergence, reported the same way.
+            if "overflow" not in str(err):
+                raise
+            raise TrainingDiverged(
+                f"iteration {iteration}: non-finite optimizer step ({_first_line(err)}; "
+                "try a lower lr, or grad_clip)"
+            ) from err
         bad = describe_non_finite(dict(r.learner_stats), self.trainer.policy.get_weights())
         if bad:
             raise TrainingDiverged(
