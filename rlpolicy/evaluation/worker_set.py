@@ -392,7 +392,6 @@ class WorkerSet:
 
     def _drop_worker(self, index: int, err: BaseException) -> None:
         """Marks the worker at ``index`` as dropped (removed by :meth:`_forget_dropped`)."""
-        import ray
 
         worker_index = self._worker_index[index]
         logger.warning(
@@ -402,13 +401,19 @@ class WorkerSet:
             type(err).__name__,
             _first_line(err),
         )
+        self._retire_remote(index)
+        self.dropped_workers.append(worker_index)
+        self._remote[index] = None
+
+    def _retire_remote(self, index: int) -> None:
+        """Kills the remote worker at ``index`` (if still alive) and keeps its episode counts."""
+        import ray
+
         try:
             ray.kill(self._remote[index])
         except Exception:  # already gone
             pass
-        self._keep_lost_stats(worker_index)
-        self.dropped_workers.append(worker_index)
-        self._remote[index] = None
+        self._keep_lost_stats(self._worker_index[index])
 
     def _forget_dropped(self) -> None:
         """Removes dropped workers from the set; raises once none is left."""
@@ -436,11 +441,7 @@ class WorkerSet:
             type(err).__name__,
             _first_line(err),
         )
-        try:
-            ray.kill(self._remote[index])
-        except Exception:  # already gone
-            pass
-        self._keep_lost_stats(worker_index)
+        self._retire_remote(index)
         new = self._make_remote_worker(worker_index)
         if self._local is not None:
             new.set_weights.remote(ray.put(self._local.get_weights()), self._global_vars or None)
