@@ -11,10 +11,11 @@ API, of RLlib 1.11's example envs ``MockEnv``, ``MockEnv2``, ``BasicMultiAgent``
 import gymnasium as gym
 import numpy as np
 import pytest
+from sampling_policies import ActOnlyPolicy
 
 from rlpolicy.env.multi_agent_env import MultiAgentEnv
 from rlpolicy.evaluation.rollout_worker import RolloutWorker
-from rlpolicy.policy.policy import Policy, PolicySpec
+from rlpolicy.policy.policy import PolicySpec
 from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 
@@ -96,20 +97,11 @@ class TakeTurnsMultiAgent(MultiAgentEnv):
         return obs, {i: rew}, {i: term, "__all__": over}, {"__all__": False}, {i: info}
 
 
-class MockPolicy(Policy):
+class MockPolicy(ActOnlyPolicy):
     """Acts 0 (1.11's test MockPolicy, without its exploration)."""
 
     def compute_actions(self, obs_batch, state_batches=None, *args, **kwargs):
         return np.zeros(len(obs_batch), np.int64), [], {}
-
-    def learn_on_batch(self, samples):
-        return {}
-
-    def get_weights(self):
-        return {}
-
-    def set_weights(self, weights):
-        pass
 
 
 TWO = {"p0": PolicySpec(policy_class=MockPolicy), "p1": PolicySpec(policy_class=MockPolicy)}

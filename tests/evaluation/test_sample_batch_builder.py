@@ -4,16 +4,16 @@ tests use them: rows in, column batches out (hand-worked values)."""
 import gymnasium as gym
 import numpy as np
 import pytest
+from sampling_policies import ActOnlyPolicy
 
 from rlpolicy.agents.callbacks import DefaultCallbacks
 from rlpolicy.evaluation.sample_batch_builder import MultiAgentSampleBatchBuilder, SampleBatchBuilder
-from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 SPACE = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
 
 
-class DoublingPolicy(Policy):
+class DoublingPolicy(ActOnlyPolicy):
     """postprocess_trajectory adds ``advantages`` = 2 * rewards and records what it saw."""
 
     def __init__(self, *args):
@@ -27,15 +27,6 @@ class DoublingPolicy(Policy):
         self.others.append(sorted(other_agent_batches or {}))
         sample_batch["advantages"] = 2.0 * sample_batch[SampleBatch.REWARDS]
         return sample_batch
-
-    def learn_on_batch(self, samples):
-        return {}
-
-    def get_weights(self):
-        return {}
-
-    def set_weights(self, weights):
-        pass
 
 
 class Recorder(DefaultCallbacks):

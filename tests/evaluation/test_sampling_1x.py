@@ -12,16 +12,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from sampling_envs import CountingEnv, TwoTeamEnv
-from sampling_policies import RandomPolicy
+from sampling_policies import ActOnlyPolicy, RandomPolicy
 
 from rlpolicy.evaluation.rollout_worker import RolloutWorker, get_global_worker
-from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch
 from rlpolicy.policy.view_requirement import ViewRequirement
 
 
 # ---------------------------------------------------------------------- 1.x-style policies
-class RecordingPolicy(Policy):
+class RecordingPolicy(ActOnlyPolicy):
     """Acts 0 (Tuple spaces: (1, 2)) and records every input dict it is given."""
 
     def __init__(self, observation_space, action_space, config):
@@ -39,15 +38,6 @@ class RecordingPolicy(Policy):
 
     def compute_actions(self, obs_batch, *args, **kwargs):
         return np.zeros(len(obs_batch), np.int64), [], {}
-
-    def learn_on_batch(self, samples):
-        return {}
-
-    def get_weights(self):
-        return {}
-
-    def set_weights(self, weights):
-        pass
 
 
 def _worker(env_creator, policy_spec=RecordingPolicy, **kwargs):

@@ -11,14 +11,14 @@ are worked out by hand from CountingEnv (episodes of 4 steps).
 
 import numpy as np
 from sampling_envs import CountingEnv
+from sampling_policies import ActOnlyPolicy
 
 from rlpolicy.evaluation.rollout_worker import RolloutWorker
-from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.policy.view_requirement import ViewRequirement
 
 
-class EpisodeEnvAwarePolicy(Policy):
+class EpisodeEnvAwarePolicy(ActOnlyPolicy):
     """1.x-style: asks for t, the previous t, eps_id and env_id in its views."""
 
     def __init__(self, observation_space, action_space, config):
@@ -50,15 +50,6 @@ class EpisodeEnvAwarePolicy(Policy):
 
     def compute_actions(self, obs_batch, *args, **kwargs):
         raise AssertionError("the sampler acts through compute_actions_from_input_dict")
-
-    def learn_on_batch(self, samples):
-        return {}
-
-    def get_weights(self):
-        return {}
-
-    def set_weights(self, weights):
-        pass
 
 
 def test_t_and_episode_columns_reach_acting_and_training():

@@ -10,24 +10,15 @@ error that says why. Expected actions: obs[0] > 0 -> 1, worked out from the env.
 import gymnasium as gym
 import numpy as np
 import pytest
+from sampling_policies import ActOnlyPolicy
 
 from rlpolicy.evaluation.rollout_worker import RolloutWorker
-from rlpolicy.policy.policy import Policy
 
 
-class SingleObsPolicy(Policy):
+class SingleObsPolicy(ActOnlyPolicy):
     def compute_actions(self, observation, add_noise=False, update=True, **kwargs):
         observation = observation[0]  # (1.11's ES: "we always calculate actions for only a single obs")
         return [int(observation[0] > 0)], [], {}
-
-    def learn_on_batch(self, samples):
-        return {}
-
-    def get_weights(self):
-        return {}
-
-    def set_weights(self, weights):
-        pass
 
 
 class SignEnv(gym.Env):
