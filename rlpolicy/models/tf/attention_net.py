@@ -48,11 +48,14 @@ from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
-keras = get_keras() if tf is not None else None
+keras: Any = get_keras() if tf is not None else None
+# Names mypy accepts as base classes (keras is a variable here); object without TF.
+_Layer: Any = keras.layers.Layer if keras is not None else object
+_Model: Any = keras.Model if keras is not None else object
 
 
 @PublicAPI
-class PositionwiseFeedforward(keras.layers.Layer if keras is not None else object):
+class PositionwiseFeedforward(_Layer):
     """Dense(hidden_dim, relu) -> Dense(out_dim, output_activation), applied per timestep [1]."""
 
     def __init__(self, out_dim: int, hidden_dim: int, output_activation: Optional[Any] = None, **kwargs: Any):
@@ -521,7 +524,7 @@ def _require(input_dict: Dict[str, TensorType], key: str, model: AttentionWrappe
 
 
 @PublicAPI
-class Keras_GTrXLNet(keras.Model if keras is not None else object):
+class Keras_GTrXLNet(_Model):
     """The GTrXL of [2] as a native Keras model (RLlib 1.11's experimental native-model API).
 
     ``call(inputs, memory_ins)`` takes flat inputs [B*T, obs_dim] (B =
@@ -601,7 +604,7 @@ class Keras_GTrXLNet(keras.Model if keras is not None else object):
 
 
 @PublicAPI
-class Keras_AttentionWrapper(keras.Model if keras is not None else object):
+class Keras_AttentionWrapper(_Model):
     """A GTrXL on top of a native Keras model (``use_attention`` with native models, RLlib 1.11).
 
     ``wrapped_cls(input_space, action_space, None, name=..., **kwargs)`` is

@@ -29,7 +29,7 @@ from rlpolicy.models.tf.visionnet import VisionNetwork
 from rlpolicy.models.utils import default_filter_config
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
-from rlpolicy.utils.spaces.space_utils import flatten_space
+from rlpolicy.utils.spaces.space_utils import flatten_space, shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
@@ -115,7 +115,7 @@ class ComplexInputNetwork(TFModelV2):
                 self.one_hot[i] = True
                 concat_size += int(np.sum(component.nvec))
             else:
-                self.flatten[i] = int(np.prod(component.shape))
+                self.flatten[i] = int(np.prod(shape_of(component)))
                 concat_size += self.flatten[i]
         return concat_size
 

@@ -23,6 +23,7 @@ from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.models.utils import get_activation_fn
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
@@ -72,7 +73,7 @@ class FullyConnectedNetwork(TFModelV2):
         no_final_linear = model_config.get("no_final_linear")
         vf_share_layers = model_config.get("vf_share_layers")
         free_log_std = model_config.get("free_log_std")
-        self._obs_size = int(np.prod(obs_space.shape))
+        self._obs_size = int(np.prod(shape_of(obs_space)))
 
         if free_log_std:
             if not num_outputs or num_outputs % 2 != 0:

@@ -43,6 +43,7 @@ from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 
 def _num_sequences(seq_lens: Any) -> int:
@@ -52,7 +53,7 @@ def _num_sequences(seq_lens: Any) -> int:
 
 
 @PublicAPI
-class GTrXLNet(RecurrentNetwork, nn.Module):
+class GTrXLNet(RecurrentNetwork, _Module):
     """The gated Transformer-XL (GTrXL) of [2], a drop-in replacement for an LSTM.
 
     Use as ``config["model"]["custom_model"] = GTrXLNet`` with the sizes in
@@ -258,7 +259,7 @@ def encode_prev_actions(prev_actions: Any, action_space: gym.Space, n: int) -> T
 
 
 @PublicAPI
-class AttentionWrapper(TorchModelV2, nn.Module):
+class AttentionWrapper(TorchModelV2, _Module):
     """A GTrXL on top of another model (``use_attention=True``).
 
     The catalog builds ``class X(AttentionWrapper, <default model>)`` with

@@ -9,7 +9,7 @@ and ``value_layer``.
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -23,11 +23,12 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 _INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
 
 
-class ComplexInputNetwork(TorchModelV2, nn.Module):
+class ComplexInputNetwork(TorchModelV2, _Module):
     """Concatenates CNN outputs, one-hot and flattened inputs, then an FC stack."""
 
     def __init__(

@@ -12,7 +12,7 @@ weights saved from RLlib's default torch model load unchanged::
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -25,6 +25,7 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 
 def _hidden_stack(in_size: int, sizes: List[int], activation: object) -> Tuple[List, int]:
@@ -40,7 +41,7 @@ def _hidden_stack(in_size: int, sizes: List[int], activation: object) -> Tuple[L
     return layers, in_size
 
 
-class FullyConnectedNetwork(TorchModelV2, nn.Module):
+class FullyConnectedNetwork(TorchModelV2, _Module):
     """MLP policy/value model configured by ``fcnet_hiddens`` / ``fcnet_activation``.
 
     Config keys read: ``fcnet_hiddens``, ``fcnet_activation``,

@@ -13,6 +13,7 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 if torch is not None:
     from torch.nn.modules import module as _torch_module
 
@@ -88,7 +89,7 @@ def _activation_module(activation_fn: Any, default: Any = None) -> Optional[Any]
 
 
 @DeveloperAPI
-class SlimConv2d(nn.Module):
+class SlimConv2d(_Module):
     """Conv2d with optional zero padding, custom init and activation (like tf.slim)."""
 
     def __init__(
@@ -136,7 +137,7 @@ class SlimConv2d(nn.Module):
 
 
 @DeveloperAPI
-class SlimFC(nn.Module):
+class SlimFC(_Module):
     """Linear layer with custom init and optional activation (like tf.slim's fully_connected)."""
 
     def __init__(
@@ -393,7 +394,7 @@ def _plan_usable(plan: tuple) -> bool:
 
 
 @DeveloperAPI
-class AppendBiasLayer(nn.Module):
+class AppendBiasLayer(_Module):
     """Appends a learned, input-independent vector (``log_std``) to each row (free_log_std)."""
 
     def __init__(self, num_bias_vars: int):
@@ -405,7 +406,7 @@ class AppendBiasLayer(nn.Module):
 
 
 @DeveloperAPI
-class Reshape(nn.Module):
+class Reshape(_Module):
     """Reshapes its input to ``shape`` (a module so it can sit in nn.Sequential)."""
 
     def __init__(self, shape: List[int]):

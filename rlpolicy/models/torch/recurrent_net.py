@@ -11,7 +11,7 @@ come first in ``state_dict()``, followed by ``lstm.*`` and ``_logits_branch.*``
 from __future__ import annotations
 
 import sys
-from typing import Dict, List, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -24,6 +24,7 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 
 def _add_time_dim(flat: TensorType, seq_lens: TensorType, time_major: bool) -> TensorType:
@@ -121,7 +122,7 @@ def _one_hot_actions(actions: TensorType, space: gym.Space) -> TensorType:
 
 
 @DeveloperAPI
-class LSTMWrapper(RecurrentNetwork, nn.Module):
+class LSTMWrapper(RecurrentNetwork, _Module):
     """Feeds the wrapped model's output (plus optional prev action/reward) through an LSTM.
 
     Config keys: ``lstm_cell_size``, ``lstm_use_prev_action``,

@@ -7,7 +7,7 @@ Parameter layout (RLlib 1.11): ``_logits.*`` (when there is a logits layer),
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +20,7 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 
 def _conv_stack(
@@ -38,7 +39,7 @@ def _conv_stack(
     return layers, in_channels, in_size
 
 
-class VisionNetwork(TorchModelV2, nn.Module):
+class VisionNetwork(TorchModelV2, _Module):
     """Conv net over [B, H, W, C] images (``conv_filters``, ``conv_activation``).
 
     The last filter uses "valid" padding and must reduce the image to 1x1.
