@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 from functools import partial
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type
 
 import gymnasium as gym
 import numpy as np
@@ -521,7 +521,7 @@ def _check_recurrent_wrapping(model_config: ModelConfigDict, action_space: gym.S
         )
 
 
-def _maybe_wrap_lstm(model_cls: type, model_config: ModelConfigDict, framework: str) -> type:
+def _maybe_wrap_lstm(model_cls: Type[Any], model_config: ModelConfigDict, framework: str) -> type:
     """With ``use_lstm`` (``use_attention``), returns ``<Model>_as_LSTMWrapper``
     (``<Model>_as_AttentionWrapper``): an LSTM (a GTrXL) on top of the model."""
     if model_config.get("use_attention"):

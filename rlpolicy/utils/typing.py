@@ -27,7 +27,9 @@ GradInfoDict = dict
 LearnerStatsDict = dict
 ResultDict = dict
 SampleBatchType = Any  # SampleBatch or MultiAgentBatch
-ViewRequirementsDict = Dict[str, Any]  # values: policy.view_requirement.ViewRequirement (utils sits below policy)
+ViewRequirementsDict = Dict[
+    str, Any
+]  # values: policy.view_requirement.ViewRequirement (utils sits below policy)
 SpaceStruct = Union[Any, dict, tuple]
 EnvObsType = Any
 EnvActionType = Any

@@ -14,7 +14,7 @@ for these configs the catalog returns exactly the default ``VisionNetwork`` /
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -90,7 +90,9 @@ class ComplexInputNetwork(TFModelV2):
         self.logits_and_value_model = None
         self._value_out: Optional[TensorType] = None
         if num_outputs:
-            self.logits_and_value_model = _build_heads(int(self.post_fc_stack.num_outputs), num_outputs)
+            self.logits_and_value_model = _build_heads(
+                int(cast(int, self.post_fc_stack.num_outputs)), num_outputs
+            )
         else:
             self.num_outputs = self.post_fc_stack.num_outputs
 
@@ -107,7 +109,7 @@ class ComplexInputNetwork(TFModelV2):
                     "post_fcnet_hiddens": [],
                 }
                 self.cnns[i] = VisionNetwork(component, self.action_space, None, config, name=f"cnn_{i}")
-                concat_size += int(self.cnns[i].num_outputs)
+                concat_size += int(cast(int, self.cnns[i].num_outputs))  # (set by the headless CNN)
             elif isinstance(component, Discrete):
                 self.one_hot[i] = True
                 concat_size += int(component.n)

@@ -12,7 +12,7 @@ weights saved from an RLlib policy load unchanged:
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -43,7 +43,7 @@ class FullyConnectedNetwork(TFModelV2):
         self,
         obs_space: gym.spaces.Space,
         action_space: gym.spaces.Space,
-        num_outputs: int,
+        num_outputs: Optional[int],
         model_config: ModelConfigDict,
         name: str,
     ):
@@ -150,7 +150,7 @@ class FullyConnectedNetwork(TFModelV2):
                 ``prod(obs_space.shape)``.
         """
         obs_flat = input_dict["obs_flat"]
-        shape = getattr(obs_flat, "shape", None)
+        shape: Any = getattr(obs_flat, "shape", None)
         if not (getattr(shape, "rank", None) == 2 and shape.as_list()[1] == self._obs_size):
             check_input_shape(obs_flat, [self._obs_size], self, what="flat observation")
         model_out, self._value_out = self._base_replay(self.base_model, obs_flat)

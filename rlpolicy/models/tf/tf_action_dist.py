@@ -110,7 +110,9 @@ class Categorical(TFActionDistribution):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> Union[int, np.integer]:
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.integer]:
         return cast(gym.spaces.Discrete, action_space).n
 
 
@@ -202,7 +204,9 @@ class MultiCategorical(TFActionDistribution):
 
     @override(ActionDistribution)
     def multi_kl(self, other: ActionDistribution) -> TensorType:
-        return tf.stack([cat.kl(oth) for cat, oth in zip(self.cats, cast(MultiCategorical, other).cats)], axis=1)
+        return tf.stack(
+            [cat.kl(oth) for cat, oth in zip(self.cats, cast(MultiCategorical, other).cats)], axis=1
+        )
 
     @override(ActionDistribution)
     def kl(self, other: ActionDistribution) -> TensorType:
@@ -508,7 +512,12 @@ class MultiActionDistribution(TFActionDistribution):
 
     @override(ActionDistribution)
     def kl(self, other):
-        kls = [d.kl(o) for d, o in zip(self.flat_child_distributions, cast(MultiActionDistribution, other).flat_child_distributions)]
+        kls = [
+            d.kl(o)
+            for d, o in zip(
+                self.flat_child_distributions, cast(MultiActionDistribution, other).flat_child_distributions
+            )
+        ]
         return functools.reduce(lambda a, b: a + b, kls)
 
     @override(ActionDistribution)

@@ -39,7 +39,7 @@ class VisionNetwork(TFModelV2):
         self,
         obs_space: gym.spaces.Space,
         action_space: gym.spaces.Space,
-        num_outputs: int,
+        num_outputs: Optional[int],
         model_config: ModelConfigDict,
         name: str,
     ):

@@ -12,7 +12,7 @@ weights saved from RLlib's default torch model load unchanged::
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +22,7 @@ from rlpolicy.models.torch.misc import AppendBiasLayer, SlimFC, init_module, nor
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
@@ -74,7 +75,7 @@ class FullyConnectedNetwork(TorchModelV2, _Module):
         d["vf_share_layers"] = model_config.get("vf_share_layers")
         d["free_log_std"] = model_config.get("free_log_std")
         num_outputs = self._split_free_log_std(num_outputs)
-        in_size = int(np.prod(obs_space.shape))
+        in_size = int(np.prod(shape_of(obs_space)))
         d["_logits"] = None
         if model_config.get("no_final_linear") and num_outputs:
             # The last layer itself produces the outputs, with the activation.
@@ -91,7 +92,9 @@ class FullyConnectedNetwork(TorchModelV2, _Module):
             else:
                 self.num_outputs = out_size
         if self.free_log_std and self._logits:
-            self._append_free_log_std = AppendBiasLayer(num_outputs)
+            self._append_free_log_std = AppendBiasLayer(
+                cast(int, num_outputs)
+            )  # (set: there is a _logits layer)
         self._hidden_layers = nn.Sequential(*layers)
         d["_value_branch_separate"] = None
         vf_in = out_size

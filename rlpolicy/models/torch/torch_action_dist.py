@@ -103,8 +103,10 @@ class TorchCategorical(TorchDistributionWrapper):
             inputs = inputs / temperature
         super().__init__(inputs, model)
         self._logits = self.inputs  # what the distribution is of, even if `inputs` is reassigned
-        self._log_probs = None
-        self._drawn: Optional[tuple] = None  # (last sample, its [B, 1] index) from the 2-D fast path of sample()
+        self._log_probs: TensorType = None  # set by sample()
+        self._drawn: Optional[tuple] = (
+            None  # (last sample, its [B, 1] index) from the 2-D fast path of sample()
+        )
 
     def _make_dist(self) -> Any:
         return torch.distributions.categorical.Categorical(logits=self._logits, validate_args=False)
@@ -199,7 +201,9 @@ def _reshape_to_space(sample: TensorType, action_space: Optional[gym.Space]) -> 
     if isinstance(action_space, gym.spaces.Box):
         return torch.reshape(sample, [-1] + list(action_space.shape))
     shape = multi_dim_action_shape(action_space)  # MultiBinary, multi-dim nvec
-    return reshape_to_space(sample, shape, None if shape is None or action_space is None else action_space.dtype)
+    return reshape_to_space(
+        sample, shape, None if shape is None or action_space is None else action_space.dtype
+    )
 
 
 @DeveloperAPI
@@ -267,7 +271,11 @@ class TorchMultiCategorical(TorchDistributionWrapper):
     @override(ActionDistribution)
     def multi_kl(self, other: ActionDistribution) -> TensorType:
         return torch.stack(
-            [torch.distributions.kl.kl_divergence(c, o) for c, o in zip(self.cats, cast(TorchMultiCategorical, other).cats)], dim=1
+            [
+                torch.distributions.kl.kl_divergence(c, o)
+                for c, o in zip(self.cats, cast(TorchMultiCategorical, other).cats)
+            ],
+            dim=1,
         )
 
     @override(TorchDistributionWrapper)
@@ -614,7 +622,13 @@ class TorchMultiActionDistribution(TorchDistributionWrapper):
 
     @override(ActionDistribution)
     def kl(self, other: ActionDistribution) -> TensorType:
-        kls = [d.kl(o) for d, o in zip(self.flat_child_distributions, cast(TorchMultiActionDistribution, other).flat_child_distributions)]
+        kls = [
+            d.kl(o)
+            for d, o in zip(
+                self.flat_child_distributions,
+                cast(TorchMultiActionDistribution, other).flat_child_distributions,
+            )
+        ]
         return functools.reduce(lambda a, b: a + b, kls)
 
     @override(ActionDistribution)
