@@ -187,8 +187,8 @@ class _GraphCallable:
 
     def __init__(self, fn: Callable, session: Any, dynamic_shape: bool):
         self._fn, self._session, self._dynamic = fn, session, dynamic_shape
-        self._arg_phs = None
-        self._kwarg_phs = None
+        self._arg_phs: Any = None
+        self._kwarg_phs: Any = None
         self._out = None
 
     def _build(self, args: list, kwargs: dict) -> None:

@@ -21,7 +21,7 @@ Importing this module imports neither torch nor tensorflow.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -164,7 +164,7 @@ class ParameterNoise(Exploration):
             # KL(noise-free || noisy), and its target for epsilon-greedy (Plappert et al.).
             distance = np.nanmean(np.sum(noise_free * np.log(noise_free / (noisy + SMALL_NUMBER)), 1))
             epsilon = float(self.sub_exploration.get_state(sess=tf_sess)["cur_epsilon"])
-            delta = -np.log(1 - epsilon + epsilon / self.action_space.n)
+            delta = -np.log(1 - epsilon + epsilon / cast(gym.spaces.Discrete, self.action_space).n)
         else:
             distance = np.sqrt(np.mean(np.square(noise_free - noisy)))
             scale = float(self.sub_exploration.get_state(sess=tf_sess)["cur_scale"])
@@ -238,7 +238,7 @@ class ParameterNoise(Exploration):
         return {"cur_stddev": self.stddev}
 
     @override(Exploration)
-    def set_state(self, state: dict, sess: Optional[Any] = None) -> None:
+    def set_state(self, state: Any, sess: Optional[Any] = None) -> None:
         self.stddev = self.stddev_val = float(state["cur_stddev"])
 
 
