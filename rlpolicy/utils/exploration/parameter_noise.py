@@ -30,7 +30,7 @@ from rlpolicy.utils.annotations import override
 from rlpolicy.utils.error import UnsupportedSpaceException
 from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.numpy import SMALL_NUMBER, softmax
-from rlpolicy.utils.typing import TensorType
+from rlpolicy.utils.typing import SamplingPolicy, TensorType
 
 _CATEGORICAL = ("Categorical", "TorchCategorical")
 _DETERMINISTIC = ("Deterministic", "TorchDeterministic")
@@ -150,7 +150,9 @@ class ParameterNoise(Exploration):
             self._remove_noise(tf_sess)
 
     @override(Exploration)
-    def postprocess_trajectory(self, policy: Any, sample_batch: Any, tf_sess: Optional[Any] = None) -> Any:
+    def postprocess_trajectory(
+        self, policy: SamplingPolicy, sample_batch: Any, tf_sess: Optional[Any] = None
+    ) -> Any:
         """Adapts ``stddev`` from the distance between the noisy and the noise-free
         policy on ``sample_batch``'s observations; returns the batch unchanged."""
         kind = _dist_kind(policy.dist_class)
@@ -173,7 +175,9 @@ class ParameterNoise(Exploration):
         self.stddev_val = self.stddev
         return sample_batch
 
-    def _policy_outputs(self, policy: Any, sample_batch: Any, explore: bool, kind: str) -> np.ndarray:
+    def _policy_outputs(
+        self, policy: SamplingPolicy, sample_batch: Any, explore: bool, kind: str
+    ) -> np.ndarray:
         """The policy's action probabilities (categorical) or actions (deterministic)
         on the batch's observations, computed on a copy so the batch stays as it was."""
         from rlpolicy.policy.sample_batch import SampleBatch
