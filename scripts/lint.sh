@@ -2,7 +2,7 @@
 # Lint and type checks, with the settings in pyproject.toml ([tool.ruff], [tool.mypy]):
 #   1. ruff check            (pyflakes, pycodestyle, import order, bug-prone patterns)
 #   2. ruff format --check   (the formatter would change nothing)
-#   3. mypy                  (the files pyproject.toml names: rlpolicy/_core, rlpolicy/policy, utils/exploration/_ops.py)
+#   3. mypy                  (the files pyproject.toml names: rlpolicy/_core, policy, models and utils; check_untyped_defs for _core and policy)
 # Runs all three even when one fails, prints one PASS/FAIL line each, and exits non-zero if
 # any failed. `bash scripts/lint.sh check format` runs only the named steps.
 # Uses ./.venv (made by scripts/setup_env.sh; ruff and mypy come with the `dev` extra).

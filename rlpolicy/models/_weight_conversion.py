@@ -25,11 +25,12 @@ The public entry is ``rlpolicy.models.convert_weights``; this module is private
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
 from rlpolicy.utils.annotations import PublicAPI
+from rlpolicy.utils.typing import WeightsPolicy
 
 __all__ = [
     "LAYOUTS",
@@ -390,7 +391,7 @@ def _checked(value: np.ndarray, current: np.ndarray, key: str, name: str) -> np.
     return np.array(value, dtype=current.dtype, copy=True)
 
 
-def _policy_layout(policy: Any) -> str:
+def _policy_layout(policy: WeightsPolicy) -> str:
     framework = getattr(policy, "framework", None)
     if framework == "torch":
         return "torch"
@@ -405,13 +406,13 @@ def _policy_layout(policy: Any) -> str:
     )
 
 
-def _policy_weights(policy: Any) -> Dict[str, Any]:
+def _policy_weights(policy: WeightsPolicy) -> Dict[str, Any]:
     if _policy_layout(policy) == "tf2":
-        return dict(policy.get_weights(as_dict=True))
+        return dict(cast(Any, policy).get_weights(as_dict=True))  # (an eager policy's get_weights)
     return dict(policy.get_weights())
 
 
-def _eager_names(policy: Any) -> Optional[Dict[str, str]]:
+def _eager_names(policy: WeightsPolicy) -> Optional[Dict[str, str]]:
     """An eager policy's ``{weights key: TF variable name}`` from its model's
     ``variables(as_dict=True)`` (the keys ``get_weights(as_dict=True)`` uses)."""
     variables = getattr(policy.model, "variables", None)

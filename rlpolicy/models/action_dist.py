@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -25,7 +25,7 @@ class ActionDistribution:
     """
 
     @DeveloperAPI
-    def __init__(self, inputs: List[TensorType], model: "ModelV2"):
+    def __init__(self, inputs: TensorType, model: Optional["ModelV2"]):
         """Stores the distribution inputs and the producing model.
 
         Args:
@@ -77,7 +77,7 @@ class ActionDistribution:
     @DeveloperAPI
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
+    ) -> Union[int, np.integer, np.ndarray]:
         """Returns the number of model outputs this distribution needs for ``action_space``.
 
         Args:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 from functools import partial
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type
 
 import gymnasium as gym
 import numpy as np
@@ -23,6 +23,7 @@ from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.models.preprocessors import Preprocessor, get_preprocessor
 from rlpolicy.utils.annotations import DeveloperAPI, PublicAPI
 from rlpolicy.utils.error import UnsupportedSpaceException  # re-exported (defined at RLlib's path)
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 logger = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ class ModelCatalog:
         if isinstance(action_space, gym.spaces.Discrete):
             return lib.int64, (None,)
         if isinstance(action_space, gym.spaces.Box) or _is_simplex(action_space):
-            return lib.float32, (None,) + tuple(action_space.shape)
+            return lib.float32, (None,) + tuple(shape_of(action_space))
         if isinstance(action_space, gym.spaces.MultiDiscrete):
             return action_space.dtype, (None,) + tuple(action_space.shape)
         if isinstance(action_space, gym.spaces.MultiBinary):
@@ -198,7 +199,7 @@ class ModelCatalog:
 
             flat = flatten_space(action_space)
             all_discrete = all(isinstance(s, gym.spaces.Discrete) for s in flat)
-            size = sum(1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(s.shape)) for s in flat)
+            size = sum(1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(shape_of(s))) for s in flat)
             return (lib.int64 if all_discrete else lib.float32), (None, int(size))
         raise UnsupportedSpaceException(
             f"action space {action_space} not supported; supported: Discrete, MultiDiscrete, "
@@ -520,7 +521,7 @@ def _check_recurrent_wrapping(model_config: ModelConfigDict, action_space: gym.S
         )
 
 
-def _maybe_wrap_lstm(model_cls: type, model_config: ModelConfigDict, framework: str) -> type:
+def _maybe_wrap_lstm(model_cls: Type[Any], model_config: ModelConfigDict, framework: str) -> type:
     """With ``use_lstm`` (``use_attention``), returns ``<Model>_as_LSTMWrapper``
     (``<Model>_as_AttentionWrapper``): an LSTM (a GTrXL) on top of the model."""
     if model_config.get("use_attention"):

@@ -61,7 +61,7 @@ def _matching(offset: np.ndarray, actions: Any) -> np.ndarray:
     return offset.reshape(-1)
 
 
-def _torch_wrapper(base: type, offset: np.ndarray) -> type:
+def _torch_wrapper(base: Any, offset: np.ndarray) -> type:
     import torch
 
     def shift(self, actions):
@@ -102,7 +102,7 @@ def _torch_wrapper(base: type, offset: np.ndarray) -> type:
     )
 
 
-def _tf_wrapper(base: type, offset: np.ndarray) -> type:
+def _tf_wrapper(base: Any, offset: np.ndarray) -> type:
     from rlpolicy.utils.framework import try_import_tf
 
     _, tf, _ = try_import_tf()

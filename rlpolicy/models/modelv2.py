@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -41,7 +41,7 @@ class ModelV2:
         self,
         obs_space: gym.spaces.Space,
         action_space: gym.spaces.Space,
-        num_outputs: int,
+        num_outputs: Optional[int],
         model_config: ModelConfigDict,
         name: str,
         framework: str,
@@ -62,7 +62,7 @@ class ModelV2:
 
         self.obs_space: gym.spaces.Space = obs_space
         self.action_space: gym.spaces.Space = action_space
-        self.num_outputs: int = num_outputs
+        self.num_outputs: Optional[int] = num_outputs
         self.model_config: ModelConfigDict = model_config
         self.name: str = name or "default_model"
         self.framework: str = framework
@@ -161,7 +161,7 @@ class ModelV2:
         if self.model_config.get("_disable_preprocessor_api"):
             restored["obs_flat"] = obs
         else:
-            shape = getattr(obs, "shape", None)
+            shape: Any = getattr(obs, "shape", None)
             layout = self.__dict__.get("_obs_layout_cache")
             if layout is None or layout[0] is not self.obs_space:
                 layout = self._obs_layout()
@@ -185,7 +185,7 @@ class ModelV2:
                 if getattr(getattr(restored, "get_interceptor", None), "idempotent", False):
                     # `obs` already came through this interceptor: reading
                     # "obs_flat" would hand it back unchanged.
-                    restored.intercepted_values["obs_flat"] = obs
+                    cast(Any, restored).intercepted_values["obs_flat"] = obs  # (a SampleBatch here)
         if type(self).context is ModelV2.context:  # the no-op context: skip it
             res = self.forward(restored, state or [], seq_lens)
         else:
@@ -271,7 +271,7 @@ class ModelV2:
         return self.time_major is True
 
 
-def _shallow_copy(input_dict: Dict[str, Any]) -> Dict[str, Any]:
+def _shallow_copy(input_dict: Any) -> Dict[str, Any]:
     """A shallow copy that keeps a SampleBatch a SampleBatch (sharing its
     interceptor and its accessed/added/deleted key sets)."""
     if type(input_dict) is dict:
@@ -532,7 +532,7 @@ def _unpack_repeated(
 def _sub_spaces(space: gym.spaces.Space) -> Sequence[gym.spaces.Space]:
     if isinstance(space, gym.spaces.Dict):
         return list(space.spaces.values())
-    return list(space.spaces)
+    return list(cast(gym.spaces.Tuple, space).spaces)
 
 
 def _batch_dims(obs: Any, shape: List[Optional[int]], tensorlib: Any) -> List[Any]:

@@ -25,6 +25,7 @@ import numpy as np
 
 from rlpolicy.models.preprocessors import OneHotPreprocessor, get_preprocessor, stack_rows
 from rlpolicy.utils.spaces.repeated import Repeated
+from rlpolicy.utils.typing import ObsPrepPolicy
 
 _NESTED = (gym.spaces.Dict, gym.spaces.Tuple, Repeated)
 # A policy a RolloutWorker built on a Discrete/MultiDiscrete env works on the one-hot
@@ -55,7 +56,7 @@ def prepare_observation_space(space: gym.Space, config: Optional[dict]) -> gym.S
     return get_preprocessor(space)(space, config.get("model") or None).observation_space
 
 
-def observation_preprocessor(policy: Any) -> Any:
+def observation_preprocessor(policy: ObsPrepPolicy) -> Any:
     """The preprocessor of ``policy``'s raw Dict/Tuple/Repeated observations (or the
     one-hot encoder of a policy on a worker's one-hot Box for a Discrete /
     MultiDiscrete env), or None.
@@ -82,7 +83,7 @@ def observation_preprocessor(policy: Any) -> Any:
     return prep
 
 
-def flatten_obs_batch(policy: Any, obs: Any) -> Any:
+def flatten_obs_batch(policy: ObsPrepPolicy, obs: Any) -> Any:
     """Raw nested observations -> the flat [B, size] float32 batch; else ``obs``.
 
     Accepted raw forms: a dict (Dict space) or tuple (Tuple space) of
@@ -113,7 +114,7 @@ def flatten_obs_batch(policy: Any, obs: Any) -> Any:
     return prep.transform_batch(obs)
 
 
-def flatten_single_obs(policy: Any, obs: Any) -> Any:
+def flatten_single_obs(policy: ObsPrepPolicy, obs: Any) -> Any:
     """One raw observation -> its flat preprocessed vector (samplers use this)."""
     prep = observation_preprocessor(policy)
     if prep is None:
@@ -125,7 +126,7 @@ def flatten_single_obs(policy: Any, obs: Any) -> Any:
     return prep.transform_batch(stack_rows([obs], prep._obs_space))[0]
 
 
-def flatten_single_list_obs(policy: Any, obs: Any) -> Any:
+def flatten_single_list_obs(policy: ObsPrepPolicy, obs: Any) -> Any:
     """One raw observation of a space holding a Repeated -> its flat vector; else ``obs``.
 
     ``compute_single_action`` batches other observations leaf by leaf (a plain
@@ -162,7 +163,7 @@ def _holds_repeated(space: gym.Space) -> bool:
     return False
 
 
-def _is_raw_repeated_batch(policy: Any, obs: Any) -> bool:
+def _is_raw_repeated_batch(policy: ObsPrepPolicy, obs: Any) -> bool:
     """Whether ``obs`` is a batch of raw Repeated lists (not flat [B, size] rows).
 
     A flat batch is numeric and exactly [B, size]; raw lists have at most
@@ -181,7 +182,7 @@ def _is_raw_repeated_batch(policy: Any, obs: Any) -> bool:
     return not (arr.dtype != object and arr.ndim == 2 and arr.shape[1] == prep.size)
 
 
-def flatten_input_dict(policy: Any, input_dict: Any, columns: tuple = ("obs", "new_obs")) -> Any:
+def flatten_input_dict(policy: ObsPrepPolicy, input_dict: Any, columns: tuple = ("obs", "new_obs")) -> Any:
     """``input_dict`` with raw nested ``columns`` flattened (a shallow copy if any is)."""
     changed = _flattened_columns(policy, input_dict, columns)
     if not changed:
@@ -193,7 +194,7 @@ def flatten_input_dict(policy: Any, input_dict: Any, columns: tuple = ("obs", "n
     return copy
 
 
-def flatten_batch_in_place(policy: Any, batch: Any) -> Any:
+def flatten_batch_in_place(policy: ObsPrepPolicy, batch: Any) -> Any:
     """Replaces raw nested ``obs`` / ``new_obs`` columns of ``batch`` by flat ones.
 
     For ``postprocess_trajectory``, which by RLlib's contract adds its columns
@@ -204,7 +205,7 @@ def flatten_batch_in_place(policy: Any, batch: Any) -> Any:
     return batch
 
 
-def _flattened_columns(policy: Any, batch: Any, columns: tuple) -> dict:
+def _flattened_columns(policy: ObsPrepPolicy, batch: Any, columns: tuple) -> dict:
     """The flat versions of those ``columns`` of ``batch`` that hold raw nested observations."""
     if observation_preprocessor(policy) is None:
         return {}

@@ -44,6 +44,7 @@ import threading
 from abc import ABCMeta, abstractmethod
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
 
+import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
@@ -55,6 +56,7 @@ from rlpolicy._core.tower_buffers import (
 )
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy.sample_batch import SampleBatch
+from rlpolicy.utils.typing import TrainerConfigDict
 
 STATE_KEYS = ("weights", "global_timestep")
 _STATE_IN = "state_in_"
@@ -136,6 +138,9 @@ class TrainingTemplate(metaclass=ABCMeta):
     """
 
     _tower_buffers: TowerBuffers
+    # From Policy.__init__ (declared so that helpers typed by Protocol accept `self`).
+    observation_space: gym.Space
+    config: TrainerConfigDict
     # K fixed chunks per minibatch with config["_deterministic_towers"]; 0 when off.
     _exact_chunks: int = 0
 

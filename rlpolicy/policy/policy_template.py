@@ -271,7 +271,7 @@ def _build_model(
 
 
 # ---------------------------------------------------------------- method dispatch
-def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable], Optional[Callable]]:
+def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable], Any]:
     """Finds what a built-class method should run: (hook, None) or (None, next_impl).
 
     Walks the MRO from the first class whose ``method`` is our wrapper: the
@@ -307,7 +307,7 @@ def resolve_hook(policy: Any, method: str, hook: str) -> Callable:
     where a built class in its MRO sets it, else the implementation it falls
     through to (a mixin's or the base class's); see ``_next_impl``."""
     fn, impl = _next_impl(policy, method, hook)
-    return fn if fn is not None else impl  # type: ignore[return-value]
+    return fn if fn is not None else impl
 
 
 _torch_convert: Any = None  # rlpolicy.policy._torch.convert, imported on first use (needs torch)
@@ -343,7 +343,8 @@ def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episod
     # The parent's postprocessing runs first, then each built class's
     # postprocess_fn from the innermost out (as nested super() calls would).
     fns: List[Callable] = []
-    started, parent = False, None
+    started = False
+    parent: Any = None  # (set in the loop: Policy defines the method)
     for klass in type(self).__mro__:
         impl = klass.__dict__.get("postprocess_trajectory")
         if _is_wrapper(impl, "postprocess_trajectory"):

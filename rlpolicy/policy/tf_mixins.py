@@ -30,7 +30,7 @@ from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
 from rlpolicy.utils.tf_utils import fast_function
-from rlpolicy.utils.typing import TensorType, TrainerConfigDict
+from rlpolicy.utils.typing import SessionPolicy, TensorType, TrainerConfigDict
 
 tf1, tf, tfv = try_import_tf()
 
@@ -41,7 +41,7 @@ _SCOPE = "rlpolicy_mixins"
 _NO_SESSION_YET = object()
 
 
-def _session_of(policy: Any) -> Any:
+def _session_of(policy: object) -> Any:
     """The policy's ``tf1.Session`` in graph mode; None for an eager policy;
     ``_NO_SESSION_YET`` for a graph policy whose session does not exist yet
     (a mixin set up in ``before_init``, as RLlib's R2D2 does)."""
@@ -96,7 +96,7 @@ class _ScalarVar:
             self._placeholder = tf1.placeholder(tf.float32, (), name=f"{name}_value")
             self._assign = self.var.assign(self._placeholder, read_value=False)
 
-    def create_in(self, policy: Any, session: Any) -> None:
+    def create_in(self, policy: object, session: Any) -> None:
         """Creates the waiting variable in ``session``'s graph; sets ``policy.<attr>`` to it."""
         if not self._pending:
             return
@@ -123,7 +123,7 @@ class _ScalarVar:
         return float(self.session.run(self.var))
 
 
-def create_pending_variables(policy: Any) -> None:
+def create_pending_variables(policy: SessionPolicy) -> None:
     """Creates the variables of mixins set up before ``policy`` had its session.
 
     ``DynamicTFPolicy`` calls this with the policy's graph and session as

@@ -94,7 +94,7 @@ class DirectStepOptimizer:
     """Marker passed to ``apply_gradients``: step the optimizers on the grads
     already stored in the parameters (RLlib's ``_directStepOptimizerSingleton``)."""
 
-    _instance = None
+    _instance: Optional["DirectStepOptimizer"] = None
 
     def __new__(cls):
         if DirectStepOptimizer._instance is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Callable, Dict, List, Union
+from typing import Any, Callable, Dict, List, Mapping, Union
 
 # A target is "package.module" (the module itself), "package.module:attr", or a
 # zero-argument callable returning the value.
@@ -27,7 +27,7 @@ def resolve(target: Target) -> Any:
     return getattr(module, attr) if attr else module
 
 
-def lazy_module_attrs(module_name: str, table: Dict[str, Target]) -> Callable[[str], Any]:
+def lazy_module_attrs(module_name: str, table: Mapping[str, Target]) -> Callable[[str], Any]:
     """Returns a module ``__getattr__`` that resolves the names of ``table``.
 
     A resolved value is stored in the module's globals, so each name resolves once.

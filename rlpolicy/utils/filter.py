@@ -21,7 +21,7 @@ nothing is normalized.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class Filter:
         """Returns the filtered ``x``; ``update=False`` leaves the state alone."""
         raise NotImplementedError(f"{type(self).__name__} must implement __call__")
 
-    def apply_changes(self, other: "Filter", *args, **kwargs) -> None:
+    def apply_changes(self, other: Any, *args, **kwargs) -> None:
         """Updates this filter with the changes ``other`` recorded (its buffer)."""
         raise NotImplementedError(f"{type(self).__name__} must implement apply_changes")
 
@@ -52,7 +52,7 @@ class Filter:
         """A new filter with the same state."""
         raise NotImplementedError(f"{type(self).__name__} must implement copy")
 
-    def sync(self, other: "Filter") -> None:
+    def sync(self, other: Any) -> None:
         """Copies all of ``other``'s state into this filter."""
         raise NotImplementedError(f"{type(self).__name__} must implement sync")
 
@@ -255,6 +255,9 @@ def _copy_stats(shape: ShapeSpec, stats: Any) -> Any:
     return _map_shape(lambda s, rs, _p: None if s is None else rs.copy(), shape, stats)
 
 
+_MeanStd = TypeVar("_MeanStd", bound="MeanStdFilter")
+
+
 @DeveloperAPI
 class MeanStdFilter(Filter):
     """Normalizes observations by the running mean and std of all observations seen.
@@ -285,7 +288,7 @@ class MeanStdFilter(Filter):
             self.shape = np.array(shape, dtype=np.int64)
         self.demean, self.destd, self.clip = demean, destd, clip
         self.rs = _new_stats(self.shape)
-        self.buffer = None
+        self.buffer: Any = None
         self.reset_buffer()
 
     def reset_buffer(self) -> None:
@@ -309,7 +312,7 @@ class MeanStdFilter(Filter):
         if with_buffer:
             self.buffer = _copy_stats(self.shape, other.buffer)
 
-    def copy(self) -> "MeanStdFilter":
+    def copy(self: _MeanStd) -> _MeanStd:
         """An independent filter of the same class with the same state."""
         other = type(self)(self.shape)
         other.sync(self)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+from types import ModuleType
 from typing import Any, Callable, Optional, Tuple, Union
 
 from rlpolicy.utils.deprecation import Deprecated
@@ -121,7 +122,7 @@ def try_import_jax(error: bool = False) -> Tuple[Any, Any]:
     return jax, flax
 
 
-def get_keras():
+def get_keras() -> ModuleType:
     """The Keras 2 API (``tf_keras``) that works in TF1 graphs and eagerly."""
     try_import_tf(error=True)
     import tf_keras

@@ -16,7 +16,7 @@ import json
 import os
 import re
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from rlpolicy.utils import force_list, merge_dicts
 
@@ -189,7 +189,7 @@ def _from_string(cls: Any, type_: str, ctor_args: List[Any], ctor_kwargs: Dict[s
             f"from_config: string specifier {type_!r} must be a valid filename, a [module].[class], "
             f"a class within {cls.__module__!r}, or a key into {cls.__name__}.__type_registry__"
         )
-    return _Constructor(constructor)
+    return _Constructor(cast(Callable[..., Any], constructor))
 
 
 def _parse_text_spec(text: str) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from types import MappingProxyType
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Union
 
 import numpy as np
 import tree  # dm-tree
@@ -75,7 +75,7 @@ def aligned_array(size: int, dtype, align: int = 64) -> np.ndarray:
     return out
 
 
-def concat_aligned(items: List[np.ndarray], time_major: Optional[bool] = None) -> np.ndarray:
+def concat_aligned(items: List[np.ndarray], time_major: Optional[bool] = None) -> Union[np.ndarray, list]:
     """Concatenates arrays along the batch axis into a 64-byte aligned buffer.
 
     Aligned memory speeds up later copies to the GPU. Non-float/uint8 inputs
@@ -203,7 +203,8 @@ def flatten_inputs_to_1d_tensor(
 
     flat_inputs = tree.flatten(inputs)
     flat_spaces = tree.flatten(spaces_struct) if spaces_struct is not None else [None] * len(flat_inputs)
-    B = T = None
+    B: Any = None
+    T: Any = None
     out = []
     for input_, space in zip(flat_inputs, flat_spaces):
         input_ = np.asarray(input_)

@@ -25,7 +25,7 @@ import math
 import random
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 import tree
@@ -49,7 +49,7 @@ def framework_iterator(
     session: bool = False,
     with_eager_tracing: bool = False,
     time_iterations: Optional[dict] = None,
-) -> Iterator[Union[str, Tuple[str, Optional["tf1.Session"]]]]:  # noqa: F821
+) -> Iterator[Union[Optional[str], Tuple[Optional[str], Optional[Any]]]]:  # (a tf1.Session)
     """Loops a test body over the frameworks given, in the context each needs.
 
     For every framework in ``frameworks`` that is installed (others are
@@ -91,8 +91,7 @@ def framework_iterator(
         ValueError: For a framework name not in the allowed list.
     """
     config = config if config is not None else {}
-    frameworks = _frameworks_to_run(frameworks)
-    for fw in frameworks:
+    for fw in _frameworks_to_run(frameworks):
         if not _framework_available(fw):
             continue
         config["framework"] = fw
@@ -163,7 +162,7 @@ def _eager_mode() -> Any:
 
 def _enter_framework_context(
     stack: contextlib.ExitStack, fw: Optional[str], session: bool
-) -> Optional["tf1.Session"]:  # noqa: F821
+) -> Optional[Any]:  # (a tf1.Session)
     """Enters what ``fw`` runs in (graph/session or eager mode) on ``stack``;
     returns the session (``"tf"`` with ``session=True``) or None."""
     if fw in ("tf2", "tfe"):
@@ -702,6 +701,7 @@ def check_train_results(train_results: Dict[str, Any]) -> Dict[str, Any]:
         isinstance(info, Mapping),
         f"check_train_results: no 'info' dict in `train_results` ({train_results})!",
     )
+    info = cast(Mapping, info)  # (checked just above)
     _require(
         LEARNER_INFO in info, f"check_train_results: '{LEARNER_INFO}' not in train_results['info'] ({info})!"
     )

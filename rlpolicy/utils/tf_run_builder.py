@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Dict, List, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class TFRunBuilder:
         self.debug_name = debug_name
         self.feed_dict: Dict[Any, Any] = {}
         self.fetches: List[Any] = []
-        self._executed = None
+        self._executed: Optional[list] = None
 
     def _check_open(self, what: str) -> None:
         if self._executed is not None:
@@ -228,7 +228,9 @@ def _renamed(e: Exception, debug_name: str) -> Exception:
             return type(e)(e.node_def, e.op, prefix + e.message)
         return type(e)(prefix + str(e))
     except Exception:  # an exception class with another constructor: keep the original
-        e.add_note(prefix.rstrip(": "))
+        add_note = getattr(e, "add_note", None)  # (Python 3.11+)
+        if add_note is not None:
+            add_note(prefix.rstrip(": "))
         return e
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import tree  # dm-tree
 
 from rlpolicy.utils.framework import try_import_tf
-from rlpolicy.utils.spaces.space_utils import flatten_space, get_base_struct_from_space
+from rlpolicy.utils.spaces.space_utils import flatten_space, get_base_struct_from_space, shape_of
 from rlpolicy.utils.typing import LocalOptimizer, ModelGradients, SpaceStruct, TensorStructType, TensorType
 
 tf1, tf, tfv = try_import_tf()
@@ -104,7 +104,7 @@ def _action_placeholder(space: gym.Space, name: Optional[str]) -> TensorType:
             size += int(np.prod(s.shape))  # len(nvec) for a 1-D nvec
         else:
             all_discrete = False
-            size += int(np.prod(s.shape))
+            size += int(np.prod(shape_of(s)))
     dtype = tf.int64 if all_discrete else tf.float32
     return tf1.placeholder(dtype, shape=(None, size), name=name)
 
@@ -153,7 +153,7 @@ def get_placeholder(
                 get_base_struct_from_space(space),
             )
         return tf1.placeholder(
-            shape=(None,) + time + tuple(space.shape), dtype=_placeholder_dtype(space.dtype), name=name
+            shape=(None,) + time + tuple(shape_of(space)), dtype=_placeholder_dtype(space.dtype), name=name
         )
     if value is None:
         raise ValueError(f"get_placeholder(name={name!r}): pass either `space` or `value`")
@@ -187,8 +187,8 @@ class _GraphCallable:
 
     def __init__(self, fn: Callable, session: Any, dynamic_shape: bool):
         self._fn, self._session, self._dynamic = fn, session, dynamic_shape
-        self._arg_phs = None
-        self._kwarg_phs = None
+        self._arg_phs: Any = None
+        self._kwarg_phs: Any = None
         self._out = None
 
     def _build(self, args: list, kwargs: dict) -> None:

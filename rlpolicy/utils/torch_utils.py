@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, cast
 
 import gymnasium as gym
 import numpy as np
@@ -81,7 +81,7 @@ def concat_multi_gpu_td_errors(policy: "TorchPolicy") -> Dict[str, TensorType]:
         ],
         dim=0,
     )
-    policy.td_error = td_error
+    cast(Any, policy).td_error = td_error  # (an attribute 1.11 sets on the policy)
     return {"td_error": td_error, "mean_td_error": torch.mean(td_error)}
 
 

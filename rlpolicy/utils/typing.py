@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, TypeVar, Union
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import gymnasium as gym
 
 TensorType = Any  # np.ndarray, torch.Tensor, tf.Tensor
 TensorStructType = Union[TensorType, dict, tuple]
@@ -27,7 +30,9 @@ GradInfoDict = dict
 LearnerStatsDict = dict
 ResultDict = dict
 SampleBatchType = Any  # SampleBatch or MultiAgentBatch
-ViewRequirementsDict = Dict[str, "ViewRequirement"]  # noqa: F821
+ViewRequirementsDict = Dict[
+    str, Any
+]  # values: policy.view_requirement.ViewRequirement (utils sits below policy)
 SpaceStruct = Union[Any, dict, tuple]
 EnvObsType = Any
 EnvActionType = Any
@@ -39,8 +44,47 @@ AlgorithmConfigDict = TrainerConfigDict
 # --- further RLlib 1.11 aliases (utils/typing.py) ---
 T = TypeVar("T")
 FromConfigSpec = Union[Dict[str, Any], type, str]
-EnvCreator = Callable[["EnvContext"], Optional[EnvType]]  # noqa: F821
-MultiAgentPolicyConfigDict = Dict[PolicyID, "PolicySpec"]  # noqa: F821
+EnvCreator = Callable[[Any], Optional[EnvType]]  # takes an env.env_context.EnvContext
+MultiAgentPolicyConfigDict = Dict[PolicyID, Any]  # values: policy.policy.PolicySpec
 PolicyState = Dict[str, TensorStructType]
 UnrollID = int
 MultiEnvDict = Dict[EnvID, MultiAgentDict]
+
+
+# --- what helpers that take a policy read of it (structural: any object with these members) ---
+
+
+class ObsPrepPolicy(Protocol):
+    """What the observation-flattening helpers (``policy/_obs_prep.py``) read of a policy."""
+
+    @property
+    def observation_space(self) -> "gym.Space": ...
+
+    @property
+    def config(self) -> TrainerConfigDict: ...
+
+
+class SessionPolicy(Protocol):
+    """A policy that may own a ``tf1.Session`` (None when eager)."""
+
+    def get_session(self) -> Optional[Any]: ...
+
+
+class WeightsPolicy(SessionPolicy, Protocol):
+    """What weight conversion (``models/_weight_conversion.py``) reads of a policy."""
+
+    @property
+    def model(self) -> Any: ...
+
+    def get_weights(self) -> ModelWeights: ...
+
+
+class SamplingPolicy(Protocol):
+    """What ``ParameterNoise`` runs on a policy: extra, non-counted forward passes."""
+
+    dist_class: Optional[type]
+    global_timestep: int
+
+    def compute_actions_from_input_dict(
+        self, input_dict: Any, explore: Optional[bool] = None, timestep: Optional[int] = None, **kwargs: Any
+    ) -> Tuple[TensorType, List[TensorType], Dict[str, TensorType]]: ...

@@ -130,3 +130,14 @@ def test_int_box_not_normalized():
     a = np.array([3, 7])
     assert normalize_action(a, int_box) is a
     assert unsquash_action(a, int_box) is a
+
+
+def test_shape_of_returns_the_shape_or_names_a_shapeless_space():
+    import gymnasium as gym
+
+    from rlpolicy.utils.spaces.space_utils import shape_of
+
+    assert shape_of(gym.spaces.Box(-1.0, 1.0, (2, 3))) == (2, 3)
+    assert shape_of(gym.spaces.Discrete(4)) == ()
+    with pytest.raises(ValueError, match=r"Dict space .* has no shape"):
+        shape_of(gym.spaces.Dict({"a": gym.spaces.Discrete(2)}))

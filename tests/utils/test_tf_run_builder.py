@@ -97,3 +97,31 @@ def test_python_side_error_names_the_run(graph_ops):
     with pytest.raises((ValueError, TypeError), match="learn_on_batch") as info:
         builder.get(0)
     assert info.value.__cause__ is not None  # the original error is chained
+
+
+class _TwoArgError(Exception):
+    """An error whose constructor needs two arguments: _renamed cannot re-create it."""
+
+    def __init__(self, code, text):
+        super().__init__(f"{code}: {text}")
+
+
+class _NoNotesError(_TwoArgError):
+    """As on Python 3.10, which has no BaseException.add_note."""
+
+    @property
+    def add_note(self):
+        raise AttributeError("add_note")
+
+
+def test_renamed_error_keeps_an_error_it_cannot_recreate():
+    from rlpolicy.utils.tf_run_builder import _renamed
+
+    e = _TwoArgError(7, "boom")
+    assert _renamed(e, "step") is e
+    if hasattr(BaseException, "add_note"):  # Python 3.11+: the run's name is noted on it
+        assert e.__notes__ == ["TFRunBuilder('step') run failed"]
+    # Without add_note (Python 3.10) the same error comes back, instead of an AttributeError.
+    e10 = _NoNotesError(7, "boom")
+    assert _renamed(e10, "step") is e10
+    assert not hasattr(e10, "__notes__")

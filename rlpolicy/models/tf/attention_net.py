@@ -44,15 +44,18 @@ from rlpolicy.models.tf.recurrent_net import RecurrentNetwork
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
-from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
+from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space, shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
-keras = get_keras() if tf is not None else None
+keras: Any = get_keras() if tf is not None else None
+# Names mypy accepts as base classes (keras is a variable here); object without TF.
+_Layer: Any = keras.layers.Layer if keras is not None else object
+_Model: Any = keras.Model if keras is not None else object
 
 
 @PublicAPI
-class PositionwiseFeedforward(keras.layers.Layer if keras is not None else object):
+class PositionwiseFeedforward(_Layer):
     """Dense(hidden_dim, relu) -> Dense(out_dim, output_activation), applied per timestep [1]."""
 
     def __init__(self, out_dim: int, hidden_dim: int, output_activation: Optional[Any] = None, **kwargs: Any):
@@ -439,7 +442,7 @@ class AttentionWrapper(TFModelV2):
         self.action_space_struct = get_base_struct_from_space(self.action_space)
         self.action_dim = action_input_size(action_space)
         if self.num_outputs is None:  # an identity wrapped model: its output is the obs
-            self.num_outputs = int(np.prod(self.obs_space.shape))
+            self.num_outputs = int(np.prod(shape_of(self.obs_space)))
         self.num_outputs += self.use_n_prev_actions * self.action_dim + self.use_n_prev_rewards
         self.attention_dim = gtrxl_kwargs["attention_dim"]
         in_space = gym.spaces.Box(float("-inf"), float("inf"), shape=(self.num_outputs,), dtype=np.float32)
@@ -521,7 +524,7 @@ def _require(input_dict: Dict[str, TensorType], key: str, model: AttentionWrappe
 
 
 @PublicAPI
-class Keras_GTrXLNet(keras.Model if keras is not None else object):
+class Keras_GTrXLNet(_Model):
     """The GTrXL of [2] as a native Keras model (RLlib 1.11's experimental native-model API).
 
     ``call(inputs, memory_ins)`` takes flat inputs [B*T, obs_dim] (B =
@@ -601,7 +604,7 @@ class Keras_GTrXLNet(keras.Model if keras is not None else object):
 
 
 @PublicAPI
-class Keras_AttentionWrapper(keras.Model if keras is not None else object):
+class Keras_AttentionWrapper(_Model):
     """A GTrXL on top of a native Keras model (``use_attention`` with native models, RLlib 1.11).
 
     ``wrapped_cls(input_space, action_space, None, name=..., **kwargs)`` is
@@ -715,7 +718,7 @@ class Keras_AttentionWrapper(keras.Model if keras is not None else object):
 def _keras_output_size(model: Any, input_space: gym.spaces.Space) -> int:
     """Width of a native Keras model's first output (the flat input size if it has no layers)."""
     if not getattr(model, "layers", None):
-        return int(np.prod(input_space.shape))
+        return int(np.prod(shape_of(input_space)))
     outputs = getattr(model.layers[-1], "outputs", None)
     shape = outputs[0].shape if outputs else None
     if shape is None or len(shape) != 2 or shape[1] is None:

@@ -14,7 +14,7 @@ for these configs the catalog returns exactly the default ``VisionNetwork`` /
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -29,7 +29,7 @@ from rlpolicy.models.tf.visionnet import VisionNetwork
 from rlpolicy.models.utils import default_filter_config
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
-from rlpolicy.utils.spaces.space_utils import flatten_space
+from rlpolicy.utils.spaces.space_utils import flatten_space, shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
@@ -90,7 +90,9 @@ class ComplexInputNetwork(TFModelV2):
         self.logits_and_value_model = None
         self._value_out: Optional[TensorType] = None
         if num_outputs:
-            self.logits_and_value_model = _build_heads(int(self.post_fc_stack.num_outputs), num_outputs)
+            self.logits_and_value_model = _build_heads(
+                int(cast(int, self.post_fc_stack.num_outputs)), num_outputs
+            )
         else:
             self.num_outputs = self.post_fc_stack.num_outputs
 
@@ -107,7 +109,7 @@ class ComplexInputNetwork(TFModelV2):
                     "post_fcnet_hiddens": [],
                 }
                 self.cnns[i] = VisionNetwork(component, self.action_space, None, config, name=f"cnn_{i}")
-                concat_size += int(self.cnns[i].num_outputs)
+                concat_size += int(cast(int, self.cnns[i].num_outputs))  # (set by the headless CNN)
             elif isinstance(component, Discrete):
                 self.one_hot[i] = True
                 concat_size += int(component.n)
@@ -115,7 +117,7 @@ class ComplexInputNetwork(TFModelV2):
                 self.one_hot[i] = True
                 concat_size += int(np.sum(component.nvec))
             else:
-                self.flatten[i] = int(np.prod(component.shape))
+                self.flatten[i] = int(np.prod(shape_of(component)))
                 concat_size += self.flatten[i]
         return concat_size
 

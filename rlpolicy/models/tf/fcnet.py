@@ -12,7 +12,7 @@ weights saved from an RLlib policy load unchanged:
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -23,6 +23,7 @@ from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.models.utils import get_activation_fn
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
@@ -42,7 +43,7 @@ class FullyConnectedNetwork(TFModelV2):
         self,
         obs_space: gym.spaces.Space,
         action_space: gym.spaces.Space,
-        num_outputs: int,
+        num_outputs: Optional[int],
         model_config: ModelConfigDict,
         name: str,
     ):
@@ -72,7 +73,7 @@ class FullyConnectedNetwork(TFModelV2):
         no_final_linear = model_config.get("no_final_linear")
         vf_share_layers = model_config.get("vf_share_layers")
         free_log_std = model_config.get("free_log_std")
-        self._obs_size = int(np.prod(obs_space.shape))
+        self._obs_size = int(np.prod(shape_of(obs_space)))
 
         if free_log_std:
             if not num_outputs or num_outputs % 2 != 0:
@@ -149,7 +150,7 @@ class FullyConnectedNetwork(TFModelV2):
                 ``prod(obs_space.shape)``.
         """
         obs_flat = input_dict["obs_flat"]
-        shape = getattr(obs_flat, "shape", None)
+        shape: Any = getattr(obs_flat, "shape", None)
         if not (getattr(shape, "rank", None) == 2 and shape.as_list()[1] == self._obs_size):
             check_input_shape(obs_flat, [self._obs_size], self, what="flat observation")
         model_out, self._value_out = self._base_replay(self.base_model, obs_flat)

@@ -25,7 +25,7 @@ from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.policy.rnn_sequencing import add_time_dimension
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
-from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
+from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space, shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
@@ -120,7 +120,7 @@ class LSTMWrapper(RecurrentNetwork):
         # The wrapped model is built without its own output layer.
         super().__init__(obs_space, action_space, None, model_config, name)
         if self.num_outputs is None:
-            self.num_outputs = int(np.prod(self.obs_space.shape))
+            self.num_outputs = int(np.prod(shape_of(self.obs_space)))
         self.cell_size = int(model_config["lstm_cell_size"])
         self.use_prev_action = bool(model_config["lstm_use_prev_action"])
         self.use_prev_reward = bool(model_config["lstm_use_prev_reward"])

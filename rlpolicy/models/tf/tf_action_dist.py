@@ -18,7 +18,7 @@ come back in the space's shape and ``logp`` flattens its input first.
 from __future__ import annotations
 
 import functools
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -37,7 +37,7 @@ from rlpolicy.models.tf.tf_dist_base import (
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_tf
 from rlpolicy.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT, SMALL_NUMBER
-from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
+from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space, shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
@@ -60,7 +60,7 @@ __all__ = [
 class Categorical(TFActionDistribution):
     """Categorical distribution over ``n`` actions, parameterised by logits [B, n]."""
 
-    def __init__(self, inputs: List[TensorType], model: ModelV2 = None, temperature: float = 1.0):
+    def __init__(self, inputs: TensorType, model: Optional[ModelV2] = None, temperature: float = 1.0):
         """Divides the logits by ``temperature`` (> 0) before use.
 
         Raises:
@@ -110,8 +110,10 @@ class Categorical(TFActionDistribution):
 
     @staticmethod
     @override(ActionDistribution)
-    def required_model_output_shape(action_space: gym.Space, model_config: ModelConfigDict) -> int:
-        return action_space.n
+    def required_model_output_shape(
+        action_space: gym.Space, model_config: ModelConfigDict
+    ) -> Union[int, np.integer]:
+        return cast(gym.spaces.Discrete, action_space).n
 
 
 @DeveloperAPI
@@ -133,7 +135,7 @@ class MultiCategorical(TFActionDistribution):
 
     def __init__(
         self,
-        inputs: List[TensorType],
+        inputs: TensorType,
         model: ModelV2,
         input_lens: Union[List[int], np.ndarray, Tuple[int, ...]],
         action_space: Optional[gym.Space] = None,
@@ -150,9 +152,11 @@ class MultiCategorical(TFActionDistribution):
         """
         ActionDistribution.__init__(self, inputs, model)
         self.cats = [Categorical(part, model) for part in tf.split(inputs, input_lens, axis=1)]
-        self.action_space = action_space
-        if self.action_space is None:
-            self.action_space = gym.spaces.MultiDiscrete([int(c.inputs.shape[1]) for c in self.cats])
+        self.action_space: gym.Space = (
+            action_space
+            if action_space is not None
+            else gym.spaces.MultiDiscrete([int(c.inputs.shape[1]) for c in self.cats])
+        )
         self.sample_op = self._build_sample_op()
         self.sampled_action_logp_op = self.logp(self.sample_op)
 
@@ -183,7 +187,7 @@ class MultiCategorical(TFActionDistribution):
                 isinstance(self.action_space, gym.spaces.Box)
                 or space_action_shape(self.action_space) is not None
             ):
-                actions = tf.reshape(actions, [-1, int(np.prod(self.action_space.shape))])
+                actions = tf.reshape(actions, [-1, int(np.prod(shape_of(self.action_space)))])
             elif isinstance(self.action_space, gym.spaces.MultiDiscrete):
                 actions.set_shape((None, len(self.cats)))
             actions = tf.unstack(tf.cast(actions, tf.int32), axis=1)
@@ -200,7 +204,9 @@ class MultiCategorical(TFActionDistribution):
 
     @override(ActionDistribution)
     def multi_kl(self, other: ActionDistribution) -> TensorType:
-        return tf.stack([cat.kl(oth) for cat, oth in zip(self.cats, other.cats)], axis=1)
+        return tf.stack(
+            [cat.kl(oth) for cat, oth in zip(self.cats, cast(MultiCategorical, other).cats)], axis=1
+        )
 
     @override(ActionDistribution)
     def kl(self, other: ActionDistribution) -> TensorType:
@@ -214,7 +220,7 @@ class MultiCategorical(TFActionDistribution):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
+    ) -> Union[int, np.integer, np.ndarray]:
         """sum(nvec) for MultiDiscrete; size * (high - low + 1) for an integer Box;
         2 * size for MultiBinary.
 
@@ -231,8 +237,8 @@ class MultiCategorical(TFActionDistribution):
                     f"MultiCategorical: a Box action space must be integer-typed with the same low/high "
                     f"everywhere, got {action_space}"
                 )
-            return np.prod(action_space.shape, dtype=np.int32) * (high - low + 1)
-        return np.sum(action_space.nvec)
+            return np.prod(shape_of(action_space), dtype=np.int32) * (high - low + 1)
+        return np.sum(cast(gym.spaces.MultiDiscrete, action_space).nvec)
 
 
 @DeveloperAPI
@@ -240,7 +246,7 @@ class DiagGaussian(TFActionDistribution):
     """Gaussian with diagonal covariance; inputs are [means, log_stds] halves."""
 
     def __init__(
-        self, inputs: List[TensorType], model: ModelV2, *, action_space: Optional[gym.spaces.Space] = None
+        self, inputs: TensorType, model: ModelV2, *, action_space: Optional[gym.spaces.Space] = None
     ):
         """Splits ``inputs`` [B, 2k] into ``mean`` and ``log_std`` [B, k].
 
@@ -269,7 +275,7 @@ class DiagGaussian(TFActionDistribution):
         """Sum over action dims of the Normal log-density."""
         x = tf.cast(x, tf.float32)
         if self.action_shape is not None:
-            x = flatten_actions(x, np.prod(self.action_shape))
+            x = flatten_actions(x, int(np.prod(self.action_shape)))
         if x.shape.rank == 1:  # Box(shape=()) actions.
             x = tf.expand_dims(x, axis=1)
         return (
@@ -311,8 +317,8 @@ class DiagGaussian(TFActionDistribution):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return np.prod(action_space.shape, dtype=np.int32) * 2
+    ) -> Union[int, np.integer, np.ndarray]:
+        return np.prod(shape_of(action_space), dtype=np.int32) * 2
 
 
 @DeveloperAPI
@@ -322,7 +328,7 @@ class SquashedGaussian(TFActionDistribution):
     ``log_std`` is clipped to [MIN_LOG_NN_OUTPUT, MAX_LOG_NN_OUTPUT].
     """
 
-    def __init__(self, inputs: List[TensorType], model: ModelV2, low: float = -1.0, high: float = 1.0):
+    def __init__(self, inputs: TensorType, model: ModelV2, low: float = -1.0, high: float = 1.0):
         """Splits ``inputs`` [B, 2k] into mean and (clipped) log_std.
 
         Args:
@@ -399,8 +405,8 @@ class SquashedGaussian(TFActionDistribution):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return np.prod(action_space.shape, dtype=np.int32) * 2
+    ) -> Union[int, np.integer, np.ndarray]:
+        return np.prod(shape_of(action_space), dtype=np.int32) * 2
 
 
 @DeveloperAPI
@@ -408,7 +414,7 @@ class Deterministic(TFActionDistribution):
     """Returns the inputs as the action (a Gaussian with zero std); needs only the means."""
 
     def __init__(
-        self, inputs: List[TensorType], model: ModelV2, *, action_space: Optional[gym.spaces.Space] = None
+        self, inputs: TensorType, model: ModelV2, *, action_space: Optional[gym.spaces.Space] = None
     ):
         """Args: inputs: the actions [B, k]; model; action_space: a Box with more than
         one dimension makes the actions come back as [B, *shape] (optional)."""
@@ -440,8 +446,8 @@ class Deterministic(TFActionDistribution):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return np.prod(action_space.shape, dtype=np.int32)
+    ) -> Union[int, np.integer, np.ndarray]:
+        return np.prod(shape_of(action_space), dtype=np.int32)
 
 
 @DeveloperAPI
@@ -496,7 +502,7 @@ class MultiActionDistribution(TFActionDistribution):
             if isinstance(dist, Categorical):
                 indices.append(1)
             elif isinstance(dist, MultiCategorical) and dist.action_space is not None:
-                indices.append(int(np.prod(dist.action_space.shape)))
+                indices.append(int(np.prod(shape_of(dist.action_space))))
             elif getattr(dist, "action_shape", None) is not None:  # multi-dim Box leaves
                 indices.append(int(np.prod(dist.action_shape)))
             else:
@@ -506,7 +512,12 @@ class MultiActionDistribution(TFActionDistribution):
 
     @override(ActionDistribution)
     def kl(self, other):
-        kls = [d.kl(o) for d, o in zip(self.flat_child_distributions, other.flat_child_distributions)]
+        kls = [
+            d.kl(o)
+            for d, o in zip(
+                self.flat_child_distributions, cast(MultiActionDistribution, other).flat_child_distributions
+            )
+        ]
         return functools.reduce(lambda a, b: a + b, kls)
 
     @override(ActionDistribution)

@@ -7,7 +7,7 @@ come from ``tf.random.gamma``.
 from __future__ import annotations
 
 from math import log
-from typing import List, Union
+from typing import Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +18,7 @@ from rlpolicy.models.tf.tf_dist_base import TFActionDistribution
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_tf
 from rlpolicy.utils.numpy import SMALL_NUMBER
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
@@ -32,7 +33,7 @@ class Beta(TFActionDistribution):
     on the unit interval, rescaled to [low, high].
     """
 
-    def __init__(self, inputs: List[TensorType], model: ModelV2, low: float = 0.0, high: float = 1.0):
+    def __init__(self, inputs: TensorType, model: ModelV2, low: float = 0.0, high: float = 1.0):
         inputs = tf.clip_by_value(inputs, log(SMALL_NUMBER), -log(SMALL_NUMBER))
         inputs = tf.math.log(tf.math.exp(inputs) + 1.0) + 1.0
         self.low = low
@@ -69,7 +70,7 @@ class Beta(TFActionDistribution):
     @override(ActionDistribution)
     def kl(self, other: ActionDistribution) -> TensorType:
         """KL(self || other) of the unit-interval Betas, summed (not in RLlib's TF Beta)."""
-        a1, b1, a2, b2 = self.alpha, self.beta, other.alpha, other.beta
+        a1, b1, a2, b2 = self.alpha, self.beta, cast(Beta, other).alpha, cast(Beta, other).beta
         dg = tf.math.digamma
         per_dim = (
             _lbeta(a2, b2)
@@ -90,8 +91,8 @@ class Beta(TFActionDistribution):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return np.prod(action_space.shape, dtype=np.int32) * 2
+    ) -> Union[int, np.integer, np.ndarray]:
+        return np.prod(shape_of(action_space), dtype=np.int32) * 2
 
 
 @DeveloperAPI
@@ -101,7 +102,7 @@ class Dirichlet(TFActionDistribution):
     Concentrations are ``exp(inputs) + 1e-7``.
     """
 
-    def __init__(self, inputs: List[TensorType], model: ModelV2):
+    def __init__(self, inputs: TensorType, model: ModelV2):
         self.epsilon = 1e-7
         concentration = tf.exp(inputs) + self.epsilon
         super().__init__(concentration, model)
@@ -152,8 +153,8 @@ class Dirichlet(TFActionDistribution):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return np.prod(action_space.shape, dtype=np.int32)
+    ) -> Union[int, np.integer, np.ndarray]:
+        return np.prod(shape_of(action_space), dtype=np.int32)
 
 
 def _lbeta(a: TensorType, b: TensorType) -> TensorType:

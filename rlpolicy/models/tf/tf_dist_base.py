@@ -7,7 +7,7 @@ distribution samples onto multi-dimensional action spaces and back.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -28,7 +28,7 @@ class TFActionDistribution(ActionDistribution):
     """Base class of the TF distributions: builds the sample op once, in ``__init__``."""
 
     @override(ActionDistribution)
-    def __init__(self, inputs: List[TensorType], model: ModelV2):
+    def __init__(self, inputs: TensorType, model: Optional[ModelV2]):
         """Stores the inputs and builds the sample and sampled-logp ops.
 
         Args:

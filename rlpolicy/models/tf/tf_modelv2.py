@@ -18,7 +18,7 @@ import contextlib
 import os
 import re
 import weakref
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union, cast
 
 import gymnasium as gym
 
@@ -70,7 +70,7 @@ class TFModelV2(ModelV2):
         self,
         obs_space: gym.spaces.Space,
         action_space: gym.spaces.Space,
-        num_outputs: int,
+        num_outputs: Optional[int],
         model_config: ModelConfigDict,
         name: str,
     ):
@@ -147,8 +147,10 @@ class TFModelV2(ModelV2):
     def trainable_variables(self, as_dict: bool = False) -> Union[List[TensorType], Dict[str, TensorType]]:
         """Like ``variables()`` but only the trainable ones."""
         if as_dict:
-            return {k: v for k, v in self.variables(as_dict=True).items() if v.trainable}
-        return [v for v in self.variables() if v.trainable]
+            return {
+                k: v for k, v in cast(Dict[str, Any], self.variables(as_dict=True)).items() if v.trainable
+            }
+        return [v for v in cast(List[Any], self.variables()) if v.trainable]
 
     @override(ModelV2)
     def import_from_h5(self, h5_file: str) -> None:
@@ -350,7 +352,10 @@ def _sub_module_variables(current_key: str, struct: Any) -> List[Tuple[str, Tens
         prefix = current_key + "."
         return [(prefix + re.sub("/", ".", var.name), var) for var in struct.variables]
     if isinstance(struct, TFModelV2):
-        return [(current_key + "." + key, var) for key, var in struct.variables(as_dict=True).items()]
+        return [
+            (current_key + "." + key, var)
+            for key, var in cast(Dict[str, Any], struct.variables(as_dict=True)).items()
+        ]
     if isinstance(struct, tf.Variable):
         return [(current_key, struct)]
     if isinstance(struct, (tuple, list)):

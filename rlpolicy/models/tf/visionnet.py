@@ -19,6 +19,7 @@ from rlpolicy.models.tf.tf_modelv2 import TFModelV2
 from rlpolicy.models.utils import default_filter_config, get_activation_fn
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 tf1, tf, tfv = try_import_tf()
@@ -38,7 +39,7 @@ class VisionNetwork(TFModelV2):
         self,
         obs_space: gym.spaces.Space,
         action_space: gym.spaces.Space,
-        num_outputs: int,
+        num_outputs: Optional[int],
         model_config: ModelConfigDict,
         name: str,
     ):
@@ -60,7 +61,7 @@ class VisionNetwork(TFModelV2):
         """
         if not model_config.get("conv_filters"):
             # RLlib 1.11 writes the default filters back into the config dict.
-            model_config["conv_filters"] = default_filter_config(obs_space.shape)
+            model_config["conv_filters"] = default_filter_config(shape_of(obs_space))
         super().__init__(obs_space, action_space, num_outputs, model_config, name)
         keras = get_keras()
         cfg = self.model_config
@@ -188,7 +189,7 @@ class VisionNetwork(TFModelV2):
             ValueError: the image batch does not have shape [B] + obs_space.shape.
         """
         obs = input_dict["obs"]
-        check_input_shape(obs, self.obs_space.shape, self, what="image observation")
+        check_input_shape(obs, shape_of(self.obs_space), self, what="image observation")
         model_out, self._value_out = self._base_replay(self.base_model, tf.cast(obs, tf.float32))
         if self.last_layer_is_flattened:
             return model_out, state

@@ -39,10 +39,11 @@ from rlpolicy.models.torch.recurrent_net import RecurrentNetwork
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.framework import try_import_torch
-from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space
+from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space, shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 
 def _num_sequences(seq_lens: Any) -> int:
@@ -52,7 +53,7 @@ def _num_sequences(seq_lens: Any) -> int:
 
 
 @PublicAPI
-class GTrXLNet(RecurrentNetwork, nn.Module):
+class GTrXLNet(RecurrentNetwork, _Module):
     """The gated Transformer-XL (GTrXL) of [2], a drop-in replacement for an LSTM.
 
     Use as ``config["model"]["custom_model"] = GTrXLNet`` with the sizes in
@@ -163,8 +164,8 @@ class GTrXLNet(RecurrentNetwork, nn.Module):
 
     def _build_heads(self) -> None:
         """Logits (ReLU, as RLlib 1.11) and value heads, unless num_outputs is None."""
-        self.logits = None
-        self.values_out = None
+        self.logits: Any = None
+        self.values_out: Any = None
         self._value_out = None
         if self.num_outputs is not None:
             self.logits = SlimFC(in_size=self.attention_dim, out_size=self.num_outputs, activation_fn=nn.ReLU)
@@ -258,7 +259,7 @@ def encode_prev_actions(prev_actions: Any, action_space: gym.Space, n: int) -> T
 
 
 @PublicAPI
-class AttentionWrapper(TorchModelV2, nn.Module):
+class AttentionWrapper(TorchModelV2, _Module):
     """A GTrXL on top of another model (``use_attention=True``).
 
     The catalog builds ``class X(AttentionWrapper, <default model>)`` with
@@ -291,7 +292,7 @@ class AttentionWrapper(TorchModelV2, nn.Module):
         self.action_space_struct = get_base_struct_from_space(self.action_space)
         self.action_dim = action_input_size(action_space)
         if self.num_outputs is None:  # an identity wrapped model: its output is the obs
-            self.num_outputs = int(np.prod(self.obs_space.shape))
+            self.num_outputs = int(np.prod(shape_of(self.obs_space)))
         self.num_outputs += self.use_n_prev_actions * self.action_dim + self.use_n_prev_rewards
         self.attention_dim = gtrxl_kwargs["attention_dim"]
         in_space = gym.spaces.Box(float("-inf"), float("inf"), shape=(self.num_outputs,), dtype=np.float32)

@@ -9,7 +9,7 @@ and ``value_layer``.
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -20,14 +20,16 @@ from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.models.utils import default_filter_config
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 _INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
 
 
-class ComplexInputNetwork(TorchModelV2, nn.Module):
+class ComplexInputNetwork(TorchModelV2, _Module):
     """Concatenates CNN outputs, one-hot and flattened inputs, then an FC stack."""
 
     def __init__(
@@ -48,7 +50,9 @@ class ComplexInputNetwork(TorchModelV2, nn.Module):
         TorchModelV2.__init__(self, self.original_space, action_space, num_outputs, model_config, name)
         self.flattened_input_space = flatten_space(self.original_space)
         # Plain dicts (as RLlib 1.11): the CNNs are registered once, as "cnn_{i}".
-        self.cnns, self.one_hot, self.flatten = {}, {}, {}
+        self.cnns: Dict[int, Any] = {}
+        self.one_hot: Dict[int, bool] = {}
+        self.flatten: Dict[int, int] = {}
         concat_size = sum(
             self._add_component(i, c, model_config) for i, c in enumerate(self.flattened_input_space)
         )
@@ -63,7 +67,8 @@ class ComplexInputNetwork(TorchModelV2, nn.Module):
             framework="torch",
             name="post_fc_stack",
         )
-        self.logits_layer = self.value_layer = None
+        self.logits_layer: Optional[Any] = None
+        self.value_layer: Any = None
         self._value_out = None
         if num_outputs:
             width = self.post_fc_stack.num_outputs
@@ -107,7 +112,7 @@ class ComplexInputNetwork(TorchModelV2, nn.Module):
         if isinstance(component, gym.spaces.MultiDiscrete):
             self.one_hot[i] = True
             return int(np.sum(component.nvec))
-        self.flatten[i] = int(np.prod(component.shape))
+        self.flatten[i] = int(np.prod(shape_of(component)))
         return self.flatten[i]
 
     def _encode(self, i: int, component: TensorType) -> TensorType:
@@ -155,6 +160,7 @@ def _one_hot(x: TensorType, space: gym.Space) -> TensorType:
     x = x.long()
     if isinstance(space, gym.spaces.Discrete):  # values counted from gymnasium's `start`
         return nn.functional.one_hot(x.reshape(-1) - int(space.start), int(space.n)).float()
-    nvec = np.ravel(space.nvec)
-    x = x.reshape(-1, len(nvec)) - torch.as_tensor(np.ravel(space.start), device=x.device)
+    multi = cast(gym.spaces.MultiDiscrete, space)
+    nvec = np.ravel(multi.nvec)
+    x = x.reshape(-1, len(nvec)) - torch.as_tensor(np.ravel(multi.start), device=x.device)
     return torch.cat([nn.functional.one_hot(x[:, j], int(n)).float() for j, n in enumerate(nvec)], dim=-1)

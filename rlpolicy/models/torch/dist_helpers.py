@@ -9,6 +9,7 @@ import numpy as np
 
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.spaces.space_utils import shape_of
 
 torch, _ = try_import_torch()
 
@@ -101,6 +102,6 @@ def flat_action_widths(action_space: Any) -> List[int]:
     from rlpolicy.utils.spaces.space_utils import flatten_space
 
     return [
-        1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(s.shape))
+        1 if isinstance(s, gym.spaces.Discrete) else int(np.prod(shape_of(s)))
         for s in flatten_space(action_space)
     ]

@@ -12,7 +12,7 @@ weights saved from RLlib's default torch model load unchanged::
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -22,9 +22,11 @@ from rlpolicy.models.torch.misc import AppendBiasLayer, SlimFC, init_module, nor
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 
 def _hidden_stack(in_size: int, sizes: List[int], activation: object) -> Tuple[List, int]:
@@ -40,7 +42,7 @@ def _hidden_stack(in_size: int, sizes: List[int], activation: object) -> Tuple[L
     return layers, in_size
 
 
-class FullyConnectedNetwork(TorchModelV2, nn.Module):
+class FullyConnectedNetwork(TorchModelV2, _Module):
     """MLP policy/value model configured by ``fcnet_hiddens`` / ``fcnet_activation``.
 
     Config keys read: ``fcnet_hiddens``, ``fcnet_activation``,
@@ -73,7 +75,7 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
         d["vf_share_layers"] = model_config.get("vf_share_layers")
         d["free_log_std"] = model_config.get("free_log_std")
         num_outputs = self._split_free_log_std(num_outputs)
-        in_size = int(np.prod(obs_space.shape))
+        in_size = int(np.prod(shape_of(obs_space)))
         d["_logits"] = None
         if model_config.get("no_final_linear") and num_outputs:
             # The last layer itself produces the outputs, with the activation.
@@ -90,7 +92,9 @@ class FullyConnectedNetwork(TorchModelV2, nn.Module):
             else:
                 self.num_outputs = out_size
         if self.free_log_std and self._logits:
-            self._append_free_log_std = AppendBiasLayer(num_outputs)
+            self._append_free_log_std = AppendBiasLayer(
+                cast(int, num_outputs)
+            )  # (set: there is a _logits layer)
         self._hidden_layers = nn.Sequential(*layers)
         d["_value_branch_separate"] = None
         vf_in = out_size

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -13,10 +13,11 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 if torch is not None:
     from torch.nn.modules import module as _torch_module
 
-    _Linear = nn.Linear
+    _Linear: Any = nn.Linear
     _linear = torch.nn.functional.linear
     _tracing_state = torch._C._get_tracing_state
     _set_grad_enabled = torch._C._set_grad_enabled
@@ -43,7 +44,7 @@ def normc_initializer(std: float = 1.0) -> Callable[[TensorType], None]:
         finally:
             _set_grad_enabled(prev)
 
-    initializer.overwrites_tensor = True  # (sets every entry: see SlimFC)
+    initializer.__dict__["overwrites_tensor"] = True  # (sets every entry: see SlimFC)
     return initializer
 
 
@@ -55,7 +56,7 @@ def _pair(value: IntPair) -> Tuple[int, int]:
 
 @DeveloperAPI
 def same_padding(
-    in_size: Tuple[int, int], filter_size: IntPair, stride_size: IntPair
+    in_size: Sequence[float], filter_size: IntPair, stride_size: IntPair
 ) -> Tuple[Tuple[int, int, int, int], Tuple[int, int]]:
     """Computes the zero padding that reproduces TF's "same" conv padding.
 
@@ -88,7 +89,7 @@ def _activation_module(activation_fn: Any, default: Any = None) -> Optional[Any]
 
 
 @DeveloperAPI
-class SlimConv2d(nn.Module):
+class SlimConv2d(_Module):
     """Conv2d with optional zero padding, custom init and activation (like tf.slim)."""
 
     def __init__(
@@ -136,7 +137,7 @@ class SlimConv2d(nn.Module):
 
 
 @DeveloperAPI
-class SlimFC(nn.Module):
+class SlimFC(_Module):
     """Linear layer with custom init and optional activation (like tf.slim's fully_connected)."""
 
     def __init__(
@@ -193,7 +194,7 @@ class SlimFC(nn.Module):
 
 if torch is not None:
 
-    class _NoInitLinear(nn.Linear):
+    class _NoInitLinear(_Linear):
         """``nn.Linear`` whose constructor leaves the parameters uninitialised."""
 
         def reset_parameters(self) -> None:
@@ -298,7 +299,7 @@ def _module_fields() -> Optional[Tuple[Tuple[str, Any], ...]]:
         probe = nn.Module()
     except Exception:  # noqa: BLE001
         return None
-    fields = []
+    fields: List[Tuple[str, Any]] = []
     for name, value in probe.__dict__.items():
         if type(value) in (dict, set, OrderedDict) and not value:
             fields.append((name, type(value)))
@@ -321,12 +322,12 @@ def init_module(module: Any) -> None:
         d[name] = value() if type(value) is type else value
 
 
-def new_module(cls: type) -> Any:
+def new_module(cls: Type[Any]) -> Any:
     """``cls()`` for a module class; the ones that only run ``nn.Module.__init__``
     (e.g. ``nn.Tanh``) are set up directly."""
     if _MODULE_FIELDS is None or cls.__init__ is not nn.Module.__init__ or cls.__new__ is not object.__new__:
         return cls()
-    module = object.__new__(cls)
+    module: Any = object.__new__(cls)
     init_module(module)
     return module
 
@@ -393,7 +394,7 @@ def _plan_usable(plan: tuple) -> bool:
 
 
 @DeveloperAPI
-class AppendBiasLayer(nn.Module):
+class AppendBiasLayer(_Module):
     """Appends a learned, input-independent vector (``log_std``) to each row (free_log_std)."""
 
     def __init__(self, num_bias_vars: int):
@@ -405,7 +406,7 @@ class AppendBiasLayer(nn.Module):
 
 
 @DeveloperAPI
-class Reshape(nn.Module):
+class Reshape(_Module):
     """Reshapes its input to ``shape`` (a module so it can sit in nn.Sequential)."""
 
     def __init__(self, shape: List[int]):

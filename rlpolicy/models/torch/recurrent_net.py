@@ -11,7 +11,7 @@ come first in ``state_dict()``, followed by ``lstm.*`` and ``_logits_branch.*``
 from __future__ import annotations
 
 import sys
-from typing import Dict, List, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -21,9 +21,11 @@ from rlpolicy.models.torch.misc import SlimFC
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 
 def _add_time_dim(flat: TensorType, seq_lens: TensorType, time_major: bool) -> TensorType:
@@ -106,7 +108,7 @@ def _action_dim(action_space: gym.Space) -> int:
         from rlpolicy.utils.spaces.space_utils import flatten_space
 
         return sum(_action_dim(s) for s in flatten_space(action_space))
-    return int(np.prod(action_space.shape))
+    return int(np.prod(shape_of(action_space)))
 
 
 def _one_hot_actions(actions: TensorType, space: gym.Space) -> TensorType:
@@ -114,14 +116,15 @@ def _one_hot_actions(actions: TensorType, space: gym.Space) -> TensorType:
     actions = actions.long()
     if isinstance(space, gym.spaces.Discrete):
         return nn.functional.one_hot(actions.reshape(-1), int(space.n)).float()
-    actions = actions.reshape(-1, len(space.nvec))
+    nvec = cast(gym.spaces.MultiDiscrete, space).nvec
+    actions = actions.reshape(-1, len(nvec))
     return torch.cat(
-        [nn.functional.one_hot(actions[:, i], int(n)).float() for i, n in enumerate(space.nvec)], dim=-1
+        [nn.functional.one_hot(actions[:, i], int(n)).float() for i, n in enumerate(nvec)], dim=-1
     )
 
 
 @DeveloperAPI
-class LSTMWrapper(RecurrentNetwork, nn.Module):
+class LSTMWrapper(RecurrentNetwork, _Module):
     """Feeds the wrapped model's output (plus optional prev action/reward) through an LSTM.
 
     Config keys: ``lstm_cell_size``, ``lstm_use_prev_action``,
@@ -140,7 +143,7 @@ class LSTMWrapper(RecurrentNetwork, nn.Module):
         # Builds the wrapped model (next class in the MRO) without an output layer.
         super().__init__(obs_space, action_space, None, model_config, name)
         if self.num_outputs is None:
-            self.num_outputs = int(np.prod(self.obs_space.shape))
+            self.num_outputs = int(np.prod(shape_of(self.obs_space)))
         self.cell_size = model_config["lstm_cell_size"]
         self.time_major = model_config.get("_time_major", False)
         self.use_prev_action = model_config["lstm_use_prev_action"]

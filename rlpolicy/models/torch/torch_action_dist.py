@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from math import log
-from typing import Any, List, Optional, Union
+from typing import Any, List, Optional, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -38,6 +38,7 @@ from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.numpy import MAX_LOG_NN_OUTPUT, MIN_LOG_NN_OUTPUT, SMALL_NUMBER
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
@@ -50,7 +51,7 @@ class TorchDistributionWrapper(ActionDistribution):
     dist = LazyDist()
 
     @override(ActionDistribution)
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2):
+    def __init__(self, inputs: TensorType, model: Optional[TorchModelV2]):
         super().__init__(inputs if type(inputs) is torch.Tensor else to_tensor(inputs, model), model)
         self.last_sample = None
 
@@ -70,7 +71,7 @@ class TorchDistributionWrapper(ActionDistribution):
 
     @override(ActionDistribution)
     def kl(self, other: ActionDistribution) -> TensorType:
-        return torch.distributions.kl.kl_divergence(self.dist, other.dist)
+        return torch.distributions.kl.kl_divergence(self.dist, cast(TorchDistributionWrapper, other).dist)
 
     @override(ActionDistribution)
     def sample(self) -> TensorType:
@@ -92,7 +93,7 @@ class TorchCategorical(TorchDistributionWrapper):
     """Categorical over ``n`` actions from logits [BATCH, n], optionally tempered."""
 
     @override(ActionDistribution)
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2 = None, temperature: float = 1.0):
+    def __init__(self, inputs: TensorType, model: Optional[TorchModelV2] = None, temperature: float = 1.0):
         """Args: inputs: logits; model: the model; temperature: logits are divided by it (> 0)."""
         if temperature <= 0.0:
             raise ValueError(f"Categorical temperature must be > 0, got {temperature}")
@@ -102,8 +103,10 @@ class TorchCategorical(TorchDistributionWrapper):
             inputs = inputs / temperature
         super().__init__(inputs, model)
         self._logits = self.inputs  # what the distribution is of, even if `inputs` is reassigned
-        self._log_probs = None
-        self._drawn = None  # (last sample, its [B, 1] index) from the 2-D fast path of sample()
+        self._log_probs: TensorType = None  # set by sample()
+        self._drawn: Optional[tuple] = (
+            None  # (last sample, its [B, 1] index) from the 2-D fast path of sample()
+        )
 
     def _make_dist(self) -> Any:
         return torch.distributions.categorical.Categorical(logits=self._logits, validate_args=False)
@@ -180,8 +183,8 @@ class TorchCategorical(TorchDistributionWrapper):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return action_space.n
+    ) -> Union[int, np.integer, np.ndarray]:
+        return cast(gym.spaces.Discrete, action_space).n
 
 
 @DeveloperAPI
@@ -198,7 +201,9 @@ def _reshape_to_space(sample: TensorType, action_space: Optional[gym.Space]) -> 
     if isinstance(action_space, gym.spaces.Box):
         return torch.reshape(sample, [-1] + list(action_space.shape))
     shape = multi_dim_action_shape(action_space)  # MultiBinary, multi-dim nvec
-    return reshape_to_space(sample, shape, None if shape is None else action_space.dtype)
+    return reshape_to_space(
+        sample, shape, None if shape is None or action_space is None else action_space.dtype
+    )
 
 
 @DeveloperAPI
@@ -213,7 +218,7 @@ class TorchMultiCategorical(TorchDistributionWrapper):
     @override(TorchDistributionWrapper)
     def __init__(
         self,
-        inputs: List[TensorType],
+        inputs: TensorType,
         model: TorchModelV2,
         input_lens: Union[List[int], np.ndarray, tuple],
         action_space: Optional[gym.Space] = None,
@@ -266,7 +271,11 @@ class TorchMultiCategorical(TorchDistributionWrapper):
     @override(ActionDistribution)
     def multi_kl(self, other: ActionDistribution) -> TensorType:
         return torch.stack(
-            [torch.distributions.kl.kl_divergence(c, o) for c, o in zip(self.cats, other.cats)], dim=1
+            [
+                torch.distributions.kl.kl_divergence(c, o)
+                for c, o in zip(self.cats, cast(TorchMultiCategorical, other).cats)
+            ],
+            dim=1,
         )
 
     @override(TorchDistributionWrapper)
@@ -277,13 +286,13 @@ class TorchMultiCategorical(TorchDistributionWrapper):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
+    ) -> Union[int, np.integer, np.ndarray]:
         if isinstance(action_space, gym.spaces.Box):
             low, high = int(np.min(action_space.low)), int(np.max(action_space.high))
-            return int(np.prod(action_space.shape)) * (high - low + 1)
+            return int(np.prod(shape_of(action_space))) * (high - low + 1)
         if isinstance(action_space, gym.spaces.MultiBinary):
-            return 2 * int(np.prod(action_space.shape))
-        return int(np.sum(action_space.nvec))
+            return 2 * int(np.prod(shape_of(action_space)))
+        return int(np.sum(cast(gym.spaces.MultiDiscrete, action_space).nvec))
 
 
 @DeveloperAPI
@@ -297,7 +306,7 @@ class TorchDiagGaussian(TorchDistributionWrapper):
     @override(ActionDistribution)
     def __init__(
         self,
-        inputs: List[TensorType],
+        inputs: TensorType,
         model: TorchModelV2,
         *,
         action_space: Optional[gym.spaces.Space] = None,
@@ -359,8 +368,8 @@ class TorchDiagGaussian(TorchDistributionWrapper):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return int(np.prod(action_space.shape)) * 2
+    ) -> Union[int, np.integer, np.ndarray]:
+        return int(np.prod(shape_of(action_space))) * 2
 
 
 @DeveloperAPI
@@ -371,7 +380,7 @@ class TorchSquashedGaussian(TorchDistributionWrapper):
     never reach ``low``/``high`` exactly.
     """
 
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2, low: float = -1.0, high: float = 1.0):
+    def __init__(self, inputs: TensorType, model: TorchModelV2, low: float = -1.0, high: float = 1.0):
         """Args: inputs: [B, 2d]; model; low, high: bounds of the (open) action interval."""
         super().__init__(inputs, model)
         check_bounds(low, high, "SquashedGaussian")
@@ -426,8 +435,8 @@ class TorchSquashedGaussian(TorchDistributionWrapper):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return int(np.prod(action_space.shape)) * 2
+    ) -> Union[int, np.integer, np.ndarray]:
+        return int(np.prod(shape_of(action_space))) * 2
 
 
 @DeveloperAPI
@@ -437,7 +446,7 @@ class TorchBeta(TorchDistributionWrapper):
     Each input ``v`` becomes a concentration ``softplus(clip(v)) + 1`` (so > 1).
     """
 
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2, low: float = 0.0, high: float = 1.0):
+    def __init__(self, inputs: TensorType, model: TorchModelV2, low: float = 0.0, high: float = 1.0):
         """Args: inputs: [B, 2d]; model; low, high: the action interval."""
         super().__init__(inputs, model)
         check_bounds(low, high, "Beta")
@@ -479,8 +488,8 @@ class TorchBeta(TorchDistributionWrapper):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return int(np.prod(action_space.shape)) * 2
+    ) -> Union[int, np.integer, np.ndarray]:
+        return int(np.prod(shape_of(action_space))) * 2
 
 
 @DeveloperAPI
@@ -490,7 +499,7 @@ class TorchDeterministic(TorchDistributionWrapper):
     @override(TorchDistributionWrapper)
     def __init__(
         self,
-        inputs: List[TensorType],
+        inputs: TensorType,
         model: TorchModelV2,
         *,
         action_space: Optional[gym.spaces.Space] = None,
@@ -516,15 +525,15 @@ class TorchDeterministic(TorchDistributionWrapper):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return int(np.prod(action_space.shape))
+    ) -> Union[int, np.integer, np.ndarray]:
+        return int(np.prod(shape_of(action_space)))
 
 
 @DeveloperAPI
 class TorchDirichlet(TorchDistributionWrapper):
     """Dirichlet over the simplex; concentration = exp(inputs) + 1e-7."""
 
-    def __init__(self, inputs: List[TensorType], model: TorchModelV2):
+    def __init__(self, inputs: TensorType, model: Optional[TorchModelV2]):
         inputs = to_tensor(inputs, model)
         self.epsilon = torch.tensor(1e-7, device=inputs.device)
         concentration = torch.exp(inputs) + self.epsilon
@@ -550,8 +559,8 @@ class TorchDirichlet(TorchDistributionWrapper):
     @override(ActionDistribution)
     def required_model_output_shape(
         action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
-        return int(np.prod(action_space.shape))
+    ) -> Union[int, np.integer, np.ndarray]:
+        return int(np.prod(shape_of(action_space)))
 
 
 @DeveloperAPI
@@ -613,7 +622,13 @@ class TorchMultiActionDistribution(TorchDistributionWrapper):
 
     @override(ActionDistribution)
     def kl(self, other: ActionDistribution) -> TensorType:
-        kls = [d.kl(o) for d, o in zip(self.flat_child_distributions, other.flat_child_distributions)]
+        kls = [
+            d.kl(o)
+            for d, o in zip(
+                self.flat_child_distributions,
+                cast(TorchMultiActionDistribution, other).flat_child_distributions,
+            )
+        ]
         return functools.reduce(lambda a, b: a + b, kls)
 
     @override(ActionDistribution)
@@ -641,7 +656,7 @@ class TorchMultiActionDistribution(TorchDistributionWrapper):
         )
 
     @override(ActionDistribution)
-    def required_model_output_shape(
+    def required_model_output_shape(  # type: ignore[override]  # an instance method, as in 1.11
         self, action_space: gym.Space, model_config: ModelConfigDict
-    ) -> Union[int, np.ndarray]:
+    ) -> Union[int, np.integer, np.ndarray]:
         return int(np.sum(self.input_lens))

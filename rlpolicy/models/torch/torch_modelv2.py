@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union, cast
 
 import gymnasium as gym
 
@@ -31,11 +31,17 @@ class TorchModelV2(ModelV2):
             itself), read back with ``TorchPolicy.get_tower_stats``.
     """
 
+    if TYPE_CHECKING:  # from nn.Module, which every TorchModelV2 also subclasses
+
+        def parameters(self, recurse: bool = True) -> Iterator[Any]: ...
+
+        def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[Tuple[str, Any]]: ...
+
     def __init__(
         self,
         obs_space: gym.spaces.Space,
         action_space: gym.spaces.Space,
-        num_outputs: int,
+        num_outputs: Optional[int],
         model_config: ModelConfigDict,
         name: str,
     ):
@@ -50,7 +56,7 @@ class TorchModelV2(ModelV2):
                 "declare it as MyModel(TorchModelV2, nn.Module)"
             )
         ModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name, framework="torch")
-        self.tower_stats = {}
+        self.tower_stats: Dict[str, Any] = {}
 
     @override(ModelV2)
     def variables(self, as_dict: bool = False) -> Union[List[TensorType], Dict[str, TensorType]]:
@@ -67,5 +73,7 @@ class TorchModelV2(ModelV2):
     def trainable_variables(self, as_dict: bool = False) -> Union[List[TensorType], Dict[str, TensorType]]:
         """Like ``variables`` but only the parameters with ``requires_grad``."""
         if as_dict:
-            return {k: v for k, v in self.variables(as_dict=True).items() if v.requires_grad}
-        return [v for v in self.variables() if v.requires_grad]
+            return {
+                k: v for k, v in cast(Dict[str, Any], self.variables(as_dict=True)).items() if v.requires_grad
+            }
+        return [v for v in cast(List[Any], self.variables()) if v.requires_grad]

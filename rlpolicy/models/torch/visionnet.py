@@ -7,7 +7,7 @@ Parameter layout (RLlib 1.11): ``_logits.*`` (when there is a logits layer),
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -17,9 +17,11 @@ from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.models.utils import default_filter_config, get_activation_fn
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.spaces.space_utils import shape_of
 from rlpolicy.utils.typing import ModelConfigDict, TensorType
 
 torch, nn = try_import_torch()
+_Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
 
 
 def _conv_stack(
@@ -38,7 +40,7 @@ def _conv_stack(
     return layers, in_channels, in_size
 
 
-class VisionNetwork(TorchModelV2, nn.Module):
+class VisionNetwork(TorchModelV2, _Module):
     """Conv net over [B, H, W, C] images (``conv_filters``, ``conv_activation``).
 
     The last filter uses "valid" padding and must reduce the image to 1x1.
@@ -56,10 +58,10 @@ class VisionNetwork(TorchModelV2, nn.Module):
         name: str,
     ):
         if not model_config.get("conv_filters"):
-            model_config["conv_filters"] = default_filter_config(obs_space.shape)
+            model_config["conv_filters"] = default_filter_config(shape_of(obs_space))
         TorchModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name)
         nn.Module.__init__(self)
-        if len(obs_space.shape) != 3:
+        if len(shape_of(obs_space)) != 3:
             raise ValueError(
                 f"VisionNetwork needs an image observation space [H, W, C], got shape {obs_space.shape}"
             )
@@ -72,8 +74,8 @@ class VisionNetwork(TorchModelV2, nn.Module):
             model_config.get("post_fcnet_activation"), framework="torch"
         )
         self.last_layer_is_flattened = False
-        self._logits = None
-        layers, in_channels, in_size = _conv_stack(obs_space.shape, filters, activation)
+        self._logits: Any = None
+        layers, in_channels, in_size = _conv_stack(shape_of(obs_space), filters, activation)
         out_channels, kernel, stride = filters[-1]
         if self.model_config.get("no_final_linear") and num_outputs:
             layers += self._no_final_linear_head(in_channels, filters[-1], activation, num_outputs)
@@ -150,8 +152,8 @@ class VisionNetwork(TorchModelV2, nn.Module):
             out = self._convs(dummy.permute(2, 0, 1).unsqueeze(0))
         return int(out.shape[1])
 
-    def _separate_value_convs(self, filters: List[list], activation: object) -> nn.Module:
-        layers, in_channels, _ = _conv_stack(self.obs_space.shape, filters, activation)
+    def _separate_value_convs(self, filters: List[list], activation: object) -> Any:
+        layers, in_channels, _ = _conv_stack(shape_of(self.obs_space), filters, activation)
         out_channels, kernel, stride = filters[-1]
         layers.append(SlimConv2d(in_channels, out_channels, kernel, stride, None, activation_fn=activation))
         layers.append(

@@ -40,6 +40,8 @@ from rlpolicy.policy._torch.export import onnx_exporter_kwargs
 from rlpolicy.utils.framework import try_import_torch
 
 torch, nn = try_import_torch()
+# A name mypy accepts as a base class (nn is a variable here); object without torch.
+_Module: Any = nn.Module if nn is not None else object
 
 #: Observation leaf plans: (kind, data) with kind "float" (flattened), "ram"
 #: (Atari RAM scaling), "one_hot" (data: (sizes, starts)) or "raw" (passed to
@@ -262,7 +264,7 @@ def _write_verified(
             os.rmdir(export_dir)
 
 
-class ActionPipeline(nn.Module if nn is not None else object):  # type: ignore[misc]
+class ActionPipeline(_Module):
     """Raw observations -> (actions, sampled actions, dist inputs, state outs).
 
     ``forward`` takes the contract's inputs positionally: the observation

@@ -166,7 +166,7 @@ class EpsilonGreedy(Exploration):
         return ops.scheduled_state(self.framework, self.last_timestep, self.epsilon_schedule, "cur_epsilon")
 
     @override(Exploration)
-    def set_state(self, state: dict, sess: Optional[Any] = None) -> None:
+    def set_state(self, state: Any, sess: Optional[Any] = None) -> None:
         self.last_timestep = ops.restore_timestep(
             type(self).__name__, self.framework, self.last_timestep, state, sess
         )

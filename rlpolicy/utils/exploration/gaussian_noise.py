@@ -26,6 +26,8 @@ class GaussianNoise(Exploration):
     ``explore=False``: the deterministic action. Log-likelihoods are zero.
     """
 
+    action_space: gym.spaces.Box  # (checked in __init__)
+
     def __init__(
         self,
         action_space: gym.Space,
@@ -138,7 +140,7 @@ class GaussianNoise(Exploration):
         return ops.scheduled_state(self.framework, self.last_timestep, self.scale_schedule, "cur_scale")
 
     @override(Exploration)
-    def set_state(self, state: dict, sess: Optional[Any] = None) -> None:
+    def set_state(self, state: Any, sess: Optional[Any] = None) -> None:
         self.last_timestep = ops.restore_timestep(
             type(self).__name__, self.framework, self.last_timestep, state, sess
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import gymnasium as gym
 import numpy as np
@@ -65,7 +65,7 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
         self.ou_sigma = ou_sigma
         self.ou_base_scale = ou_base_scale
         # Created before the parent builds its graph-mode state op, which includes it.
-        self.ou_state = _new_ou_state(action_space, framework)
+        self.ou_state = _new_ou_state(cast(gym.spaces.Box, action_space), framework)
         super().__init__(
             action_space,
             framework=framework,
@@ -79,7 +79,7 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
         )  # RLlib 1.11: stddev is fixed to 1.0.
         if self.framework == "torch" and self.device is not None:
             self.ou_state = self.ou_state.to(self.device)
-        span = action_space.high.astype(np.float64) - action_space.low.astype(np.float64)
+        span = self.action_space.high.astype(np.float64) - self.action_space.low.astype(np.float64)
         self._high_m_low = np.where(np.isinf(span), 1.0, span).astype(np.float32)
 
     @override(GaussianNoise)
@@ -148,7 +148,7 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
         return dict(state, ou_state=ops.to_numpy(self.ou_state))
 
     @override(GaussianNoise)
-    def set_state(self, state: dict, sess: Optional[Any] = None) -> None:
+    def set_state(self, state: Any, sess: Optional[Any] = None) -> None:
         if "ou_state" not in state:
             raise KeyError(
                 f"{type(self).__name__}.set_state: state has no 'ou_state' key (got keys {sorted(state)})"

@@ -21,7 +21,7 @@ Importing this module imports neither torch nor tensorflow.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -30,7 +30,7 @@ from rlpolicy.utils.annotations import override
 from rlpolicy.utils.error import UnsupportedSpaceException
 from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.numpy import SMALL_NUMBER, softmax
-from rlpolicy.utils.typing import TensorType
+from rlpolicy.utils.typing import SamplingPolicy, TensorType
 
 _CATEGORICAL = ("Categorical", "TorchCategorical")
 _DETERMINISTIC = ("Deterministic", "TorchDeterministic")
@@ -150,7 +150,9 @@ class ParameterNoise(Exploration):
             self._remove_noise(tf_sess)
 
     @override(Exploration)
-    def postprocess_trajectory(self, policy: Any, sample_batch: Any, tf_sess: Optional[Any] = None) -> Any:
+    def postprocess_trajectory(
+        self, policy: SamplingPolicy, sample_batch: Any, tf_sess: Optional[Any] = None
+    ) -> Any:
         """Adapts ``stddev`` from the distance between the noisy and the noise-free
         policy on ``sample_batch``'s observations; returns the batch unchanged."""
         kind = _dist_kind(policy.dist_class)
@@ -164,7 +166,7 @@ class ParameterNoise(Exploration):
             # KL(noise-free || noisy), and its target for epsilon-greedy (Plappert et al.).
             distance = np.nanmean(np.sum(noise_free * np.log(noise_free / (noisy + SMALL_NUMBER)), 1))
             epsilon = float(self.sub_exploration.get_state(sess=tf_sess)["cur_epsilon"])
-            delta = -np.log(1 - epsilon + epsilon / self.action_space.n)
+            delta = -np.log(1 - epsilon + epsilon / cast(gym.spaces.Discrete, self.action_space).n)
         else:
             distance = np.sqrt(np.mean(np.square(noise_free - noisy)))
             scale = float(self.sub_exploration.get_state(sess=tf_sess)["cur_scale"])
@@ -173,7 +175,9 @@ class ParameterNoise(Exploration):
         self.stddev_val = self.stddev
         return sample_batch
 
-    def _policy_outputs(self, policy: Any, sample_batch: Any, explore: bool, kind: str) -> np.ndarray:
+    def _policy_outputs(
+        self, policy: SamplingPolicy, sample_batch: Any, explore: bool, kind: str
+    ) -> np.ndarray:
         """The policy's action probabilities (categorical) or actions (deterministic)
         on the batch's observations, computed on a copy so the batch stays as it was."""
         from rlpolicy.policy.sample_batch import SampleBatch
@@ -238,7 +242,7 @@ class ParameterNoise(Exploration):
         return {"cur_stddev": self.stddev}
 
     @override(Exploration)
-    def set_state(self, state: dict, sess: Optional[Any] = None) -> None:
+    def set_state(self, state: Any, sess: Optional[Any] = None) -> None:
         self.stddev = self.stddev_val = float(state["cur_stddev"])
 
 

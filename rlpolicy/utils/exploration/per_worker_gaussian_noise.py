@@ -22,7 +22,7 @@ class PerWorkerGaussianNoise(GaussianNoise):
         self,
         action_space: gym.Space,
         *,
-        framework: Optional[str],
+        framework: str,
         num_workers: Optional[int],
         worker_index: Optional[int],
         **kwargs: Any,

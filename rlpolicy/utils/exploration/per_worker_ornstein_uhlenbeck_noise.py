@@ -21,7 +21,7 @@ class PerWorkerOrnsteinUhlenbeckNoise(OrnsteinUhlenbeckNoise):
         self,
         action_space: gym.Space,
         *,
-        framework: Optional[str],
+        framework: str,
         num_workers: Optional[int],
         worker_index: Optional[int],
         **kwargs: Any,

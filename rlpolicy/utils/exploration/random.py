@@ -23,7 +23,7 @@ class Random(Exploration):
     ``deterministic_sample()``. The returned log-likelihoods are always zero.
     """
 
-    def __init__(self, action_space: gym.Space, *, model: Any, framework: Optional[str], **kwargs):
+    def __init__(self, action_space: gym.Space, *, model: Any, framework: str, **kwargs):
         """Creates a Random exploration.
 
         Args:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Optional, Union, cast
 
 import gymnasium as gym
 import numpy as np
@@ -56,7 +56,7 @@ class StochasticSampling(Exploration):
         super().__init__(action_space, model=model, framework=framework, **kwargs)
         self.random_timesteps = random_timesteps
         # Acts during the first `random_timesteps` timesteps.
-        self.random_exploration = None
+        self.random_exploration: Optional[Random] = None  # (None only for jax, which has no random phase)
         if framework == "jax" and random_timesteps > 0:
             raise ValueError(
                 f"StochasticSampling: random_timesteps={random_timesteps} is not supported "
@@ -121,7 +121,7 @@ class StochasticSampling(Exploration):
         sample = action_dist.sample()
         if ts is None or ts >= self.random_timesteps:
             return sample, action_dist.sampled_action_logp()
-        drawn, _ = self.random_exploration.get_tf_exploration_action_op(action_dist, True)
+        drawn, _ = cast(Random, self.random_exploration).get_tf_exploration_action_op(action_dist, True)
         action = tree.map_structure(lambda r, s: tf.cast(r, s.dtype), drawn, sample)
         return action, eager_zero_logps(action)
 
@@ -129,7 +129,7 @@ class StochasticSampling(Exploration):
         # (ops.torch_next_timestep, inline: this runs once per action step)
         self.last_timestep = int(self.last_timestep) + 1 if timestep is None else int(timestep)
         if explore and self.last_timestep < self.random_timesteps:
-            return self.random_exploration.get_torch_exploration_action(action_dist, True)
+            return cast(Random, self.random_exploration).get_torch_exploration_action(action_dist, True)
         if explore:
             action = action_dist.sample()
             return action, action_dist.sampled_action_logp()

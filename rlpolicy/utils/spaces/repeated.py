@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Iterable, List, Optional, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -79,7 +79,7 @@ class Repeated(gym.Space):
             return False
         return len(x) <= self.max_len and all(self.child_space.contains(c) for c in x)
 
-    def to_jsonable(self, sample_n: Sequence[Any]) -> list:
+    def to_jsonable(self, sample_n: Iterable[Any]) -> list:
         """Samples as JSON-able lists of the child space's JSON-able items."""
         return [self.child_space.to_jsonable(list(sample)) for sample in sample_n]
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
 
 from rlpolicy.utils.annotations import PublicAPI
+from rlpolicy.utils.spaces.space_utils import shape_of
 
 
 @PublicAPI
@@ -54,8 +55,9 @@ class Simplex(gym.Space):
             or not all(isinstance(d, (int, np.integer)) and d > 0 for d in shape)
         ):
             raise ValueError(f"Simplex: shape must be a non-empty tuple/list of positive ints, got {shape!r}")
-        super().__init__(tuple(int(d) for d in shape), dtype, seed)
-        self.dim = self.shape[-1]
+        shape = tuple(int(d) for d in shape)
+        super().__init__(shape, dtype, seed)
+        self.dim = shape[-1]
         if concentration is None:
             self.concentration = np.ones(self.dim)
         else:
@@ -71,7 +73,7 @@ class Simplex(gym.Space):
         """A random point: Dirichlet(concentration) draws of shape ``shape``."""
         if mask is not None or probability is not None:
             raise ValueError("Simplex.sample: masks/probabilities are not supported")
-        draws = self.np_random.dirichlet(self.concentration, size=self.shape[:-1])
+        draws = self.np_random.dirichlet(self.concentration, size=shape_of(self)[:-1])
         return draws.astype(self.dtype)
 
     def contains(self, x: Any) -> bool:
@@ -84,7 +86,7 @@ class Simplex(gym.Space):
             return False
         return bool(np.all(x >= -1e-8) and np.allclose(np.sum(x, axis=-1), 1.0, rtol=0.0, atol=1e-5))
 
-    def to_jsonable(self, sample_n: Sequence[np.ndarray]) -> list:
+    def to_jsonable(self, sample_n: Iterable[Any]) -> list:
         """Samples as nested lists."""
         return np.asarray(sample_n).tolist()
 

@@ -7,7 +7,7 @@ so ``dm-tree`` can walk a space and a matching value in lockstep.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import gymnasium as gym
 import numpy as np
@@ -16,6 +16,20 @@ import tree  # dm-tree
 from rlpolicy.utils.typing import SpaceStruct, TensorStructType
 
 _NESTED = (gym.spaces.Dict, gym.spaces.Tuple)
+
+
+def shape_of(space: gym.Space) -> Tuple[int, ...]:
+    """``space.shape`` as a tuple: gymnasium types it Optional (Dict and Tuple spaces have none).
+
+    Raises:
+        ValueError: If ``space`` has no shape.
+    """
+    shape = space.shape
+    if shape is None:
+        raise ValueError(
+            f"{type(space).__name__} space {space} has no shape; expected a Box, Discrete or other array space"
+        )
+    return shape
 
 
 def flatten_space(space: gym.Space) -> List[gym.Space]:
@@ -87,8 +101,8 @@ def _dummy_leaf(
     if fill_value == "random":
         n = int(np.prod(lead)) if lead else 1
         samples = np.array([space.sample() for _ in range(n)], dtype=space.dtype)
-        return samples.reshape(lead + list(space.shape))
-    out = np.full(lead + list(space.shape), fill_value=fill_value, dtype=space.dtype)
+        return samples.reshape(lead + list(shape_of(space)))
+    out = np.full(lead + list(shape_of(space)), fill_value=fill_value, dtype=space.dtype)
     start = getattr(space, "start", None)
     if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) and np.any(start):
         # Discrete values count from `start`: keep the dummies inside the space.

@@ -10,7 +10,7 @@ from rlpolicy.utils.framework import get_keras, try_import_tf
 tf1, tf, tfv = try_import_tf()
 
 if tf is not None:
-    keras = get_keras()
+    keras: Any = get_keras()
     KerasLayer: Any = keras.layers.Layer
 else:  # tensorflow missing: the classes still import, but cannot be used.
     keras = None
@@ -46,6 +46,9 @@ def causal_attention(score: Any, values: Any, memory_len: Any) -> Any:
     weights = tf.nn.softmax(masked, axis=2)
     out = tf.einsum("bijh,bjhd->bihd", weights, values)
     shape = tf.shape(out)
-    heads, depth = static_dims(out.shape)[2:4]  # static (H, d) keep the last dim known for Dense
+    dims = static_dims(out.shape)
+    heads, depth = (
+        dims[2:4] if dims is not None else (None, None)
+    )  # static (H, d) keep the last dim known for Dense
     width = heads * depth if heads is not None and depth is not None else shape[2] * shape[3]
     return tf.reshape(out, [shape[0], shape[1], width])

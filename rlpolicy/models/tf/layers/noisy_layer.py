@@ -54,7 +54,7 @@ class NoisyLayer(KerasLayer):
         self.out_size = int(out_size)
         self.sigma0 = sigma0
         self.activation = activation
-        self.w = None
+        self.w: Any = None
         self.b = None
         self.sigma_w = None
         self.sigma_b = None

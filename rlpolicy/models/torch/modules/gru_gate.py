@@ -22,10 +22,12 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import TensorType
 
 torch, nn = try_import_torch()
+# A name mypy accepts as a base class (nn is a variable here); object without torch.
+_Module: Any = nn.Module if nn is not None else object
 
 
 @PublicAPI
-class GRUGate(nn.Module if nn is not None else object):
+class GRUGate(_Module):
     """Gates a residual stream ``h`` with a sub-layer output ``X``: call it on ``(h, X)``.
 
     Parameters (RLlib 1.11's names): ``_w_r``, ``_w_z``, ``_w_h``, ``_u_r``,

@@ -18,10 +18,12 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import TensorType
 
 torch, nn = try_import_torch()
+# A name mypy accepts as a base class (nn is a variable here); object without torch.
+_Module: Any = nn.Module if nn is not None else object
 
 
 @PublicAPI
-class MultiHeadAttention(nn.Module if nn is not None else object):
+class MultiHeadAttention(_Module):
     """Causal multi-head self-attention over the time axis of [B, T, in_dim] inputs."""
 
     def __init__(self, in_dim: int, out_dim: int, num_heads: int, head_dim: int, **kwargs: Any):

@@ -19,10 +19,12 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import TensorType
 
 torch, nn = try_import_torch()
+# A name mypy accepts as a base class (nn is a variable here); object without torch.
+_Module: Any = nn.Module if nn is not None else object
 
 
 @PublicAPI
-class NoisyLayer(nn.Module if nn is not None else object):
+class NoisyLayer(_Module):
     """A dense layer whose weights and biases carry learnable factorised noise.
 
     Parameters (in this order): ``sigma_w`` [in, out] ~ U(-1/sqrt(in), 1/sqrt(in)),

@@ -24,10 +24,12 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import TensorType
 
 torch, nn = try_import_torch()
+# A name mypy accepts as a base class (nn is a variable here); object without torch.
+_Module: Any = nn.Module if nn is not None else object
 
 
 @PublicAPI
-class RelativePositionEmbedding(nn.Module if nn is not None else object):
+class RelativePositionEmbedding(_Module):
     """Sinusoid embeddings of the distances ``seq_length - 1, ..., 1, 0`` (in that order).
 
     Row k holds ``[sin(p * f), cos(p * f)]`` for distance ``p = seq_length - 1 - k``
@@ -50,7 +52,7 @@ class RelativePositionEmbedding(nn.Module if nn is not None else object):
 
 
 @PublicAPI
-class RelativeMultiHeadAttention(nn.Module if nn is not None else object):
+class RelativeMultiHeadAttention(_Module):
     """Causal multi-head attention with relative positions over [memory; inputs]."""
 
     def __init__(

@@ -9,10 +9,12 @@ from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.typing import TensorType
 
 torch, nn = try_import_torch()
+# A name mypy accepts as a base class (nn is a variable here); object without torch.
+_Module: Any = nn.Module if nn is not None else object
 
 
 @PublicAPI
-class SkipConnection(nn.Module if nn is not None else object):
+class SkipConnection(_Module):
     """Wraps ``layer``: returns ``layer(x) + x``, or ``fan_in_layer((x, layer(x)))``.
 
     With a fan-in layer (e.g. a :class:`GRUGate`) the original input is the
