@@ -44,9 +44,8 @@ import statistics
 import time
 from typing import Any, Dict, List
 
-import numpy as np
-
 import gymnasium as gym
+import numpy as np
 
 
 def make_env(env_context):
