@@ -32,6 +32,7 @@ from rlpolicy.evaluation.agent_trajectory import (
     object_column,
     stack_column,
     unroll_id_counter,
+    view_plan,
 )
 from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
 from rlpolicy.policy._obs_prep import flatten_single_obs
@@ -101,9 +102,12 @@ class _SingleAgentAdapter:
     def __init__(self, env: Any):
         self.env = env
         self.old_api = False
+        self._takes_seed: Optional[bool] = None  # read from reset's signature at the first reset
 
     def reset(self, seed: Optional[int] = None) -> Tuple[dict, dict]:
-        takes_seed = _reset_takes_seed(self.env)
+        if self._takes_seed is None:
+            self._takes_seed = _reset_takes_seed(self.env)
+        takes_seed = self._takes_seed
         out = self.env.reset(seed=seed) if takes_seed else self.env.reset()
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
             obs, info = out
@@ -161,9 +165,12 @@ class _MultiAgentAdapter:
 
     def __init__(self, env: MultiAgentEnv):
         self.env = env
+        self._takes_seed: Optional[bool] = None
 
     def reset(self, seed: Optional[int] = None) -> Tuple[dict, dict]:
-        out = self.env.reset(seed=seed) if _reset_takes_seed(self.env) else self.env.reset()
+        if self._takes_seed is None:
+            self._takes_seed = _reset_takes_seed(self.env)
+        out = self.env.reset(seed=seed) if self._takes_seed else self.env.reset()
         if not (isinstance(out, tuple) and len(out) == 2):
             raise ValueError(
                 f"{type(self.env).__name__}.reset() must return (obs_dict, infos_dict), "
@@ -312,6 +319,10 @@ class EnvRunner:
         self.num_episodes = 0
         # Episode statistics may be read from another thread than the sampling one.
         self._stats_lock = threading.Lock()
+        # Per policy object: its ViewPlan and env-action function, rebuilt when the
+        # policy's view requirements (dict or entries) or config change.
+        self._plans: Dict[int, Tuple[Any, Any, Any]] = {}
+        self._to_env: Dict[int, Tuple[Any, Callable[[Any], Any], Any]] = {}
 
     # ------------------------------------------------------------------ public
     def add_output(self, policy_id: str, batch: SampleBatch) -> None:
@@ -417,12 +428,22 @@ class EnvRunner:
             obs,
             info,
             init_t=episode.length - 1,
+            plan=self._plan_for(policy),
         )
         slot.agents[agent_id] = traj
         episode._set_last_observation(agent_id, obs)
         episode._set_last_raw_obs(agent_id, raw_obs)
         episode._set_last_info(agent_id, info)
         return traj
+
+    def _plan_for(self, policy: Any) -> Any:
+        reqs = policy.view_requirements
+        key = [(col, id(req)) for col, req in reqs.items()]
+        cached = self._plans.get(id(policy))
+        if cached is None or cached[0] != key or cached[1].view_requirements is not reqs:
+            cached = (key, view_plan(reqs), policy)  # (the policy kept alive: its id stays its own)
+            self._plans[id(policy)] = cached
+        return cached[1]
 
     def _end_episode(self, slot: _Slot, soft: bool = False) -> None:
         """Postprocesses the slot's episode, reports it, and starts the next one
@@ -482,6 +503,7 @@ class EnvRunner:
                 self._unroll_ids,
                 prev.obs[-1],
                 prev.last_info,
+                plan=self._plan_for(prev.policy),
             )
             traj.initial_state = prev.current_state()
             slot.agents[agent_id] = traj
@@ -527,16 +549,23 @@ class EnvRunner:
         extras = {k: _as_numpy(v) for k, v in extras.items()}
         to_env = self._env_action_fn(policy)
         flatten = flattens_actions(policy)
+        plain = isinstance(actions, np.ndarray) and all(isinstance(v, np.ndarray) for v in extras.values())
+        extra_items = list(extras.items())
         for j, (slot, traj) in enumerate(items):
-            action = _row(actions, j)
+            if plain:
+                action = actions[j]
+                extra = {k: v[j] for k, v in extra_items}
+            else:
+                action = _row(actions, j)
+                extra = {k: _row(v, j) for k, v in extra_items}
             state = [s[j] for s in state_out]
-            extra = {k: _row(v, j) for k, v in extras.items()}
             traj.stage_action(flat_action(action) if flatten else action, state, extra)
             episode = slot.episode
-            episode._set_last_action(traj.agent_id, action)
-            episode._set_rnn_state(traj.agent_id, state)
-            episode._set_last_extra_action_outs(traj.agent_id, extra)
-            env_actions[slot.index][traj.agent_id] = to_env(action)
+            agent_id = traj.agent_id
+            episode._set_last_action(agent_id, action)
+            episode._set_rnn_state(agent_id, state)
+            episode._set_last_extra_action_outs(agent_id, extra)
+            env_actions[slot.index][agent_id] = to_env(action)
 
     def _step_env(self, slot: _Slot, action_dict: Dict[Any, Any]) -> int:
         obs, rewards, terms, truncs, infos = slot.env.step(action_dict)
@@ -670,7 +699,18 @@ class EnvRunner:
         return MultiAgentBatch.wrap_as_needed(batches, env_steps)
 
     def _env_action_fn(self, policy: Any) -> Callable[[Any], Any]:
-        return env_action_fn(policy, self.settings.normalize_actions, self.settings.clip_actions)
+        config = getattr(policy, "config", None) or {}
+        key = (
+            config.get("normalize_actions", True),
+            config.get("clip_actions", False),
+            id(policy.action_space),
+        )
+        cached = self._to_env.get(id(policy))
+        if cached is None or cached[0] != key or cached[2] is not policy:
+            fn = env_action_fn(policy, self.settings.normalize_actions, self.settings.clip_actions)
+            cached = (key, fn, policy)
+            self._to_env[id(policy)] = cached
+        return cached[1]
 
 
 class AsyncEnvRunner:
