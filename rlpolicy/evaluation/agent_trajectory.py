@@ -240,8 +240,13 @@ class AgentTrajectory:
         row[SampleBatch.TERMINATEDS] = bool(terminated)
         row[SampleBatch.TRUNCATEDS] = bool(truncated)
         row[_INFOS] = info if info is not None else {}
+        steps = self.steps
         for col, value in row.items():
-            self.steps.setdefault(col, []).append(value)
+            column = steps.get(col)
+            if column is None:
+                steps[col] = [value]
+            else:
+                column.append(value)
         self.obs.append(next_obs)
         self.obs_t.append(int(env_t) if env_t is not None else self.obs_t[-1] + 1)
         self.last_info = row[_INFOS]

@@ -35,6 +35,7 @@ from rlpolicy.evaluation.agent_trajectory import (
     view_plan,
 )
 from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
+from rlpolicy.policy._callbacks import DefaultCallbacks
 from rlpolicy.policy._obs_prep import flatten_single_obs
 from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch, concat_samples
 
@@ -269,6 +270,9 @@ class ExtraBatchCollector:
             f"sample_collector.{name}: RLlib 1.11's episode-building collector API is not provided; "
             "build the SampleBatch yourself and pass it to sample_collector.add_extra_batch(batch, policy_id)"
         )
+
+
+_INPUT_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False, "_max_seq_len": None}
 
 
 class EnvRunner:
@@ -533,7 +537,10 @@ class EnvRunner:
         self, policy: Any, items: List[Tuple[_Slot, AgentTrajectory]], env_actions: List[Dict[Any, Any]]
     ) -> None:
         rows = [traj.action_inputs() for _, traj in items]
-        input_dict = SampleBatch({k: stack_column(k, [r[k] for r in rows]) for k in rows[0]})
+        columns = {k: stack_column(k, [r[k] for r in rows]) for k in rows[0]}
+        # Every column has one row per item (stacked above): no need to count and check them again.
+        input_dict = SampleBatch._trusted(columns, len(items), _INPUT_FLAGS)
+        input_dict._derive_dones()
         infos_req = policy.view_requirements.get(SampleBatch.INFOS)
         if infos_req is not None and infos_req.used_for_compute_actions:
             # The info dict that came with each agent's current observation (RLlib 1.11).
@@ -669,7 +676,11 @@ class EnvRunner:
             if batch is not None:
                 _clip_rewards(batch, self.settings.clip_rewards)
                 pre[agent_id] = (traj.policy, batch)
-        originals = {a: (p, b.copy(shallow=True)) for a, (p, b) in pre.items()}
+        # The pre-postprocessing batches, for callbacks that read them (copies, since
+        # postprocessing may change the batches in place).
+        originals = (
+            {a: (p, b.copy(shallow=True)) for a, (p, b) in pre.items()} if self._reads_originals() else {}
+        )
         for agent_id, (policy, batch) in pre.items():
             others = {a: v for a, v in pre.items() if a != agent_id}
             post = policy.postprocess_trajectory(batch, others, slot.episode)
@@ -688,11 +699,19 @@ class EnvRunner:
         for traj in slot.agents.values():
             traj.cut()
 
+    def _reads_originals(self) -> bool:
+        """Whether on_postprocess_trajectory may read ``original_batches``: not when it
+        is DefaultCallbacks' own and no legacy ``on_postprocess_traj`` hook is set."""
+        cb = self.callbacks
+        if type(cb).on_postprocess_trajectory is not DefaultCallbacks.on_postprocess_trajectory:
+            return True
+        return bool((getattr(cb, "legacy_callbacks", None) or {}).get("on_postprocess_traj"))
+
     def _counted_output(self) -> int:
         return self._out_env_steps if self.settings.count_steps_by == "env_steps" else self._out_agent_steps
 
     def _take_outputs(self) -> Any:
-        batches = {pid: concat_samples(b) for pid, b in self._outputs.items() if b}
+        batches = {pid: _concat(b) for pid, b in self._outputs.items() if b}
         env_steps = self._out_env_steps
         self._outputs = defaultdict(list)
         self._out_env_steps = self._out_agent_steps = 0
@@ -806,6 +825,17 @@ def env_action_fn(
         return tree.map_structure(_scalar_if_0d, action)
 
     return to_env
+
+
+def _concat(batches: List[SampleBatch]) -> SampleBatch:
+    """``concat_samples(batches)``; one plain batch becomes a new SampleBatch over the
+    same columns instead (what concatenating one batch gives, without copying)."""
+    if len(batches) == 1:
+        b = batches[0]
+        if type(b) is SampleBatch and b.count > 0 and SampleBatch.SEQ_LENS not in b and b._slice_map is None:
+            flags = {"_is_training": False, "_time_major": b.time_major, "_zero_padded": b.zero_padded}
+            return SampleBatch._trusted(dict(b), b.count, {**flags, "_max_seq_len": b.max_seq_len})
+    return concat_samples(batches)
 
 
 def _flatten_for_policy(policy_id: str, policy: Any, raw_obs: Any) -> Any:
