@@ -198,6 +198,8 @@ class RawSampler:
             "obs": obs,
             "actions": actions,
             "logp": logps,
+            "rewards": rewards,
+            "dones": dones,
             "advantages": adv,
             "value_targets": adv + values,
         }
