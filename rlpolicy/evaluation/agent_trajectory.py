@@ -270,7 +270,8 @@ class AgentTrajectory:
         for i in range(len(self.initial_state)):
             cols[f"state_in_{i}"] = self._stacked(f"state_out_{i}", a, b, -1)
         self._add_view_columns(cols, a, b)
-        cols[SampleBatch.T] = self._meta_values(SampleBatch.T, np.arange(a + 1, b + 1), None)
+        # ``t`` at each row's next observation (the kept history always holds them).
+        cols[SampleBatch.T] = np.array(self.obs_t[a + 1 - self.base : b + 1 - self.base], dtype=np.int64)
         cols[SampleBatch.EPS_ID] = np.full(n, self.eps_id, dtype=np.int64)
         cols[SampleBatch.UNROLL_ID] = np.full(n, self.unroll_id, dtype=np.int64)
         cols[SampleBatch.AGENT_INDEX] = np.full(n, self.agent_index, dtype=np.int64)
@@ -353,6 +354,12 @@ class AgentTrajectory:
         """``data_col`` at steps ``a + shift .. b + shift - 1``, stacked (fill outside)."""
         seq = self._sequence(data_col)
         lo, hi = a + shift, b + shift
+        base = self.base
+        if lo >= 0 and lo >= base and hi - base <= len(seq):  # all inside the kept history
+            values = seq[lo - base : hi - base]
+            if data_col == _INFOS:
+                return object_column(values)
+            return stack_column(data_col, values)
         before = max(0, min(hi, 0) - lo)
         start, stop = max(lo, 0) - self.base, hi - self.base
         if start < 0 and before < hi - lo:
