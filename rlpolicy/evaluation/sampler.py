@@ -588,8 +588,9 @@ class EnvRunner:
         soft_end = hit_horizon and s.soft_horizon
         # RLlib 1.11: with no_done_at_end, and at a soft horizon, rows are recorded as not done.
         record = not (s.no_done_at_end or soft_end)
-        for agent_id, reward in rewards.items():
-            self._check_finite(slot, reward, SampleBatch.REWARDS, agent_id)
+        if s.check_finite:
+            for agent_id, reward in rewards.items():
+                self._check_finite(slot, reward, SampleBatch.REWARDS, agent_id)
         episode._add_agent_rewards({a: r for a, r in rewards.items() if a != ALL_AGENTS})
         for agent_id, reward in rewards.items():
             traj = slot.agents.get(agent_id)
@@ -645,7 +646,8 @@ class EnvRunner:
             traj = self._add_agent(slot, agent_id, raw_obs, info)
             obs = traj.obs[-1]
         else:
-            self._check_finite(slot, raw_obs, SampleBatch.NEXT_OBS, agent_id)
+            if self.settings.check_finite:
+                self._check_finite(slot, raw_obs, SampleBatch.NEXT_OBS, agent_id)
             obs = self._process_obs(traj.policy_id, traj.policy, raw_obs)
             if traj.staged is not None:
                 traj.close_step(
