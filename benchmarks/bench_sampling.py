@@ -20,6 +20,20 @@ load lowers it (the result line says how busy the machine was).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_sampling.py [--workers 0,1,2]
         [--rounds 5] [--envs 8] [--fragment 250]
+
+``--compare`` instead measures one process side by side (issue 26): a "raw" loop (N
+``gym.make`` envs, one ``no_grad`` forward of both 2x64 nets per step for all envs at
+once, multinomial sampling with log-prob, numpy buffers, numpy GAE), rlpolicy's
+``RolloutWorker.sample()`` (PPO torch, GAE), and Stable-Baselines3's
+``collect_rollouts`` (PPO, the same nets, ``DummyVecEnv``; skipped if SB3 is not
+importable), each at ``--compare-envs`` sub-envs with ``--fragment`` steps per
+sub-env per call. The systems take turns call by call (one torch thread); the table
+shows the median process CPU time per call, env steps per CPU second and the ratio
+to raw (higher is faster). ``--fragment 4 --compare-envs 1`` shows a small
+fragment's fixed cost (what DQN pays per call).
+
+    OMP_NUM_THREADS=1 PYTHONPATH=/path/to/sb3 .venv/bin/python benchmarks/bench_sampling.py \
+        --compare [--compare-envs 1,8] [--fragment 200] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -28,9 +42,10 @@ import argparse
 import os
 import statistics
 import time
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import gymnasium as gym
+import numpy as np
 
 
 def make_env(env_context):
@@ -89,7 +104,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--envs", type=int, default=8, help="sub-envs per worker")
     parser.add_argument("--fragment", type=int, default=250, help="steps per sub-env per fragment")
+    parser.add_argument("--compare", action="store_true", help="raw loop vs rlpolicy vs SB3, one process")
+    parser.add_argument("--compare-envs", default="1,8", help="sub-env counts for --compare")
     args = parser.parse_args()
+    if args.compare:
+        compare([int(n) for n in args.compare_envs.split(",")], args.fragment, args.rounds)
+        return
     counts = [int(c) for c in args.workers.split(",")]
     if max(counts) > 0:
         import ray
@@ -115,6 +135,155 @@ def main() -> None:
         "'CPU s/call' is the busiest sampling process's CPU time per call; 'CPU-bound vs 1' is the "
         "speed-up if every worker had a free core (what the wall-clock ratio reaches on an idle machine)."
     )
+
+
+# ---------------------------------------------------------------------- --compare (issue 26)
+GAMMA, LAMBDA = 0.99, 0.95
+
+
+class RawSampler:
+    """The limit: N gym envs, one no_grad forward of both 2x64 nets per step for all
+    envs, multinomial actions with log-probs, numpy buffers, numpy GAE."""
+
+    def __init__(self, num_envs: int, fragment: int, seed: int = 0):
+        import torch
+        from torch import nn
+
+        def mlp(out: int) -> "nn.Module":
+            return nn.Sequential(
+                nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, out)
+            )
+
+        torch.manual_seed(seed)
+        self.torch, self.pi, self.vf = torch, mlp(2), mlp(1)
+        self.envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
+        self.obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(self.envs)]).astype(np.float32)
+        self.fragment = fragment
+
+    def sample(self) -> Dict[str, np.ndarray]:
+        torch, T, n = self.torch, self.fragment, len(self.envs)
+        obs = np.zeros((T, n, 4), np.float32)
+        actions, logps, values = (
+            np.zeros((T, n), np.int64),
+            np.zeros((T, n), np.float32),
+            np.zeros((T, n), np.float32),
+        )
+        rewards, dones = np.zeros((T, n), np.float32), np.zeros((T, n), bool)
+        for t in range(T):
+            obs[t] = self.obs
+            with torch.no_grad():
+                x = torch.from_numpy(self.obs)
+                logits, value = self.pi(x), self.vf(x)[:, 0]
+                logp_all = torch.log_softmax(logits, -1)
+                action = torch.multinomial(logp_all.exp(), 1)[:, 0]
+                logp = logp_all.gather(1, action[:, None])[:, 0]
+            actions[t], logps[t], values[t] = action.numpy(), logp.numpy(), value.numpy()
+            for i, env in enumerate(self.envs):
+                o, r, term, trunc, _ = env.step(int(actions[t, i]))
+                if term or trunc:
+                    o, _ = env.reset()
+                self.obs[i] = o
+                rewards[t, i], dones[t, i] = r, term or trunc
+        with torch.no_grad():
+            last = self.vf(torch.from_numpy(self.obs))[:, 0].numpy()
+        adv = np.zeros((T, n), np.float32)
+        gae = np.zeros(n, np.float32)
+        for t in reversed(range(T)):
+            nxt = last if t == T - 1 else values[t + 1]
+            live = 1.0 - dones[t]
+            delta = rewards[t] + GAMMA * nxt * live - values[t]
+            gae = delta + GAMMA * LAMBDA * live * gae
+            adv[t] = gae
+        return {
+            "obs": obs,
+            "actions": actions,
+            "logp": logps,
+            "rewards": rewards,
+            "dones": dones,
+            "advantages": adv,
+            "value_targets": adv + values,
+        }
+
+
+class RlpolicySampler:
+    """``RolloutWorker.sample()`` with PPOTorchPolicy (2x64, GAE)."""
+
+    def __init__(self, num_envs: int, fragment: int, seed: int = 0):
+        from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
+        from rlpolicy.evaluation.rollout_worker import RolloutWorker
+
+        self.worker = RolloutWorker(
+            env_creator=make_env,
+            policy_spec=PPOTorchPolicy,
+            policy_config={"framework": "torch", "model": {"fcnet_hiddens": [64, 64]}},
+            num_envs=num_envs,
+            rollout_fragment_length=fragment,
+            seed=seed,
+        )
+
+    def sample(self) -> Any:
+        return self.worker.sample()
+
+
+class Sb3Sampler:
+    """Stable-Baselines3's PPO ``collect_rollouts`` (DummyVecEnv, same nets, GAE)."""
+
+    def __init__(self, num_envs: int, fragment: int, seed: int = 0):
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import DummyVecEnv
+        from torch import nn
+
+        env = make_vec_env("CartPole-v1", n_envs=num_envs, seed=seed, vec_env_cls=DummyVecEnv)
+        kwargs = {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": nn.Tanh}
+        self.model = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=fragment,
+            batch_size=fragment * num_envs,
+            policy_kwargs=kwargs,
+            seed=seed,
+            device="cpu",
+        )
+        _, self.callback = self.model._setup_learn(total_timesteps=10**12, callback=None)
+        self.callback.on_training_start(locals(), globals())
+
+    def sample(self) -> Any:
+        m = self.model
+        assert m.collect_rollouts(m.env, self.callback, m.rollout_buffer, n_rollout_steps=m.n_steps)
+        return m.rollout_buffer
+
+
+def compare(env_counts: List[int], fragment: int, rounds: int) -> None:
+    """Prints the side-by-side table (median process CPU time per call, ratio to raw)."""
+    import torch
+
+    torch.set_num_threads(1)
+    systems: Dict[str, Any] = {"raw": RawSampler, "rlpolicy": RlpolicySampler, "SB3": Sb3Sampler}
+    try:
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        del systems["SB3"]
+        print("SB3 not importable: its rows are skipped (add it to PYTHONPATH or pip install '.[bench]')")
+    samplers = {(name, n): cls(n, fragment) for n in env_counts for name, cls in systems.items()}
+    for sampler in samplers.values():
+        sampler.sample()  # warm-up
+    cpu: Dict[Any, List[float]] = {key: [] for key in samplers}
+    for _ in range(rounds):
+        for key, sampler in samplers.items():
+            start = time.process_time()
+            sampler.sample()
+            cpu[key].append(time.process_time() - start)
+    print(
+        f"{'system':>9} {'envs':>4} {'steps/call':>10} {'CPU ms/call':>11} {'steps/CPU s':>11} {'vs raw':>7}"
+    )
+    for n in env_counts:
+        raw = statistics.median(cpu[("raw", n)])
+        for name in systems:
+            med = statistics.median(cpu[(name, n)])
+            steps = n * fragment
+            print(f"{name:>9} {n:>4} {steps:>10} {med * 1e3:>11.2f} {steps / med:>11.0f} {raw / med:>6.2f}x")
+    print(f"median of {rounds} interleaved rounds, process CPU time, torch threads 1, fragment {fragment}")
 
 
 if __name__ == "__main__":

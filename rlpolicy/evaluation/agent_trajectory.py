@@ -12,7 +12,7 @@ state; ``infos``: empty dicts).
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -43,7 +43,10 @@ def stack_values(values: Sequence[Any]) -> Any:
         return {k: stack_values([v[k] for v in values]) for k in first}
     if isinstance(first, tuple):
         return tuple(stack_values([v[i] for v in values]) for i in range(len(first)))
-    return np.stack([np.asarray(v) for v in values])
+    try:  # np.array gives np.stack's result (shape and dtype) at a fraction of its cost
+        return np.array(values)
+    except ValueError:  # (ragged: np.stack's own error, or its result)
+        return np.stack([np.asarray(v) for v in values])
 
 
 def _opaque(value: Any) -> bool:
@@ -89,6 +92,34 @@ def lookback_of(view_requirements: Dict[str, Any]) -> int:
     return back
 
 
+class ViewPlan(NamedTuple):
+    """What a policy's view requirements ask of a trajectory, read once per policy:
+    the lookback and, per ``compute_actions`` input column, how to build it
+    (``(col, data_col, kind, req)``; kind ``"meta"``, ``"range"`` or ``"single"``)."""
+
+    view_requirements: Dict[str, Any]
+    lookback: int
+    action_columns: Tuple[Tuple[str, str, str, Any], ...]
+
+
+def view_plan(view_requirements: Dict[str, Any]) -> ViewPlan:
+    """The ViewPlan of ``view_requirements``."""
+    columns = []
+    for col, req in view_requirements.items():
+        if not req.used_for_compute_actions:
+            continue
+        data_col = req.data_col or col
+        if data_col in _META_COLUMNS:
+            columns.append((col, data_col, "meta", req))
+        elif not _sampler_produces(data_col):
+            continue  # e.g. a column a custom model adds itself
+        elif req.shift_arr is not None and np.ndim(req.shift_arr) > 0 and req.shift_from is not None:
+            columns.append((col, data_col, "range", tuple(int(x) for x in req.shift_arr)))
+        else:
+            columns.append((col, data_col, "single", int(req.shift)))
+    return ViewPlan(view_requirements, lookback_of(view_requirements), tuple(columns))
+
+
 class AgentTrajectory:
     """History of one agent in one episode, cut into fragments for training.
 
@@ -109,6 +140,7 @@ class AgentTrajectory:
         init_info: The info dict that came with it.
         init_t: The episode's step index at that observation (RLlib 1.11's ``t``:
             the episode length minus one, so -1 at the reset observation).
+        plan: The policy's ViewPlan, if the caller keeps one (default: read now).
     """
 
     def __init__(
@@ -123,15 +155,19 @@ class AgentTrajectory:
         init_obs: Any,
         init_info: Optional[dict],
         init_t: int = -1,
+        plan: Optional[ViewPlan] = None,
     ):
         self.agent_id, self.agent_index = agent_id, agent_index
         self.policy_id, self.policy = policy_id, policy
         self.eps_id, self.env_id = eps_id, env_id
         self._unroll_ids = unroll_ids
         self.unroll_id = next(unroll_ids)
+        if plan is None or plan.view_requirements is not policy.view_requirements:
+            plan = view_plan(policy.view_requirements)
+        self._plan = plan
         self.view_requirements = policy.view_requirements
         self.initial_state = [np.asarray(s) for s in policy.get_initial_state()]
-        self._lookback = lookback_of(self.view_requirements)
+        self._lookback = plan.lookback
         self.obs: List[Any] = [init_obs]
         self.obs_t: List[int] = [int(init_t)]  # the episode's ``t`` at each of ``obs``
         self._first_t = int(init_t)  # (RLlib 1.11 pads before the first obs with it)
@@ -160,19 +196,17 @@ class AgentTrajectory:
     def action_inputs(self) -> Dict[str, Any]:
         """One row of inputs for ``compute_actions_from_input_dict`` at step ``t``."""
         row = {}
-        for col, req in self.view_requirements.items():
-            if not req.used_for_compute_actions:
-                continue
-            data_col = req.data_col or col
-            if data_col in _META_COLUMNS:
-                row[col] = self._meta_values(data_col, self.t, req)  # at the current obs
-                continue
-            if not _sampler_produces(data_col):
-                continue  # e.g. a column a custom model adds itself
-            if req.shift_arr is not None and np.ndim(req.shift_arr) > 0 and req.shift_from is not None:
-                row[col] = stack_values([self._value(data_col, self.t + int(s)) for s in req.shift_arr])
+        t = self.t
+        for col, data_col, kind, arg in self._plan.action_columns:
+            if kind == "single":
+                if data_col == _OBS and arg == 0:
+                    row[col] = self.obs[-1] if t - self.base == len(self.obs) - 1 else self._value(_OBS, t)
+                else:
+                    row[col] = self._value(data_col, t + arg)
+            elif kind == "meta":
+                row[col] = self._meta_values(data_col, t, arg)  # at the current obs
             else:
-                row[col] = self._value(data_col, self.t + int(req.shift))
+                row[col] = stack_values([self._value(data_col, t + s) for s in arg])
         return row
 
     def stage_action(self, action: Any, state_out: List[Any], extras: Dict[str, Any]) -> None:
@@ -206,8 +240,13 @@ class AgentTrajectory:
         row[SampleBatch.TERMINATEDS] = bool(terminated)
         row[SampleBatch.TRUNCATEDS] = bool(truncated)
         row[_INFOS] = info if info is not None else {}
+        steps = self.steps
         for col, value in row.items():
-            self.steps.setdefault(col, []).append(value)
+            column = steps.get(col)
+            if column is None:
+                steps[col] = [value]
+            else:
+                column.append(value)
         self.obs.append(next_obs)
         self.obs_t.append(int(env_t) if env_t is not None else self.obs_t[-1] + 1)
         self.last_info = row[_INFOS]
@@ -231,7 +270,8 @@ class AgentTrajectory:
         for i in range(len(self.initial_state)):
             cols[f"state_in_{i}"] = self._stacked(f"state_out_{i}", a, b, -1)
         self._add_view_columns(cols, a, b)
-        cols[SampleBatch.T] = self._meta_values(SampleBatch.T, np.arange(a + 1, b + 1), None)
+        # ``t`` at each row's next observation (the kept history always holds them).
+        cols[SampleBatch.T] = np.array(self.obs_t[a + 1 - self.base : b + 1 - self.base], dtype=np.int64)
         cols[SampleBatch.EPS_ID] = np.full(n, self.eps_id, dtype=np.int64)
         cols[SampleBatch.UNROLL_ID] = np.full(n, self.unroll_id, dtype=np.int64)
         cols[SampleBatch.AGENT_INDEX] = np.full(n, self.agent_index, dtype=np.int64)
@@ -314,6 +354,12 @@ class AgentTrajectory:
         """``data_col`` at steps ``a + shift .. b + shift - 1``, stacked (fill outside)."""
         seq = self._sequence(data_col)
         lo, hi = a + shift, b + shift
+        base = self.base
+        if lo >= 0 and lo >= base and hi - base <= len(seq):  # all inside the kept history
+            values = seq[lo - base : hi - base]
+            if data_col == _INFOS:
+                return object_column(values)
+            return stack_column(data_col, values)
         before = max(0, min(hi, 0) - lo)
         start, stop = max(lo, 0) - self.base, hi - self.base
         if start < 0 and before < hi - lo:
@@ -406,6 +452,8 @@ def unroll_id_counter() -> Iterator[int]:
 __all__ = [
     "AgentTrajectory",
     "lookback_of",
+    "ViewPlan",
+    "view_plan",
     "stack_values",
     "stack_column",
     "object_column",

@@ -41,6 +41,12 @@ def discount_cumsum(x: np.ndarray, gamma: float) -> np.ndarray:
         array([2.75, 3.5 , 3.  ])
     """
     x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 1:  # the same float64 arithmetic on Python floats (no per-step numpy calls)
+        values, running, g = [], 0.0, float(gamma)
+        for v in reversed(x.tolist()):
+            running = v + g * running
+            values.append(running)
+        return np.array(values[::-1], dtype=np.float64)
     out = np.empty_like(x)
     running = np.zeros_like(x[0]) if len(x) else 0.0
     for t in range(len(x) - 1, -1, -1):

@@ -35,6 +35,7 @@ from rlpolicy.evaluation.sampler import (
     RolloutMetrics,
     SamplerSettings,
 )
+from rlpolicy.policy._obs_prep import flatten_single_obs
 from rlpolicy.policy.policy import PolicySpec
 from rlpolicy.policy.policy_map import PolicyMap
 from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch
@@ -401,8 +402,6 @@ class RolloutWorker:
 
     def _process_obs(self, policy_id: PolicyID, policy: Any, raw_obs: Any) -> Any:
         """Raw env observation -> what ``policy`` gets: preprocessed, then filtered."""
-        from rlpolicy.policy._obs_prep import flatten_single_obs
-
         prep = self.preprocessors.get(policy_id)
         obs = prep.transform(raw_obs) if prep is not None else flatten_single_obs(policy, raw_obs)
         filt = self.filters.get(policy_id)

@@ -32,8 +32,10 @@ from rlpolicy.evaluation.agent_trajectory import (
     object_column,
     stack_column,
     unroll_id_counter,
+    view_plan,
 )
 from rlpolicy.evaluation.episode import _DUMMY_AGENT_ID, Episode
+from rlpolicy.policy._callbacks import DefaultCallbacks
 from rlpolicy.policy._obs_prep import flatten_single_obs
 from rlpolicy.policy.sample_batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch, concat_samples
 
@@ -101,9 +103,12 @@ class _SingleAgentAdapter:
     def __init__(self, env: Any):
         self.env = env
         self.old_api = False
+        self._takes_seed: Optional[bool] = None  # read from reset's signature at the first reset
 
     def reset(self, seed: Optional[int] = None) -> Tuple[dict, dict]:
-        takes_seed = _reset_takes_seed(self.env)
+        if self._takes_seed is None:
+            self._takes_seed = _reset_takes_seed(self.env)
+        takes_seed = self._takes_seed
         out = self.env.reset(seed=seed) if takes_seed else self.env.reset()
         if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
             obs, info = out
@@ -161,9 +166,12 @@ class _MultiAgentAdapter:
 
     def __init__(self, env: MultiAgentEnv):
         self.env = env
+        self._takes_seed: Optional[bool] = None
 
     def reset(self, seed: Optional[int] = None) -> Tuple[dict, dict]:
-        out = self.env.reset(seed=seed) if _reset_takes_seed(self.env) else self.env.reset()
+        if self._takes_seed is None:
+            self._takes_seed = _reset_takes_seed(self.env)
+        out = self.env.reset(seed=seed) if self._takes_seed else self.env.reset()
         if not (isinstance(out, tuple) and len(out) == 2):
             raise ValueError(
                 f"{type(self.env).__name__}.reset() must return (obs_dict, infos_dict), "
@@ -264,6 +272,9 @@ class ExtraBatchCollector:
         )
 
 
+_INPUT_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False, "_max_seq_len": None}
+
+
 class EnvRunner:
     """Runs the sub-environments of one worker and collects postprocessed batches.
 
@@ -312,6 +323,10 @@ class EnvRunner:
         self.num_episodes = 0
         # Episode statistics may be read from another thread than the sampling one.
         self._stats_lock = threading.Lock()
+        # Per policy object: its ViewPlan and env-action function, rebuilt when the
+        # policy's view requirements (dict or entries) or config change.
+        self._plans: Dict[int, Tuple[Any, Any, Any]] = {}
+        self._to_env: Dict[int, Tuple[Any, Callable[[Any], Any], Any]] = {}
 
     # ------------------------------------------------------------------ public
     def add_output(self, policy_id: str, batch: SampleBatch) -> None:
@@ -417,12 +432,22 @@ class EnvRunner:
             obs,
             info,
             init_t=episode.length - 1,
+            plan=self._plan_for(policy),
         )
         slot.agents[agent_id] = traj
         episode._set_last_observation(agent_id, obs)
         episode._set_last_raw_obs(agent_id, raw_obs)
         episode._set_last_info(agent_id, info)
         return traj
+
+    def _plan_for(self, policy: Any) -> Any:
+        reqs = policy.view_requirements
+        key = [(col, id(req)) for col, req in reqs.items()]
+        cached = self._plans.get(id(policy))
+        if cached is None or cached[0] != key or cached[1].view_requirements is not reqs:
+            cached = (key, view_plan(reqs), policy)  # (the policy kept alive: its id stays its own)
+            self._plans[id(policy)] = cached
+        return cached[1]
 
     def _end_episode(self, slot: _Slot, soft: bool = False) -> None:
         """Postprocesses the slot's episode, reports it, and starts the next one
@@ -482,6 +507,7 @@ class EnvRunner:
                 self._unroll_ids,
                 prev.obs[-1],
                 prev.last_info,
+                plan=self._plan_for(prev.policy),
             )
             traj.initial_state = prev.current_state()
             slot.agents[agent_id] = traj
@@ -511,7 +537,10 @@ class EnvRunner:
         self, policy: Any, items: List[Tuple[_Slot, AgentTrajectory]], env_actions: List[Dict[Any, Any]]
     ) -> None:
         rows = [traj.action_inputs() for _, traj in items]
-        input_dict = SampleBatch({k: stack_column(k, [r[k] for r in rows]) for k in rows[0]})
+        columns = {k: stack_column(k, [r[k] for r in rows]) for k in rows[0]}
+        # Every column has one row per item (stacked above): no need to count and check them again.
+        input_dict = SampleBatch._trusted(columns, len(items), _INPUT_FLAGS)
+        input_dict._derive_dones()
         infos_req = policy.view_requirements.get(SampleBatch.INFOS)
         if infos_req is not None and infos_req.used_for_compute_actions:
             # The info dict that came with each agent's current observation (RLlib 1.11).
@@ -527,16 +556,23 @@ class EnvRunner:
         extras = {k: _as_numpy(v) for k, v in extras.items()}
         to_env = self._env_action_fn(policy)
         flatten = flattens_actions(policy)
+        plain = isinstance(actions, np.ndarray) and all(isinstance(v, np.ndarray) for v in extras.values())
+        extra_items = list(extras.items())
         for j, (slot, traj) in enumerate(items):
-            action = _row(actions, j)
+            if plain:
+                action = actions[j]
+                extra = {k: v[j] for k, v in extra_items}
+            else:
+                action = _row(actions, j)
+                extra = {k: _row(v, j) for k, v in extra_items}
             state = [s[j] for s in state_out]
-            extra = {k: _row(v, j) for k, v in extras.items()}
             traj.stage_action(flat_action(action) if flatten else action, state, extra)
             episode = slot.episode
-            episode._set_last_action(traj.agent_id, action)
-            episode._set_rnn_state(traj.agent_id, state)
-            episode._set_last_extra_action_outs(traj.agent_id, extra)
-            env_actions[slot.index][traj.agent_id] = to_env(action)
+            agent_id = traj.agent_id
+            episode._set_last_action(agent_id, action)
+            episode._set_rnn_state(agent_id, state)
+            episode._set_last_extra_action_outs(agent_id, extra)
+            env_actions[slot.index][agent_id] = to_env(action)
 
     def _step_env(self, slot: _Slot, action_dict: Dict[Any, Any]) -> int:
         obs, rewards, terms, truncs, infos = slot.env.step(action_dict)
@@ -552,8 +588,9 @@ class EnvRunner:
         soft_end = hit_horizon and s.soft_horizon
         # RLlib 1.11: with no_done_at_end, and at a soft horizon, rows are recorded as not done.
         record = not (s.no_done_at_end or soft_end)
-        for agent_id, reward in rewards.items():
-            self._check_finite(slot, reward, SampleBatch.REWARDS, agent_id)
+        if s.check_finite:
+            for agent_id, reward in rewards.items():
+                self._check_finite(slot, reward, SampleBatch.REWARDS, agent_id)
         episode._add_agent_rewards({a: r for a, r in rewards.items() if a != ALL_AGENTS})
         for agent_id, reward in rewards.items():
             traj = slot.agents.get(agent_id)
@@ -609,7 +646,8 @@ class EnvRunner:
             traj = self._add_agent(slot, agent_id, raw_obs, info)
             obs = traj.obs[-1]
         else:
-            self._check_finite(slot, raw_obs, SampleBatch.NEXT_OBS, agent_id)
+            if self.settings.check_finite:
+                self._check_finite(slot, raw_obs, SampleBatch.NEXT_OBS, agent_id)
             obs = self._process_obs(traj.policy_id, traj.policy, raw_obs)
             if traj.staged is not None:
                 traj.close_step(
@@ -640,7 +678,11 @@ class EnvRunner:
             if batch is not None:
                 _clip_rewards(batch, self.settings.clip_rewards)
                 pre[agent_id] = (traj.policy, batch)
-        originals = {a: (p, b.copy(shallow=True)) for a, (p, b) in pre.items()}
+        # The pre-postprocessing batches, for callbacks that read them (copies, since
+        # postprocessing may change the batches in place).
+        originals = (
+            {a: (p, b.copy(shallow=True)) for a, (p, b) in pre.items()} if self._reads_originals() else {}
+        )
         for agent_id, (policy, batch) in pre.items():
             others = {a: v for a, v in pre.items() if a != agent_id}
             post = policy.postprocess_trajectory(batch, others, slot.episode)
@@ -659,18 +701,37 @@ class EnvRunner:
         for traj in slot.agents.values():
             traj.cut()
 
+    def _reads_originals(self) -> bool:
+        """Whether on_postprocess_trajectory may read ``original_batches``: not when it
+        is DefaultCallbacks' own and no legacy ``on_postprocess_traj`` hook is set."""
+        cb = self.callbacks
+        if type(cb).on_postprocess_trajectory is not DefaultCallbacks.on_postprocess_trajectory:
+            return True
+        return bool((getattr(cb, "legacy_callbacks", None) or {}).get("on_postprocess_traj"))
+
     def _counted_output(self) -> int:
         return self._out_env_steps if self.settings.count_steps_by == "env_steps" else self._out_agent_steps
 
     def _take_outputs(self) -> Any:
-        batches = {pid: concat_samples(b) for pid, b in self._outputs.items() if b}
+        batches = {pid: _concat(b) for pid, b in self._outputs.items() if b}
         env_steps = self._out_env_steps
         self._outputs = defaultdict(list)
         self._out_env_steps = self._out_agent_steps = 0
         return MultiAgentBatch.wrap_as_needed(batches, env_steps)
 
     def _env_action_fn(self, policy: Any) -> Callable[[Any], Any]:
-        return env_action_fn(policy, self.settings.normalize_actions, self.settings.clip_actions)
+        config = getattr(policy, "config", None) or {}
+        key = (
+            config.get("normalize_actions", True),
+            config.get("clip_actions", False),
+            id(policy.action_space),
+        )
+        cached = self._to_env.get(id(policy))
+        if cached is None or cached[0] != key or cached[2] is not policy:
+            fn = env_action_fn(policy, self.settings.normalize_actions, self.settings.clip_actions)
+            cached = (key, fn, policy)
+            self._to_env[id(policy)] = cached
+        return cached[1]
 
 
 class AsyncEnvRunner:
@@ -766,6 +827,17 @@ def env_action_fn(
         return tree.map_structure(_scalar_if_0d, action)
 
     return to_env
+
+
+def _concat(batches: List[SampleBatch]) -> SampleBatch:
+    """``concat_samples(batches)``; one plain batch becomes a new SampleBatch over the
+    same columns instead (what concatenating one batch gives, without copying)."""
+    if len(batches) == 1:
+        b = batches[0]
+        if type(b) is SampleBatch and b.count > 0 and SampleBatch.SEQ_LENS not in b and b._slice_map is None:
+            flags = {"_is_training": False, "_time_major": b.time_major, "_zero_padded": b.zero_padded}
+            return SampleBatch._trusted(dict(b), b.count, {**flags, "_max_seq_len": b.max_seq_len})
+    return concat_samples(batches)
 
 
 def _flatten_for_policy(policy_id: str, policy: Any, raw_obs: Any) -> Any:
