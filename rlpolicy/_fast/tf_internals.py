@@ -74,21 +74,6 @@ def _session_callable_guard() -> Optional[str]:
     return None
 
 
-KERAS_REPLAY = register(
-    "keras_replay",
-    "tensorflow 2.13 to 2.21 with tf_keras: tf_keras.src engine/layer classes, Node fields, gen ops",
-    _keras_replay_guard,
-)
-CONCRETE_CALL = register(
-    "tf_concrete_call", "tensorflow 2.13 to 2.21: ConcreteFunction._call_flat", _concrete_call_guard
-)
-SESSION_CALLABLE = register(
-    "tf_session_callable",
-    "tensorflow 2.13 to 2.21: session._FetchHandler, BaseSession._make_callable_from_options",
-    _session_callable_guard,
-)
-
-
 # ----------------------------------------------------------------- keras_replay
 
 
@@ -208,3 +193,19 @@ def timeline_module() -> Any:
     from tensorflow.python.client import timeline
 
     return timeline
+
+
+# (registered last: the guards call the functions above)
+KERAS_REPLAY = register(
+    "keras_replay",
+    "tensorflow 2.13 to 2.21 with tf_keras: tf_keras.src engine/layer classes, Node fields, gen ops",
+    _keras_replay_guard,
+)
+CONCRETE_CALL = register(
+    "tf_concrete_call", "tensorflow 2.13 to 2.21: ConcreteFunction._call_flat", _concrete_call_guard
+)
+SESSION_CALLABLE = register(
+    "tf_session_callable",
+    "tensorflow 2.13 to 2.21: session._FetchHandler, BaseSession._make_callable_from_options",
+    _session_callable_guard,
+)
