@@ -285,3 +285,71 @@ def test_fast_is_a_leaf():
             if isinstance(node, ast.Import):
                 for a in node.names:
                     assert not a.name.startswith("rlpolicy") or a.name.startswith("rlpolicy._fast"), path.name
+
+
+# ----------------------------------------------------------------- no retracing per call
+
+
+@pytest.mark.tf
+@pytest.mark.tf_eager_code
+@pytest.mark.learning  # (~30 s: six policies)
+def test_eager_policies_over_random_spaces_do_not_retrace_after_the_first_calls(monkeypatch):
+    """The retracing warnings a fuzz run printed came from the first traces of many
+    instances (TF counts them per code object), not from calls that trace again."""
+    pytest.importorskip("tensorflow")
+    import contextlib
+
+    from rlpolicy.utils.framework import try_import_tf
+
+    _, tf, _ = try_import_tf()
+    if not tf.executing_eagerly():
+        pytest.skip("eager policies only")
+    from rlpolicy.agents.ppo.ppo_tf_policy import PPOTFPolicy
+    from rlpolicy.policy.sample_batch import SampleBatch
+    from rlpolicy.utils import tf_utils
+
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    tf_logger = logging.getLogger("tensorflow")
+    tf_logger.addHandler(handler)
+    monkeypatch.setattr(tf_utils, "tf_log_filtered", lambda *a: contextlib.nullcontext())  # see all
+    rng = np.random.default_rng(0)
+    try:
+        for i in range(3):
+            obs = gym.spaces.Box(-1, 1, (int(rng.integers(2, 6)),), np.float32)
+            n_act = int(rng.integers(1, 3))
+            act = (
+                gym.spaces.Discrete(n_act + 1) if i % 2 == 0 else gym.spaces.Box(-1, 1, (n_act,), np.float32)
+            )
+            obs.seed(i)
+            act.seed(i)
+            for tracing in (False, True):
+                cfg = {"framework": "tf2", "eager_tracing": tracing, "model": {"fcnet_hiddens": [8]}}
+                policy = PPOTFPolicy.as_eager()(
+                    obs, act, {**cfg, "train_batch_size": 8, "sgd_minibatch_size": 8}
+                )
+                batch = {
+                    "obs": np.stack([obs.sample() for _ in range(8)]),
+                    "actions": np.stack([act.sample() for _ in range(8)]),
+                    "action_logp": np.zeros(8, np.float32),
+                    "advantages": np.ones(8, np.float32),
+                    "value_targets": np.ones(8, np.float32),
+                    "vf_preds": np.zeros(8, np.float32),
+                    "action_dist_inputs": np.zeros((8, policy.model.num_outputs), np.float32),
+                }
+
+                def calls(policy=policy, obs=obs, batch=batch):
+                    for n in (1, 3, 1, 3):
+                        policy.compute_actions(np.stack([obs.sample() for _ in range(n)]))
+                    policy.learn_on_batch(SampleBatch(dict(batch)))
+
+                calls()
+                calls()  # (first calls: each shape and step traces once)
+                before = len(messages)
+                calls()
+                calls()
+                retraced = [m for m in messages[before:] if "retracing" in m]
+                assert not retraced, (i, tracing, retraced)
+    finally:
+        tf_logger.removeHandler(handler)

@@ -333,8 +333,11 @@ def fast_function(
         if direct is not None:
             return direct(*args)
         # A new signature traces: expected here (reduce_retracing generalises shapes, and
-        # TraceCounter bounds retraces); TF's "triggered tf.function retracing" warning,
-        # which also counts traces of other instances' functions, would only be noise.
+        # TraceCounter bounds retraces). TF's "triggered tf.function retracing" warning
+        # keys its count on the code object, so it adds up the first traces of every
+        # instance's function (each _Plan's _run_steps, each policy's traced body), and
+        # it sees only the calls that trace (the others skip tf.function): noise here.
+        # tests/test_fast_paths.py checks that no call after the first ones traces.
         with tf_log_filtered("triggered tf.function retracing"):
             out = traced(*args)
         if after_dispatch is not None:
