@@ -75,6 +75,12 @@ class Entry:
     def _update(self) -> None:
         self.active = self.reason is None and not self._forced_plain
 
+    def force_plain(self, forced: bool) -> bool:
+        """Sets whether the plain path is forced; returns the previous setting."""
+        before, self._forced_plain = self._forced_plain, forced
+        self._update()
+        return before
+
 
 REGISTRY: Dict[str, Entry] = {}
 
@@ -104,13 +110,9 @@ def plain(*names: str) -> Iterator[None]:
     if unknown:
         raise KeyError(f"rlpolicy._fast.plain: unknown entries {unknown}; known: {sorted(REGISTRY)}")
     entries = [REGISTRY[n] for n in names] if names else list(REGISTRY.values())
-    before = [(e, e._forced_plain) for e in entries]
-    for e in entries:
-        e._forced_plain = True
-        e._update()
+    before = [(e, e.force_plain(True)) for e in entries]
     try:
         yield
     finally:
         for e, was in before:
-            e._forced_plain = was
-            e._update()
+            e.force_plain(was)
