@@ -242,15 +242,6 @@ def periodic_checkpoint_dir(out_dir: str, iteration: int) -> str:
     return os.path.join(out_dir, f"checkpoint_{iteration:06d}")
 
 
-def is_periodic_checkpoint(path: str) -> bool:
-    """Whether ``path`` is a ``checkpoint_NNNNNN`` folder written by ``rlpolicy train``."""
-    return (
-        bool(_PERIODIC.match(os.path.basename(path)))
-        and os.path.isdir(path)
-        and os.path.isfile(os.path.join(path, RUN_FILE))
-    )
-
-
 def _is_checkpoint(path: str) -> bool:
     return all(os.path.isfile(os.path.join(path, f)) for f in (RUN_FILE, METADATA_FILE))
 

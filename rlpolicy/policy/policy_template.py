@@ -322,7 +322,7 @@ def _convert_module() -> Any:
 
 def _no_grad_context(self) -> Any:
     if self.framework == "torch" and (_torch_convert is not None or try_import_torch()[0] is not None):
-        return _convert_module().NoGrad()  # (torch.no_grad, cheaper to enter)
+        return try_import_torch()[0].no_grad()
     return NullContextManager()
 
 

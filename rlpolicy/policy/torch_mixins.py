@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 from rlpolicy._core.config import check_config_value
 from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
-from rlpolicy.policy._torch.convert import NoGrad
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.policy.torch_policy import TorchPolicy, with_lock
@@ -133,7 +132,7 @@ class ValueNetworkMixin(_MixinBase):
     @with_lock
     def _value_estimate(self, **input_dict: Any) -> float:
         batch = self._lazy_tensor_dict(SampleBatch(input_dict))
-        with NoGrad():
+        with torch.no_grad():
             self.model(batch)
             # [0]: drop the batch dimension of the single observation.
             return self.model.value_function()[0].item()

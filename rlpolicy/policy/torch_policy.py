@@ -38,11 +38,8 @@ from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._torch import compiled_acting
 from rlpolicy.policy._torch import export as torch_export
 from rlpolicy.policy._torch.convert import (
-    NoGrad,
     action_outputs_to_numpy,
     load_state_dict_fast,
-    parameter_list,
-    set_training,
     tensor_interceptor,
     to_numpy_fast,
     weights_snapshot,
@@ -296,7 +293,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         ``self.device`` (its ``is_training`` flag as the caller set it), its
         ``state_in_<i>`` columns the state tensors; ``seq_lens`` is all ones.
         """
-        with NoGrad():
+        with torch.no_grad():
             input_dict = self._lazy_tensor_dict(input_dict)
             if state_batches:
                 state_batches = [input_dict[f"state_in_{i}"] for i in range(len(state_batches))]
@@ -324,7 +321,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         self._is_recurrent = bool(state_batches)
         model = self.model
         if model is not None and model.training:
-            set_training(model, False)
+            model.train(False)
         graphs = self._compiled_acting
         if graphs is None or (
             graphs is not False and (graphs.model is not model or graphs.dist_class is not self.dist_class)
@@ -515,7 +512,7 @@ class TorchPolicy(TrainingTemplate, Policy):
                 to_numpy_fast(actions) if torch.is_tensor(actions) else np.asarray(actions),
                 self.action_space_struct,
             )
-        with NoGrad():
+        with torch.no_grad():
             input_dict = self._lazy_tensor_dict(
                 {SampleBatch.CUR_OBS: obs_batch, SampleBatch.ACTIONS: actions}
             )
@@ -618,7 +615,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         # As RLlib 1.11: the model is in training mode before the learn callback runs.
         batch = super()._train_batch(batch, what)
         if self.model is not None and not self.model.training:
-            set_training(self.model, True)
+            self.model.train(True)
         return batch
 
     def _pad(self, batch: SampleBatch) -> None:
@@ -691,7 +688,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         if self._single_cpu:
             self._pad(batch)
             self._lazy_tensor_dict(batch)
-            self._buffer_params = parameter_list(self.model)
+            self._buffer_params = list(self.model.parameters())
             return [batch]
         slices = split_batch_for_devices(batch, len(self.devices), self._pad)
         return self._place_on_devices(slices)
@@ -866,7 +863,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         """The optimizer(s): by default Adam over the model at ``config["lr"]``
         (torch's fused kernel where available, see ``default_adam``), passed
         through the exploration's ``get_exploration_optimizer``."""
-        params = parameter_list(self.model)  # (= list(self.model.parameters()))
+        params = list(self.model.parameters())
         if hasattr(self, "config"):
             optimizers = [default_adam(params, lr=read_checked(self.config, "lr"))]
         else:
@@ -876,7 +873,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         return optimizers
 
     def _no_grad_context(self):
-        return NoGrad()
+        return torch.no_grad()
 
     def _convert_to_non_torch_type(self, data: TensorStructType) -> TensorStructType:
         return convert_to_non_torch_type(data)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Callable, Dict, List, Mapping, Union
+from typing import Any, Callable, Dict, Mapping, Union
 
 # A target is "package.module" (the module itself), "package.module:attr", or a
 # zero-argument callable returning the value.
@@ -46,15 +46,6 @@ def lazy_module_attrs(module_name: str, table: Mapping[str, Target]) -> Callable
         return value
 
     return __getattr__
-
-
-def lazy_module_dir(module_globals: Dict[str, Any], table: Dict[str, Target]) -> Callable[[], List[str]]:
-    """Returns a module ``__dir__`` listing the module's globals and the lazy names."""
-
-    def __dir__() -> List[str]:
-        return sorted(set(module_globals) | set(table))
-
-    return __dir__
 
 
 def tf_handle(index: int) -> Callable[[], Any]:

@@ -69,8 +69,3 @@ def OverrideToImplementCustomLogic(obj: F) -> F:
 def OverrideToImplementCustomLogic_CallToSuperRecommended(obj: F) -> F:
     """As ``OverrideToImplementCustomLogic``; overriders should call ``super()``."""
     return _mark(obj, "override_call_super")
-
-
-def is_overridden(obj: Any, method_name: str, base: type) -> bool:
-    """True if ``type(obj)`` defines ``method_name`` differently from ``base``."""
-    return getattr(type(obj), method_name, None) is not getattr(base, method_name, None)

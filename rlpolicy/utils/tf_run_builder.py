@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
+from rlpolicy._fast.tf_internals import make_session_callable, timeline_module
 from rlpolicy.utils.framework import try_import_tf
 
 tf1, tf, tfv = try_import_tf()
@@ -153,43 +154,6 @@ def _feed_values(feeds: tuple, values: List[Any]) -> Any:
     return out
 
 
-def _make_callable(session: Any, fetches: Any, feeds: tuple) -> Any:
-    """A ``(callable, fetch handler)`` running ``fetches`` with ``feeds`` given positionally.
-
-    ``session.make_callable`` sends fed runs back through ``session.run``, so the
-    callable is built from ``CallableOptions`` directly; the fetch handler (the one
-    ``session.run`` uses) rebuilds the nested fetch structure. Returns None where
-    ``session.run`` must be used (odd feed types, fetched feeds, unknown sessions).
-    """
-    from tensorflow.python.client import session as session_lib
-
-    if type(session).run is not session_lib.BaseSession.run or "run" in session.__dict__:
-        return None  # a wrapped or patched run() must see every step
-    graph = session.graph
-    if not all(
-        isinstance(t, tf.Tensor)
-        and t.graph is graph
-        and graph.is_feedable(t)
-        and t.dtype.is_numpy_compatible
-        and t.dtype != tf.string
-        for t in feeds
-    ):
-        return None
-    try:
-        from tensorflow.core.protobuf import config_pb2
-
-        handler = session_lib._FetchHandler(graph, fetches, {})
-        if set(t.ref() for t in handler.fetches()) & set(t.ref() for t in feeds):
-            return None  # session.run returns fed values of fetched tensors as they are
-        opts = config_pb2.CallableOptions()
-        opts.feed.extend(t.name for t in feeds)
-        opts.fetch.extend(t.name for t in handler.fetches())
-        opts.target.extend(op.name for op in handler.targets())
-        return session._make_callable_from_options(opts), handler
-    except Exception:  # anything the callable path can't handle: session.run reports it
-        return None
-
-
 def _run_cached(session: Any, fetches: Any, feed_dict: Dict[Any, Any]) -> Any:
     """Runs through a cached session callable for this feed set and fetch structure.
 
@@ -210,7 +174,7 @@ def _run_cached(session: Any, fetches: Any, feed_dict: Dict[Any, Any]) -> Any:
     if fn is _NO_FAST_PATH:
         if len(cache) >= _MAX_CALLABLES:
             cache.clear()
-        fn = cache[key] = _make_callable(session, fetches, feeds)
+        fn = cache[key] = make_session_callable(session, fetches, feeds)
     if fn is None or getattr(session, "_closed", True):
         return _NO_FAST_PATH
     values = _feed_values(feeds, list(feed_dict.values()))
@@ -255,8 +219,7 @@ def run_timeline(
     feed_dict = feed_dict or {}
     if not timeline_dir:
         return sess.run(ops, feed_dict=feed_dict)
-    from tensorflow.python.client import timeline
-
+    timeline = timeline_module()
     global _count
     run_options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE)
     run_metadata = tf1.RunMetadata()

@@ -21,7 +21,9 @@ from rlpolicy.utils.typing import LocalOptimizer, ModelGradients, SpaceStruct, T
 tf1, tf, tfv = try_import_tf()
 
 if tf is not None:
-    from tensorflow.python.framework.ops import EagerTensor as _EAGER_TENSOR
+    from rlpolicy._fast.tf_internals import eager_tensor_type, flat_call
+
+    _EAGER_TENSOR = eager_tensor_type()
 else:  # (no TF: nothing here is called)
     _EAGER_TENSOR = None
 
@@ -290,8 +292,10 @@ def _direct_call(conc: Any, args: Tuple[Any, ...]) -> Callable:
     try:
         expected = conc.function_type.unpack_inputs(conc.function_type.bind(*args))
         flat = [t for t in tf.nest.flatten(args) if isinstance(t, tf.Tensor)]
-        call_flat = conc._call_flat
+        call_flat = flat_call(conc)  # (None: rlpolicy._fast's tf_concrete_call entry is off)
     except (AttributeError, TypeError, ValueError):  # another TF version: the public call
+        return conc
+    if call_flat is None:
         return conc
     if len(flat) != len(expected) or any(a is not b for a, b in zip(flat, expected)):
         return conc
@@ -329,8 +333,11 @@ def fast_function(
         if direct is not None:
             return direct(*args)
         # A new signature traces: expected here (reduce_retracing generalises shapes, and
-        # TraceCounter bounds retraces); TF's "triggered tf.function retracing" warning,
-        # which also counts traces of other instances' functions, would only be noise.
+        # TraceCounter bounds retraces). TF's "triggered tf.function retracing" warning
+        # keys its count on the code object, so it adds up the first traces of every
+        # instance's function (each _Plan's _run_steps, each policy's traced body), and
+        # it sees only the calls that trace (the others skip tf.function): noise here.
+        # tests/test_fast_paths.py checks that no call after the first ones traces.
         with tf_log_filtered("triggered tf.function retracing"):
             out = traced(*args)
         if after_dispatch is not None:

@@ -2,8 +2,7 @@
 
 Weight init (normc drawn once, no torch default init first), the default
 distributions without ``torch.distributions`` objects, the functional replay
-of ``SlimFC`` stacks (``functional_plan``), and the fast module-tree helpers
-(``set_training``, ``parameter_list``, ``NoGrad``). Expectations come from
+of ``SlimFC`` stacks (``rlpolicy._fast.torch_functional``). Expectations come from
 numpy formulas, ``torch.distributions`` / ``nn.Module`` themselves, or
 invariants; never from the code under test.
 """
@@ -21,7 +20,6 @@ from rlpolicy.models.catalog import MODEL_DEFAULTS  # noqa: E402
 from rlpolicy.models.torch.fcnet import FullyConnectedNetwork  # noqa: E402
 from rlpolicy.models.torch.misc import SlimFC, normc_initializer  # noqa: E402
 from rlpolicy.models.torch.torch_action_dist import TorchCategorical, TorchDiagGaussian  # noqa: E402
-from rlpolicy.policy._torch.convert import NoGrad, parameter_list, set_training  # noqa: E402
 
 OBS = gym.spaces.Box(-1.0, 1.0, (5,), np.float32)
 ACT = gym.spaces.Discrete(3)
@@ -181,32 +179,6 @@ def test_plan_gradients_equal_calling_the_modules(activation):
     torch.testing.assert_close(x, x_before, rtol=0, atol=0)
 
 
-def test_directly_initialised_modules_equal_constructed_ones():
-    from rlpolicy.models.torch.misc import init_module, new_module
-
-    reference = nn.Module().__dict__
-    for made in (new_module(nn.Tanh), new_module(nn.Sigmoid), SlimFC(3, 2, activation_fn="tanh")._model):
-        d = made.__dict__
-        assert [k for k in d if k in reference] == list(reference)
-        for k, v in reference.items():
-            assert type(d[k]) is type(v)
-            if isinstance(v, (dict, set)) and k != "_modules":
-                assert d[k] == v and d[k] is not v  # fresh, empty containers
-    a, b = new_module(nn.Tanh), new_module(nn.Tanh)
-    assert a._forward_hooks is not b._forward_hooks and a.training
-    relu = new_module(nn.ReLU)  # (own constructor: called as usual)
-    assert relu.inplace is False
-    probe = nn.Module.__new__(nn.Module)
-    init_module(probe)
-    assert list(probe.__dict__) == list(reference)
-    fc = SlimFC(3, 2, activation_fn="tanh", bias_init=0.5)
-    np.testing.assert_array_equal(fc._model[0].bias.detach().numpy(), [0.5, 0.5])
-    assert fc._model[0].bias.requires_grad and type(fc._model[0].bias) is nn.Parameter
-    copied = copy.deepcopy(fc)
-    x = torch.randn(4, 3)
-    torch.testing.assert_close(copied(x), fc(x), rtol=0, atol=0)
-
-
 def test_slimfc_forward_with_activation_keeps_its_input_and_gradient():
     torch.manual_seed(0)
     fc = SlimFC(4, 3, activation_fn="tanh")
@@ -260,48 +232,3 @@ class _Logits(nn.Module):
 
     def forward(self, x):
         return self.model({"obs": x})[0]
-
-
-# ---------------------------------------------------------------- module-tree helpers
-def test_set_training_equals_train_and_eval_and_respects_overrides():
-    model = fcnet()
-    set_training(model, False)
-    assert not any(m.training for m in model.modules())
-    set_training(model, True)
-    assert all(m.training for m in model.modules())
-
-    class Frozen(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = nn.Linear(2, 2)
-
-        def train(self, mode=True):  # keeps `inner` in eval mode
-            self.training = mode
-            self.inner.train(False)
-            return self
-
-    f = Frozen()
-    set_training(f, True)
-    assert f.training and not f.inner.training
-
-
-def test_parameter_list_equals_parameters_with_shared_modules():
-    lin = nn.Linear(2, 2)
-    tree = nn.Sequential(lin, nn.Sequential(nn.Linear(2, 3), lin), nn.Tanh())
-    tree.register_parameter("extra", nn.Parameter(torch.ones(1)))
-    got, want = parameter_list(tree), list(tree.parameters())
-    assert len(got) == len(want) and all(a is b for a, b in zip(got, want))
-
-
-def test_no_grad_restores_the_previous_mode():
-    x = torch.ones(1, requires_grad=True)
-    with NoGrad():
-        assert not (x * 2).requires_grad
-        with torch.enable_grad():
-            assert (x * 2).requires_grad
-        torch.set_grad_enabled(True)  # left on inside: restored on exit anyway
-    assert torch.is_grad_enabled()
-    with torch.no_grad():
-        with NoGrad():
-            pass
-        assert not torch.is_grad_enabled()

@@ -31,6 +31,8 @@ The replay is used only where it computes exactly what the Keras call does:
   rank-mismatched inputs Keras would squeeze or expand, wrong shapes Keras
   reports) goes to the Keras call.
 
+The tf_keras and TF internals it reads come from ``rlpolicy._fast.tf_internals``
+(entry ``keras_replay``: where its guard fails, every call is the Keras call).
 ``replay_disabled()`` switches the replay off in a block (benchmarks compare
 both paths with it; tests use it to get the Keras results).
 """
@@ -39,10 +41,17 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from rlpolicy._fast.tf_internals import (
+    KERAS_REPLAY,
+    keras_engine,
+    keras_replay_layers,
+    raw_ops,
+    tape_set_is_empty,
+)
 from rlpolicy.utils.framework import get_keras, try_import_tf
 from rlpolicy.utils.tf_utils import fast_function
 
@@ -199,7 +208,7 @@ class KerasReplay:
 
     def __call__(self, model: Any, inputs: Any) -> Any:
         """``model(inputs)``: replayed when eager and exact, else the Keras call."""
-        if tf.executing_eagerly() and not getattr(_state, "disabled", False):
+        if KERAS_REPLAY.active and tf.executing_eagerly() and not getattr(_state, "disabled", False):
             if model is not self._model:
                 self._prepare(model)
             if self._plan is not None:
@@ -241,7 +250,7 @@ def _is_keras_tensor(x: Any) -> bool:
 def _check_model_class(model: Any) -> None:
     """The model must be a plain functional model: its call is Keras' graph walk."""
     try:
-        from tf_keras.src.engine import base_layer, base_layer_v1, functional, training
+        base_layer, base_layer_v1, functional, training = keras_engine()
     except ImportError as e:  # another tf_keras layout: never replay
         raise CannotReplay(f"tf_keras internals not found ({e})") from e
     cls = type(model)
@@ -347,7 +356,7 @@ def _replay_dense(layer: Any, node: Any, what: str) -> Callable[[List[Any]], Any
     goes through ``Dense.call`` itself.
     """
     _single_input(node, what)
-    mat_mul, bias_add = _raw_ops()[:2]
+    mat_mul, bias_add = raw_ops()[:2]
     raw_activations = _raw_activations()
 
     def call(values: List[Any]) -> Any:
@@ -376,15 +385,9 @@ def _replay_dense(layer: Any, node: Any, what: str) -> Callable[[List[Any]], Any
 _UNKNOWN = object()
 
 
-def _raw_ops() -> Tuple[Any, ...]:
-    from tensorflow.python.ops import gen_math_ops, gen_nn_ops
-
-    return gen_math_ops.mat_mul, gen_nn_ops.bias_add, gen_math_ops.tanh, gen_nn_ops.relu, gen_math_ops.sigmoid
-
-
 def _raw_activations() -> Dict[Any, Any]:
     """Activation functions -> the one generated op each runs on a dense tensor (None: identity)."""
-    _, _, tanh, relu, sigmoid = _raw_ops()
+    _, _, tanh, relu, sigmoid, _ = raw_ops()
     keras = get_keras()
     table: Dict[Any, Any] = {keras.activations.linear: None}
     for fn in (tf.nn.tanh, tf.math.tanh, tf.tanh, keras.activations.tanh):
@@ -484,24 +487,17 @@ def _replayers() -> Dict[type, Callable[[Any, Any, str], Callable[[List[Any]], A
         table[getattr(layers, name)] = _replay_call_method
     table[layers.Lambda] = _replay_lambda
     try:
-        from tf_keras.src.layers.core import tf_op_layer
-        from tf_keras.src.layers.rnn import lstm
+        tf_op_lambda, slicing_op_lambda, lstm = keras_replay_layers()
     except ImportError:  # another tf_keras layout: those layers fall back
         return table
-    table[tf_op_layer.TFOpLambda] = _replay_tf_op
-    table[tf_op_layer.SlicingOpLambda] = _replay_slicing_op
-    table[lstm.LSTM] = _replay_lstm
+    table[tf_op_lambda] = _replay_tf_op
+    table[slicing_op_lambda] = _replay_slicing_op
+    table[lstm] = _replay_lstm
     return table
 
 
-_REPLAYERS = _replayers() if tf is not None else {}
-if tf is not None:
-    from tensorflow.python import pywrap_tfe as _pywrap_tfe
-    from tensorflow.python.ops.resource_variable_ops import ResourceVariable as _RESOURCE_VARIABLE
-
-    _tape_set_is_empty = _pywrap_tfe.TFE_Py_TapeSetIsEmpty  # no GradientTape is recording
-
-
-def replayed_layer_classes() -> Sequence[type]:
-    """The Keras layer classes a replay can run (exact classes)."""
-    return tuple(_REPLAYERS)
+# (the tf_keras internals are read only where rlpolicy._fast's keras_replay entry is on)
+_REPLAYERS = _replayers() if tf is not None and KERAS_REPLAY.active else {}
+if _REPLAYERS:
+    _RESOURCE_VARIABLE = raw_ops()[-1]
+    _tape_set_is_empty = tape_set_is_empty()  # no GradientTape is recording

@@ -44,14 +44,8 @@ class LazyDist:
 
 def no_grad_call(fn: Any, *args: Any) -> Any:
     """``fn(*args)`` with autograd recording off (as ``torch.distributions`` samples)."""
-    prev = torch.is_grad_enabled()
-    if not prev:
+    with torch.no_grad():
         return fn(*args)
-    torch._C._set_grad_enabled(False)
-    try:
-        return fn(*args)
-    finally:
-        torch._C._set_grad_enabled(prev)
 
 
 def reshape_to_space(flat: Any, shape: Optional[Tuple[int, ...]], dtype: Any = None) -> Any:

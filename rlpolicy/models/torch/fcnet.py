@@ -17,8 +17,8 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy.models.torch.functional_plan import FunctionalPlan, build_plan
-from rlpolicy.models.torch.misc import AppendBiasLayer, SlimFC, init_module, normc_initializer
+from rlpolicy._fast.torch_functional import FunctionalPlan, build_plan
+from rlpolicy.models.torch.misc import AppendBiasLayer, SlimFC, normc_initializer
 from rlpolicy.models.torch.torch_modelv2 import TorchModelV2
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.framework import try_import_torch
@@ -62,7 +62,7 @@ class FullyConnectedNetwork(TorchModelV2, _Module):
         name: str,
     ):
         TorchModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name)
-        init_module(self)  # (= nn.Module.__init__(self))
+        nn.Module.__init__(self)
         hiddens = list(model_config.get("fcnet_hiddens", [])) + list(
             model_config.get("post_fcnet_hiddens", [])
         )
@@ -111,7 +111,7 @@ class FullyConnectedNetwork(TorchModelV2, _Module):
 
     def _build_plan(self) -> Optional[FunctionalPlan]:
         """The functional replay of the hidden, logits and value stacks (see
-        ``functional_plan``); None if some layer cannot be replayed."""
+        ``rlpolicy._fast.torch_functional``); None if some layer cannot be replayed."""
         separate = self._value_branch_separate
         value_layers = [*separate, self._value_branch] if separate is not None else [self._value_branch]
         return build_plan(
@@ -121,6 +121,7 @@ class FullyConnectedNetwork(TorchModelV2, _Module):
                 "logits": ([], [self._logits] if self._logits is not None else []),
                 "value": ([separate] if separate is not None else [], value_layers),
             },
+            SlimFC,
         )
 
     def _split_free_log_std(self, num_outputs: Optional[int]) -> Optional[int]:

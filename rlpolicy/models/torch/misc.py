@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from rlpolicy._fast.torch_functional import linear_plan, run_linear_plan
 from rlpolicy.models.utils import get_activation_fn
 from rlpolicy.utils.annotations import DeveloperAPI
 from rlpolicy.utils.framework import try_import_torch
@@ -14,13 +14,6 @@ from rlpolicy.utils.typing import TensorType
 
 torch, nn = try_import_torch()
 _Module: Any = nn.Module  # a name mypy accepts as a base class (nn is a variable here)
-if torch is not None:
-    from torch.nn.modules import module as _torch_module
-
-    _Linear: Any = nn.Linear
-    _linear = torch.nn.functional.linear
-    _tracing_state = torch._C._get_tracing_state
-    _set_grad_enabled = torch._C._set_grad_enabled
 
 IntPair = Union[int, Tuple[int, int], List[int]]
 
@@ -34,15 +27,11 @@ def normc_initializer(std: float = 1.0) -> Callable[[TensorType], None]:
     """
 
     def initializer(tensor: TensorType) -> None:
-        prev = torch.is_grad_enabled()
-        _set_grad_enabled(False)  # (torch.no_grad(), without its cost)
-        try:
+        with torch.no_grad():
             tensor.normal_(0.0, 1.0)
             tensor.div_(torch.linalg.vector_norm(tensor, dim=1, keepdim=True))
             if std != 1.0:
                 tensor.mul_(std)
-        finally:
-            _set_grad_enabled(prev)
 
     initializer.__dict__["overwrites_tensor"] = True  # (sets every entry: see SlimFC)
     return initializer
@@ -159,40 +148,33 @@ class SlimFC(_Module):
             use_bias: Whether the linear layer has a bias.
             bias_init: Constant for the bias.
         """
-        init_module(self)  # (= super().__init__())
+        super().__init__()
         # The weights are initialised once, by `initializer` (not by torch's
         # default init first); the bias is a constant.
         initializer = initializer or nn.init.xavier_uniform_
-        bias_set = False
         if _overwrites(initializer):
-            linear = _uninitialized_linear(int(in_size), int(out_size), use_bias, bias_init)
-            bias_set = _DIRECT_LINEAR_OK  # (made with its constant already)
+            linear = _uninitialized_linear(int(in_size), int(out_size), use_bias)
         else:  # an initializer that may read the weights it changes
             linear = nn.Linear(int(in_size), int(out_size), bias=use_bias)
         initializer(linear.weight)
-        if use_bias and not bias_set:
+        if use_bias:
             with torch.no_grad():
                 linear.bias.fill_(bias_init)
         layers = [linear]
         activation = _activation_module(activation_fn)
         if activation is not None:
-            layers.append(new_module(activation))
-        self._modules["_model"] = _sequential(*layers)  # (= self._model = nn.Sequential(...))
+            layers.append(activation())
+        self._model = nn.Sequential(*layers)
         # Unregistered shortcut (see forward); deep copies remap its modules.
-        self.__dict__["_fast_plan"] = _linear_plan(self._model)
+        self.__dict__["_fast_plan"] = linear_plan(self._model)
 
     def forward(self, x: TensorType) -> TensorType:
-        seq = self._modules["_model"]
-        plan = self.__dict__.get("_fast_plan")
-        if plan is not None and plan[0] is seq and _plan_usable(plan):
-            params = plan[2]._parameters
-            out = _linear(x, params["weight"], params["bias"])
-            act_fn = plan[3]
-            return out if act_fn is None else act_fn(out)
-        return seq(x)
+        # (self._model(x), as functional calls where rlpolicy._fast.torch_functional may)
+        return run_linear_plan(self.__dict__.get("_fast_plan"), self._modules["_model"], x)
 
 
 if torch is not None:
+    _Linear: Any = nn.Linear
 
     class _NoInitLinear(_Linear):
         """``nn.Linear`` whose constructor leaves the parameters uninitialised."""
@@ -230,167 +212,13 @@ _TORCH_FILLS = frozenset(
 )
 
 
-def _uninitialized_linear(in_size: int, out_size: int, bias: bool, bias_init: float = 0.0) -> Any:
-    """A plain ``nn.Linear`` (exactly that class) with an uninitialised weight,
+def _uninitialized_linear(in_size: int, out_size: int, bias: bool) -> Any:
+    """A plain ``nn.Linear`` (exactly that class) with uninitialised parameters,
     for layers whose weight is set right after (saves torch's default init,
-    which draws as many random numbers as the real initialisation). The bias
-    is ``bias_init`` where the layer is built directly (``_DIRECT_LINEAR_OK``),
-    else uninitialised too."""
-    if _DIRECT_LINEAR_OK:
-        return _direct_linear(in_size, out_size, bias, bias_init)
+    which draws as many random numbers as the real initialisation)."""
     linear = _NoInitLinear(in_size, out_size, bias=bias)
     linear.__class__ = nn.Linear
     return linear
-
-
-def _direct_linear(in_size: int, out_size: int, bias: bool, bias_init: float = 0.0) -> Any:
-    # What nn.Linear.__init__ leaves behind (minus reset_parameters), set directly:
-    # its registrations go through nn.Module.__setattr__'s checks, which cost more
-    # than the rest. Used only if it matches the constructor (checked at import).
-    linear = object.__new__(nn.Linear)
-    init_module(linear)
-    d = linear.__dict__
-    d["in_features"], d["out_features"] = in_size, out_size
-    params = d["_parameters"]
-    params["weight"] = nn.Parameter(torch.empty((out_size, in_size)))
-    params["bias"] = (
-        nn.Parameter(torch.zeros(out_size) if bias_init == 0.0 else torch.full((out_size,), float(bias_init)))
-        if bias
-        else None
-    )
-    return linear
-
-
-def _same_linear(a: Any, b: Any) -> bool:
-    da, db = a.__dict__, b.__dict__
-    if type(a) is not type(b) or list(da) != list(db) or list(a._parameters) != list(b._parameters):
-        return False
-    if any(type(da[k]) is not type(db[k]) for k in da):
-        return False
-    return all(
-        (x is None and y is None)
-        or (
-            x is not None
-            and y is not None
-            and type(x) is type(y)
-            and x.shape == y.shape
-            and x.dtype == y.dtype
-            and x.requires_grad == y.requires_grad
-        )
-        for x, y in zip(a._parameters.values(), b._parameters.values())
-    )
-
-
-def _sequential(*modules: Any) -> Any:
-    """``nn.Sequential(*modules)``, registering the (freshly made) children directly."""
-    if _MODULE_FIELDS is None:
-        seq = nn.Sequential()
-    else:  # (what nn.Sequential() does without arguments)
-        seq = object.__new__(nn.Sequential)
-        init_module(seq)
-    seq._modules.update((str(i), m) for i, m in enumerate(modules))
-    return seq
-
-
-def _module_fields() -> Optional[Tuple[Tuple[str, Any], ...]]:
-    """What ``nn.Module.__init__`` stores, as ``(name, constant or container type)``,
-    if it is only constants and fresh empty containers (else None: use it)."""
-    try:
-        probe = nn.Module()
-    except Exception:  # noqa: BLE001
-        return None
-    fields: List[Tuple[str, Any]] = []
-    for name, value in probe.__dict__.items():
-        if type(value) in (dict, set, OrderedDict) and not value:
-            fields.append((name, type(value)))
-        elif value is None or type(value) is bool:
-            fields.append((name, value))
-        else:
-            return None
-    return tuple(fields)
-
-
-def init_module(module: Any) -> None:
-    """``nn.Module.__init__(module)`` (no arguments): the same attributes, set
-    directly (fresh empty hook/parameter/child containers, ``training=True``)."""
-    fields = _MODULE_FIELDS
-    if fields is None or type(module).call_super_init:
-        nn.Module.__init__(module)
-        return
-    d = module.__dict__
-    for name, value in fields:
-        d[name] = value() if type(value) is type else value
-
-
-def new_module(cls: Type[Any]) -> Any:
-    """``cls()`` for a module class; the ones that only run ``nn.Module.__init__``
-    (e.g. ``nn.Tanh``) are set up directly."""
-    if _MODULE_FIELDS is None or cls.__init__ is not nn.Module.__init__ or cls.__new__ is not object.__new__:
-        return cls()
-    module: Any = object.__new__(cls)
-    init_module(module)
-    return module
-
-
-def _check_direct_linear() -> bool:
-    try:
-        # Runs at import time, often right after a user seeded torch: keep the global RNG untouched.
-        with torch.random.fork_rng(devices=[]):
-            return all(_same_linear(_direct_linear(3, 2, b), nn.Linear(3, 2, bias=b)) for b in (True, False))
-    except Exception:  # noqa: BLE001 - any surprise: use the constructor
-        return False
-
-
-# Activation modules (exact types, default arguments) and their functional twins.
-# The shortcut applies them to the linear layer's fresh output, which nothing else
-# sees, so tanh/sigmoid/relu run in place there (the same values, one allocation
-# less per layer; their backward only needs the result). SiLU's backward needs its
-# input, so it stays out of place. (Empty without torch: the module still imports.)
-_FUNCTIONAL_ACTIVATIONS = (
-    {}
-    if torch is None
-    else {
-        nn.Tanh: torch.tanh_,
-        nn.Sigmoid: torch.sigmoid_,
-        nn.ReLU: torch.relu_,
-        nn.SiLU: torch.nn.functional.silu,
-    }
-)
-
-
-def _linear_plan(seq: Any) -> Optional[tuple]:
-    """``(seq, modules, linear, act_fn)`` when ``seq`` is ``Linear [-> activation]``
-    that can run as plain functional calls, else None."""
-    mods = tuple(seq._modules.values())
-    if not mods or type(mods[0]) is not nn.Linear or len(mods) > 2:
-        return None
-    act_fn = None
-    if len(mods) == 2:
-        act = mods[1]
-        act_fn = _FUNCTIONAL_ACTIVATIONS.get(type(act))
-        if act_fn is None or getattr(act, "inplace", False):
-            return None
-    return seq, mods, mods[0], act_fn
-
-
-def _plan_usable(plan: tuple) -> bool:
-    """Whether the functional shortcut computes exactly what calling the
-    modules would: same plain modules, no hooks anywhere, not being traced."""
-    seq, mods = plan[0], plan[1]
-    if tuple(seq._modules.values()) != mods or type(mods[0]) is not _Linear:
-        return False  # modules swapped, or e.g. a parametrization was registered
-    for m in (seq, *mods):
-        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
-            return False
-    g = _torch_module
-    if (
-        g._global_forward_hooks
-        or g._global_forward_pre_hooks
-        or g._global_backward_hooks
-        or g._global_backward_pre_hooks
-    ):
-        return False
-    return not _tracing_state()
 
 
 @DeveloperAPI
@@ -415,7 +243,3 @@ class Reshape(_Module):
 
     def forward(self, x: TensorType) -> TensorType:
         return x.view(*self.shape)
-
-
-_MODULE_FIELDS = _module_fields() if torch is not None else None
-_DIRECT_LINEAR_OK = torch is not None and _check_direct_linear()

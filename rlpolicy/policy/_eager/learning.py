@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import tree
 
 from rlpolicy.utils.framework import try_import_tf
+from rlpolicy.utils.tf_utils import tf_log_filtered
 
 tf1, tf, _ = try_import_tf()
 
@@ -135,6 +136,13 @@ def apply_gradients(optimizer: Any, grads_and_vars: GradsAndVars) -> None:
     step = steps.get(key)
     if step is None:
         step = steps[key] = _traced_apply(weakref.ref(optimizer), variables)
+        # The first call traces (twice: the optimizer makes its slot variables). TF's
+        # "triggered tf.function retracing" warning counts the traces of every
+        # optimizer's step together (its key is the code object), so a process that
+        # builds a few policies would see it without any step tracing twice.
+        with tf_log_filtered("triggered tf.function retracing"):
+            step([g for g, _ in grads_and_vars])
+        return
     step([g for g, _ in grads_and_vars])
 
 

@@ -324,11 +324,3 @@ def with_stats(extra_fetches: Dict[str, Any], stats_fetches: Mapping[str, Any]) 
     if stats_fetches:
         extra_fetches[LEARNER_STATS_KEY] = dict(stats_fetches, **extra_fetches[LEARNER_STATS_KEY])
     return extra_fetches
-
-
-def merged_feeds(*feeds: Mapping[Any, Any]) -> Dict[Any, Any]:
-    """One feed dict from several (later ones win)."""
-    out: Dict[Any, Any] = {}
-    for f in feeds:
-        out.update(f)
-    return out

@@ -3,7 +3,7 @@
 Each module here takes data (tensors, models, optimizers, batches, devices),
 never the policy:
 
-* ``convert``: fast torch <-> numpy conversions and the cheap ``NoGrad``.
+* ``convert``: fast torch <-> numpy conversions.
 * ``towers``: one model copy per device; per-tower gradients and their mean.
 * ``optimizers``: the default Adam, per-optimizer parameter groups, and
   optimizer state snapshots and restores.

@@ -9,88 +9,16 @@ converters for anything else). Only imported by torch modules.
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict
+from typing import Any
 
 import numpy as np
 
+from rlpolicy._fast.torch_state import STATE_DICT, check_keys_and_shapes, copy_into, state_tensors
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.numpy import convert_to_numpy
 from rlpolicy.utils.torch_utils import convert_to_non_torch_type, convert_to_torch_tensor
 
 torch, _ = try_import_torch()
-if torch is not None:
-    _set_grad_enabled = torch._C._set_grad_enabled
-    _is_grad_enabled = torch.is_grad_enabled
-    _Uninitialized = torch.nn.parameter.UninitializedTensorMixin  # lazy (not yet shaped)
-
-
-class NoGrad:
-    """``with NoGrad():`` -- ``torch.no_grad()`` as a plain context manager.
-
-    Same effect as ``torch.no_grad()`` (autograd off inside, the previous mode
-    restored on exit) at a fraction of its cost to enter, which matters on the
-    per-step action path. Not a decorator; make a new one per ``with``.
-    """
-
-    __slots__ = ("_prev",)
-
-    def __enter__(self) -> None:
-        self._prev = _is_grad_enabled()
-        _set_grad_enabled(False)
-
-    def __exit__(self, *exc: Any) -> None:
-        _set_grad_enabled(self._prev)
-
-
-def parameter_list(model: Any) -> list:
-    """``list(model.parameters())``: same parameters, same order (pre-order over
-    the modules, each module and each parameter once), walked without torch's
-    nested generators."""
-    out, seen_params, seen_modules = [], set(), set()
-    stack = [model]
-    while stack:
-        m = stack.pop()
-        if m is None or id(m) in seen_modules:
-            continue
-        seen_modules.add(id(m))
-        for p in m._parameters.values():
-            if p is not None and id(p) not in seen_params:
-                seen_params.add(id(p))
-                out.append(p)
-        if m._modules:
-            stack.extend(reversed(m._modules.values()))
-    return out
-
-
-def set_training(model: Any, mode: bool) -> None:
-    """``model.train(mode)`` (``model.eval()`` for False) in one pass over the module tree.
-
-    ``nn.Module.train`` recurses through the children with a Python call and
-    an ``nn.Module.__setattr__`` per module; when no module in the tree
-    changes how ``train``/``eval``/``__setattr__`` work, setting each module's
-    ``training`` flag directly is the same thing. Otherwise ``model.train`` /
-    ``model.eval`` run as usual.
-    """
-    module_cls = torch.nn.Module
-    root = type(model)
-    if root.eval is not module_cls.eval and not mode:
-        model.eval()
-        return
-    train, setattr_ = module_cls.train, module_cls.__setattr__
-    stack, seen = [model], []
-    while stack:
-        m = stack.pop()
-        if m is None:  # (an unset child slot)
-            continue
-        cls = type(m)
-        if cls.train is not train or cls.__setattr__ is not setattr_:
-            model.train(mode)
-            return
-        seen.append(m)
-        if m._modules:
-            stack.extend(m._modules.values())
-    for m in seen:
-        m.__dict__["training"] = mode
 
 
 def to_numpy_fast(x: Any) -> Any:
@@ -252,35 +180,16 @@ def tensor_interceptor(item: Any, device: Any) -> Any:
 
 
 def load_state_dict_fast(model: Any, state: dict, device: Any = None) -> None:
-    """``model.load_state_dict(state)`` (strict) as direct in-place copies.
-
-    Loading a state dict into plain modules (no state-dict hooks, no custom
-    ``_load_from_state_dict``) only checks the keys and shapes and then copies
-    each tensor into its parameter or buffer; this does just that. ``state``
-    may hold tensors or numpy arrays (copied straight into the targets, cast
-    to their dtype and device). Anything else (other keys, shapes or value
-    types, hooks, custom loaders) goes to ``model.load_state_dict`` (after
-    ``to_torch_fast(state, device)``), which also raises its usual errors.
-    """
-    targets = _plain_state_tensors(model)
-    if targets is None:
-        model.load_state_dict(_as_tensors(state, device))
+    """``model.load_state_dict(state)`` (strict) as direct in-place copies where
+    ``rlpolicy._fast.torch_state`` may (plain modules; tensor or numpy values),
+    else ``model.load_state_dict`` after ``to_torch_fast(state, device)``."""
+    targets = state_tensors(model)
+    if targets is not None and copy_into(targets, state):
         return
-    _check_keys_and_shapes(targets, state)  # before any copy: a bad state changes nothing
-    pairs = []
-    for key, target in targets.items():
-        value = state[key]
-        if type(value) is np.ndarray and value.dtype != object:
-            value = torch.from_numpy(value) if value.flags.writeable else torch.tensor(value)
-        elif not isinstance(value, torch.Tensor):
-            value = None
-        if value is None or target.is_meta:
-            model.load_state_dict(_as_tensors(state, device))
-            return
-        pairs.append((target, value))
-    with torch.no_grad():
-        for target, value in pairs:
-            target.copy_(value)
+    if targets is None and not STATE_DICT.active and isinstance(state, dict):
+        # (the same error as the direct copy for missing keys and wrong shapes)
+        check_keys_and_shapes(dict(model.state_dict(keep_vars=True)), state)
+    model.load_state_dict(_as_tensors(state, device))
 
 
 def _as_tensors(state: dict, device: Any) -> dict:
@@ -289,83 +198,9 @@ def _as_tensors(state: dict, device: Any) -> dict:
     return to_torch_fast(state, device)
 
 
-def _check_keys_and_shapes(targets: dict, state: dict) -> None:
-    """Raises ValueError naming missing/unexpected keys or the first wrong shape."""
-    missing = [k for k in targets if k not in state]
-    unexpected = [k for k in state if k not in targets]
-    if missing or unexpected:
-        raise ValueError(
-            f"set_weights: missing keys {missing}, unexpected keys {unexpected}; nothing was loaded"
-        )
-    for key, target in targets.items():
-        value = state[key]
-        shape = getattr(value, "shape", None)
-        shape = tuple(shape) if shape is not None else np.shape(value)
-        if shape != tuple(target.shape):
-            raise ValueError(
-                f"set_weights: {key!r} has shape {shape}, the model's is "
-                f"{tuple(target.shape)}; nothing was loaded"
-            )
-
-
-def _plain_state_tensors(model: Any) -> Any:
-    """What ``model.state_dict(keep_vars=True)`` holds, if every module saves and
-    loads its state the default way (see ``load_state_dict_fast``), else None.
-
-    Walks the modules in ``state_dict``'s order (pre-order; a module's own
-    parameters, then its persistent buffers, then its children's), shared
-    modules under every name, as ``named_modules(remove_duplicate=False)``.
-    """
-    swap = getattr(torch.__future__, "get_swap_module_params_on_conversion", None)  # (torch >= 2.3)
-    if swap is not None and swap():
-        return None
-    targets = {}
-    plain_types: Dict[type, bool] = {}
-    stack = [("", model)]
-    pop, push = stack.pop, stack.extend
-    while stack:
-        prefix, m = pop()
-        cls = type(m)
-        plain = plain_types.get(cls)
-        if plain is None:
-            plain = plain_types[cls] = _default_state_methods(cls)
-        if (
-            not plain
-            or m._load_state_dict_pre_hooks
-            or m._load_state_dict_post_hooks
-            or m._state_dict_hooks
-            or m._state_dict_pre_hooks
-        ):
-            return None
-        for name, t in m._parameters.items():
-            if t is not None:
-                targets[prefix + name] = t
-        if m._buffers:
-            skip = m._non_persistent_buffers_set
-            for name, t in m._buffers.items():
-                if t is not None and name not in skip:
-                    targets[prefix + name] = t
-        if m._modules:
-            push(reversed([(prefix + name + ".", c) for name, c in m._modules.items() if c is not None]))
-    if any(isinstance(t, _Uninitialized) for t in targets.values()):
-        return None
-    return targets
-
-
-def _default_state_methods(cls: Any) -> bool:
-    """Whether ``cls`` saves and loads its state with nn.Module's own methods."""
-    module_cls = torch.nn.Module
-    return (
-        cls._load_from_state_dict is module_cls._load_from_state_dict
-        and cls.load_state_dict is module_cls.load_state_dict
-        and cls._save_to_state_dict is module_cls._save_to_state_dict
-        and cls.state_dict is module_cls.state_dict
-    )
-
-
 def state_dict_fast(model: Any) -> dict:
     """``model.state_dict()``: the same (detached) tensors under the same names."""
-    targets = _plain_state_tensors(model)
+    targets = state_tensors(model)
     if targets is None:
         return model.state_dict()
     return {k: t.detach() for k, t in targets.items()}
@@ -373,7 +208,7 @@ def state_dict_fast(model: Any) -> dict:
 
 def weights_snapshot(model: Any) -> dict:
     """``{name: tensor_snapshot(t)}`` over ``model.state_dict()``: numpy copies."""
-    targets = _plain_state_tensors(model)
+    targets = state_tensors(model)
     if targets is None:
         targets = model.state_dict()
     return {

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from rlpolicy.policy._torch.convert import copy_leaf, numpy_copy, parameter_list, to_torch_fast
+from rlpolicy.policy._torch.convert import copy_leaf, numpy_copy, to_torch_fast
 from rlpolicy.utils.framework import try_import_torch
 
 torch, _ = try_import_torch()
@@ -73,7 +73,7 @@ def optimizer_param_groups(model: Any, optimizers: Sequence[Any]) -> List[Set[in
     Parameters outside the model (e.g. an exploration module's) are left out.
     """
     # Keyed by id(): a tensor hashes by identity anyway, at the cost of a Python call.
-    index = {id(p): i for i, p in enumerate(parameter_list(model))}
+    index = {id(p): i for i, p in enumerate(model.parameters())}
     return [
         {index[id(p)] for pg in opt.param_groups for p in pg["params"] if id(p) in index}
         for opt in optimizers

@@ -30,8 +30,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from rlpolicy.policy._torch.convert import parameter_list
-
 GradProcess = Callable[[Any, Any], Dict[str, Any]]
 
 
@@ -172,7 +170,7 @@ def compute_tower_grads(
         )
     grad_info: Dict[str, Any] = {"allreduce_latency": 0.0}
     if params is None:
-        params = parameter_list(model)  # (= list(model.parameters()), walked faster)
+        params = list(model.parameters())
     all_grads: List[Any] = [None] * len(params)
     last = len(optimizers) - 1
     for opt_idx, opt in enumerate(optimizers):
