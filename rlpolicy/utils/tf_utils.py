@@ -20,12 +20,11 @@ from rlpolicy.utils.typing import LocalOptimizer, ModelGradients, SpaceStruct, T
 
 tf1, tf, tfv = try_import_tf()
 
+_EAGER_TENSOR: Any = None  # the eager tensor class when TF is there
 if tf is not None:
     from rlpolicy._fast.tf_internals import eager_tensor_type, flat_call
 
     _EAGER_TENSOR = eager_tensor_type()
-else:  # (no TF: nothing here is called)
-    _EAGER_TENSOR = None
 
 
 def explained_variance(y: TensorType, pred: TensorType) -> TensorType:
