@@ -1,25 +1,30 @@
-"""The package's structure rules (issue 17), read from the source with ``ast``.
+"""The package's structure rules (issues 17 and 27), read from the source with ``ast``.
 
 Nothing of rlpolicy is imported: every file under ``rlpolicy/`` is parsed and
 its ``import`` / ``from`` statements (at module level, inside functions and
 classes, under ``TYPE_CHECKING``) and ``importlib.import_module("...")`` calls
 with a literal name are collected. The rules:
 
-1. ``rlpolicy/_core/`` is the framework-neutral floor: it imports nothing of
-   rlpolicy but ``rlpolicy.utils`` (and itself), not even for type hints, and
-   calls no framework's API (an allow-list below names the two files that handle
-   either framework's tensors generically, with their reasons).
-2. No import cycle among rlpolicy's files. Function-level imports count (a
+1. Layers: every file has a rank (``RANKS``: a folder, or a file ranked apart
+   from its folder, relative to ``rlpolicy/``; the longest entry that holds the
+   file wins) and imports only from its own rank or below: no arrow runs back
+   up, whether module-level, function-level, by name or for type hints. Two
+   places of one rank may not import each other (no circle between folders).
+   ``docs/architecture.md`` shows the same table.
+2. ``rlpolicy/_core/`` calls no framework's API (an allow-list below names the
+   two files that handle either framework's tensors generically).
+3. No import cycle among rlpolicy's files. Function-level imports count (a
    lazy import hides a cycle from Python, not from the design); imports under
    ``if TYPE_CHECKING:`` do not (they never run).
-3. No file sets another object's private attribute (``x._a = ...``,
+4. No file sets another object's private attribute (``x._a = ...``,
    ``x._a += ...``, ``x.__dict__["_a"] = ...``, ``setattr(x, "_a", ...)``)
    unless ``x`` is ``self`` or ``cls``; a short allow-list below names the
    cases that are no class's privates, each with its reason.
-4. Nothing outside ``rlpolicy/cli/`` imports ``rlpolicy.cli``.
-5. ``rlpolicy/policy/`` never imports ``rlpolicy.agents`` (the algorithms sit on
-   top of the policy layer), not even lazily or for type hints; an allow-list
-   below would name an exception with its reason (it is empty).
+5. No file reads a private attribute that rlpolicy's classes define
+   (``x._a``, ``getattr(x, "_a")``) on an object other than ``self``/``cls``,
+   unless the file defines that attribute itself (a module's classes share its
+   privates); framework privates (a name no rlpolicy class defines) are the
+   fast-path package's business. A short allow-list names the exceptions.
 
 Each test lists every violation it finds, one per line.
 """
@@ -27,9 +32,12 @@ Each test lists every violation it finds, one per line.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rlpolicy"
@@ -175,7 +183,8 @@ IMPORTS = {m: imports_of(m) for m in MODULES}
 
 
 def _rel(module: str) -> str:
-    return str(MODULES[module].relative_to(ROOT))
+    path = MODULES[module]
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name  # (a test's probe file)
 
 
 def _where(module: str, imp: Import) -> str:
@@ -186,24 +195,132 @@ def _where(module: str, imp: Import) -> str:
 
 # ---------------------------------------------------------------------- rule 1
 
+# Place (a folder or a file, relative to rlpolicy/) -> rank. A file belongs to the
+# longest place that holds it; it imports only from places of its rank or below.
+# docs/architecture.md shows this table (test_architecture_doc_shows_the_rank_table).
+RANKS: Dict[str, int] = {
+    "__init__.py": 0,  # the package root: a lazy name table, imports nothing by itself
+    "_fast": 0,  # framework-internal fast paths, each with its guard (a leaf)
+    "utils": 1,  # RLlib's utils: typing, framework imports, spaces, schedules, numpy/torch/tf ops
+    "_core": 2,  # the framework-neutral floor: data in, data out
+    "env": 2,  # MultiAgentEnv, EnvContext
+    "utils/pre_checks": 3,  # env checks (read env/)
+    "policy/sample_batch.py": 3,  # the batch data types every layer above reads (RLlib's path)
+    "policy/view_requirement.py": 3,
+    "utils/debug.py": 4,  # summarize() shows SampleBatches
+    "models": 4,  # ModelV2, catalog, action distributions, preprocessors
+    "utils/exploration": 5,  # Exploration classes: read models and action distributions
+    "policy": 6,  # the policy classes, their factories, mixins and helpers
+    "evaluation": 7,  # rollout workers, samplers, postprocessing
+    "execution": 7,  # replay buffers, rollout ops
+    "agents": 8,  # algorithms, callbacks, Trainer
+    "utils/test_utils.py": 8,  # RLlib's test helpers drive policies and trainers
+    "cli": 9,  # the command line
+}
+# Entries for places that other issue-27 branches add (no file here yet).
+RANKED_AHEAD = {"_fast"}
 
-def core_floor_violations() -> List[str]:
+
+def place_of(module: str) -> str:
+    """The longest ``RANKS`` entry that holds ``module``'s file."""
+    parts = module.split(".")[1:]
+    if MODULES[module].name == "__init__.py":
+        parts.append("__init__.py")
+    else:
+        parts[-1] += ".py"
+    for n in range(len(parts), 0, -1):
+        key = "/".join(parts[:n])
+        if key in RANKS:
+            return key
+    raise KeyError(f"{_rel(module)} is in no RANKS entry; add its folder to the table")
+
+
+def rank_violations(imports: Dict[str, List[Import]]) -> List[str]:
+    """Every import from a lower rank to a higher one, and every circle between places."""
     out = []
-    for module, imps in IMPORTS.items():
-        if not module.startswith("rlpolicy._core"):
-            continue
+    arrows: Dict[Tuple[str, str], str] = {}
+    for module, imps in sorted(imports.items()):
+        src = place_of(module)
         for imp in imps:
-            allowed = imp.target.startswith(("rlpolicy.utils", "rlpolicy._core"))
-            if not allowed:
-                out.append(_where(module, imp))
+            dst = place_of(imp.target)
+            if dst == src:
+                continue
+            if RANKS[dst] > RANKS[src]:
+                out.append(f"{_where(module, imp)}: {src} ({RANKS[src]}) -> {dst} ({RANKS[dst]}) runs up")
+            arrows.setdefault((src, dst), _where(module, imp))
+    graph: Dict[str, Set[str]] = {}
+    for src, dst in arrows:
+        graph.setdefault(src, set()).add(dst)
+    for cyc in cycles(graph):
+        steps = "; ".join(arrows[(a, b)] for a, b in zip(cyc, cyc[1:]))
+        out.append(f"circle {' -> '.join(cyc)}   [{steps}]")
     return out
 
 
-def test_core_imports_only_utils():
-    violations = core_floor_violations()
+def test_every_arrow_points_down():
+    violations = rank_violations(IMPORTS)
     assert not violations, (
-        "rlpolicy/_core/ may import only rlpolicy.utils (and _core); "
-        "pass data in instead, or move the code up:\n  " + "\n  ".join(violations)
+        "imports against the rank table (move the piece to the layer that owns it, or pass "
+        "it in from above):\n  " + "\n  ".join(violations)
+    )
+
+
+def test_rank_table_covers_every_file_and_names_only_real_places():
+    unplaced = []
+    for m in MODULES:
+        try:
+            place_of(m)
+        except KeyError as e:
+            unplaced.append(str(e))
+    used = {place_of(m) for m in MODULES}
+    stale = sorted(set(RANKS) - used - RANKED_AHEAD)
+    assert not unplaced and not stale, f"unplaced: {unplaced}; RANKS entries holding no file: {stale}"
+
+
+def test_rank_check_finds_up_arrows_and_circles(tmp_path):
+    low = tmp_path / "low.py"
+    low.write_text("def f():\n    from rlpolicy.policy import policy\n", encoding="utf-8")
+    high = tmp_path / "high.py"
+    high.write_text("from rlpolicy.utils import low_probe\n", encoding="utf-8")
+    evaluation = tmp_path / "ev.py"
+    evaluation.write_text("import rlpolicy.execution.ex_probe\n", encoding="utf-8")
+    execution = tmp_path / "ex.py"
+    execution.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlpolicy.evaluation import ev_probe\n",
+        encoding="utf-8",
+    )
+    probes = {
+        "rlpolicy.utils.low_probe": low,
+        "rlpolicy.policy.high_probe": high,
+        "rlpolicy.evaluation.ev_probe": evaluation,
+        "rlpolicy.execution.ex_probe": execution,
+    }
+    MODULES.update(probes)
+    try:
+        found = rank_violations({m: imports_of(m) for m in probes})
+    finally:
+        for m in probes:
+            del MODULES[m]
+    assert len(found) == 3, found
+    assert (
+        found[0]
+        == "low.py:2 imports rlpolicy.policy.policy (function-level): utils (1) -> policy (6) runs up"
+    )
+    # The up-arrow closes a circle with the down-arrow; a TYPE_CHECKING import counts too.
+    assert sorted(f.split("   [")[0] for f in found[1:]) == [
+        "circle evaluation -> execution -> evaluation",
+        "circle policy -> utils -> policy",
+    ], found
+
+
+@pytest.mark.meta
+def test_architecture_doc_shows_the_rank_table():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\|\s*(\d+)\s*\|\s*`([^`]+)`\s*\|", text, re.M)
+    shown = {place.rstrip("/"): int(rank) for rank, place in rows}
+    assert shown == RANKS, (
+        f"docs/architecture.md's rank table differs: only in the doc {sorted(set(shown.items()) - set(RANKS.items()))}, "
+        f"only in the test {sorted(set(RANKS.items()) - set(shown.items()))}"
     )
 
 
@@ -446,98 +563,6 @@ def test_allow_list_entries_still_exist():
     }
     stale = [f"{f}: {t}" for f, t in PRIVATE_SET_ALLOWED if (f, t) not in present]
     assert not stale, "stale PRIVATE_SET_ALLOWED entries:\n  " + "\n  ".join(stale)
-
-
-# ---------------------------------------------------------------------- rule 4
-
-
-def cli_import_violations() -> List[str]:
-    return [
-        _where(m, i)
-        for m, imps in IMPORTS.items()
-        if not m.startswith("rlpolicy.cli")
-        for i in imps
-        if i.target.startswith("rlpolicy.cli")
-    ]
-
-
-def test_nothing_imports_the_cli():
-    violations = cli_import_violations()
-    assert not violations, "only rlpolicy/cli/ may import rlpolicy.cli:\n  " + "\n  ".join(violations)
-
-
-# ---------------------------------------------------------------------- rule 5
-
-# (file relative to the repository root, imported module) -> why policy/ must import it.
-POLICY_TO_AGENTS_ALLOWED: Dict[Tuple[str, str], str] = {}
-
-
-def policy_to_agents_imports(imports: Dict[str, List[Import]]) -> List[Tuple[str, Import]]:
-    """(module, import) for every import of rlpolicy.agents by a module of rlpolicy.policy."""
-    return [
-        (m, i)
-        for m, imps in imports.items()
-        if m.startswith("rlpolicy.policy")
-        for i in imps
-        if i.target.startswith("rlpolicy.agents")
-    ]
-
-
-def policy_to_agents_violations() -> List[str]:
-    return [
-        _where(m, i)
-        for m, i in policy_to_agents_imports(IMPORTS)
-        if (_rel(m), i.target) not in POLICY_TO_AGENTS_ALLOWED
-    ]
-
-
-def test_policy_does_not_import_agents():
-    violations = policy_to_agents_violations()
-    assert not violations, (
-        "rlpolicy/policy/ may not import rlpolicy.agents (pass the class in, or move it "
-        "down to the policy layer and re-export it at its RLlib path):\n  " + "\n  ".join(violations)
-    )
-
-
-def test_policy_to_agents_allow_list_entries_still_exist():
-    present = {(_rel(m), i.target) for m, imps in IMPORTS.items() for i in imps}
-    stale = [f"{f}: {t}" for f, t in POLICY_TO_AGENTS_ALLOWED if (f, t) not in present]
-    assert not stale, "stale POLICY_TO_AGENTS_ALLOWED entries:\n  " + "\n  ".join(stale)
-
-
-def test_policy_to_agents_finder_sees_every_kind_of_import(tmp_path):
-    source = (
-        "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n"
-        "    from rlpolicy.agents.callbacks import DefaultCallbacks\n"
-        "def f():\n"
-        "    import importlib\n"
-        "    from rlpolicy.agents import ppo\n"
-        "    return importlib.import_module('rlpolicy.agents.dqn.dqn')\n"
-    )
-    path = tmp_path / "x.py"
-    path.write_text(source, encoding="utf-8")
-    module = "rlpolicy.policy._architecture_probe"
-    MODULES[module] = path
-    try:
-        found = sorted(
-            (i.target, i.kind, i.type_checking)
-            for _, i in policy_to_agents_imports({module: imports_of(module)})
-        )
-    finally:
-        del MODULES[module]
-    assert found == [
-        ("rlpolicy.agents.callbacks", "module", True),
-        ("rlpolicy.agents.dqn.dqn", "string", False),
-        ("rlpolicy.agents.ppo", "function", False),
-    ], found
-    # The same imports from a module outside policy/ are not this rule's business.
-    MODULES["rlpolicy.evaluation._architecture_probe"] = path
-    try:
-        outside = imports_of("rlpolicy.evaluation._architecture_probe")
-    finally:
-        del MODULES["rlpolicy.evaluation._architecture_probe"]
-    assert policy_to_agents_imports({"rlpolicy.evaluation._architecture_probe": outside}) == []
 
 
 # ---------------------------------------------------------------------- the checker itself
