@@ -565,6 +565,170 @@ def test_allow_list_entries_still_exist():
     assert not stale, "stale PRIVATE_SET_ALLOWED entries:\n  " + "\n  ".join(stale)
 
 
+# ---------------------------------------------------------------------- rule 5
+
+# Privates of torch's nn.Module and of Keras layers that share a name with an attribute of
+# one of rlpolicy's classes: a read of them is a framework internal (part 1's fast paths).
+FRAMEWORK_PRIVATES = frozenset({"_modules", "_parameters", "_buffers", "_model"})
+
+# (file relative to the repository root, attribute) -> why it may read it on another object.
+PRIVATE_READ_ALLOWED: Dict[Tuple[str, str], str] = {
+    **{
+        ("rlpolicy/evaluation/sampler.py", attr): "RLlib 1.11's sampler drives its Episode through "
+        "these underscore setters (the same package-internal API as RLlib's)"
+        for attr in (
+            "_agent_index",
+            "_set_last_observation",
+            "_set_last_raw_obs",
+            "_set_last_info",
+            "_set_last_done",
+            "_set_last_action",
+            "_set_rnn_state",
+            "_set_last_extra_action_outs",
+            "_add_agent_rewards",
+        )
+    },
+    ("rlpolicy/evaluation/postprocessing.py", "_value"): "RLlib 1.11's compute_gae_for_sample_batch "
+    "calls the ValueNetworkMixin's policy._value (user policies define it under that name)",
+    ("rlpolicy/evaluation/rollout_worker.py", "_model_init_state_automatically_added"): "RLlib 1.11's "
+    "Policy flag for a plain Policy subclass's RNN view requirements, read by the worker",
+    ("rlpolicy/evaluation/rollout_worker.py", "_update_model_view_requirements_from_init_state"): "RLlib "
+    "1.11's Policy method, called by the worker for a plain Policy subclass",
+    ("rlpolicy/policy/_tf/tower_stack.py", "_get_loss_inputs_dict"): "RLlib 1.11's TFMultiGPUTowerStack "
+    "feeds a TFPolicy through these methods (user TFPolicy subclasses override them)",
+    ("rlpolicy/policy/_tf/tower_stack.py", "_get_grad_and_stats_fetches"): "as _get_loss_inputs_dict",
+    ("rlpolicy/policy/_training_template.py", "_trusted"): "SampleBatch's trusted constructor for "
+    "columns already checked (the acting batch), used inside the policy layer",
+    ("rlpolicy/policy/eager_tf_policy.py", "_trusted"): "as in _training_template.py (the train batch)",
+    ("rlpolicy/policy/_eager/tracing.py", "_raw"): "SampleBatch's columns without its get-interceptor, "
+    "read inside the policy layer to feed a tf.function",
+    ("rlpolicy/cli/export_check.py", "_dist_inputs"): "RLlib 1.11's TFPolicy keeps its distribution "
+    "inputs only as _dist_inputs; the export check names that graph output",
+    ("rlpolicy/agents/ppo/ppo_tf_policy.py", "_is_tower"): "a graph policy's tower copy leaves gradient "
+    "clipping to its tower stack; the flag has no public name in RLlib 1.11",
+    ("rlpolicy/models/modelv2.py", "_obs_space"): "RLlib 1.11's Preprocessor keeps its input space only "
+    "as _obs_space (same layer)",
+    ("rlpolicy/models/torch/dist_helpers.py", "_make_dist"): "a descriptor reading the hook of the "
+    "class it is installed on (the descriptor protocol)",
+    ("rlpolicy/policy/_tf/pipeline_export.py", "_to_action_space"): "the graph export rebuilds an "
+    "action distribution's squashing from its own fields",
+    ("rlpolicy/policy/_tf/pipeline_export.py", "_squash"): "as _to_action_space",
+    ("rlpolicy/policy/policy_template.py", "_after_loss_init"): "the factory's hook record "
+    "(_core/hooks.py) keeps the internal after-loss-init step under a private field",
+}
+
+
+def _private_defs(tree: ast.AST) -> Set[str]:
+    """The private attributes a file's classes define: methods and class attributes,
+    and ``self._x = ...`` / ``cls._x = ...`` assignments."""
+    names: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                targets = item.targets if isinstance(item, ast.Assign) else [getattr(item, "target", None)]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _owner_ok(node.value):
+            names.add(node.attr)
+    return {n for n in names if _private(n)}
+
+
+def _self_like(node: ast.expr) -> bool:
+    """``self`` / ``cls``, ``super()`` and ``type(self)``."""
+    return _owner_ok(node) or (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and (
+            node.func.id == "super"
+            or (node.func.id == "type" and len(node.args) == 1 and _owner_ok(node.args[0]))
+        )
+    )
+
+
+def _private_reads(tree: ast.AST) -> Iterator[Tuple[int, str, str]]:
+    """(line, read as written, attribute) for ``x._a`` and ``getattr/hasattr(x, "_a")``
+    where ``x`` is not self-like."""
+    # ``Base._method(self, ...)``: a class calling its base's method on itself.
+    on_self = {
+        id(node.func)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and node.args and _owner_ok(node.args[0])
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and _private(node.attr):
+            if not _self_like(node.value) and id(node) not in on_self:
+                yield node.lineno, ast.unparse(node), node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+            and not _self_like(node.args[0])
+        ):
+            yield (
+                node.lineno,
+                f"{node.func.id}({ast.unparse(node.args[0])}, {node.args[1].value!r})",
+                node.args[1].value,
+            )
+
+
+TREES = {m: ast.parse(p.read_text(encoding="utf-8")) for m, p in MODULES.items()}
+DEFINED_IN = {m: _private_defs(t) for m, t in TREES.items()}
+
+
+def private_read_violations() -> List[str]:
+    defined_anywhere = set().union(*DEFINED_IN.values()) - FRAMEWORK_PRIVATES
+    out = []
+    for module, tree in TREES.items():
+        rel = _rel(module)
+        for line, text, attr in _private_reads(tree):
+            if attr not in defined_anywhere or attr in DEFINED_IN[module]:
+                continue  # a framework's private (part 1's business), or this file's own
+            if (rel, attr) not in PRIVATE_READ_ALLOWED:
+                owners = sorted(_rel(m) for m, names in DEFINED_IN.items() if attr in names)
+                out.append(f"{rel}:{line} reads {text} (defined in {', '.join(owners)})")
+    return out
+
+
+def test_no_private_attributes_read_from_outside():
+    violations = private_read_violations()
+    assert not violations, (
+        "private attributes of rlpolicy's classes read on an object other than self/cls "
+        "outside the file that defines them (give the owner a method or a public "
+        "attribute, or pass the data in):\n  " + "\n  ".join(violations)
+    )
+
+
+def test_private_read_allow_list_entries_still_exist():
+    present = {(_rel(m), attr) for m, t in TREES.items() for _, _, attr in _private_reads(t)}
+    stale = [f"{f}: {t}" for f, t in PRIVATE_READ_ALLOWED if (f, t) not in present]
+    assert not stale, "stale PRIVATE_READ_ALLOWED entries:\n  " + "\n  ".join(stale)
+
+
+def test_private_read_finder():
+    src = (
+        "class A:\n"
+        "    _k = 1\n"
+        "    def f(self, other, cls):\n"
+        "        self._own = other._theirs\n"
+        "        return super()._m, type(self)._k, cls._c, getattr(other, '_g'), other.__len__, x._replace\n"
+        "    def g(self, other):\n"
+        "        return Base._h(self, 1), Base._i(other)\n"
+    )
+    tree = ast.parse(src)
+    assert sorted(r[1] for r in _private_reads(tree)) == [
+        "Base._i",
+        "getattr(other, '_g')",
+        "other._theirs",
+        "x._replace",
+    ]
+    assert _private_defs(tree) == {"_k", "_own"}
+
+
 # ---------------------------------------------------------------------- the checker itself
 
 

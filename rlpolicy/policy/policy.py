@@ -127,9 +127,9 @@ def _copy_given_config(config: Optional[dict]) -> dict:
         return dict(config)
 
 
-def _class_default_config(policy: "Policy") -> Optional[dict]:
+def _class_default_config(cls: type) -> Optional[dict]:
     # Classes made by the policy factories carry their get_default_config hook.
-    hook = getattr(getattr(type(policy), "_hooks", None), "get_default_config", None)
+    hook = getattr(getattr(cls, "_hooks", None), "get_default_config", None)
     return hook() if callable(hook) else None
 
 
@@ -208,7 +208,7 @@ class Policy(metaclass=ABCMeta):
         if config is not None and config is done:
             return done
         if defaults is None:
-            defaults = _class_default_config(self)
+            defaults = _class_default_config(type(self))
         full = _completed_config(config, defaults, type(self).__name__)
         self.__dict__["_precompleted_config"] = full
         self.__dict__.setdefault("_given_config", _copy_given_config(config))
