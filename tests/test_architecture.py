@@ -25,6 +25,9 @@ with a literal name are collected. The rules:
    unless the file defines that attribute itself (a module's classes share its
    privates); framework privates (a name no rlpolicy class defines) are the
    fast-path package's business. A short allow-list names the exceptions.
+6. No module-global table keyed by objects (a ``WeakKeyDictionary`` or
+   ``WeakValueDictionary`` bound at module level): an object's state is its own
+   attribute (issue 27 part 3).
 
 Each test lists every violation it finds, one per line.
 """
@@ -727,6 +730,58 @@ def test_private_read_finder():
         "x._replace",
     ]
     assert _private_defs(tree) == {"_k", "_own"}
+
+
+# ---------------------------------------------------------------------- rule 6
+
+# (file relative to the repository root, module-level name) -> why it may stay a side table.
+SIDE_TABLES_ALLOWED: Dict[Tuple[str, str], str] = {
+    ("rlpolicy/models/tf/tf_modelv2.py", "_LAYER_CLASSES"): "select_keras_classes' table, "
+    "rewritten with the Keras-class switch itself (issue 27 part 5)",
+}
+
+
+def side_tables(tree: ast.Module) -> List[Tuple[int, str]]:
+    """Module-level names bound to a weakly keyed (or valued) dictionary: per-object
+    state kept beside the object instead of on it."""
+    found = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        value = getattr(node, "value", None)
+        if value is None or not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        if any(
+            isinstance(call, ast.Call)
+            and (getattr(call.func, "attr", None) or getattr(call.func, "id", None))
+            in ("WeakKeyDictionary", "WeakValueDictionary")
+            for call in ast.walk(value)
+        ):
+            found += [(node.lineno, t.id) for t in targets if isinstance(t, ast.Name)]
+    return found
+
+
+def test_no_module_global_side_tables():
+    found = {(_rel(m), name): line for m, t in TREES.items() for line, name in side_tables(t)}
+    violations = [
+        f"{f}:{line} {name}" for (f, name), line in found.items() if (f, name) not in SIDE_TABLES_ALLOWED
+    ]
+    stale = [f"{f}: {n}" for f, n in SIDE_TABLES_ALLOWED if (f, n) not in found]
+    assert not violations and not stale, (
+        "module-global tables keyed by objects (keep the state on its owner: an attribute "
+        f"built in its __init__, passed to the helpers): {violations}; stale allow-list entries: {stale}"
+    )
+
+
+def test_side_table_finder():
+    tree = ast.parse(
+        "import weakref\n"
+        "_A = weakref.WeakKeyDictionary()\n"
+        "_B: 'x' = (WeakValueDictionary())\n"
+        "_C = {}\n"
+        "def f():\n"
+        "    d = weakref.WeakKeyDictionary()\n"
+    )
+    assert side_tables(tree) == [(2, "_A"), (3, "_B")]
 
 
 # ---------------------------------------------------------------------- the checker itself

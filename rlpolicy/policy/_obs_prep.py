@@ -6,10 +6,10 @@ the flat preprocessed ``Box`` (with the raw space as ``original_space``). A
 policy built directly on the raw Dict/Tuple space fails there. Here every
 policy turns such a space into that same flat space when it is built
 (:func:`prepare_observation_space`), and accepts raw nested observations at
-its entry points (:func:`flatten_obs_batch` and friends), so a policy built
-directly and one built by a RolloutWorker are the same policy, and the
-worker's samples and the policy's own preprocessing cannot disagree: both go
-through the preprocessor returned by :func:`observation_preprocessor`.
+its entry points (its :class:`ObsFlattener`, ``policy.obs_flattener``), so a
+policy built directly and one built by a RolloutWorker are the same policy, and
+the worker's samples and the policy's own preprocessing cannot disagree: both
+go through the flattener's preprocessor.
 
 With ``_disable_preprocessor_api`` set, spaces and observations are left
 exactly as given. Nothing here imports torch or tensorflow.
@@ -216,46 +216,16 @@ def _model_config(policy: Any) -> Optional[dict]:
     return (getattr(policy, "config", None) or {}).get("model")
 
 
-# The helpers by policy (samplers, the CLI and exports hold a policy, not its flattener).
-def observation_preprocessor(policy: Any) -> Any:
-    """The preprocessor of ``policy``'s raw observations, or None (see ObsFlattener)."""
-    return flattener_of(policy).prep
-
-
-def flatten_obs_batch(policy: Any, obs: Any) -> Any:
-    """``ObsFlattener.batch`` of ``policy``'s flattener."""
-    return flattener_of(policy).batch(obs)
-
-
 def flatten_single_obs(policy: Any, obs: Any) -> Any:
-    """``ObsFlattener.single`` of ``policy``'s flattener."""
+    """``ObsFlattener.single`` of ``policy``'s flattener (samplers, the CLI and exports
+    hold a policy, not its flattener)."""
     return flattener_of(policy).single(obs)
-
-
-def flatten_single_list_obs(policy: Any, obs: Any) -> Any:
-    """``ObsFlattener.single_list`` of ``policy``'s flattener."""
-    return flattener_of(policy).single_list(obs)
-
-
-def flatten_input_dict(policy: Any, input_dict: Any, columns: tuple = ("obs", "new_obs")) -> Any:
-    """``ObsFlattener.input_dict`` of ``policy``'s flattener."""
-    return flattener_of(policy).input_dict(input_dict, columns)
-
-
-def flatten_batch_in_place(policy: Any, batch: Any) -> Any:
-    """``ObsFlattener.batch_in_place`` of ``policy``'s flattener."""
-    return flattener_of(policy).batch_in_place(batch)
 
 
 __all__ = [
     "ObsFlattener",
     "flattener_of",
     "prepare_observation_space",
-    "observation_preprocessor",
-    "flatten_obs_batch",
     "flatten_single_obs",
-    "flatten_single_list_obs",
-    "flatten_input_dict",
-    "flatten_batch_in_place",
     "stack_rows",
 ]
