@@ -10,7 +10,7 @@ the rollout worker.
 
 from __future__ import annotations
 
-from rlpolicy.evaluation._callbacks import MultiCallbacks, as_callbacks  # noqa: F401
+from rlpolicy.evaluation._callbacks import MultiCallbacks
 from rlpolicy.policy._callbacks import DefaultCallbacks
 
 __all__ = ["DefaultCallbacks", "MultiCallbacks"]

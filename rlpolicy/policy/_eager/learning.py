@@ -101,8 +101,7 @@ def step_optimizers(
 ) -> None:
     """Applies ``grads_and_vars`` (None gradients skipped): one list per
     optimizer with ``multi``, else one list for the first optimizer. ``steps``
-    holds the owner's traced updates (None: a fresh holder, nothing kept)."""
-    steps = steps if steps is not None else ApplySteps()
+    holds the owner's traced updates (None: each optimizer steps eagerly)."""
     if multi:
         for opt, gv in zip(optimizers, grads_and_vars):
             apply_gradients(opt, [(g, v) for g, v in gv if g is not None], steps)
@@ -144,18 +143,18 @@ def apply_gradients(optimizer: Any, grads_and_vars: GradsAndVars, steps: Optiona
     traced). The update is the optimizer's own code either way and reads its
     hyperparameters from its variables, so the traced step computes the same;
     it is traced once per optimizer and variable list (kept in ``steps``,
-    the owner's ApplySteps). Subclasses of those
+    the owner's ApplySteps; without one the step runs eagerly). Subclasses of those
     optimizers (user code), other optimizers and non-dense gradients
     (``IndexedSlices``) are stepped eagerly as they are.
     """
     if not (
-        tf.executing_eagerly()
+        steps is not None
+        and tf.executing_eagerly()
         and _builtin_keras_optimizer(optimizer)
         and all(isinstance(g, tf.Tensor) for g, _ in grads_and_vars)
     ):
         optimizer.apply_gradients(grads_and_vars)
         return
-    steps = steps if steps is not None else ApplySteps()
     steps.get(optimizer, [v for _, v in grads_and_vars])([g for g, _ in grads_and_vars])
 
 
