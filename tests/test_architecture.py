@@ -1,25 +1,33 @@
-"""The package's structure rules (issue 17), read from the source with ``ast``.
+"""The package's structure rules (issues 17 and 27), read from the source with ``ast``.
 
 Nothing of rlpolicy is imported: every file under ``rlpolicy/`` is parsed and
 its ``import`` / ``from`` statements (at module level, inside functions and
 classes, under ``TYPE_CHECKING``) and ``importlib.import_module("...")`` calls
 with a literal name are collected. The rules:
 
-1. ``rlpolicy/_core/`` is the framework-neutral floor: it imports nothing of
-   rlpolicy but ``rlpolicy.utils`` (and itself), not even for type hints, and
-   calls no framework's API (an allow-list below names the two files that handle
-   either framework's tensors generically, with their reasons).
-2. No import cycle among rlpolicy's files. Function-level imports count (a
+1. Layers: every file has a rank (``RANKS``: a folder, or a file ranked apart
+   from its folder, relative to ``rlpolicy/``; the longest entry that holds the
+   file wins) and imports only from its own rank or below: no arrow runs back
+   up, whether module-level, function-level, by name or for type hints. Two
+   places of one rank may not import each other (no circle between folders).
+   ``docs/architecture.md`` shows the same table.
+2. ``rlpolicy/_core/`` calls no framework's API (an allow-list below names the
+   two files that handle either framework's tensors generically).
+3. No import cycle among rlpolicy's files. Function-level imports count (a
    lazy import hides a cycle from Python, not from the design); imports under
    ``if TYPE_CHECKING:`` do not (they never run).
-3. No file sets another object's private attribute (``x._a = ...``,
+4. No file sets another object's private attribute (``x._a = ...``,
    ``x._a += ...``, ``x.__dict__["_a"] = ...``, ``setattr(x, "_a", ...)``)
    unless ``x`` is ``self`` or ``cls``; a short allow-list below names the
    cases that are no class's privates, each with its reason.
-4. Nothing outside ``rlpolicy/cli/`` imports ``rlpolicy.cli``.
-5. ``rlpolicy/policy/`` never imports ``rlpolicy.agents`` (the algorithms sit on
-   top of the policy layer), not even lazily or for type hints; an allow-list
-   below would name an exception with its reason (it is empty).
+5. No file reads a private attribute that rlpolicy's classes define
+   (``x._a``, ``getattr(x, "_a")``) on an object other than ``self``/``cls``,
+   unless the file defines that attribute itself (a module's classes share its
+   privates); framework privates (a name no rlpolicy class defines) are the
+   fast-path package's business. A short allow-list names the exceptions.
+6. No module-global table keyed by objects (a ``WeakKeyDictionary`` or
+   ``WeakValueDictionary`` bound at module level): an object's state is its own
+   attribute (issue 27 part 3).
 
 Each test lists every violation it finds, one per line.
 """
@@ -27,9 +35,12 @@ Each test lists every violation it finds, one per line.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rlpolicy"
@@ -175,7 +186,8 @@ IMPORTS = {m: imports_of(m) for m in MODULES}
 
 
 def _rel(module: str) -> str:
-    return str(MODULES[module].relative_to(ROOT))
+    path = MODULES[module]
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name  # (a test's probe file)
 
 
 def _where(module: str, imp: Import) -> str:
@@ -186,24 +198,132 @@ def _where(module: str, imp: Import) -> str:
 
 # ---------------------------------------------------------------------- rule 1
 
+# Place (a folder or a file, relative to rlpolicy/) -> rank. A file belongs to the
+# longest place that holds it; it imports only from places of its rank or below.
+# docs/architecture.md shows this table (test_architecture_doc_shows_the_rank_table).
+RANKS: Dict[str, int] = {
+    "__init__.py": 0,  # the package root: a lazy name table, imports nothing by itself
+    "_fast": 0,  # framework-internal fast paths, each with its guard (a leaf)
+    "utils": 1,  # RLlib's utils: typing, framework imports, spaces, schedules, numpy/torch/tf ops
+    "_core": 2,  # the framework-neutral floor: data in, data out
+    "env": 2,  # MultiAgentEnv, EnvContext
+    "utils/pre_checks": 3,  # env checks (read env/)
+    "policy/sample_batch.py": 3,  # the batch data types every layer above reads (RLlib's path)
+    "policy/view_requirement.py": 3,
+    "utils/debug.py": 4,  # summarize() shows SampleBatches
+    "models": 4,  # ModelV2, catalog, action distributions, preprocessors
+    "utils/exploration": 5,  # Exploration classes: read models and action distributions
+    "policy": 6,  # the policy classes, their factories, mixins and helpers
+    "evaluation": 7,  # rollout workers, samplers, postprocessing
+    "execution": 7,  # replay buffers, rollout ops
+    "agents": 8,  # algorithms, callbacks, Trainer
+    "utils/test_utils.py": 8,  # RLlib's test helpers drive policies and trainers
+    "cli": 9,  # the command line
+}
+# Entries for places that other issue-27 branches add (no file here yet).
+RANKED_AHEAD = {"_fast"}
 
-def core_floor_violations() -> List[str]:
+
+def place_of(module: str) -> str:
+    """The longest ``RANKS`` entry that holds ``module``'s file."""
+    parts = module.split(".")[1:]
+    if MODULES[module].name == "__init__.py":
+        parts.append("__init__.py")
+    else:
+        parts[-1] += ".py"
+    for n in range(len(parts), 0, -1):
+        key = "/".join(parts[:n])
+        if key in RANKS:
+            return key
+    raise KeyError(f"{_rel(module)} is in no RANKS entry; add its folder to the table")
+
+
+def rank_violations(imports: Dict[str, List[Import]]) -> List[str]:
+    """Every import from a lower rank to a higher one, and every circle between places."""
     out = []
-    for module, imps in IMPORTS.items():
-        if not module.startswith("rlpolicy._core"):
-            continue
+    arrows: Dict[Tuple[str, str], str] = {}
+    for module, imps in sorted(imports.items()):
+        src = place_of(module)
         for imp in imps:
-            allowed = imp.target.startswith(("rlpolicy.utils", "rlpolicy._core"))
-            if not allowed:
-                out.append(_where(module, imp))
+            dst = place_of(imp.target)
+            if dst == src:
+                continue
+            if RANKS[dst] > RANKS[src]:
+                out.append(f"{_where(module, imp)}: {src} ({RANKS[src]}) -> {dst} ({RANKS[dst]}) runs up")
+            arrows.setdefault((src, dst), _where(module, imp))
+    graph: Dict[str, Set[str]] = {}
+    for src, dst in arrows:
+        graph.setdefault(src, set()).add(dst)
+    for cyc in cycles(graph):
+        steps = "; ".join(arrows[(a, b)] for a, b in zip(cyc, cyc[1:]))
+        out.append(f"circle {' -> '.join(cyc)}   [{steps}]")
     return out
 
 
-def test_core_imports_only_utils():
-    violations = core_floor_violations()
+def test_every_arrow_points_down():
+    violations = rank_violations(IMPORTS)
     assert not violations, (
-        "rlpolicy/_core/ may import only rlpolicy.utils (and _core); "
-        "pass data in instead, or move the code up:\n  " + "\n  ".join(violations)
+        "imports against the rank table (move the piece to the layer that owns it, or pass "
+        "it in from above):\n  " + "\n  ".join(violations)
+    )
+
+
+def test_rank_table_covers_every_file_and_names_only_real_places():
+    unplaced = []
+    for m in MODULES:
+        try:
+            place_of(m)
+        except KeyError as e:
+            unplaced.append(str(e))
+    used = {place_of(m) for m in MODULES}
+    stale = sorted(set(RANKS) - used - RANKED_AHEAD)
+    assert not unplaced and not stale, f"unplaced: {unplaced}; RANKS entries holding no file: {stale}"
+
+
+def test_rank_check_finds_up_arrows_and_circles(tmp_path):
+    low = tmp_path / "low.py"
+    low.write_text("def f():\n    from rlpolicy.policy import policy\n", encoding="utf-8")
+    high = tmp_path / "high.py"
+    high.write_text("from rlpolicy.utils import low_probe\n", encoding="utf-8")
+    evaluation = tmp_path / "ev.py"
+    evaluation.write_text("import rlpolicy.execution.ex_probe\n", encoding="utf-8")
+    execution = tmp_path / "ex.py"
+    execution.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rlpolicy.evaluation import ev_probe\n",
+        encoding="utf-8",
+    )
+    probes = {
+        "rlpolicy.utils.low_probe": low,
+        "rlpolicy.policy.high_probe": high,
+        "rlpolicy.evaluation.ev_probe": evaluation,
+        "rlpolicy.execution.ex_probe": execution,
+    }
+    MODULES.update(probes)
+    try:
+        found = rank_violations({m: imports_of(m) for m in probes})
+    finally:
+        for m in probes:
+            del MODULES[m]
+    assert len(found) == 3, found
+    assert (
+        found[0]
+        == "low.py:2 imports rlpolicy.policy.policy (function-level): utils (1) -> policy (6) runs up"
+    )
+    # The up-arrow closes a circle with the down-arrow; a TYPE_CHECKING import counts too.
+    assert sorted(f.split("   [")[0] for f in found[1:]) == [
+        "circle evaluation -> execution -> evaluation",
+        "circle policy -> utils -> policy",
+    ], found
+
+
+@pytest.mark.meta
+def test_architecture_doc_shows_the_rank_table():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\|\s*(\d+)\s*\|\s*`([^`]+)`\s*\|", text, re.M)
+    shown = {place.rstrip("/"): int(rank) for rank, place in rows}
+    assert shown == RANKS, (
+        f"docs/architecture.md's rank table differs: only in the doc {sorted(set(shown.items()) - set(RANKS.items()))}, "
+        f"only in the test {sorted(set(RANKS.items()) - set(shown.items()))}"
     )
 
 
@@ -448,96 +568,220 @@ def test_allow_list_entries_still_exist():
     assert not stale, "stale PRIVATE_SET_ALLOWED entries:\n  " + "\n  ".join(stale)
 
 
-# ---------------------------------------------------------------------- rule 4
-
-
-def cli_import_violations() -> List[str]:
-    return [
-        _where(m, i)
-        for m, imps in IMPORTS.items()
-        if not m.startswith("rlpolicy.cli")
-        for i in imps
-        if i.target.startswith("rlpolicy.cli")
-    ]
-
-
-def test_nothing_imports_the_cli():
-    violations = cli_import_violations()
-    assert not violations, "only rlpolicy/cli/ may import rlpolicy.cli:\n  " + "\n  ".join(violations)
-
-
 # ---------------------------------------------------------------------- rule 5
 
-# (file relative to the repository root, imported module) -> why policy/ must import it.
-POLICY_TO_AGENTS_ALLOWED: Dict[Tuple[str, str], str] = {}
+# Privates of torch's nn.Module and of Keras layers that share a name with an attribute of
+# one of rlpolicy's classes: a read of them is a framework internal (part 1's fast paths).
+FRAMEWORK_PRIVATES = frozenset({"_modules", "_parameters", "_buffers", "_model"})
 
-
-def policy_to_agents_imports(imports: Dict[str, List[Import]]) -> List[Tuple[str, Import]]:
-    """(module, import) for every import of rlpolicy.agents by a module of rlpolicy.policy."""
-    return [
-        (m, i)
-        for m, imps in imports.items()
-        if m.startswith("rlpolicy.policy")
-        for i in imps
-        if i.target.startswith("rlpolicy.agents")
-    ]
-
-
-def policy_to_agents_violations() -> List[str]:
-    return [
-        _where(m, i)
-        for m, i in policy_to_agents_imports(IMPORTS)
-        if (_rel(m), i.target) not in POLICY_TO_AGENTS_ALLOWED
-    ]
-
-
-def test_policy_does_not_import_agents():
-    violations = policy_to_agents_violations()
-    assert not violations, (
-        "rlpolicy/policy/ may not import rlpolicy.agents (pass the class in, or move it "
-        "down to the policy layer and re-export it at its RLlib path):\n  " + "\n  ".join(violations)
-    )
-
-
-def test_policy_to_agents_allow_list_entries_still_exist():
-    present = {(_rel(m), i.target) for m, imps in IMPORTS.items() for i in imps}
-    stale = [f"{f}: {t}" for f, t in POLICY_TO_AGENTS_ALLOWED if (f, t) not in present]
-    assert not stale, "stale POLICY_TO_AGENTS_ALLOWED entries:\n  " + "\n  ".join(stale)
-
-
-def test_policy_to_agents_finder_sees_every_kind_of_import(tmp_path):
-    source = (
-        "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n"
-        "    from rlpolicy.agents.callbacks import DefaultCallbacks\n"
-        "def f():\n"
-        "    import importlib\n"
-        "    from rlpolicy.agents import ppo\n"
-        "    return importlib.import_module('rlpolicy.agents.dqn.dqn')\n"
-    )
-    path = tmp_path / "x.py"
-    path.write_text(source, encoding="utf-8")
-    module = "rlpolicy.policy._architecture_probe"
-    MODULES[module] = path
-    try:
-        found = sorted(
-            (i.target, i.kind, i.type_checking)
-            for _, i in policy_to_agents_imports({module: imports_of(module)})
+# (file relative to the repository root, attribute) -> why it may read it on another object.
+PRIVATE_READ_ALLOWED: Dict[Tuple[str, str], str] = {
+    **{
+        ("rlpolicy/evaluation/sampler.py", attr): "RLlib 1.11's sampler drives its Episode through "
+        "these underscore setters (the same package-internal API as RLlib's)"
+        for attr in (
+            "_agent_index",
+            "_set_last_observation",
+            "_set_last_raw_obs",
+            "_set_last_info",
+            "_set_last_done",
+            "_set_last_action",
+            "_set_rnn_state",
+            "_set_last_extra_action_outs",
+            "_add_agent_rewards",
         )
-    finally:
-        del MODULES[module]
-    assert found == [
-        ("rlpolicy.agents.callbacks", "module", True),
-        ("rlpolicy.agents.dqn.dqn", "string", False),
-        ("rlpolicy.agents.ppo", "function", False),
-    ], found
-    # The same imports from a module outside policy/ are not this rule's business.
-    MODULES["rlpolicy.evaluation._architecture_probe"] = path
-    try:
-        outside = imports_of("rlpolicy.evaluation._architecture_probe")
-    finally:
-        del MODULES["rlpolicy.evaluation._architecture_probe"]
-    assert policy_to_agents_imports({"rlpolicy.evaluation._architecture_probe": outside}) == []
+    },
+    ("rlpolicy/evaluation/postprocessing.py", "_value"): "RLlib 1.11's compute_gae_for_sample_batch "
+    "calls the ValueNetworkMixin's policy._value (user policies define it under that name)",
+    ("rlpolicy/evaluation/rollout_worker.py", "_model_init_state_automatically_added"): "RLlib 1.11's "
+    "Policy flag for a plain Policy subclass's RNN view requirements, read by the worker",
+    ("rlpolicy/evaluation/rollout_worker.py", "_update_model_view_requirements_from_init_state"): "RLlib "
+    "1.11's Policy method, called by the worker for a plain Policy subclass",
+    ("rlpolicy/policy/_tf/tower_stack.py", "_get_loss_inputs_dict"): "RLlib 1.11's TFMultiGPUTowerStack "
+    "feeds a TFPolicy through these methods (user TFPolicy subclasses override them)",
+    ("rlpolicy/policy/_tf/tower_stack.py", "_get_grad_and_stats_fetches"): "as _get_loss_inputs_dict",
+    ("rlpolicy/policy/_training_template.py", "_trusted"): "SampleBatch's trusted constructor for "
+    "columns already checked (the acting batch), used inside the policy layer",
+    ("rlpolicy/policy/eager_tf_policy.py", "_trusted"): "as in _training_template.py (the train batch)",
+    ("rlpolicy/policy/_eager/tracing.py", "_raw"): "SampleBatch's columns without its get-interceptor, "
+    "read inside the policy layer to feed a tf.function",
+    ("rlpolicy/cli/export_check.py", "_dist_inputs"): "RLlib 1.11's TFPolicy keeps its distribution "
+    "inputs only as _dist_inputs; the export check names that graph output",
+    ("rlpolicy/agents/ppo/ppo_tf_policy.py", "_is_tower"): "a graph policy's tower copy leaves gradient "
+    "clipping to its tower stack; the flag has no public name in RLlib 1.11",
+    ("rlpolicy/models/modelv2.py", "_obs_space"): "RLlib 1.11's Preprocessor keeps its input space only "
+    "as _obs_space (same layer)",
+    ("rlpolicy/models/torch/dist_helpers.py", "_make_dist"): "a descriptor reading the hook of the "
+    "class it is installed on (the descriptor protocol)",
+    ("rlpolicy/policy/_tf/pipeline_export.py", "_to_action_space"): "the graph export rebuilds an "
+    "action distribution's squashing from its own fields",
+    ("rlpolicy/policy/_tf/pipeline_export.py", "_squash"): "as _to_action_space",
+    ("rlpolicy/policy/policy_template.py", "_after_loss_init"): "the factory's hook record "
+    "(_core/hooks.py) keeps the internal after-loss-init step under a private field",
+}
+
+
+def _private_defs(tree: ast.AST) -> Set[str]:
+    """The private attributes a file's classes define: methods and class attributes,
+    and ``self._x = ...`` / ``cls._x = ...`` assignments."""
+    names: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(item.name)
+                targets = item.targets if isinstance(item, ast.Assign) else [getattr(item, "target", None)]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _owner_ok(node.value):
+            names.add(node.attr)
+    return {n for n in names if _private(n)}
+
+
+def _self_like(node: ast.expr) -> bool:
+    """``self`` / ``cls``, ``super()`` and ``type(self)``."""
+    return _owner_ok(node) or (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and (
+            node.func.id == "super"
+            or (node.func.id == "type" and len(node.args) == 1 and _owner_ok(node.args[0]))
+        )
+    )
+
+
+def _private_reads(tree: ast.AST) -> Iterator[Tuple[int, str, str]]:
+    """(line, read as written, attribute) for ``x._a`` and ``getattr/hasattr(x, "_a")``
+    where ``x`` is not self-like."""
+    # ``Base._method(self, ...)``: a class calling its base's method on itself.
+    on_self = {
+        id(node.func)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and node.args and _owner_ok(node.args[0])
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and _private(node.attr):
+            if not _self_like(node.value) and id(node) not in on_self:
+                yield node.lineno, ast.unparse(node), node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+            and not _self_like(node.args[0])
+        ):
+            yield (
+                node.lineno,
+                f"{node.func.id}({ast.unparse(node.args[0])}, {node.args[1].value!r})",
+                node.args[1].value,
+            )
+
+
+TREES = {m: ast.parse(p.read_text(encoding="utf-8")) for m, p in MODULES.items()}
+DEFINED_IN = {m: _private_defs(t) for m, t in TREES.items()}
+
+
+def private_read_violations() -> List[str]:
+    defined_anywhere = set().union(*DEFINED_IN.values()) - FRAMEWORK_PRIVATES
+    out = []
+    for module, tree in TREES.items():
+        rel = _rel(module)
+        for line, text, attr in _private_reads(tree):
+            if attr not in defined_anywhere or attr in DEFINED_IN[module]:
+                continue  # a framework's private (part 1's business), or this file's own
+            if (rel, attr) not in PRIVATE_READ_ALLOWED:
+                owners = sorted(_rel(m) for m, names in DEFINED_IN.items() if attr in names)
+                out.append(f"{rel}:{line} reads {text} (defined in {', '.join(owners)})")
+    return out
+
+
+def test_no_private_attributes_read_from_outside():
+    violations = private_read_violations()
+    assert not violations, (
+        "private attributes of rlpolicy's classes read on an object other than self/cls "
+        "outside the file that defines them (give the owner a method or a public "
+        "attribute, or pass the data in):\n  " + "\n  ".join(violations)
+    )
+
+
+def test_private_read_allow_list_entries_still_exist():
+    present = {(_rel(m), attr) for m, t in TREES.items() for _, _, attr in _private_reads(t)}
+    stale = [f"{f}: {t}" for f, t in PRIVATE_READ_ALLOWED if (f, t) not in present]
+    assert not stale, "stale PRIVATE_READ_ALLOWED entries:\n  " + "\n  ".join(stale)
+
+
+def test_private_read_finder():
+    src = (
+        "class A:\n"
+        "    _k = 1\n"
+        "    def f(self, other, cls):\n"
+        "        self._own = other._theirs\n"
+        "        return super()._m, type(self)._k, cls._c, getattr(other, '_g'), other.__len__, x._replace\n"
+        "    def g(self, other):\n"
+        "        return Base._h(self, 1), Base._i(other)\n"
+    )
+    tree = ast.parse(src)
+    assert sorted(r[1] for r in _private_reads(tree)) == [
+        "Base._i",
+        "getattr(other, '_g')",
+        "other._theirs",
+        "x._replace",
+    ]
+    assert _private_defs(tree) == {"_k", "_own"}
+
+
+# ---------------------------------------------------------------------- rule 6
+
+# (file relative to the repository root, module-level name) -> why it may stay a side table.
+SIDE_TABLES_ALLOWED: Dict[Tuple[str, str], str] = {
+    ("rlpolicy/models/tf/tf_modelv2.py", "_LAYER_CLASSES"): "select_keras_classes' table, "
+    "rewritten with the Keras-class switch itself (issue 27 part 5)",
+}
+
+
+def side_tables(tree: ast.Module) -> List[Tuple[int, str]]:
+    """Module-level names bound to a weakly keyed (or valued) dictionary: per-object
+    state kept beside the object instead of on it."""
+    found = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        value = getattr(node, "value", None)
+        if value is None or not isinstance(node, (ast.Assign, ast.AnnAssign)):
+            continue
+        if any(
+            isinstance(call, ast.Call)
+            and (getattr(call.func, "attr", None) or getattr(call.func, "id", None))
+            in ("WeakKeyDictionary", "WeakValueDictionary")
+            for call in ast.walk(value)
+        ):
+            found += [(node.lineno, t.id) for t in targets if isinstance(t, ast.Name)]
+    return found
+
+
+def test_no_module_global_side_tables():
+    found = {(_rel(m), name): line for m, t in TREES.items() for line, name in side_tables(t)}
+    violations = [
+        f"{f}:{line} {name}" for (f, name), line in found.items() if (f, name) not in SIDE_TABLES_ALLOWED
+    ]
+    stale = [f"{f}: {n}" for f, n in SIDE_TABLES_ALLOWED if (f, n) not in found]
+    assert not violations and not stale, (
+        "module-global tables keyed by objects (keep the state on its owner: an attribute "
+        f"built in its __init__, passed to the helpers): {violations}; stale allow-list entries: {stale}"
+    )
+
+
+def test_side_table_finder():
+    tree = ast.parse(
+        "import weakref\n"
+        "_A = weakref.WeakKeyDictionary()\n"
+        "_B: 'x' = (WeakValueDictionary())\n"
+        "_C = {}\n"
+        "def f():\n"
+        "    d = weakref.WeakKeyDictionary()\n"
+    )
+    assert side_tables(tree) == [(2, "_A"), (3, "_B")]
 
 
 # ---------------------------------------------------------------------- the checker itself

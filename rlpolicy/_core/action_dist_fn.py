@@ -23,7 +23,6 @@ framework or touches the policy beyond passing it through.
 from __future__ import annotations
 
 import inspect
-import weakref
 from typing import Any, Callable, Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 OBS, PREV_ACTIONS, PREV_REWARDS = "obs", "prev_actions", "prev_rewards"
@@ -153,11 +152,8 @@ def _classify(fn: Callable) -> DistFnCall:
     )
 
 
-_CACHE: "weakref.WeakKeyDictionary[Any, DistFnCall]" = weakref.WeakKeyDictionary()
-
-
 def resolve_action_distribution_fn(fn: Callable) -> DistFnCall:
-    """Returns how to call ``fn`` (cached per function).
+    """Returns how to call ``fn`` (the policy keeps the result while its function stays).
 
     The newer signature is recognised by a parameter named ``input_dict``
     (positional third or keyword-only, as R2D2's); the older one by a third
@@ -168,17 +164,7 @@ def resolve_action_distribution_fn(fn: Callable) -> DistFnCall:
     Raises:
         TypeError: If ``fn`` fits neither signature (naming it and both forms).
     """
-    try:
-        found = _CACHE.get(fn)
-    except TypeError:  # not weak-referenceable / hashable
-        return _classify(fn)
-    if found is None:
-        found = _classify(fn)
-        try:
-            _CACHE[fn] = found
-        except TypeError:
-            pass
-    return found
+    return _classify(fn)
 
 
 __all__ = ["DistFnCall", "NEW_STYLE_KEYWORDS", "OLD_STYLE_KEYWORDS", "resolve_action_distribution_fn"]

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Union
 
 from rlpolicy._core.checkpoint_io import CheckpointError
+from rlpolicy.utils.from_config import checkpoint_type_resolver
 
 TrustMode = Union[bool, str]
 _MODES = (False, "imported", True)
@@ -160,9 +161,11 @@ def make_trust(
 def loading(trust: Trust) -> Iterator[Trust]:
     """Makes ``trust`` the one that names met while loading (config types too) resolve through."""
     token = _ACTIVE.set(trust)
+    resolver_token = checkpoint_type_resolver.set(lambda path, slot: resolve(path, slot, trust))
     try:
         yield trust
     finally:
+        checkpoint_type_resolver.reset(resolver_token)
         _ACTIVE.reset(token)
 
 

@@ -1,96 +1,22 @@
-"""Builds a policy's Exploration object from ``config["exploration_config"]``.
+"""Turns a config's ``"type"`` into a class, and schedule configs into Schedules.
 
-RLlib 1.11's ``Policy._create_exploration`` hands the exploration config to
-``from_config(Exploration, ...)``: the dict's ``"type"`` names the class (a
-class object, a class name exported by ``ray.rllib.utils.exploration``, or a
+RLlib 1.11 hands such configs to ``from_config``: the dict's ``"type"`` names the
+class (a class object, a class name exported by the given module, or a
 "module.path.ClassName" string) and every other key becomes a constructor
-keyword. ``create_exploration`` does the same with clearer errors; the
-schedule configs accepted by the exploration classes are resolved the same way.
+keyword. ``resolve_type`` / ``instantiate`` do the same with clearer errors;
+``rlpolicy/utils/exploration/_factory.py`` builds Explorations with them.
 
 No deep-learning framework is imported at module level.
 """
 
 from __future__ import annotations
 
-import copy
 import importlib
 from typing import Any, Dict, List, Optional
 
-import gymnasium as gym
-
 from rlpolicy._core import checkpoint_trust
 
-DEFAULT_EXPLORATION_CONFIG: Dict[str, Any] = {"type": "StochasticSampling"}
-
-_EXPLORATION_MODULE = "rlpolicy.utils.exploration"
 _SCHEDULES_MODULE = "rlpolicy.utils.schedules"
-
-
-def create_exploration(
-    config_exploration: Optional[dict],
-    *,
-    action_space: gym.Space,
-    policy_config: dict,
-    model: Any,
-    num_workers: int,
-    worker_index: int,
-    framework: str,
-) -> Any:
-    """Instantiates the Exploration described by ``config_exploration``.
-
-    Args:
-        config_exploration: The policy's ``exploration_config``: a dict with a
-            ``"type"`` key plus constructor keywords (None or an empty dict mean
-            ``{"type": "StochasticSampling"}``), or an already built
-            Exploration object, which is returned unchanged. Not modified.
-        action_space: The policy's action space.
-        policy_config: The policy's full config dict.
-        model: The policy's model (may be None).
-        num_workers: The number of rollout workers.
-        worker_index: This worker's index (0 = local worker).
-        framework: "torch", "tf", "tf2" or "tfe".
-
-    Returns:
-        The Exploration object.
-
-    Raises:
-        ValueError: If ``type`` is missing, unknown, or not an Exploration class.
-        TypeError: If the config holds a keyword the class does not accept.
-    """
-    from rlpolicy.utils.exploration.exploration import Exploration
-
-    if isinstance(config_exploration, Exploration):
-        return config_exploration
-    if not config_exploration:
-        config_exploration = DEFAULT_EXPLORATION_CONFIG
-    if not isinstance(config_exploration, dict):
-        raise ValueError(f"exploration_config must be a dict with a 'type' key, got {config_exploration!r}")
-    kwargs = {k: v for k, v in config_exploration.items() if k != "type"}
-    if kwargs:  # (the object must not share mutable options with the config)
-        kwargs = copy.deepcopy(kwargs)
-    if "type" not in config_exploration:
-        raise ValueError(
-            f"exploration_config {config_exploration!r} has no 'type' key; "
-            f"known types: {known_type_names(_EXPLORATION_MODULE, Exploration)}"
-        )
-    cls = resolve_type(
-        config_exploration["type"], _EXPLORATION_MODULE, Exploration, "exploration_config['type']"
-    )
-    ctor_kwargs = dict(
-        action_space=action_space,
-        policy_config=policy_config,
-        model=model,
-        num_workers=num_workers,
-        worker_index=worker_index,
-        framework=framework,
-    )
-    clash = sorted(set(kwargs) & set(ctor_kwargs))
-    if clash:
-        raise ValueError(
-            f"exploration_config for {cls.__name__} sets {clash}, which the policy passes "
-            "itself; remove these keys"
-        )
-    return _instantiate(cls, {**kwargs, **ctor_kwargs})
 
 
 def create_schedule(schedule_config: Any, framework: str) -> Any:
@@ -118,7 +44,7 @@ def create_schedule(schedule_config: Any, framework: str) -> Any:
     cls = resolve_type(schedule_config["type"], _SCHEDULES_MODULE, Schedule, "schedule 'type'")
     kwargs = {k: v for k, v in schedule_config.items() if k != "type"}
     kwargs.setdefault("framework", framework)
-    return _instantiate(cls, kwargs)
+    return instantiate(cls, kwargs)
 
 
 def resolve_type(type_spec: Any, module_name: str, base: type, what: str) -> type:
@@ -174,7 +100,7 @@ def _lookup(name: str, module_name: str) -> Optional[type]:
     return obj if isinstance(obj, type) else None
 
 
-def _instantiate(cls: type, kwargs: Dict[str, Any]) -> Any:
+def instantiate(cls: type, kwargs: Dict[str, Any]) -> Any:
     try:
         return cls(**kwargs)
     except TypeError as e:

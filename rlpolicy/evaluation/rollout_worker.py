@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from rlpolicy.env.env_context import EnvContext
+from rlpolicy.evaluation._callbacks import MultiCallbacks, as_callbacks
 from rlpolicy.evaluation.episode import resolve_policy_mapping_fn
 from rlpolicy.evaluation.sampler import (
     BATCH_MODES,
@@ -35,6 +36,7 @@ from rlpolicy.evaluation.sampler import (
     RolloutMetrics,
     SamplerSettings,
 )
+from rlpolicy.policy._callbacks import DefaultCallbacks
 from rlpolicy.policy._obs_prep import flatten_single_obs
 from rlpolicy.policy.policy import PolicySpec
 from rlpolicy.policy.policy_map import PolicyMap
@@ -327,15 +329,9 @@ class RolloutWorker:
         if callbacks is None:
             callbacks = self.policy_config.get("callbacks")
         if callbacks is None and _is_policy(policy_spec):
-            from rlpolicy.agents.callbacks import as_callbacks
-
             return as_callbacks(policy_spec.callbacks)  # pre-built policy: share its callbacks object
         if callbacks is None:
-            from rlpolicy.agents.callbacks import DefaultCallbacks
-
             callbacks = DefaultCallbacks
-        from rlpolicy.agents.callbacks import as_callbacks
-
         made = callbacks() if isinstance(callbacks, type) or _is_factory(callbacks) else callbacks
         return as_callbacks(made)  # a duck-typed object: the hooks it lacks do nothing
 
@@ -728,8 +724,6 @@ def _is_policy(obj: Any) -> bool:
 
 def _is_factory(obj: Any) -> bool:
     # MultiCallbacks instances are called to create their members (RLlib's config["callbacks"]()).
-    from rlpolicy.agents.callbacks import MultiCallbacks
-
     return isinstance(obj, MultiCallbacks)
 
 

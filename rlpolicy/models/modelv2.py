@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlpolicy.models.repeated_values import RepeatedValues
+from rlpolicy.policy.sample_batch import fast_shallow_copy
 from rlpolicy.utils import NullContextManager
 from rlpolicy.utils.annotations import DeveloperAPI, PublicAPI
 from rlpolicy.utils.spaces.repeated import Repeated
@@ -276,46 +277,13 @@ def _shallow_copy(input_dict: Any) -> Dict[str, Any]:
     interceptor and its accessed/added/deleted key sets)."""
     if type(input_dict) is dict:
         return input_dict.copy()
-    fast = _fast_sample_batch_copy(input_dict)
+    fast = fast_shallow_copy(input_dict)
     if fast is not None:
         return fast
     try:
         return input_dict.copy(shallow=True)  # SampleBatch
     except TypeError:
         return input_dict.copy()
-
-
-_SampleBatch: Any = None  # rlpolicy.policy.sample_batch.SampleBatch, imported on first use
-
-
-def _fast_sample_batch_copy(batch: Any) -> Any:
-    """``batch.copy(shallow=True)`` for a plain SampleBatch, without re-validating
-    its columns and re-running the get-interceptor on columns already converted.
-
-    Returns None when ``batch`` is not a plain SampleBatch (or SampleBatch lacks
-    the trusted constructor), so the caller falls back to ``copy``.
-    """
-    global _SampleBatch
-    if _SampleBatch is None:
-        from rlpolicy.policy.sample_batch import SampleBatch as _SampleBatch
-    trusted = getattr(_SampleBatch, "_trusted", None)
-    if type(batch) is not _SampleBatch or trusted is None:
-        return None
-    flags = {
-        "_is_training": batch._is_training,
-        "_time_major": batch.time_major,
-        "_zero_padded": batch.zero_padded,
-        "_max_seq_len": batch.max_seq_len,
-    }
-    out = trusted(dict(dict.items(batch)), batch.count, flags)
-    out.max_seq_len = batch.max_seq_len
-    out.get_interceptor = batch.get_interceptor
-    # Values the interceptor already produced for these very columns stay valid.
-    out.intercepted_values = dict(batch.intercepted_values)
-    out.accessed_keys = batch.accessed_keys
-    out.added_keys = batch.added_keys
-    out.deleted_keys = batch.deleted_keys
-    return out
 
 
 def _collect_state_inputs(input_dict: Dict[str, Any]) -> List[Any]:

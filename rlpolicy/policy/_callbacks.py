@@ -16,10 +16,12 @@ from rlpolicy.utils.deprecation import deprecation_warning
 from rlpolicy.utils.typing import AgentID, EnvType, PolicyID
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rlpolicy.evaluation.episode import Episode
-    from rlpolicy.evaluation.rollout_worker import RolloutWorker
     from rlpolicy.policy.policy import Policy
     from rlpolicy.policy.sample_batch import SampleBatch
+
+    # The sampler's classes sit a layer above (evaluation/): hinted, not imported.
+    Episode = Any
+    RolloutWorker = Any
 
 # Hooks that the legacy dict interface (pre-1.0 RLlib) can fill.
 _LEGACY_HOOKS = (

@@ -54,7 +54,6 @@ from rlpolicy._core.tower_buffers import (
     device_minibatch_size,
     exact_chunk_count,
 )
-from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.typing import TrainerConfigDict
 
@@ -187,7 +186,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         RLlib 1.11's torch and graph-TF policies, an override of
         ``compute_actions_from_input_dict`` does not change this method.
         """
-        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
+        obs_batch = self.obs_flattener.batch(obs_batch)
         self._check_acting_inputs(  # type: ignore[attr-defined]
             obs_batch,
             state_batches,
@@ -228,7 +227,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         Returns:
             ``(actions, state_outs, extra_fetches)`` as numpy structures.
         """
-        input_dict = obs_prep.flatten_input_dict(self, input_dict)
+        input_dict = self.obs_flattener.input_dict(input_dict)
         self._check_acting_input_dict(  # type: ignore[attr-defined]
             input_dict, "compute_actions_from_input_dict"
         )
@@ -261,7 +260,7 @@ class TrainingTemplate(metaclass=ABCMeta):
     ) -> Any:
         """Log-likelihoods of ``actions`` under the policy's action distribution
         for ``obs_batch`` (raw nested observations are flattened first)."""
-        obs_batch = obs_prep.flatten_obs_batch(self, obs_batch)
+        obs_batch = self.obs_flattener.batch(obs_batch)
         return self._log_likelihoods_step(
             actions, obs_batch, state_batches, prev_action_batch, prev_reward_batch, actions_normalized
         )
@@ -291,6 +290,14 @@ class TrainingTemplate(metaclass=ABCMeta):
     ) -> Any:
         """Framework step of :meth:`compute_log_likelihoods` (``obs_batch`` is flat)."""
 
+    def _dist_fn_call(self, fn: Callable) -> Any:
+        """How to call ``fn`` (an ``action_distribution_fn``): its signature is read
+        once and kept on the policy while the policy's function stays ``fn``."""
+        call = self.__dict__.get("_resolved_dist_fn")
+        if call is None or call.fn is not fn:
+            call = self._resolved_dist_fn = resolve_action_distribution_fn(fn)
+        return call
+
     # ------------------------------------------------------------------ learning
 
     def _check_can_learn(self, what: str) -> None:
@@ -307,7 +314,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         training. A rejected batch changes nothing.
         """
         self._check_can_learn(what)
-        batch = obs_prep.flatten_input_dict(self, as_sample_batch(batch))
+        batch = self.obs_flattener.input_dict(as_sample_batch(batch))
         self._check_train_batch(batch, what)  # type: ignore[attr-defined]
         batch.set_training(True)
         return batch

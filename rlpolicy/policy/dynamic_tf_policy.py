@@ -417,7 +417,7 @@ class DynamicTFPolicy(TFPolicy):
         ``config["_deterministic_towers"]`` (sharing one graph for all buffers)."""
         if (len(self.devices) < 2 and not self._exact_chunks) or not self.loss_initialized():
             return
-        from rlpolicy.execution.multi_gpu_impl import TFMultiGPUTowerStack
+        from rlpolicy.policy._tf.tower_stack import TFMultiGPUTowerStack
 
         # The towers' graph copies must share the policy's variables.
         with tf1.variable_scope("", reuse=tf1.AUTO_REUSE):

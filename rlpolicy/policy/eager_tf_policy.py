@@ -37,7 +37,6 @@ import gymnasium as gym
 import numpy as np
 import tree
 
-from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.config import read_checked
 from rlpolicy._core.devices import detect_ray_context, plan_devices
 from rlpolicy._core.framework_check import require_framework
@@ -124,6 +123,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
             hooks.before_loss_init(self, observation_space, action_space, config)
         self._optimizers = self._make_optimizers()
         self._optimizer = self._optimizers[0] if self._optimizers else None
+        self._apply_steps = learning.ApplySteps()  # the optimizers' traced updates
         self._initialize_loss_from_dummy_batch(auto_remove_unneeded_view_reqs=True, stats_fn=hooks.stats_fn)
         self._loss_initialized = True
         if hooks.after_init is not None:
@@ -310,7 +310,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         if fn is None:
             return model_forward(self.model, input_dict, state_batches, seq_lens)
         # RLlib's newer or older signature, whichever ``fn`` has (``_core.action_dist_fn``).
-        dist_inputs, self.dist_class, state_out = resolve_action_distribution_fn(fn)(
+        dist_inputs, self.dist_class, state_out = self._dist_fn_call(fn)(
             self,
             self.model,
             input_dict,
@@ -352,7 +352,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         seq_lens = tf.ones(len(batch), dtype=tf.int32) if states else None
         self.exploration.before_compute_actions(explore=False)
         if hooks.action_distribution_fn is not None:
-            dist_inputs, dist_class, _ = resolve_action_distribution_fn(hooks.action_distribution_fn)(
+            dist_inputs, dist_class, _ = self._dist_fn_call(hooks.action_distribution_fn)(
                 self,
                 self.model,
                 batch,
@@ -375,9 +375,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         other_agent_batches: Optional[Dict[Any, Tuple[Policy, SampleBatch]]] = None,
         episode: Optional[Any] = None,
     ) -> SampleBatch:
-        sample_batch = Policy.postprocess_trajectory(
-            self, obs_prep.flatten_batch_in_place(self, sample_batch)
-        )
+        sample_batch = Policy.postprocess_trajectory(self, self.obs_flattener.batch_in_place(sample_batch))
         if self._hooks.postprocess_fn is not None:
             return self._hooks.postprocess_fn(self, sample_batch, other_agent_batches, episode)
         return sample_batch
@@ -423,7 +421,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
     def _prepare_train_batch(self, batch: Union[SampleBatch, Dict[str, Any]]) -> SampleBatch:
         """``batch`` as a flat SampleBatch, prepared by :meth:`_prepare_in_place`."""
         sb = batch if isinstance(batch, SampleBatch) else SampleBatch(batch)
-        sb = obs_prep.flatten_input_dict(self, sb)
+        sb = self.obs_flattener.input_dict(sb)
         self._prepare_in_place(sb)
         return sb
 
@@ -539,7 +537,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
         if fn is not None:
             fn(self, self._optimizers if multi else self._optimizer, grads_and_vars)
         else:
-            learning.step_optimizers(self._optimizers, grads_and_vars, multi)
+            learning.step_optimizers(self._optimizers, grads_and_vars, multi, self._apply_steps)
 
     # ------------------------------------------------------------------ buffers / towers
 

@@ -27,7 +27,7 @@ from rlpolicy._core import (
     loss_init,
 )
 from rlpolicy.policy._callbacks import DefaultCallbacks
-from rlpolicy.policy._obs_prep import flatten_single_list_obs, prepare_observation_space
+from rlpolicy.policy._obs_prep import ObsFlattener, prepare_observation_space
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import (
     DeveloperAPI,
@@ -46,9 +46,10 @@ from rlpolicy.utils.typing import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rlpolicy.evaluation.episode import Episode
     from rlpolicy.models.action_dist import ActionDistribution
     from rlpolicy.models.modelv2 import ModelV2
+
+    Episode = Any  # rlpolicy.evaluation.episode.Episode, a layer above: hinted, not imported
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -126,9 +127,9 @@ def _copy_given_config(config: Optional[dict]) -> dict:
         return dict(config)
 
 
-def _class_default_config(policy: "Policy") -> Optional[dict]:
+def _class_default_config(cls: type) -> Optional[dict]:
     # Classes made by the policy factories carry their get_default_config hook.
-    hook = getattr(getattr(type(policy), "_hooks", None), "get_default_config", None)
+    hook = getattr(getattr(cls, "_hooks", None), "get_default_config", None)
     return hook() if callable(hook) else None
 
 
@@ -180,6 +181,8 @@ class Policy(metaclass=ABCMeta):
         self.config: TrainerConfigDict = complete_policy_config(self, config)
         del self.__dict__["_precompleted_config"]  # completion is over
         self.framework = self.config["framework"]
+        # Raw Dict/Tuple/Repeated (or one-hot) observations -> the flat ones the policy works on.
+        self.obs_flattener = ObsFlattener(self.observation_space, self.config.get("model"))
         self.callbacks: "DefaultCallbacks" = self._make_callbacks()
         # Broadcast down from the driver from time to time.
         self.global_timestep: int = 0
@@ -205,7 +208,7 @@ class Policy(metaclass=ABCMeta):
         if config is not None and config is done:
             return done
         if defaults is None:
-            defaults = _class_default_config(self)
+            defaults = _class_default_config(type(self))
         full = _completed_config(config, defaults, type(self).__name__)
         self.__dict__["_precompleted_config"] = full
         self.__dict__.setdefault("_given_config", _copy_given_config(config))
@@ -311,7 +314,7 @@ class Policy(metaclass=ABCMeta):
                 "compute_single_action",
             )
             # (a Repeated list's items would be batched as rows: see obs_prep)
-            obs = flatten_single_list_obs(self, obs)
+            obs = self.obs_flattener.single_list(obs)
             input_dict = action_flow.build_single_input_dict(  # type: ignore[assignment]
                 obs, state, prev_action=prev_action, prev_reward=prev_reward, info=info
             )
@@ -839,7 +842,7 @@ class Policy(metaclass=ABCMeta):
         existing = getattr(self, "exploration", None)
         if existing is not None:
             return existing
-        from rlpolicy._core.exploration_factory import create_exploration
+        from rlpolicy.utils.exploration._factory import create_exploration
 
         return create_exploration(
             self.config["exploration_config"],

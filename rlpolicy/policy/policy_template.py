@@ -353,9 +353,8 @@ def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episod
         elif impl is not None and started:
             parent = impl
             break
-    from rlpolicy.policy._obs_prep import flatten_batch_in_place
 
-    sample_batch = flatten_batch_in_place(self, sample_batch)  # raw Dict/Tuple obs -> flat
+    sample_batch = self.obs_flattener.batch_in_place(sample_batch)  # raw Dict/Tuple obs -> flat
     with _no_grad_context(self):
         sample_batch = parent(self, sample_batch, other_agent_batches, episode)
         for fn in reversed(fns):

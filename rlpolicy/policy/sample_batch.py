@@ -968,6 +968,23 @@ def concat_samples(samples: List[Any]) -> Any:
     return SampleBatch(data, _time_major=time_major, _zero_padded=zero_padded, _max_seq_len=max_seq_len)
 
 
+def fast_shallow_copy(batch: Any) -> Optional["SampleBatch"]:
+    """``batch.copy(shallow=True)`` for a plain SampleBatch (a model's input), without
+    re-validating its columns and re-running the get-interceptor on columns already
+    converted; None for anything else (the caller falls back to ``copy``)."""
+    if type(batch) is not SampleBatch:
+        return None
+    out = SampleBatch._trusted(dict(dict.items(batch)), batch.count, batch._flags(batch.zero_padded))
+    out.max_seq_len = batch.max_seq_len
+    out.get_interceptor = batch.get_interceptor
+    # Values the interceptor already produced for these very columns stay valid.
+    out.intercepted_values = dict(batch.intercepted_values)
+    out.accessed_keys = batch.accessed_keys
+    out.added_keys = batch.added_keys
+    out.deleted_keys = batch.deleted_keys
+    return out
+
+
 __all__ = ["DEFAULT_POLICY_ID", "SampleBatch", "MultiAgentBatch", "concat_samples"]
 
 

@@ -35,7 +35,6 @@ from rlpolicy._core.tower_buffers import (
 )
 from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
 from rlpolicy.models.modelv2 import ModelV2
-from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._tf import export as tf_export
 from rlpolicy.policy._tf.grads import clip_by_global_norm, flatten_grad_groups
 from rlpolicy.policy._tf.graph import after_reads, build_after, is_keras_model, plan_tf_devices
@@ -580,7 +579,7 @@ class TFPolicy(TrainingTemplate, Policy):
         self, postprocessed_batch: SampleBatch
     ) -> Tuple[ModelGradients, Dict[str, TensorType]]:
         self._check_can_learn("compute_gradients")
-        postprocessed_batch = obs_prep.flatten_input_dict(self, postprocessed_batch)
+        postprocessed_batch = self.obs_flattener.input_dict(postprocessed_batch)
         postprocessed_batch.set_training(True)
         builder = TFRunBuilder(self.get_session(), "compute_gradients")
         fetches = self._build_compute_gradients(builder, postprocessed_batch)

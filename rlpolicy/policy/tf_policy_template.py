@@ -283,9 +283,8 @@ def _parent(policy: Any, method: str) -> Callable:
 
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
-    from rlpolicy.policy._obs_prep import flatten_batch_in_place
 
-    sample_batch = flatten_batch_in_place(self, sample_batch)
+    sample_batch = self.obs_flattener.batch_in_place(sample_batch)
     sample_batch = _parent(self, "postprocess_trajectory")(self, sample_batch, other_agent_batches, episode)
     if type(self)._hooks.postprocess_fn is not None:
         return type(self)._hooks.postprocess_fn(self, sample_batch, other_agent_batches, episode)

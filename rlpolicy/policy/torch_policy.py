@@ -23,7 +23,6 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type, Union
 import gymnasium as gym
 import numpy as np
 
-from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
 from rlpolicy._core.config import read_checked
 from rlpolicy._core.devices import DevicePlan, detect_ray_context, plan_devices
 from rlpolicy._core.framework_check import require_framework
@@ -34,7 +33,6 @@ from rlpolicy._core.tower_buffers import (
     split_batch_for_devices,
 )
 from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
-from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._torch import compiled_acting
 from rlpolicy.policy._torch import export as torch_export
 from rlpolicy.policy._torch.convert import (
@@ -471,7 +469,7 @@ class TorchPolicy(TrainingTemplate, Policy):
             dist_class = self.dist_class
         else:
             # Which of RLlib's two signatures: decided from the function's signature.
-            call = resolve_action_distribution_fn(self.action_distribution_fn)
+            call = self._dist_fn_call(self.action_distribution_fn)
             inputs, dist_class, state_out = call(
                 self,
                 self.model,
@@ -567,7 +565,7 @@ class TorchPolicy(TrainingTemplate, Policy):
             and the extra fetches with the learner stats.
         """
         self._check_can_learn("compute_gradients")
-        batch = obs_prep.flatten_input_dict(self, as_sample_batch(postprocessed_batch))
+        batch = self.obs_flattener.input_dict(as_sample_batch(postprocessed_batch))
         batch.set_training(True)
         if len(self.devices) == 1:
             if not batch.zero_padded:

@@ -76,7 +76,7 @@ def _import_tf() -> Tuple[Any, Any, Optional[int]]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     # Keras 3 cannot build layers inside TF1 graphs: use the legacy tf_keras.
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    from rlpolicy._core.native_stderr import dedupe_native_stderr
+    from rlpolicy.utils._native_stderr import dedupe_native_stderr
 
     try:
         with dedupe_native_stderr():  # TF's start-up banners once, not twice

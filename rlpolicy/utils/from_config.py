@@ -10,6 +10,7 @@ constructor arguments. YAML needs PyYAML (an optional dependency); JSON always w
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import importlib
 import json
@@ -22,6 +23,13 @@ from rlpolicy.utils import force_list, merge_dicts
 
 _FILE_SUFFIX = re.compile(r"\.(yaml|yml|json)$")
 _NOT_FOUND = object()
+
+# While a checkpoint loads, its loader (rlpolicy._core.checkpoint_trust.loading) sets
+# this to a resolver of "module:attr" names through its trusted set, so a type that
+# a file names is never imported because the file says so. None: import as usual.
+checkpoint_type_resolver: contextvars.ContextVar[Optional[Callable[[str, str], Any]]] = (
+    contextvars.ContextVar("rlpolicy_checkpoint_type_resolver", default=None)
+)
 
 
 def from_config(cls: Any, config: Any = None, **kwargs: Any) -> Any:
@@ -209,10 +217,9 @@ def _parse_text_spec(text: str) -> Any:
 
 def _import_path(path: str) -> Any:
     module_name, attr = path.rsplit(".", 1)
-    from rlpolicy._core import checkpoint_trust
-
-    if checkpoint_trust.current() is not None:  # a checkpoint load: no import because a file says so
-        return checkpoint_trust.resolve(f"{module_name}:{attr}", f"type {path!r}")
+    resolver = checkpoint_type_resolver.get()
+    if resolver is not None:  # a checkpoint load: no import because a file says so
+        return resolver(f"{module_name}:{attr}", f"type {path!r}")
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError):

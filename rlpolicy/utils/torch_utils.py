@@ -19,7 +19,7 @@ from rlpolicy.utils.numpy import SMALL_NUMBER
 from rlpolicy.utils.typing import SpaceStruct, TensorStructType, TensorType
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rlpolicy.policy.torch_policy import TorchPolicy
+    TorchPolicy = Any  # rlpolicy.policy.torch_policy.TorchPolicy, a layer above: hinted, not imported
 
 torch, nn = try_import_torch()
 

@@ -134,5 +134,5 @@ def test_a_function_fitting_neither_signature_is_refused_by_name():
         resolve_action_distribution_fn(two_args)
 
 
-def test_resolution_is_cached_per_function():
-    assert resolve_action_distribution_fn(dqn_style) is resolve_action_distribution_fn(dqn_style)
+def test_resolution_depends_only_on_the_function():
+    assert resolve_action_distribution_fn(dqn_style) == resolve_action_distribution_fn(dqn_style)

@@ -49,14 +49,15 @@ def test_traced_keras_adam_step_matches_numpy_and_traces_once(tf):
 
     start, variables, opt, grads = _setup(tf)
     lrs = [0.1, 0.1, 0.02]
+    steps = learning.ApplySteps()  # the policy's holder of its traced updates
     for step, gs in enumerate(grads):
         if step == 2:
             opt.learning_rate = 0.02  # a schedule's change reaches the traced step
-        learning.step_optimizers([opt], [(tf.constant(g), v) for g, v in zip(gs, variables)], multi=False)
+        learning.step_optimizers([opt], [(tf.constant(g), v) for g, v in zip(gs, variables)], False, steps)
     for i, var in enumerate(variables):
         want = _numpy_adam(start[i], [gs[i] for gs in grads], lrs)
         np.testing.assert_allclose(var.numpy(), want, atol=1e-5)
-    (step_fn,) = learning._APPLY_STEPS[opt].values()
+    ((_, step_fn),) = steps.steps.values()
     assert step_fn.experimental_get_tracing_count() == 1
     assert int(opt.iterations.numpy()) == 3
 
@@ -85,7 +86,8 @@ def test_user_optimizer_subclass_runs_eagerly(tf):
             return super().apply_gradients(grads_and_vars, *args, **kwargs)
 
     _, variables, opt, grads = _setup(tf, CountingAdam)
+    steps = learning.ApplySteps()
     for gs in grads:
-        learning.step_optimizers([opt], [(tf.constant(g), v) for g, v in zip(gs, variables)], multi=False)
+        learning.step_optimizers([opt], [(tf.constant(g), v) for g, v in zip(gs, variables)], False, steps)
     assert calls == [True, True, True]
-    assert opt not in learning._APPLY_STEPS
+    assert steps.steps == {}

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from exploration_harness import Driver, exploration_kwargs, fake_dist, struct_dist_class
 
-from rlpolicy._core.exploration_factory import create_exploration
 from rlpolicy.utils.exploration import (
     EpsilonGreedy,
     Exploration,
@@ -20,6 +19,7 @@ from rlpolicy.utils.exploration import (
     Random,
     StochasticSampling,
 )
+from rlpolicy.utils.exploration._factory import create_exploration
 from rlpolicy.utils.schedules import ConstantSchedule
 
 FLOAT_MIN = -3.4e38

@@ -19,10 +19,10 @@ import numpy as np
 import tree
 from gymnasium.spaces import Discrete, MultiDiscrete
 
+from rlpolicy.models._time_dimension import add_time_dimension
 from rlpolicy.models.tf.functional_replay import KerasReplay
 from rlpolicy.models.tf.misc import one_hot_encode
 from rlpolicy.models.tf.tf_modelv2 import TFModelV2
-from rlpolicy.policy.rnn_sequencing import add_time_dimension
 from rlpolicy.utils.annotations import DeveloperAPI, override
 from rlpolicy.utils.framework import get_keras, try_import_tf
 from rlpolicy.utils.spaces.space_utils import get_base_struct_from_space, shape_of

@@ -88,6 +88,8 @@ class TFModelV2(ModelV2):
         self.var_list: List[TensorType] = []
         # Graph mode: remember the graph the model was built in.
         self.graph = None if tf1.executing_eagerly() else tf1.get_default_graph()
+        # The last walk for variables() (opaque to the walks: a holder, not a container).
+        self._variable_cache = VariableCache()
 
     def context(self) -> contextlib.AbstractContextManager:
         """Returns a context that makes the model's graph the default one.
@@ -140,7 +142,7 @@ class TFModelV2(ModelV2):
             if as_dict:
                 return unique_keys((v.name, v) for v in self.var_list)
             return list(self.var_list)
-        found = _cached_variables(self)
+        found = _cached_variables(self, getattr(self, "_variable_cache", None))
         return dict(found) if as_dict else list(found.values())
 
     @override(ModelV2)
@@ -273,8 +275,22 @@ def _keras_model_attributes(model: TFModelV2) -> Dict[str, Any]:
     return {k: v for k, v in model.__dict__.items() if isinstance(v, keras.Model)}
 
 
-def _cached_variables(model: TFModelV2) -> Dict[str, TensorType]:
-    """``_find_sub_modules("", model.__dict__)``, kept per model while nothing it depends on changed.
+class VariableCache:
+    """A model's last ``variables()`` walk: (the objects and counts it depended on,
+    {key: variable}). Copies and pickles start empty (a copy walks its own)."""
+
+    def __init__(self) -> None:
+        self.entry: Optional[Tuple[List[Any], List[int], Dict[str, TensorType]]] = None
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "VariableCache":
+        return VariableCache()
+
+    def __reduce__(self) -> Tuple[type, Tuple[()]]:
+        return (VariableCache, ())
+
+
+def _cached_variables(model: TFModelV2, cache: Optional[VariableCache]) -> Dict[str, TensorType]:
+    """``_find_sub_modules("", model.__dict__)``, kept in the model's ``cache`` while nothing it depends on changed.
 
     The walk (and Keras' own walk over each model's layers) runs before every
     learning step otherwise. The result is reused while the attributes hold
@@ -288,10 +304,9 @@ def _cached_variables(model: TFModelV2) -> Dict[str, TensorType]:
     objects: List[Any] = []
     counts: List[int] = []
     _dependencies(model.__dict__, objects, counts, _keras(), set())
-    try:
-        cached = _VARIABLES.get(model)
-    except TypeError:  # (a model that cannot be weakly referenced: no cache)
+    if cache is None:  # (a model whose TFModelV2.__init__ did not run: no cache)
         return _find_sub_modules("", model.__dict__)
+    cached = cache.entry
     if (
         cached is not None
         and cached[1] == counts
@@ -300,7 +315,7 @@ def _cached_variables(model: TFModelV2) -> Dict[str, TensorType]:
     ):
         return cached[2]
     found = _find_sub_modules("", model.__dict__)
-    _VARIABLES[model] = (objects, counts, found)
+    cache.entry = (objects, counts, found)
     return found
 
 
@@ -327,12 +342,6 @@ def _dependencies(struct: Any, objects: List[Any], counts: List[int], keras: Any
         for key, value in struct.items():
             objects.append(key)
             _dependencies(value, objects, counts, keras, seen)
-
-
-# Per model: (objects and counts its variables depend on, {key: variable}).
-_VARIABLES: "weakref.WeakKeyDictionary[Any, Tuple[List[Any], List[int], Dict[str, TensorType]]]" = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def _find_sub_modules(current_key: str, struct: Any) -> Dict[str, TensorType]:

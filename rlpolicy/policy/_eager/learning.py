@@ -97,21 +97,45 @@ def zip_with_variables(grads: Any, variables: List[Any], multi: bool) -> Any:
     return paired if multi else paired[0]
 
 
-def step_optimizers(optimizers: Sequence[Any], grads_and_vars: Any, multi: bool) -> None:
+def step_optimizers(
+    optimizers: Sequence[Any], grads_and_vars: Any, multi: bool, steps: Optional["ApplySteps"] = None
+) -> None:
     """Applies ``grads_and_vars`` (None gradients skipped): one list per
-    optimizer with ``multi``, else one list for the first optimizer."""
+    optimizer with ``multi``, else one list for the first optimizer. ``steps``
+    holds the owner's traced updates (None: each optimizer steps eagerly)."""
     if multi:
         for opt, gv in zip(optimizers, grads_and_vars):
-            apply_gradients(opt, [(g, v) for g, v in gv if g is not None])
+            apply_gradients(opt, [(g, v) for g, v in gv if g is not None], steps)
     else:
-        apply_gradients(optimizers[0], [(g, v) for g, v in grads_and_vars if g is not None])
+        apply_gradients(optimizers[0], [(g, v) for g, v in grads_and_vars if g is not None], steps)
 
 
-# Per optimizer, by the ids of the variables it steps: the tf.function running its update.
-_APPLY_STEPS: "weakref.WeakKeyDictionary[Any, Dict[Tuple[int, ...], Callable]]" = weakref.WeakKeyDictionary()
+class ApplySteps:
+    """A policy's traced optimizer updates: per optimizer and list of variables it
+    steps, the ``tf.function`` running the update. Copies and pickles start empty
+    (a copy traces its own steps for its own optimizers)."""
+
+    def __init__(self) -> None:
+        self.steps: Dict[Tuple[int, ...], Tuple[Any, Callable]] = {}
+
+    def get(self, optimizer: Any, variables: List[Any]) -> Callable:
+        key = (id(optimizer),) + tuple(id(v) for v in variables)
+        found = self.steps.get(key)
+        if found is None or found[0]() is not optimizer:  # (an id reused by a new optimizer)
+            found = self.steps[key] = (
+                weakref.ref(optimizer),
+                _traced_apply(weakref.ref(optimizer), variables),
+            )
+        return found[1]
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "ApplySteps":
+        return ApplySteps()
+
+    def __reduce__(self) -> Tuple[type, Tuple[()]]:
+        return (ApplySteps, ())
 
 
-def apply_gradients(optimizer: Any, grads_and_vars: GradsAndVars) -> None:
+def apply_gradients(optimizer: Any, grads_and_vars: GradsAndVars, steps: Optional[ApplySteps] = None) -> None:
     """``optimizer.apply_gradients(grads_and_vars)``; eagerly, for tf_keras' own
     optimizer classes, as one cached ``tf.function`` per variable list.
 
@@ -119,31 +143,31 @@ def apply_gradients(optimizer: Any, grads_and_vars: GradsAndVars) -> None:
     ops per variable (Adam: 24 ms for a 2x256 MLP with a Q-head, against 2 ms
     traced). The update is the optimizer's own code either way and reads its
     hyperparameters from its variables, so the traced step computes the same;
-    it is traced once per optimizer and variable list. Subclasses of those
+    it is traced once per optimizer and variable list (kept in ``steps``,
+    the owner's ApplySteps; without one the step runs eagerly). Subclasses of those
     optimizers (user code), other optimizers and non-dense gradients
     (``IndexedSlices``) are stepped eagerly as they are.
     """
     if not (
-        tf.executing_eagerly()
+        steps is not None
+        and tf.executing_eagerly()
         and _builtin_keras_optimizer(optimizer)
         and all(isinstance(g, tf.Tensor) for g, _ in grads_and_vars)
     ):
         optimizer.apply_gradients(grads_and_vars)
         return
-    variables = [v for _, v in grads_and_vars]
-    steps = _APPLY_STEPS.setdefault(optimizer, {})
-    key = tuple(id(v) for v in variables)
-    step = steps.get(key)
-    if step is None:
-        step = steps[key] = _traced_apply(weakref.ref(optimizer), variables)
+    known = len(steps.steps)
+    step = steps.get(optimizer, [v for _, v in grads_and_vars])
+    grads = [g for g, _ in grads_and_vars]
+    if len(steps.steps) != known:
         # The first call traces (twice: the optimizer makes its slot variables). TF's
         # "triggered tf.function retracing" warning counts the traces of every
         # optimizer's step together (its key is the code object), so a process that
         # builds a few policies would see it without any step tracing twice.
         with tf_log_filtered("triggered tf.function retracing"):
-            step([g for g, _ in grads_and_vars])
+            step(grads)
         return
-    step([g for g, _ in grads_and_vars])
+    step(grads)
 
 
 def _traced_apply(optimizer_ref: Any, variables: List[Any]) -> Callable:

@@ -11,8 +11,7 @@ No deep-learning framework is imported at module level.
 
 from __future__ import annotations
 
-import weakref
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -131,8 +130,11 @@ def to_numpy(value: Any) -> Any:
     return value
 
 
-def load_tf_var(var: Any, value: Any, framework: str, sess: Any = None) -> None:
-    """Writes ``value`` into TF variable ``var`` (through ``sess`` in graph mode).
+def load_tf_var(
+    var: Any, value: Any, framework: str, sess: Any = None, loaders: Optional[GraphLoaders] = None
+) -> None:
+    """Writes ``value`` into TF variable ``var`` (through ``sess`` in graph mode, with
+    the owner's ``loaders``; None: a loader built for this call).
 
     Raises:
         ValueError: In graph mode when no session is given and none is the default.
@@ -145,7 +147,7 @@ def load_tf_var(var: Any, value: Any, framework: str, sess: Any = None) -> None:
                 "set_state() of a framework='tf' exploration needs the policy's tf Session: "
                 "pass sess=policy.get_session()"
             )
-        placeholder, assign_op = _graph_loader(var, sess.graph)
+        placeholder, assign_op = (loaders or GraphLoaders()).get(var, sess.graph)
         dtype = placeholder.dtype.as_numpy_dtype
         sess.run(assign_op, {placeholder: np.asarray(value, dtype=dtype)})
     else:
@@ -164,7 +166,14 @@ def scheduled_state(framework: str, last_timestep: Any, schedule: Any, key: str)
     return {key: to_numpy(value), "last_timestep": to_numpy(last_timestep)}
 
 
-def restore_timestep(owner: str, framework: str, last_timestep: Any, state: dict, sess: Any = None) -> Any:
+def restore_timestep(
+    owner: str,
+    framework: str,
+    last_timestep: Any,
+    state: dict,
+    sess: Any = None,
+    loaders: Optional[GraphLoaders] = None,
+) -> Any:
     """Loads ``state["last_timestep"]``; returns the new value of the timestep attribute.
 
     Raises:
@@ -173,7 +182,7 @@ def restore_timestep(owner: str, framework: str, last_timestep: Any, state: dict
     if "last_timestep" not in state:
         raise KeyError(f"{owner}.set_state: state has no 'last_timestep' key (got keys {sorted(state)})")
     if is_tf(framework):
-        load_tf_var(last_timestep, state["last_timestep"], framework, sess)
+        load_tf_var(last_timestep, state["last_timestep"], framework, sess, loaders)
         return last_timestep
     return int(state["last_timestep"])
 
@@ -217,22 +226,29 @@ def per_worker_constant(
     return ConstantSchedule(value, framework=framework)
 
 
-# Per graph, by variable name: the (placeholder, assign op) pair that writes a value into
-# that variable (built once, so restoring state adds no ops to the graph after the first time).
-_GRAPH_LOADERS: "weakref.WeakKeyDictionary[Any, Dict[str, Any]]" = weakref.WeakKeyDictionary()
+class GraphLoaders:
+    """An exploration's (placeholder, assign op) pairs that write a value into each of
+    its graph variables, built once per variable (so restoring state adds no ops to
+    the graph after the first time). Copies and pickles start empty."""
 
+    def __init__(self) -> None:
+        self.loaders: Dict[str, Any] = {}
 
-def _graph_loader(var: Any, graph: Any) -> Any:
-    """(placeholder, assign op) writing into graph variable ``var``, built once per variable."""
-    loaders = _GRAPH_LOADERS.setdefault(graph, {})
-    loader = loaders.get(var.name)
-    if loader is None:
-        tf1, _, _ = try_import_tf(error=True)
-        with graph.as_default():
-            placeholder = tf1.placeholder(var.dtype.base_dtype, var.shape)
-            loader = (placeholder, tf1.assign(var, placeholder))
-        loaders[var.name] = loader
-    return loader
+    def get(self, var: Any, graph: Any) -> Any:
+        loader = self.loaders.get(var.name)
+        if loader is None or loader[1].graph is not graph:
+            tf1, _, _ = try_import_tf(error=True)
+            with graph.as_default():
+                placeholder = tf1.placeholder(var.dtype.base_dtype, var.shape)
+                loader = (placeholder, tf1.assign(var, placeholder))
+            self.loaders[var.name] = loader
+        return loader
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "GraphLoaders":
+        return GraphLoaders()
+
+    def __reduce__(self) -> Tuple[type, Tuple[()]]:
+        return (GraphLoaders, ())
 
 
 # ---------------------------------------------------------------------------

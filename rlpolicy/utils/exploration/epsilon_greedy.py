@@ -72,6 +72,7 @@ class EpsilonGreedy(Exploration):
             )
         ops.check_discrete_space(owner, action_space)
         super().__init__(action_space=action_space, framework=framework, **kwargs)
+        self._graph_loaders = ops.GraphLoaders()  # graph mode: set_state's assign ops
         self.epsilon_schedule = create_schedule(epsilon_schedule, framework) or _default_schedule(
             initial_epsilon, final_epsilon, warmup_timesteps, epsilon_timesteps, framework
         )
@@ -168,7 +169,7 @@ class EpsilonGreedy(Exploration):
     @override(Exploration)
     def set_state(self, state: Any, sess: Optional[Any] = None) -> None:
         self.last_timestep = ops.restore_timestep(
-            type(self).__name__, self.framework, self.last_timestep, state, sess
+            type(self).__name__, self.framework, self.last_timestep, state, sess, self._graph_loaders
         )
 
 

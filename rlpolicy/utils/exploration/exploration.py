@@ -14,8 +14,9 @@ from rlpolicy.utils.typing import LocalOptimizer, TensorType, TrainerConfigDict
 if TYPE_CHECKING:
     from rlpolicy.models.action_dist import ActionDistribution
     from rlpolicy.models.modelv2 import ModelV2
-    from rlpolicy.policy.policy import Policy
     from rlpolicy.policy.sample_batch import SampleBatch
+
+    Policy = Any  # rlpolicy.policy.policy.Policy, the layer above that owns an Exploration
 
 
 @DeveloperAPI

@@ -63,6 +63,7 @@ class GaussianNoise(Exploration):
         ops.check_framework(type(self).__name__, framework)
         ops.check_box_space(type(self).__name__, action_space)
         super().__init__(action_space, model=model, framework=framework, **kwargs)
+        self._graph_loaders = ops.GraphLoaders()  # graph mode: set_state's assign ops
         self.random_timesteps = random_timesteps
         self.random_exploration = Random(action_space, model=self.model, framework=self.framework, **kwargs)
         self.stddev = stddev
@@ -142,7 +143,7 @@ class GaussianNoise(Exploration):
     @override(Exploration)
     def set_state(self, state: Any, sess: Optional[Any] = None) -> None:
         self.last_timestep = ops.restore_timestep(
-            type(self).__name__, self.framework, self.last_timestep, state, sess
+            type(self).__name__, self.framework, self.last_timestep, state, sess, self._graph_loaders
         )
 
 

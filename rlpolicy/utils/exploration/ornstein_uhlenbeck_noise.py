@@ -161,7 +161,7 @@ class OrnsteinUhlenbeckNoise(GaussianNoise):
             )
         super().set_state(state, sess=sess)
         if ops.is_tf(self.framework):
-            ops.load_tf_var(self.ou_state, value, self.framework, sess)
+            ops.load_tf_var(self.ou_state, value, self.framework, sess, self._graph_loaders)
         else:
             torch, _ = try_import_torch(error=True)
             self.ou_state = torch.as_tensor(value, device=self.device).clone()

@@ -28,6 +28,7 @@ import numpy as np
 
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.error import UnsupportedSpaceException
+from rlpolicy.utils.exploration._factory import create_exploration
 from rlpolicy.utils.exploration.exploration import Exploration
 from rlpolicy.utils.numpy import SMALL_NUMBER, softmax
 from rlpolicy.utils.typing import SamplingPolicy, TensorType
@@ -84,8 +85,6 @@ class ParameterNoise(Exploration):
         self.weights_are_currently_noisy = False
         self.episode_started = False
         sub_config = sub_exploration or _default_sub_exploration(action_space, random_timesteps)
-        from rlpolicy._core.exploration_factory import create_exploration
-
         self.sub_exploration = create_exploration(
             sub_config,
             action_space=action_space,
