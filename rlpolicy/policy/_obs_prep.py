@@ -167,7 +167,9 @@ class ObsFlattener:
         if not isinstance(obs, (list, tuple, int, np.integer, np.ndarray)) or isinstance(obs, bool):
             return obs
         raw = np.asarray(obs)
-        shape = self.raw_space.shape  # () for Discrete, (k,) for MultiDiscrete
+        shape = (
+            self.raw_space.shape if self.raw_space is not None else ()
+        )  # () for Discrete, (k,) for MultiDiscrete
         if (
             raw.dtype.kind not in "iu"
             or raw.shape[1 if batched else 0 :] != shape
