@@ -600,6 +600,12 @@ PRIVATE_READ_ALLOWED: Dict[Tuple[str, str], str] = {
     ("rlpolicy/policy/_tf/tower_stack.py", "_get_loss_inputs_dict"): "RLlib 1.11's TFMultiGPUTowerStack "
     "feeds a TFPolicy through these methods (user TFPolicy subclasses override them)",
     ("rlpolicy/policy/_tf/tower_stack.py", "_get_grad_and_stats_fetches"): "as _get_loss_inputs_dict",
+    ("rlpolicy/evaluation/sampler.py", "_trusted"): "SampleBatch's trusted constructor: the sampler's "
+    "acting input dict and one-piece outputs are columns it stacked itself (row counts known)",
+    ("rlpolicy/evaluation/sampler.py", "_derive_dones"): "the dones column of such a trusted input dict "
+    "(what SampleBatch's own constructor derives)",
+    ("rlpolicy/evaluation/sampler.py", "_slice_map"): "a one-piece sample() output is reused without a "
+    "copy only when it has no cached sequence slicing",
     ("rlpolicy/policy/_training_template.py", "_trusted"): "SampleBatch's trusted constructor for "
     "columns already checked (the acting batch), used inside the policy layer",
     ("rlpolicy/policy/eager_tf_policy.py", "_trusted"): "as in _training_template.py (the train batch)",
