@@ -116,7 +116,9 @@ def test_prioritized_draw_by_hand():
     # priorities 1, 2, 3, 4 (alpha 1): cumulative 1, 3, 6, 10; a mass m picks the first
     # item whose cumulative sum exceeds m.
     buf = PrioritizedReplayBuffer(capacity=4, alpha=1.0)
-    local = LocalReplayBuffer(learning_starts=0, capacity=4, replay_batch_size=6, prioritized_replay_alpha=1.0)
+    local = LocalReplayBuffer(
+        learning_starts=0, capacity=4, replay_batch_size=6, prioritized_replay_alpha=1.0
+    )
     local.replay_buffers[DEFAULT_POLICY_ID] = buf
     batch = rows(0, 4)
     batch[PRIO_WEIGHTS] = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
