@@ -13,8 +13,9 @@ torch/TF thread):
   schedule. SB3 has no dueling, double Q or prioritized replay, so its step does less
   work: "torch-sb3work" and "tf-sb3work" are rlpolicy's loop doing SB3's work (one 2x256
   ReLU Q-net, uniform replay).
-  Every system first samples past ``learning_starts``, then each round runs
-  ``--steps`` env steps of every system in turn.
+  Every system first runs ``--warmup`` env steps (default 10k: past ``learning_starts``
+  and the epsilon schedule; SB3 skips the Q-net forward on the steps it explores, rlpolicy
+  always computes it), then each round runs ``--steps`` env steps of every system in turn.
 * **learn**: µs per 32-row ``learn_on_batch`` (DQNTorchPolicy) against a plain-torch
   update doing the same math (dueling double-Q Huber loss with importance weights, Adam,
   global-norm clipping, TD errors out) and SB3's ``train(gradient_steps=1)``.
@@ -130,11 +131,11 @@ def make_loop(system: str) -> Any:
     return SB3Loop() if system == "sb3" else RlpolicyLoop(system)
 
 
-def time_loops(systems: List[str], rounds: int, steps: int) -> Dict[str, float]:
+def time_loops(systems: List[str], rounds: int, steps: int, warmup: int) -> Dict[str, float]:
     """Median env steps/s (process CPU time) per system over interleaved rounds."""
     loops = {s: make_loop(s) for s in systems}
     for loop in loops.values():
-        loop.run(LEARNING_STARTS + 200)  # past learning_starts: every round trains
+        loop.run(max(warmup, LEARNING_STARTS + 200))  # past learning_starts: every round trains
     rates: Dict[str, List[float]] = {s: [] for s in systems}
     for _ in range(rounds):
         for system, loop in loops.items():
@@ -207,7 +208,8 @@ class PlainTorchDQN:
 
 
 def time_learn(rounds: int, calls: int, sb3: bool) -> Dict[str, float]:
-    """Median µs per 32-row update: DQNTorchPolicy, plain torch, SB3's train()."""
+    """Median µs per 32-row update: DQNTorchPolicy (defaults, and doing SB3's work), the
+    defaults' update in plain torch, SB3's ``train()`` (its replay sample included)."""
     from rlpolicy.agents.dqn.dqn_torch_policy import DQNTorchPolicy
     from rlpolicy.cli.algorithms import config_defaults
     from rlpolicy.policy.sample_batch import SampleBatch
@@ -216,10 +218,14 @@ def time_learn(rounds: int, calls: int, sb3: bool) -> Dict[str, float]:
     batches = [dqn_batch(rng) for _ in range(8)]
     spaces = (gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
     policy = DQNTorchPolicy(*spaces, {**config_defaults("dqn"), "framework": "torch"})
+    sb3work = DQNTorchPolicy(*spaces, {**config_defaults("dqn"), **SB3_WORK, "framework": "torch"})
     plain = PlainTorchDQN()
     systems: Dict[str, Callable[[int], Any]] = {
         "rlpolicy learn_on_batch": lambda i: policy.learn_on_batch(SampleBatch(dict(batches[i % 8]))),
         "plain torch": lambda i: plain.learn(batches[i % 8]),
+        "rlpolicy learn_on_batch, SB3's work": lambda i: sb3work.learn_on_batch(
+            SampleBatch(dict(batches[i % 8]))
+        ),
     }
     if sb3:
         model = SB3Loop().model
@@ -330,6 +336,9 @@ def main() -> None:
     ap.add_argument("--systems", default="torch,torch-sb3work,tf,tf-sb3work,sb3")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=1000, help="env steps per system per loop round")
+    ap.add_argument(
+        "--warmup", type=int, default=10_000, help="env steps before timing (10k: epsilon at its final 0.02)"
+    )
     ap.add_argument("--calls", type=int, default=200, help="calls per learn/replay round")
     args = ap.parse_args()
     import torch
@@ -346,7 +355,7 @@ def main() -> None:
         tf.config.threading.set_inter_op_parallelism_threads(1)
     parts = args.parts.split(",")
     if "loop" in parts:
-        rates = time_loops(systems, args.rounds, args.steps)
+        rates = time_loops(systems, args.rounds, args.steps, args.warmup)
         ref = "sb3" if "sb3" in rates else systems[0]
         print_table("DQN loop, CartPole-v1 (32 rows per 4 env steps)", "env steps/s", rates, ref, True)
     if "learn" in parts:
