@@ -34,6 +34,11 @@ SMALL = {
         "SAC-style learn_on_batch",
         ("torch", "tensorflow"),
     ),
+    "bench_dqn_loop.py": (
+        ["--systems", "torch", "--rounds", "1", "--steps", "8", "--warmup", "0", "--calls", "2"],
+        "env steps/s",
+        ("torch",),
+    ),
     "bench_training.py": (
         ["--frameworks", "torch", "--seeds", "0", "--max-steps", "1500", "--max-seconds", "10"],
         "README promise",

@@ -57,6 +57,9 @@ class SegmentTree:
         end = self.capacity if end is None else (end + self.capacity if end < 0 else end)
         if not 0 <= start <= self.capacity or not 0 <= end <= self.capacity:
             raise IndexError(f"SegmentTree.reduce: range [{start}, {end}) outside [0, {self.capacity}]")
+        if start == 0 and end == self.capacity:
+            # The walk below would end at the root, combining it with the neutral element.
+            return float(self.operation(self.neutral_element, self.value[1]))
         result = self.neutral_element
         lo, hi = start + self.capacity, end + self.capacity
         while lo < hi:
@@ -75,14 +78,8 @@ class SegmentTree:
         if isinstance(idx, (int, np.integer)) and np.ndim(val) == 0:
             self._set_one(int(idx), float(val))
             return
-        leaves = self._check_index(idx) + self.capacity
-        self.value[leaves] = val
-        nodes = np.unique(leaves // 2)
-        while nodes.size and nodes[0] >= 1:
-            self.value[nodes] = self._ufunc(self.value[2 * nodes], self.value[2 * nodes + 1])
-            nodes = np.unique(nodes // 2)
-            if nodes[0] == 0:
-                break
+        leaves = self._check_index(idx).reshape(-1) + self.capacity
+        set_leaves([self], leaves, [val])
 
     def _set_one(self, idx: int, val: float) -> None:
         """The scalar update: a plain walk up the tree (no array machinery)."""
@@ -129,6 +126,24 @@ class SegmentTree:
         self.value = arr.copy()
 
 
+def set_leaves(trees: List[SegmentTree], leaves: np.ndarray, values: List[Any]) -> None:
+    """Sets the ``leaves`` (node numbers) of each tree to its ``values`` and
+    recomputes their ancestors, level by level (trees of one capacity)."""
+    if not leaves.size:
+        return
+    for tree, val in zip(trees, values):
+        tree.value[leaves] = val
+    depth = trees[0].capacity.bit_length() - 1
+    # Row l: the ancestors l+1 levels up (a node listed twice gets the same value twice).
+    nodes = leaves[None, :] >> np.arange(1, depth + 1)[:, None]
+    left = 2 * nodes
+    right = left + 1
+    for level in range(depth):
+        n, lo, hi = nodes[level], left[level], right[level]
+        for tree in trees:
+            tree.value[n] = tree._ufunc(tree.value[lo], tree.value[hi])
+
+
 @DeveloperAPI
 class SumSegmentTree(SegmentTree):
     """A segment tree of sums, with prefix-sum search (proportional sampling)."""
@@ -154,12 +169,13 @@ class SumSegmentTree(SegmentTree):
                 f"SumSegmentTree.find_prefixsum_idx: prefixsum must lie in [0, {total}], got {prefixsum!r}"
             )
         idx = np.ones(mass.shape, dtype=np.int64)
-        while idx[0] < self.capacity:  # all entries are on the same level
+        value = self.value
+        for _ in range(self.capacity.bit_length() - 1):  # one level down per pass
             left = 2 * idx
-            left_val = self.value[left]
-            go_left = left_val > mass
-            mass = np.where(go_left, mass, mass - left_val)
-            idx = np.where(go_left, left, left + 1)
+            left_val = value[left]
+            go_right = left_val <= mass  # then the mass left of it is passed over
+            mass -= left_val * go_right
+            idx = left + go_right
         out = idx - self.capacity
         return int(out[0]) if np.ndim(prefixsum) == 0 else out
 

@@ -220,25 +220,30 @@ def build_q_losses(policy: Policy, model: ModelV2, _: Any, train_batch: SampleBa
     q_t, q_logits_t, _, _ = compute_q_values(
         policy, model, {"obs": train_batch[SampleBatch.CUR_OBS]}, explore=False, is_training=True
     )
-    target = policy.target_models[model]
-    q_tp1, _, q_probs_tp1, _ = compute_q_values(
-        policy, target, {"obs": train_batch[SampleBatch.NEXT_OBS]}, explore=False, is_training=True
-    )
     n_actions = policy.action_space.n
     one_hot_selection = F.one_hot(train_batch[SampleBatch.ACTIONS].long(), n_actions)
     q_t_selected = _select(q_t, one_hot_selection)
     q_logits_t_selected = torch.sum(q_logits_t * one_hot_selection.unsqueeze(-1), 1)
-    if config["double_q"]:
-        # The online network picks a*, the target network evaluates it.
-        q_tp1_online, _, _, _ = compute_q_values(
-            policy, model, {"obs": train_batch[SampleBatch.NEXT_OBS]}, explore=False, is_training=True
+    # The next-state side only feeds the (detached) targets: no autograd graph for it.
+    with torch.no_grad():
+        q_tp1, _, q_probs_tp1, _ = compute_q_values(
+            policy,
+            policy.target_models[model],
+            {"obs": train_batch[SampleBatch.NEXT_OBS]},
+            explore=False,
+            is_training=True,
         )
-        best = torch.argmax(q_tp1_online, 1)
-    else:
-        best = torch.argmax(q_tp1, 1)
-    best_one_hot = F.one_hot(best, n_actions)
-    q_tp1_best = _select(q_tp1, best_one_hot)
-    q_probs_tp1_best = torch.sum(q_probs_tp1 * best_one_hot.unsqueeze(-1), 1)
+        if config["double_q"]:
+            # The online network picks a*, the target network evaluates it.
+            q_tp1_online, _, _, _ = compute_q_values(
+                policy, model, {"obs": train_batch[SampleBatch.NEXT_OBS]}, explore=False, is_training=True
+            )
+            best = torch.argmax(q_tp1_online, 1)
+        else:
+            best = torch.argmax(q_tp1, 1)
+        best_one_hot = F.one_hot(best, n_actions)
+        q_tp1_best = _select(q_tp1, best_one_hot)
+        q_probs_tp1_best = torch.sum(q_probs_tp1 * best_one_hot.unsqueeze(-1), 1)
     q_loss = QLoss(
         q_t_selected,
         q_logits_t_selected,
