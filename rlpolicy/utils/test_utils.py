@@ -154,11 +154,9 @@ def _framework_available(fw: Optional[str]) -> bool:
 
 def _eager_mode() -> Any:
     """TF's ``eager_mode`` context manager factory, or None."""
-    try:
-        from tensorflow.python.eager.context import eager_mode
-    except ImportError:
-        return None
-    return eager_mode
+    from rlpolicy.utils.tf_modes import eager_mode
+
+    return eager_mode()
 
 
 def _enter_framework_context(
