@@ -36,13 +36,13 @@ from rlpolicy._core.tower_buffers import (
 from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy import _obs_prep as obs_prep
+from rlpolicy.policy._framework_policy import FrameworkPolicy, with_lock
 from rlpolicy.policy._tf import export as tf_export
 from rlpolicy.policy._tf.grads import clip_by_global_norm, flatten_grad_groups
 from rlpolicy.policy._tf.graph import after_reads, build_after, is_keras_model, plan_tf_devices
 from rlpolicy.policy._tf.records import ActingGraph, LossGraph, batch_length, columns_needed_by, with_stats
 from rlpolicy.policy._tf.unusable_optimizer import UnusableOptimizer
 from rlpolicy.policy._tf.variables import TFVariables, initialize_uninitialized
-from rlpolicy.policy._framework_policy import FrameworkPolicy, with_lock
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch

@@ -35,6 +35,7 @@ from rlpolicy._core.tower_buffers import (
 )
 from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
 from rlpolicy.policy import _obs_prep as obs_prep
+from rlpolicy.policy._framework_policy import FrameworkPolicy, as_sample_batch, with_lock
 from rlpolicy.policy._torch import compiled_acting
 from rlpolicy.policy._torch import export as torch_export
 from rlpolicy.policy._torch.convert import (
@@ -63,7 +64,6 @@ from rlpolicy.policy._torch.towers import (
     run_exact_tower_step,
     run_tower_step,
 )
-from rlpolicy.policy._framework_policy import FrameworkPolicy, as_sample_batch, with_lock
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch

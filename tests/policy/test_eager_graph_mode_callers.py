@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from rlpolicy.utils.tf_modes import make_methods_eager, runs_eagerly  # noqa: E402
 from rlpolicy.policy.eager_tf_policy import EagerTFPolicy, build_eager_tf_policy  # noqa: E402
 from rlpolicy.policy.policy import Policy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.utils.framework import try_import_tf  # noqa: E402
+from rlpolicy.utils.tf_modes import make_methods_eager, runs_eagerly  # noqa: E402
 
 pytestmark = pytest.mark.tf
 
