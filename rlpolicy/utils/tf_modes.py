@@ -233,8 +233,13 @@ def pin_keras_flavour(struct: Any, use_v2: bool, nested: Tuple[type, ...] = ()) 
             cls = type(layer)
             if cls.__dict__.get("_rlpolicy_flavour_v2", not use_v2) is use_v2:
                 continue  # (already pinned to this flavour)
-            base = cls.__bases__[0] if _PINNED_ATTR in cls.__dict__ else cls
-            object.__setattr__(layer, "__class__", _pinned_class(base, use_v2, classes))
+            object.__setattr__(layer, "__class__", _pinned_class(unpinned_class(layer), use_v2, classes))
+
+
+def unpinned_class(obj: Any) -> type:
+    """The class tf_keras made ``obj`` with (``type(obj)`` unless it was pinned)."""
+    cls = type(obj)
+    return cls.__dict__.get("_rlpolicy_pinned_from", cls)
 
 
 def _pinned_class(cls: type, use_v2: bool, classes: Tuple[type, ...]) -> type:
@@ -247,6 +252,7 @@ def _pinned_class(cls: type, use_v2: bool, classes: Tuple[type, ...]) -> type:
                 "__doc__": cls.__doc__,
                 _PINNED_ATTR: flavour_mro(cls, use_v2, classes),
                 "_rlpolicy_flavour_v2": use_v2,
+                "_rlpolicy_pinned_from": cls,
             }
             pinned = _PINNED[(cls, use_v2)] = _PinnedFlavour(cls.__name__, (cls,), namespace)
         return pinned
@@ -330,5 +336,6 @@ __all__ = [
     "make_methods_eager",
     "keras_build",
     "pin_keras_flavour",
+    "unpinned_class",
     "flavour_mro",
 ]

@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.tf_modes import unpinned_class
 from rlpolicy.utils.tf_utils import fast_function
 
 tf1, tf, tfv = try_import_tf()
@@ -274,7 +275,7 @@ def _node_call(node: Any) -> Callable[[List[Any]], Any]:
     """The replay call of one node (see ``_REPLAYERS``); raises CannotReplay."""
     layer = node.layer
     what = f"layer {layer.name!r} ({type(layer).__name__})"
-    make = _REPLAYERS.get(type(layer))
+    make = _REPLAYERS.get(unpinned_class(layer))  # (the class, not its pinned flavour)
     if make is None:
         raise CannotReplay(f"{what}: no replay for this layer class")
     _check_layer(layer, what)
