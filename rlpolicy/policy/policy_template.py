@@ -339,19 +339,13 @@ def _dispatch(policy: Any, method: str) -> Tuple[Optional[Callable], Optional[Ca
 
 def _extra_action_out_impl(self: Any) -> Callable:
     """TorchPolicy's compiled acting asks which ``extra_action_out`` runs: this
-    class's ``extra_action_out_fn``, or what its wrapper falls through to."""
+    class's ``extra_action_out_fn``, or what its wrapper falls through to (a
+    mixin's or the base class's), or a subclass's override."""
     impl = type(self).extra_action_out
     if _is_wrapper(impl, "extra_action_out"):
-        return resolve_hook(self, "extra_action_out")
+        fn, parent = _dispatch(self, "extra_action_out")
+        return fn or parent  # type: ignore[return-value]
     return impl
-
-
-def resolve_hook(policy: Any, method: str) -> Callable:
-    """What ``policy.<method>()`` of a built class runs: the hook function
-    where a built class in its MRO sets it, else the implementation it falls
-    through to (a mixin's or the base class's); see ``_next_impl``."""
-    fn, impl = _dispatch(policy, method)
-    return fn if fn is not None else impl  # type: ignore[return-value]
 
 
 _torch_convert: Any = None  # rlpolicy.policy._torch.convert, imported on first use (needs torch)
