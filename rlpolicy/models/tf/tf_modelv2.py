@@ -73,7 +73,7 @@ class TFModelV2(ModelV2):
         # lock, then pinned to the flavour of the model (see utils/tf_modes.py).
         super().__init_subclass__(**kwargs)
         init = cls.__dict__.get("__init__")
-        if init is not None and not getattr(init, "_rlpolicy_keras_build", False):
+        if init is not None:  # (a wrapped one wrapped again is harmless: the lock is re-entrant)
             cls.__init__ = _built_under_keras_lock(init)  # type: ignore[method-assign]
 
     def __init__(
@@ -203,7 +203,6 @@ def _built_under_keras_lock(init: Callable[..., None]) -> Callable[..., None]:
         with tf_modes.keras_build(self, lambda: self.graph is None, (TFModelV2,)):
             init(self, *args, **kwargs)
 
-    build._rlpolicy_keras_build = True  # type: ignore[attr-defined]
     return build
 
 
