@@ -606,9 +606,9 @@ PRIVATE_READ_ALLOWED: Dict[Tuple[str, str], str] = {
     "(what SampleBatch's own constructor derives)",
     ("rlpolicy/evaluation/sampler.py", "_slice_map"): "a one-piece sample() output is reused without a "
     "copy only when it has no cached sequence slicing",
-    ("rlpolicy/policy/_training_template.py", "_trusted"): "SampleBatch's trusted constructor for "
+    ("rlpolicy/policy/_framework_policy.py", "_trusted"): "SampleBatch's trusted constructor for "
     "columns already checked (the acting batch), used inside the policy layer",
-    ("rlpolicy/policy/eager_tf_policy.py", "_trusted"): "as in _training_template.py (the train batch)",
+    ("rlpolicy/policy/eager_tf_policy.py", "_trusted"): "as in _framework_policy.py (the train batch)",
     ("rlpolicy/policy/_eager/tracing.py", "_raw"): "SampleBatch's columns without its get-interceptor, "
     "read inside the policy layer to feed a tf.function",
     ("rlpolicy/cli/export_check.py", "_dist_inputs"): "RLlib 1.11's TFPolicy keeps its distribution "

@@ -94,7 +94,7 @@ def test_each_call_touches_no_more_files_and_edges_than_today(framework):
         walk = walks[call]
         files = walk.files
         # The walk saw the real path: the template and the framework's policy class ran.
-        assert os.path.join("policy", "_training_template.py") in files, (framework, call)
+        assert os.path.join("policy", "_framework_policy.py") in files, (framework, call)
         assert os.path.join("policy", POLICY_FILE[framework]) in files, (framework, call)
         assert len(files) <= AFTER[(framework, call)], (
             f"{framework} {call} touches {len(files)} rlpolicy files (ratchet: "

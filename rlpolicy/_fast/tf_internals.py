@@ -179,15 +179,6 @@ def eager_tensor_type() -> type:
     return EagerTensor
 
 
-def eager_mode() -> Any:
-    """TF's ``eager_mode`` context manager factory, or None."""
-    try:
-        from tensorflow.python.eager.context import eager_mode as factory
-    except ImportError:
-        return None
-    return factory
-
-
 def timeline_module() -> Any:
     """``tensorflow.python.client.timeline`` (Chrome trace files of session runs)."""
     from tensorflow.python.client import timeline

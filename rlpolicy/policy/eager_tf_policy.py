@@ -10,7 +10,7 @@ with its recipe (``TFPolicyHooks``) in ``cls._hooks``. Its acting and
 learning steps are methods here (with the forward-pass data helpers at the
 bottom of this module); the other helpers they call take data and live in
 ``rlpolicy.policy._eager`` (``learning``, ``tracing``, ``variables``,
-``export``, ``mode``).
+``export``); running from a graph-mode caller is ``rlpolicy.utils.tf_modes``'s.
 
 Tracing: with ``config["eager_tracing"]`` (or on a ``cls.with_tracing()``
 class) the compute-actions, learn, compute-gradients and apply-gradients
@@ -52,8 +52,7 @@ from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
 from rlpolicy.policy import _obs_prep as obs_prep
 from rlpolicy.policy._eager import learning, tracing
 from rlpolicy.policy._eager import variables as variables_lib
-from rlpolicy.policy._eager.mode import make_methods_eager
-from rlpolicy.policy._training_template import TrainingTemplate, with_lock
+from rlpolicy.policy._framework_policy import FrameworkPolicy, with_lock
 from rlpolicy.policy.policy import Policy, complete_policy_config
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -63,6 +62,7 @@ from rlpolicy.utils.deprecation import DEPRECATED_VALUE
 from rlpolicy.utils.framework import get_keras, try_import_tf
 from rlpolicy.utils.metrics.learner_info import LEARNER_STATS_KEY
 from rlpolicy.utils.spaces.space_utils import normalize_action
+from rlpolicy.utils.tf_modes import make_methods_eager
 from rlpolicy.utils.typing import ModelGradients, ModelWeights, TensorType, TrainerConfigDict
 
 tf1, tf, tfv = try_import_tf()
@@ -72,7 +72,7 @@ EAGER_FRAMEWORKS = ("tf2", "tfe")
 
 
 @DeveloperAPI
-class EagerTFPolicy(TrainingTemplate, Policy):
+class EagerTFPolicy(FrameworkPolicy):
     """Base class of every policy class that ``build_eager_tf_policy`` makes.
 
     Use ``isinstance(policy, EagerTFPolicy)`` to recognise eager TF policies.
@@ -82,7 +82,7 @@ class EagerTFPolicy(TrainingTemplate, Policy):
     ``global_timestep`` (a Python int here, RLlib uses a tf.Variable).
 
     The public acting, learning, buffer and state methods come from
-    ``TrainingTemplate`` (``policy/_training_template.py``); this class adds
+    ``FrameworkPolicy`` (``policy/_framework_policy.py``); this class adds
     the eager steps they call (``_compute_actions_step``, ``_learn_step``, ...).
     """
 

@@ -743,11 +743,15 @@ class Policy(metaclass=ABCMeta):
     def _has_custom_action_fns(self) -> bool:
         """Whether acting runs a custom ``action_sampler_fn``/``action_distribution_fn``
         (which may take state inputs the model does not declare)."""
+        # (straight-line: this runs on every compute_actions)
+        if getattr(self, "action_sampler_fn", None) is not None:
+            return True
+        if getattr(self, "action_distribution_fn", None) is not None:
+            return True
         hooks = getattr(self, "_hooks", None)
-        return any(
-            getattr(obj, name, None) is not None
-            for obj in (self, hooks)
-            for name in ("action_sampler_fn", "action_distribution_fn")
+        return hooks is not None and (
+            getattr(hooks, "action_sampler_fn", None) is not None
+            or getattr(hooks, "action_distribution_fn", None) is not None
         )
 
     def _model_view_requirements(self) -> Dict[str, Any]:

@@ -175,6 +175,7 @@ def _make_policy_class(hooks: PolicyHooks, module: str) -> type:
         "__init__": _policy_init,
         "with_updates": classmethod(_with_updates),
         "_extra_action_out_impl": _extra_action_out_impl,
+        "_resolve_dispatch": staticmethod(resolve_dispatch),
         **_WRAPPERS,
     }
     return type(hooks.name, (*hooks.mixins, TorchPolicy), namespace)
@@ -271,15 +272,28 @@ def _build_model(
 
 
 # ---------------------------------------------------------------- method dispatch
-def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable], Any]:
-    """Finds what a built-class method should run: (hook, None) or (None, next_impl).
+# The methods a built class routes through a hook: method -> the hook's field in PolicyHooks.
+_HOOK_OF = {
+    "extra_grad_process": "extra_grad_process_fn",
+    "extra_compute_grad_fetches": "extra_learn_fetches_fn",
+    "compute_gradients": "compute_gradients_fn",
+    "apply_gradients": "apply_gradients_fn",
+    "extra_action_out": "extra_action_out_fn",
+    "optimizer": "optimizer_fn",
+    "extra_grad_info": "stats_fn",
+}
+
+
+def _next_impl(cls: type, method: str, hook: str) -> Tuple[Optional[Callable], Optional[Callable]]:
+    """What ``method`` of a built class runs: (hook, None) or (None, next_impl).
 
     Walks the MRO from the first class whose ``method`` is our wrapper: the
     first such class with the hook set wins; otherwise the first class after
-    them that defines ``method`` itself (a mixin or TorchPolicy).
+    them that defines ``method`` itself (a mixin or TorchPolicy). (None, None)
+    while the class is incomplete (cloudpickle sets its attributes later).
     """
     started = False
-    for klass in type(policy).__mro__:
+    for klass in cls.__mro__:
         impl = klass.__dict__.get(method)
         if impl is None:
             continue
@@ -290,24 +304,48 @@ def _next_impl(policy: Any, method: str, hook: str) -> Tuple[Optional[Callable],
                 return fn, None
         elif started:
             return None, impl
-    raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
+    return None, None
+
+
+def _postprocess_chain(cls: type) -> Tuple[Optional[Callable], Tuple[Callable, ...]]:
+    """The parent's ``postprocess_trajectory`` and the built classes'
+    ``postprocess_fn``s, innermost first (as nested super() calls would run them)."""
+    fns: List[Callable] = []
+    started, parent = False, None
+    for klass in cls.__mro__:
+        impl = klass.__dict__.get("postprocess_trajectory")
+        if _is_wrapper(impl, "postprocess_trajectory"):
+            started = True
+            fns.append(klass.__dict__["_hooks"].postprocess_fn)
+        elif impl is not None and started:
+            parent = impl
+            break
+    return parent, tuple(fn for fn in reversed(fns) if fn is not None)
+
+
+def resolve_dispatch(cls: type) -> Dict[str, Any]:
+    """A built class's hook table, made once when the class is (``cls._dispatch``)."""
+    table: Dict[str, Any] = {m: _next_impl(cls, m, h) for m, h in _HOOK_OF.items()}
+    table["postprocess_trajectory"] = _postprocess_chain(cls)
+    return table
+
+
+def _dispatch(policy: Any, method: str) -> Tuple[Optional[Callable], Optional[Callable]]:
+    fn, impl = type(policy)._dispatch[method]
+    if fn is None and impl is None:
+        raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
+    return fn, impl
 
 
 def _extra_action_out_impl(self: Any) -> Callable:
     """TorchPolicy's compiled acting asks which ``extra_action_out`` runs: this
-    class's ``extra_action_out_fn``, or what its wrapper falls through to."""
+    class's ``extra_action_out_fn``, or what its wrapper falls through to (a
+    mixin's or the base class's), or a subclass's override."""
     impl = type(self).extra_action_out
     if _is_wrapper(impl, "extra_action_out"):
-        return resolve_hook(self, "extra_action_out", "extra_action_out_fn")
+        fn, parent = _dispatch(self, "extra_action_out")
+        return fn or parent  # type: ignore[return-value]
     return impl
-
-
-def resolve_hook(policy: Any, method: str, hook: str) -> Callable:
-    """What ``policy.<method>()`` of a built class runs: the ``hook`` function
-    where a built class in its MRO sets it, else the implementation it falls
-    through to (a mixin's or the base class's); see ``_next_impl``."""
-    fn, impl = _next_impl(policy, method, hook)
-    return fn if fn is not None else impl
 
 
 _torch_convert: Any = None  # rlpolicy.policy._torch.convert, imported on first use (needs torch)
@@ -342,34 +380,23 @@ def _stats_to_non_torch(self, data: Any) -> Any:
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
     # The parent's postprocessing runs first, then each built class's
     # postprocess_fn from the innermost out (as nested super() calls would).
-    fns: List[Callable] = []
-    started = False
-    parent: Any = None  # (set in the loop: Policy defines the method)
-    for klass in type(self).__mro__:
-        impl = klass.__dict__.get("postprocess_trajectory")
-        if _is_wrapper(impl, "postprocess_trajectory"):
-            started = True
-            fns.append(klass.__dict__["_hooks"].postprocess_fn)
-        elif impl is not None and started:
-            parent = impl
-            break
+    parent, fns = type(self)._dispatch["postprocess_trajectory"]
 
     sample_batch = self.obs_flattener.batch_in_place(sample_batch)  # raw Dict/Tuple obs -> flat
     with _no_grad_context(self):
         sample_batch = parent(self, sample_batch, other_agent_batches, episode)
-        for fn in reversed(fns):
-            if fn is not None:
-                sample_batch = fn(self, sample_batch, other_agent_batches, episode)
+        for fn in fns:
+            sample_batch = fn(self, sample_batch, other_agent_batches, episode)
     return sample_batch
 
 
 def _extra_grad_process(self, optimizer, loss):
-    fn, parent = _next_impl(self, "extra_grad_process", "extra_grad_process_fn")
+    fn, parent = _dispatch(self, "extra_grad_process")
     return fn(self, optimizer, loss) if fn else parent(self, optimizer, loss)
 
 
 def _extra_compute_grad_fetches(self):
-    fn, parent = _next_impl(self, "extra_compute_grad_fetches", "extra_learn_fetches_fn")
+    fn, parent = _dispatch(self, "extra_compute_grad_fetches")
     if fn is None:
         return parent(self)
     fetches = _stats_to_non_torch(self, fn(self))
@@ -377,29 +404,29 @@ def _extra_compute_grad_fetches(self):
 
 
 def _compute_gradients(self, batch):
-    fn, parent = _next_impl(self, "compute_gradients", "compute_gradients_fn")
+    fn, parent = _dispatch(self, "compute_gradients")
     return fn(self, batch) if fn else parent(self, batch)
 
 
 def _apply_gradients(self, gradients):
-    fn, parent = _next_impl(self, "apply_gradients", "apply_gradients_fn")
+    fn, parent = _dispatch(self, "apply_gradients")
     (fn or parent)(self, gradients)
 
 
 def _extra_action_out(self, input_dict, state_batches, model, action_dist):
-    fn, parent = _next_impl(self, "extra_action_out", "extra_action_out_fn")
+    fn, parent = _dispatch(self, "extra_action_out")
     with _no_grad_context(self):
         stats = (fn or parent)(self, input_dict, state_batches, model, action_dist)
     return _to_non_torch(self, stats)
 
 
 def _optimizer(self):
-    fn, parent = _next_impl(self, "optimizer", "optimizer_fn")
+    fn, parent = _dispatch(self, "optimizer")
     return fn(self, self.config) if fn else parent(self)
 
 
 def _extra_grad_info(self, train_batch):
-    fn, parent = _next_impl(self, "extra_grad_info", "stats_fn")
+    fn, parent = _dispatch(self, "extra_grad_info")
     with _no_grad_context(self):
         stats = (fn or parent)(self, train_batch)
     return _stats_to_non_torch(self, stats)

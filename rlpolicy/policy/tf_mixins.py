@@ -24,7 +24,7 @@ import numpy as np
 
 from rlpolicy._core.config import check_config_value
 from rlpolicy._core.mixin_rules import adapted_kl_coeff, make_entropy_coeff_schedule, make_lr_schedule
-from rlpolicy.policy._training_template import policy_lock
+from rlpolicy.policy._framework_policy import policy_lock
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
 from rlpolicy.utils.annotations import DeveloperAPI, override

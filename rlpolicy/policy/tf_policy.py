@@ -35,13 +35,13 @@ from rlpolicy._core.tower_buffers import (
 )
 from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
 from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.policy._framework_policy import FrameworkPolicy, with_lock
 from rlpolicy.policy._tf import export as tf_export
 from rlpolicy.policy._tf.grads import clip_by_global_norm, flatten_grad_groups
 from rlpolicy.policy._tf.graph import after_reads, build_after, is_keras_model, plan_tf_devices
 from rlpolicy.policy._tf.records import ActingGraph, LossGraph, batch_length, columns_needed_by, with_stats
 from rlpolicy.policy._tf.unusable_optimizer import UnusableOptimizer
 from rlpolicy.policy._tf.variables import TFVariables, initialize_uninitialized
-from rlpolicy.policy._training_template import TrainingTemplate, with_lock
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -93,7 +93,7 @@ def _loss_field(name: str) -> _RecordField:
 
 
 @DeveloperAPI
-class TFPolicy(TrainingTemplate, Policy):
+class TFPolicy(FrameworkPolicy):
     """A policy whose model and loss are a TensorFlow (TF1-style) graph.
 
     Prefer ``build_tf_policy`` (or ``DynamicTFPolicy``) over building the
@@ -460,7 +460,7 @@ class TFPolicy(TrainingTemplate, Policy):
     # ------------------------------------------------------------------ acting
 
     # compute_actions / compute_actions_from_input_dict / compute_log_likelihoods:
-    # TrainingTemplate (lock, flattening, checks, explore/timestep), then these steps.
+    # FrameworkPolicy (lock, flattening, checks, explore/timestep), then these steps.
 
     def _compute_actions_step(
         self,
@@ -566,7 +566,7 @@ class TFPolicy(TrainingTemplate, Policy):
 
     # ------------------------------------------------------------------ learning
 
-    # learn_on_batch: TrainingTemplate (lock, _train_batch, learn callback), then this step.
+    # learn_on_batch: FrameworkPolicy (lock, _train_batch, learn callback), then this step.
 
     def _learn_step(self, batch: SampleBatch) -> Dict[str, Any]:
         builder = TFRunBuilder(self.get_session(), "learn_on_batch")
@@ -660,7 +660,7 @@ class TFPolicy(TrainingTemplate, Policy):
         # step, a single GPU behaves the same way.
         return len(self.devices) == 1
 
-    # load_batch_into_buffer / learn_on_loaded_batch: TrainingTemplate, then these steps.
+    # load_batch_into_buffer / learn_on_loaded_batch: FrameworkPolicy, then these steps.
 
     def _device_slices(self, batch: SampleBatch) -> List[Any]:
         if self._exact_chunks:
@@ -750,7 +750,7 @@ class TFPolicy(TrainingTemplate, Policy):
         holder.check_complete(weights)
         holder.set_weights(weights)
 
-    # get_state / set_state: TrainingTemplate, then these steps.
+    # get_state / set_state: FrameworkPolicy, then these steps.
 
     def _optimizer_state(self) -> Optional[List[np.ndarray]]:
         holder = self._optimizer_variables

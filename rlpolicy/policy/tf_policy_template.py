@@ -167,6 +167,7 @@ def _make_policy_class(hooks: TFPolicyHooks, module: str) -> type:
         "with_updates": classmethod(_with_updates),
         "as_eager": classmethod(_as_eager),
         "_run_before_loss_init": _run_before_loss_init,
+        "_resolve_dispatch": staticmethod(resolve_dispatch),
         **_WRAPPERS,
     }
     return type(hooks.name, (*hooks.mixins, DynamicTFPolicy), namespace)
@@ -267,19 +268,28 @@ def _run_before_loss_init(
 
 
 # ---------------------------------------------------------------- method dispatch
+def resolve_dispatch(cls: type) -> Dict[str, Optional[Callable]]:
+    """Per wrapped method, the implementation after the built class(es) in the
+    MRO (a mixin's, if one defines it, else DynamicTFPolicy's); made once when
+    the class is (``cls._dispatch``)."""
+    table: Dict[str, Optional[Callable]] = {}
+    for method, wrapper in _WRAPPERS.items():
+        started, table[method] = False, None
+        for klass in cls.__mro__:
+            impl = klass.__dict__.get(method)
+            if impl is wrapper:
+                started = True
+            elif impl is not None and started:
+                table[method] = impl
+                break
+    return table
+
+
 def _parent(policy: Any, method: str) -> Callable:
-    """The implementation of ``method`` after the built class(es) in the MRO
-    (a mixin's, if one defines it, else DynamicTFPolicy's)."""
-    started = False
-    for klass in type(policy).__mro__:
-        impl = klass.__dict__.get(method)
-        if impl is None:
-            continue
-        if impl is _WRAPPERS.get(method):
-            started = True
-        elif started:
-            return impl
-    raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
+    impl = type(policy)._dispatch.get(method)
+    if impl is None:
+        raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
+    return impl
 
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):

@@ -33,6 +33,7 @@ from rlpolicy._core.tower_buffers import (
     split_batch_for_devices,
 )
 from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
+from rlpolicy.policy._framework_policy import FrameworkPolicy, as_sample_batch, with_lock
 from rlpolicy.policy._torch import compiled_acting
 from rlpolicy.policy._torch import export as torch_export
 from rlpolicy.policy._torch.convert import (
@@ -58,7 +59,6 @@ from rlpolicy.policy._torch.towers import (
     run_exact_tower_step,
     run_tower_step,
 )
-from rlpolicy.policy._training_template import TrainingTemplate, as_sample_batch, with_lock
 from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.rnn_sequencing import pad_batch_to_sequences_of_same_size
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -110,16 +110,16 @@ _directStepOptimizerSingleton = DirectStepOptimizer()
 
 
 # ``torch_policy.with_lock`` is RLlib 1.11's name for the policy-lock decorator; it is
-# the one lock idiom of all policies (``rlpolicy.policy._training_template.with_lock``),
+# the one lock idiom of all policies (``rlpolicy.policy._framework_policy.with_lock``),
 # imported above.
 
 
 @DeveloperAPI
-class TorchPolicy(TrainingTemplate, Policy):
+class TorchPolicy(FrameworkPolicy):
     """A ``Policy`` whose model and loss are written in PyTorch.
 
     The public acting, learning, buffer and state methods are the
-    ``TrainingTemplate``'s (``rlpolicy.policy._training_template``); this class
+    ``FrameworkPolicy``'s (``rlpolicy.policy._framework_policy``); this class
     supplies their torch steps (``_compute_actions_step``, ``_learn_step``,
     ``_device_slices``, ``_learn_on_device_batches``, the optimizer state).
 
@@ -285,7 +285,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         episodes: Optional[List[Any]],
     ) -> Tuple[TensorStructType, List[TensorType], Dict[str, TensorType]]:
         """The torch step of ``compute_actions``/``compute_actions_from_input_dict``
-        (``TrainingTemplate``; it holds the lock and resolved explore/timestep).
+        (``FrameworkPolicy``; it holds the lock and resolved explore/timestep).
 
         The input dict becomes a SampleBatch handing out tensors on
         ``self.device`` (its ``is_training`` flag as the caller set it), its
@@ -494,7 +494,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         prev_reward_batch: Any,
         actions_normalized: bool,
     ) -> TensorType:
-        """The torch step of ``compute_log_likelihoods`` (``TrainingTemplate``;
+        """The torch step of ``compute_log_likelihoods`` (``FrameworkPolicy``;
         it holds the lock and flattened ``obs_batch``): the log-probabilities,
         as a torch tensor, of ``actions`` under the distribution for the inputs."""
         if self.action_sampler_fn and self.action_distribution_fn is None:
@@ -530,7 +530,7 @@ class TorchPolicy(TrainingTemplate, Policy):
     # ------------------------------------------------------------------ learning
 
     def _learn_step(self, batch: SampleBatch) -> Dict[str, TensorType]:
-        """The torch step of ``learn_on_batch`` (``TrainingTemplate``; the batch is
+        """The torch step of ``learn_on_batch`` (``FrameworkPolicy``; the batch is
         checked and flattened, the model in training mode): ``compute_gradients``
         then one optimizer step on those gradients. With several towers the batch is split
         across them as in ``load_batch_into_buffer`` (see ``compute_gradients``).
@@ -600,7 +600,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         for opt in self._optimizers:
             opt.step()
 
-    @override(TrainingTemplate)
+    @override(FrameworkPolicy)
     def _check_can_learn(self, what: str) -> None:
         if self._loss is None:
             raise ValueError(
@@ -608,7 +608,7 @@ class TorchPolicy(TrainingTemplate, Policy):
                 "`loss` to TorchPolicy.__init__ or override `loss()`"
             )
 
-    @override(TrainingTemplate)
+    @override(FrameworkPolicy)
     def _train_batch(self, batch: Any, what: str) -> SampleBatch:
         # As RLlib 1.11: the model is in training mode before the learn callback runs.
         batch = super()._train_batch(batch, what)
@@ -668,7 +668,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         return len(self.devices) == 1 and self.devices[0].type == "cpu"
 
     def _device_slices(self, batch: SampleBatch) -> List[Any]:
-        """The torch step of ``load_batch_into_buffer`` (``TrainingTemplate``): the
+        """The torch step of ``load_batch_into_buffer`` (``FrameworkPolicy``): the
         prepared batch padded and handing out tensors, one slice per tower
         (equal shares, the rest dropped), each on its tower's device.
 
@@ -692,7 +692,7 @@ class TorchPolicy(TrainingTemplate, Policy):
         return self._place_on_devices(slices)
 
     def _learn_on_device_batches(self, batches: List[Any], buffer_index: int) -> Dict[str, TensorType]:
-        """The torch step of ``learn_on_loaded_batch`` (``TrainingTemplate``; it
+        """The torch step of ``learn_on_loaded_batch`` (``FrameworkPolicy``; it
         holds the lock): one SGD step on one minibatch per tower.
 
         One CPU device: ``learn_on_batch`` on the minibatch (RLlib 1.11's

@@ -12,7 +12,7 @@ must live in one process. Graph-mode code builds its ops inside its own
 ``tf1.Graph`` (where eager is off by construction). A process that TF1 code
 switched with ``tf1.disable_v2_behavior()`` (or ``disable_eager_execution()``)
 works too: eager policies then run their methods in TF's eager-mode context
-(``rlpolicy.policy._eager.mode``).
+(``rlpolicy.utils.tf_modes``).
 """
 
 from __future__ import annotations
@@ -73,14 +73,10 @@ class _NNStub:
 def _import_tf() -> Tuple[Any, Any, Optional[int]]:
     if _disabled("RLPOLICY_NO_TF"):
         return None, None, None
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    # Keras 3 cannot build layers inside TF1 graphs: use the legacy tf_keras.
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    from rlpolicy.utils._native_stderr import dedupe_native_stderr
+    from rlpolicy.utils.tf_modes import import_tensorflow
 
     try:
-        with dedupe_native_stderr():  # TF's start-up banners once, not twice
-            import tensorflow as tf
+        tf = import_tensorflow()  # tf.keras is tf_keras unless the process chose (see there)
     except ImportError:
         return None, None, None
     tf1 = tf.compat.v1

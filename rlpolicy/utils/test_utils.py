@@ -153,7 +153,7 @@ def _framework_available(fw: Optional[str]) -> bool:
 
 def _eager_mode() -> Any:
     """TF's ``eager_mode`` context manager factory, or None."""
-    from rlpolicy._fast.tf_internals import eager_mode
+    from rlpolicy.utils.tf_modes import eager_mode
 
     return eager_mode()
 

@@ -10,7 +10,7 @@ from rlpolicy._core.tower_buffers import (
     minibatch_slice,
     split_batch_for_devices,
 )
-from rlpolicy.policy._training_template import as_sample_batch
+from rlpolicy.policy._framework_policy import as_sample_batch
 from rlpolicy.policy.sample_batch import SampleBatch
 
 # ---------------------------------------------------------------- device_minibatch_size

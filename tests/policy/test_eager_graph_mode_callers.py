@@ -1,4 +1,4 @@
-"""policy._eager.mode: eager policy methods called from graph mode run eagerly.
+"""utils.tf_modes: eager policy methods called from graph mode run eagerly.
 
 Graph mode here is a ``tf1.Graph().as_default()`` block (what a TF1-mode process
 is in everywhere); the same code runs in the RLPOLICY_TF_V1 pass.
@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from rlpolicy.policy._eager.mode import make_methods_eager, runs_eagerly  # noqa: E402
 from rlpolicy.policy.eager_tf_policy import EagerTFPolicy, build_eager_tf_policy  # noqa: E402
 from rlpolicy.policy.policy import Policy  # noqa: E402
 from rlpolicy.policy.sample_batch import SampleBatch  # noqa: E402
 from rlpolicy.utils.framework import try_import_tf  # noqa: E402
+from rlpolicy.utils.tf_modes import make_methods_eager, runs_eagerly  # noqa: E402
 
 pytestmark = pytest.mark.tf
 

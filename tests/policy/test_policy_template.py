@@ -338,6 +338,39 @@ def test_built_class_as_mixin_of_another_built_class():
     assert p.extra_grad_info(SampleBatch({"advantages": np.array([1.0, 3.0])}))["mean_adv"] == 2.0
 
 
+def test_hooks_are_resolved_once_when_the_class_is_made(monkeypatch):
+    from rlpolicy.policy import policy_template
+
+    def own_stats(policy, train_batch):
+        return {"own": torch.tensor(1.0)}
+
+    mixed = build_policy_class(
+        "Mixed2", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages, mixins=[MixinA]
+    )
+    hooked = mixed.with_updates(stats_fn=own_stats)
+
+    class Sub(hooked):  # a user subclass gets its own table, made at its creation
+        def extra_grad_info(self, train_batch):
+            return {**super().extra_grad_info(train_batch), "sub": 1}
+
+    assert mixed._dispatch["optimizer"] == (None, MixinA.optimizer)
+    assert mixed._dispatch["extra_grad_info"] == (None, TorchPolicy.extra_grad_info)
+    assert hooked._dispatch["extra_grad_info"] == (own_stats, None)
+    assert Sub._dispatch["extra_grad_info"] == (own_stats, None) and "_dispatch" in vars(Sub)
+    assert mixed._dispatch["postprocess_trajectory"] == (Policy.postprocess_trajectory, (centred_advantages,))
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("MRO walked after class creation")
+
+    monkeypatch.setattr(policy_template, "_next_impl", no_walk)
+    monkeypatch.setattr(policy_template, "_postprocess_chain", no_walk)
+    p = Sub(OBS, ACT, dict(SMALL))
+    assert p.mixin_optimizer_called
+    p.compute_actions(np.zeros((2, 3), np.float32))
+    out = p.learn_on_batch(p.postprocess_trajectory(_bandit_batch(p, 8)))
+    assert out[LEARNER_STATS_KEY]["own"] == 1.0 and out[LEARNER_STATS_KEY]["sub"] == 1
+
+
 # ------------------------------------------------------------------ errors
 def _bad_model(policy, obs_space, action_space, config):
     return torch.nn.Linear(3, 2)

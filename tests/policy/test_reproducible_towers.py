@@ -358,10 +358,10 @@ def test_tf_towers_bitwise_equal(framework, lstm):
 def test_a_framework_class_without_the_mode_rejects_the_flag():
     import types
 
-    from rlpolicy.policy._training_template import TrainingTemplate
+    from rlpolicy.policy._framework_policy import FrameworkPolicy
 
     holder = types.SimpleNamespace(config={"_deterministic_towers": True})
     with pytest.raises(ValueError, match="_deterministic_towers'] is not supported by"):
-        TrainingTemplate._init_tower_buffers(holder, 2)
-    TrainingTemplate._init_tower_buffers(holder, 2, exact_supported=True)
+        FrameworkPolicy._init_tower_buffers(holder, 2)
+    FrameworkPolicy._init_tower_buffers(holder, 2, exact_supported=True)
     assert holder._exact_chunks == 4

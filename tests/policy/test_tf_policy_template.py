@@ -290,6 +290,16 @@ def updated():
     return cls, cls(OBS, ACT, {"model": {"fcnet_hiddens": [4]}})
 
 
+def test_parents_are_resolved_when_the_class_is_made():
+    from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy
+
+    cls = Recording.with_updates(name="Resolved", optimizer_fn=None, mixins=[SGDMixin])
+    assert cls._dispatch["optimizer"] is SGDMixin.optimizer
+    assert cls._dispatch["postprocess_trajectory"] is SGDMixin.postprocess_trajectory
+    assert cls._dispatch["gradients"] is DynamicTFPolicy.gradients
+    assert Recording._dispatch["postprocess_trajectory"] is DynamicTFPolicy.postprocess_trajectory
+
+
 @pytest.mark.tf
 def test_with_updates_replaces_only_the_given_arguments(updated):
     cls, policy = updated

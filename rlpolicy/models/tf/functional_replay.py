@@ -53,6 +53,7 @@ from rlpolicy._fast.tf_internals import (
     tape_set_is_empty,
 )
 from rlpolicy.utils.framework import get_keras, try_import_tf
+from rlpolicy.utils.tf_modes import unpinned_class
 from rlpolicy.utils.tf_utils import fast_function
 
 tf1, tf, tfv = try_import_tf()
@@ -283,7 +284,7 @@ def _node_call(node: Any) -> Callable[[List[Any]], Any]:
     """The replay call of one node (see ``_REPLAYERS``); raises CannotReplay."""
     layer = node.layer
     what = f"layer {layer.name!r} ({type(layer).__name__})"
-    make = _REPLAYERS.get(type(layer))
+    make = _REPLAYERS.get(unpinned_class(layer))  # (the class, not its pinned flavour)
     if make is None:
         raise CannotReplay(f"{what}: no replay for this layer class")
     _check_layer(layer, what)

@@ -15,15 +15,16 @@ dicts of those), in attribute creation order, with the keys RLlib uses.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
-import weakref
-from typing import Any, Dict, List, Optional, Tuple, Union, cast
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union, cast
 
 import gymnasium as gym
 
 from rlpolicy._core import checkpoint_io
 from rlpolicy.models.modelv2 import ModelV2
+from rlpolicy.utils import tf_modes
 from rlpolicy.utils._variable_keys import unique_keys
 from rlpolicy.utils.annotations import PublicAPI, override
 from rlpolicy.utils.deprecation import deprecation_warning
@@ -66,6 +67,14 @@ class TFModelV2(ModelV2):
                 return out, state
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A subclass builds its Keras layers in __init__: under the Keras build
+        # lock, then pinned to the flavour of the model (see utils/tf_modes.py).
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:  # (a wrapped one wrapped again is harmless: the lock is re-entrant)
+            cls.__init__ = _built_under_keras_lock(init)  # type: ignore[method-assign]
+
     def __init__(
         self,
         obs_space: gym.spaces.Space,
@@ -94,11 +103,9 @@ class TFModelV2(ModelV2):
     def context(self) -> contextlib.AbstractContextManager:
         """Returns a context that makes the model's graph the default one.
 
-        Eager models get a no-op context. Either way, the model's Keras layer
-        classes are first switched back to the Keras flavour (graph "v1" or
-        eager "v2") the model was built with (see ``select_keras_classes``).
+        Eager models get a no-op context. (The model's Keras layers keep the
+        flavour, graph or eager, it was built in: ``rlpolicy.utils.tf_modes``.)
         """
-        select_keras_classes(self, use_v2=self.graph is None)
         if self.graph is not None:
             return self.graph.as_default()
         return contextlib.nullcontext()
@@ -137,7 +144,6 @@ class TFModelV2(ModelV2):
         Returns:
             The list (or dict) of variables, in discovery order.
         """
-        select_keras_classes(self, use_v2=self.graph is None)
         if self.var_list:
             if as_dict:
                 return unique_keys((v.name, v) for v in self.var_list)
@@ -194,79 +200,13 @@ class TFModelV2(ModelV2):
         return _find_sub_modules(current_key, struct)
 
 
-def select_keras_classes(model: TFModelV2, use_v2: bool) -> None:
-    """Re-selects the graph (v1) or eager (v2) base classes of ``model``'s Keras layers.
+def _built_under_keras_lock(init: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(init)
+    def build(self: TFModelV2, *args: Any, **kwargs: Any) -> None:
+        with tf_modes.keras_build(self, lambda: self.graph is None, (TFModelV2,)):
+            init(self, *args, **kwargs)
 
-    tf_keras picks a layer class's base (``Layer`` or its TF1-graph variant)
-    when an instance is created, by rewriting ``__bases__`` of the class
-    itself. Building a Keras model eagerly therefore breaks calls to models of
-    the same layer classes built earlier inside a ``tf1.Graph`` (and the other
-    way round). Graph and eager policies share one process here, so before
-    each call the model's layer classes are switched back to its own flavour.
-
-    Args:
-        model: The model whose Keras layers are about to be called.
-        use_v2: True for an eagerly built model, False for a graph-built one.
-    """
-    try:
-        from tf_keras.src.engine import base_layer, base_layer_v1, training, training_v1
-        from tf_keras.src.utils.version_utils import swap_class
-    except ImportError:  # another tf_keras layout: nothing to fix.
-        return
-    keras = _keras()
-    # The layer classes are found once per set of the model's layer-holding attributes
-    # (the walk is most of this function's cost; it runs before every model call).
-    signature = tuple(
-        id(v)
-        for v in model.__dict__.values()
-        if isinstance(v, (keras.layers.Layer, list, dict, tuple, TFModelV2))
-    )
-    try:
-        cached = _LAYER_CLASSES.get(model)
-    except TypeError:  # (a model that cannot be weakly referenced: no cache)
-        cached = None
-    if cached is not None and cached[0] == signature:
-        classes = cached[1]
-    else:
-        layers: Dict[type, Any] = {}
-        for obj in _keras_layers_in(model.__dict__, keras.layers.Layer, set()):
-            for layer in obj._flatten_layers(include_self=True, recursive=True):
-                layers.setdefault(type(layer), layer)
-        classes = tuple((cls, isinstance(layer, training.Model)) for cls, layer in layers.items())
-        try:
-            _LAYER_CLASSES[model] = (signature, classes)
-        except TypeError:
-            pass
-    for cls, is_model in classes:
-        v1_layer = issubclass(cls, base_layer_v1.Layer)
-        ok = (not v1_layer) if use_v2 else v1_layer and (not is_model or issubclass(cls, training_v1.Model))
-        if not ok:
-            # Same order as tf_keras' constructors: Layer flavour, then Model flavour.
-            swap_class(cls, base_layer.Layer, base_layer_v1.Layer, use_v2)
-            if is_model:
-                swap_class(cls, training.Model, training_v1.Model, use_v2)
-
-
-# Per model: (signature of its layer-holding attributes, ((layer class, is a Model), ...)).
-_LAYER_CLASSES: "weakref.WeakKeyDictionary[Any, Tuple[Tuple[int, ...], Tuple[Tuple[type, bool], ...]]]" = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _keras_layers_in(struct: Any, layer_cls: type, seen: set) -> List[Any]:
-    """Keras layers/models found in ``struct`` (attributes, lists, dicts, nested TFModelV2s)."""
-    if id(struct) in seen:
-        return []
-    seen.add(id(struct))
-    if isinstance(struct, layer_cls):
-        return [struct]
-    if isinstance(struct, TFModelV2):
-        struct = struct.__dict__
-    if isinstance(struct, dict):
-        struct = list(struct.values())
-    if isinstance(struct, (list, tuple)):
-        return [layer for item in struct for layer in _keras_layers_in(item, layer_cls, seen)]
-    return []
+    return build
 
 
 def _keras_model_attributes(model: TFModelV2) -> Dict[str, Any]:

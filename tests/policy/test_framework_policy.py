@@ -1,4 +1,4 @@
-"""The shared TrainingTemplate, driven by a tiny numpy "framework" that supplies its steps.
+"""The shared FrameworkPolicy, driven by a tiny numpy "framework" that supplies its steps.
 
 The expected values are worked by hand (linear model, plain SGD with momentum),
 independently of the template.
@@ -12,9 +12,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlpolicy.policy import _training_template as template
-from rlpolicy.policy._training_template import TrainingTemplate, as_sample_batch, state_in_columns
-from rlpolicy.policy.policy import Policy
+from rlpolicy.policy import _framework_policy as template
+from rlpolicy.policy._framework_policy import FrameworkPolicy, as_sample_batch, state_in_columns
 from rlpolicy.policy.sample_batch import SampleBatch
 
 
@@ -34,7 +33,7 @@ def _lock_held_elsewhere(policy) -> bool:
     return out[0]
 
 
-class NumpyTemplatePolicy(TrainingTemplate, Policy):
+class NumpyTemplatePolicy(FrameworkPolicy):
     """y = obs @ w; loss 0.5 * mean((y - targets)^2); SGD with momentum 0.5, lr 0.1."""
 
     def __init__(self, num_devices=1, **config):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlpolicy.utils._native_stderr import dedupe_lines
+from rlpolicy.utils.tf_modes import dedupe_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_dedupe_lines_keeps_first_copy_ignoring_absl_prefix():
 def test_capture_writes_everything_back_in_order_once():
     _, err = _run("""
         import os, sys
-        from rlpolicy.utils._native_stderr import dedupe_native_stderr
+        from rlpolicy.utils.tf_modes import dedupe_native_stderr
         os.write(2, b"before\\n")
         with dedupe_native_stderr():
             os.write(2, b"I0000 00:00:1.5    12 a.cc:1] banner\\n")
@@ -71,7 +71,7 @@ def test_capture_writes_everything_back_in_order_once():
 def test_capture_restores_stderr_when_the_block_raises():
     _, err = _run("""
         import os
-        from rlpolicy.utils._native_stderr import dedupe_native_stderr
+        from rlpolicy.utils.tf_modes import dedupe_native_stderr
         try:
             with dedupe_native_stderr():
                 os.write(2, b"inside\\n")

@@ -1,8 +1,9 @@
-"""The public acting, learning and state methods shared by the three framework policies.
+"""``FrameworkPolicy``: the public acting, learning and state methods shared by
+the three framework policies.
 
-``TorchPolicy``, ``TFPolicy`` and ``EagerTFPolicy`` each list
-``TrainingTemplate`` before ``Policy`` in their bases. The template writes the
-order of the steps of every public method once: the lock, batch preparation
+``TorchPolicy``, ``TFPolicy`` and ``EagerTFPolicy`` derive from
+``FrameworkPolicy(Policy)``. It writes the order of the steps of every public
+method once: the lock, batch preparation
 and input checks, the learn callback, the tower buffers, what ``get_state``
 holds and in which order ``set_state`` checks and assigns. The framework class
 supplies only the steps that touch tensors (the ``# framework step`` methods
@@ -24,6 +25,12 @@ Steps a framework class implements (abstract here):
 Optional steps with a default here: ``_check_can_learn(what)``,
 ``_state_weights()``, ``_set_exploration_state(state)``.
 
+Classes made by a policy factory (``build_policy_class``, ``build_tf_policy``)
+carry ``_resolve_dispatch(cls)``: when such a class (or a subclass of it) is
+created, :meth:`FrameworkPolicy.__init_subclass__` stores its result, the
+table of what each hook-backed method runs (a hook, or the implementation it
+falls through to), in ``cls._dispatch``; the methods read it, no MRO walk per call.
+
 The framework class calls ``self._init_tower_buffers(num_devices)`` in its
 constructor, once its devices are known.
 
@@ -41,10 +48,9 @@ from __future__ import annotations
 
 import functools
 import threading
-from abc import ABCMeta, abstractmethod
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar
+from abc import abstractmethod
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, TypeVar
 
-import gymnasium as gym
 import numpy as np
 
 from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
@@ -54,8 +60,8 @@ from rlpolicy._core.tower_buffers import (
     device_minibatch_size,
     exact_chunk_count,
 )
+from rlpolicy.policy.policy import Policy
 from rlpolicy.policy.sample_batch import SampleBatch
-from rlpolicy.utils.typing import TrainerConfigDict
 
 STATE_KEYS = ("weights", "global_timestep")
 _STATE_IN = "state_in_"
@@ -127,21 +133,24 @@ def _acting_batch(columns: Dict[str, Any]) -> SampleBatch:
     return SampleBatch(columns, _is_training=False)
 
 
-class TrainingTemplate(metaclass=ABCMeta):
-    """Mixin written once for the torch, graph-TF and eager policies (see the module doc).
+class FrameworkPolicy(Policy):
+    """Base of the torch, graph-TF and eager policies (see the module doc).
 
-    It has no ``__init__``; it relies on ``Policy``'s attributes (``config``,
-    ``global_timestep``, ``exploration``, ``callbacks`` via
-    ``_run_learn_callback``) and on ``self._tower_buffers``, which
-    :meth:`_init_tower_buffers` creates.
+    It has no ``__init__`` of its own (``Policy``'s); it relies on
+    ``self._tower_buffers``, which :meth:`_init_tower_buffers` creates.
     """
 
     _tower_buffers: TowerBuffers
-    # From Policy.__init__ (declared so that helpers typed by Protocol accept `self`).
-    observation_space: gym.Space
-    config: TrainerConfigDict
     # K fixed chunks per minibatch with config["_deterministic_towers"]; 0 when off.
     _exact_chunks: int = 0
+    # A factory-built class's hook table (see the module doc); {} elsewhere.
+    _dispatch: ClassVar[Dict[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        resolve = getattr(cls, "_resolve_dispatch", None)
+        if resolve is not None:
+            cls._dispatch = resolve(cls)
 
     def _init_tower_buffers(self, num_devices: int, exact_supported: bool = False) -> None:
         """Creates ``self._tower_buffers``: ``config["num_multi_gpu_tower_stacks"]``
@@ -153,8 +162,8 @@ class TrainingTemplate(metaclass=ABCMeta):
                 or set while the framework class does not support it
                 (``exact_supported`` False).
         """
-        self._tower_buffers = TowerBuffers(self.config.get("num_multi_gpu_tower_stacks", 1), num_devices)  # type: ignore[attr-defined]
-        self._exact_chunks = exact_chunk_count(self.config, num_devices)  # type: ignore[attr-defined]
+        self._tower_buffers = TowerBuffers(self.config.get("num_multi_gpu_tower_stacks", 1), num_devices)
+        self._exact_chunks = exact_chunk_count(self.config, num_devices)
         if self._exact_chunks and not exact_supported:
             raise ValueError(
                 f"config['{EXACT_KEY}'] is not supported by "
@@ -187,7 +196,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         ``compute_actions_from_input_dict`` does not change this method.
         """
         obs_batch = self.obs_flattener.batch(obs_batch)
-        self._check_acting_inputs(  # type: ignore[attr-defined]
+        self._check_acting_inputs(
             obs_batch,
             state_batches,
             [
@@ -228,9 +237,7 @@ class TrainingTemplate(metaclass=ABCMeta):
             ``(actions, state_outs, extra_fetches)`` as numpy structures.
         """
         input_dict = self.obs_flattener.input_dict(input_dict)
-        self._check_acting_input_dict(  # type: ignore[attr-defined]
-            input_dict, "compute_actions_from_input_dict"
-        )
+        self._check_acting_input_dict(input_dict, "compute_actions_from_input_dict")
         return self._compute_actions_checked(input_dict, explore, timestep, episodes)
 
     @with_lock
@@ -241,9 +248,9 @@ class TrainingTemplate(metaclass=ABCMeta):
         ``timestep`` of None become ``config["explore"]`` / ``global_timestep``,
         then the framework's ``_compute_actions_step``."""
         if explore is None:
-            explore = self.config["explore"]  # type: ignore[attr-defined]
+            explore = self.config["explore"]
         if timestep is None:
-            timestep = self.global_timestep  # type: ignore[attr-defined]
+            timestep = self.global_timestep
         return self._compute_actions_step(
             input_dict, state_in_columns(input_dict), explore, timestep, episodes
         )
@@ -315,7 +322,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         """
         self._check_can_learn(what)
         batch = self.obs_flattener.input_dict(as_sample_batch(batch))
-        self._check_train_batch(batch, what)  # type: ignore[attr-defined]
+        self._check_train_batch(batch, what)
         batch.set_training(True)
         return batch
 
@@ -330,7 +337,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         """
         batch = self._train_batch(postprocessed_batch, "learn_on_batch")
         learn_stats: Dict[str, Any] = {}
-        self._run_learn_callback(batch, learn_stats)  # type: ignore[attr-defined]
+        self._run_learn_callback(batch, learn_stats)
         stats = self._learn_step(batch)
         stats["custom_metrics"] = learn_stats
         return stats
@@ -368,7 +375,7 @@ class TrainingTemplate(metaclass=ABCMeta):
         The per-device minibatch is ``(sgd_minibatch_size or train_batch_size)
         // num_devices`` (RLlib 1.11).
         """
-        size = device_minibatch_size(self.config, self._tower_buffers.num_devices)  # type: ignore[attr-defined]
+        size = device_minibatch_size(self.config, self._tower_buffers.num_devices)
         batches = self._tower_buffers.minibatches(buffer_index, offset, size)
         return self._learn_on_device_batches(batches, buffer_index)
 
@@ -384,18 +391,18 @@ class TrainingTemplate(metaclass=ABCMeta):
 
     def _state_weights(self) -> Any:
         """The weights as ``get_state`` stores them (default: ``get_weights()``)."""
-        return self.get_weights()  # type: ignore[attr-defined]
+        return self.get_weights()
 
     @with_lock
     def get_state(self) -> Dict[str, Any]:
         """The policy state: ``weights``, ``global_timestep``, and where present
         ``_optimizer_variables`` and ``_exploration_state`` (numpy copies)."""
-        state: Dict[str, Any] = {"weights": self._state_weights(), "global_timestep": self.global_timestep}  # type: ignore[attr-defined]
+        state: Dict[str, Any] = {"weights": self._state_weights(), "global_timestep": self.global_timestep}
         optimizer = self._optimizer_state()
         if optimizer is not None:
             state["_optimizer_variables"] = optimizer
         if getattr(self, "exploration", None) is not None:
-            state["_exploration_state"] = self.get_exploration_state()  # type: ignore[attr-defined]
+            state["_exploration_state"] = self.get_exploration_state()
         return state
 
     @with_lock
@@ -423,7 +430,7 @@ class TrainingTemplate(metaclass=ABCMeta):
                 f"set_state: state['global_timestep']={state['global_timestep']!r} is not an integer"
             ) from None
         checked = self._check_optimizer_state(state.get("_optimizer_variables"))
-        self.set_weights(state["weights"])  # type: ignore[attr-defined]
+        self.set_weights(state["weights"])
         self.global_timestep = timestep
         if checked is not None:
             self._set_optimizer_state(checked)
@@ -432,7 +439,7 @@ class TrainingTemplate(metaclass=ABCMeta):
 
     def _set_exploration_state(self, exploration_state: Any) -> None:
         """Framework step with a default: hands the state to ``self.exploration``."""
-        self.exploration.set_state(state=exploration_state)  # type: ignore[attr-defined]
+        self.exploration.set_state(state=exploration_state)
 
     @abstractmethod
     def _optimizer_state(self) -> Any:
@@ -490,7 +497,7 @@ class TrainingTemplate(metaclass=ABCMeta):
                 )
 
             framework_kwargs["dist_inputs_fn"] = dist_fn
-        policy: Any = self  # (the Policy this template is mixed into)
+        policy: Any = self
         timestep = policy.global_timestep
         try:
             exporter(
@@ -510,4 +517,4 @@ class TrainingTemplate(metaclass=ABCMeta):
             policy.global_timestep = timestep
 
 
-__all__ = ["TrainingTemplate", "as_sample_batch", "policy_lock", "state_in_columns", "with_lock"]
+__all__ = ["FrameworkPolicy", "as_sample_batch", "policy_lock", "state_in_columns", "with_lock"]
