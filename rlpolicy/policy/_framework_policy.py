@@ -143,6 +143,7 @@ class FrameworkPolicy(Policy):
     _tower_buffers: TowerBuffers
     # K fixed chunks per minibatch with config["_deterministic_towers"]; 0 when off.
     _exact_chunks: int = 0
+    exploration: Any  # (the framework classes make one in __init__)
     # A factory-built class's hook table (see the module doc); {} elsewhere.
     _dispatch: ClassVar[Dict[str, Any]] = {}
 

@@ -330,7 +330,7 @@ def resolve_dispatch(cls: type) -> Dict[str, Any]:
     return table
 
 
-def _dispatch(policy: Any, method: str) -> Tuple[Optional[Callable], Optional[Callable]]:
+def _dispatch(policy: Any, method: str) -> Tuple[Any, Any]:
     fn, impl = type(policy)._dispatch[method]
     if fn is None and impl is None:
         raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
