@@ -32,8 +32,8 @@ BEFORE = {
 # Today's counts (docs/architecture.md's "after" columns): a call that touches one more
 # rlpolicy file, or crosses one more policy/ <-> _core/ edge, fails.
 AFTER = {
-    ("torch", "compute_actions"): 15,
-    ("torch", "learn_on_batch"): 19,
+    ("torch", "compute_actions"): 16,  # (+1 in issue 27: _fast/torch_functional.py, see docs)
+    ("torch", "learn_on_batch"): 20,
     ("tf", "compute_actions"): 9,
     ("tf", "learn_on_batch"): 11,
     ("tf2", "compute_actions"): 19,

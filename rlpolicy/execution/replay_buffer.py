@@ -318,7 +318,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _set_priorities(self, idxes: np.ndarray, values: np.ndarray) -> None:
         """Sets both trees' leaves ``idxes`` to ``values`` in one walk up the trees."""
-        leaves = self._it_sum._check_index(idxes) + self._it_sum.capacity
+        leaves = self._it_sum.check_index(idxes) + self._it_sum.capacity
         set_leaves([self._it_sum, self._it_min], leaves, [values, values])
 
     def _sample_proportional(self, num_items: int) -> np.ndarray:

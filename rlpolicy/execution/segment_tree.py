@@ -78,7 +78,7 @@ class SegmentTree:
         if isinstance(idx, (int, np.integer)) and np.ndim(val) == 0:
             self._set_one(int(idx), float(val))
             return
-        leaves = self._check_index(idx).reshape(-1) + self.capacity
+        leaves = self.check_index(idx).reshape(-1) + self.capacity
         set_leaves([self], leaves, [val])
 
     def _set_one(self, idx: int, val: float) -> None:
@@ -95,11 +95,12 @@ class SegmentTree:
 
     def __getitem__(self, idx: IndexLike) -> Any:
         """The value of leaf ``idx`` (an array for an index array)."""
-        leaves = self._check_index(idx) + self.capacity
+        leaves = self.check_index(idx) + self.capacity
         out = self.value[leaves]
         return float(out) if np.ndim(idx) == 0 else out
 
-    def _check_index(self, idx: IndexLike) -> np.ndarray:
+    def check_index(self, idx: IndexLike) -> np.ndarray:
+        """``idx`` as int64 item indices; TypeError for non-integers, IndexError out of range."""
         arr = np.asarray(idx)
         if arr.dtype.kind not in "iu":
             raise TypeError(f"{type(self).__name__}: indices must be ints, got {idx!r}")
