@@ -193,6 +193,16 @@ class AgentTrajectory:
             return self.initial_state
         return [np.asarray(self.steps[f"state_out_{i}"][-1]) for i in range(len(self.initial_state))]
 
+    @property
+    def plan(self) -> ViewPlan:
+        """The policy's ViewPlan this trajectory builds its inputs from."""
+        return self._plan
+
+    def current_obs(self) -> Any:
+        """The observation at step ``t`` (what the next action is computed from)."""
+        t = self.t
+        return self.obs[-1] if t - self.base == len(self.obs) - 1 else self._value(_OBS, t)
+
     def action_inputs(self) -> Dict[str, Any]:
         """One row of inputs for ``compute_actions_from_input_dict`` at step ``t``."""
         row = {}
@@ -200,7 +210,7 @@ class AgentTrajectory:
         for col, data_col, kind, arg in self._plan.action_columns:
             if kind == "single":
                 if data_col == _OBS and arg == 0:
-                    row[col] = self.obs[-1] if t - self.base == len(self.obs) - 1 else self._value(_OBS, t)
+                    row[col] = self.current_obs()
                 else:
                     row[col] = self._value(data_col, t + arg)
             elif kind == "meta":
