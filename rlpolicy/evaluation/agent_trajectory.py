@@ -36,6 +36,11 @@ _SHIFTED_DEFAULTS = {
 }
 
 
+# Value types ``np.array`` stacks as ``stack_values`` would (no dict/tuple nesting).
+_PLAIN_TYPES = frozenset([np.ndarray, np.float32, np.float64, np.int64, np.int32, np.bool_, bool, float, int])
+_STATE_PREFIXES = ("state_in_", "state_out_")
+
+
 def stack_values(values: Sequence[Any]) -> Any:
     """Stacks equally nested values (arrays, dicts, tuples of arrays) along a new axis 0."""
     first = values[0]
@@ -369,6 +374,11 @@ class AgentTrajectory:
             values = seq[lo - base : hi - base]
             if data_col == _INFOS:
                 return object_column(values)
+            if type(values[0]) in _PLAIN_TYPES and not data_col.startswith(_STATE_PREFIXES):
+                try:  # (what stack_column gives for plain values, without its checks)
+                    return np.array(values)
+                except ValueError:
+                    pass
             return stack_column(data_col, values)
         before = max(0, min(hi, 0) - lo)
         start, stop = max(lo, 0) - self.base, hi - self.base
