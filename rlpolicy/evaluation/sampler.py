@@ -350,6 +350,7 @@ class EnvRunner:
         Returns:
             A SampleBatch (only ``"default_policy"`` collected data) or a MultiAgentBatch.
         """
+        self._step_callback = _overrides_step_callback(self.callbacks)
         for slot in self._slots:
             if slot.episode is None:
                 self._start_episode(slot, self._seeds[slot.index])
@@ -537,7 +538,6 @@ class EnvRunner:
         for policy_id, items in requests.items():
             self._act(self.policy_map[policy_id], items, env_actions)
         agent_steps = 0
-        self._step_callback = _overrides_step_callback(self.callbacks)
         for slot in self._slots:
             actions = env_actions[slot.index]
             if type(slot.env) is _SingleAgentAdapter and len(actions) == 1 and _DUMMY_AGENT_ID in actions:
@@ -577,10 +577,14 @@ class EnvRunner:
         flatten = flattens_actions(policy)
         plain = isinstance(actions, np.ndarray) and all(isinstance(v, np.ndarray) for v in extras.values())
         extra_items = list(extras.items())
+        if plain:  # rows split off whole columns at once (the same values as indexing each row)
+            action_rows = list(actions)
+            keys = [k for k, _ in extra_items]
+            extra_rows = [dict(zip(keys, row)) for row in zip(*(list(v) for _, v in extra_items))]
         for j, (slot, traj) in enumerate(items):
             if plain:
-                action = actions[j]
-                extra = {k: v[j] for k, v in extra_items}
+                action = action_rows[j]
+                extra = extra_rows[j] if keys else {}
             else:
                 action = _row(actions, j)
                 extra = {k: _row(v, j) for k, v in extra_items}
