@@ -36,6 +36,11 @@ _SHIFTED_DEFAULTS = {
 }
 
 
+# Value types ``np.array`` stacks as ``stack_values`` would (no dict/tuple nesting).
+_PLAIN_TYPES = frozenset([np.ndarray, np.float32, np.float64, np.int64, np.int32, np.bool_, bool, float, int])
+_STATE_PREFIXES = ("state_in_", "state_out_")
+
+
 def stack_values(values: Sequence[Any]) -> Any:
     """Stacks equally nested values (arrays, dicts, tuples of arrays) along a new axis 0."""
     first = values[0]
@@ -193,6 +198,16 @@ class AgentTrajectory:
             return self.initial_state
         return [np.asarray(self.steps[f"state_out_{i}"][-1]) for i in range(len(self.initial_state))]
 
+    @property
+    def plan(self) -> ViewPlan:
+        """The policy's ViewPlan this trajectory builds its inputs from."""
+        return self._plan
+
+    def current_obs(self) -> Any:
+        """The observation at step ``t`` (what the next action is computed from)."""
+        t = self.t
+        return self.obs[-1] if t - self.base == len(self.obs) - 1 else self._value(_OBS, t)
+
     def action_inputs(self) -> Dict[str, Any]:
         """One row of inputs for ``compute_actions_from_input_dict`` at step ``t``."""
         row = {}
@@ -200,7 +215,7 @@ class AgentTrajectory:
         for col, data_col, kind, arg in self._plan.action_columns:
             if kind == "single":
                 if data_col == _OBS and arg == 0:
-                    row[col] = self.obs[-1] if t - self.base == len(self.obs) - 1 else self._value(_OBS, t)
+                    row[col] = self.current_obs()
                 else:
                     row[col] = self._value(data_col, t + arg)
             elif kind == "meta":
@@ -359,6 +374,11 @@ class AgentTrajectory:
             values = seq[lo - base : hi - base]
             if data_col == _INFOS:
                 return object_column(values)
+            if type(values[0]) in _PLAIN_TYPES and not data_col.startswith(_STATE_PREFIXES):
+                try:  # (what stack_column gives for plain values, without its checks)
+                    return np.array(values)
+                except ValueError:
+                    pass
             return stack_column(data_col, values)
         before = max(0, min(hi, 0) - lo)
         start, stop = max(lo, 0) - self.base, hi - self.base

@@ -31,6 +31,7 @@ from rlpolicy.evaluation.agent_trajectory import (
     flattens_actions,
     object_column,
     stack_column,
+    stack_values,
     unroll_id_counter,
     view_plan,
 )
@@ -120,7 +121,21 @@ class _SingleAgentAdapter:
         return {_DUMMY_AGENT_ID: obs}, {_DUMMY_AGENT_ID: info}
 
     def step(self, action_dict: dict) -> Tuple[dict, dict, dict, dict, dict]:
-        out = self.env.step(action_dict[_DUMMY_AGENT_ID])
+        obs, reward, terminated, truncated, info = self.step_single(action_dict[_DUMMY_AGENT_ID])
+        a = _DUMMY_AGENT_ID
+        return (
+            {a: obs},
+            {a: reward},
+            {a: terminated, ALL_AGENTS: terminated},
+            {a: truncated, ALL_AGENTS: truncated},
+            {a: info},
+        )
+
+    def step_single(self, action: Any) -> Tuple[Any, Any, Any, Any, Any]:
+        """The env's step as gymnasium's 5-tuple (the old 4-tuple adapted)."""
+        out = self.env.step(action)
+        if type(out) is tuple and len(out) == 5:
+            return out
         if isinstance(out, tuple) and len(out) == 4:
             self._use_old_api("step() returned 4 values (obs, reward, done, info)")
             obs, reward, done, info = out
@@ -133,14 +148,7 @@ class _SingleAgentAdapter:
                 f"{type(self.env).__name__}.step() returned {_describe_out(out)}; rlpolicy needs "
                 f"{_GYMNASIUM_API}"
             )
-        a = _DUMMY_AGENT_ID
-        return (
-            {a: obs},
-            {a: reward},
-            {a: terminated, ALL_AGENTS: terminated},
-            {a: truncated, ALL_AGENTS: truncated},
-            {a: info},
-        )
+        return obs, reward, terminated, truncated, info
 
     def _use_old_api(self, what: str) -> None:
         if not self.old_api:
@@ -327,6 +335,7 @@ class EnvRunner:
         # policy's view requirements (dict or entries) or config change.
         self._plans: Dict[int, Tuple[Any, Any, Any]] = {}
         self._to_env: Dict[int, Tuple[Any, Callable[[Any], Any], Any]] = {}
+        self._step_callback = True  # whether on_episode_step may do anything (read per tick)
 
     # ------------------------------------------------------------------ public
     def add_output(self, policy_id: str, batch: SampleBatch) -> None:
@@ -341,6 +350,7 @@ class EnvRunner:
         Returns:
             A SampleBatch (only ``"default_policy"`` collected data) or a MultiAgentBatch.
         """
+        self._step_callback = _overrides_step_callback(self.callbacks)
         for slot in self._slots:
             if slot.episode is None:
                 self._start_episode(slot, self._seeds[slot.index])
@@ -529,15 +539,24 @@ class EnvRunner:
             self._act(self.policy_map[policy_id], items, env_actions)
         agent_steps = 0
         for slot in self._slots:
-            agent_steps += self._step_env(slot, env_actions[slot.index])
+            actions = env_actions[slot.index]
+            if type(slot.env) is _SingleAgentAdapter and len(actions) == 1 and _DUMMY_AGENT_ID in actions:
+                agent_steps += self._step_single(slot, actions[_DUMMY_AGENT_ID])
+            else:
+                agent_steps += self._step_env(slot, actions)
         self.total_env_steps += len(self._slots)
         return len(self._slots), agent_steps
 
     def _act(
         self, policy: Any, items: List[Tuple[_Slot, AgentTrajectory]], env_actions: List[Dict[Any, Any]]
     ) -> None:
-        rows = [traj.action_inputs() for _, traj in items]
-        columns = {k: stack_column(k, [r[k] for r in rows]) for k in rows[0]}
+        plan_columns = items[0][1].plan.action_columns
+        if len(plan_columns) == 1 and plan_columns[0][1:] == (SampleBatch.OBS, "single", 0):
+            # Only the current observations (the common case): one stack, no per-agent rows.
+            columns = {plan_columns[0][0]: stack_values([traj.current_obs() for _, traj in items])}
+        else:
+            rows = [traj.action_inputs() for _, traj in items]
+            columns = {k: stack_column(k, [r[k] for r in rows]) for k in rows[0]}
         # Every column has one row per item (stacked above): no need to count and check them again.
         input_dict = SampleBatch._trusted(columns, len(items), _INPUT_FLAGS)
         input_dict._derive_dones()
@@ -558,10 +577,14 @@ class EnvRunner:
         flatten = flattens_actions(policy)
         plain = isinstance(actions, np.ndarray) and all(isinstance(v, np.ndarray) for v in extras.values())
         extra_items = list(extras.items())
+        if plain:  # rows split off whole columns at once (the same values as indexing each row)
+            action_rows = list(actions)
+            keys = [k for k, _ in extra_items]
+            extra_rows = [dict(zip(keys, row)) for row in zip(*(list(v) for _, v in extra_items))]
         for j, (slot, traj) in enumerate(items):
             if plain:
-                action = actions[j]
-                extra = {k: v[j] for k, v in extra_items}
+                action = action_rows[j]
+                extra = extra_rows[j] if keys else {}
             else:
                 action = _row(actions, j)
                 extra = {k: _row(v, j) for k, v in extra_items}
@@ -612,18 +635,50 @@ class EnvRunner:
                     traj.done = True
                     rows += 1
         slot.to_act = to_act
-        self.callbacks.on_episode_step(
-            worker=self.worker,
-            base_env=self.base_env,
-            policies=self.policy_map,
-            episode=episode,
-            env_index=slot.index,
-        )
+        return rows + self._after_step(slot, over, soft_end)
+
+    def _after_step(self, slot: _Slot, over: bool, soft_end: bool) -> int:
+        """on_episode_step (unless it is DefaultCallbacks' own doing nothing), then the
+        episode's end (over, or a soft horizon). Returns 0 (no rows of its own)."""
+        if self._step_callback:
+            self.callbacks.on_episode_step(
+                worker=self.worker,
+                base_env=self.base_env,
+                policies=self.policy_map,
+                episode=slot.episode,
+                env_index=slot.index,
+            )
         if over:
             self._end_episode(slot)
         elif soft_end:
             self._end_episode(slot, soft=True)
-        return rows
+        return 0
+
+    def _step_single(self, slot: _Slot, action: Any) -> int:
+        """``_step_env`` for a single-agent env (the same outcome without the
+        multi-agent dicts): the one agent acted, so it gets the new observation."""
+        agent_id = _DUMMY_AGENT_ID
+        ob, reward, term, trunc, info = slot.env.step_single(action)
+        episode = slot.episode
+        s = self.settings
+        term = bool(term)
+        trunc = bool(trunc) and not term
+        episode.length += 1
+        hit_horizon = s.horizon is not None and episode.length >= s.horizon and not (term or trunc)
+        if hit_horizon and not s.soft_horizon:
+            trunc = True
+        over = term or trunc
+        soft_end = hit_horizon and s.soft_horizon
+        record = not (s.no_done_at_end or soft_end)
+        if s.check_finite:
+            self._check_finite(slot, reward, SampleBatch.REWARDS, agent_id)
+        episode._add_agent_rewards({agent_id: reward})
+        traj = slot.agents.get(agent_id)
+        if traj is not None and traj.staged is not None:
+            traj.add_reward(reward)
+        rows = self._observe(slot, agent_id, ob, term, trunc, info or {}, record)
+        slot.to_act = [] if over else [agent_id]
+        return rows + self._after_step(slot, over, soft_end)
 
     def _observe(
         self,
@@ -827,6 +882,16 @@ def env_action_fn(
         return tree.map_structure(_scalar_if_0d, action)
 
     return to_env
+
+
+def _overrides_step_callback(callbacks: Any) -> bool:
+    """Whether ``callbacks.on_episode_step`` may do anything: not when it is
+    DefaultCallbacks' own and no legacy ``on_episode_step`` hook is set."""
+    if type(callbacks).on_episode_step is not DefaultCallbacks.on_episode_step:
+        return True
+    if "on_episode_step" in getattr(callbacks, "__dict__", {}):
+        return True
+    return bool((getattr(callbacks, "legacy_callbacks", None) or {}).get("on_episode_step"))
 
 
 def _concat(batches: List[SampleBatch]) -> SampleBatch:
