@@ -44,6 +44,7 @@ class OneAgentCartPole(MultiAgentEnv):
 
 
 def _run(multi_agent, settings):
+    pytest.importorskip("torch")
     from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
 
     callbacks = RecordingCallbacks()
@@ -117,6 +118,7 @@ def test_step_callback_skipped_only_when_it_does_nothing():
 
 
 def test_step_callback_runs_once_per_env_step():
+    pytest.importorskip("torch")
     from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
 
     cb = _StepCounter()
