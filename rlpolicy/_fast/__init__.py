@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Iterator, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,15 @@ class Entry:
 
 
 REGISTRY: Dict[str, Entry] = {}
+
+
+def untested_version(
+    name: str, version: str, tested: Tuple[Tuple[int, int], Tuple[int, int]]
+) -> Optional[str]:
+    """None when ``version``'s (major, minor) lies in ``tested`` ([from, below)), else why
+    not (for entry guards: internals are trusted only on the versions they were checked on)."""
+    parsed = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
+    return None if tested[0] <= parsed < tested[1] else f"{name} {version} untested"
 
 
 def register(name: str, written_for: str, guard: Callable[[], Optional[str]]) -> Entry:

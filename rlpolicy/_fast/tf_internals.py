@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Tuple
 
-from rlpolicy._fast import register
+from rlpolicy._fast import register, untested_version
 
 TESTED = ((2, 13), (2, 22))  # TF versions [from, below) these internals were checked on
 
@@ -35,10 +35,7 @@ def _tf_version_problem() -> Optional[str]:
         import tensorflow as tf
     except ImportError:
         return "tensorflow is not installed"
-    version = tuple(int(p) for p in tf.__version__.split("+")[0].split(".")[:2] if p.isdigit())
-    if not TESTED[0] <= version < TESTED[1]:
-        return f"tensorflow {tf.__version__} untested"
-    return None
+    return untested_version("tensorflow", tf.__version__, TESTED)
 
 
 def _keras_replay_guard() -> Optional[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from rlpolicy._fast import register
+from rlpolicy._fast import register, untested_version
 
 try:
     import torch
@@ -35,9 +35,9 @@ TESTED = ((1, 13), (2, 14))  # torch versions [from, below) the internals were c
 def _guard() -> Optional[str]:
     if torch is None:
         return "torch is not installed"
-    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    if not TESTED[0] <= version < TESTED[1]:
-        return f"torch {torch.__version__} untested"
+    untested = untested_version("torch", torch.__version__, TESTED)
+    if untested:
+        return untested
     names = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks")
     missing = [n for n in names + ("_global_backward_pre_hooks",) if not hasattr(_torch_module, n)]
     if missing or not hasattr(torch._C, "_get_tracing_state"):

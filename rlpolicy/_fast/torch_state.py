@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from rlpolicy._fast import register
+from rlpolicy._fast import register, untested_version
 
 try:
     import torch
@@ -28,9 +28,9 @@ TESTED = ((1, 13), (2, 14))  # torch versions [from, below) the fields were chec
 def _guard() -> Optional[str]:
     if torch is None:
         return "torch is not installed"
-    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    if not TESTED[0] <= version < TESTED[1]:
-        return f"torch {torch.__version__} untested"
+    untested = untested_version("torch", torch.__version__, TESTED)
+    if untested:
+        return untested
     probe = torch.nn.Linear(1, 1)
     fields = ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules", "_state_dict_hooks")
     missing = [f for f in fields if not hasattr(probe, f)]
