@@ -207,6 +207,19 @@ class PlainTorchDQN:
         return td.detach().numpy()
 
 
+def _interleaved_us(systems: Dict[str, Callable[[int], Any]], rounds: int, calls: int) -> Dict[str, float]:
+    """Median process CPU µs per call of each system: ``rounds`` rounds, each timing
+    ``calls`` calls of every system in turn (load changes hit all alike)."""
+    times: Dict[str, List[float]] = {s: [] for s in systems}
+    for _ in range(rounds):
+        for name, fn in systems.items():
+            t0 = time.process_time()
+            for i in range(calls):
+                fn(i)
+            times[name].append((time.process_time() - t0) / calls * 1e6)
+    return {s: statistics.median(t) for s, t in times.items()}
+
+
 def time_learn(rounds: int, calls: int, sb3: bool) -> Dict[str, float]:
     """Median µs per 32-row update: DQNTorchPolicy (defaults, and doing SB3's work), the
     defaults' update in plain torch, SB3's ``train()`` (its replay sample included)."""
@@ -234,14 +247,7 @@ def time_learn(rounds: int, calls: int, sb3: bool) -> Dict[str, float]:
     for fn in systems.values():
         for i in range(20):
             fn(i)
-    times: Dict[str, List[float]] = {s: [] for s in systems}
-    for _ in range(rounds):
-        for name, fn in systems.items():
-            t0 = time.process_time()
-            for i in range(calls):
-                fn(i)
-            times[name].append((time.process_time() - t0) / calls * 1e6)
-    return {s: statistics.median(t) for s, t in times.items()}
+    return _interleaved_us(systems, rounds, calls)
 
 
 # --- replay ------------------------------------------------------------------------------
@@ -308,14 +314,7 @@ def time_replay(rounds: int, calls: int, sb3: bool) -> Dict[str, float]:
             sbuf.sample(32)
 
         systems["SB3 ReplayBuffer"] = sb3_turn
-    times: Dict[str, List[float]] = {s: [] for s in systems}
-    for _ in range(rounds):
-        for name, fn in systems.items():
-            t0 = time.process_time()
-            for i in range(calls):
-                fn(i)
-            times[name].append((time.process_time() - t0) / calls * 1e6)
-    return {s: statistics.median(t) for s, t in times.items()}
+    return _interleaved_us(systems, rounds, calls)
 
 
 # --- report ------------------------------------------------------------------------------
