@@ -343,11 +343,11 @@ def complete_config(
     defaults = _as_dict(defaults, "the default config")
     _check_minibatch(partial)
     memo: Dict[int, Any] = {}
-    full = _copy_plain(COMMON_CONFIG, memo)
-    full["model"] = _copy_plain(MODEL_DEFAULTS, memo)
+    full = copy.deepcopy(COMMON_CONFIG, memo)
+    full["model"] = copy.deepcopy(MODEL_DEFAULTS, memo)
     if defaults:
-        merge_configs(full, _copy_plain(dict(defaults), {}))
-    return merge_configs(full, _copy_plain(dict(partial), {}))
+        merge_configs(full, copy.deepcopy(dict(defaults)))
+    return merge_configs(full, copy.deepcopy(dict(partial)))
 
 
 # ---------------------------------------------------------------- unknown top-level keys
@@ -534,64 +534,6 @@ def check_config(
     return full
 
 
-_ATOMS = frozenset((int, float, complex, str, bool, bytes, type(None), type))
-
-
-def _copy_plain(value: Any, memo: Dict[int, Any]) -> Any:
-    """``copy.deepcopy(value, memo)`` with a fast path for plain containers.
-
-    Exact dicts, lists and tuples are rebuilt here (shared ones stay shared,
-    as with deepcopy), immutable atoms are kept; anything else goes through
-    ``copy.deepcopy`` with the same memo. Configs are mostly nested plain
-    dicts, for which deepcopy's generic machinery is the slow part.
-    """
-    kind = type(value)
-    if kind in _ATOMS:
-        return value
-    if kind is not dict and kind is not list and kind is not tuple:
-        return copy.deepcopy(value, memo)
-    done = memo.get(id(value))
-    if done is not None:
-        return done
-    atoms = _ATOMS
-    if kind is dict:
-        out: Any = {}
-        memo[id(value)] = out
-        for k, v in value.items():
-            out[k if type(k) in atoms else _copy_plain(k, memo)] = (
-                v if type(v) in atoms else _copy_plain(v, memo)
-            )
-    elif kind is list:
-        out = []
-        memo[id(value)] = out
-        out.extend(v if type(v) in atoms else _copy_plain(v, memo) for v in value)
-    else:
-        items = [v if type(v) in atoms else _copy_plain(v, memo) for v in value]
-        out = value if all(a is b for a, b in zip(items, value)) else tuple(items)
-        memo[id(value)] = out
-    _keep_alive(value, memo)
-    return out
-
-
-def deep_copy_plain(value: Any) -> Any:
-    """``copy.deepcopy(value)``, with plain dicts, lists and tuples rebuilt directly
-    (the usual content of a config); any other object goes through ``copy.deepcopy``.
-
-    Raises:
-        Whatever ``copy.deepcopy`` raises for an uncopyable object inside.
-    """
-    return _copy_plain(value, {})
-
-
-def _keep_alive(value: Any, memo: Dict[int, Any]) -> None:
-    # As deepcopy does: hold the originals so their ids stay unique while the memo lives.
-    keep = memo.get(id(memo))
-    if keep is None:
-        memo[id(memo)] = [value]
-    else:
-        keep.append(value)
-
-
 def merge_configs(base: dict, new: Mapping[str, Any]) -> dict:
     """Deep-merges ``new`` into ``base`` in place (new keys allowed at every level) and returns it.
 
@@ -622,7 +564,6 @@ __all__ = [
     "check_config",
     "check_config_value",
     "complete_config",
-    "deep_copy_plain",
     "known_keys",
     "merge_configs",
     "read_checked",

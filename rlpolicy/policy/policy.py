@@ -116,13 +116,10 @@ def _same_config(a: dict, b: dict) -> bool:
 
 
 def _copy_given_config(config: Optional[dict]) -> dict:
-    # A deep copy (plain dicts/lists/tuples rebuilt directly, anything else by copy.deepcopy).
-    from rlpolicy._core.config import deep_copy_plain
-
     if not isinstance(config, dict):
         return {}
     try:
-        return deep_copy_plain(config)
+        return copy.deepcopy(config)
     except Exception:  # an uncopyable value (a lock, an env handle): keep the top level
         return dict(config)
 
