@@ -367,7 +367,9 @@ def _no_grad_context(self) -> Any:
 def _to_non_torch(self, data: Any) -> Any:
     if self.framework != "torch":
         return data
-    return _convert_module().to_non_torch_fast(data)
+    from rlpolicy.utils.torch_utils import convert_to_non_torch_type
+
+    return convert_to_non_torch_type(data)
 
 
 def _stats_to_non_torch(self, data: Any) -> Any:

@@ -64,25 +64,8 @@ def action_outputs_to_numpy(actions: Any, state_out: Any, extra: dict) -> tuple:
     return actions, state_out, extra
 
 
-def to_non_torch_fast(x: Any) -> Any:
-    """``convert_to_non_torch_type`` with a fast path for tensors and plain dicts.
-
-    Tensors become numpy arrays (0-D tensors python numbers); other leaves pass
-    through; lists, tuples and other containers go to the generic converter.
-    """
-    if isinstance(x, torch.Tensor):
-        return x.cpu().item() if x.dim() == 0 else tensor_to_numpy(x)
-    if type(x) is dict:
-        if all(type(v) is torch.Tensor and v.dim() > 0 for v in x.values()):
-            return {k: tensor_to_numpy(v) for k, v in x.items()}  # (the usual case)
-        return {k: to_non_torch_fast(v) for k, v in x.items()}
-    if x is None or isinstance(x, (np.ndarray, int, float, str)):
-        return x
-    return convert_to_non_torch_type(x)
-
-
 def to_non_torch_snapshot(x: Any) -> Any:
-    """``to_non_torch_fast`` whose arrays never share memory with a tensor.
+    """``convert_to_non_torch_type`` whose arrays never share memory with a tensor.
 
     For learner stats: a stat that is a live parameter (SAC's ``log_alpha``)
     would otherwise come back as a numpy view that the next optimizer step
@@ -135,33 +118,6 @@ def copy_leaf(v: Any) -> Any:
 _IMMUTABLE_SCALARS = frozenset({bool, int, float, complex, str, bytes})
 
 
-def to_torch_fast(x: Any, device: Any, copy: bool = False) -> Any:
-    """``convert_to_torch_tensor(x, device)`` with a fast path for plain dicts
-    and writable numeric arrays (float64 becomes float32, as there).
-
-    Args:
-        x: Any (nested) structure.
-        device: Target device (None: CPU).
-        copy: Whether the tensors must own their memory (by default a CPU
-            tensor may share it with the numpy array it came from).
-    """
-    if type(x) is dict:
-        return {k: to_torch_fast(v, device, copy) for k, v in x.items()}
-    if type(x) is np.ndarray and x.dtype != object and x.flags.writeable:
-        t = tensor_interceptor(x, torch.device(device) if device is not None else torch.device("cpu"))
-    else:
-        t = convert_to_torch_tensor(x, device=device)
-    if (
-        copy
-        and isinstance(t, torch.Tensor)
-        and isinstance(x, np.ndarray)
-        and t.device.type == "cpu"
-        and t.data_ptr() == x.__array_interface__["data"][0]
-    ):
-        t = t.clone()
-    return t
-
-
 def tensor_interceptor(item: Any, device: Any) -> Any:
     """Get-interceptor of lazy tensor dicts: a column -> torch tensor on ``device``.
 
@@ -182,20 +138,14 @@ def tensor_interceptor(item: Any, device: Any) -> Any:
 def load_state_dict_fast(model: Any, state: dict, device: Any = None) -> None:
     """``model.load_state_dict(state)`` (strict) as direct in-place copies where
     ``rlpolicy._fast.torch_state`` may (plain modules; tensor or numpy values),
-    else ``model.load_state_dict`` after ``to_torch_fast(state, device)``."""
+    else ``model.load_state_dict`` after ``convert_to_torch_tensor(state, device)``."""
     targets = state_tensors(model)
     if targets is not None and copy_into(targets, state):
         return
     if targets is None and not STATE_DICT.active and isinstance(state, dict):
         # (the same error as the direct copy for missing keys and wrong shapes)
         check_keys_and_shapes(dict(model.state_dict(keep_vars=True)), state)
-    model.load_state_dict(_as_tensors(state, device))
-
-
-def _as_tensors(state: dict, device: Any) -> dict:
-    if all(isinstance(v, torch.Tensor) for v in state.values()):
-        return state
-    return to_torch_fast(state, device)
+    model.load_state_dict(convert_to_torch_tensor(state, device=device))
 
 
 def state_dict_fast(model: Any) -> dict:

@@ -18,8 +18,9 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from rlpolicy.policy._torch.convert import copy_leaf, numpy_copy, to_torch_fast
+from rlpolicy.policy._torch.convert import copy_leaf, numpy_copy
 from rlpolicy.utils.framework import try_import_torch
+from rlpolicy.utils.torch_utils import convert_to_torch_tensor
 
 torch, _ = try_import_torch()
 
@@ -193,7 +194,7 @@ def load_optimizer_states(optimizers: Sequence[Any], states: Sequence[Dict[str, 
         o.load_state_dict(
             {
                 "param_groups": _keep_implementation(o, s["param_groups"]),
-                "state": to_torch_fast(s["state"], device, copy=True),
+                "state": convert_to_torch_tensor(copy.deepcopy(s["state"]), device=device),
             }
         )
 
