@@ -131,7 +131,7 @@ def _callbacks(v: Any) -> Optional[str]:
 
 
 def _compile_acting(v: Any) -> Optional[str]:
-    # (False/None: eager; "jit": rlpolicy.policy._torch.compiled_acting)
+    # (accepted for old configs; TorchPolicy logs that "jit" is ignored)
     return None if v is None or v is False or v == "jit" else "False, None or 'jit'"
 
 

@@ -174,7 +174,6 @@ def _make_policy_class(hooks: PolicyHooks, module: str) -> type:
         "_hooks": hooks,
         "__init__": _policy_init,
         "with_updates": classmethod(_with_updates),
-        "_extra_action_out_impl": _extra_action_out_impl,
         "_resolve_dispatch": staticmethod(resolve_dispatch),
         **_WRAPPERS,
     }
@@ -335,17 +334,6 @@ def _dispatch(policy: Any, method: str) -> Tuple[Any, Any]:
     if fn is None and impl is None:
         raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
     return fn, impl
-
-
-def _extra_action_out_impl(self: Any) -> Callable:
-    """TorchPolicy's compiled acting asks which ``extra_action_out`` runs: this
-    class's ``extra_action_out_fn``, or what its wrapper falls through to (a
-    mixin's or the base class's), or a subclass's override."""
-    impl = type(self).extra_action_out
-    if _is_wrapper(impl, "extra_action_out"):
-        fn, parent = _dispatch(self, "extra_action_out")
-        return fn or parent  # type: ignore[return-value]
-    return impl
 
 
 _torch_convert: Any = None  # rlpolicy.policy._torch.convert, imported on first use (needs torch)

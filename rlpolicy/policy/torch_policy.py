@@ -34,7 +34,6 @@ from rlpolicy._core.tower_buffers import (
 )
 from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
 from rlpolicy.policy._framework_policy import FrameworkPolicy, as_sample_batch, with_lock
-from rlpolicy.policy._torch import compiled_acting
 from rlpolicy.policy._torch import export as torch_export
 from rlpolicy.policy._torch.convert import (
     action_outputs_to_numpy,
@@ -214,8 +213,12 @@ class TorchPolicy(FrameworkPolicy):
         self._buffer_params: Optional[List[Any]] = None  # list(model.parameters()) at loading
         self._step_params: Optional[List[Any]] = None
         self._checked_dist_class: Any = None
-        # config["torch_compile_acting"]: the acting graphs, made on first use (or False).
-        self._compiled_acting: Any = None
+        if read_checked(self.config, "torch_compile_acting"):
+            # (the compiled acting path, measured under 10% faster, was removed; docs/porting.md)
+            logger.warning(
+                "%s: config['torch_compile_acting'] is ignored; compute_actions runs eagerly.",
+                type(self).__name__,
+            )
 
     # ------------------------------------------------------------------ construction steps
 
@@ -320,14 +323,6 @@ class TorchPolicy(FrameworkPolicy):
         model = self.model
         if model is not None and model.training:
             model.train(False)
-        graphs = self._compiled_acting
-        if graphs is None or (
-            graphs is not False and (graphs.model is not model or graphs.dist_class is not self.dist_class)
-        ):
-            # First call (config["torch_compile_acting"] decides), or a new model or
-            # distribution class since the graphs were made.
-            graphs = self._compiled_acting = self._make_compiled_acting()
-        graph_fetches: Optional[Dict[str, Any]] = None
         if self.action_sampler_fn:
             action_dist = dist_inputs = None
             outs = self.action_sampler_fn(
@@ -342,35 +337,15 @@ class TorchPolicy(FrameworkPolicy):
             before = exploration.before_compute_actions
             if getattr(before, "__func__", None) is not Exploration.before_compute_actions:
                 before(explore=explore, timestep=timestep)  # (the base hook does nothing)
-            compiled = (
-                None
-                if graphs is False
-                else self._run_compiled_acting(graphs, input_dict, state_batches, seq_lens, explore, timestep)
+            dist_inputs, dist_class, state_out = self._compute_dist_inputs(
+                input_dict, state_batches, seq_lens, explore, timestep
             )
-            if compiled is not None:
-                # The graph chose the action; the exploration keeps its bookkeeping.
-                actions, logp, dist_inputs, state_out, value = compiled
-                if value is not None:  # (the value fetch the hook would have made)
-                    graph_fetches = {graphs.value_column: value}
-                action_dist = None
-                actions, logp = exploration.get_exploration_action(
-                    action_distribution=compiled_acting.GraphSample(actions, logp),
-                    timestep=timestep,
-                    explore=explore,
-                )
-            else:
-                dist_inputs, dist_class, state_out = self._compute_dist_inputs(
-                    input_dict, state_batches, seq_lens, explore, timestep
-                )
-                action_dist = dist_class(dist_inputs, model)
-                actions, logp = exploration.get_exploration_action(
-                    action_distribution=action_dist, timestep=timestep, explore=explore
-                )
+            action_dist = dist_class(dist_inputs, model)
+            actions, logp = exploration.get_exploration_action(
+                action_distribution=action_dist, timestep=timestep, explore=explore
+            )
         input_dict[SampleBatch.ACTIONS] = actions
-        if graph_fetches is None:
-            extra_fetches = self.extra_action_out(input_dict, state_batches, model, action_dist)
-        else:
-            extra_fetches = graph_fetches
+        extra_fetches = self.extra_action_out(input_dict, state_batches, model, action_dist)
         if dist_inputs is not None:
             extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = dist_inputs
         if logp is not None:
@@ -381,77 +356,6 @@ class TorchPolicy(FrameworkPolicy):
         obs = input_dict[SampleBatch.CUR_OBS]
         self.global_timestep += obs.shape[0] if type(obs) is torch.Tensor and obs.dim() > 0 else len(obs)
         return action_outputs_to_numpy(actions, state_out, extra_fetches)
-
-    def _run_compiled_acting(
-        self,
-        graphs: Any,
-        input_dict: Any,
-        state_batches: List[Any],
-        seq_lens: Any,
-        explore: Any,
-        timestep: Any,
-    ) -> Optional[Tuple[Any, ...]]:
-        """``(actions, logp, dist_inputs, state_outs)`` from the compiled acting
-        graphs (``config["torch_compile_acting"]``, see
-        ``rlpolicy.policy._torch.compiled_acting``), or None for the eager path:
-        exploration's random phase, or inputs the graphs cannot take."""
-        explore = bool(explore)
-        if explore and int(timestep) < self.exploration.random_timesteps:
-            return None  # (StochasticSampling's uniform random actions: eager)
-        # The model's input columns that the batch has (its state-ins are `state_batches`).
-        wanted = self.model.view_requirements
-        columns = {
-            k: input_dict[k]
-            for k in input_dict.keys()
-            if k in wanted
-            and k != SampleBatch.INFOS
-            and k != SampleBatch.SEQ_LENS
-            and not k.startswith("state_in_")
-        }
-        return graphs.run(
-            columns, state_batches, seq_lens, explore, bool(getattr(input_dict, "is_training", False))
-        )
-
-    def _make_compiled_acting(self) -> Any:
-        """The policy's ``CompiledActing``, or False: the option off, or a policy
-        it does not fit (logged once)."""
-        mode = read_checked(self.config, "torch_compile_acting")
-        if not mode:
-            return False
-        hook = self._extra_action_out_impl()
-        value_column = getattr(hook, compiled_acting.VALUE_FETCH_ATTR, None)
-        reason = compiled_acting.unsupported_reason(
-            model=self.model,
-            exploration=self.exploration,
-            action_sampler_fn=self.action_sampler_fn,
-            action_distribution_fn=self.action_distribution_fn,
-            extra_action_out_overridden=(hook is not TorchPolicy.extra_action_out and value_column is None),
-        )
-        if reason is not None:
-            logger.warning(
-                "%s: torch_compile_acting=%r is not used (%s); compute_actions stays on the eager path.",
-                type(self).__name__,
-                mode,
-                reason,
-            )
-            return False
-        _check_dist_class(self.dist_class)
-        # (on CPU, large feed-forward batches stay eager: the graphs measured no faster)
-        limit = compiled_acting.CPU_FEEDFORWARD_MAX_BATCH if self.device.type == "cpu" else None
-        return compiled_acting.CompiledActing(
-            self.model,
-            self.dist_class,
-            self.devices,
-            name=type(self).__name__,
-            value_column=value_column,
-            feedforward_max_batch=limit,
-        )
-
-    def _extra_action_out_impl(self) -> Callable:
-        """The ``extra_action_out`` that runs (a ``build_policy_class`` class
-        overrides this with its ``extra_action_out_fn`` or what its wrapper
-        falls through to)."""
-        return type(self).extra_action_out
 
     def _compute_dist_inputs(
         self,

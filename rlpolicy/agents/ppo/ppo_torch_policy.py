@@ -145,12 +145,6 @@ def vf_preds_fetches(
     return {SampleBatch.VF_PREDS: model.value_function()}
 
 
-# It returns exactly {vf_preds: model.value_function()}: with
-# config["torch_compile_acting"] the acting graph computes that value itself
-# (rlpolicy.policy._torch.compiled_acting.VALUE_FETCH_ATTR).
-vf_preds_fetches.compiled_acting_value_fetch = SampleBatch.VF_PREDS  # type: ignore[attr-defined]
-
-
 def setup_mixins(
     policy: Policy, obs_space: gym.Space, action_space: gym.Space, config: TrainerConfigDict
 ) -> None:
