@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from rlpolicy.policy._torch.convert import copy_leaf, numpy_copy
+from rlpolicy.policy._torch.convert import numpy_copy
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.torch_utils import convert_to_torch_tensor
 
@@ -97,41 +97,12 @@ _NP_DTYPES = (
 
 def optimizer_states(optimizers: Sequence[Any]) -> List[Dict[str, Any]]:
     """Numpy copies of each optimizer's ``state_dict()`` (for ``get_state``)."""
-    return [_snapshot(o) for o in optimizers]
+    return [numpy_copy(o.state_dict()) for o in optimizers]
 
 
 def _hooks(o: Any, name: str) -> Any:
     """An optimizer's state-dict hooks of one kind (torch < 2.1 has none)."""
     return getattr(o, name, None)
-
-
-def _snapshot(o: Any) -> Dict[str, Any]:
-    """``numpy_copy(o.state_dict())``, packed and copied in one pass for stock
-    ``torch.optim`` optimizers (same keys, order and parameter numbering)."""
-    cls = type(o)
-    if not (
-        isinstance(o, torch.optim.Optimizer)
-        and cls.state_dict is torch.optim.Optimizer.state_dict
-        and cls.__module__.startswith("torch.optim.")
-        and not _hooks(o, "_optimizer_state_dict_pre_hooks")
-        and not _hooks(o, "_optimizer_state_dict_post_hooks")
-    ):
-        return numpy_copy(o.state_dict())
-    index: Dict[int, int] = {}
-    groups, start = [], 0
-    for g in o.param_groups:
-        params = g["params"]
-        for i, p in enumerate(params, start):
-            index.setdefault(id(p), i)
-        packed = {k: copy_leaf(v) for k, v in g.items() if k != "params"}
-        packed["params"] = [index[id(p)] for p in params]
-        groups.append(packed)
-        start += len(params)
-    state = {}
-    for k, v in o.state.items():
-        key = index[id(k)] if isinstance(k, torch.Tensor) else k
-        state[key] = {n: copy_leaf(x) for n, x in v.items()} if type(v) is dict else numpy_copy(v)
-    return {"state": state, "param_groups": groups}
 
 
 def check_optimizer_states(optimizers: Sequence[Any], states: Any) -> None:
