@@ -83,8 +83,7 @@ COMMON_CONFIG: dict = {
     "framework": "tf",
     "eager_tracing": False,
     "eager_max_retraces": 20,
-    # rlpolicy addition: "jit" runs TorchPolicy's acting step (model, distribution,
-    # action choice) as torch.jit.trace graphs; False keeps the eager path.
+    # Former rlpolicy addition, now ignored ("jit" logs a warning; docs/porting.md).
     "torch_compile_acting": False,
     # rlpolicy addition: with True, compute_actions/learn_on_batch raise a
     # ValueError on NaN/inf observations; False passes them through (RLlib).
