@@ -198,14 +198,6 @@ def _as_tensors(state: dict, device: Any) -> dict:
     return to_torch_fast(state, device)
 
 
-def state_dict_fast(model: Any) -> dict:
-    """``model.state_dict()``: the same (detached) tensors under the same names."""
-    targets = state_tensors(model)
-    if targets is None:
-        return model.state_dict()
-    return {k: t.detach() for k, t in targets.items()}
-
-
 def weights_snapshot(model: Any) -> dict:
     """``{name: tensor_snapshot(t)}`` over ``model.state_dict()``: numpy copies."""
     targets = state_tensors(model)
