@@ -348,33 +348,26 @@ def _extra_action_out_impl(self: Any) -> Callable:
     return impl
 
 
-_torch_convert: Any = None  # rlpolicy.policy._torch.convert, imported on first use (needs torch)
-
-
-def _convert_module() -> Any:
-    global _torch_convert
-    if _torch_convert is None:
-        from rlpolicy.policy._torch import convert as _torch_convert
-    return _torch_convert
-
-
 def _no_grad_context(self) -> Any:
-    if self.framework == "torch" and (_torch_convert is not None or try_import_torch()[0] is not None):
-        return try_import_torch()[0].no_grad()
-    return NullContextManager()
+    torch = try_import_torch()[0] if self.framework == "torch" else None
+    return torch.no_grad() if torch is not None else NullContextManager()
 
 
 def _to_non_torch(self, data: Any) -> Any:
     if self.framework != "torch":
         return data
-    return _convert_module().to_non_torch_fast(data)
+    from rlpolicy.policy._torch.convert import to_non_torch_fast
+
+    return to_non_torch_fast(data)
 
 
 def _stats_to_non_torch(self, data: Any) -> Any:
     # Copies: a stat that is a live parameter must not change with the next step.
     if self.framework != "torch":
         return data
-    return _convert_module().to_non_torch_snapshot(data)
+    from rlpolicy.policy._torch.convert import to_non_torch_snapshot
+
+    return to_non_torch_snapshot(data)
 
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
