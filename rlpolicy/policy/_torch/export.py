@@ -16,11 +16,10 @@ failed export never leaves a truncated file behind.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 import warnings
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -142,21 +141,6 @@ def _write_atomically(path: str, write: Any) -> None:
             os.remove(tmp)
 
 
-@contextlib.contextmanager
-def _tracing(model: Any) -> Iterator[None]:
-    """Eval mode, no grad, tracer warnings off; restores the model's training flag."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            # Python-side shape checks in ModelV2.__call__ trigger TracerWarnings.
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)  # torch>=2.9 flags jit.trace
-            yield
-    finally:
-        model.train(was_training)
-
-
 def export_torchscript(
     model: Any,
     inputs: Dict[str, np.ndarray],
@@ -167,9 +151,17 @@ def export_torchscript(
 ) -> None:
     """Traces ``model`` with the given example inputs and saves TorchScript to ``path``."""
     example = (_tensors(inputs, device), _tensors(state_ins, device), _tensors(seq_lens, device))
-    with _tracing(model):
-        traced = torch.jit.trace(TracedModelWrapper(model), example, strict=False, check_trace=False)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            # Python-side shape checks in ModelV2.__call__ trigger TracerWarnings.
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch>=2.9 flags jit.trace
+            traced = torch.jit.trace(TracedModelWrapper(model), example, strict=False, check_trace=False)
         _write_atomically(path, traced.save)
+    finally:
+        model.train(was_training)
 
 
 def export_onnx(
@@ -196,20 +188,27 @@ def export_onnx(
         _tensors(seq_lens, device),
     )
     wrapper = FlatModelWrapper(model, keys, len(state_ins))
-    with _tracing(model):
-        warnings.filterwarnings("ignore", message="Exporting a model to ONNX with a batch_size")
-        _write_atomically(
-            path,
-            lambda tmp: torch.onnx.export(
-                wrapper,
-                args,
-                tmp,
-                export_params=True,
-                opset_version=opset,
-                do_constant_folding=True,
-                input_names=input_names,
-                output_names=output_names,
-                **onnx_exporter_kwargs(),
-                dynamic_axes={name: {0: "batch_size"} for name in input_names + output_names},
-            ),
-        )
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", message="Exporting a model to ONNX with a batch_size")
+            _write_atomically(
+                path,
+                lambda tmp: torch.onnx.export(
+                    wrapper,
+                    args,
+                    tmp,
+                    export_params=True,
+                    opset_version=opset,
+                    do_constant_folding=True,
+                    input_names=input_names,
+                    output_names=output_names,
+                    **onnx_exporter_kwargs(),
+                    dynamic_axes={name: {0: "batch_size"} for name in input_names + output_names},
+                ),
+            )
+    finally:
+        model.train(was_training)
