@@ -15,6 +15,8 @@ mixin's; as in ``build_policy_class``, mixins take precedence over the base.
 
 from __future__ import annotations
 
+import functools
+import operator
 import sys
 from typing import Any, Callable, Dict, List, Optional, Type
 
@@ -262,7 +264,9 @@ def resolve_dispatch(cls: type) -> Dict[str, Optional[Callable]]:
     """Per wrapped method, the implementation after the built class(es) in the
     MRO (a mixin's, if one defines it, else DynamicTFPolicy's); made once when
     the class is (``cls._dispatch``)."""
-    return {m: mro_after_wrappers(cls, m, lambda f, w=w: f is w)[1] for m, w in _WRAPPERS.items()}
+    return {
+        m: mro_after_wrappers(cls, m, functools.partial(operator.is_, w))[1] for m, w in _WRAPPERS.items()
+    }
 
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
