@@ -622,9 +622,6 @@ PRIVATE_READ_ALLOWED: Dict[Tuple[str, str], str] = {
     ("rlpolicy/policy/_tf/pipeline_export.py", "_to_action_space"): "the graph export rebuilds an "
     "action distribution's squashing from its own fields",
     ("rlpolicy/policy/_tf/pipeline_export.py", "_squash"): "as _to_action_space",
-    ("rlpolicy/policy/policy_template.py", "_dispatch"): "the built class's hook table, made at "
-    "class creation by FrameworkPolicy.__init_subclass__ from this factory's _resolve_dispatch",
-    ("rlpolicy/policy/tf_policy_template.py", "_dispatch"): "as in policy_template.py (the graph-TF factory)",
     ("rlpolicy/policy/policy_template.py", "_after_loss_init"): "the factory's hook record "
     "(_core/hooks.py) keeps the internal after-loss-init step under a private field",
 }

@@ -31,7 +31,7 @@ def _close(a, b):
 
 def _torch_state_dict():
     torch = pytest.importorskip("torch")
-    from rlpolicy.policy._torch.convert import load_state_dict_fast, state_dict_fast, weights_snapshot
+    from rlpolicy.policy._torch.convert import load_state_dict_fast, weights_snapshot
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
@@ -39,7 +39,7 @@ def _torch_state_dict():
     new = {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in model.state_dict().items()}
     new["1.num_batches_tracked"] = np.array(7, np.int64)
     load_state_dict_fast(model, new)
-    names = list(state_dict_fast(model))
+    names = list(model.state_dict())
     return {"names": names, **weights_snapshot(model)}, new
 
 

@@ -50,11 +50,6 @@ class DevicePlan:
         return len(self.devices)
 
     @property
-    def main_device(self) -> str:
-        """The device of tower 0 (the policy's ``self.device``)."""
-        return self.devices[0]
-
-    @property
     def on_gpu(self) -> bool:
         """True if the towers live on real CUDA devices."""
         return self.devices[0].startswith("cuda")

@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 Hook = Optional[Callable[..., Any]]
 
 
+class FactoryRecord:
+    """Base of the factories' frozen hook records (this one and ``tf_hooks.TFPolicyHooks``)."""
+
+    mixins: Tuple[type, ...]
+
+    def as_kwargs(self) -> Dict[str, Any]:
+        """Returns the factory keyword arguments this record was made from."""
+        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        kwargs["mixins"] = list(self.mixins) if self.mixins else None
+        return kwargs
+
+
 @dataclass(frozen=True)
-class PolicyHooks:
+class PolicyHooks(FactoryRecord):
     """Everything ``build_policy_class`` was called with.
 
     Attributes mirror the factory's keyword arguments one to one (see
@@ -46,12 +58,6 @@ class PolicyHooks:
     apply_gradients_fn: Hook = None
     mixins: Tuple[type, ...] = field(default_factory=tuple)
     get_batch_divisibility_req: Any = None
-
-    def as_kwargs(self) -> Dict[str, Any]:
-        """Returns the factory keyword arguments this record was made from."""
-        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        kwargs["mixins"] = list(self.mixins) if self.mixins else None
-        return kwargs
 
     @property
     def before_loss_init_fn(self) -> Hook:
@@ -101,3 +107,26 @@ def updated_kwargs(
     kwargs.update(overrides)
     kwargs["mixins"] = tuple(kwargs.get("mixins") or ())
     return kwargs
+
+
+def mro_after_wrappers(
+    cls: type, method: str, is_wrapper: Callable[[Any], bool]
+) -> Tuple[List[type], Optional[Callable]]:
+    """Walks ``cls.__mro__`` for a factory-built class's ``method``.
+
+    Returns:
+        The classes whose ``method`` is the factory's wrapper (MRO order, up
+        to the first other definition), and that first other definition (a
+        mixin's or the framework base's; None while cloudpickle still fills
+        in a half-built class).
+    """
+    wrapped: List[type] = []
+    for klass in cls.__mro__:
+        impl = klass.__dict__.get(method)
+        if impl is None:
+            continue
+        if is_wrapper(impl):
+            wrapped.append(klass)
+        elif wrapped:
+            return wrapped, impl
+    return wrapped, None

@@ -10,10 +10,10 @@ the deprecated names onto their replacements, are properties.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from rlpolicy._core.hooks import FactoryRecord
 from rlpolicy.utils.deprecation import DEPRECATED_VALUE as _NOT_SET
 from rlpolicy.utils.deprecation import deprecation_warning
 
@@ -27,7 +27,7 @@ DEPRECATED_ARGS = (
 
 
 @dataclass(frozen=True)
-class TFPolicyHooks:
+class TFPolicyHooks(FactoryRecord):
     """Everything ``build_tf_policy`` (or ``build_eager_tf_policy``) was called with.
 
     Attributes mirror the factory's keyword arguments one to one (see
@@ -60,12 +60,6 @@ class TFPolicyHooks:
     obs_include_prev_action_reward: Any = _NOT_SET
     extra_action_fetches_fn: Hook = None
     gradients_fn: Hook = None
-
-    def as_kwargs(self) -> Dict[str, Any]:
-        """Returns the factory keyword arguments this record was made from."""
-        kwargs = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        kwargs["mixins"] = list(self.mixins) if self.mixins else None
-        return kwargs
 
     @property
     def action_out_fn(self) -> Hook:

@@ -182,19 +182,6 @@ class FunctionalPlan:
                 x = act_fn(x)
         return x
 
-    def run2(self, first: str, second: str, x: Any) -> Tuple[Any, Any]:
-        """``(run(first, x), run(second, that))``: two chains back to back."""
-        for params, act_fn in self.chains[first]:
-            x = _linear(x, params["weight"], params["bias"])
-            if act_fn is not None:
-                x = act_fn(x)
-        y = x
-        for params, act_fn in self.chains[second]:
-            y = _linear(y, params["weight"], params["bias"])
-            if act_fn is not None:
-                y = act_fn(y)
-        return x, y
-
 
 def build_plan(
     owner: Any, chains: Dict[str, Tuple[Sequence[Any], Sequence[Any]]], layer_class: type

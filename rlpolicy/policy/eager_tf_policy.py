@@ -765,31 +765,24 @@ class EagerTFPolicy(FrameworkPolicy):
         from rlpolicy.policy._eager import export as eager_export
 
         if pipeline:
-            self._export_pipeline(export_dir, onnx)
-            return
+            from rlpolicy.policy._tf.pipeline_export import export_eager_pipeline
 
-        dummy = getattr(self, "_dummy_batch", None)
-        if dummy is None:
-            dummy = self._get_dummy_batch_from_view_requirements(1)
+            hooks = self._hooks
+            self._export_action_pipeline(
+                export_eager_pipeline,
+                export_dir,
+                onnx,
+                hooks.action_sampler_fn,
+                hooks.action_distribution_fn,
+                model_forward=model_forward,
+            )
+            return
+        dummy = getattr(self, "_dummy_batch", None) or self._get_dummy_batch_from_view_requirements(1)
         specs = eager_export.serving_specs(self.model, dummy)
         if onnx:
             eager_export.export_onnx(self.model, specs, export_dir, onnx)
         else:
             eager_export.export_saved_model(self.model, specs, export_dir)
-
-    def _export_pipeline(self, export_dir: str, onnx: Optional[int]) -> None:
-        """``export_model(..., pipeline=True)``; leaves ``global_timestep`` as it was."""
-        from rlpolicy.policy._tf.pipeline_export import export_eager_pipeline
-
-        hooks = self._hooks
-        self._export_action_pipeline(
-            export_eager_pipeline,
-            export_dir,
-            onnx,
-            hooks.action_sampler_fn,
-            hooks.action_distribution_fn,
-            model_forward=model_forward,
-        )
 
     @override(Policy)
     def export_checkpoint(
@@ -921,9 +914,7 @@ def _action_extras(logp: Any, dist_inputs: Any) -> Dict[str, Any]:
 def _eager_config(policy: EagerTFPolicy, config: Optional[dict]) -> dict:
     """The completed config (a new dict; the caller's is left alone), with the
     ``get_default_config`` defaults under it and framework ``"tf2"``/``"tfe"``."""
-    hooks = policy._hooks
-    defaults = hooks.get_default_config() if hooks.get_default_config is not None else None
-    full = complete_policy_config(policy, config, defaults)
+    full = complete_policy_config(policy, config)
     if full.get("framework") not in EAGER_FRAMEWORKS:
         # RLlib 1.11: an eager policy runs as framework "tf2" ("tfe" is kept).
         full["framework"] = "tf2"

@@ -917,21 +917,12 @@ class Policy(metaclass=ABCMeta):
     def _initialize_loss_from_dummy_batch(
         self, auto_remove_unneeded_view_reqs: bool = True, stats_fn: Optional[Callable] = None
     ) -> None:
-        """Runs acting, postprocessing and loss once on dummy data; prunes view requirements."""
-        self._run_dummy_loss_init(auto_remove_unneeded_view_reqs, stats_fn)
-
-    def _run_dummy_loss_init(
-        self, auto_remove_unneeded_view_reqs: bool = True, stats_fn: Optional[Callable] = None
-    ) -> "loss_init.AccessRecord":
         """RLlib 1.11's dummy-batch loss initialisation (see ``_core.loss_init``).
 
         Acts on a batch of zeros built from the view requirements, postprocesses
         a fresh one, runs the loss (and ``stats_fn``) on it, records which
         columns each step read, then prunes the view requirements. The batch
         size is ``max(4 * batch_divisibility_req, 32)``.
-
-        Returns:
-            The access record of the run.
         """
         self._no_tracing = True  # eager tracing would hide column accesses
         try:
@@ -969,7 +960,6 @@ class Policy(metaclass=ABCMeta):
                 keep_all=self.config.get("output") is not None,
                 new_requirement=ViewRequirement,
             )
-        return record
 
     def _as_loss_batch(self, batch: SampleBatch) -> SampleBatch:
         fn = getattr(self, "_lazy_tensor_dict", None)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 import gymnasium as gym
 
 from rlpolicy._core.checkpoint import mark_policy_factory, record_derivation, record_factory_call
-from rlpolicy._core.hooks import PolicyHooks, check_factory_args, updated_kwargs
+from rlpolicy._core.hooks import PolicyHooks, check_factory_args, mro_after_wrappers, updated_kwargs
 from rlpolicy.utils import NullContextManager
 from rlpolicy.utils.annotations import DeveloperAPI
 from rlpolicy.utils.framework import try_import_torch
@@ -203,9 +203,8 @@ def _policy_init(
     hooks: PolicyHooks = self._hooks
     require_framework(hooks.framework, hooks.name)
     obs_space = prepare_observation_space(obs_space, config)
-    # A new dict: the defaults deep-updated with (a deep copy of) the caller's dict.
-    defaults = hooks.get_default_config() if hooks.get_default_config is not None else None
-    self.config = config = complete_policy_config(self, config, defaults)
+    # A new dict: the defaults (get_default_config) deep-updated with (a deep copy of) the caller's dict.
+    self.config = config = complete_policy_config(self, config)
     # RLlib 1.11 writes the factory's framework into the config.
     self.framework = self.config["framework"] = hooks.framework
     if hooks.validate_spaces is not None:
@@ -284,42 +283,24 @@ _HOOK_OF = {
 
 
 def _next_impl(cls: type, method: str, hook: str) -> Tuple[Optional[Callable], Optional[Callable]]:
-    """What ``method`` of a built class runs: (hook, None) or (None, next_impl).
-
-    Walks the MRO from the first class whose ``method`` is our wrapper: the
-    first such class with the hook set wins; otherwise the first class after
-    them that defines ``method`` itself (a mixin or TorchPolicy). (None, None)
-    while the class is incomplete (cloudpickle sets its attributes later).
-    """
-    started = False
-    for klass in cls.__mro__:
-        impl = klass.__dict__.get(method)
-        if impl is None:
-            continue
-        if _is_wrapper(impl, method):
-            started = True
-            fn = getattr(klass.__dict__["_hooks"], hook)
-            if fn is not None:
-                return fn, None
-        elif started:
-            return None, impl
-    return None, None
+    """What ``method`` of a built class runs: (hook, None) or (None, next_impl):
+    the first built class in the MRO with the hook set wins, else the next
+    definition (a mixin's or TorchPolicy's)."""
+    wrapped, impl = mro_after_wrappers(cls, method, lambda f: _is_wrapper(f, method))
+    for klass in wrapped:
+        fn = getattr(klass.__dict__["_hooks"], hook)
+        if fn is not None:
+            return fn, None
+    return None, impl
 
 
 def _postprocess_chain(cls: type) -> Tuple[Optional[Callable], Tuple[Callable, ...]]:
     """The parent's ``postprocess_trajectory`` and the built classes'
     ``postprocess_fn``s, innermost first (as nested super() calls would run them)."""
-    fns: List[Callable] = []
-    started, parent = False, None
-    for klass in cls.__mro__:
-        impl = klass.__dict__.get("postprocess_trajectory")
-        if _is_wrapper(impl, "postprocess_trajectory"):
-            started = True
-            fns.append(klass.__dict__["_hooks"].postprocess_fn)
-        elif impl is not None and started:
-            parent = impl
-            break
-    return parent, tuple(fn for fn in reversed(fns) if fn is not None)
+    method = "postprocess_trajectory"
+    wrapped, parent = mro_after_wrappers(cls, method, lambda f: _is_wrapper(f, method))
+    fns = (klass.__dict__["_hooks"].postprocess_fn for klass in reversed(wrapped))
+    return parent, tuple(fn for fn in fns if fn is not None)
 
 
 def resolve_dispatch(cls: type) -> Dict[str, Any]:
@@ -347,9 +328,8 @@ def _convert_module() -> Any:
 
 
 def _no_grad_context(self) -> Any:
-    if self.framework == "torch" and (_torch_convert is not None or try_import_torch()[0] is not None):
-        return try_import_torch()[0].no_grad()
-    return NullContextManager()
+    torch = try_import_torch()[0] if self.framework == "torch" else None
+    return torch.no_grad() if torch is not None else NullContextManager()
 
 
 def _to_non_torch(self, data: Any) -> Any:
@@ -364,7 +344,9 @@ def _stats_to_non_torch(self, data: Any) -> Any:
     # Copies: a stat that is a live parameter must not change with the next step.
     if self.framework != "torch":
         return data
-    return _convert_module().to_non_torch_snapshot(data)
+    from rlpolicy.policy._torch.convert import to_non_torch_snapshot
+
+    return to_non_torch_snapshot(data)
 
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
@@ -381,12 +363,12 @@ def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episod
 
 
 def _extra_grad_process(self, optimizer, loss):
-    fn, parent = _dispatch(self, "extra_grad_process")
+    fn, parent = type(self)._dispatch["extra_grad_process"]
     return fn(self, optimizer, loss) if fn else parent(self, optimizer, loss)
 
 
 def _extra_compute_grad_fetches(self):
-    fn, parent = _dispatch(self, "extra_compute_grad_fetches")
+    fn, parent = type(self)._dispatch["extra_compute_grad_fetches"]
     if fn is None:
         return parent(self)
     fetches = _stats_to_non_torch(self, fn(self))
@@ -394,29 +376,29 @@ def _extra_compute_grad_fetches(self):
 
 
 def _compute_gradients(self, batch):
-    fn, parent = _dispatch(self, "compute_gradients")
+    fn, parent = type(self)._dispatch["compute_gradients"]
     return fn(self, batch) if fn else parent(self, batch)
 
 
 def _apply_gradients(self, gradients):
-    fn, parent = _dispatch(self, "apply_gradients")
+    fn, parent = type(self)._dispatch["apply_gradients"]
     (fn or parent)(self, gradients)
 
 
 def _extra_action_out(self, input_dict, state_batches, model, action_dist):
-    fn, parent = _dispatch(self, "extra_action_out")
+    fn, parent = type(self)._dispatch["extra_action_out"]
     with _no_grad_context(self):
         stats = (fn or parent)(self, input_dict, state_batches, model, action_dist)
     return _to_non_torch(self, stats)
 
 
 def _optimizer(self):
-    fn, parent = _dispatch(self, "optimizer")
+    fn, parent = type(self)._dispatch["optimizer"]
     return fn(self, self.config) if fn else parent(self)
 
 
 def _extra_grad_info(self, train_batch):
-    fn, parent = _dispatch(self, "extra_grad_info")
+    fn, parent = type(self)._dispatch["extra_grad_info"]
     with _no_grad_context(self):
         stats = (fn or parent)(self, train_batch)
     return _stats_to_non_torch(self, stats)

@@ -663,25 +663,20 @@ class TFPolicy(FrameworkPolicy):
     # load_batch_into_buffer / learn_on_loaded_batch: FrameworkPolicy, then these steps.
 
     def _device_slices(self, batch: SampleBatch) -> List[Any]:
-        if self._exact_chunks:
-            # config["_deterministic_towers"]: the fixed chunk plan, each chunk padded alone.
-            if not self.multi_gpu_tower_stacks:
-                raise ValueError(
-                    f"{type(self).__name__}: config['_deterministic_towers'] needs "
-                    "a tower stack; implement copy() (DynamicTFPolicy does)"
-                )
-            slices = plan_exact_chunks(
-                batch, minibatch_rows(self.config), self._exact_chunks, len(self.devices)
-            )
-            return [s.map_batches(self._padded) for s in slices]
-        if self._single_device:
+        if self._single_device and not self._exact_chunks:
             # RLlib 1.11: one device keeps the batch as is; learn_on_batch pads each slice.
             return [batch]
         if not self.multi_gpu_tower_stacks:
             raise ValueError(
-                f"{type(self).__name__} runs on {self.devices} but has no multi-GPU "
-                "tower stack; implement copy() (DynamicTFPolicy does) or use num_gpus=0"
+                f"{type(self).__name__} learning on {self.devices} (or with config['_deterministic_towers']) "
+                "needs a multi-GPU tower stack; implement copy() (DynamicTFPolicy does) or use num_gpus=0"
             )
+        if self._exact_chunks:
+            # config["_deterministic_towers"]: the fixed chunk plan, each chunk padded alone.
+            slices = plan_exact_chunks(
+                batch, minibatch_rows(self.config), self._exact_chunks, len(self.devices)
+            )
+            return [s.map_batches(self._padded) for s in slices]
         return split_batch_for_devices(batch, len(self.devices), self._pad_for_loss)
 
     def _learn_on_device_batches(self, batches: List[Any], buffer_index: int) -> Dict[str, Any]:

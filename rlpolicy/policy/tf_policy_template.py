@@ -15,13 +15,15 @@ mixin's; as in ``build_policy_class``, mixins take precedence over the base.
 
 from __future__ import annotations
 
+import functools
+import operator
 import sys
 from typing import Any, Callable, Dict, List, Optional, Type
 
 import gymnasium as gym
 
 from rlpolicy._core.checkpoint import mark_policy_factory, record_derivation, record_factory_call
-from rlpolicy._core.hooks import check_factory_args, updated_kwargs
+from rlpolicy._core.hooks import check_factory_args, mro_after_wrappers, updated_kwargs
 from rlpolicy._core.tf_hooks import TFPolicyHooks, warn_deprecated_args
 from rlpolicy.utils import force_list
 from rlpolicy.utils.annotations import DeveloperAPI
@@ -193,19 +195,6 @@ def _as_eager(cls: Any) -> type:
 
 
 # ---------------------------------------------------------------- construction
-def _merged_config(
-    policy: Any, hooks: TFPolicyHooks, config: Optional[TrainerConfigDict]
-) -> TrainerConfigDict:
-    """The policy config: a new dict, ``COMMON_CONFIG`` deep-updated with the
-    defaults (``get_default_config()``), then with a deep copy of the caller's
-    dict, so neither the defaults nor the caller's dict ever change (as
-    ``build_policy_class``; RLlib 1.11 uses ``dict(defaults, **config)``)."""
-    from rlpolicy.policy.policy import complete_policy_config
-
-    defaults = hooks.get_default_config() if hooks.get_default_config is not None else None
-    return complete_policy_config(policy, config, defaults)
-
-
 # The methods read the recipe as ``type(self)._hooks``, so no instance
 # attribute of that name (a base class's own bookkeeping) can shadow it.
 def _policy_init(
@@ -219,11 +208,14 @@ def _policy_init(
     from rlpolicy._core.framework_check import require_framework
     from rlpolicy.policy._obs_prep import prepare_observation_space
     from rlpolicy.policy.dynamic_tf_policy import DynamicTFPolicy
+    from rlpolicy.policy.policy import complete_policy_config
 
     hooks: TFPolicyHooks = type(self)._hooks
     require_framework("tf", hooks.name)
     obs_space = prepare_observation_space(obs_space, config)
-    config = _merged_config(self, hooks, config)
+    # A new dict, COMMON_CONFIG deep-updated with get_default_config(), then with a deep
+    # copy of the caller's dict (as build_policy_class; RLlib 1.11: dict(defaults, **config)).
+    config = complete_policy_config(self, config)
     if hooks.validate_spaces is not None:
         hooks.validate_spaces(self, obs_space, action_space, config)
     if hooks.before_init is not None:
@@ -272,30 +264,17 @@ def resolve_dispatch(cls: type) -> Dict[str, Optional[Callable]]:
     """Per wrapped method, the implementation after the built class(es) in the
     MRO (a mixin's, if one defines it, else DynamicTFPolicy's); made once when
     the class is (``cls._dispatch``)."""
-    table: Dict[str, Optional[Callable]] = {}
-    for method, wrapper in _WRAPPERS.items():
-        started, table[method] = False, None
-        for klass in cls.__mro__:
-            impl = klass.__dict__.get(method)
-            if impl is wrapper:
-                started = True
-            elif impl is not None and started:
-                table[method] = impl
-                break
-    return table
-
-
-def _parent(policy: Any, method: str) -> Callable:
-    impl = type(policy)._dispatch.get(method)
-    if impl is None:
-        raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
-    return impl
+    return {
+        m: mro_after_wrappers(cls, m, functools.partial(operator.is_, w))[1] for m, w in _WRAPPERS.items()
+    }
 
 
 def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episode=None):
 
     sample_batch = self.obs_flattener.batch_in_place(sample_batch)
-    sample_batch = _parent(self, "postprocess_trajectory")(self, sample_batch, other_agent_batches, episode)
+    sample_batch = type(self)._dispatch["postprocess_trajectory"](
+        self, sample_batch, other_agent_batches, episode
+    )
     if type(self)._hooks.postprocess_fn is not None:
         return type(self)._hooks.postprocess_fn(self, sample_batch, other_agent_batches, episode)
     return sample_batch
@@ -303,7 +282,9 @@ def _postprocess_trajectory(self, sample_batch, other_agent_batches=None, episod
 
 def _optimizer(self):
     fn = type(self)._hooks.optimizer_fn
-    optimizers = force_list(fn(self, self.config) if fn is not None else _parent(self, "optimizer")(self))
+    optimizers = force_list(
+        fn(self, self.config) if fn is not None else type(self)._dispatch["optimizer"](self)
+    )
     if getattr(self, "exploration", None):
         optimizers = self.exploration.get_exploration_optimizer(optimizers)
     if not optimizers:
@@ -317,7 +298,7 @@ def _gradients(self, optimizer, loss):
     optimizers, losses = force_list(optimizer), force_list(loss)
     fn = type(self)._hooks.gradients_hook
     if fn is None:
-        return _parent(self, "gradients")(self, optimizers, losses)
+        return type(self)._dispatch["gradients"](self, optimizers, losses)
     if self.config["_tf_policy_handles_more_than_one_loss"]:
         return fn(self, optimizers, losses)
     return fn(self, optimizers[0], losses[0])
@@ -326,14 +307,14 @@ def _gradients(self, optimizer, loss):
 def _build_apply_op(self, optimizer, grads_and_vars):
     fn = type(self)._hooks.apply_gradients_fn
     if fn is None:
-        return _parent(self, "build_apply_op")(self, optimizer, grads_and_vars)
+        return type(self)._dispatch["build_apply_op"](self, optimizer, grads_and_vars)
     return fn(self, optimizer, grads_and_vars)
 
 
 def _extra_compute_grad_fetches(self):
     fn = type(self)._hooks.extra_learn_fetches_fn
     if fn is None:
-        return _parent(self, "extra_compute_grad_fetches")(self)
+        return type(self)._dispatch["extra_compute_grad_fetches"](self)
     # Called when a learn step is assembled: any op the hook makes belongs in
     # the policy's graph, not in the (eager) default context.
     with self.get_session().graph.as_default():

@@ -817,46 +817,26 @@ class TorchPolicy(FrameworkPolicy):
         before they are written (``rlpolicy.policy._torch.pipeline_export``,
         docs/export_pipeline.md)."""
         if pipeline:
-            self._export_pipeline(export_dir, onnx)
+            from rlpolicy.policy._torch.pipeline_export import export_pipeline
+
+            self._export_action_pipeline(
+                export_pipeline,
+                export_dir,
+                onnx,
+                self.action_sampler_fn,
+                self.action_distribution_fn,
+                device=self.device,
+            )
             return
-        dummy = getattr(self, "_dummy_batch", None)
-        if dummy is None:
-            dummy = self._get_dummy_batch_from_view_requirements(1)
-        inputs, state_ins, seq_lens = torch_export.select_export_inputs(self.model.view_requirements, dummy)
+        dummy = getattr(self, "_dummy_batch", None) or self._get_dummy_batch_from_view_requirements(1)
+        args = torch_export.select_export_inputs(self.model.view_requirements, dummy)
         os.makedirs(export_dir, exist_ok=True)
         if onnx:
-            torch_export.export_onnx(
-                self.model,
-                inputs,
-                state_ins,
-                seq_lens,
-                os.path.join(export_dir, "model.onnx"),
-                onnx,
-                device=self.device,
-            )
+            path = os.path.join(export_dir, "model.onnx")
+            torch_export.export_onnx(self.model, *args, path, onnx, device=self.device)
         else:
-            torch_export.export_torchscript(
-                self.model,
-                inputs,
-                state_ins,
-                seq_lens,
-                os.path.join(export_dir, "model.pt"),
-                device=self.device,
-            )
-
-    def _export_pipeline(self, export_dir: str, onnx: Optional[int]) -> None:
-        """``export_model(..., pipeline=True)``; the checks' ``compute_actions``
-        calls leave ``global_timestep`` as it was."""
-        from rlpolicy.policy._torch.pipeline_export import export_pipeline
-
-        self._export_action_pipeline(
-            export_pipeline,
-            export_dir,
-            onnx,
-            self.action_sampler_fn,
-            self.action_distribution_fn,
-            device=self.device,
-        )
+            path = os.path.join(export_dir, "model.pt")
+            torch_export.export_torchscript(self.model, *args, path, device=self.device)
 
     @override(Policy)
     def import_model_from_h5(self, import_file: str) -> None:

@@ -49,7 +49,6 @@ def test_plan_devices_branches(config, visible, ray_mode, expected):
     plan = plan_devices(config, visible, ray_mode=ray_mode)
     assert plan.devices == expected
     assert plan.num_towers == len(expected)
-    assert plan.main_device == expected[0]
     assert plan.on_gpu == expected[0].startswith("cuda")
     assert plan.fake == bool(config["_fake_gpus"])
 

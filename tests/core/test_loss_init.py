@@ -24,7 +24,7 @@ def update_view_requirements_from_init_state(holder):
 
 
 def initialize_loss_from_dummy_batch(policy, *args, **kwargs):
-    return policy._run_dummy_loss_init(*args, **kwargs)
+    return policy._initialize_loss_from_dummy_batch(*args, **kwargs)
 
 
 OBS = gym.spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
@@ -270,9 +270,8 @@ class _Recorder(Policy):
 def test_dummy_run_prunes_and_tags():
     p = _Recorder(OBS, ACT, {})
     stats = []
-    record = initialize_loss_from_dummy_batch(p, True, stats_fn=lambda pol, b: stats.append(len(b)))
-    assert record.compute_accessed == {"obs"}
-    assert record.train_accessed == {"obs", "actions", "adv"}
+    initialize_loss_from_dummy_batch(p, True, stats_fn=lambda pol, b: stats.append(len(b)))
+    assert p._loss_columns == ["actions", "adv", "obs"]  # what the loss read
     assert stats == [32] and p.seen["explore"] is False
     vrs = p.view_requirements
     assert sorted(vrs) == sorted(

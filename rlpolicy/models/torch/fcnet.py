@@ -143,8 +143,8 @@ class FullyConnectedNetwork(TorchModelV2, _Module):
         flat_in = obs if obs.dim() == 2 else obs.reshape(obs.shape[0], -1)
         plan = self.__dict__.get("_plan")
         if plan is not None and plan.usable():
-            features, logits = plan.run2("hidden", "logits", flat_in)  # (logits: maybe no layer)
-            planned = features
+            planned = features = plan.run("hidden", flat_in)
+            logits = plan.run("logits", features)  # (logits: maybe no layer)
         else:
             features = self._hidden_layers(flat_in)
             logits = self._logits(features) if self._logits else features

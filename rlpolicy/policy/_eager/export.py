@@ -99,18 +99,15 @@ def _serve(model: Any, specs: Dict[str, Any], inputs: Dict[str, Any]) -> Dict[st
     return result
 
 
-def make_serving_function(model: Any, specs: Dict[str, Any]) -> Any:
-    """A ``tf.function`` taking one dict of tensors (keyed like ``specs``)."""
-    tf = _tf()
-    return tf.function(lambda inputs: _serve(model, specs, inputs), input_signature=[specs], autograph=False)
-
-
 def export_saved_model(model: Any, specs: Dict[str, Any], export_dir: str) -> None:
     """Writes a SavedModel with a ``serving_default`` signature to ``export_dir``."""
     tf = _tf()
     module = tf.Module()
     module.model_variables = list(model.variables())
-    module.serve = make_serving_function(model, specs)
+    # One tf.function taking a dict of tensors keyed like ``specs``.
+    module.serve = tf.function(
+        lambda inputs: _serve(model, specs, inputs), input_signature=[specs], autograph=False
+    )
     os.makedirs(export_dir, exist_ok=True)
     tf.saved_model.save(
         module, export_dir, signatures={"serving_default": module.serve.get_concrete_function()}
@@ -171,7 +168,6 @@ def restored_timestep(ckpt: Any) -> int:
 
 __all__ = [
     "serving_specs",
-    "make_serving_function",
     "export_saved_model",
     "export_onnx",
     "make_tf_checkpoint",

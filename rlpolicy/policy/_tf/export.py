@@ -10,7 +10,7 @@ tensorflow (and tf2onnx) are imported lazily.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 from rlpolicy.policy._tf.control_flow import keep_functional_control_flow, prune_dead_loop_vars
 
@@ -64,12 +64,6 @@ def save_saved_model(sess: Any, export_dir: str, signature_def_map: Dict[str, An
             sess, [tf1.saved_model.tag_constants.SERVING], signature_def_map=signature_def_map
         )
         builder.save()
-
-
-def _io_names(signature_def_map: Dict[str, Any]) -> Tuple[List[str], List[str]]:
-    tf1, _ = _tf()
-    sd = signature_def_map[tf1.saved_model.signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY]
-    return ([v.name for _, v in sorted(sd.inputs.items())], [v.name for _, v in sorted(sd.outputs.items())])
 
 
 def freeze_serving_graph(sess: Any, outputs: List[str]) -> Any:
@@ -156,8 +150,12 @@ def save_onnx(sess: Any, export_dir: str, signature_def_map: Dict[str, Any], ops
         RuntimeError: If ``tf2onnx`` is not installed.
     """
     tf2onnx = import_tf2onnx()
-    _, tf = _tf()
-    inputs, outputs = _io_names(signature_def_map)
+    tf1, tf = _tf()
+    sd = signature_def_map[tf1.saved_model.signature_constants.DEFAULT_SERVING_SIGNATURE_DEF_KEY]
+    inputs, outputs = (
+        [v.name for _, v in sorted(sd.inputs.items())],
+        [v.name for _, v in sorted(sd.outputs.items())],
+    )
     frozen = freeze_serving_graph(sess, outputs)
     # Inputs the outputs do not depend on (e.g. is_training) are not in the graph.
     present = {node.name for node in frozen.node}

@@ -148,14 +148,6 @@ def load_state_dict_fast(model: Any, state: dict, device: Any = None) -> None:
     model.load_state_dict(convert_to_torch_tensor(state, device=device))
 
 
-def state_dict_fast(model: Any) -> dict:
-    """``model.state_dict()``: the same (detached) tensors under the same names."""
-    targets = state_tensors(model)
-    if targets is None:
-        return model.state_dict()
-    return {k: t.detach() for k, t in targets.items()}
-
-
 def weights_snapshot(model: Any) -> dict:
     """``{name: tensor_snapshot(t)}`` over ``model.state_dict()``: numpy copies."""
     targets = state_tensors(model)
