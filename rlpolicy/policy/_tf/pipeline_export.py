@@ -191,8 +191,8 @@ def export_eager_pipeline(
     initial_state: Sequence[Any],
     onnx: Optional[int] = None,
     exploration: str = "",
+    model_forward: Callable[..., Tuple[Any, List[Any], Dict[str, Any]]],
     dist_inputs_fn: Optional[Callable[..., Tuple[Any, Any, List[Any]]]] = None,
-    model_forward: Optional[Callable[..., Tuple[Any, List[Any], Dict[str, Any]]]] = None,
     batch_sizes: Sequence[int] = pc.VERIFY_BATCH_SIZES,
     steps: int = 2,
 ) -> pc.PipelineContract:
@@ -201,13 +201,12 @@ def export_eager_pipeline(
     Args:
         model: The policy's model (a ``TFModelV2`` or Keras model).
         dist_class: The policy's action distribution class.
+        model_forward: ``(model, input_dict, state_batches, seq_lens) ->
+            (dist_inputs, state_outs, extra_fetches)``, the eager policy's
+            forward pass (``eager_tf_policy.model_forward``).
         dist_inputs_fn: ``(model, input_dict, state_batches, seq_lens) ->
             (dist_inputs, dist_class, state_outs)`` replacing the model call
             (the policy's ``action_distribution_fn`` with explore off).
-        model_forward: ``(model, input_dict, state_batches, seq_lens) ->
-            (dist_inputs, state_outs, extra_fetches)``, the eager policy's
-            forward pass (``eager_tf_policy.model_forward``, which the policy
-            passes); required unless ``dist_inputs_fn`` is given.
         Others: as :func:`export_graph_pipeline`.
 
     Raises:
@@ -215,15 +214,7 @@ def export_eager_pipeline(
     """
     from rlpolicy.policy.sample_batch import SampleBatch
 
-    if dist_inputs_fn is None and model_forward is None:
-        raise ValueError("export_eager_pipeline: pass model_forward (or dist_inputs_fn)")
-
-    tf1, tf = _tf()
-    if not tf.executing_eagerly():
-        raise RuntimeError(
-            "exporting an eager policy's pipeline needs eager execution "
-            "(call it where the policy runs, in TF's eager mode)"
-        )
+    _, tf = _tf()  # (EagerTFPolicy's public methods run in eager mode)
     plan = pipeline_plan(model, observation_space, action_space, config, initial_state)
 
     def forward(obs: Any, states: List[Any], seq_lens: Any) -> Tuple[Any, Any, List[Any]]:
@@ -231,7 +222,7 @@ def export_eager_pipeline(
         if dist_inputs_fn is not None:
             dist_inputs, cls, state_out = dist_inputs_fn(model, input_dict, states, seq_lens)
             return dist_inputs, cls, list(state_out or [])
-        dist_inputs, state_out, _ = model_forward(model, input_dict, states, seq_lens)  # type: ignore[misc]
+        dist_inputs, state_out, _ = model_forward(model, input_dict, states, seq_lens)
         return dist_inputs, dist_class, list(state_out or [])
 
     # One eager run fixes the noise layout (and so the noise input's width).

@@ -39,6 +39,7 @@ torch, nn = try_import_torch()
 # A name mypy accepts as a base class (nn is a variable here); object without torch.
 _Module: Any = nn.Module if nn is not None else object
 
+
 def export_pipeline(
     export_dir: str,
     *,
