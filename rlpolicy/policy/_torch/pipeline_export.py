@@ -32,7 +32,7 @@ import tree
 
 from rlpolicy._core import pipeline_contract as pc
 from rlpolicy.policy._pipeline_inputs import pipeline_plan
-from rlpolicy.policy._torch.export import onnx_exporter_kwargs
+from rlpolicy.policy._torch.export import onnx_export
 from rlpolicy.utils.framework import try_import_torch
 
 torch, nn = try_import_torch()
@@ -117,7 +117,8 @@ def export_pipeline(
                 warnings.filterwarnings("ignore", message=".*batch_size.*")
                 warnings.filterwarnings("ignore", message="Constant folding")
                 if onnx:
-                    _export_onnx(module, example, contract, path, onnx)
+                    names = [[s.name for s in specs] for specs in (contract.inputs, contract.outputs)]
+                    onnx_export(module, tuple(example), path, onnx, *names)
                 else:
                     torch.jit.trace(module, tuple(example), strict=False, check_trace=False).save(path)
 
@@ -287,25 +288,6 @@ def _sample(leaf: Any, det: Any, noise: Any) -> Any:
         mean, log_std = torch.chunk(leaf.inputs, 2, dim=1)
         return (mean + torch.exp(log_std) * noise).reshape(det.shape)
     return det
-
-
-def _export_onnx(
-    module: Any, example: List[Any], contract: pc.PipelineContract, path: str, opset: int
-) -> None:
-    in_names = [s.name for s in contract.inputs]
-    out_names = [s.name for s in contract.outputs]
-    torch.onnx.export(
-        module,
-        tuple(example),
-        path,
-        export_params=True,
-        opset_version=opset,
-        do_constant_folding=True,
-        input_names=in_names,
-        output_names=out_names,
-        **onnx_exporter_kwargs(),
-        dynamic_axes={name: {0: "batch_size"} for name in in_names + out_names},
-    )
 
 
 def _torchscript_runner(
