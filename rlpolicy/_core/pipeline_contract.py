@@ -602,7 +602,7 @@ def install_artifact(export_dir: str, artifact_tmp: str, contract: PipelineContr
     fd, meta_tmp = tempfile.mkstemp(dir=export_dir, prefix=".tmp-", suffix=METADATA_FILE)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(contract.to_json(), f, indent=1, default=_json_default)
+            json.dump(contract.to_json(), f, indent=1)
         if os.path.isdir(final):
             shutil.rmtree(final)
         os.replace(artifact_tmp, final)
@@ -743,14 +743,6 @@ def _class_name(dist_class: Any) -> str:
         getattr(dist_class, "func", None), "__name__", None
     )
     return str(name or repr(dist_class))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
