@@ -6,8 +6,8 @@ that goes from raw observations to the actions an env takes (see
 exporter shares:
 
 * the names, dtypes and shapes of the artifact's inputs and outputs
-  (:class:`TensorSpec`), derived from the spaces by
-  :func:`observation_leaves` and :func:`action_leaves`;
+  (:class:`TensorSpec`), derived from the spaces and config by
+  :class:`PipelinePlan`, which also builds the contract and example inputs;
 * the noise layout (:class:`NoiseSlice`): which columns of the ``noise``
   input are uniform draws and which standard-normal draws, per action
   component;
@@ -16,7 +16,9 @@ exporter shares:
   observation batch and :meth:`PipelineContract.draw_noise`;
 * the verification loop (:func:`verify_pipeline`), which takes callables
   (run the loaded artifact; the policy's own ``compute_actions``) and raises
-  :class:`PipelineMismatchError` when they disagree;
+  :class:`PipelineMismatchError` when they disagree, and the write / load /
+  verify / install sequence around it (:func:`export_verified`), to which each
+  framework passes its write and load callables;
 * :func:`env_actions`: the policy's actions mapped the way the samplers send
   them to the env (``normalize_actions`` / ``clip_actions``).
 """
@@ -261,11 +263,6 @@ class PipelineContract:
         """Names of the inputs (or ``outputs``) with ``role``, in order."""
         return [s.name for s in (self.outputs if outputs else self.inputs) if s.role == role]
 
-    @property
-    def recurrent(self) -> bool:
-        """Whether the artifact takes and returns RNN state."""
-        return bool(self.names("state"))
-
     # ------------------------------------------------------------------ feeds
     def draw_noise(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """A ``noise`` input [batch_size, noise_dim]: uniform [0, 1) draws in the
@@ -386,6 +383,214 @@ class PipelineContract:
             return cls.from_json(json.load(f))
 
 
+@dataclass
+class PipelinePlan:
+    """What an exported pipeline takes and returns, from the policy's spaces and
+    config (``policy._pipeline_inputs.pipeline_plan`` makes it); every framework's
+    exporter builds its contract and example inputs from it.
+
+    Attributes:
+        raw_space: The raw observation space the artifact takes.
+        obs_plan: Per observation leaf, how it becomes part of the model's
+            input: ``("raw" | "float" | "ram", None)`` or ``("one_hot", (sizes, starts))``.
+        action_space: The policy's action space.
+        init: The model's initial state (float32 arrays, no batch axis).
+        normalize, clip: ``normalize_actions`` / ``clip_actions``.
+    """
+
+    raw_space: gym.Space
+    obs_plan: List[Tuple[str, Any]]
+    action_space: gym.Space
+    init: List[np.ndarray]
+    normalize: bool
+    clip: bool
+
+    def __post_init__(self) -> None:
+        self.obs_leaves = observation_leaves(self.raw_space)
+        self.act_leaves = action_leaves(self.action_space)
+        self.nested_act = not (len(self.act_leaves) == 1 and not self.act_leaves[0][0])
+
+    def input_specs(self) -> List[TensorSpec]:
+        """The contract's inputs but ``noise``."""
+        nested = not (len(self.obs_leaves) == 1 and not self.obs_leaves[0][0])
+        names = leaf_names("obs", len(self.obs_leaves), nested)
+        specs = [
+            TensorSpec(n, obs_input_dtype(s), [None, *map(int, s.shape or ())], "obs", list(p), repr(s))
+            for n, (p, s) in zip(names, self.obs_leaves)
+        ]
+        specs += [
+            TensorSpec(f"state_in_{i}", "float32", [None, *s.shape], "state") for i, s in enumerate(self.init)
+        ]
+        if self.init:
+            specs.append(TensorSpec("seq_lens", "int32", [None], "seq_lens"))
+        return specs
+
+    def example_inputs(self, batch: int) -> List[np.ndarray]:
+        """Example inputs (but ``noise``): zeros, the initial state, ones for seq_lens."""
+        out, states = [], iter(self.init)
+        for s in self.input_specs():
+            if s.role == "state":
+                arr = np.repeat(next(states)[None], batch, axis=0)
+            elif s.role == "seq_lens":
+                arr = np.ones(batch, np.int32)
+            else:
+                arr = np.zeros([batch, *[int(d or 0) for d in s.shape[1:]]], s.dtype)
+            out.append(arr)
+        return out
+
+    def output_names(self) -> List[str]:
+        """The outputs in contract order: actions, sampled actions, dist inputs, states."""
+        n = len(self.act_leaves)
+        return (
+            leaf_names("actions", n, self.nested_act)
+            + leaf_names("sampled_actions", n, self.nested_act)
+            + [DIST_INPUTS_OUTPUT]
+            + [f"state_out_{i}" for i in range(len(self.init))]
+        )
+
+    def state_outs(self, state_out: Optional[Sequence[Any]]) -> List[Any]:
+        """The model's state outs as the pipeline returns them (none for a
+        model without initial state).
+
+        Raises:
+            ValueError: If their number is not the initial state's.
+        """
+        if not self.init:
+            return []
+        if len(state_out or ()) != len(self.init):
+            raise ValueError(
+                f"the model returned {len(state_out or ())} state outs for {len(self.init)} initial state tensors"
+            )
+        return list(state_out or ())
+
+    def noise_layout(
+        self, leaf_dists: Sequence[Any], noise_kind: Callable[[Any], Tuple[str, int]]
+    ) -> List[NoiseSlice]:
+        """Per action leaf, its columns of the ``noise`` input (``size`` 0: it
+        samples nothing); ``noise_kind(dist) -> (kind, columns)``."""
+        out, start = [], 0
+        for name, leaf in zip(self.output_names(), leaf_dists):
+            kind, size = noise_kind(leaf)
+            out.append(NoiseSlice(start, size, kind, name, type(leaf).__name__))
+            start += size
+        return out
+
+    def contract(
+        self,
+        noise: List[NoiseSlice],
+        example_outputs: Sequence[np.ndarray],
+        native_format: str,
+        framework: str,
+        onnx: Optional[int],
+        dist_class: Any,
+        exploration: str,
+    ) -> PipelineContract:
+        """The contract, the outputs' dtypes and shapes taken from an example run."""
+        n = len(self.act_leaves)
+        roles = ["action"] * n + ["sampled_action"] * n + ["dist_inputs"] + ["state"] * len(self.init)
+        leaves = list(self.act_leaves) * 2 + [((), None)] * (1 + len(self.init))
+        outputs = [
+            TensorSpec(
+                name,
+                np.dtype(a.dtype).name,
+                [None, *a.shape[1:]],
+                role,
+                list(p),
+                "" if s is None else repr(s),
+            )
+            for name, a, role, (p, s) in zip(self.output_names(), example_outputs, roles, leaves)
+        ]
+        fmt = "onnx" if onnx else native_format
+        return PipelineContract(
+            format=fmt,
+            artifact=ARTIFACT_FILES[fmt],
+            framework=framework,
+            opset=int(onnx) if onnx else None,
+            inputs=self.input_specs()
+            + [TensorSpec(NOISE_INPUT, "float32", [None, noise_width(noise)], "noise")],
+            outputs=outputs,
+            noise=[s for s in noise if s.size],
+            noise_dim=noise_width(noise),
+            observation_space=repr(self.raw_space),
+            action_space=repr(self.action_space),
+            normalize_actions=self.normalize,
+            clip_actions=self.clip,
+            initial_state=[s.tolist() for s in self.init],
+            dist_class=_class_name(dist_class),
+            exploration=exploration,
+        )
+
+
+def noise_width(noise: Sequence[NoiseSlice]) -> int:
+    """Width of the ``noise`` input: its sampled columns, at least one."""
+    return max(1, sum(s.size for s in noise))
+
+
+def leaf_distributions(dist: Any, num_actions: int) -> List[Any]:
+    """The action distribution's per-leaf distributions, in ``tree.flatten`` order.
+
+    Raises:
+        ValueError: If their number is not the action space's.
+    """
+    children = getattr(dist, "flat_child_distributions", None)
+    leaves = list(children) if children is not None else [dist]
+    if len(leaves) != num_actions:
+        raise ValueError(
+            f"the action distribution {type(dist).__name__} has {len(leaves)} "
+            f"components, the action space {num_actions}"
+        )
+    return leaves
+
+
+def export_verified(
+    export_dir: str,
+    plan: PipelinePlan,
+    contract: PipelineContract,
+    write: Callable[[str], None],
+    load: Callable[[str, PipelineContract], Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]],
+    consumer: str,
+    compute_actions: Callable[..., Any],
+    batch_sizes: Sequence[int],
+    steps: int,
+) -> PipelineContract:
+    """Writes the artifact (``write(path)``) under a temporary name in
+    ``export_dir``, loads it in its consumer (``load(path, contract) -> run``;
+    onnxruntime for ONNX), verifies it against the policy's
+    ``compute_actions(explore=False)`` and installs it; on failure nothing is
+    left (a directory made for it is removed again)."""
+    leaf_spaces = [s for _, s in plan.act_leaves]
+
+    def reference(obs: Any, state: List[np.ndarray]) -> Tuple[List[Any], List[Any], Any]:
+        actions, state_out, extra = compute_actions(obs, state_batches=state or None, explore=False)
+        flat = env_actions(tree.flatten(actions), leaf_spaces, plan.normalize, plan.clip)
+        return flat, [np.asarray(s) for s in state_out], extra[DIST_INPUTS_OUTPUT]
+
+    created = not os.path.isdir(export_dir)
+    os.makedirs(export_dir, exist_ok=True)
+    tmp_dir = tempfile.mkdtemp(dir=export_dir, prefix=".tmp-pipeline-")
+    tmp = os.path.join(tmp_dir, contract.artifact)
+    installed = False
+    try:
+        write(tmp)
+        run = onnx_runner(tmp) if contract.opset else load(tmp, contract)
+        contract.verified = verify_pipeline(
+            contract,
+            run,
+            reference,
+            lambda k, seed: sample_observations(plan.raw_space, k, seed),
+            batch_sizes=batch_sizes,
+            steps=steps,
+        )
+        contract.verified["consumer"] = "onnxruntime.InferenceSession" if contract.opset else consumer
+        install_artifact(export_dir, tmp, contract)
+        installed = True
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        if created and not installed and os.path.isdir(export_dir) and not os.listdir(export_dir):
+            os.rmdir(export_dir)
+    return contract
+
+
 def install_artifact(export_dir: str, artifact_tmp: str, contract: PipelineContract) -> None:
     """Moves a verified artifact (file or directory) into ``export_dir`` under
     ``contract.artifact`` and writes ``pipeline.json`` beside it (each written
@@ -397,7 +602,7 @@ def install_artifact(export_dir: str, artifact_tmp: str, contract: PipelineContr
     fd, meta_tmp = tempfile.mkstemp(dir=export_dir, prefix=".tmp-", suffix=METADATA_FILE)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(contract.to_json(), f, indent=1, default=_json_default)
+            json.dump(contract.to_json(), f, indent=1)
         if os.path.isdir(final):
             shutil.rmtree(final)
         os.replace(artifact_tmp, final)
@@ -532,12 +737,12 @@ def _path_str(path: Tuple[Any, ...]) -> str:
     return "".join(f"[{k!r}]" for k in path)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+def _class_name(dist_class: Any) -> str:
+    """``Categorical`` for the class or a ``functools.partial`` of it."""
+    name = getattr(dist_class, "__name__", None) or getattr(
+        getattr(dist_class, "func", None), "__name__", None
+    )
+    return str(name or repr(dist_class))
 
 
 def onnx_runner(path: str) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:

@@ -7,7 +7,7 @@ refusal of models that read more than observations and RNN state. Takes data
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +17,29 @@ from rlpolicy._core import pipeline_contract as pc
 #: One observation leaf's plan: ``("raw" | "float" | "ram", None)`` or
 #: ``("one_hot", (sizes, starts))``.
 LeafPlan = Tuple[str, Any]
+
+
+def pipeline_plan(
+    model: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    config: Dict[str, Any],
+    initial_state: Sequence[Any],
+) -> pc.PipelinePlan:
+    """The plan of a policy's pipeline export, checked before anything is traced.
+
+    Raises:
+        ValueError: A space, action mapping or model input the pipeline cannot
+            express (named in the message).
+    """
+    raw_space, obs_plan = observation_plan(observation_space, config)
+    check_model_inputs(model)
+    normalize = bool(config.get("normalize_actions", True))
+    pc.check_action_mapping(action_space, normalize)
+    init = [np.asarray(s.numpy() if hasattr(s, "numpy") else s, np.float32) for s in initial_state]
+    return pc.PipelinePlan(
+        raw_space, obs_plan, action_space, init, normalize, bool(config.get("clip_actions", False))
+    )
 
 
 def observation_plan(space: gym.Space, config: Dict[str, Any]) -> Tuple[gym.Space, List[LeafPlan]]:

@@ -108,12 +108,27 @@ class FlatModelWrapper(_Module):
         return (out, *state_outs)
 
 
-def onnx_exporter_kwargs() -> Dict[str, Any]:
-    """``dynamo=False`` where torch.onnx.export takes it (torch >= 2.5, whose default
-    became the dynamo exporter in 2.9); older torch has only the TorchScript exporter."""
+def onnx_export(
+    module: Any, args: Any, path: str, opset: int, input_names: List[str], output_names: List[str]
+) -> None:
+    """``torch.onnx.export`` with named inputs and outputs, each with a dynamic batch
+    axis (axis 0), and ``dynamo=False`` where torch takes it (torch >= 2.5, whose
+    default became the dynamo exporter in 2.9; older torch has only the TorchScript one)."""
     import inspect
 
-    return {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+    legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
+    torch.onnx.export(
+        module,
+        args,
+        path,
+        export_params=True,
+        opset_version=opset,
+        do_constant_folding=True,
+        input_names=input_names,
+        output_names=output_names,
+        **legacy,
+        dynamic_axes={name: {0: "batch_size"} for name in input_names + output_names},
+    )
 
 
 def _tensors(arrays: Any, device: Any) -> Any:
@@ -197,18 +212,7 @@ def export_onnx(
             warnings.filterwarnings("ignore", message="Exporting a model to ONNX with a batch_size")
             _write_atomically(
                 path,
-                lambda tmp: torch.onnx.export(
-                    wrapper,
-                    args,
-                    tmp,
-                    export_params=True,
-                    opset_version=opset,
-                    do_constant_folding=True,
-                    input_names=input_names,
-                    output_names=output_names,
-                    **onnx_exporter_kwargs(),
-                    dynamic_axes={name: {0: "batch_size"} for name in input_names + output_names},
-                ),
+                lambda tmp: onnx_export(wrapper, args, tmp, opset, input_names, output_names),
             )
     finally:
         model.train(was_training)

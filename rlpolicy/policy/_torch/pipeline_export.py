@@ -23,9 +23,6 @@ class, spaces, config, a ``compute_actions`` callable), never the policy.
 from __future__ import annotations
 
 import copy
-import os
-import shutil
-import tempfile
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -34,18 +31,13 @@ import numpy as np
 import tree
 
 from rlpolicy._core import pipeline_contract as pc
-from rlpolicy.policy._pipeline_inputs import LeafPlan as _LeafPlan
-from rlpolicy.policy._pipeline_inputs import check_model_inputs, observation_plan
-from rlpolicy.policy._torch.export import onnx_exporter_kwargs
+from rlpolicy.policy._pipeline_inputs import pipeline_plan
+from rlpolicy.policy._torch.export import onnx_export
 from rlpolicy.utils.framework import try_import_torch
 
 torch, nn = try_import_torch()
 # A name mypy accepts as a base class (nn is a variable here); object without torch.
 _Module: Any = nn.Module if nn is not None else object
-
-#: Observation leaf plans: (kind, data) with kind "float" (flattened), "ram"
-#: (Atari RAM scaling), "one_hot" (data: (sizes, starts)) or "raw" (passed to
-#: the model as it is: a policy without preprocessor).
 
 
 def export_pipeline(
@@ -100,168 +92,49 @@ def export_pipeline(
         PipelineMismatchError: The loaded artifact does not reproduce
             ``compute_actions(explore=False)``; nothing is written.
     """
-    fmt = "onnx" if onnx else "torchscript"
     if any(p.device.type != "cpu" for p in model.parameters()):
         # A serving artifact for the CPU: traced from a CPU copy (a trace on a
         # GPU would bake the device into the graph's constants).
         model, device = copy.deepcopy(model).to("cpu"), "cpu"
-    raw_space, obs_plan = observation_plan(observation_space, config)
-    check_model_inputs(model)
-    normalize = bool(config.get("normalize_actions", True))
-    clip = bool(config.get("clip_actions", False))
-    pc.check_action_mapping(action_space, normalize)
-    act_leaves = pc.action_leaves(action_space)
-    init = [np.asarray(_to_numpy(s), np.float32) for s in initial_state]
-    module = ActionPipeline(
-        model, dist_class, obs_plan, len(init), act_leaves, normalize, clip, dist_inputs_fn
-    )
+    plan = pipeline_plan(model, observation_space, action_space, config, initial_state)
+    module = ActionPipeline(model, dist_class, plan, dist_inputs_fn)
     was_training = model.training
     model.eval()  # (dropout etc. off, as compute_actions has it)
     try:
-        contract, example = _contract(module, raw_space, act_leaves, init, device)
-        contract.format, contract.artifact, contract.opset = fmt, pc.ARTIFACT_FILES[fmt], onnx
-        contract.observation_space, contract.action_space = repr(raw_space), repr(action_space)
-        contract.normalize_actions, contract.clip_actions = normalize, clip
-        contract.dist_class, contract.exploration = _class_name(dist_class), exploration
-        leaf_spaces = [s for _, s in act_leaves]
+        example = [torch.as_tensor(a, device=device) for a in plan.example_inputs(pc.TRACE_BATCH_SIZE)]
+        noise = module.plan_noise(example)
+        example.append(
+            torch.full((pc.TRACE_BATCH_SIZE, pc.noise_width(noise)), 0.5, dtype=torch.float32, device=device)
+        )
+        with torch.no_grad():
+            outs = [t.detach().cpu().numpy() for t in module(*example)]
+        contract = plan.contract(noise, outs, "torchscript", "torch", onnx, dist_class, exploration)
 
-        def reference(obs: Any, state: List[np.ndarray]) -> Tuple[List[Any], List[Any], Any]:
-            actions, state_out, extra = compute_actions(obs, state_batches=state or None, explore=False)
-            flat = pc.env_actions(tree.flatten(actions), leaf_spaces, normalize, clip)
-            return flat, [np.asarray(s) for s in state_out], extra["action_dist_inputs"]
+        def write(path: str) -> None:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                warnings.filterwarnings("ignore", message=".*batch_size.*")
+                warnings.filterwarnings("ignore", message="Constant folding")
+                if onnx:
+                    names = [[s.name for s in specs] for specs in (contract.inputs, contract.outputs)]
+                    onnx_export(module, tuple(example), path, onnx, *names)
+                else:
+                    torch.jit.trace(module, tuple(example), strict=False, check_trace=False).save(path)
 
-        _write_verified(
+        return pc.export_verified(
             export_dir,
-            module,
-            example,
+            plan,
             contract,
-            reference,
-            lambda k, seed: pc.sample_observations(raw_space, k, seed),
+            write,
+            _torchscript_runner,
+            "torch.jit.load",
+            compute_actions,
             batch_sizes,
             steps,
         )
     finally:
         model.train(was_training)
-    return contract
-
-
-def _contract(
-    module: "ActionPipeline",
-    raw_space: gym.Space,
-    act_leaves: List[Tuple[Tuple[Any, ...], gym.Space]],
-    init: List[np.ndarray],
-    device: Any,
-) -> Tuple[pc.PipelineContract, List[Any]]:
-    """The contract's interface (inputs, outputs, noise layout; the caller
-    fills in the rest) and the example inputs to trace with. The noise layout
-    and the outputs' dtypes and shapes come from eager runs of ``module``."""
-    obs_leaves = pc.observation_leaves(raw_space)
-    nested_obs = not (len(obs_leaves) == 1 and not obs_leaves[0][0])
-    nested_act = not (len(act_leaves) == 1 and not act_leaves[0][0])
-    inputs = [
-        pc.TensorSpec(
-            name, pc.obs_input_dtype(s), [None, *map(int, s.shape or ())], "obs", list(path), repr(s)
-        )
-        for name, (path, s) in zip(pc.leaf_names("obs", len(obs_leaves), nested_obs), obs_leaves)
-    ]
-    inputs += [
-        pc.TensorSpec(f"state_in_{i}", "float32", [None, *s.shape], "state") for i, s in enumerate(init)
-    ]
-    if init:
-        inputs.append(pc.TensorSpec("seq_lens", "int32", [None], "seq_lens"))
-
-    det_names = pc.leaf_names("actions", len(act_leaves), nested_act)
-    example = _example_inputs(inputs, init, pc.TRACE_BATCH_SIZE, device, noise_dim=0)
-    noise = [
-        pc.NoiseSlice(start, size, kind, name, dist_name)
-        for name, (start, size, kind, dist_name) in zip(det_names, module.plan_noise(example[:-1]))
-        if size
-    ]
-    noise_dim = max(1, sum(s.size for s in noise))
-    inputs.append(pc.TensorSpec(pc.NOISE_INPUT, "float32", [None, noise_dim], "noise"))
-    example = _example_inputs(inputs, init, pc.TRACE_BATCH_SIZE, device, noise_dim)
-    outs = module.run_eager(example)
-
-    outputs = []
-    n = len(act_leaves)
-    for role, names, tensors in (
-        ("action", det_names, outs[:n]),
-        ("sampled_action", pc.leaf_names("sampled_actions", n, nested_act), outs[n : 2 * n]),
-    ):
-        outputs += [
-            pc.TensorSpec(name, _dtype_name(t), [None, *t.shape[1:]], role, list(path), repr(s))
-            for name, t, (path, s) in zip(names, tensors, act_leaves)
-        ]
-    outputs.append(
-        pc.TensorSpec(
-            pc.DIST_INPUTS_OUTPUT, _dtype_name(outs[2 * n]), [None, *outs[2 * n].shape[1:]], "dist_inputs"
-        )
-    )
-    outputs += [
-        pc.TensorSpec(f"state_out_{i}", _dtype_name(t), [None, *t.shape[1:]], "state")
-        for i, t in enumerate(outs[2 * n + 1 :])
-    ]
-    contract = pc.PipelineContract(
-        format="",
-        artifact="",
-        framework="torch",
-        opset=None,
-        inputs=inputs,
-        outputs=outputs,
-        noise=noise,
-        noise_dim=noise_dim,
-        observation_space="",
-        action_space="",
-        normalize_actions=False,
-        clip_actions=False,
-        initial_state=[s.tolist() for s in init],
-        dist_class="",
-    )
-    return contract, example
-
-
-def _write_verified(
-    export_dir: str,
-    module: "ActionPipeline",
-    example: List[Any],
-    contract: pc.PipelineContract,
-    reference: Callable[..., Any],
-    sample_obs: Callable[[int, int], Any],
-    batch_sizes: Sequence[int],
-    steps: int,
-) -> None:
-    """Traces ``module`` into a temporary file in ``export_dir``, loads it in its
-    consumer, verifies it and installs it; on any failure nothing is left (a
-    directory made for it is removed again)."""
-    created = not os.path.isdir(export_dir)
-    os.makedirs(export_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=export_dir, prefix=".tmp-", suffix=contract.artifact)
-    os.close(fd)
-    installed = False
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.filterwarnings("ignore", message=".*batch_size.*")
-            warnings.filterwarnings("ignore", message="Constant folding")
-            if contract.opset:
-                _export_onnx(module, example, contract, tmp, contract.opset)
-            else:
-                torch.jit.trace(module, tuple(example), strict=False, check_trace=False).save(tmp)
-        run = pc.onnx_runner(tmp) if contract.opset else _torchscript_runner(tmp, contract)
-        contract.verified = pc.verify_pipeline(
-            contract, run, reference, sample_obs, batch_sizes=batch_sizes, steps=steps
-        )
-        contract.verified["consumer"] = "onnxruntime.InferenceSession" if contract.opset else "torch.jit.load"
-        pc.install_artifact(export_dir, tmp, contract)
-        installed = True
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp)
-        elif os.path.exists(tmp):
-            os.remove(tmp)
-        if created and not installed and not os.listdir(export_dir):
-            os.rmdir(export_dir)
 
 
 class ActionPipeline(_Module):
@@ -277,28 +150,25 @@ class ActionPipeline(_Module):
         self,
         model: Any,
         dist_class: Any,
-        obs_plan: List[_LeafPlan],
-        num_states: int,
-        act_leaves: List[Tuple[Tuple[Any, ...], gym.Space]],
-        normalize: bool,
-        clip: bool,
+        plan: pc.PipelinePlan,
         dist_inputs_fn: Optional[Callable[..., Any]] = None,
     ):
         super().__init__()
         self.model = model
         self.dist_class = dist_class
         self.dist_inputs_fn = dist_inputs_fn
-        self.obs_plan = obs_plan
-        self.num_states = num_states
-        self.num_actions = len(act_leaves)
-        self.noise_plan: List[Tuple[int, int, str, str]] = []
+        self.plan = plan
+        self.obs_plan = plan.obs_plan
+        self.num_states = len(plan.init)
+        self.num_actions = len(plan.act_leaves)
+        self.noise_plan: List[pc.NoiseSlice] = []
         # Per action leaf: "unsquash", "clip" or "" (and its bounds as buffers).
         self.mapping: List[str] = []
-        for i, (_, leaf) in enumerate(act_leaves):
+        for i, (_, leaf) in enumerate(plan.act_leaves):
             s: Any = leaf
             mode = ""
-            if pc.is_float_box(s) and (normalize or clip):
-                mode = "unsquash" if normalize else "clip"
+            if pc.is_float_box(s) and (plan.normalize or plan.clip):
+                mode = "unsquash" if plan.normalize else "clip"
                 self.register_buffer(f"low_{i}", torch.as_tensor(s.low, dtype=torch.float32))
                 self.register_buffer(f"high_{i}", torch.as_tensor(s.high, dtype=torch.float32))
             self.mapping.append(mode)
@@ -336,44 +206,24 @@ class ActionPipeline(_Module):
             dist_inputs, state_out = self.model({"obs": obs}, states, seq_lens)
             dist_class = self.dist_class
         dist = dist_class(dist_inputs, self.model)
-        return dist_inputs, dist, list(state_out) if self.num_states else []
+        return dist_inputs, dist, self.plan.state_outs(state_out)
 
-    def _leaf_dists(self, dist: Any) -> List[Any]:
-        children = getattr(dist, "flat_child_distributions", None)
-        leaves = list(children) if children is not None else [dist]
-        if len(leaves) != self.num_actions:
-            raise ValueError(
-                f"the action distribution {type(dist).__name__} has {len(leaves)} "
-                f"components, the action space {self.num_actions}"
-            )
-        return leaves
-
-    def plan_noise(self, args: Sequence[Any]) -> List[Tuple[int, int, str, str]]:
-        """Runs the model once (eagerly) and fixes the noise layout: per action
-        leaf ``(start, size, kind, distribution name)``."""
+    def plan_noise(self, args: Sequence[Any]) -> List[pc.NoiseSlice]:
+        """Runs the model once (eagerly) on ``args`` (the inputs but ``noise``)
+        and fixes the noise layout."""
         with torch.no_grad():
             _, dist, _ = self._model(args)
-        plan, start = [], 0
-        for leaf in self._leaf_dists(dist):
-            kind, size = _noise_kind(leaf)
-            plan.append((start, size, kind, type(leaf).__name__))
-            start += size
-        self.noise_plan = plan
-        return plan
-
-    def run_eager(self, args: Sequence[Any]) -> List[Any]:
-        """``forward`` without tracing (for the output dtypes and shapes)."""
-        with torch.no_grad():
-            return list(self.forward(*args))
+        self.noise_plan = self.plan.noise_layout(pc.leaf_distributions(dist, self.num_actions), _noise_kind)
+        return self.noise_plan
 
     def forward(self, *args: Any) -> Tuple[Any, ...]:
         noise = args[-1]
         dist_inputs, dist, state_out = self._model(args[:-1])
         det = tree.flatten(dist.deterministic_sample())
         sampled = []
-        for leaf, d, (start, size, kind, _) in zip(self._leaf_dists(dist), det, self.noise_plan):
-            sampled.append(_sample(leaf, d, noise[:, start : start + size], kind))
-        if not any(size for _, size, _, _ in self.noise_plan):
+        for leaf, d, sl in zip(pc.leaf_distributions(dist, self.num_actions), det, self.noise_plan):
+            sampled.append(_sample(leaf, d, noise[:, sl.start : sl.start + sl.size]))
+        if not any(sl.size for sl in self.noise_plan):
             # Nothing samples: the one noise column is still an input of the
             # graph (an ONNX export drops unused inputs), contributing 0.
             dist_inputs = dist_inputs + 0.0 * noise[:, :1]
@@ -422,7 +272,7 @@ def _categorical(logits: Any, u: Any) -> Any:
     return (cdf[:, :-1] < u).long().sum(dim=-1)
 
 
-def _sample(leaf: Any, det: Any, noise: Any, kind: str) -> Any:
+def _sample(leaf: Any, det: Any, noise: Any) -> Any:
     from rlpolicy.models.torch import torch_action_dist as d
 
     if isinstance(leaf, d.TorchCategorical):
@@ -440,50 +290,6 @@ def _sample(leaf: Any, det: Any, noise: Any, kind: str) -> Any:
     return det
 
 
-def _example_inputs(
-    inputs: List[pc.TensorSpec], init: List[np.ndarray], batch: int, device: Any, noise_dim: int
-) -> List[Any]:
-    """Example tensors (batch ``batch``) for the inputs; zeros, the initial state,
-    ones for ``seq_lens``, and a ``noise`` of ``noise_dim`` columns (or none
-    for ``noise_dim`` 0, to plan the noise first)."""
-    out = []
-    states = iter(init)
-    for spec in inputs:
-        if spec.role == "noise":
-            continue
-        if spec.role == "state":
-            arr = np.repeat(next(states)[None], batch, axis=0)
-        elif spec.role == "seq_lens":
-            arr = np.ones(batch, np.int32)
-        else:
-            arr = np.zeros([batch, *[int(d or 0) for d in spec.shape[1:]]], spec.dtype)
-        out.append(torch.as_tensor(arr, device=device))
-    if noise_dim:
-        out.append(torch.full((batch, noise_dim), 0.5, dtype=torch.float32, device=device))
-    else:
-        out.append(torch.zeros((batch, 0), dtype=torch.float32, device=device))
-    return out
-
-
-def _export_onnx(
-    module: Any, example: List[Any], contract: pc.PipelineContract, path: str, opset: int
-) -> None:
-    in_names = [s.name for s in contract.inputs]
-    out_names = [s.name for s in contract.outputs]
-    torch.onnx.export(
-        module,
-        tuple(example),
-        path,
-        export_params=True,
-        opset_version=opset,
-        do_constant_folding=True,
-        input_names=in_names,
-        output_names=out_names,
-        **onnx_exporter_kwargs(),
-        dynamic_axes={name: {0: "batch_size"} for name in in_names + out_names},
-    )
-
-
 def _torchscript_runner(
     path: str, contract: pc.PipelineContract
 ) -> Callable[[Dict[str, np.ndarray]], Dict[str, np.ndarray]]:
@@ -499,21 +305,3 @@ def _torchscript_runner(
         return {k: v.numpy() for k, v in zip(out_names, outs)}
 
     return run
-
-
-def _class_name(dist_class: Any) -> str:
-    """``TorchCategorical`` for the class or a ``functools.partial`` of it."""
-    name = getattr(dist_class, "__name__", None) or getattr(
-        getattr(dist_class, "func", None), "__name__", None
-    )
-    return str(name or repr(dist_class))
-
-
-def _dtype_name(t: Any) -> str:
-    return str(t.detach().cpu().numpy().dtype)
-
-
-def _to_numpy(x: Any) -> Any:
-    if torch is not None and isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    return x
