@@ -310,23 +310,6 @@ def resolve_dispatch(cls: type) -> Dict[str, Any]:
     return table
 
 
-def _dispatch(policy: Any, method: str) -> Tuple[Any, Any]:
-    fn, impl = type(policy)._dispatch[method]
-    if fn is None and impl is None:
-        raise AttributeError(f"{type(policy).__name__}: no implementation of {method!r} found")
-    return fn, impl
-
-
-_torch_convert: Any = None  # rlpolicy.policy._torch.convert, imported on first use (needs torch)
-
-
-def _convert_module() -> Any:
-    global _torch_convert
-    if _torch_convert is None:
-        from rlpolicy.policy._torch import convert as _torch_convert
-    return _torch_convert
-
-
 def _no_grad_context(self) -> Any:
     torch = try_import_torch()[0] if self.framework == "torch" else None
     return torch.no_grad() if torch is not None else NullContextManager()
