@@ -631,9 +631,7 @@ class DynamicTFPolicy(TFPolicy):
             self._stats_fetches.update(self._grad_stats_fn(self, train_batch, self._grads))
 
     def _tower_input_items(self, existing_inputs: Any) -> List[Tuple[str, Any]]:
-        names = list(self._loss_input_dict_no_rnn.keys())
-        names += [f"state_in_{i}" for i in range(len(self._state_inputs))]
-        names += [SampleBatch.SEQ_LENS] if self._state_inputs else []
+        names = [name for name, _ in self._tower_inputs()]
         if isinstance(existing_inputs, dict):
             items = list(existing_inputs.items())
         elif existing_inputs and all(
