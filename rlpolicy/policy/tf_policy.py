@@ -719,7 +719,6 @@ class TFPolicy(FrameworkPolicy):
             and weights_layout(weights) not in ("tf", "unknown")
         ):
             weights = adapt_weights(weights, holder.get_weights(), "tf")
-        holder.check_complete(weights)
         holder.set_weights(weights)
 
     # get_state / set_state: FrameworkPolicy, then these steps.
@@ -739,7 +738,7 @@ class TFPolicy(FrameworkPolicy):
                 "optimizer variables (its loss is not initialized)"
             )
         values = list(values)
-        self._optimizer_variables.check_values(values)
+        self._optimizer_variables.checked(values, "state['_optimizer_variables']")
         return values
 
     def _set_optimizer_state(self, checked: List[Any]) -> None:

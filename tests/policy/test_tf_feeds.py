@@ -142,21 +142,25 @@ def test_with_stats_merges_stats_under_the_learner_stats_key():
         with_stats({"x": 1}, {})
 
 
-def test_tf_variables_check_values_and_check_complete_name_the_bad_entry(graph):
+def test_tf_variables_check_names_the_bad_entry_and_assigns_nothing(graph):
     a = tf1.get_variable("a", shape=(2, 3), initializer=tf1.zeros_initializer())
     b = tf1.get_variable("b", shape=(4,), initializer=tf1.zeros_initializer())
     sess = tf1.Session(graph=graph)
     sess.run(tf1.global_variables_initializer())
     holder = TFVariables([a, b], sess)
-    holder.check_values([np.ones((2, 3)), np.ones(4)])
-    with pytest.raises(ValueError, match="got 1 values for 2 variables"):
-        holder.check_values([np.ones((2, 3))])
-    with pytest.raises(ValueError, match=r"'b' has shape \(3,\), the variable's is \(4,\)"):
-        holder.check_values([np.ones((2, 3)), np.ones(3)])
+    values = [np.ones((2, 3)), np.ones(4)]
+    assert list(holder.checked(values)) == ["a", "b"]
+    with pytest.raises(ValueError, match=r"^where got a list of 1 values for 2 variables"):
+        holder.checked([np.ones((2, 3))], "where")
+    with pytest.raises(ValueError, match=r"'b' has shape \(3,\), the model's is \(4,\)"):
+        holder.set_weights([np.ones((2, 3)), np.ones(3)])
     with pytest.raises(ValueError, match=r"missing keys \['b'\], unknown keys \['z'\]"):
-        holder.check_complete({"a": np.ones((2, 3)), "z": 1})
-    holder.check_complete({"a": np.ones((2, 3)), "b": np.ones(4)})
-    np.testing.assert_array_equal(holder.get_weights()["a"], np.zeros((2, 3)))  # checks assign nothing
+        holder.set_weights({"a": np.ones((2, 3)), "z": 1})
+    with pytest.raises(ValueError, match="none of the keys"):
+        holder.set_weights({"z": 1})
+    np.testing.assert_array_equal(holder.get_weights()["a"], np.zeros((2, 3)))  # nothing assigned
+    holder.set_weights({"a": np.ones((2, 3)), "b": np.full(4, 2.0)})
+    np.testing.assert_array_equal(holder.get_weights()["b"], np.full(4, 2.0))
 
 
 def test_rllib_attributes_are_plain_and_the_acting_fetches_follow_them():
