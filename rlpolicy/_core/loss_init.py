@@ -246,18 +246,6 @@ def _requirement_class(view_requirements: Mapping[str, Any]) -> Callable[..., An
     raise ValueError("prune_view_requirements: pass new_requirement= for an empty view-requirements dict")
 
 
-def add_column_requirements(
-    view_requirements: MutableMapping[str, Any], columns: Mapping[str, Any], VR: Callable[..., Any]
-) -> None:
-    """Columns new to ``view_requirements`` (``{key: (row shape, numpy dtype)}``, or
-    None where the shape is unknown) get a requirement not used for acting, with
-    RLlib 1.11's ``Box(-1, 1)`` of that shape and dtype; ``VR`` makes one."""
-    for key, spec in columns.items():
-        if key not in view_requirements:
-            space = new_box(-1.0, 1.0, tuple(spec[0]), spec[1]) if spec is not None else None
-            view_requirements[key] = VR(space=space, used_for_compute_actions=False)
-
-
 def numpy_dtype(dtype: Any) -> np.dtype:
     """A numpy dtype for a numpy or torch dtype (``torch.float32`` -> float32)."""
     if isinstance(dtype, np.dtype):

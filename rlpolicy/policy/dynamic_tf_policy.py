@@ -39,7 +39,7 @@ import numpy as np
 import tree
 
 from rlpolicy._core.action_dist_fn import resolve_action_distribution_fn
-from rlpolicy._core.loss_init import AccessRecord, add_column_requirements, prune_view_requirements
+from rlpolicy._core.loss_init import AccessRecord, new_box, prune_view_requirements
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy._obs_prep import prepare_observation_space
@@ -483,22 +483,18 @@ class DynamicTFPolicy(TFPolicy):
     ) -> None:
         """Extra action outputs (logp, dist inputs, vf preds, ...) become columns,
         placeholders and view requirements (not used for acting)."""
-        columns = {}
         for key in self.extra_compute_action_fetches():
             shape, dtype = specs[key]
-            columns[key] = np.zeros((len(dummy),) + tuple(shape), dtype=dtype)
-            dict.__setitem__(dummy, key, columns[key])
-        # Placeholders from the columns, not the fetches: a fetch without a static row
-        # shape (its spec was measured) has no shape to copy.
-        self._add_loss_columns(columns)
-
-    def _add_loss_columns(self, columns: Dict[str, np.ndarray]) -> None:
-        """Gives each new column a placeholder and a view requirement (not used for acting)."""
-        for key, column in columns.items():
+            column = np.zeros((len(dummy),) + tuple(shape), dtype=dtype)
+            dict.__setitem__(dummy, key, column)
             if not dict.__contains__(self._input_dict, key):
+                # From the column, not the fetch: a fetch without a static row shape
+                # (its spec was measured) has no shape to copy.
                 dict.__setitem__(self._input_dict, key, get_placeholder(value=column, name=key))
-        specs = {key: (column.shape[1:], column.dtype) for key, column in columns.items()}
-        add_column_requirements(self.view_requirements, specs, ViewRequirement)
+            if key not in self.view_requirements:
+                self.view_requirements[key] = ViewRequirement(
+                    space=new_box(-1.0, 1.0, tuple(shape), dtype), used_for_compute_actions=False
+                )
 
     def _postprocess_dummy_batch(self, dummy: SampleBatch) -> Tuple[SampleBatch, Set[str]]:
         """Runs exploration + policy postprocessing on ``dummy``; gives new columns placeholders.
@@ -512,7 +508,6 @@ class DynamicTFPolicy(TFPolicy):
         post = self.postprocess_trajectory(dummy)
         post = dummy if post is None else post
         added = set(dummy.added_keys) | (set(post.keys()) - before)
-        columns = {}
         for key in sorted(added):
             if (
                 key == SampleBatch.SEQ_LENS
@@ -522,9 +517,14 @@ class DynamicTFPolicy(TFPolicy):
                 continue
             value = dict.__getitem__(post, key)
             arr = np.asarray(value) if not isinstance(value, (dict, tuple)) else None
-            if arr is not None and arr.dtype != object and arr.ndim > 0:
-                columns[key] = arr
-        self._add_loss_columns(columns)
+            if arr is None or arr.dtype == object or arr.ndim == 0:
+                continue
+            if not dict.__contains__(self._input_dict, key):
+                dict.__setitem__(self._input_dict, key, get_placeholder(value=arr, name=key))
+            if key not in self.view_requirements:
+                self.view_requirements[key] = ViewRequirement(
+                    space=new_box(-1.0, 1.0, tuple(arr.shape[1:]), arr.dtype), used_for_compute_actions=False
+                )
         return post, added
 
     def _build_loss_graph(self) -> Tuple[Set[str], bool]:

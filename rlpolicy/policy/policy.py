@@ -989,14 +989,16 @@ class Policy(metaclass=ABCMeta):
         for key, vr in vrs.items():
             if key not in dummy.accessed_keys:
                 vr.used_for_compute_actions = False
-        specs = {
-            key: (value.shape[1:], loss_init.numpy_dtype(value.dtype))
-            if getattr(value, "shape", None) is not None
-            else None
-            for key, value in (extra_outs or {}).items()
-            if key not in vrs
-        }
-        loss_init.add_column_requirements(vrs, specs, ViewRequirement)
+        for key, value in (extra_outs or {}).items():
+            if key in vrs:
+                continue
+            shape = getattr(value, "shape", None)
+            space = (
+                loss_init.new_box(-1.0, 1.0, tuple(shape[1:]), loss_init.numpy_dtype(value.dtype))
+                if shape is not None
+                else None
+            )
+            vrs[key] = ViewRequirement(space=space, used_for_compute_actions=False)
         for key in dummy.accessed_keys:
             if key not in vrs:
                 vrs[key] = ViewRequirement(space=loss_init.new_box(float("-inf"), float("inf"), ()))

@@ -161,19 +161,6 @@ def test_prune_adds_requirements_for_new_columns_except_seq_lens():
     assert vrs["advantages"].used_for_compute_actions is False
 
 
-def test_add_column_requirements_adds_unit_boxes_for_new_columns_only():
-    kept = ViewRequirement(space=gym.spaces.Discrete(2))
-    vrs = {"actions": kept}
-    specs = {"actions": ((3,), np.float32), "logp": ((), np.float32), "dist": ((2, 4), np.float64), "x": None}
-    loss_init.add_column_requirements(vrs, specs, ViewRequirement)
-    assert vrs["actions"] is kept and set(vrs) == {"actions", "logp", "dist", "x"}
-    dist = vrs["dist"].space
-    assert dist.shape == (2, 4) and dist.dtype == np.float64 and not vrs["dist"].used_for_compute_actions
-    np.testing.assert_array_equal(dist.low, -np.ones((2, 4)))
-    np.testing.assert_array_equal(dist.high, np.ones((2, 4)))
-    assert vrs["logp"].space.shape == () and not vrs["x"].used_for_compute_actions
-
-
 def test_prune_keeps_protected_columns():
     vrs = _vrs("obs", "prev_actions")
     prune_view_requirements(vrs, AccessRecord(), protected={"prev_actions"}, has_loss=True)
