@@ -392,16 +392,7 @@ class TFPolicy(FrameworkPolicy):
             if isinstance(input_dict, SampleBatch) and not isinstance(obs_batch, list)
             else batch_length(obs_batch)
         )
-        return self._run_compute_actions("compute_actions", input_dict, explore, timestep, rows=rows)
-
-    def _run_compute_actions(
-        self, name: str, input_dict: Any, explore: Optional[bool], timestep: Optional[int], rows: int
-    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
-        """One acting ``session.run`` for ``input_dict``; advances the global timestep by
-        ``rows``. Returns ``(actions, state_outs, extra_fetches)``."""
-        explore = explore if explore is not None else self.config["explore"]
-        timestep = timestep if timestep is not None else self.global_timestep
-        builder = TFRunBuilder(self.get_session(), name)
+        builder = TFRunBuilder(self.get_session(), "compute_actions")
         to_fetch = self._build_compute_actions(
             builder, input_dict=input_dict, explore=explore, timestep=timestep
         )
@@ -727,7 +718,7 @@ class TFPolicy(FrameworkPolicy):
         holder = self._optimizer_variables
         if holder is None or not holder.variables:
             return None
-        return holder.get_flat_values()
+        return list(holder.get_weights().values())
 
     def _check_optimizer_state(self, values: Any) -> Optional[List[Any]]:
         if values is None:

@@ -72,10 +72,6 @@ class TFVariables:
         values = self.sess.run(list(self._vars.values()))
         return dict(zip(self._vars.keys(), values))
 
-    def get_flat_values(self) -> List[np.ndarray]:
-        """Returns the values as a list, in variable order."""
-        return list(self.get_weights().values())
-
     def checked(
         self, new_weights: Union[Dict[str, Any], Sequence[Any]], where: str = "set_weights"
     ) -> Dict[str, Any]:
