@@ -600,6 +600,11 @@ PRIVATE_READ_ALLOWED: Dict[Tuple[str, str], str] = {
     ("rlpolicy/policy/_tf/tower_stack.py", "_get_loss_inputs_dict"): "RLlib 1.11's TFMultiGPUTowerStack "
     "feeds a TFPolicy through these methods (user TFPolicy subclasses override them)",
     ("rlpolicy/policy/_tf/tower_stack.py", "_get_grad_and_stats_fetches"): "as _get_loss_inputs_dict",
+    **{
+        ("rlpolicy/policy/_tf/tower_stack.py", attr): "RLlib 1.11's TFMultiGPUTowerStack reads a TFPolicy's "
+        "optimizers, loss inputs and each tower copy's gradients under these names"
+        for attr in ("_optimizers", "_tower_inputs", "_grads_and_vars")
+    },
     ("rlpolicy/evaluation/sampler.py", "_trusted"): "SampleBatch's trusted constructor: the sampler's "
     "acting input dict and one-piece outputs are columns it stacked itself (row counts known)",
     ("rlpolicy/evaluation/sampler.py", "_derive_dones"): "the dones column of such a trusted input dict "

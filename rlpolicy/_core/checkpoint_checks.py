@@ -10,7 +10,7 @@ policy is built (config, model size) or before its state is set (arrays).
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -160,6 +160,27 @@ def check_arrays_match(saved: Any, current: Any, where: str = "state.weights") -
         raise CheckpointError(
             f"{where} has dtype {saved.dtype}, which does not convert losslessly into the policy's {want}"
         )
+
+
+def check_weight_shapes(
+    shapes: Dict[str, Tuple[int, ...]], weights: Mapping[str, Any], where: str = "set_weights"
+) -> None:
+    """Raises ValueError unless ``weights`` has exactly the keys of ``shapes`` (the
+    model's ``{key: shape}``) with those shapes, naming the missing and unknown keys
+    or the first key whose shape differs (``where`` starts the message)."""
+    missing = [k for k in shapes if k not in weights]
+    unknown = [k for k in weights if k not in shapes]
+    if missing or unknown:
+        raise ValueError(
+            f"{where}: weights do not match the model's variables; missing keys {missing}, "
+            f"unknown keys {unknown}; nothing was assigned"
+        )
+    for key, shape in shapes.items():
+        given = tuple(np.shape(weights[key]))
+        if given != tuple(shape):
+            raise ValueError(
+                f"{where}: {key!r} has shape {given}, the model's is {tuple(shape)}; nothing was assigned"
+            )
 
 
 def estimate_model_weights(config: Any, obs_space: gym.Space, action_space: gym.Space) -> Optional[int]:

@@ -107,13 +107,11 @@ def _default_state_methods(cls: Any) -> bool:
 
 def copy_into(targets: Dict[str, Any], state: dict) -> bool:
     """``load_state_dict(state)`` into the tensors of :func:`state_tensors`, as
-    in-place copies (numpy values cast to the targets' dtype and device).
-
-    Raises ValueError naming missing/unexpected keys or the first wrong shape
-    before any copy. Returns False, having copied nothing, for values it does
-    not copy (other types, meta targets): then the plain path must run.
+    in-place copies (numpy values cast to the targets' dtype and device); the
+    caller has checked the keys and shapes. Returns False, having copied nothing,
+    for values it does not copy (other types, meta targets): then the plain path
+    must run.
     """
-    check_keys_and_shapes(targets, state)
     pairs = []
     for key, target in targets.items():
         value = state[key]
@@ -128,21 +126,3 @@ def copy_into(targets: Dict[str, Any], state: dict) -> bool:
         for target, value in pairs:
             target.copy_(value)
     return True
-
-
-def check_keys_and_shapes(targets: Dict[str, Any], state: dict) -> None:
-    """Raises ValueError naming missing/unexpected keys or the first wrong shape."""
-    missing = [k for k in targets if k not in state]
-    unexpected = [k for k in state if k not in targets]
-    if missing or unexpected:
-        raise ValueError(
-            f"set_weights: missing keys {missing}, unexpected keys {unexpected}; nothing was loaded"
-        )
-    for key, target in targets.items():
-        value = state[key]
-        shape = getattr(value, "shape", None)
-        shape = tuple(shape) if shape is not None else np.shape(value)
-        if shape != tuple(target.shape):
-            raise ValueError(
-                f"set_weights: {key!r} has shape {shape}, the model's is {tuple(target.shape)}; nothing was loaded"
-            )

@@ -43,7 +43,8 @@ from rlpolicy._core.loss_init import AccessRecord, new_box, prune_view_requireme
 from rlpolicy.models.catalog import ModelCatalog
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy._obs_prep import prepare_observation_space
-from rlpolicy.policy._tf.graph import is_keras_model, placeholders_needed_by
+from rlpolicy.policy._tf.feeds import columns_needed_by
+from rlpolicy.policy._tf.graph import is_keras_model
 from rlpolicy.policy._tf.variables import initialize_uninitialized
 from rlpolicy.policy.policy import Policy, complete_policy_config
 from rlpolicy.policy.sample_batch import SampleBatch
@@ -62,16 +63,6 @@ logger = logging.getLogger(__name__)
 
 # Rows of the dummy batch the loss is initialised on (RLlib 1.11: 32).
 DUMMY_BATCH_SIZE = 32
-_HOOK_NAMES = (
-    "loss_fn",
-    "stats_fn",
-    "grad_stats_fn",
-    "before_loss_init",
-    "make_model",
-    "action_sampler_fn",
-    "action_distribution_fn",
-    "get_batch_divisibility_req",
-)
 
 
 @DeveloperAPI
@@ -155,19 +146,14 @@ class DynamicTFPolicy(TFPolicy):
         self._loss_fn, self._stats_fn, self._grad_stats_fn = loss_fn, stats_fn, grad_stats_fn
         # The hooks again, for tower copies of a plain DynamicTFPolicy (see copy()).
         self._dynamic_hooks = dict(
-            zip(
-                _HOOK_NAMES,
-                (
-                    loss_fn,
-                    stats_fn,
-                    grad_stats_fn,
-                    before_loss_init,
-                    make_model,
-                    action_sampler_fn,
-                    action_distribution_fn,
-                    get_batch_divisibility_req,
-                ),
-            )
+            loss_fn=loss_fn,
+            stats_fn=stats_fn,
+            grad_stats_fn=grad_stats_fn,
+            before_loss_init=before_loss_init,
+            make_model=make_model,
+            action_sampler_fn=action_sampler_fn,
+            action_distribution_fn=action_distribution_fn,
+            get_batch_divisibility_req=get_batch_divisibility_req,
         )
         self._seq_lens = None
         self._is_tower = existing_inputs is not None
@@ -546,9 +532,7 @@ class DynamicTFPolicy(TFPolicy):
         train_keys = set(train_batch.accessed_keys)
         if not losses:
             return train_keys, False
-        train_keys |= _keys_feeding(
-            dict(dict.items(train_batch)), list(losses) + tree.flatten(self._stats_fetches)
-        )
+        train_keys |= columns_needed_by(train_batch, list(losses) + tree.flatten(self._stats_fetches))
         model_keys = set(getattr(self.model, "view_requirements", {}) or {})
         keep = train_keys | (model_keys & set(train_batch.keys()))
         loss_inputs = [(k, v) for k, v in dict.items(train_batch) if k in keep and k != SampleBatch.SEQ_LENS]
@@ -631,9 +615,7 @@ class DynamicTFPolicy(TFPolicy):
             self._stats_fetches.update(self._grad_stats_fn(self, train_batch, self._grads))
 
     def _tower_input_items(self, existing_inputs: Any) -> List[Tuple[str, Any]]:
-        names = list(self._loss_input_dict_no_rnn.keys())
-        names += [f"state_in_{i}" for i in range(len(self._state_inputs))]
-        names += [SampleBatch.SEQ_LENS] if self._state_inputs else []
+        names = [name for name, _ in self._tower_inputs()]
         if isinstance(existing_inputs, dict):
             items = list(existing_inputs.items())
         elif existing_inputs and all(
@@ -716,18 +698,6 @@ def _static_row_specs(
         else:
             dynamic[key] = tensor
     return specs, dynamic
-
-
-def _keys_feeding(columns: Dict[str, Any], roots: List[Any]) -> Set[str]:
-    """The keys of ``columns`` (name -> placeholder or nest of them) whose
-    placeholders the tensors in ``roots`` depend on."""
-    needed_ops = placeholders_needed_by(roots)
-    keys = set()
-    for key, value in columns.items():
-        leaves = [v for v in tree.flatten(value) if hasattr(v, "op")]
-        if any(v.op in needed_ops for v in leaves):
-            keys.add(key)
-    return keys
 
 
 def _check_same_shapes(key: str, own: Any, given: Any) -> None:

@@ -6,20 +6,17 @@ execution to be disabled: every op it adds is created inside its session's
 graph (``with self.graph.as_default():``), so graph-mode, eager TF and torch
 policies can live in one process.
 
-The graph's tensors have two owners, frozen records in ``policy._tf.records``:
-``ActingGraph`` (placeholders and outputs of acting) and ``LossGraph`` (loss
-inputs, losses, gradients, apply op), each with the feed-dict builders of its
-``session.run`` calls. RLlib 1.11's attribute names (``_obs_input``,
-``_state_inputs``, ``_loss_input_dict``, ``_grads``, ...) are views onto them.
-Construction and the run steps are this class's own methods; the other
-helpers beside it (``policy._tf``) take data: device planning and op ordering
-(``graph``), weight assignment without graph growth (``variables``), gradient
-clipping/averaging (``grads``) and export (``export``).
+The graph's tensors are plain attributes under RLlib 1.11's names
+(``_obs_input``, ``_state_inputs``, ``_loss_input_dict``, ``_grads``, ...).
+Construction, the feed dicts and the run steps are this class's own methods;
+the helpers beside it (``policy._tf``) take data: device planning and op
+ordering (``graph``), feed helpers (``feeds``), weight assignment without graph
+growth (``variables``), gradient clipping/averaging (``grads``) and export
+(``export``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -37,9 +34,18 @@ from rlpolicy.models._weight_conversion import adapt_weights, weights_layout
 from rlpolicy.models.modelv2 import ModelV2
 from rlpolicy.policy._framework_policy import FrameworkPolicy, with_lock
 from rlpolicy.policy._tf import export as tf_export
+from rlpolicy.policy._tf.feeds import (
+    FIXED_FLAG_TYPES,
+    SEQ_LENS,
+    batch_length,
+    check_state_batches,
+    columns_needed_by,
+    flat_actions,
+    state_keys,
+    with_stats,
+)
 from rlpolicy.policy._tf.grads import clip_by_global_norm, flatten_grad_groups
 from rlpolicy.policy._tf.graph import after_reads, build_after, is_keras_model, plan_tf_devices
-from rlpolicy.policy._tf.records import ActingGraph, LossGraph, batch_length, columns_needed_by, with_stats
 from rlpolicy.policy._tf.unusable_optimizer import UnusableOptimizer
 from rlpolicy.policy._tf.variables import TFVariables, initialize_uninitialized
 from rlpolicy.policy.policy import Policy
@@ -57,39 +63,6 @@ from rlpolicy.utils.typing import LocalOptimizer, ModelGradients, TensorType, Tr
 
 tf1, tf, tfv = try_import_tf()
 logger = logging.getLogger(__name__)
-
-
-class _RecordField:
-    """A policy attribute under RLlib 1.11's name that is one field of a graph record.
-
-    Reading gives the field; assigning (RLlib subclasses assign some of these,
-    e.g. ``DynamicTFPolicy`` its state inputs before ``TFPolicy.__init__``)
-    replaces the record by a copy with that field changed.
-    """
-
-    def __init__(self, record: str, name: str):
-        self.record, self.name = record, name
-
-    def __get__(self, obj: Any, owner: Optional[type] = None) -> Any:
-        if obj is None:
-            return self
-        return getattr(getattr(obj, self.record), self.name)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        # Before the policy has its own record, start from a fresh empty one (never
-        # from the class default, whose empty lists would be shared).
-        current = obj.__dict__.get(self.record)
-        if current is None:
-            current = type(getattr(type(obj), self.record))()
-        obj.__dict__[self.record] = dataclasses.replace(current, **{self.name: value})
-
-
-def _acting_field(name: str) -> _RecordField:
-    return _RecordField("_acting", name)
-
-
-def _loss_field(name: str) -> _RecordField:
-    return _RecordField("_loss_graph", name)
 
 
 @DeveloperAPI
@@ -110,43 +83,11 @@ class TFPolicy(FrameworkPolicy):
         multi_gpu_tower_stacks: With several devices, the tower stack used
             by ``learn_on_loaded_batch`` (one entry per buffer, sharing one
             graph); empty otherwise.
-        loss_graph: The loss graph record (read-only; an rlpolicy addition).
     """
 
-    # The graph's tensors: empty records until __init__ (DynamicTFPolicy assigns
-    # some fields before calling it), then this policy's own.
-    _acting = ActingGraph()
-    _loss_graph = LossGraph()
     _is_tower = False  # DynamicTFPolicy's per-device copies set True
+    _is_training: Any = None  # made on first use (DynamicTFPolicy's before __init__)
     _action_feed_keys: Optional[Tuple[Tuple[int, ...], Any]] = None
-
-    # RLlib 1.11's attribute names of the acting tensors ...
-    _obs_input = _acting_field("obs")
-    _prev_action_input = _acting_field("prev_action")
-    _prev_reward_input = _acting_field("prev_reward")
-    _sampled_action = _acting_field("sampled_action")
-    _sampled_action_logp = _acting_field("sampled_action_logp")
-    _sampled_action_prob = _acting_field("sampled_action_prob")
-    _action_input = _acting_field("action_input")
-    _dist_inputs = _acting_field("dist_inputs")
-    _state_inputs = _acting_field("state_inputs")
-    _state_outputs = _acting_field("state_outputs")
-    _seq_lens = _acting_field("seq_lens")
-    _is_exploring = _acting_field("is_exploring")
-    _timestep = _acting_field("timestep")
-    _is_training = _acting_field("is_training")
-    _log_likelihood = _acting_field("log_likelihood")
-    # ... and of the loss graph.
-    _loss_inputs = _loss_field("loss_inputs")
-    _loss_input_dict = _loss_field("loss_input_dict")
-    _loss_input_dict_no_rnn = _loss_field("loss_input_dict_no_rnn")
-    _losses = _loss_field("losses")
-    _loss = _loss_field("loss")
-    _grads_and_vars = _loss_field("grads_and_vars")
-    _grads = _loss_field("grads")
-    _apply_op = _loss_field("apply_op")
-    _optimizers = _loss_field("optimizers")
-    _optimizer = _loss_field("optimizer")  # RLlib: backward compatibility (the first optimizer)
 
     @DeveloperAPI
     def __init__(
@@ -230,24 +171,42 @@ class TFPolicy(FrameworkPolicy):
             self._set_model(model)
             self.exploration = self._create_exploration() if explore is not False else None
             self.dist_class = dist_class
-            self._acting = self._build_acting_graph(
-                obs_input=obs_input,
-                sampled_action=sampled_action,
-                sampled_action_logp=sampled_action_logp,
-                action_input=action_input,
-                dist_inputs=dist_inputs,
-                state_inputs=state_inputs,
-                state_outputs=state_outputs,
-                prev_action_input=prev_action_input,
-                prev_reward_input=prev_reward_input,
-                seq_lens=seq_lens,
-                explore=explore,
-                timestep=timestep,
+            if state_inputs and seq_lens is None:
+                raise ValueError("seq_lens tensor must be given if state inputs are defined")
+            # The acting tensors, under RLlib 1.11's names.
+            self._obs_input = obs_input
+            self._prev_action_input = prev_action_input
+            self._prev_reward_input = prev_reward_input
+            self._sampled_action = sampled_action
+            self._sampled_action_logp = sampled_action_logp
+            self._action_input: Any = action_input
+            self._dist_inputs = dist_inputs
+            self._state_inputs = list(state_inputs or [])
+            self._state_outputs = list(state_outputs or [])
+            self._seq_lens = seq_lens
+            self._get_is_training_placeholder()
+            if explore is None:
+                explore = tf1.placeholder_with_default(True, (), name="is_exploring")
+            self._is_exploring = explore
+            if timestep is None:
+                timestep = tf1.placeholder_with_default(tf.zeros((), dtype=tf.int64), (), name="timestep")
+            self._timestep = timestep
+            self._sampled_action_prob = (
+                tf.math.exp(sampled_action_logp) if sampled_action_logp is not None else None
             )
             self._max_seq_len = self.max_seq_len = max_seq_len
             self._batch_divisibility_req = self.batch_divisibility_req = batch_divisibility_req
             # Learning state (RLlib 1.11's names); the loss graph comes with the loss.
-            self._loss_graph = LossGraph()
+            self._loss_inputs: List[Tuple[str, Any]] = []
+            self._loss_input_dict: Dict[str, Any] = {}
+            self._loss_input_dict_no_rnn: Dict[str, Any] = {}
+            self._losses: List[Any] = []
+            self._loss: Any = None
+            self._grads_and_vars: Any = []
+            self._grads: Any = []
+            self._apply_op: Any = None
+            self._optimizers: List[Any] = []
+            self._optimizer: Any = None  # RLlib: backward compatibility (the first optimizer)
             self._update_ops = update_ops
             self._stats_fetches: Dict[str, Any] = {}
             self._variables: Optional[TFVariables] = None  # the model's, built on first use
@@ -265,7 +224,7 @@ class TFPolicy(FrameworkPolicy):
                 and action_input is not None
             ):
                 log_likelihood = dist_class(dist_inputs, self.model).logp(action_input)
-            self._acting = dataclasses.replace(self._acting, log_likelihood=log_likelihood)
+            self._log_likelihood = log_likelihood
 
     # ------------------------------------------------------------------ construction steps
 
@@ -279,74 +238,27 @@ class TFPolicy(FrameworkPolicy):
         if self.model is not None:
             self._update_model_view_requirements_from_init_state()
 
-    def _build_acting_graph(
-        self,
-        *,
-        obs_input: Any,
-        sampled_action: Any,
-        sampled_action_logp: Any,
-        action_input: Any,
-        dist_inputs: Any,
-        state_inputs: Optional[List[Any]],
-        state_outputs: Optional[List[Any]],
-        prev_action_input: Any,
-        prev_reward_input: Any,
-        seq_lens: Any,
-        explore: Any,
-        timestep: Any,
-    ) -> ActingGraph:
-        """The acting record; makes the ``is_exploring`` / ``timestep`` placeholders
-        (with defaults) that are not given.
-
-        Raises:
-            ValueError: If ``state_inputs`` are given without ``seq_lens``.
-        """
-        is_training = self._get_is_training_placeholder()
-        is_exploring = (
-            explore if explore is not None else tf1.placeholder_with_default(True, (), name="is_exploring")
-        )
-        if state_inputs and seq_lens is None:
-            raise ValueError("seq_lens tensor must be given if state inputs are defined")
-        if timestep is None:
-            timestep = tf1.placeholder_with_default(tf.zeros((), dtype=tf.int64), (), name="timestep")
-        return ActingGraph(
-            obs=obs_input,
-            prev_action=prev_action_input,
-            prev_reward=prev_reward_input,
-            sampled_action=sampled_action,
-            sampled_action_logp=sampled_action_logp,
-            sampled_action_prob=(
-                tf.math.exp(sampled_action_logp) if sampled_action_logp is not None else None
-            ),
-            action_input=action_input,
-            dist_inputs=dist_inputs,
-            state_inputs=list(state_inputs or []),
-            state_outputs=list(state_outputs or []),
-            seq_lens=seq_lens,
-            is_exploring=is_exploring,
-            timestep=timestep,
-            is_training=is_training,
-        )
-
     def _get_is_training_placeholder(self) -> TensorType:
-        if self._acting.is_training is None:
+        if self._is_training is None:
             with self.graph.as_default():
                 self._is_training = tf1.placeholder_with_default(False, (), name="is_training")
-        return self._acting.is_training
+        return self._is_training
 
     def _initialize_loss(self, losses: List[TensorType], loss_inputs: List[Tuple[str, TensorType]]) -> None:
         """Builds loss inputs, the model's custom loss, optimizers, gradients and (except
         for tower copies) the apply op, variable initialization and optimizer state."""
         with self.graph.as_default():
-            with_rnn, no_rnn = LossGraph.input_dicts(loss_inputs, self._state_inputs, self._seq_lens)
-            self._loss_graph = dataclasses.replace(
-                self._loss_graph,
-                loss_inputs=list(loss_inputs),
-                loss_input_dict=with_rnn,
-                loss_input_dict_no_rnn=no_rnn,
-                state_inputs=list(self._state_inputs),
-                seq_lens=self._seq_lens,
-            )
+            self._loss_inputs = list(loss_inputs)
+            self._loss_input_dict = dict(loss_inputs)
+            # Without the RNN inputs (state inputs, seq_lens); then state_in_i per state input.
+            rnn = [*self._state_inputs, self._seq_lens]
+            self._loss_input_dict_no_rnn = {
+                k: v
+                for k, v in self._loss_input_dict.items()
+                if k != SEQ_LENS and not any(v is t for t in rnn if t is not None)
+            }
+            for i, ph in enumerate(self._state_inputs):
+                self._loss_input_dict[f"state_in_{i}"] = ph
             if self.model is not None and not is_keras_model(self.model):
                 losses = force_list(self.model.custom_loss(losses, self._loss_input_dict))
                 self._stats_fetches.update({"model": self.model.metrics()})
@@ -411,11 +323,14 @@ class TFPolicy(FrameworkPolicy):
 
     # ------------------------------------------------------------------ small accessors
 
-    @property
-    def loss_graph(self) -> LossGraph:
-        """The loss graph (inputs, losses, gradients, apply op, optimizers); an rlpolicy
-        addition (read by ``TFMultiGPUTowerStack``)."""
-        return self._loss_graph
+    def _tower_inputs(self) -> List[Tuple[str, Any]]:
+        """``(name, placeholder template)`` per tower input, in RLlib's order: the loss
+        inputs without RNN, then ``state_in_i``, then ``seq_lens``."""
+        items = list(self._loss_input_dict_no_rnn.items())
+        items += [(f"state_in_{i}", ph) for i, ph in enumerate(self._state_inputs)]
+        if self._state_inputs:
+            items.append((SEQ_LENS, self._seq_lens))
+        return items
 
     def get_placeholder(self, name: str) -> Any:
         """Returns the action or loss input placeholder of column ``name``.
@@ -425,13 +340,13 @@ class TFPolicy(FrameworkPolicy):
             KeyError: If no loss input is called ``name``.
         """
         acting = {
-            SampleBatch.OBS: self._acting.obs,
-            SampleBatch.PREV_ACTIONS: self._acting.prev_action,
-            SampleBatch.PREV_REWARDS: self._acting.prev_reward,
+            SampleBatch.OBS: self._obs_input,
+            SampleBatch.PREV_ACTIONS: self._prev_action_input,
+            SampleBatch.PREV_REWARDS: self._prev_reward_input,
         }
         if name in acting:
             return acting[name]
-        inputs = self._loss_graph.loss_input_dict
+        inputs = self._loss_input_dict
         if not inputs:
             raise ValueError(
                 "You need to populate `self._loss_input_dict` before `get_placeholder()` can be called"
@@ -446,7 +361,7 @@ class TFPolicy(FrameworkPolicy):
 
     def loss_initialized(self) -> bool:
         """Whether the loss (and with it gradients and optimizers) was built."""
-        return len(self._loss_graph.losses) > 0
+        return len(self._losses) > 0
 
     def variables(self) -> List[Any]:
         """All variables of the model (the graph's trainable ones without a model)."""
@@ -477,16 +392,7 @@ class TFPolicy(FrameworkPolicy):
             if isinstance(input_dict, SampleBatch) and not isinstance(obs_batch, list)
             else batch_length(obs_batch)
         )
-        return self._run_compute_actions("compute_actions", input_dict, explore, timestep, rows=rows)
-
-    def _run_compute_actions(
-        self, name: str, input_dict: Any, explore: Optional[bool], timestep: Optional[int], rows: int
-    ) -> Tuple[Any, List[Any], Dict[str, Any]]:
-        """One acting ``session.run`` for ``input_dict``; advances the global timestep by
-        ``rows``. Returns ``(actions, state_outs, extra_fetches)``."""
-        explore = explore if explore is not None else self.config["explore"]
-        timestep = timestep if timestep is not None else self.global_timestep
-        builder = TFRunBuilder(self.get_session(), name)
+        builder = TFRunBuilder(self.get_session(), "compute_actions")
         to_fetch = self._build_compute_actions(
             builder, input_dict=input_dict, explore=explore, timestep=timestep
         )
@@ -515,11 +421,13 @@ class TFPolicy(FrameworkPolicy):
             before(
                 timestep=timestep, explore=explore, tf_sess=self.get_session()
             )  # (the base hook does nothing)
-        acting = self._acting
-        to_fetch = [acting.sampled_action] + acting.state_outputs + [self.extra_compute_action_fetches()]
+        to_fetch = [self._sampled_action] + self._state_outputs + [self.extra_compute_action_fetches()]
         builder.add_feed_dict(self.extra_compute_action_feed_dict())
         builder.add_feed_dict(self._action_feed_dict(input_dict, to_fetch))
-        builder.add_feed_dict(acting.flags_feed(explore, timestep))
+        if not isinstance(self._is_exploring, FIXED_FLAG_TYPES):
+            builder.add_feed_dict({self._is_exploring: explore})
+        if timestep is not None:
+            builder.add_feed_dict({self._timestep: timestep})
         fetches = builder.add_fetches(to_fetch)
         return fetches[0], fetches[1:-1], fetches[-1]
 
@@ -528,17 +436,50 @@ class TFPolicy(FrameworkPolicy):
 
         A DynamicTFPolicy (which has the placeholder input dict ``_input_dict``)
         feeds every column whose placeholder the fetches depend on (found once
-        per set of fetches); a hand-built TFPolicy feeds its acting placeholders.
+        per set of fetches); other columns are ignored. A hand-built TFPolicy
+        feeds obs, prev actions/rewards, ``seq_lens`` and the ``state_in_i``
+        columns. With state inputs but no ``seq_lens`` column, every row is its
+        own sequence (``seq_lens`` of ones).
+
+        Raises:
+            ValueError: If the number of ``state_in_i`` columns does not match
+                the state placeholders.
         """
+        keys = state_keys(input_dict)
+        if keys or self._state_inputs:
+            check_state_batches(self._state_inputs, keys)
+        # dict.items skips SampleBatch's access tracking (acting must not count as a
+        # loss access) and its get-interceptor.
+        items = dict(dict.items(input_dict))
+        feed: Dict[Any, Any] = {}
         placeholders = getattr(self, "_input_dict", None)
-        if placeholders is None:
-            return self._acting.feed(input_dict)
-        roots = [f for f in tree.flatten(fetches) if f is not None]
-        key = tuple(id(r) for r in roots)
-        cached = self._action_feed_keys
-        if cached is None or cached[0] != key:
-            cached = self._action_feed_keys = (key, columns_needed_by(placeholders, roots))
-        return self._acting.feed(input_dict, placeholders, cached[1])
+        if placeholders is not None:
+            roots = [f for f in tree.flatten(fetches) if f is not None]
+            ids = tuple(id(r) for r in roots)
+            cached = self._action_feed_keys
+            if cached is None or cached[0] != ids:
+                cached = self._action_feed_keys = (ids, columns_needed_by(placeholders, roots))
+            for key, value in items.items():
+                if key in cached[1]:
+                    # Up to the placeholders' structure: a Python list fed to one placeholder
+                    # is one value (its real shape shows in feed errors), not a nest of rows.
+                    phs: Any = dict.__getitem__(placeholders, key)
+                    tree.map_structure_up_to(phs, lambda ph, v: feed.__setitem__(ph, v), phs, value)
+        else:
+            feed[self._obs_input] = items["obs"]
+            for key, ph in (
+                ("prev_actions", self._prev_action_input),
+                ("prev_rewards", self._prev_reward_input),
+            ):
+                if key in items and ph is not None:
+                    feed[ph] = items[key]
+            for key, ph in zip(keys, self._state_inputs):
+                feed[ph] = items[key]
+            if SEQ_LENS in items and self._seq_lens is not None:
+                feed[self._seq_lens] = items[SEQ_LENS]
+        if keys and SEQ_LENS not in items:
+            feed[self._seq_lens] = np.ones(len(items[keys[0]]), dtype=np.int32)
+        return feed
 
     def _log_likelihoods_step(
         self,
@@ -556,11 +497,19 @@ class TFPolicy(FrameworkPolicy):
         builder = TFRunBuilder(self.get_session(), "compute_log_likelihoods")
         if actions_normalized is False and self.config["normalize_actions"]:
             actions = normalize_action(actions, self.action_space_struct)
-        builder.add_feed_dict(
-            self._acting.log_likelihood_feed(
-                actions, obs_batch, state_batches, prev_action_batch, prev_reward_batch
-            )
-        )
+        state_batches = list(state_batches or [])
+        check_state_batches(self._state_inputs, state_batches)
+        if len(self._action_input.shape) == 2:
+            actions = flat_actions(actions, self._action_input)
+        feed = {self._action_input: actions, self._obs_input: obs_batch}
+        feed.update(zip(self._state_inputs, state_batches))
+        if state_batches:  # every row its own sequence
+            feed[self._seq_lens] = np.ones(batch_length(obs_batch), dtype=np.int32)
+        if self._prev_action_input is not None and prev_action_batch is not None:
+            feed[self._prev_action_input] = prev_action_batch
+        if self._prev_reward_input is not None and prev_reward_batch is not None:
+            feed[self._prev_reward_input] = prev_reward_batch
+        builder.add_feed_dict(feed)
         fetches = builder.add_fetches([self._log_likelihood])
         return builder.get(fetches)[0]
 
@@ -609,7 +558,7 @@ class TFPolicy(FrameworkPolicy):
     def _build_compute_gradients(
         self, builder: TFRunBuilder, postprocessed_batch: SampleBatch
     ) -> Tuple[int, int]:
-        fetches = self._build_grad_step(builder, postprocessed_batch, self._loss_graph.grads)
+        fetches = self._build_grad_step(builder, postprocessed_batch, self._grads)
         return fetches[0], fetches[1]
 
     def _build_apply_gradients(self, builder: TFRunBuilder, gradients: ModelGradients) -> int:
@@ -619,7 +568,7 @@ class TFPolicy(FrameworkPolicy):
             ValueError: If ``gradients`` does not have one value per gradient tensor.
         """
         multi = self.config["_tf_policy_handles_more_than_one_loss"]
-        targets = flatten_grad_groups(self._loss_graph.grads, multi)
+        targets = flatten_grad_groups(self._grads, multi)
         values = flatten_grad_groups(gradients, multi)
         if len(values) != len(targets):
             raise ValueError(
@@ -627,12 +576,12 @@ class TFPolicy(FrameworkPolicy):
                 f"{len(targets)} gradient tensors of this policy; pass what "
                 "compute_gradients returned"
             )
-        builder.add_feed_dict({self._acting.is_training: True})
+        builder.add_feed_dict({self._is_training: True})
         builder.add_feed_dict(dict(zip(targets, values)))
-        return builder.add_fetches([self._loss_graph.apply_op])[0]
+        return builder.add_fetches([self._apply_op])[0]
 
     def _build_learn_on_batch(self, builder: TFRunBuilder, postprocessed_batch: SampleBatch) -> int:
-        return self._build_grad_step(builder, postprocessed_batch, self._loss_graph.apply_op)[1]
+        return self._build_grad_step(builder, postprocessed_batch, self._apply_op)[1]
 
     def _get_grad_and_stats_fetches(self) -> Dict[str, Any]:
         """``extra_compute_grad_fetches()`` with the stats fetches merged into its
@@ -650,7 +599,21 @@ class TFPolicy(FrameworkPolicy):
         if not train_batch.zero_padded:
             self._pad_for_loss(train_batch, shuffle)
         train_batch.set_training(True)
-        return self._loss_graph.feed(train_batch)
+        feed: Dict[Any, Any] = {}
+        for key, placeholders in self._loss_input_dict.items():
+            if key not in train_batch:
+                raise ValueError(
+                    f"the train batch has no column {key!r}, which the loss reads "
+                    f"(loss inputs: {sorted(self._loss_input_dict)}); add it in "
+                    "postprocessing"
+                )
+            value = flat_actions(train_batch[key], placeholders)
+            tree.map_structure(lambda ph, v: feed.__setitem__(ph, v), placeholders, value)
+        if self._state_inputs:
+            if SEQ_LENS not in train_batch:
+                raise ValueError("the train batch of a recurrent policy needs a 'seq_lens' column")
+            feed[self._seq_lens] = train_batch[SEQ_LENS]
+        return feed
 
     # ------------------------------------------------------------------ multi-tower buffers
 
@@ -742,7 +705,6 @@ class TFPolicy(FrameworkPolicy):
             and weights_layout(weights) not in ("tf", "unknown")
         ):
             weights = adapt_weights(weights, holder.get_weights(), "tf")
-        holder.check_complete(weights)
         holder.set_weights(weights)
 
     # get_state / set_state: FrameworkPolicy, then these steps.
@@ -751,7 +713,7 @@ class TFPolicy(FrameworkPolicy):
         holder = self._optimizer_variables
         if holder is None or not holder.variables:
             return None
-        return holder.get_flat_values()
+        return list(holder.get_weights().values())
 
     def _check_optimizer_state(self, values: Any) -> Optional[List[Any]]:
         if values is None:
@@ -762,7 +724,7 @@ class TFPolicy(FrameworkPolicy):
                 "optimizer variables (its loss is not initialized)"
             )
         values = list(values)
-        self._optimizer_variables.check_values(values)
+        self._optimizer_variables.checked(values, "state['_optimizer_variables']")
         return values
 
     def _set_optimizer_state(self, checked: List[Any]) -> None:
@@ -878,13 +840,12 @@ class TFPolicy(FrameworkPolicy):
     @DeveloperAPI
     def extra_compute_action_fetches(self) -> Dict[str, TensorType]:
         """Extra values fetched by compute_actions: action prob/logp and dist inputs."""
-        acting = self._acting
         extra_fetches = {}
-        if acting.sampled_action_logp is not None:
-            extra_fetches[SampleBatch.ACTION_PROB] = acting.sampled_action_prob
-            extra_fetches[SampleBatch.ACTION_LOGP] = acting.sampled_action_logp
-        if acting.dist_inputs is not None:
-            extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = acting.dist_inputs
+        if self._sampled_action_logp is not None:
+            extra_fetches[SampleBatch.ACTION_PROB] = self._sampled_action_prob
+            extra_fetches[SampleBatch.ACTION_LOGP] = self._sampled_action_logp
+        if self._dist_inputs is not None:
+            extra_fetches[SampleBatch.ACTION_DIST_INPUTS] = self._dist_inputs
         return extra_fetches
 
     @DeveloperAPI
@@ -953,9 +914,25 @@ class TFPolicy(FrameworkPolicy):
 
     def _build_signature_def(self) -> Dict[str, Any]:
         """The "serving_default" signature: observations (+ RNN/prev inputs) -> actions."""
-        return tf_export.build_signature_def_map(
-            *self._acting.signature(self._extra_input_signature_def(), self._extra_output_signature_def())
-        )
+        inputs = dict(self._extra_input_signature_def())
+        inputs["observations"] = self._obs_input
+        if self._seq_lens is not None:
+            inputs[SEQ_LENS] = self._seq_lens
+        if self._prev_action_input is not None:
+            inputs["prev_action"] = self._prev_action_input
+        if self._prev_reward_input is not None:
+            inputs["prev_reward"] = self._prev_reward_input
+        inputs["is_training"] = self._is_training
+        if self._timestep is not None:
+            inputs["timestep"] = self._timestep
+        for state_input in self._state_inputs:
+            inputs[state_input.name] = state_input
+        outputs = dict(self._extra_output_signature_def())
+        for i, a in enumerate(tf.nest.flatten(self._sampled_action)):
+            outputs[f"actions_{i}"] = a
+        for state_output in self._state_outputs:
+            outputs[state_output.name] = state_output
+        return tf_export.build_signature_def_map(inputs, outputs)
 
     def _extra_input_signature_def(self) -> Dict[str, Any]:
         return {k.name: k for k in self.extra_compute_action_feed_dict().keys()}

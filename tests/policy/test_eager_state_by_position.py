@@ -65,7 +65,7 @@ def test_keyed_dict_of_another_instance_is_taken_by_position(tracing):
         (lambda w: w[:-1], "set_weights got 5 arrays for the model's 6 variables"),
         (
             lambda w: w[:1] + [np.zeros((9, 9), np.float32)] + w[2:],
-            r"has shape \(9, 9\) but the variable has shape \(4,\)",
+            r"has shape \(9, 9\), the model's is \(4,\)",
         ),
         (lambda w: {f"other_{i}": x for i, x in enumerate(w)}, "weights do not match the model's variables"),
     ],

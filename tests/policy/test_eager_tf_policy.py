@@ -335,7 +335,7 @@ def test_set_state_with_bad_optimizer_state_changes_nothing():
         (lambda w: {**w, "bogus": np.zeros(1)}, r"missing keys \[\], unknown keys \['bogus'\]"),
         (
             lambda w: {**w, KEYS[3]: np.zeros((9, 9))},
-            r"'base_model.fc_out.bias:0' has shape \(9, 9\) but the variable has shape \(3,\)",
+            r"'base_model.fc_out.bias:0' has shape \(9, 9\), the model's is \(3,\)",
         ),
         (lambda w: [np.zeros(1)], r"set_weights got 1 arrays for the model's 6 variables"),
     ],

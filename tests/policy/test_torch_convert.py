@@ -57,7 +57,7 @@ def test_load_state_dict_fast_runs_load_hooks():
 @pytest.mark.parametrize(
     "change, match",
     [
-        (lambda s: s.update({"extra": torch.zeros(1)}), r"unexpected keys \['extra'\]"),
+        (lambda s: s.update({"extra": torch.zeros(1)}), r"unknown keys \['extra'\]"),
         (lambda s: s.pop("0.bias"), r"missing keys \['0.bias'\]"),
         (lambda s: s.update({"0.bias": torch.zeros(7)}), r"'0.bias' has shape \(7,\)"),
     ],

@@ -552,7 +552,7 @@ def test_set_weights_checks_names_and_shapes():
     policy = make()
     weights = policy.get_weights()
     name = next(iter(weights))
-    with pytest.raises(ValueError, match=r"unexpected keys \['extra.weight'\]"):
+    with pytest.raises(ValueError, match=r"unknown keys \['extra.weight'\]"):
         policy.set_weights({**weights, "extra.weight": np.zeros(1, np.float32)})
     with pytest.raises(ValueError, match=rf"missing keys \['{name}'\]"):
         policy.set_weights({k: v for k, v in weights.items() if k != name})

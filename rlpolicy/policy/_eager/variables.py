@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from rlpolicy._core.checkpoint_checks import check_weight_shapes
 from rlpolicy.utils._variable_keys import unique_keys
 
 
@@ -91,19 +92,12 @@ def check_weights(
             first key whose shape does not match.
     """
     if isinstance(weights, Mapping):
-        missing = [k for k in variables if k not in weights]
-        unknown = [k for k in weights if k not in variables]
-        if not missing and not unknown:
-            items = [(k, weights[k]) for k in variables]
-        elif [keras_name_stem(k) for k in weights] == [keras_name_stem(k) for k in variables]:
+        if weights.keys() != variables.keys() and [keras_name_stem(k) for k in weights] == [
+            keras_name_stem(k) for k in variables
+        ]:
             # The same model keyed in another process or instance: Keras numbered
             # its unnamed layers differently (dense_3 here, dense there); by position.
-            items = list(zip(variables, weights.values()))
-        else:
-            raise ValueError(
-                f"set_weights: weights do not match the model's variables; missing "
-                f"keys {missing}, unknown keys {unknown}"
-            )
+            weights = dict(zip(variables, weights.values()))
     else:
         weights = list(weights)
         if len(weights) != len(variables):
@@ -111,18 +105,11 @@ def check_weights(
                 f"set_weights got {len(weights)} arrays for the model's "
                 f"{len(variables)} variables; pass one per variable or a dict"
             )
-        items = list(zip(variables, weights))
-    pairs = []
-    for key, value in items:
-        var = variables[key]
-        arr = np.asarray(value)
-        if tuple(arr.shape) != tuple(var.shape.as_list()):
-            raise ValueError(
-                f"set_weights: {key!r} has shape {tuple(arr.shape)} but the "
-                f"variable has shape {tuple(var.shape.as_list())}"
-            )
-        pairs.append((var, arr.astype(var.dtype.as_numpy_dtype, copy=False)))
-    return pairs
+        weights = dict(zip(variables, weights))
+    check_weight_shapes({k: tuple(v.shape.as_list()) for k, v in variables.items()}, weights)
+    return [
+        (v, np.asarray(weights[k]).astype(v.dtype.as_numpy_dtype, copy=False)) for k, v in variables.items()
+    ]
 
 
 def optimizer_variables(optimizer: Any) -> List[Any]:

@@ -12,8 +12,8 @@ with or without clipping.
 Data handling is framework-neutral and lives in the policy
 (``_core.tower_buffers``): the loaded batch is cut into one slice per device
 there, and each ``optimize`` call feeds every tower its minibatch. The stack
-reads the policy's loss graph through its public ``loss_graph`` record (loss
-inputs, optimizers; each tower copy's gradients), not its private attributes.
+reads the policy's loss graph under RLlib 1.11's attribute names (optimizers,
+loss inputs; each tower copy's gradients), as RLlib's stack does.
 
 With ``config["_deterministic_towers"]`` the stack is built for one device
 too and ``optimize_exact`` replaces ``optimize``: each tower fetches the raw
@@ -93,15 +93,14 @@ class TFMultiGPUTowerStack:
             raise ValueError("TFMultiGPUTowerStack: the policy's loss must be initialized first")
         self.policy = policy
         self.devices = list(policy.devices)
-        loss_graph = policy.loss_graph
-        self.optimizers = list(loss_graph.optimizers)
+        self.optimizers = list(policy._optimizers)
         self.max_per_device_batch_size = max_per_device_batch_size or device_minibatch_size(
             policy.config, len(self.devices)
         )
         self.grad_norm_clipping = (
             grad_norm_clipping if grad_norm_clipping is not None else policy.config.get("grad_clip")
         )
-        tower_inputs = loss_graph.tower_inputs()
+        tower_inputs = policy._tower_inputs()
         self._input_names = [name for name, _ in tower_inputs]
         self.loss_inputs = [template for _, template in tower_inputs]
         self.exact = bool(exact_chunk_count(policy.config, len(self.devices)))
@@ -127,7 +126,7 @@ class TFMultiGPUTowerStack:
         """Averages the towers' gradients, clips the average and applies it once."""
         multi = self.policy.config["_tf_policy_handles_more_than_one_loss"]
         clip = self.grad_norm_clipping
-        tower_grads = [t.loss_graph.loss_graph.grads_and_vars for t in self._towers]
+        tower_grads = [t.loss_graph._grads_and_vars for t in self._towers]
         avg: Any
         if multi:
             avg = [
@@ -161,7 +160,7 @@ class TFMultiGPUTowerStack:
                 f"(e.g. batch norm): {[op.name for op in self._update_ops]}"
             )
         multi = self.policy.config["_tf_policy_handles_more_than_one_loss"]
-        groups = [t.loss_graph.loss_graph.grads_and_vars for t in self._towers]
+        groups = [t.loss_graph._grads_and_vars for t in self._towers]
         if not multi:
             groups = [[g] for g in groups]
         first = [[v for _, v in grp] for grp in groups[0]]

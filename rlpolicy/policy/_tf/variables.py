@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Sequence, Union
 
 import numpy as np
 
+from rlpolicy._core.checkpoint_checks import check_weight_shapes
+
 
 def _tf():
     from rlpolicy.utils.framework import try_import_tf
@@ -70,100 +72,50 @@ class TFVariables:
         values = self.sess.run(list(self._vars.values()))
         return dict(zip(self._vars.keys(), values))
 
-    def get_flat_values(self) -> List[np.ndarray]:
-        """Returns the values as a list, in variable order."""
-        return list(self.get_weights().values())
-
-    def set_weights(self, new_weights: Union[Dict[str, Any], Sequence[Any]]) -> None:
-        """Assigns new values (one ``session.run``, no new graph ops).
+    def checked(
+        self, new_weights: Union[Dict[str, Any], Sequence[Any]], where: str = "set_weights"
+    ) -> Dict[str, Any]:
+        """``new_weights`` as ``{key: value}`` for every variable.
 
         Args:
-            new_weights: A dict ``{key: value}`` (keys as ``get_weights``
-                returns them; keys of other variables are ignored, as in
-                RLlib) or a list with one value per variable, in order.
+            new_weights: A dict with the keys ``get_weights`` returns (RLlib 1.11
+                silently assigns the matching subset of a partial dict; rlpolicy
+                assigns nothing), or a list with one value per variable, in order.
+            where: What the error messages name.
 
         Raises:
-            ValueError: If a list has the wrong length, no key of a dict
-                names one of the variables, or a value has the wrong shape
-                (nothing is assigned then).
+            ValueError: If a list has the wrong length, no key of a dict names
+                one of the variables, keys are missing or unknown, or a value has
+                the wrong shape.
         """
         if isinstance(new_weights, dict):
-            pairs = [(k, v) for k, v in new_weights.items() if k in self._vars]
-            if new_weights and not pairs:
+            if new_weights and not any(k in self._vars for k in new_weights):
                 raise ValueError(
-                    f"set_weights: none of the keys {sorted(new_weights)[:5]} names one of this "
+                    f"{where}: none of the keys {sorted(new_weights)[:5]} names one of this "
                     f"policy's variables {list(self._vars)[:5]}...; pass the dict get_weights() "
                     "returns"
                 )
+            weights = new_weights
         else:
             values = list(new_weights)
             if len(values) != len(self._vars):
                 raise ValueError(
-                    f"set_weights got a list of {len(values)} values for "
+                    f"{where} got a list of {len(values)} values for "
                     f"{len(self._vars)} variables; pass one value per variable"
                 )
-            pairs = list(zip(self._vars.keys(), values))
-        feed = {}
-        for key, value in pairs:
-            expected = tuple(self._vars[key].get_shape().as_list())
-            shape = tuple(np.shape(value))
-            if shape != expected:
-                raise ValueError(
-                    f"set_weights: {key!r} has shape {shape}, the variable's is "
-                    f"{expected}; nothing was assigned"
-                )
-            feed[self.placeholders[key]] = value
-        if feed:
-            self.sess.run([self.assignment_nodes[k] for k, _ in pairs], feed_dict=feed)
+            weights = dict(zip(self._vars, values))
+        check_weight_shapes(
+            {k: tuple(v.get_shape().as_list()) for k, v in self._vars.items()}, weights, where
+        )
+        return weights
 
-    def check_values(self, values: Sequence[Any]) -> None:
-        """Rejects a list of values (in variable order) of the wrong length or shapes.
-
-        Raises:
-            ValueError: Naming the count or the variable and shapes.
-        """
-        if len(values) != len(self._vars):
-            raise ValueError(
-                f"got {len(values)} values for {len(self._vars)} variables "
-                f"{list(self._vars)[:5]}...; pass one value per variable"
-            )
-        for (key, var), value in zip(self._vars.items(), values):
-            expected = tuple(var.get_shape().as_list())
-            if tuple(np.shape(value)) != expected:
-                raise ValueError(
-                    f"{key!r} has shape {tuple(np.shape(value))}, the variable's "
-                    f"is {expected}; nothing was assigned"
-                )
-
-    def check_complete(self, weights: Any) -> None:
-        """Rejects a ``set_weights`` dict whose keys or shapes do not match these variables.
-
-        A dict sharing no key with the variables (or a list) is left to
-        ``set_weights`` (which reads it as values in variable order); RLlib
-        1.11 silently assigns the matching subset of a partial dict,
-        rlpolicy assigns nothing.
-
-        Raises:
-            ValueError: Naming the bad key and shapes, or the missing and
-                unknown keys.
-        """
-        known = self._vars
-        if not isinstance(weights, dict) or (weights and not any(k in known for k in weights)):
-            return
-        for key in (k for k in weights if k in known):  # shapes first
-            expected = tuple(known[key].get_shape().as_list())
-            if tuple(np.shape(weights[key])) != expected:
-                raise ValueError(
-                    f"set_weights: {key!r} has shape {tuple(np.shape(weights[key]))}, "
-                    f"the variable's is {expected}; nothing was assigned"
-                )
-        missing = [k for k in known if k not in weights]
-        unknown = sorted(str(k) for k in weights if k not in known)
-        if missing or unknown:
-            raise ValueError(
-                f"set_weights: weights do not match the model's variables; "
-                f"missing keys {missing}, unknown keys {unknown}; nothing was assigned"
-            )
+    def set_weights(self, new_weights: Union[Dict[str, Any], Sequence[Any]]) -> None:
+        """Assigns ``checked(new_weights)`` (one ``session.run``, no new graph ops);
+        nothing is assigned if the check fails."""
+        weights = self.checked(new_weights)
+        if weights:
+            feed = {self.placeholders[k]: v for k, v in weights.items()}
+            self.sess.run([self.assignment_nodes[k] for k in weights], feed_dict=feed)
 
 
 def initialize_uninitialized(sess: Any) -> int:

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from rlpolicy._fast.torch_state import STATE_DICT, check_keys_and_shapes, copy_into, state_tensors
+from rlpolicy._core.checkpoint_checks import check_weight_shapes
+from rlpolicy._fast.torch_state import STATE_DICT, copy_into, state_tensors
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.numpy import convert_to_numpy
 from rlpolicy.utils.torch_utils import convert_to_non_torch_type, convert_to_torch_tensor
@@ -140,11 +141,12 @@ def load_state_dict_fast(model: Any, state: dict, device: Any = None) -> None:
     ``rlpolicy._fast.torch_state`` may (plain modules; tensor or numpy values),
     else ``model.load_state_dict`` after ``convert_to_torch_tensor(state, device)``."""
     targets = state_tensors(model)
+    if targets is not None or (not STATE_DICT.active and isinstance(state, dict)):
+        # (one error for missing keys and wrong shapes, whichever path loads)
+        tensors = targets if targets is not None else model.state_dict(keep_vars=True)
+        check_weight_shapes({k: tuple(t.shape) for k, t in tensors.items()}, state)
     if targets is not None and copy_into(targets, state):
         return
-    if targets is None and not STATE_DICT.active and isinstance(state, dict):
-        # (the same error as the direct copy for missing keys and wrong shapes)
-        check_keys_and_shapes(dict(model.state_dict(keep_vars=True)), state)
     model.load_state_dict(convert_to_torch_tensor(state, device=device))
 
 
