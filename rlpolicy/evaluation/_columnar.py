@@ -14,7 +14,7 @@ else reads them: at the end of ``sample()`` and when the branch is left.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -37,6 +37,7 @@ _BUILT = frozenset(
         SampleBatch.PREV_REWARDS,
     ]
 )
+_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False, "_max_seq_len": None}
 _META = frozenset(
     [SampleBatch.T, SampleBatch.EPS_ID, SampleBatch.AGENT_INDEX, SampleBatch.ENV_ID, SampleBatch.UNROLL_ID]
 )
@@ -139,10 +140,14 @@ class ColumnarRun:
         cols = self.cols
         if list(extras) != self.step_keys[1:]:
             return None
-        for key, value in ((_ACTIONS, actions), *extras.items()):
-            col = cols[key]
-            if value.dtype != col.dtype or value.shape[1:] != col.shape[2:] or len(value) != self.n:
-                return None
+        n = self.n
+        try:
+            for key, value in ((_ACTIONS, actions), *extras.items()):
+                col = cols[key]
+                if value.dtype != col.dtype or value.shape[1:] != col.shape[2:] or len(value) != n:
+                    return None
+        except (AttributeError, TypeError):  # (not an array, or a 0-d one)
+            return None
         k = self.k + 1
         if k >= self.capacity:
             self._grow()
@@ -154,8 +159,10 @@ class ColumnarRun:
         self.k = k
         return k
 
-    def _allocate(self, obs: np.ndarray, actions: np.ndarray, extras: Dict[str, np.ndarray]) -> bool:
+    def _allocate(self, obs: np.ndarray, actions: Any, extras: Dict[str, Any]) -> bool:
         keys = [_ACTIONS, *extras]
+        if not all(isinstance(v, np.ndarray) and v.ndim >= 1 for v in (actions, *extras.values())):
+            return False
         for traj in self.trajs:  # the row before the call must have every column
             if traj.t > 0 and list(traj.steps) != keys + [_REWARDS, _TERMS, _TRUNCS, _INFOS]:
                 return False
@@ -249,7 +256,8 @@ class ColumnarRun:
         cols[SampleBatch.AGENT_INDEX] = np.full(n, traj.agent_index, dtype=np.int64)
         cols[SampleBatch.ENV_ID] = np.full(n, traj.env_id, dtype=np.int64)
         cols[SampleBatch.DONES] = np.logical_or(cols[_TERMS], cols[_TRUNCS])
-        return SampleBatch(cols)
+        # Every column is an array of n rows: SampleBatch(cols) without its per-column checks.
+        return SampleBatch._trusted(cols, n, _FLAGS)
 
     def cut(self, j: int) -> None:
         """Starts env ``j``'s next piece after its last written row (a new fragment id)."""
@@ -282,10 +290,3 @@ class ColumnarRun:
             traj.steps[_INFOS] = list(src[_INFOS][lo:w, j])
             traj.staged, traj.pending_reward, traj.done = None, 0.0, False
             traj.last_info = self.cur_info[j]
-
-
-def row_outputs(actions: Any, extras: Dict[str, Any]) -> Tuple[bool, List[str]]:
-    """Whether a policy's outputs are plain arrays (the columns' case) and the extra keys."""
-    plain = isinstance(actions, np.ndarray) and actions.ndim >= 1
-    plain = plain and all(isinstance(v, np.ndarray) and v.ndim >= 1 for v in extras.values())
-    return plain, list(extras)

@@ -738,9 +738,11 @@ class EnvRunner:
         agent_id = _DUMMY_AGENT_ID
         policy = lean.policy
         obs = None
-        if all(slot.episode is not None and slot.to_act == [agent_id] for slot in slots):
-            if all(slot.agents[agent_id].policy is policy for slot in slots):
-                obs = lean.stacked_obs()
+        episodes = [slot.episode for slot in slots]
+        if None not in episodes and all(
+            slot.to_act == [agent_id] and slot.agents[agent_id].policy is policy for slot in slots
+        ):
+            obs = lean.stacked_obs()
         if obs is None:  # (a new episode maps to another policy, or odd observations)
             self._leave_lean()
             return self._tick()
@@ -751,56 +753,48 @@ class EnvRunner:
         if infos_req is not None and infos_req.used_for_compute_actions:
             input_dict[SampleBatch.INFOS] = object_column(lean.cur_info)
         outputs = policy.compute_actions_from_input_dict(
-            input_dict, explore=self.settings.explore, episodes=[slot.episode for slot in slots]
+            input_dict, explore=self.settings.explore, episodes=episodes
         )
         actions, state_out, extras = _outputs_as_numpy(policy, outputs, n)
-        plain = (
-            not state_out
-            and isinstance(actions, np.ndarray)
-            and len(actions) == n
-            and all(isinstance(v, np.ndarray) and v.ndim >= 1 for v in extras.values())
-        )
-        if not plain or lean.write_tick(obs, actions, extras) is None:
+        if state_out or lean.write_tick(obs, actions, extras) is None:
             self._leave_lean()
             env_actions: List[Dict[Any, Any]] = [{} for _ in slots]
             items = [(slot, slot.agents[agent_id]) for slot in slots]
             self._apply_actions(policy, items, actions, state_out, extras, env_actions)
             return self._step_slots(env_actions)
         to_env = self._env_action_fn(policy)
-        keys = list(extras)
-        extra_rows = (
-            [dict(zip(keys, row)) for row in zip(*(list(v) for v in extras.values()))] if keys else None
-        )
-        action_rows = list(actions)
+        action_rows = list(actions)  # (rows split off whole columns: the same values as indexing)
+        if extras:
+            keys = list(extras)
+            extra_rows = [dict(zip(keys, row)) for row in zip(*(list(v) for v in extras.values()))]
+        else:
+            extra_rows = [{} for _ in slots]
         sends = []
-        for j, slot in enumerate(slots):
+        for j, episode in enumerate(episodes):
             action = action_rows[j]
-            episode = slot.episode
-            episode._set_last_action(agent_id, action)
-            episode._set_rnn_state(agent_id, [])
-            episode._set_last_extra_action_outs(agent_id, extra_rows[j] if keys else {})
+            episode._record_action(agent_id, action, [], extra_rows[j])
             sends.append(to_env(action))
-        process_obs = self._process_obs
+        process_obs, write_step, step_callback = self._process_obs, lean.write_step, self._step_callback
         for j, slot in enumerate(slots):
             ob, reward, term, trunc, info = slot.env.step_single(sends[j])
-            episode = slot.episode
+            episode = episodes[j]
             traj = lean.trajs[j]
             term = bool(term)
             trunc = bool(trunc) and not term
             over = term or trunc
             episode.length += 1
-            episode._add_agent_rewards({agent_id: reward})
             info = info or {}
             new_obs = process_obs(traj.policy_id, traj.policy, ob)
-            lean.write_step(j, new_obs, float(reward), term, trunc, info)
-            episode._set_last_observation(agent_id, new_obs)
-            episode._set_last_raw_obs(agent_id, ob)
-            episode._set_last_info(agent_id, info)
-            episode._set_last_done(agent_id, over)
-            slot.to_act = [] if over else [agent_id]
-            self._after_step(slot, over, False)
+            write_step(j, new_obs, float(reward), term, trunc, info)
+            episode._record_step(agent_id, reward, new_obs, ob, info, over)
             if over:
+                slot.to_act = []
+                if step_callback:
+                    self._after_step(slot, False, False)
+                self._end_episode(slot)
                 lean.restart(j, slot.agents[agent_id])
+            elif step_callback:
+                self._after_step(slot, False, False)
         self.total_env_steps += n
         return n, n
 
@@ -1109,7 +1103,7 @@ def _check_action_count(policy: Any, actions: Any, n: int) -> None:
     """Raises if ``actions`` holds fewer rows than observations. RLlib 1.11 fails
     with an IndexError when a policy acting on one observation at a time (its
     ES/ARS policies) is handed several; here the error says why."""
-    leaves = tree.flatten(actions)
+    leaves = [actions] if isinstance(actions, np.ndarray) else tree.flatten(actions)
     got = len(leaves[0]) if leaves and getattr(leaves[0], "ndim", 1) > 0 else None
     if got is not None and got < n:  # (more rows than observations: 1.11 reads the first n)
         raise ValueError(
