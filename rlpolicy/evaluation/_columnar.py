@@ -37,7 +37,6 @@ _BUILT = frozenset(
         SampleBatch.PREV_REWARDS,
     ]
 )
-_FLAGS = {"_is_training": False, "_time_major": None, "_zero_padded": False, "_max_seq_len": None}
 _META = frozenset(
     [SampleBatch.T, SampleBatch.EPS_ID, SampleBatch.AGENT_INDEX, SampleBatch.ENV_ID, SampleBatch.UNROLL_ID]
 )
@@ -218,9 +217,10 @@ class ColumnarRun:
         self.has_prev[j] = False
 
     # ------------------------------------------------------------------ pieces
-    def piece(self, j: int) -> Optional[SampleBatch]:
-        """Env ``j``'s rows since its last cut as a SampleBatch (None if none), as
-        ``AgentTrajectory.build_fragment`` builds them."""
+    def piece(self, j: int) -> Optional[Dict[str, np.ndarray]]:
+        """Env ``j``'s rows since its last cut (None if none): the columns, in order,
+        of the batch ``AgentTrajectory.build_fragment`` builds, each an array of
+        ``len(cols["obs"])`` rows."""
         a, b = self.row0[j], self.last[j] + 1
         n = b - a
         if n <= 0:
@@ -256,8 +256,7 @@ class ColumnarRun:
         cols[SampleBatch.AGENT_INDEX] = np.full(n, traj.agent_index, dtype=np.int64)
         cols[SampleBatch.ENV_ID] = np.full(n, traj.env_id, dtype=np.int64)
         cols[SampleBatch.DONES] = np.logical_or(cols[_TERMS], cols[_TRUNCS])
-        # Every column is an array of n rows: SampleBatch(cols) without its per-column checks.
-        return SampleBatch._trusted(cols, n, _FLAGS)
+        return cols
 
     def cut(self, j: int) -> None:
         """Starts env ``j``'s next piece after its last written row (a new fragment id)."""
@@ -266,8 +265,7 @@ class ColumnarRun:
             self.e0[j] += n
             self.row0[j] = self.last[j] + 1
             self.has_prev[j] = True
-        traj = self.trajs[j]
-        traj.unroll_id = next(traj._unroll_ids)
+        self.trajs[j].new_unroll_id()
 
     # ------------------------------------------------------------------ leaving
     def materialize(self) -> None:

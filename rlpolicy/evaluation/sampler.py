@@ -847,9 +847,11 @@ class EnvRunner:
         lean = self._lean
         for agent_id, traj in slot.agents.items():
             if lean is not None:  # (the one agent: its rows are in the columns)
-                batch = lean.piece(slot.index)
-                if batch is None:
+                cols = lean.piece(slot.index)
+                if cols is None:
                     continue
+                # Arrays of equal length: SampleBatch(cols) without its per-column checks.
+                batch = SampleBatch._trusted(cols, len(cols[SampleBatch.OBS]), _INPUT_FLAGS)
             elif traj.num_fragment_rows == 0:
                 continue
             else:
