@@ -103,6 +103,9 @@ class ColumnarRun:
         self.k = 0
         self.cols: Optional[Dict[str, np.ndarray]] = None
         self.step_keys: List[str] = []
+        # Read once per call by the sampler: how actions go to the env, whether acting reads infos.
+        self.to_env: Any = None
+        self.infos_for_acting = False
 
     @staticmethod
     def fits(traj: Any) -> bool:

@@ -722,7 +722,11 @@ class EnvRunner:
             policy, trajs[0].plan, trajs[0].initial_state
         ):
             return None
-        return ColumnarRun(policy, trajs, s.rollout_fragment_length + 1)
+        lean = ColumnarRun(policy, trajs, s.rollout_fragment_length + 1)
+        lean.to_env = self._env_action_fn(policy)
+        infos_req = policy.view_requirements.get(SampleBatch.INFOS)
+        lean.infos_for_acting = infos_req is not None and infos_req.used_for_compute_actions
+        return lean
 
     def _leave_lean(self) -> None:
         """Hands the lean branch's rows back to the trajectories (the general path's state)."""
@@ -749,8 +753,7 @@ class EnvRunner:
         n = len(slots)
         input_dict = SampleBatch._trusted({SampleBatch.OBS: obs}, n, _INPUT_FLAGS)
         input_dict._derive_dones()
-        infos_req = policy.view_requirements.get(SampleBatch.INFOS)
-        if infos_req is not None and infos_req.used_for_compute_actions:
+        if lean.infos_for_acting:
             input_dict[SampleBatch.INFOS] = object_column(lean.cur_info)
         outputs = policy.compute_actions_from_input_dict(
             input_dict, explore=self.settings.explore, episodes=episodes
@@ -762,7 +765,7 @@ class EnvRunner:
             items = [(slot, slot.agents[agent_id]) for slot in slots]
             self._apply_actions(policy, items, actions, state_out, extras, env_actions)
             return self._step_slots(env_actions)
-        to_env = self._env_action_fn(policy)
+        to_env = lean.to_env
         action_rows = list(actions)  # (rows split off whole columns: the same values as indexing)
         if extras:
             keys = list(extras)
