@@ -8,6 +8,15 @@ Single-agent envs are driven as one-agent multi-agent envs (agent id
 postprocessed exactly once, together with the pieces of the other agents of
 the same episode (``other_agent_batches``). Terminated and truncated are kept
 apart: postprocessing bootstraps the value after a truncated or cut piece.
+
+Lean branch: in ``truncate_episodes`` mode, when every sub-env is a single-agent
+env whose agent acts through the same feed-forward policy on its observation
+alone (``_columnar.lean_policy``; no horizon, ``no_done_at_end`` or finite
+checks), a ``sample()`` call keeps the steps in ``[ticks, envs]`` columns
+(``_columnar.ColumnarRun``) instead of per-agent rows, and cuts pieces by
+slicing them. Episodes, callbacks and the batches are the same as on the general
+path; the branch hands its rows back to the trajectories when the call ends or
+when a tick no longer fits (e.g. a new episode mapped to another policy).
 """
 
 from __future__ import annotations
