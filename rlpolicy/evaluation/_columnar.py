@@ -14,7 +14,7 @@ else reads them: at the end of ``sample()`` and when the branch is left.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
@@ -103,6 +103,8 @@ class ColumnarRun:
         self.k = 0
         self.cols: Optional[Dict[str, np.ndarray]] = None
         self.step_keys: List[str] = []
+        self._extra_keys: List[str] = []
+        self._specs: List[Tuple[np.dtype, Tuple[int, ...]]] = []  # per step key: dtype, [n, ...] shape
         # Read once per call by the sampler: how actions go to the env, whether acting reads infos.
         self.to_env: Any = None
         self.infos_for_acting = False
@@ -139,17 +141,17 @@ class ColumnarRun:
         if self.cols is None:
             if not self._allocate(obs, actions, extras):
                 return None
-        cols = self.cols
-        if list(extras) != self.step_keys[1:]:
-            return None
-        n = self.n
-        try:
-            for key, value in ((_ACTIONS, actions), *extras.items()):
-                col = cols[key]
-                if value.dtype != col.dtype or value.shape[1:] != col.shape[2:] or len(value) != n:
+        try:  # each output as the columns hold it: dtype and [n, ...] shape
+            if actions.dtype != self._specs[0][0] or actions.shape != self._specs[0][1]:
+                return None
+            if list(extras) != self._extra_keys:
+                return None
+            for value, (dtype, shape) in zip(extras.values(), self._specs[1:]):
+                if value.dtype != dtype or value.shape != shape:
                     return None
-        except (AttributeError, TypeError):  # (not an array, or a 0-d one)
+        except AttributeError:  # (not an array)
             return None
+        cols = self.cols
         k = self.k + 1
         if k >= self.capacity:
             self._grow()
@@ -186,6 +188,8 @@ class ColumnarRun:
             return False
         self.cols = cols
         self.step_keys = keys
+        self._extra_keys = keys[1:]
+        self._specs = [(cols[key].dtype, (n,) + cols[key].shape[2:]) for key in keys]
         return True
 
     def _grow(self) -> None:
