@@ -589,6 +589,8 @@ PRIVATE_READ_ALLOWED: Dict[Tuple[str, str], str] = {
             "_set_rnn_state",
             "_set_last_extra_action_outs",
             "_add_agent_rewards",
+            "_record_action",
+            "_record_step",
         )
     },
     ("rlpolicy/evaluation/postprocessing.py", "_value"): "RLlib 1.11's compute_gae_for_sample_batch "

@@ -297,7 +297,7 @@ class AgentTrajectory:
     def cut(self) -> None:
         """Starts a new fragment at step ``t`` and forgets history no view reaches back to."""
         self.frag_start = self.t
-        self.unroll_id = next(self._unroll_ids)
+        self.new_unroll_id()
         drop = (self.t - self._lookback) - self.base
         if drop > 0:
             self.obs = self.obs[drop:]
@@ -305,6 +305,10 @@ class AgentTrajectory:
             for col, values in self.steps.items():
                 self.steps[col] = values[drop:]
             self.base += drop
+
+    def new_unroll_id(self) -> None:
+        """Gives the trajectory's next fragment a new id (from the shared counter)."""
+        self.unroll_id = next(self._unroll_ids)
 
     def _meta_values(self, data_col: str, obs_index: Any, req: Any) -> np.ndarray:
         """``data_col`` (one of ``_META_COLUMNS``) at observation index(es)

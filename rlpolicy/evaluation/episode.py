@@ -256,6 +256,31 @@ class Episode:
                 self.total_reward += reward
                 self._agent_reward_history[agent_id].append(reward)
 
+    def _record_action(
+        self, agent_id: AgentID, action: EnvActionType, rnn_state: List[Any], extra: dict
+    ) -> None:
+        """``_set_last_action``, ``_set_rnn_state`` and ``_set_last_extra_action_outs`` in one call."""
+        last = self._agent_to_last_action
+        if agent_id in last:
+            self._agent_to_prev_action[agent_id] = last[agent_id]
+        last[agent_id] = action
+        self._agent_to_rnn_state[agent_id] = rnn_state
+        self._agent_to_last_extra_action_outs[agent_id] = extra
+
+    def _record_step(
+        self, agent_id: AgentID, reward: Any, obs: Any, raw_obs: Any, info: EnvInfoDict, done: bool
+    ) -> None:
+        """One agent's env step: ``_add_agent_rewards({agent_id: reward})``, then its
+        last observation, raw observation, info and done."""
+        if reward is not None:
+            self.agent_rewards[agent_id, self.policy_for(agent_id)] += reward
+            self.total_reward += reward
+            self._agent_reward_history[agent_id].append(reward)
+        self._agent_to_last_obs[agent_id] = obs
+        self._agent_to_last_raw_obs[agent_id] = raw_obs
+        self._agent_to_last_info[agent_id] = info
+        self._agent_to_last_done[agent_id] = done
+
     def _set_rnn_state(self, agent_id: AgentID, rnn_state: List[Any]) -> None:
         self._agent_to_rnn_state[agent_id] = rnn_state
 

@@ -56,6 +56,8 @@ def discount_cumsum(x: np.ndarray, gamma: float) -> np.ndarray:
 
 
 def _last_r_array(last_r: Any) -> np.ndarray:
+    if type(last_r) is float:  # (a terminated trajectory's 0.0)
+        return np.array([last_r])
     arr = np.asarray(convert_to_numpy(last_r), dtype=np.float64).reshape(-1)
     if arr.size != 1:
         raise ValueError(

@@ -8,6 +8,15 @@ Single-agent envs are driven as one-agent multi-agent envs (agent id
 postprocessed exactly once, together with the pieces of the other agents of
 the same episode (``other_agent_batches``). Terminated and truncated are kept
 apart: postprocessing bootstraps the value after a truncated or cut piece.
+
+Lean branch: in ``truncate_episodes`` mode, when every sub-env is a single-agent
+env whose agent acts through the same feed-forward policy on its observation
+alone (``_columnar.lean_policy``; no horizon, ``no_done_at_end`` or finite
+checks), a ``sample()`` call keeps the steps in ``[ticks, envs]`` columns
+(``_columnar.ColumnarRun``) instead of per-agent rows, and cuts pieces by
+slicing them. Episodes, callbacks and the batches are the same as on the general
+path; the branch hands its rows back to the trajectories when the call ends or
+when a tick no longer fits (e.g. a new episode mapped to another policy).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import numpy as np
 import tree
 
 from rlpolicy.env.multi_agent_env import ALL_AGENTS, MultiAgentEnv
+from rlpolicy.evaluation._columnar import ColumnarRun, lean_policy
 from rlpolicy.evaluation.agent_trajectory import (
     AgentTrajectory,
     flat_action,
@@ -336,6 +346,7 @@ class EnvRunner:
         self._plans: Dict[int, Tuple[Any, Any, Any]] = {}
         self._to_env: Dict[int, Tuple[Any, Callable[[Any], Any], Any]] = {}
         self._step_callback = True  # whether on_episode_step may do anything (read per tick)
+        self._lean: Optional[ColumnarRun] = None  # the columns of the lean branch, while it runs
 
     # ------------------------------------------------------------------ public
     def add_output(self, policy_id: str, batch: SampleBatch) -> None:
@@ -358,12 +369,16 @@ class EnvRunner:
         if s.batch_mode == "truncate_episodes":
             target = s.rollout_fragment_length * len(self._slots)
             counted = 0
-            while counted < target:
-                env_steps, agent_steps = self._tick()
-                counted += env_steps if s.count_steps_by == "env_steps" else agent_steps
-                self._out_env_steps += env_steps
-            for slot in self._slots:
-                self._postprocess_slot(slot)
+            self._lean = self._columnar_run()
+            try:
+                while counted < target:
+                    env_steps, agent_steps = self._tick_lean() if self._lean is not None else self._tick()
+                    counted += env_steps if s.count_steps_by == "env_steps" else agent_steps
+                    self._out_env_steps += env_steps
+                for slot in self._slots:
+                    self._postprocess_slot(slot)
+            finally:
+                self._leave_lean()
         else:
             while self._counted_output() < s.rollout_fragment_length:
                 self._tick()
@@ -537,6 +552,10 @@ class EnvRunner:
         env_actions: List[Dict[Any, Any]] = [{} for _ in self._slots]
         for policy_id, items in requests.items():
             self._act(self.policy_map[policy_id], items, env_actions)
+        return self._step_slots(env_actions)
+
+    def _step_slots(self, env_actions: List[Dict[Any, Any]]) -> Tuple[int, int]:
+        """Steps every sub-env with its agents' actions; returns (env steps, agent steps)."""
         agent_steps = 0
         for slot in self._slots:
             actions = env_actions[slot.index]
@@ -564,15 +583,21 @@ class EnvRunner:
         if infos_req is not None and infos_req.used_for_compute_actions:
             # The info dict that came with each agent's current observation (RLlib 1.11).
             input_dict[SampleBatch.INFOS] = object_column([traj.last_info for _, traj in items])
-        actions, state_out, extras = policy.compute_actions_from_input_dict(
+        outputs = policy.compute_actions_from_input_dict(
             input_dict, explore=self.settings.explore, episodes=[slot.episode for slot, _ in items]
         )
-        if isinstance(actions, list):  # a batch of primitive actions as a list (RLlib 1.11: np.array)
-            actions = np.array(actions)
-        actions = _as_numpy(actions)
-        _check_action_count(policy, actions, len(items))
-        state_out = [np.asarray(s) for s in state_out]
-        extras = {k: _as_numpy(v) for k, v in extras.items()}
+        self._apply_actions(policy, items, *_outputs_as_numpy(policy, outputs, len(items)), env_actions)
+
+    def _apply_actions(
+        self,
+        policy: Any,
+        items: List[Tuple[_Slot, AgentTrajectory]],
+        actions: Any,
+        state_out: List[np.ndarray],
+        extras: Dict[str, Any],
+        env_actions: List[Dict[Any, Any]],
+    ) -> None:
+        """Stages each agent's action row and records it on its episode."""
         to_env = self._env_action_fn(policy)
         flatten = flattens_actions(policy)
         plain = isinstance(actions, np.ndarray) and all(isinstance(v, np.ndarray) for v in extras.values())
@@ -680,6 +705,111 @@ class EnvRunner:
         slot.to_act = [] if over else [agent_id]
         return rows + self._after_step(slot, over, soft_end)
 
+    # ------------------------------------------------------------------ lean branch
+    def _columnar_run(self) -> Optional[ColumnarRun]:
+        """Columns for this sample() call if every sub-env takes the lean branch: a
+        single-agent env whose one agent acts through the same feed-forward policy
+        (``lean_policy``), without horizon, ``no_done_at_end`` or finite checks.
+        Otherwise None (the general per-agent path)."""
+        s = self.settings
+        if s.horizon is not None or s.no_done_at_end or s.check_finite:
+            return None
+        trajs = []
+        for slot in self._slots:
+            if (
+                type(slot.env) is not _SingleAgentAdapter
+                or slot.episode is None
+                or slot.to_act != [_DUMMY_AGENT_ID]
+            ):
+                return None
+            traj = slot.agents.get(_DUMMY_AGENT_ID)
+            if traj is None or len(slot.agents) != 1 or not ColumnarRun.fits(traj):
+                return None
+            trajs.append(traj)
+        policy = trajs[0].policy
+        if any(t.policy is not policy for t in trajs) or not lean_policy(
+            policy, trajs[0].plan, trajs[0].initial_state
+        ):
+            return None
+        lean = ColumnarRun(policy, trajs, s.rollout_fragment_length + 1)
+        lean.to_env = self._env_action_fn(policy)
+        infos_req = policy.view_requirements.get(SampleBatch.INFOS)
+        lean.infos_for_acting = infos_req is not None and infos_req.used_for_compute_actions
+        return lean
+
+    def _leave_lean(self) -> None:
+        """Hands the lean branch's rows back to the trajectories (the general path's state)."""
+        lean, self._lean = self._lean, None
+        if lean is not None:
+            lean.materialize()
+
+    def _tick_lean(self) -> Tuple[int, int]:
+        """``_tick`` on the columns: one stack of the current observations, the policy's
+        outputs written as whole rows, each env's outcome into its cell; the Episode
+        and callback calls are those of the general path, in the same order."""
+        lean, slots = self._lean, self._slots
+        agent_id = _DUMMY_AGENT_ID
+        policy = lean.policy
+        obs = None
+        episodes = [slot.episode for slot in slots]
+        if None not in episodes and all(
+            slot.to_act == [agent_id] and slot.agents[agent_id].policy is policy for slot in slots
+        ):
+            obs = lean.stacked_obs()
+        if obs is None:  # (a new episode maps to another policy, or odd observations)
+            self._leave_lean()
+            return self._tick()
+        n = len(slots)
+        input_dict = SampleBatch._trusted({SampleBatch.OBS: obs}, n, _INPUT_FLAGS)
+        input_dict._derive_dones()
+        if lean.infos_for_acting:
+            input_dict[SampleBatch.INFOS] = object_column(lean.cur_info)
+        outputs = policy.compute_actions_from_input_dict(
+            input_dict, explore=self.settings.explore, episodes=episodes
+        )
+        actions, state_out, extras = _outputs_as_numpy(policy, outputs, n)
+        if state_out or lean.write_tick(obs, actions, extras) is None:
+            self._leave_lean()
+            env_actions: List[Dict[Any, Any]] = [{} for _ in slots]
+            items = [(slot, slot.agents[agent_id]) for slot in slots]
+            self._apply_actions(policy, items, actions, state_out, extras, env_actions)
+            return self._step_slots(env_actions)
+        to_env = lean.to_env
+        action_rows = list(actions)  # (rows split off whole columns: the same values as indexing)
+        if extras:
+            keys = list(extras)
+            extra_rows = [dict(zip(keys, row)) for row in zip(*(list(v) for v in extras.values()))]
+        else:
+            extra_rows = [{} for _ in slots]
+        sends = []
+        for j, episode in enumerate(episodes):
+            action = action_rows[j]
+            episode._record_action(agent_id, action, [], extra_rows[j])
+            sends.append(to_env(action))
+        process_obs, write_step, step_callback = self._process_obs, lean.write_step, self._step_callback
+        for j, slot in enumerate(slots):
+            ob, reward, term, trunc, info = slot.env.step_single(sends[j])
+            episode = episodes[j]
+            traj = lean.trajs[j]
+            term = bool(term)
+            trunc = bool(trunc) and not term
+            over = term or trunc
+            episode.length += 1
+            info = info or {}
+            new_obs = process_obs(traj.policy_id, traj.policy, ob)
+            write_step(j, new_obs, float(reward), term, trunc, info)
+            episode._record_step(agent_id, reward, new_obs, ob, info, over)
+            if over:
+                slot.to_act = []
+                if step_callback:
+                    self._after_step(slot, False, False)
+                self._end_episode(slot)
+                lean.restart(j, slot.agents[agent_id])
+            elif step_callback:
+                self._after_step(slot, False, False)
+        self.total_env_steps += n
+        return n, n
+
     def _observe(
         self,
         slot: _Slot,
@@ -726,10 +856,19 @@ class EnvRunner:
         ``training_enabled=False`` are left out, and rewards are clipped
         (``clip_rewards``)."""
         pre = {}
+        lean = self._lean
         for agent_id, traj in slot.agents.items():
-            if traj.num_fragment_rows == 0:
+            if lean is not None:  # (the one agent: its rows are in the columns)
+                cols = lean.piece(slot.index)
+                if cols is None:
+                    continue
+                # Arrays of equal length: SampleBatch(cols) without its per-column checks.
+                batch = SampleBatch._trusted(cols, len(cols[SampleBatch.OBS]), _INPUT_FLAGS)
+            elif traj.num_fragment_rows == 0:
                 continue
-            batch = _trainable_rows(traj.build_fragment())
+            else:
+                batch = traj.build_fragment()
+            batch = _trainable_rows(batch)
             if batch is not None:
                 _clip_rewards(batch, self.settings.clip_rewards)
                 pre[agent_id] = (traj.policy, batch)
@@ -753,6 +892,9 @@ class EnvRunner:
             )
             self._outputs[traj.policy_id].append(post)
             self._out_agent_steps += post.count
+        if lean is not None:
+            lean.cut(slot.index)
+            return
         for traj in slot.agents.values():
             traj.cut()
 
@@ -975,7 +1117,7 @@ def _check_action_count(policy: Any, actions: Any, n: int) -> None:
     """Raises if ``actions`` holds fewer rows than observations. RLlib 1.11 fails
     with an IndexError when a policy acting on one observation at a time (its
     ES/ARS policies) is handed several; here the error says why."""
-    leaves = tree.flatten(actions)
+    leaves = [actions] if isinstance(actions, np.ndarray) else tree.flatten(actions)
     got = len(leaves[0]) if leaves and getattr(leaves[0], "ndim", 1) > 0 else None
     if got is not None and got < n:  # (more rows than observations: 1.11 reads the first n)
         raise ValueError(
@@ -983,6 +1125,18 @@ def _check_action_count(policy: Any, actions: Any, n: int) -> None:
             "that acts on one observation at a time (as RLlib 1.11's ES/ARS policies) needs num_envs=1 and "
             "one agent per policy and step"
         )
+
+
+def _outputs_as_numpy(
+    policy: Any, outputs: Tuple[Any, Any, Any], n: int
+) -> Tuple[Any, List[np.ndarray], Dict[str, Any]]:
+    """compute_actions' (actions, state_out, extras) as numpy, the action count checked."""
+    actions, state_out, extras = outputs
+    if isinstance(actions, list):  # a batch of primitive actions as a list (RLlib 1.11: np.array)
+        actions = np.array(actions)
+    actions = _as_numpy(actions)
+    _check_action_count(policy, actions, n)
+    return actions, [np.asarray(s) for s in state_out], {k: _as_numpy(v) for k, v in extras.items()}
 
 
 def _row(value: Any, j: int) -> Any:
