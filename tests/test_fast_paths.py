@@ -18,6 +18,7 @@ from rlpolicy import _fast
 ROOT = pathlib.Path(rlpolicy.__file__).parent
 ATOL = 1e-6
 INTERNALS = ("torch._C", "tensorflow.python", "tf_keras.src", "keras.src")
+FRAMEWORKS = ("torch", "tensorflow", "tf_keras", "keras")
 # Files allowed to reach framework internals outside rlpolicy/_fast (none).
 NOT_YET_MOVED: set = set()
 
@@ -118,8 +119,30 @@ def _tf_session_callable():
     return out, None
 
 
+def _torch_fused_adam():
+    torch = pytest.importorskip("torch")
+    from rlpolicy.policy._torch.optimizers import default_adam
+
+    # Three Adam steps on fixed gradients (the optimizer built by the entry's choice)
+    # against numpy's Adam formula (lr 0.1, betas (0.9, 0.999), eps 1e-8).
+    x0 = np.array([0.5, -1.0, 2.0], np.float32)
+    grads = [np.array([1.0, -2.0, 0.5], np.float32) * (k + 1) for k in range(3)]
+    param = torch.nn.Parameter(torch.from_numpy(x0.copy()))
+    opt = default_adam([param], lr=0.1)
+    for g in grads:
+        param.grad = torch.from_numpy(g)
+        opt.step()
+    x, m, v = x0.astype(np.float64), np.zeros(3), np.zeros(3)
+    for t, g in enumerate(grads, 1):
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * g * g
+        x = x - 0.1 * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+    return {"x": param.detach().numpy().copy()}, {"x": x}
+
+
 CASES = {
     "torch_state_dict": _torch_state_dict,
+    "torch_fused_adam": _torch_fused_adam,
     "torch_functional_linear": _torch_functional_linear,
     "keras_replay": _keras_replay,
     "tf_concrete_call": _tf_concrete_call,
@@ -136,6 +159,7 @@ def _registered():
         else:
             pytest.importorskip("torch")
             import rlpolicy._fast.torch_functional  # noqa: F401
+            import rlpolicy._fast.torch_optim  # noqa: F401
             import rlpolicy._fast.torch_state  # noqa: F401
 
 
@@ -171,7 +195,23 @@ def test_entry_gives_the_same_results_fast_and_plain(name):
     _assert_same(fast, plain)
     if expected is not None:  # the independent expectation (what was loaded)
         _assert_same({k: v for k, v in fast.items() if k != "names"}, expected)
-        assert fast["names"] == list(expected)
+        if "names" in fast:
+            assert fast["names"] == list(expected)
+
+
+def test_fused_adam_entry_picks_the_kernel_and_the_plain_path_does_not():
+    torch = pytest.importorskip("torch")
+    from rlpolicy._fast.torch_optim import FUSED_ADAM, fused_adam_devices
+    from rlpolicy.policy._torch.optimizers import default_adam
+
+    if not FUSED_ADAM.active:
+        pytest.skip(f"torch_fused_adam is off here ({FUSED_ADAM.reason})")
+    param = torch.nn.Parameter(torch.zeros(2))
+    assert "cpu" in fused_adam_devices()
+    assert default_adam([param], lr=0.1).param_groups[0]["fused"] is True
+    with _fast.plain("torch_fused_adam"):
+        assert fused_adam_devices() == ()
+        assert not default_adam([param], lr=0.1).param_groups[0]["fused"]
 
 
 def test_every_registered_entry_has_a_case():
@@ -223,6 +263,10 @@ def test_plain_rejects_unknown_names():
 # ----------------------------------------------------------------- no internals outside _fast
 
 
+def _private(part):
+    return part.startswith("_") and not part.startswith("__")
+
+
 def _internal_uses(path):
     """``(line, name)`` of every import of, or attribute chain into, framework internals."""
     tree = ast.parse(path.read_text())
@@ -240,6 +284,11 @@ def _internal_uses(path):
                 cur = cur.value
             if isinstance(cur, ast.Name):
                 names = [".".join([cur.id, *reversed(parts)])]
+        if isinstance(node, (ast.Import, ast.ImportFrom)):  # private framework modules / names
+            for name in names:
+                parts = name.split(".")
+                if parts[0] in FRAMEWORKS and any(_private(p) for p in parts[1:]):
+                    found.append((node.lineno, name))
         for name in names:
             if any(name == p or name.startswith(p + ".") for p in INTERNALS):
                 found.append((node.lineno, name))
@@ -266,6 +315,7 @@ def test_the_scan_finds_each_form(tmp_path):
     src.write_text(
         "import torch\nfrom torch import _C\nx = torch._C._get_tracing_state\n"
         "def f():\n    from tensorflow.python.ops import gen_nn_ops\n    import tf_keras.src.engine\n"
+        "from torch.utils._foreach_utils import g\nfrom torch.utils import _pytree\nimport torch.__future__\n"
     )
     names = {n for _, n in _internal_uses(src)}
     assert {
@@ -273,7 +323,10 @@ def test_the_scan_finds_each_form(tmp_path):
         "torch._C._get_tracing_state",
         "tensorflow.python.ops",
         "tf_keras.src.engine",
+        "torch.utils._foreach_utils",
+        "torch.utils._pytree",
     } <= names
+    assert not any(n.startswith("torch.__future__") for n in names)  # (dunders are public)
 
 
 def test_fast_is_a_leaf():

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import copy
 from itertools import chain
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 
+from rlpolicy._fast.torch_optim import fused_adam_devices
 from rlpolicy.policy._torch.convert import numpy_copy
 from rlpolicy.utils.framework import try_import_torch
 from rlpolicy.utils.torch_utils import convert_to_torch_tensor
@@ -32,11 +33,12 @@ def default_adam(params: Sequence[Any], **kwargs: Any) -> Any:
     (torch >= 2.4 on CPU, CUDA and other devices torch lists as fused-capable)
     instead of about a dozen small ops each; it is the same algorithm, its
     results differ from the per-tensor loop only in float rounding (~1 ulp).
-    Where torch refuses it (older torch, an unsupported device or dtype) the
-    plain per-tensor Adam is built, as RLlib 1.11 does.
+    Where torch refuses it (older torch, an unsupported device or dtype) or the
+    ``torch_fused_adam`` fast path is off, the plain per-tensor Adam is built,
+    as RLlib 1.11 does.
     """
     params = list(params)
-    devices = _fused_devices()
+    devices = fused_adam_devices()
     cpu_ok = "cpu" in devices  # (p.is_cpu is much cheaper to ask than p.device.type)
     if params and all(
         isinstance(p, torch.Tensor)
@@ -49,23 +51,6 @@ def default_adam(params: Sequence[Any], **kwargs: Any) -> Any:
         except (RuntimeError, TypeError, ValueError):  # (torch < 2.4 on CPU, differentiable=...)
             pass
     return torch.optim.Adam(params, **kwargs)
-
-
-_FUSED_DEVICES: Optional[Tuple[str, ...]] = None
-
-
-def _fused_devices() -> Tuple[str, ...]:
-    """Device types with torch's fused optimizer kernels (torch checks only at
-    the first ``step()``, so the choice is made here, before building)."""
-    global _FUSED_DEVICES
-    if _FUSED_DEVICES is None:
-        try:
-            from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
-            _FUSED_DEVICES = tuple(_get_fused_kernels_supported_devices())
-        except ImportError:  # (before torch 2.4: CUDA only)
-            _FUSED_DEVICES = ("cuda",)
-    return _FUSED_DEVICES
 
 
 def optimizer_param_groups(model: Any, optimizers: Sequence[Any]) -> List[Set[int]]:
