@@ -415,6 +415,10 @@ def _apply_gradients(self, gradients):
 
 def _extra_action_out(self, input_dict, state_batches, model, action_dist):
     fn, parent = _dispatch(self, "extra_action_out")
+    convert = _torch_convert
+    if convert is not None and self.framework == "torch" and not convert.torch.is_grad_enabled():
+        # The acting path already runs without autograd: no context to enter.
+        return convert.to_non_torch_fast((fn or parent)(self, input_dict, state_batches, model, action_dist))
     with _no_grad_context(self):
         stats = (fn or parent)(self, input_dict, state_batches, model, action_dist)
     return _to_non_torch(self, stats)
