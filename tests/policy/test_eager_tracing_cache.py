@@ -98,6 +98,7 @@ def test_signature_key():
     assert signature_key(({1: a, "b": a},)) is None
 
 
+@pytest.mark.tf_eager_code
 def test_to_numpy_copies_tensors_and_variables_without_sharing_memory():
     from rlpolicy.policy._eager.tracing import to_numpy
 
