@@ -125,10 +125,10 @@ def _acting_batch(columns: Dict[str, Any]) -> SampleBatch:
     obs = columns[SampleBatch.OBS]
     if type(obs) is np.ndarray and obs.ndim > 0:
         n = len(obs)
-        if all(
-            k == SampleBatch.INFOS or (type(v) is np.ndarray and v.ndim > 0 and len(v) == n)
-            for k, v in columns.items()
-        ):
+        for k, v in columns.items():
+            if k != SampleBatch.INFOS and not (type(v) is np.ndarray and v.ndim > 0 and len(v) == n):
+                break
+        else:
             return SampleBatch._trusted(columns, n, _ACTING_FLAGS)
     return SampleBatch(columns, _is_training=False)
 
@@ -219,7 +219,9 @@ class FrameworkPolicy(Policy):
             columns[SampleBatch.PREV_REWARDS] = prev_reward_batch
         if info_batch is not None:
             columns[SampleBatch.INFOS] = info_batch
-        return self._compute_actions_checked(_acting_batch(columns), explore, timestep, episodes)
+        # (no state_in_<i> columns to look for when no state was passed)
+        states = None if state_batches else []
+        return self._compute_actions_checked(_acting_batch(columns), explore, timestep, episodes, states)
 
     def compute_actions_from_input_dict(
         self,
@@ -243,18 +245,24 @@ class FrameworkPolicy(Policy):
 
     @with_lock
     def _compute_actions_checked(
-        self, input_dict: Any, explore: Optional[bool], timestep: Optional[int], episodes: Optional[List[Any]]
+        self,
+        input_dict: Any,
+        explore: Optional[bool],
+        timestep: Optional[int],
+        episodes: Optional[List[Any]],
+        states: Optional[List[Any]] = None,
     ) -> Tuple[Any, List[Any], Dict[str, Any]]:
         """The one acting path after the checks, under the policy lock: ``explore`` /
         ``timestep`` of None become ``config["explore"]`` / ``global_timestep``,
-        then the framework's ``_compute_actions_step``."""
+        then the framework's ``_compute_actions_step`` (``states``: the
+        ``state_in_<i>`` columns when the caller knows them, else looked up)."""
         if explore is None:
             explore = self.config["explore"]
         if timestep is None:
             timestep = self.global_timestep
-        return self._compute_actions_step(
-            input_dict, state_in_columns(input_dict), explore, timestep, episodes
-        )
+        if states is None:
+            states = state_in_columns(input_dict)
+        return self._compute_actions_step(input_dict, states, explore, timestep, episodes)
 
     @with_lock
     def compute_log_likelihoods(

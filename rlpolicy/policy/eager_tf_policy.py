@@ -249,12 +249,22 @@ class EagerTFPolicy(FrameworkPolicy):
             input_dict,
             state_batches,
             None if self._tracing_enabled() else episodes,
-            tf.constant(bool(explore)),
+            self._explore_constant(bool(explore)),
             tf.constant(int(timestep), tf.int64),
         )
         out = tracing.to_numpy(out)
         self.global_timestep += int(np.shape(tree.flatten(out[0])[0])[0])
         return out
+
+    def _explore_constant(self, explore: bool) -> Any:
+        """``tf.constant(explore)``, made once per value (an eager constant never changes)."""
+        if not tf.executing_eagerly():
+            return tf.constant(explore)
+        consts = self.__dict__.setdefault("_explore_consts", {})
+        const = consts.get(explore)
+        if const is None:
+            const = consts[explore] = tf.constant(explore)
+        return const
 
     def _compute_actions_helper(
         self, input_dict: Any, state_batches: List[Any], episodes: Any, explore: Any, timestep: Any

@@ -370,6 +370,9 @@ def _apply_gradients(self, gradients):
 
 def _extra_action_out(self, input_dict, state_batches, model, action_dist):
     fn, parent = type(self)._dispatch["extra_action_out"]
+    if self.framework == "torch" and not try_import_torch()[0].is_grad_enabled():
+        # The acting path already runs without autograd: no context to enter.
+        return _to_non_torch(self, (fn or parent)(self, input_dict, state_batches, model, action_dist))
     with _no_grad_context(self):
         stats = (fn or parent)(self, input_dict, state_batches, model, action_dist)
     return _to_non_torch(self, stats)

@@ -974,14 +974,18 @@ def fast_shallow_copy(batch: Any) -> Optional["SampleBatch"]:
     converted; None for anything else (the caller falls back to ``copy``)."""
     if type(batch) is not SampleBatch:
         return None
-    out = SampleBatch._trusted(dict(dict.items(batch)), batch.count, batch._flags(batch.zero_padded))
-    out.max_seq_len = batch.max_seq_len
-    out.get_interceptor = batch.get_interceptor
+    out = dict.__new__(SampleBatch)
+    dict.update(out, batch)
+    for k, v in dict.items(batch):
+        # As in __init__: plain lists / numbers become numpy arrays (INFOS stays as given).
+        if type(v) is not np.ndarray and k != SampleBatch.INFOS and isinstance(v, (Number, list)):
+            dict.__setitem__(out, k, np.array(v))
+    # The flags, count and get-interceptor, and the very key-tracking sets.
+    attrs = out.__dict__
+    attrs.update(batch.__dict__)
     # Values the interceptor already produced for these very columns stay valid.
-    out.intercepted_values = dict(batch.intercepted_values)
-    out.accessed_keys = batch.accessed_keys
-    out.added_keys = batch.added_keys
-    out.deleted_keys = batch.deleted_keys
+    attrs["intercepted_values"] = dict(batch.intercepted_values)
+    attrs["_slice_map"] = None
     return out
 
 

@@ -135,6 +135,15 @@ def test_fc_forward_and_value_match_numpy_mlp():
     np.testing.assert_allclose(out.detach().numpy(), logits, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(m.value_function().detach().numpy(), value[:, 0], rtol=1e-5, atol=1e-6)
     assert state == []
+    # float64 (and integer) observations are cast to float32 first, as .float() does
+    for dtype in (torch.float64, torch.int64):
+        cast_in = torch.from_numpy(x).to(dtype)
+        out, _ = m({"obs": cast_in})
+        assert out.dtype == torch.float32
+        np.testing.assert_allclose(out.detach().numpy(), m({"obs": cast_in.float()})[0].detach().numpy())
+    np.testing.assert_allclose(
+        m({"obs": torch.from_numpy(x).double()})[0].detach().numpy(), logits, atol=1e-5
+    )
 
 
 def test_fc_normc_init_row_norms():

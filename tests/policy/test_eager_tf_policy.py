@@ -130,6 +130,23 @@ def test_compute_actions_explore_false_is_argmax_of_numpy_forward(tracing):
     assert state_out == [] and policy.global_timestep == 6
 
 
+def test_explore_flag_alternates_correctly_across_calls(tracing):
+    # (the explore constants are made once per value and reused)
+    policy = make(eager_tracing=tracing)
+    obs = np.random.default_rng(4).uniform(-1, 1, (64, 3)).astype(np.float32)
+    _, logits = np_forward(policy.get_weights(as_dict=True), obs)
+    for explore in (False, True, False, True, False):
+        actions, _, extra = policy.compute_actions(obs, explore=explore)
+        if explore:  # sampled: the log-probability of the drawn action
+            logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+            np.testing.assert_allclose(
+                extra[SampleBatch.ACTION_LOGP], logp[np.arange(64), actions], atol=1e-5
+            )
+        else:
+            np.testing.assert_array_equal(actions, logits.argmax(-1))
+            np.testing.assert_allclose(extra[SampleBatch.ACTION_LOGP], np.zeros(64), atol=1e-6)
+
+
 def test_compute_actions_from_input_dict_advances_timestep_by_batch_size():
     policy = make()
     batch = {SampleBatch.OBS: np.zeros((4, 3), np.float32)}

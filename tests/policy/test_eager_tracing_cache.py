@@ -96,3 +96,21 @@ def test_signature_key():
     assert signature_key(([tf.Variable(1.0)],)) is None
     assert signature_key(({"x": object()},)) is None
     assert signature_key(({1: a, "b": a},)) is None
+
+
+@pytest.mark.tf_eager_code
+def test_to_numpy_copies_tensors_and_variables_without_sharing_memory():
+    from rlpolicy.policy._eager.tracing import to_numpy
+
+    var = tf.Variable([1.0, 2.0])
+    tensor = tf.constant([[3, 4]])
+    out = to_numpy({"v": var, "t": tensor, "s": tf.constant(5.0), "n": None, "a": np.ones(2)})
+    assert type(out["v"]) is np.ndarray and type(out["t"]) is np.ndarray and type(out["s"]) is np.ndarray
+    np.testing.assert_array_equal(out["v"], [1.0, 2.0])
+    np.testing.assert_array_equal(out["t"], [[3, 4]])
+    assert out["s"].shape == () and out["s"] == 5.0 and out["t"].dtype == np.int32
+    assert out["n"] is None and type(out["a"]) is np.ndarray
+    var.assign([7.0, 8.0])  # a later variable update does not reach the returned copy
+    np.testing.assert_array_equal(out["v"], [1.0, 2.0])
+    out["t"][0, 0] = 99  # nor does writing to the copy reach the tensor
+    assert tensor.numpy()[0, 0] == 3

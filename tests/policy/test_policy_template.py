@@ -601,3 +601,30 @@ def test_action_sampler_fn_hook_drives_acting():
     p = cls(OBS, ACT, dict(SMALL))
     assert calls and calls[0] == (p, p.model)
     assert p.compute_single_action(np.zeros(3, np.float32))[0] == 0
+
+
+# ------------------------------------------------------------------ acting without autograd
+def test_extra_action_out_runs_without_grad_whether_or_not_the_caller_turned_it_off():
+    seen = []
+
+    def extra(policy, input_dict, state_batches, model, action_dist):
+        seen.append(torch.is_grad_enabled())
+        return {"vf": model.value_function(), "twice": 2.0 * input_dict["obs"][:, 0]}
+
+    cls = build_policy_class(
+        "ExtraGrad", "torch", loss_fn=pg_loss, postprocess_fn=centred_advantages, extra_action_out_fn=extra
+    )
+    policy = cls(OBS, ACT, SMALL)
+    obs = np.array([[0.5, -0.25, 0.0], [1.0, 0.0, -1.0]], np.float32)
+    outs = []
+    for grad_off in (False, True):  # the context-entering branch, then the one that needs none
+        batch = policy._lazy_tensor_dict(SampleBatch({"obs": obs}))
+        policy.model(batch)
+        with torch.set_grad_enabled(not grad_off):
+            outs.append(policy.extra_action_out(batch, [], policy.model, None))
+            assert torch.is_grad_enabled() is not grad_off  # the caller's mode is kept
+    assert seen[-2:] == [False, False]
+    for out in outs:
+        assert type(out["vf"]) is np.ndarray and out["vf"].shape == (2,)
+        np.testing.assert_allclose(out["twice"], [1.0, 2.0], atol=1e-6)
+    np.testing.assert_allclose(outs[0]["vf"], outs[1]["vf"], atol=1e-6)

@@ -676,3 +676,26 @@ def test_slice_converts_list_columns_added_later_like_the_constructor():
     b["extra"] = [10, 20, 30]  # __setitem__ stores the list as is
     s = b[1:3]
     assert isinstance(s["extra"], np.ndarray) and s["extra"].tolist() == [20, 30]
+
+
+def test_fast_shallow_copy_is_a_shallow_copy_sharing_key_tracking():
+    from rlpolicy.policy.sample_batch import fast_shallow_copy
+
+    assert fast_shallow_copy({"obs": np.zeros(2)}) is None  # only a plain SampleBatch
+    batch = SampleBatch({"obs": np.arange(4.0).reshape(2, 2), "infos": [{}, {}]}, _is_training=True)
+    batch["rewards"] = [1.0, 2.0]  # set after construction: stays a list in `batch`
+    batch.set_get_interceptor(lambda v: ("seen", v))
+    first = batch["obs"]
+    out = fast_shallow_copy(batch)
+    assert type(out) is SampleBatch and out is not batch and out.keys() == batch.keys()
+    assert out["obs"] is first  # the interceptor's value is reused, not recomputed
+    assert dict.__getitem__(out, "obs") is dict.__getitem__(batch, "obs")
+    np.testing.assert_array_equal(dict.__getitem__(out, "rewards"), [1.0, 2.0])  # a list became an array
+    assert type(dict.__getitem__(out, "rewards")) is np.ndarray
+    assert dict.__getitem__(out, "infos") == [{}, {}]
+    assert (out.count, out.is_training[1], out.zero_padded, out.time_major) == (2, True, False, None)
+    assert out.accessed_keys is batch.accessed_keys and out.added_keys is batch.added_keys
+    assert out.deleted_keys is batch.deleted_keys
+    out["new"] = np.zeros(2)  # a new column: recorded in the shared set, not in the original's columns
+    assert "new" in batch.added_keys and "new" not in batch
+    assert out.intercepted_values is not batch.intercepted_values and "new" not in batch.intercepted_values

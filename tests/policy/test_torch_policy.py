@@ -675,3 +675,26 @@ def test_lstm_buffered_sgd(device_config):
     after = policy.get_weights()
     assert all(np.isfinite(v).all() for v in after.values())
     assert any(not np.allclose(before[k], after[k], atol=1e-6) for k in before)
+
+
+# ------------------------------------------------------------------ grad mode while acting
+@pytest.mark.parametrize("grad_on", [True, False])
+def test_compute_actions_runs_without_grad_and_restores_the_callers_mode(grad_on):
+    policy = make()
+    seen = []
+    forward = policy.model.forward
+
+    def spy(input_dict, state, seq_lens):
+        seen.append(torch.is_grad_enabled())
+        return forward(input_dict, state, seq_lens)
+
+    policy.model.forward = spy
+    obs = np.zeros((2, 4), np.float32)
+    with torch.set_grad_enabled(grad_on):
+        policy.compute_actions(obs)
+        assert torch.is_grad_enabled() is grad_on
+        policy.model.forward = lambda *a: (_ for _ in ()).throw(RuntimeError("model failed"))
+        with pytest.raises(RuntimeError, match="model failed"):
+            policy.compute_actions(obs)
+        assert torch.is_grad_enabled() is grad_on  # restored after an error too
+    assert seen == [False]

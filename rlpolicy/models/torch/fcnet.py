@@ -139,7 +139,9 @@ class FullyConnectedNetwork(TorchModelV2, _Module):
     def forward(
         self, input_dict: Dict[str, TensorType], state: List[TensorType], seq_lens: TensorType
     ) -> Tuple[TensorType, List[TensorType]]:
-        obs = input_dict["obs_flat"].float()
+        obs = input_dict["obs_flat"]
+        if obs.dtype != torch.float32:  # (.float() of a float32 tensor is the tensor itself)
+            obs = obs.float()
         flat_in = obs if obs.dim() == 2 else obs.reshape(obs.shape[0], -1)
         plan = self.__dict__.get("_plan")
         if plan is not None and plan.usable():

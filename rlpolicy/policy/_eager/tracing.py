@@ -98,7 +98,11 @@ def to_numpy(x: Any) -> Any:
         if isinstance(leaf, (np.ndarray, int, float, bool, str)) or leaf is None:
             return leaf  # (skips tf.is_tensor, which is slow on non-tensors)
         if isinstance(leaf, tf.Variable) or tf.is_tensor(leaf):
-            return np.array(leaf.numpy(), copy=True)
+            value = leaf.numpy()
+            # (an eager tensor's numpy() is already a copy; a variable's may not be)
+            if type(value) is np.ndarray and not isinstance(leaf, tf.Variable):
+                return value
+            return np.array(value, copy=True)
         return leaf
 
     return tree.map_structure(convert, x)

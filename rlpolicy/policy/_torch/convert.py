@@ -57,7 +57,11 @@ def action_outputs_to_numpy(actions: Any, state_out: Any, extra: dict) -> tuple:
         actions = tensor_to_numpy(actions)
     else:
         actions = to_numpy_fast(actions)
-    state_out = [tensor_to_numpy(s) if isinstance(s, Tensor) else to_numpy_fast(s) for s in state_out]
+    state_out = (
+        [tensor_to_numpy(s) if isinstance(s, Tensor) else to_numpy_fast(s) for s in state_out]
+        if state_out
+        else []
+    )
     extra = {
         k: v if type(v) is np.ndarray else (tensor_to_numpy(v) if isinstance(v, Tensor) else to_numpy_fast(v))
         for k, v in extra.items()
