@@ -32,7 +32,9 @@ BEFORE = {
 # Today's counts (docs/architecture.md's "after" columns): a call that touches one more
 # rlpolicy file, or crosses one more policy/ <-> _core/ edge, fails.
 AFTER = {
-    ("torch", "compute_actions"): 16,  # (+1 in issue 27: _fast/torch_functional.py, see docs)
+    # (+1 in issue 27: _fast/torch_functional.py; +1: utils/torch_utils.py's generic
+    # converter replaced a hand-written one that won under 10%; see docs)
+    ("torch", "compute_actions"): 17,
     ("torch", "learn_on_batch"): 20,
     ("tf", "compute_actions"): 9,
     ("tf", "learn_on_batch"): 11,
