@@ -74,13 +74,10 @@ def concat_multi_gpu_td_errors(policy: "TorchPolicy") -> Dict[str, TensorType]:
     Returns:
         ``{"td_error": concatenated, "mean_td_error": its mean}``.
     """
-    td_error = torch.cat(
-        [
-            t.tower_stats.get("td_error", torch.tensor([0.0])).to(policy.device)
-            for t in policy.model_gpu_towers
-        ],
-        dim=0,
-    )
+    errors = [
+        t.tower_stats.get("td_error", torch.tensor([0.0])).to(policy.device) for t in policy.model_gpu_towers
+    ]
+    td_error = errors[0] if len(errors) == 1 else torch.cat(errors, dim=0)
     cast(Any, policy).td_error = td_error  # (an attribute 1.11 sets on the policy)
     return {"td_error": td_error, "mean_td_error": torch.mean(td_error)}
 
