@@ -675,3 +675,43 @@ def test_lstm_buffered_sgd(device_config):
     after = policy.get_weights()
     assert all(np.isfinite(v).all() for v in after.values())
     assert any(not np.allclose(before[k], after[k], atol=1e-6) for k in before)
+
+
+def test_set_train_mode_sets_every_module_and_honours_train_overrides():
+    from rlpolicy.policy.torch_policy import set_train_mode
+
+    calls = []
+
+    class OwnTrain(torch.nn.Linear):
+        def train(self, mode=True):
+            calls.append(mode)
+            return super().train(mode)
+
+    shared = torch.nn.ReLU()
+    net = torch.nn.Sequential(
+        torch.nn.Linear(3, 4),
+        torch.nn.Sequential(torch.nn.Dropout(0.5), shared, torch.nn.BatchNorm1d(4)),
+        shared,
+        OwnTrain(4, 2),
+    )
+    x = torch.ones(2, 3)
+    for mode in (False, True, False):
+        set_train_mode(net, mode)
+        assert [m.training for m in net.modules()] == [mode] * len(list(net.modules()))
+        assert calls[-1] is mode
+    assert calls == [False, True, False]
+    # Eval mode: dropout is the identity and batch norm uses its running statistics (0 and 1).
+    h = net[0](x)
+    np.testing.assert_allclose(
+        net[1](h).detach().numpy(), torch.relu(h).detach().numpy() / np.sqrt(1 + 1e-5), atol=1e-6
+    )
+
+
+def test_learn_then_act_switches_the_model_between_train_and_eval_modes():
+    policy = PG(OBS, ACT, {"model": {"fcnet_hiddens": [8, 8]}})
+    modules = list(policy.model.modules())
+    assert len(modules) > 3
+    policy.learn_on_batch(pg_batch(8))
+    assert all(m.training for m in modules)
+    policy.compute_actions(np.zeros((2,) + OBS.shape, np.float32))
+    assert not any(m.training for m in modules)
