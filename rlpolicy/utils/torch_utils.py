@@ -231,8 +231,10 @@ def global_norm(tensors: List[TensorType]) -> TensorType:
 
 
 def huber_loss(x: TensorType, delta: float = 1.0) -> TensorType:
-    """Elementwise Huber loss: ``0.5 x^2`` for ``|x| < delta``, else ``delta (|x| - delta/2)``."""
-    return torch.where(torch.abs(x) < delta, torch.pow(x, 2.0) * 0.5, delta * (torch.abs(x) - 0.5 * delta))
+    """Elementwise Huber loss: ``0.5 x^2`` for ``|x| < delta``, else ``delta (|x| - delta/2)``
+    (torch's fused kernel: the same values and gradients as RLlib's ``where`` of the two
+    branches, in 2 ops instead of ~18 with the backward pass)."""
+    return nn.functional.huber_loss(x, torch.zeros_like(x), reduction="none", delta=delta)
 
 
 def l2_loss(x: TensorType) -> TensorType:

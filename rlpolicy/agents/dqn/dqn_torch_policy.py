@@ -91,11 +91,12 @@ class QLoss:
         target = rewards + discount * (1.0 - done_mask) * q_tp1_best
         self.td_error = q_t_selected - target.detach()
         self.loss = torch.mean(importance_weights.float() * huber_loss(self.td_error))
-        self.stats = {
-            "mean_q": torch.mean(q_t_selected),
-            "min_q": torch.min(q_t_selected),
-            "max_q": torch.max(q_t_selected),
-        }
+        with torch.no_grad():  # (reported only: no autograd nodes)
+            self.stats = {
+                "mean_q": torch.mean(q_t_selected),
+                "min_q": torch.min(q_t_selected),
+                "max_q": torch.max(q_t_selected),
+            }
 
 
 def project_distribution(
