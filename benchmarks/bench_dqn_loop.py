@@ -16,9 +16,10 @@ torch/TF thread):
   Every system first runs ``--warmup`` env steps (default 10k: past ``learning_starts``
   and the epsilon schedule; SB3 skips the Q-net forward on the steps it explores, rlpolicy
   always computes it), then each round runs ``--steps`` env steps of every system in turn.
-* **learn**: µs per 32-row ``learn_on_batch`` (DQNTorchPolicy) against a plain-torch
-  update doing the same math (dueling double-Q Huber loss with importance weights, Adam,
-  global-norm clipping, TD errors out) and SB3's ``train(gradient_steps=1)``.
+* **learn**: µs per 32-row ``learn_on_batch`` (DQNTorchPolicy, defaults and SB3's work)
+  against plain-torch updates doing the same math (dueling double-Q or SB3's one-net Huber
+  loss with importance weights, Adam, global-norm clipping, TD errors out) and SB3's
+  ``train(gradient_steps=1)``.
 * **replay**: µs per loop turn of the replay buffer (add a 4-step fragment, sample 32 rows,
   update 32 priorities) of rlpolicy's ``LocalReplayBuffer`` (prioritized and uniform) against
   SB3's ``ReplayBuffer`` (add 4, sample 32).
@@ -163,24 +164,34 @@ def dqn_batch(rng: np.random.Generator, n: int = 32) -> Dict[str, np.ndarray]:
 
 
 class PlainTorchDQN:
-    """The same update as DQNTorchPolicy's with the default config, in plain torch."""
+    """The same update as DQNTorchPolicy's with the default config (dueling double Q,
+    tanh torso), or with ``sb3work`` SB3's (one 2x256 ReLU Q-net, max-Q target), in
+    plain torch; Adam as the policy builds it (fused where torch has it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sb3work: bool = False) -> None:
         import torch
         from torch import nn
 
         def net() -> Any:
+            if sb3work:
+                layers = [nn.Linear(4, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 2)]
+                return nn.Sequential(*layers)
             base = nn.Sequential(nn.Linear(4, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh())
             adv = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 2))
             val = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1))
             return nn.ModuleList([base, adv, val])
 
-        self.torch = torch
+        self.torch, self.sb3work = torch, sb3work
         self.q, self.target = net(), net()
         self.target.load_state_dict(self.q.state_dict())
-        self.opt = torch.optim.Adam(self.q.parameters(), lr=5e-4, eps=1e-8)
+        try:  # torch's fused CPU kernel, as rlpolicy's default Adam takes where torch has it
+            self.opt = torch.optim.Adam(self.q.parameters(), lr=5e-4, eps=1e-8, fused=True)
+        except (RuntimeError, TypeError, ValueError):
+            self.opt = torch.optim.Adam(self.q.parameters(), lr=5e-4, eps=1e-8)
 
     def _q(self, model: Any, obs: Any) -> Any:
+        if self.sb3work:
+            return model(obs)
         h = model[0](obs)
         adv = model[1](h)
         return model[2](h) + adv - adv.mean(1, keepdim=True)
@@ -191,8 +202,9 @@ class PlainTorchDQN:
         actions = torch.from_numpy(b["actions"])
         q_t = self._q(self.q, obs).gather(1, actions[:, None]).squeeze(1)
         with torch.no_grad():
-            best = self._q(self.q, new_obs).argmax(1)
-            q_tp1 = self._q(self.target, new_obs).gather(1, best[:, None]).squeeze(1)
+            q_next = self._q(self.target, new_obs)
+            best = (q_next if self.sb3work else self._q(self.q, new_obs)).argmax(1)
+            q_tp1 = q_next.gather(1, best[:, None]).squeeze(1)
             done = torch.from_numpy(b["terminateds"]).float()
             target = torch.from_numpy(b["rewards"]) + 0.99 * (1.0 - done) * q_tp1
         td = q_t - target
@@ -232,13 +244,14 @@ def time_learn(rounds: int, calls: int, sb3: bool) -> Dict[str, float]:
     spaces = (gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
     policy = DQNTorchPolicy(*spaces, {**config_defaults("dqn"), "framework": "torch"})
     sb3work = DQNTorchPolicy(*spaces, {**config_defaults("dqn"), **SB3_WORK, "framework": "torch"})
-    plain = PlainTorchDQN()
+    plain, plain_sb3work = PlainTorchDQN(), PlainTorchDQN(sb3work=True)
     systems: Dict[str, Callable[[int], Any]] = {
         "rlpolicy learn_on_batch": lambda i: policy.learn_on_batch(SampleBatch(dict(batches[i % 8]))),
         "plain torch": lambda i: plain.learn(batches[i % 8]),
         "rlpolicy learn_on_batch, SB3's work": lambda i: sb3work.learn_on_batch(
             SampleBatch(dict(batches[i % 8]))
         ),
+        "plain torch, SB3's work": lambda i: plain_sb3work.learn(batches[i % 8]),
     }
     if sb3:
         model = SB3Loop().model

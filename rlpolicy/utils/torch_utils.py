@@ -74,13 +74,10 @@ def concat_multi_gpu_td_errors(policy: "TorchPolicy") -> Dict[str, TensorType]:
     Returns:
         ``{"td_error": concatenated, "mean_td_error": its mean}``.
     """
-    td_error = torch.cat(
-        [
-            t.tower_stats.get("td_error", torch.tensor([0.0])).to(policy.device)
-            for t in policy.model_gpu_towers
-        ],
-        dim=0,
-    )
+    errors = [
+        t.tower_stats.get("td_error", torch.tensor([0.0])).to(policy.device) for t in policy.model_gpu_towers
+    ]
+    td_error = errors[0] if len(errors) == 1 else torch.cat(errors, dim=0)
     cast(Any, policy).td_error = td_error  # (an attribute 1.11 sets on the policy)
     return {"td_error": td_error, "mean_td_error": torch.mean(td_error)}
 
@@ -234,8 +231,10 @@ def global_norm(tensors: List[TensorType]) -> TensorType:
 
 
 def huber_loss(x: TensorType, delta: float = 1.0) -> TensorType:
-    """Elementwise Huber loss: ``0.5 x^2`` for ``|x| < delta``, else ``delta (|x| - delta/2)``."""
-    return torch.where(torch.abs(x) < delta, torch.pow(x, 2.0) * 0.5, delta * (torch.abs(x) - 0.5 * delta))
+    """Elementwise Huber loss: ``0.5 x^2`` for ``|x| < delta``, else ``delta (|x| - delta/2)``
+    (torch's fused kernel: the same values and gradients as RLlib's ``where`` of the two
+    branches, in 2 ops instead of ~18 with the backward pass)."""
+    return nn.functional.huber_loss(x, torch.zeros_like(x), reduction="none", delta=delta)
 
 
 def l2_loss(x: TensorType) -> TensorType:

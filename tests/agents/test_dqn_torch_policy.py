@@ -103,6 +103,31 @@ def test_double_q_target_matches_numpy(double_q):
     np.testing.assert_allclose(online.tower_stats["td_error"].numpy(), expected_td, rtol=1e-5, atol=1e-5)
 
 
+def test_masked_q_values_select_as_zero_with_one_hot_gradients():
+    # Q(s, a) of the taken action; a masked (<= FLOAT_MIN) Q-value counts as 0 and gets no gradient.
+    q = np.array([[1.5, -3.4e38, 2.0], [-np.inf, 0.25, -1.0], [4.0, 5.0, -3.4e38]], np.float32)
+    obs = torch.tensor(q, requires_grad=True)
+    policy = StubPolicy(double_q=False)
+    online = TableModel()
+    policy.target_models = {online: TableModel(scale=0.0)}  # next-state Q = 0: td = Q(s, a) - r
+    batch = {
+        SampleBatch.OBS: obs,
+        SampleBatch.NEXT_OBS: torch.zeros(3, 3),
+        SampleBatch.ACTIONS: torch.tensor([1, 1, 0]),
+        SampleBatch.REWARDS: torch.tensor([0.5, 0.0, 1.0]),
+        SampleBatch.DONES: torch.tensor([False, False, True]),
+        PRIO_WEIGHTS: torch.tensor([1.0, 2.0, 0.5]),
+    }
+    build_q_losses(policy, online, None, batch).backward()
+    expected_td = np.array([0.0 - 0.5, 0.25 - 0.0, 4.0 - 1.0])
+    np.testing.assert_allclose(online.tower_stats["td_error"].detach().numpy(), expected_td, atol=1e-6)
+    # d mean(w * huber(td)) / dQ(s, a) = w * clip(td, -1, 1) / B on the taken, unmasked action.
+    expected_grad = np.zeros((3, 3), np.float32)
+    expected_grad[1, 1] = 2.0 * 0.25 / 3
+    expected_grad[2, 0] = 0.5 * 1.0 / 3
+    np.testing.assert_allclose(obs.grad.numpy(), expected_grad, atol=1e-6)
+
+
 def test_terminateds_stop_bootstrapping_but_truncation_does_not():
     policy = StubPolicy()
     online = TableModel()

@@ -698,3 +698,13 @@ def test_compute_actions_runs_without_grad_and_restores_the_callers_mode(grad_on
             policy.compute_actions(obs)
         assert torch.is_grad_enabled() is grad_on  # restored after an error too
     assert seen == [False]
+
+
+def test_learn_then_act_switches_the_model_between_train_and_eval_modes():
+    policy = PG(OBS, ACT, {"model": {"fcnet_hiddens": [8, 8]}})
+    modules = list(policy.model.modules())
+    assert len(modules) > 3
+    policy.learn_on_batch(pg_batch(8))
+    assert all(m.training for m in modules)
+    policy.compute_actions(np.zeros((2,) + OBS.shape, np.float32))
+    assert not any(m.training for m in modules)

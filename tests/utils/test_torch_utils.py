@@ -52,6 +52,16 @@ def test_losses_vs_numpy():
         tu.huber_loss(torch.tensor(x), delta=1.5).numpy(), expected, rtol=1e-6, atol=1e-6
     )
     assert float(tu.l2_loss(torch.tensor(x))) == pytest.approx(0.5 * np.sum(x**2), abs=1e-6)
+
+
+def test_huber_loss_gradient_vs_numpy():
+    # d huber / dx = x inside |x| < delta, delta * sign(x) outside (and at +-delta).
+    x = np.array([-3.0, -1.5, -0.2, 0.0, 0.7, 1.5, 2.0], np.float32)
+    t = torch.tensor(x, requires_grad=True)
+    tu.huber_loss(t, delta=1.5).sum().backward()
+    expected = np.where(np.abs(x) < 1.5, x, 1.5 * np.sign(x))
+    np.testing.assert_allclose(t.grad.numpy(), expected, atol=1e-6)
+    assert tu.huber_loss(torch.tensor(x), delta=1.5).dtype == torch.float32
     logits = np.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
     labels = np.array([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]])
     log_sm = logits - np.log(np.exp(logits).sum(-1, keepdims=True))

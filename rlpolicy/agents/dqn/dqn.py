@@ -126,7 +126,7 @@ class SimpleDQNTrainer:
         self.num_target_updates = 0
         self.last_target_update = 0
         self.iteration = 0
-        self.learner_stats: Dict[str, float] = {}
+        self._last_learn_info: Dict[str, Any] = {}
         self._steps_offset = self._episodes_offset = 0
         self._start = time.perf_counter()
 
@@ -136,6 +136,11 @@ class SimpleDQNTrainer:
         self.iteration = int(iteration)
         self._steps_offset, self._episodes_offset = int(timesteps), int(episodes)
         self.last_target_update = self.steps_sampled
+
+    @property
+    def learner_stats(self) -> Dict[str, float]:
+        """The last learn step's learner stats as floats (empty before the first)."""
+        return learner_stats_of(self._last_learn_info)
 
     @property
     def steps_sampled(self) -> int:
@@ -169,7 +174,7 @@ class SimpleDQNTrainer:
         batch = replayed.policy_batches[DEFAULT_POLICY_ID]
         info = self.policy.learn_on_batch(batch)
         self.steps_trained += batch.count
-        self.learner_stats = learner_stats_of(info)
+        self._last_learn_info = info  # (its stats are converted when read)
         # RLlib's TrainOneStep: broadcast the sampled-steps counter (epsilon, lr schedules).
         self.policy.on_global_var_update({"timestep": self.steps_sampled})
         if BATCH_INDEXES in batch and "td_error" in info:

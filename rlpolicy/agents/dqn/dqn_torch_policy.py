@@ -58,15 +58,16 @@ class QLoss:
     distribution ``r + gamma^n (1 - done) z`` is clipped to ``[v_min, v_max]``
     and projected onto the support; ``td_error`` is the cross entropy between
     it and the predicted distribution, and ``loss = mean(w * td_error)``.
-    ``self.stats`` holds the mean/min/max Q (or the mean TD error).
+    ``self.stats`` holds the mean/min/max Q (or the mean TD error). With one atom
+    ``q_logits_t_selected`` and ``q_probs_tp1_best`` are not read (may be None).
     """
 
     def __init__(
         self,
         q_t_selected: TensorType,
-        q_logits_t_selected: TensorType,
+        q_logits_t_selected: Optional[TensorType],
         q_tp1_best: TensorType,
-        q_probs_tp1_best: TensorType,
+        q_probs_tp1_best: Optional[TensorType],
         importance_weights: TensorType,
         rewards: TensorType,
         done_mask: TensorType,
@@ -90,11 +91,12 @@ class QLoss:
         target = rewards + discount * (1.0 - done_mask) * q_tp1_best
         self.td_error = q_t_selected - target.detach()
         self.loss = torch.mean(importance_weights.float() * huber_loss(self.td_error))
-        self.stats = {
-            "mean_q": torch.mean(q_t_selected),
-            "min_q": torch.min(q_t_selected),
-            "max_q": torch.max(q_t_selected),
-        }
+        with torch.no_grad():  # (reported only: no autograd nodes)
+            self.stats = {
+                "mean_q": torch.mean(q_t_selected),
+                "min_q": torch.min(q_t_selected),
+                "max_q": torch.max(q_t_selected),
+            }
 
 
 def project_distribution(
@@ -207,10 +209,11 @@ def get_distribution_inputs_and_class(
     return q_vals, TorchCategorical, []  # no RNN state
 
 
-def _select(values: TensorType, one_hot: TensorType) -> TensorType:
-    """``values[b, a*]`` for the one-hot ``a*``; masked (<= FLOAT_MIN) Q-values count as 0."""
-    safe = torch.where(values > FLOAT_MIN, values, torch.zeros_like(values))
-    return torch.sum(safe * one_hot, 1)
+def _select(values: TensorType, index: TensorType) -> TensorType:
+    """``values[b, index[b]]``; masked (<= FLOAT_MIN) Q-values count as 0 (RLlib sums
+    ``where(values > FLOAT_MIN, values, 0) * one_hot``: the same values and gradients)."""
+    safe = torch.where(values > FLOAT_MIN, values, 0.0)
+    return safe.gather(1, index.unsqueeze(1)).squeeze(1)
 
 
 def build_q_losses(policy: Policy, model: ModelV2, _: Any, train_batch: SampleBatch) -> TensorType:
@@ -221,9 +224,13 @@ def build_q_losses(policy: Policy, model: ModelV2, _: Any, train_batch: SampleBa
         policy, model, {"obs": train_batch[SampleBatch.CUR_OBS]}, explore=False, is_training=True
     )
     n_actions = policy.action_space.n
-    one_hot_selection = F.one_hot(train_batch[SampleBatch.ACTIONS].long(), n_actions)
-    q_t_selected = _select(q_t, one_hot_selection)
-    q_logits_t_selected = torch.sum(q_logits_t * one_hot_selection.unsqueeze(-1), 1)
+    distributional = config["num_atoms"] > 1
+    actions = train_batch[SampleBatch.ACTIONS].long()
+    q_t_selected = _select(q_t, actions)
+    # With one atom QLoss reads neither the logits nor the next-state probabilities.
+    q_logits_t_selected = (
+        torch.sum(q_logits_t * F.one_hot(actions, n_actions).unsqueeze(-1), 1) if distributional else None
+    )
     # The next-state side only feeds the (detached) targets: no autograd graph for it.
     with torch.no_grad():
         q_tp1, _, q_probs_tp1, _ = compute_q_values(
@@ -241,9 +248,10 @@ def build_q_losses(policy: Policy, model: ModelV2, _: Any, train_batch: SampleBa
             best = torch.argmax(q_tp1_online, 1)
         else:
             best = torch.argmax(q_tp1, 1)
-        best_one_hot = F.one_hot(best, n_actions)
-        q_tp1_best = _select(q_tp1, best_one_hot)
-        q_probs_tp1_best = torch.sum(q_probs_tp1 * best_one_hot.unsqueeze(-1), 1)
+        q_tp1_best = _select(q_tp1, best)
+        q_probs_tp1_best = (
+            torch.sum(q_probs_tp1 * F.one_hot(best, n_actions).unsqueeze(-1), 1) if distributional else None
+        )
     q_loss = QLoss(
         q_t_selected,
         q_logits_t_selected,
@@ -268,7 +276,10 @@ def build_q_stats(policy: Policy, batch: SampleBatch) -> Dict[str, TensorType]:
     """Tower means of the QLoss stats, plus ``cur_lr``."""
     towers = [t for t in policy.model_gpu_towers if "q_loss" in t.tower_stats]
     stats: Dict[str, Any] = {}
-    if towers:
+    if len(towers) == 1 and towers[0].tower_stats["q_loss"].stats:
+        # One tower: its stats are the means (a mean over one value is that value).
+        stats.update(towers[0].tower_stats["q_loss"].stats)
+    elif towers:
         for key in towers[0].tower_stats["q_loss"].stats:
             stats[key] = torch.mean(
                 torch.stack([t.tower_stats["q_loss"].stats[key].to(policy.device) for t in towers])
