@@ -1,13 +1,21 @@
 """Construction is unchanged by speed work: a fixed torch seed gives the initial weights,
 state-dict names, view requirements and RNG use recorded from the tree before issue 26k
-(commit c5f4b65, torch 2.x; PPO torch, fcnet 2x16)."""
+(commit c5f4b65, torch 2.13; PPO torch, fcnet 2x16). Torch's CPU random streams are
+not promised across releases, so on another torch minor version the test is skipped."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
-import torch
 
-from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy
+torch = pytest.importorskip("torch")
+
+from rlpolicy.agents.ppo.ppo_torch_policy import PPOTorchPolicy  # noqa: E402
+
+RECORDED_WITH = "2.13"
+if ".".join(torch.__version__.split("+")[0].split(".")[:2]) != RECORDED_WITH:
+    pytest.skip(
+        f"values recorded with torch {RECORDED_WITH}, running {torch.__version__}", allow_module_level=True
+    )
 
 # name: (shape, first three entries, sum of all entries)
 RECORDED = {
