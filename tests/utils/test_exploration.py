@@ -446,7 +446,7 @@ def test_torch_epsilon_greedy_draws_as_rllib_on_a_fixed_seed():
 def test_torch_epsilon_greedy_rejects_a_fully_masked_row():
     driver = _eg_driver("torch", **EPS_KW)
     q = np.array([[0.0, 1.0, 5.0, 2.0], [FLOAT_MIN] * 4], np.float32)
-    with pytest.raises(ValueError, match="every action of some row is masked"):
+    with pytest.raises(ValueError, match="EpsilonGreedy: a row of action weights sums to 0 or NaN"):
         driver.act(q, timestep=0)
 
 

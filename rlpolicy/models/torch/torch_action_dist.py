@@ -28,6 +28,7 @@ from rlpolicy.models.torch.dist_helpers import (
     LOG_SQRT_2PI,
     LazyDist,
     check_bounds,
+    draw_one,
     flat_action_widths,
     flatten_actions,
     no_grad_call,
@@ -132,11 +133,7 @@ class TorchCategorical(TorchDistributionWrapper):
             log_probs = self._log_probs = torch.log_softmax(self._logits, -1)
         probs = log_probs.exp()
         if probs.dim() == 2:
-            index = (
-                no_grad_call(torch.multinomial, probs, 1, True)
-                if torch.is_grad_enabled()
-                else torch.multinomial(probs, 1, True)
-            )
+            index = draw_one(probs, type(self).__name__)
             self.last_sample = index.squeeze(1)
             self._drawn = (self.last_sample, index)
             return self.last_sample
