@@ -55,7 +55,7 @@ def draw_one(weights: Any, owner: str) -> Any:
     so the same draws on a fixed seed. A row that sums to 0 or NaN gets ``owner``'s
     ValueError, as multinomial raises."""
     w = weights.detach()
-    if not bool((w.sum(-1) > 0).all()):
+    if w.numel() and not float(w.sum(-1).min()) > 0:  # (NaN: min is NaN)
         raise ValueError(f"{owner}: a row of action weights sums to 0 or NaN (all masked, or NaN inputs)")
     q = torch.empty_like(w).exponential_()
     return torch.div(w, q, out=q).argmax(-1, keepdim=True)
