@@ -48,19 +48,6 @@ def no_grad_call(fn: Any, *args: Any) -> Any:
         return fn(*args)
 
 
-def draw_one(weights: Any, owner: str) -> Any:
-    """``torch.multinomial(weights, 1)`` ([B, 1] indices) for rows of non-negative,
-    finite weights, without its costly input checks: the same recipe (argmax of
-    ``weights / q``, ``q ~ Exp(1)`` from ``empty_like(weights).exponential_()``),
-    so the same draws on a fixed seed. A row that sums to 0 or NaN gets ``owner``'s
-    ValueError, as multinomial raises."""
-    w = weights.detach()
-    if w.numel() and not float(w.sum(-1).min()) > 0:  # (NaN: min is NaN)
-        raise ValueError(f"{owner}: a row of action weights sums to 0 or NaN (all masked, or NaN inputs)")
-    q = torch.empty_like(w).exponential_()
-    return torch.div(w, q, out=q).argmax(-1, keepdim=True)
-
-
 def reshape_to_space(flat: Any, shape: Optional[Tuple[int, ...]], dtype: Any = None) -> Any:
     """Reshapes flat samples [B, prod(shape)] to [B, *shape] (and casts them to the
     torch counterpart of the numpy ``dtype``, if given); ``shape`` None: unchanged."""

@@ -8,7 +8,6 @@ import gymnasium as gym
 import tree
 
 from rlpolicy._core.exploration_factory import create_schedule
-from rlpolicy.models.torch.dist_helpers import draw_one
 from rlpolicy.utils.annotations import override
 from rlpolicy.utils.exploration import _ops as ops
 from rlpolicy.utils.exploration.exploration import Exploration
@@ -140,6 +139,8 @@ class EpsilonGreedy(Exploration):
         chose_random = torch.rand(batch_size, device=device) < epsilon
         if nested:
             return self._torch_mix_nested(exploit_action, chose_random), action_logp
+        from rlpolicy.models.torch.torch_action_dist import draw_one
+
         weights = (action_distribution.inputs > ops.FLOAT_MIN).to(torch.float32)
         random_actions = draw_one(weights, type(self).__name__).squeeze(1)
         if chose_random.device != exploit_action.device:
