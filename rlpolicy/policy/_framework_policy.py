@@ -220,7 +220,7 @@ class FrameworkPolicy(Policy):
         if info_batch is not None:
             columns[SampleBatch.INFOS] = info_batch
         # (no state_in_<i> columns to look for when no state was passed)
-        states = None if state_batches else []
+        states: Optional[List[Any]] = None if state_batches else []
         return self._compute_actions_checked(_acting_batch(columns), explore, timestep, episodes, states)
 
     def compute_actions_from_input_dict(

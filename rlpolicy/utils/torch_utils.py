@@ -97,6 +97,16 @@ def convert_to_non_torch_type(stats: TensorStructType) -> TensorStructType:
             return item.cpu().item() if item.dim() == 0 else item.detach().cpu().numpy()
         return item
 
+    if (
+        torch is not None and type(stats) is dict
+    ):  # the acting path's flat dict of tensors, without tree's walk
+        out = {}
+        for key, item in stats.items():
+            if type(item) is not torch.Tensor:
+                break
+            out[key] = mapping(item)
+        else:
+            return out
     return tree.map_structure(mapping, stats)
 
 

@@ -229,6 +229,7 @@ def test_lstm_over_a_conv_output_larger_than_1x1_is_refused(src_fw, dst_fw):
         np.testing.assert_array_equal(v, before[k])
 
 
+@pytest.mark.tf
 def test_a_weights_list_is_refused():
     dst = _policy("tf", "fc")
     with pytest.raises(ValueError, match="list of weights has no keys"):

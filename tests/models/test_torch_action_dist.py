@@ -64,6 +64,24 @@ def test_categorical_sample_frequencies_match_probs():
     np.testing.assert_allclose(counts, softmax(logit[0]), atol=0.015)
 
 
+def test_categorical_sample_draws_as_torch_multinomial_on_a_fixed_seed():
+    """RLlib samples through torch.distributions.Categorical: multinomial(probs, 1, True)."""
+    for n, batch in [(2, 1), (3, 5), (18, 64)]:
+        logits = t(RNG.normal(size=(batch, n)) * 3).requires_grad_(True)
+        probs = torch.as_tensor(softmax(logits.detach().numpy(), -1))
+        for seed in range(20):
+            torch.manual_seed(seed)
+            got = TorchCategorical(logits).sample()
+            torch.manual_seed(seed)
+            expected = torch.multinomial(probs, 1, True).squeeze(1)
+            np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+def test_categorical_sample_rejects_nan_logits():
+    with pytest.raises(ValueError, match="TorchCategorical: a row of action weights sums to 0 or NaN"):
+        TorchCategorical(t([[0.0, 1.0], [np.nan, 0.0]])).sample()
+
+
 def test_categorical_temperature_divides_logits(logits):
     d = TorchCategorical(t(logits), None, temperature=2.0)
     np.testing.assert_allclose(d.dist.probs.numpy(), softmax(logits / 2.0, axis=1), rtol=1e-5, atol=1e-6)

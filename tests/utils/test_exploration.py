@@ -425,6 +425,31 @@ def test_random_action_frequency_matches_epsilon(framework, schedule):
     assert (greedy == 2).all()
 
 
+def test_torch_epsilon_greedy_draws_as_rllib_on_a_fixed_seed():
+    """RLlib's torch recipe: rand(B) < eps, then multinomial over the unmasked actions."""
+    torch = pytest.importorskip("torch")
+    q = np.array(
+        [[0.0, 1.0, 5.0, FLOAT_MIN], [FLOAT_MIN, 2.0, FLOAT_MIN, 1.0], [3.0, 0.0, 1.0, 2.0]], np.float32
+    )
+    driver = _eg_driver("torch", epsilon_schedule=ConstantSchedule(0.5, framework="torch"))
+    torch.manual_seed(7)
+    got = [driver.act(q, timestep=t)[0] for t in range(200)]
+    torch.manual_seed(7)
+    qt = torch.from_numpy(q)
+    for actions in got:
+        chose_random = torch.rand(3) < 0.5
+        random_actions = torch.multinomial((qt > FLOAT_MIN).float(), 1).squeeze(1)
+        expected = torch.where(chose_random, random_actions, qt.argmax(1))
+        np.testing.assert_array_equal(actions, expected.numpy())
+
+
+def test_torch_epsilon_greedy_rejects_a_fully_masked_row():
+    driver = _eg_driver("torch", **EPS_KW)
+    q = np.array([[0.0, 1.0, 5.0, 2.0], [FLOAT_MIN] * 4], np.float32)
+    with pytest.raises(ValueError, match="EpsilonGreedy: a row of action weights sums to 0 or NaN"):
+        driver.act(q, timestep=0)
+
+
 @pytest.mark.tf
 @pytest.mark.tf_eager_code
 def test_epsilon_greedy_in_a_tf_function():

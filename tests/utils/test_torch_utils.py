@@ -199,6 +199,17 @@ def test_convert_to_non_torch_type():
     assert out["c"] == "x"
 
 
+def test_convert_to_non_torch_type_flat_dict_of_tensors():
+    w = torch.ones(2, requires_grad=True)
+    stats = {"z": w * 2.0, "a": torch.tensor(1.5), "m": torch.arange(3)}
+    out = tu.convert_to_non_torch_type(stats)
+    assert list(out) == ["z", "a", "m"] and out is not stats  # key order kept, a new dict
+    np.testing.assert_array_equal(out["z"], [2.0, 2.0]) and isinstance(out["z"], np.ndarray)
+    assert out["a"] == 1.5 and isinstance(out["a"], float)
+    assert out["m"].dtype == np.int64 and list(out["m"]) == [0, 1, 2]
+    assert all(type(v) is torch.Tensor for v in stats.values())  # the input is left alone
+
+
 class _FakePolicy:
     def __init__(self, grad_clip):
         self.config = {"grad_clip": grad_clip}

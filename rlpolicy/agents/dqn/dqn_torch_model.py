@@ -133,7 +133,7 @@ class DQNTorchModel(TorchModelV2, nn.Module):
         """
         action_scores = self.advantage_module(model_out)
         if self.num_atoms == 1:
-            ones = torch.unsqueeze(torch.ones_like(action_scores), -1)
+            ones = action_scores.new_ones((*action_scores.shape, 1))
             return action_scores, ones, ones
         z = self.support(action_scores.device)
         support_logits = torch.reshape(action_scores, (-1, self.action_space.n, self.num_atoms))

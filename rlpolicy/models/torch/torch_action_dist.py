@@ -88,6 +88,19 @@ class TorchDistributionWrapper(ActionDistribution):
         return self.logp(self.last_sample)
 
 
+def draw_one(weights: Any, owner: str) -> Any:
+    """``torch.multinomial(weights, 1)`` ([B, 1] indices) for rows of non-negative,
+    finite weights, without its costly input checks: the same recipe (argmax of
+    ``weights / q``, ``q ~ Exp(1)`` from ``empty_like(weights).exponential_()``),
+    so the same draws on a fixed seed. A row that sums to 0 or NaN gets ``owner``'s
+    ValueError, as multinomial raises."""
+    w = weights.detach()
+    if w.numel() and not float(w.sum(-1).min()) > 0:  # (NaN: min is NaN)
+        raise ValueError(f"{owner}: a row of action weights sums to 0 or NaN (all masked, or NaN inputs)")
+    q = torch.empty_like(w).exponential_()
+    return torch.div(w, q, out=q).argmax(-1, keepdim=True)
+
+
 @DeveloperAPI
 class TorchCategorical(TorchDistributionWrapper):
     """Categorical over ``n`` actions from logits [BATCH, n], optionally tempered."""
@@ -132,11 +145,7 @@ class TorchCategorical(TorchDistributionWrapper):
             log_probs = self._log_probs = torch.log_softmax(self._logits, -1)
         probs = log_probs.exp()
         if probs.dim() == 2:
-            index = (
-                no_grad_call(torch.multinomial, probs, 1, True)
-                if torch.is_grad_enabled()
-                else torch.multinomial(probs, 1, True)
-            )
+            index = draw_one(probs, type(self).__name__)
             self.last_sample = index.squeeze(1)
             self._drawn = (self.last_sample, index)
             return self.last_sample

@@ -128,7 +128,8 @@ class EpsilonGreedy(Exploration):
         torch, _ = try_import_torch(error=True)
         self.last_timestep = ops.torch_next_timestep(self.last_timestep, timestep)
         exploit_action = action_distribution.deterministic_sample()
-        first = tree.flatten(exploit_action)[0]
+        nested = hasattr(action_distribution, "flat_child_distributions")
+        first = tree.flatten(exploit_action)[0] if nested else exploit_action
         batch_size, device = int(first.shape[0]), self.device or first.device
         action_logp = torch.zeros(batch_size, dtype=torch.float32, device=device)
         if not explore:
@@ -136,15 +137,15 @@ class EpsilonGreedy(Exploration):
 
         epsilon = float(self.epsilon_schedule(self.last_timestep))
         chose_random = torch.rand(batch_size, device=device) < epsilon
-        if hasattr(action_distribution, "flat_child_distributions"):
+        if nested:
             return self._torch_mix_nested(exploit_action, chose_random), action_logp
-        q_values = action_distribution.inputs
-        weights = (q_values > ops.FLOAT_MIN).to(torch.float32)
-        random_actions = torch.multinomial(weights, 1).squeeze(1)
-        action = torch.where(
-            chose_random.to(exploit_action.device), random_actions.to(exploit_action), exploit_action
-        )
-        return action, action_logp
+        from rlpolicy.models.torch.torch_action_dist import draw_one
+
+        weights = (action_distribution.inputs > ops.FLOAT_MIN).to(torch.float32)
+        random_actions = draw_one(weights, type(self).__name__).squeeze(1)
+        if chose_random.device != exploit_action.device:
+            chose_random = chose_random.to(exploit_action.device)
+        return torch.where(chose_random, random_actions.to(exploit_action), exploit_action), action_logp
 
     def _torch_mix_nested(self, exploit_action: Any, chose_random: Any) -> Any:
         """Replaces the rows in ``chose_random`` of a nested action by space samples."""
