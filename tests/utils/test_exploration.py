@@ -444,6 +444,7 @@ def test_torch_epsilon_greedy_draws_as_rllib_on_a_fixed_seed():
 
 
 def test_torch_epsilon_greedy_rejects_a_fully_masked_row():
+    pytest.importorskip("torch")
     driver = _eg_driver("torch", **EPS_KW)
     q = np.array([[0.0, 1.0, 5.0, 2.0], [FLOAT_MIN] * 4], np.float32)
     with pytest.raises(ValueError, match="EpsilonGreedy: a row of action weights sums to 0 or NaN"):
