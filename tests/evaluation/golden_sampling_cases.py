@@ -137,3 +137,26 @@ def run_case(name: str) -> Dict[str, np.ndarray]:
     out["calls"] = np.array([json.dumps(c) for c in callbacks.calls])
     worker.stop()
     return out
+
+
+def assert_same_batches(a, b):
+    """Two sampled batches are the same: columns (in order), dtypes, shapes and values;
+    episode ids only as a grouping (they are random), infos as dicts."""
+    if isinstance(a, MultiAgentBatch):
+        assert isinstance(b, MultiAgentBatch) and sorted(a.policy_batches) == sorted(b.policy_batches)
+        for pid in a.policy_batches:
+            assert_same_batches(a.policy_batches[pid], b.policy_batches[pid])
+        return
+    assert list(a.keys()) == list(b.keys())  # same columns, same order
+    for col in a.keys():
+        if col == SampleBatch.EPS_ID:  # random per episode: only the grouping must agree
+            _, ia = np.unique(a[col], return_inverse=True)
+            _, ib = np.unique(b[col], return_inverse=True)
+            assert (np.diff(ia) != 0).tolist() == (np.diff(ib) != 0).tolist()
+            continue
+        if col == SampleBatch.INFOS:
+            assert [dict(i) for i in a[col]] == [dict(i) for i in b[col]]
+            continue
+        va, vb = np.asarray(a[col]), np.asarray(b[col])
+        assert va.dtype == vb.dtype and va.shape == vb.shape, col
+        np.testing.assert_allclose(va, vb, rtol=1e-6, atol=1e-6, err_msg=col)

@@ -8,12 +8,12 @@ and the cases that never take it."""
 import gymnasium as gym
 import numpy as np
 import pytest
-from golden_sampling_cases import RecordingCallbacks
+from golden_sampling_cases import RecordingCallbacks, assert_same_batches
 from sampling_envs import CountingEnv
 
 from rlpolicy.evaluation.rollout_worker import RolloutWorker
 from rlpolicy.policy.policy import PolicySpec
-from rlpolicy.policy.sample_batch import MultiAgentBatch, SampleBatch
+from rlpolicy.policy.sample_batch import SampleBatch
 
 torch = pytest.importorskip("torch")
 
@@ -83,27 +83,6 @@ def _cartpole(ctx=None):
     return gym.make("CartPole-v1")
 
 
-def _assert_same_batches(a, b):
-    if isinstance(a, MultiAgentBatch):
-        assert isinstance(b, MultiAgentBatch) and sorted(a.policy_batches) == sorted(b.policy_batches)
-        for pid in a.policy_batches:
-            _assert_same_batches(a.policy_batches[pid], b.policy_batches[pid])
-        return
-    assert list(a.keys()) == list(b.keys())  # same columns, same order
-    for col in a.keys():
-        if col == SampleBatch.EPS_ID:  # random per episode: only the grouping must agree
-            _, ia = np.unique(a[col], return_inverse=True)
-            _, ib = np.unique(b[col], return_inverse=True)
-            assert (np.diff(ia) != 0).tolist() == (np.diff(ib) != 0).tolist()
-            continue
-        if col == SampleBatch.INFOS:
-            assert [dict(i) for i in a[col]] == [dict(i) for i in b[col]]
-            continue
-        va, vb = np.asarray(a[col]), np.asarray(b[col])
-        assert va.dtype == vb.dtype and va.shape == vb.shape, col
-        np.testing.assert_allclose(va, vb, rtol=1e-6, atol=1e-6, err_msg=col)
-
-
 def _run_both(creator, calls_per_run=3, switch=None, **kwargs):
     out = {}
     for lean in (True, False):
@@ -120,7 +99,7 @@ def _run_both(creator, calls_per_run=3, switch=None, **kwargs):
     assert ls == gs and len(ls) > 0
     assert lc == gc
     for a, b in zip(la, ga):
-        _assert_same_batches(a, b)
+        assert_same_batches(a, b)
     return lt
 
 
@@ -218,7 +197,7 @@ def test_branch_left_when_a_new_episode_maps_to_another_policy():
     assert ticks["lean"] >= 1 and ticks["general"] > 0
     assert lean_calls == general_calls
     for a, b in zip(lean, general):
-        _assert_same_batches(a, b)
+        assert_same_batches(a, b)
 
 
 class DtypeSwitchEnv(CountingEnv):

@@ -5,15 +5,13 @@ the agent id the sampler gives single-agent envs, on the same seeds. Also: when
 ``on_episode_step`` is skipped (DefaultCallbacks' own, no legacy hook) and when not."""
 
 import gymnasium as gym
-import numpy as np
 import pytest
-from golden_sampling_cases import RecordingCallbacks
+from golden_sampling_cases import RecordingCallbacks, assert_same_batches
 
 from rlpolicy.env.multi_agent_env import MultiAgentEnv
 from rlpolicy.evaluation.rollout_worker import RolloutWorker
 from rlpolicy.evaluation.sampler import _overrides_step_callback
 from rlpolicy.policy._callbacks import DefaultCallbacks
-from rlpolicy.policy.sample_batch import SampleBatch
 
 AGENT = "agent0"  # the agent id single-agent envs get
 
@@ -82,19 +80,7 @@ def test_single_agent_branch_matches_multi_agent_path(settings):
     assert lean_stats == full_stats and len(lean_stats) > 0
     assert lean_calls == full_calls
     for a, b in zip(lean, full):
-        assert sorted(a.keys()) == sorted(b.keys())
-        for col in a.keys():
-            if col == SampleBatch.EPS_ID:  # random per episode: only the grouping must agree
-                _, ia = np.unique(a[col], return_inverse=True)
-                _, ib = np.unique(b[col], return_inverse=True)
-                assert (np.diff(ia) != 0).tolist() == (np.diff(ib) != 0).tolist()
-                continue
-            if col == SampleBatch.INFOS:
-                assert [dict(i) for i in a[col]] == [dict(i) for i in b[col]]
-                continue
-            va, vb = np.asarray(a[col]), np.asarray(b[col])
-            assert va.dtype == vb.dtype and va.shape == vb.shape, col
-            np.testing.assert_allclose(va, vb, rtol=1e-6, atol=1e-6, err_msg=col)
+        assert_same_batches(a, b)
 
 
 class _StepCounter(DefaultCallbacks):
